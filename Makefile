@@ -1,0 +1,43 @@
+# privnlp — everything runs from a local .venv that this Makefile builds.
+# torch is installed FIRST and pinned (an unpinned torch pulls several GB of CUDA wheels);
+# CrypTen 0.4.1 is installed with --no-deps (its metadata needs the dead `sklearn` package).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.privnlp-installed
+TORCH_VERSION ?= 2.13.0
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+export HF_HUB_OFFLINE=1
+export TRANSFORMERS_OFFLINE=1
+export HF_DATASETS_OFFLINE=1
+export FLWR_TELEMETRY_ENABLED=0
+export TOKENIZERS_PARALLELISM=false
+
+.PHONY: demo test repro bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q torch==$(TORCH_VERSION)
+	$(BIN)/pip install -q -e ".[mpc,fl,align,ann,dev]"
+	$(BIN)/pip install -q --no-deps crypten==0.4.1
+	$(BIN)/python -c "import torch; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/privnlp evaluate --all --preset quick --report-dir reports
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -x --timeout=900 tests
+
+repro: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow --timeout=7200 tests
+	$(BIN)/privnlp evaluate --all --preset full --report-dir reports
+
+bench: $(STAMP)
+	for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) reports build *.egg-info

@@ -1,0 +1,1 @@
+"""The ``privnlp`` command line (typer)."""

@@ -1,0 +1,6 @@
+"""`privnlp GROUP` commands (filled by the issue that owns GROUP)."""
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="Build DP WordPiece vocabularies.", no_args_is_help=True)

@@ -1,0 +1,19 @@
+"""Core contracts used by every part of privnlp (claims, threat models, observations,
+mechanism/attack protocols, results, reports, registries, errors, rng helpers).
+
+Importing this package does not import torch.
+"""
+from .claims import Adversary, ClaimKind, PrivacyClaim, PrivacyUnit, ThreatModel
+from .errors import (InvalidArgument, InvalidPrivacyParameter, MalformedInput, MissingDependency,
+                     PrivacyBudgetExceeded, PrivnlpError, ProtocolError, check_positive,
+                     check_probability, check_range)
+from .observations import (BlackBoxLM, FragmentSet, GradientObservation, ModelSnapshots, Observation,
+                           PartyView, PerturbedText, ReleasedVocabulary)
+from .protocols import (Attack, AttackProtocol, AttackResult, Mechanism, MechanismProtocol, Scenario,
+                        ScenarioRun, Trial)
+from .registry import ATTACKS, LEAKY_TWINS, MECHANISMS, SCENARIOS, Registry
+from .report import (AttackMetrics, Figure, LeakageReport, MetricSummary, atomic_write_text,
+                     figure_from_matplotlib, package_versions, summarize)
+from . import rng
+
+__all__ = [n for n in dir() if not n.startswith("_")]

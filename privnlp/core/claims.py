@@ -1,0 +1,213 @@
+"""Privacy claims and threat models.
+
+A :class:`PrivacyClaim` says what guarantee a mechanism gives and at which unit. It is never
+silently empty: a mechanism without a formal guarantee says ``kind="heuristic"``; an
+undefended baseline says ``kind="none"``.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+from .errors import InvalidPrivacyParameter
+
+__all__ = ["ClaimKind", "PrivacyUnit", "PrivacyClaim", "Adversary", "ThreatModel"]
+
+
+class ClaimKind(str, enum.Enum):
+    DP = "dp"                       # (epsilon, delta)-DP at ``unit``
+    METRIC_DP = "metric_dp"         # epsilon * d(x, x') metric DP w.r.t. ``metric``
+    CRYPTOGRAPHIC = "cryptographic"  # secure computation (semi-honest etc.), see notes
+    HEURISTIC = "heuristic"         # no formal guarantee (pruning, fragmentation, freezing)
+    NONE = "none"                   # undefended baseline
+
+
+class PrivacyUnit(str, enum.Enum):
+    TOKEN = "token"
+    WORD = "word"
+    RECORD = "record"
+    EXAMPLE = "example"
+    DOCUMENT = "document"
+    USER = "user"
+    METRIC = "metric"
+    TEXT = "text"
+
+
+@dataclass(frozen=True)
+class PrivacyClaim:
+    """What a mechanism promises.
+
+    Attributes:
+        kind: see :class:`ClaimKind`.
+        epsilon, delta: the DP parameters (``delta`` is ``0.0`` for pure DP / metric DP).
+        unit: the neighbouring relation's unit (a record, a user, a word, ...).
+        metric: for metric DP, the metric (``"euclidean"``, ``"mahalanobis"``).
+        neighbouring: ``"add/remove"`` or ``"replace-one"``.
+        accountant: the accountant used (``"prv"``, ``"rdp"``, ``"dp_accounting.rdp"`` ...).
+        ledger: a JSON-serialisable ledger (dp_accounting event) where there is one.
+        notes: free-text caveats that are part of the claim (e.g. "OOV words kept verbatim").
+        extra: additional claimed quantities (e.g. ``epsilon_no_amplification``, per-level claims).
+    """
+
+    kind: ClaimKind
+    epsilon: float | None = None
+    delta: float | None = None
+    unit: PrivacyUnit | None = None
+    metric: str | None = None
+    neighbouring: str | None = None
+    accountant: str | None = None
+    ledger: Mapping[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        kind = ClaimKind(self.kind)
+        object.__setattr__(self, "kind", kind)
+        if self.unit is not None:
+            object.__setattr__(self, "unit", PrivacyUnit(self.unit))
+        object.__setattr__(self, "notes", tuple(self.notes))
+        if kind in (ClaimKind.DP, ClaimKind.METRIC_DP):
+            if self.epsilon is None or not (self.epsilon >= 0):
+                raise InvalidPrivacyParameter(f"epsilon must be in [0, inf] for a {kind.value} claim; got {self.epsilon!r}")
+            if self.unit is None:
+                raise InvalidPrivacyParameter(f"unit is required for a {kind.value} claim")
+            d = 0.0 if self.delta is None else self.delta
+            if not (0.0 <= d < 1.0):
+                raise InvalidPrivacyParameter(f"delta must be in [0, 1); got {self.delta!r}")
+            object.__setattr__(self, "delta", float(d))
+        if kind == ClaimKind.METRIC_DP and not self.metric:
+            raise InvalidPrivacyParameter("metric is required for a metric_dp claim (e.g. 'euclidean')")
+
+    # -- constructors -------------------------------------------------------------------
+    @classmethod
+    def dp(cls, epsilon: float, delta: float, unit: str | PrivacyUnit, **kw: Any) -> "PrivacyClaim":
+        return cls(ClaimKind.DP, epsilon=float(epsilon), delta=float(delta), unit=PrivacyUnit(unit), **kw)
+
+    @classmethod
+    def metric_dp(cls, epsilon: float, metric: str, unit: str | PrivacyUnit = PrivacyUnit.WORD, **kw: Any) -> "PrivacyClaim":
+        return cls(ClaimKind.METRIC_DP, epsilon=float(epsilon), delta=0.0, unit=PrivacyUnit(unit), metric=metric, **kw)
+
+    @classmethod
+    def heuristic(cls, *notes: str, **kw: Any) -> "PrivacyClaim":
+        return cls(ClaimKind.HEURISTIC, notes=tuple(notes), **kw)
+
+    @classmethod
+    def cryptographic(cls, *notes: str, **kw: Any) -> "PrivacyClaim":
+        return cls(ClaimKind.CRYPTOGRAPHIC, notes=tuple(notes), **kw)
+
+    @classmethod
+    def none(cls, *notes: str) -> "PrivacyClaim":
+        return cls(ClaimKind.NONE, notes=tuple(notes) or ("no protection (baseline)",))
+
+    # -- rendering ----------------------------------------------------------------------
+    def statement(self) -> str:
+        """A human-readable, TF-Privacy-style privacy statement."""
+        if self.kind == ClaimKind.DP:
+            eps = "inf" if self.epsilon is not None and math.isinf(self.epsilon) else f"{self.epsilon:.4g}"
+            s = f"({eps}, {self.delta:.3g})-DP at the {self.unit.value} level"
+            if self.neighbouring:
+                s += f" ({self.neighbouring} neighbours)"
+            if self.accountant:
+                s += f", accounted with {self.accountant}"
+        elif self.kind == ClaimKind.METRIC_DP:
+            s = f"{self.epsilon:.4g}·d_{self.metric}-privacy (metric DP) per {self.unit.value}"
+        elif self.kind == ClaimKind.CRYPTOGRAPHIC:
+            s = "cryptographic protection (secure computation)"
+        elif self.kind == ClaimKind.HEURISTIC:
+            s = "heuristic defense: no formal privacy guarantee"
+        else:
+            s = "no privacy protection"
+        for k, v in self.extra.items():
+            if isinstance(v, (int, float, str)):
+                s += f"; {k}={v:.4g}" if isinstance(v, float) else f"; {k}={v}"
+        if self.notes:
+            s += ". " + " ".join(n if n.endswith(".") else n + "." for n in self.notes)
+        return s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kind"] = self.kind.value
+        d["unit"] = self.unit.value if self.unit else None
+        d["notes"] = list(self.notes)
+        d["extra"] = dict(self.extra)
+        d["statement"] = self.statement()
+        return _jsonable(d)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PrivacyClaim":
+        d = dict(d)
+        d.pop("statement", None)
+        d["notes"] = tuple(d.get("notes", ()))
+        d["extra"] = dict(d.get("extra") or {})
+        for k in ("epsilon", "delta"):
+            if isinstance(d.get(k), str):
+                d[k] = float(d[k])
+        return cls(**d)
+
+
+class Adversary(str, enum.Enum):
+    EAVESDROPPER = "eavesdropper"
+    HONEST_BUT_CURIOUS_SERVER = "honest-but-curious server"
+    MALICIOUS_CLIENT = "malicious client"
+    BLACK_BOX_QUERIER = "black-box querier"
+    WHITE_BOX_ANALYST = "white-box analyst"
+    MPC_PARTY = "MPC party"
+    DATA_RECIPIENT = "data recipient"
+
+
+@dataclass(frozen=True)
+class ThreatModel:
+    """Who the adversary is, what it sees, what it knows, and what it wants."""
+
+    adversary: Adversary
+    observes: tuple[str, ...]
+    knows: tuple[str, ...] = ()
+    goal: str = ""
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "adversary", Adversary(self.adversary))
+        object.__setattr__(self, "observes", tuple(self.observes))
+        object.__setattr__(self, "knows", tuple(self.knows))
+        object.__setattr__(self, "notes", tuple(self.notes))
+
+    def describe(self) -> str:
+        s = f"{self.adversary.value}; observes: {', '.join(self.observes) or '-'}"
+        if self.knows:
+            s += f"; knows: {', '.join(self.knows)}"
+        if self.goal:
+            s += f"; goal: {self.goal}"
+        return s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"adversary": self.adversary.value, "observes": list(self.observes), "knows": list(self.knows),
+                "goal": self.goal, "notes": list(self.notes), "description": self.describe()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ThreatModel":
+        d = dict(d)
+        d.pop("description", None)
+        return cls(**d)
+
+
+def _jsonable(x: Any) -> Any:
+    """Convert numpy scalars / tuples / enums / inf to JSON-friendly values."""
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, enum.Enum):
+        return x.value
+    if isinstance(x, (np.floating,)):
+        x = float(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    return x

@@ -1,0 +1,333 @@
+"""Leakage reports: claim + threat model + measured leakage + utility, rendered as
+JSON (versioned schema), Markdown and self-contained HTML (figures embedded as base64 PNG).
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html as _html
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .claims import PrivacyClaim, ThreatModel, _jsonable
+
+__all__ = ["SCHEMA_VERSION", "MetricSummary", "AttackMetrics", "Figure", "LeakageReport", "summarize",
+           "package_versions", "atomic_write_text", "figure_from_matplotlib"]
+
+SCHEMA_VERSION = "privnlp.report/1"
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    """Mean and a 95% confidence interval (Student t over seeds/batches) of one metric."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    n: int
+    values: tuple[float, ...] = ()
+
+    def fmt(self, digits: int = 3) -> str:
+        if math.isnan(self.mean):
+            return "n/a"
+        if self.n <= 1 or self.ci_low == self.ci_high:
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} ± {(self.ci_high - self.ci_low) / 2:.{digits}f}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable({"mean": self.mean, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n,
+                          "values": list(self.values)})
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "MetricSummary":
+        f = lambda x: float(x) if x is not None else math.nan  # noqa: E731
+        return cls(f(d["mean"]), f(d["ci_low"]), f(d["ci_high"]), int(d["n"]), tuple(f(v) for v in d.get("values", ())))
+
+
+def summarize(values: Sequence[float], confidence: float = 0.95) -> MetricSummary:
+    """Mean with a Student-t confidence interval (degenerate for n <= 1)."""
+    vals = np.asarray([float(v) for v in values], dtype=float)
+    vals_ok = vals[~np.isnan(vals)]
+    n = int(vals_ok.size)
+    if n == 0:
+        return MetricSummary(math.nan, math.nan, math.nan, 0, tuple(vals.tolist()))
+    mean = float(vals_ok.mean())
+    if n == 1:
+        return MetricSummary(mean, mean, mean, 1, tuple(vals.tolist()))
+    from scipy import stats
+
+    sem = float(vals_ok.std(ddof=1) / math.sqrt(n))
+    h = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sem) if sem > 0 else 0.0
+    return MetricSummary(mean, mean - h, mean + h, n, tuple(vals.tolist()))
+
+
+@dataclass(frozen=True)
+class AttackMetrics:
+    """One attack's metrics on the defended system, and on the undefended baseline."""
+
+    attack: str
+    headline_metric: str
+    defended: Mapping[str, MetricSummary]
+    undefended: Mapping[str, MetricSummary] = field(default_factory=dict)
+    threat_model: ThreatModel | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attack": self.attack,
+            "headline_metric": self.headline_metric,
+            "defended": {k: v.to_dict() for k, v in self.defended.items()},
+            "undefended": {k: v.to_dict() for k, v in self.undefended.items()},
+            "threat_model": self.threat_model.to_dict() if self.threat_model else None,
+            "params": _jsonable(dict(self.params)),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AttackMetrics":
+        return cls(
+            attack=d["attack"], headline_metric=d["headline_metric"],
+            defended={k: MetricSummary.from_dict(v) for k, v in d["defended"].items()},
+            undefended={k: MetricSummary.from_dict(v) for k, v in d.get("undefended", {}).items()},
+            threat_model=ThreatModel.from_dict(d["threat_model"]) if d.get("threat_model") else None,
+            params=d.get("params", {}),
+        )
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A rendered plot: PNG bytes (base64 in JSON) and a caption."""
+
+    name: str
+    png: bytes
+    caption: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "caption": self.caption, "png_base64": base64.b64encode(self.png).decode()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Figure":
+        return cls(d["name"], base64.b64decode(d["png_base64"]), d.get("caption", ""))
+
+
+def figure_from_matplotlib(fig: Any, name: str, caption: str = "", dpi: int = 110) -> Figure:
+    """Render a matplotlib figure to a :class:`Figure` (and close it)."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return Figure(name, buf.getvalue(), caption)
+
+
+def package_versions(names: Sequence[str] = ("privnlp", "torch", "numpy", "opacus", "dp-accounting", "transformers",
+                                             "tokenizers", "gensim", "flwr", "crypten")) -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for n in names:
+        try:
+            out[n] = metadata.version(n)
+        except metadata.PackageNotFoundError:
+            out[n] = "not installed"
+    return out
+
+
+@dataclass(frozen=True)
+class LeakageReport:
+    """A defense's privacy claim next to its measured leakage and utility cost."""
+
+    mechanism: str
+    claim: PrivacyClaim
+    threat_models: tuple[ThreatModel, ...]
+    attacks: tuple[AttackMetrics, ...]
+    utility: Mapping[str, MetricSummary] = field(default_factory=dict)
+    utility_undefended: Mapping[str, MetricSummary] = field(default_factory=dict)
+    empirical_epsilon_lower_bound: float | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()
+    versions: Mapping[str, str] = field(default_factory=dict)
+    figures: tuple[Figure, ...] = ()
+    sweeps: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    # ---------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "mechanism": self.mechanism,
+            "claim": self.claim.to_dict(),
+            "threat_models": [t.to_dict() for t in self.threat_models],
+            "attacks": [a.to_dict() for a in self.attacks],
+            "utility": {k: v.to_dict() for k, v in self.utility.items()},
+            "utility_undefended": {k: v.to_dict() for k, v in self.utility_undefended.items()},
+            "empirical_epsilon_lower_bound": _jsonable(self.empirical_epsilon_lower_bound),
+            "config": _jsonable(dict(self.config)),
+            "seeds": list(self.seeds),
+            "versions": dict(self.versions),
+            "figures": [f.to_dict() for f in self.figures],
+            "sweeps": _jsonable(dict(self.sweeps)),
+            "notes": list(self.notes),
+            "created": self.created,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LeakageReport":
+        if d.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"unsupported report schema {d.get('schema')!r}; expected {SCHEMA_VERSION!r}")
+        eps_lb = d.get("empirical_epsilon_lower_bound")
+        return cls(
+            mechanism=d["mechanism"], claim=PrivacyClaim.from_dict(d["claim"]),
+            threat_models=tuple(ThreatModel.from_dict(t) for t in d.get("threat_models", [])),
+            attacks=tuple(AttackMetrics.from_dict(a) for a in d.get("attacks", [])),
+            utility={k: MetricSummary.from_dict(v) for k, v in d.get("utility", {}).items()},
+            utility_undefended={k: MetricSummary.from_dict(v) for k, v in d.get("utility_undefended", {}).items()},
+            empirical_epsilon_lower_bound=float(eps_lb) if eps_lb is not None else None,
+            config=d.get("config", {}), seeds=tuple(d.get("seeds", ())), versions=d.get("versions", {}),
+            figures=tuple(Figure.from_dict(f) for f in d.get("figures", [])), sweeps=d.get("sweeps", {}),
+            notes=tuple(d.get("notes", ())), created=d.get("created", ""),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    # ---------------------------------------------------------------- rendering
+    def _attack_rows(self) -> list[list[str]]:
+        rows = []
+        for a in self.attacks:
+            metrics = list(a.defended.keys())
+            for m in metrics:
+                und = a.undefended.get(m)
+                star = " (headline)" if m == a.headline_metric else ""
+                rows.append([a.attack, m + star, und.fmt() if und else "—", a.defended[m].fmt()])
+        return rows
+
+    def _utility_rows(self) -> list[list[str]]:
+        rows = []
+        for k, v in self.utility.items():
+            u = self.utility_undefended.get(k)
+            rows.append([k, u.fmt() if u else "—", v.fmt()])
+        return rows
+
+    def to_markdown(self, figure_dir: str | os.PathLike | None = None) -> str:
+        """Markdown rendering. With ``figure_dir`` the figures are written there as PNG and linked."""
+        lines = [f"# Leakage report: `{self.mechanism}`", "",
+                 f"**Claim:** {self.claim.statement()}", ""]
+        if self.threat_models:
+            lines.append("**Threat models:**")
+            lines += [f"- {t.describe()}" for t in self.threat_models]
+            lines.append("")
+        if self.attacks:
+            lines += ["## Measured leakage", "",
+                      "Higher = more leakage for the headline metric. Mean ± 95% CI half-width over seeds.", "",
+                      "| attack | metric | undefended | defended |", "|---|---|---|---|"]
+            lines += ["| " + " | ".join(r) + " |" for r in self._attack_rows()]
+            lines.append("")
+        if self.empirical_epsilon_lower_bound is not None:
+            lines += [f"**Empirical epsilon lower bound:** {self.empirical_epsilon_lower_bound:.3f}", ""]
+        if self.utility:
+            lines += ["## Utility", "", "| metric | undefended | defended |", "|---|---|---|"]
+            lines += ["| " + " | ".join(r) + " |" for r in self._utility_rows()]
+            lines.append("")
+        if self.figures:
+            lines += ["## Figures", ""]
+            for f in self.figures:
+                if figure_dir is not None:
+                    p = Path(figure_dir) / f"{self.mechanism}-{f.name}.png"
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    p.write_bytes(f.png)
+                    lines.append(f"![{f.caption or f.name}]({p.name})")
+                else:
+                    lines.append(f"- {f.name}: {f.caption} (see the HTML report)")
+            lines.append("")
+        if self.notes:
+            lines += ["## Notes", ""] + [f"- {n}" for n in self.notes] + [""]
+        lines += ["## Reproducibility", "", f"- seeds: {list(self.seeds)}",
+                  f"- config: `{json.dumps(_jsonable(dict(self.config)), sort_keys=True)}`",
+                  "- versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()),
+                  f"- created: {self.created}", ""]
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        """A self-contained HTML page (no external assets; figures inlined as data URIs)."""
+        e = _html.escape
+
+        def table(header: list[str], rows: list[list[str]]) -> str:
+            h = "".join(f"<th>{e(c)}</th>" for c in header)
+            b = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
+            return f"<table><thead><tr>{h}</tr></thead><tbody>{b}</tbody></table>"
+
+        parts = [
+            "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+            f"<title>privnlp leakage report: {e(self.mechanism)}</title>",
+            "<style>body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}"
+            "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}"
+            "th{background:#f3f3f3}.claim{background:#eef6ff;padding:.6em 1em;border-left:4px solid #36c}"
+            "img{max-width:100%;border:1px solid #ddd;margin:.5em 0}figcaption{color:#555;font-size:.9em}</style>",
+            "</head><body>",
+            f"<h1>Leakage report: <code>{e(self.mechanism)}</code></h1>",
+            f"<p class='claim'><b>Claim:</b> {e(self.claim.statement())}</p>",
+        ]
+        if self.threat_models:
+            parts.append("<h2>Threat models</h2><ul>" + "".join(f"<li>{e(t.describe())}</li>" for t in self.threat_models) + "</ul>")
+        if self.attacks:
+            parts.append("<h2>Measured leakage</h2><p>Higher = more leakage for the headline metric; mean ± 95% CI half-width.</p>")
+            parts.append(table(["attack", "metric", "undefended", "defended"], self._attack_rows()))
+        if self.empirical_epsilon_lower_bound is not None:
+            parts.append(f"<p><b>Empirical epsilon lower bound:</b> {self.empirical_epsilon_lower_bound:.3f}</p>")
+        if self.utility:
+            parts.append("<h2>Utility</h2>" + table(["metric", "undefended", "defended"], self._utility_rows()))
+        if self.figures:
+            parts.append("<h2>Figures</h2>")
+            for f in self.figures:
+                b64 = base64.b64encode(f.png).decode()
+                parts.append(f"<figure><img alt='{e(f.name)}' src='data:image/png;base64,{b64}'>"
+                             f"<figcaption>{e(f.caption or f.name)}</figcaption></figure>")
+        if self.notes:
+            parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in self.notes) + "</ul>")
+        parts.append("<h2>Reproducibility</h2>")
+        parts.append(f"<p>seeds: {e(str(list(self.seeds)))}</p><pre>{e(json.dumps(_jsonable(dict(self.config)), indent=1, sort_keys=True))}</pre>")
+        parts.append("<p>versions: " + e(", ".join(f"{k} {v}" for k, v in self.versions.items())) + "</p>")
+        parts.append(f"<p>created: {e(self.created)}</p></body></html>")
+        return "".join(parts)
+
+    def save(self, report_dir: str | os.PathLike, name: str | None = None) -> dict[str, Path]:
+        """Write ``<name>.json``, ``<name>.md`` and ``<name>.html`` atomically; return their paths."""
+        d = Path(report_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        name = name or self.mechanism
+        paths = {"json": d / f"{name}.json", "md": d / f"{name}.md", "html": d / f"{name}.html"}
+        atomic_write_text(paths["json"], self.to_json())
+        atomic_write_text(paths["md"], self.to_markdown(figure_dir=d))
+        atomic_write_text(paths["html"], self.to_html())
+        return paths
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "LeakageReport":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` via a temp file in the same folder + ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding=encoding) as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
