@@ -1,6 +1,62 @@
-"""`privnlp GROUP` commands (filled by the issue that owns GROUP)."""
+"""`privnlp evaluate`: audit defenses against the bundled attacks; write reports and cards."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
-app = typer.Typer(help="Audit defenses against the bundled attacks and write leakage reports and cards.", no_args_is_help=True)
+app = typer.Typer(help="Audit defenses against the bundled attacks and write leakage reports and cards.",
+                  invoke_without_command=True)
+
+
+@app.callback(invoke_without_command=True)
+def evaluate(
+    ctx: typer.Context,
+    all_: bool = typer.Option(False, "--all", help="Evaluate every registered defense."),
+    defense: Optional[List[str]] = typer.Option(None, "--defense", "-d", help="Defense name (repeatable)."),
+    preset: str = typer.Option("quick", "--preset", help="quick (CI, minutes) or full (make repro)."),
+    report_dir: Path = typer.Option(Path("reports"), "--report-dir", help="Where reports are written."),
+    cards: bool = typer.Option(False, "--cards/--no-cards", help="Also (re)write mechanisms/<name>/README.md cards."),
+    cards_dir: Path = typer.Option(Path("mechanisms"), "--cards-dir", help="Folder of the mechanism cards."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Resume cache (default: <report-dir>/.cache)."),
+    keep_going: bool = typer.Option(True, "--keep-going/--fail-fast", help="Continue after a defense fails."),
+    list_: bool = typer.Option(False, "--list", help="List registered defenses and their paired attacks."),
+) -> None:
+    """Run the registered defense/attack pairs on the bundled scenarios."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich.console import Console
+
+    from privnlp.core.registry import MECHANISMS
+    from privnlp.evaluation.cards import PRESETS, evaluate_all
+
+    console = Console(stderr=True)
+    if list_:
+        for n in MECHANISMS.names():
+            cls = MECHANISMS.get(n)
+            typer.echo(f"{n}: attacks={list(getattr(cls, 'paired_attacks', ()))} scenario={getattr(cls, 'scenario', None)}")
+        raise typer.Exit()
+    if preset not in PRESETS:
+        raise typer.BadParameter(f"--preset must be one of {sorted(PRESETS)}; got {preset!r}")
+    if not all_ and not defense:
+        raise typer.BadParameter("pass --all or at least one --defense NAME (see --list)")
+    names = None if all_ else list(defense or [])
+    if names:
+        known = set(MECHANISMS.names())
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise typer.BadParameter(f"unknown defense(s) {bad}; known: {sorted(known)}")
+    outcomes, failures = evaluate_all(preset=preset, report_dir=report_dir, cards_dir=cards_dir if cards else None,
+                                      names=names, cache_dir=cache_dir or (report_dir / ".cache"),
+                                      keep_going=keep_going)
+    for o in outcomes:
+        heads = ", ".join(f"{a}={v.get('undefended', float('nan')):.3f}->{v.get('defended', float('nan')):.3f}"
+                          for a, v in o.report.headline().items()) or "no attack measured"
+        console.print(f"[green]✓[/green] {o.name} ({o.seconds:.1f}s): {heads}")
+    for n, err in failures.items():
+        console.print(f"[red]✗ {n}: {err}[/red]")
+    index = (report_dir / "index.html").resolve()
+    typer.echo(f"HTML index: {index}")
+    if failures:
+        raise typer.Exit(1)

@@ -79,6 +79,8 @@ class AttackMetrics:
     undefended: Mapping[str, MetricSummary] = field(default_factory=dict)
     threat_model: ThreatModel | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    #: the same metrics on the mechanism's deliberately leaky twin, where one is registered
+    leaky_twin: Mapping[str, MetricSummary] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +88,7 @@ class AttackMetrics:
             "headline_metric": self.headline_metric,
             "defended": {k: v.to_dict() for k, v in self.defended.items()},
             "undefended": {k: v.to_dict() for k, v in self.undefended.items()},
+            "leaky_twin": {k: v.to_dict() for k, v in self.leaky_twin.items()},
             "threat_model": self.threat_model.to_dict() if self.threat_model else None,
             "params": _jsonable(dict(self.params)),
         }
@@ -98,6 +101,7 @@ class AttackMetrics:
             undefended={k: MetricSummary.from_dict(v) for k, v in d.get("undefended", {}).items()},
             threat_model=ThreatModel.from_dict(d["threat_model"]) if d.get("threat_model") else None,
             params=d.get("params", {}),
+            leaky_twin={k: MetricSummary.from_dict(v) for k, v in d.get("leaky_twin", {}).items()},
         )
 
 
@@ -200,6 +204,14 @@ class LeakageReport:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
     # ---------------------------------------------------------------- rendering
+    @property
+    def has_twin(self) -> bool:
+        return any(a.leaky_twin for a in self.attacks)
+
+    def _attack_header(self) -> list[str]:
+        h = ["attack", "metric", "undefended", "defended"]
+        return h + ["leaky twin"] if self.has_twin else h
+
     def _attack_rows(self) -> list[list[str]]:
         rows = []
         for a in self.attacks:
@@ -207,8 +219,24 @@ class LeakageReport:
             for m in metrics:
                 und = a.undefended.get(m)
                 star = " (headline)" if m == a.headline_metric else ""
-                rows.append([a.attack, m + star, und.fmt() if und else "—", a.defended[m].fmt()])
+                row = [a.attack, m + star, und.fmt() if und else "—", a.defended[m].fmt()]
+                if self.has_twin:
+                    tw = a.leaky_twin.get(m)
+                    row.append(tw.fmt() if tw else "—")
+                rows.append(row)
         return rows
+
+    def headline(self) -> dict[str, dict[str, float]]:
+        """attack -> {"undefended", "defended", "leaky_twin"} means of the headline metric."""
+        out = {}
+        for a in self.attacks:
+            m = a.headline_metric
+            row = {"metric": m}
+            for key, src in (("undefended", a.undefended), ("defended", a.defended), ("leaky_twin", a.leaky_twin)):
+                if m in src:
+                    row[key] = src[m].mean
+            out[a.attack] = row
+        return out
 
     def _utility_rows(self) -> list[list[str]]:
         rows = []
@@ -228,7 +256,7 @@ class LeakageReport:
         if self.attacks:
             lines += ["## Measured leakage", "",
                       "Higher = more leakage for the headline metric. Mean ± 95% CI half-width over seeds.", "",
-                      "| attack | metric | undefended | defended |", "|---|---|---|---|"]
+                      "| " + " | ".join(self._attack_header()) + " |", "|" + "---|" * len(self._attack_header())]
             lines += ["| " + " | ".join(r) + " |" for r in self._attack_rows()]
             lines.append("")
         if self.empirical_epsilon_lower_bound is not None:
@@ -280,7 +308,7 @@ class LeakageReport:
             parts.append("<h2>Threat models</h2><ul>" + "".join(f"<li>{e(t.describe())}</li>" for t in self.threat_models) + "</ul>")
         if self.attacks:
             parts.append("<h2>Measured leakage</h2><p>Higher = more leakage for the headline metric; mean ± 95% CI half-width.</p>")
-            parts.append(table(["attack", "metric", "undefended", "defended"], self._attack_rows()))
+            parts.append(table(self._attack_header(), self._attack_rows()))
         if self.empirical_epsilon_lower_bound is not None:
             parts.append(f"<p><b>Empirical epsilon lower bound:</b> {self.empirical_epsilon_lower_bound:.3f}</p>")
         if self.utility:

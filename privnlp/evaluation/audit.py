@@ -1,0 +1,272 @@
+"""The audit runner: a defense against its paired attacks, on the same data, over seeds.
+
+``audit(mechanism, scenario, attacks=None, *, seeds)`` runs the scenario once per seed with
+the mechanism in place (the *defended* system) and once without it (the *undefended*
+baseline, same seed, same data), runs every paired attack whose observation type the
+scenario produces, scores each attack against the ground truth the scenario kept aside,
+and returns a :class:`~privnlp.core.report.LeakageReport` with 95% confidence intervals
+over seeds. Results are cached per (mechanism, scenario, attack, seed) so an interrupted
+run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from privnlp.core.claims import PrivacyClaim, ThreatModel, _jsonable
+from privnlp.core.errors import InvalidArgument
+from privnlp.core.protocols import Attack, Mechanism, Scenario, ScenarioRun
+from privnlp.core.registry import ATTACKS, LEAKY_TWINS, MECHANISMS, SCENARIOS
+from privnlp.core.report import AttackMetrics, LeakageReport, MetricSummary, atomic_write_text, package_versions, summarize
+
+__all__ = ["audit", "resolve_mechanism", "resolve_scenario", "resolve_attacks", "FunctionMechanism", "SeedOutcome"]
+
+
+class FunctionMechanism(Mechanism):
+    """Wrap a user's callable as a mechanism ("bring your own defense").
+
+    The scenario decides how the callable is applied (each scenario documents the method it
+    calls on a mechanism; ``FunctionMechanism`` forwards every such method to ``fn``). The
+    claim is whatever the user states: privnlp measures, it does not certify.
+    """
+
+    name = "user_function"
+
+    def __init__(self, fn: Any, *, claim: PrivacyClaim, name: str = "user_function",
+                 paired_attacks: Sequence[str] = (), scenario: str | None = None,
+                 threat_models: Sequence[ThreatModel] = ()) -> None:
+        if not callable(fn):
+            raise InvalidArgument(f"fn must be callable; got {type(fn).__name__}")
+        self.fn = fn
+        self.claim_ = claim
+        self.name = name  # type: ignore[misc]
+        self.paired_attacks = tuple(paired_attacks)  # type: ignore[misc]
+        self.scenario = scenario  # type: ignore[misc]
+        self.threat_models = tuple(threat_models)  # type: ignore[misc]
+
+    def claim(self) -> PrivacyClaim:
+        return self.claim_
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __getattr__(self, item: str) -> Any:
+        # Scenarios call e.g. mechanism.sanitize_words(...) / mechanism.transform(...)
+        if item.startswith("_") or item in ("fn", "claim_"):
+            raise AttributeError(item)
+        return self.fn
+
+    def params(self) -> dict[str, Any]:
+        return {"fn": getattr(self.fn, "__qualname__", repr(self.fn)), "name": self.name}
+
+
+def resolve_mechanism(mechanism: Any, preset: str = "quick") -> Mechanism:
+    if isinstance(mechanism, str):
+        return MECHANISMS.get(mechanism).example(preset)
+    if isinstance(mechanism, type) and issubclass(mechanism, Mechanism):
+        return mechanism.example(preset)
+    if not hasattr(mechanism, "claim"):
+        raise InvalidArgument("mechanism must be a registered name, a Mechanism, or an object with claim(); "
+                              f"got {type(mechanism).__name__} (wrap a callable with FunctionMechanism)")
+    return mechanism
+
+
+def resolve_scenario(scenario: Any, mechanism: Any, preset: str = "quick") -> Scenario:
+    if scenario is None:
+        scenario = getattr(mechanism, "scenario", None)
+        if scenario is None:
+            raise InvalidArgument(f"scenario is required: mechanism {getattr(mechanism, 'name', mechanism)!r} "
+                                  f"names no default scenario; known scenarios: {SCENARIOS.names()}")
+    if isinstance(scenario, str):
+        return SCENARIOS.get(scenario)(preset=preset)
+    if isinstance(scenario, type) and issubclass(scenario, Scenario):
+        return scenario(preset=preset)
+    if not hasattr(scenario, "run"):
+        raise InvalidArgument(f"scenario must be a registered name or a Scenario; got {type(scenario).__name__}")
+    return scenario
+
+
+def resolve_attacks(attacks: Any, mechanism: Any, preset: str = "quick") -> list[Attack]:
+    if attacks is None:
+        attacks = [a for a in getattr(mechanism, "paired_attacks", ()) if a in ATTACKS.load_all()]
+    out = []
+    for a in attacks:
+        if isinstance(a, str):
+            out.append(ATTACKS.get(a).example(preset))
+        elif isinstance(a, type):
+            out.append(a.example(preset))
+        else:
+            out.append(a)
+    return out
+
+
+@dataclass(frozen=True)
+class SeedOutcome:
+    """Metrics of every attack on one seed (means over that seed's trials) + utility."""
+
+    seed: int
+    attack_metrics: Mapping[str, Mapping[str, float]]
+    utility: Mapping[str, float]
+
+
+def _key(*parts: Any) -> str:
+    blob = json.dumps(_jsonable([repr(p) if not isinstance(p, (str, int, float, dict, list)) else p for p in parts]),
+                      sort_keys=True, default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _mech_identity(mechanism: Any) -> Any:
+    if mechanism is None:
+        return "undefended"
+    params = mechanism.params() if hasattr(mechanism, "params") else repr(mechanism)
+    return [type(mechanism).__module__, type(mechanism).__qualname__, getattr(mechanism, "name", ""), params]
+
+
+def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed: int,
+             cache_dir: Path | None) -> SeedOutcome:
+    key = _key("v1", _mech_identity(mechanism), type(scenario).__qualname__, getattr(scenario, "preset", ""),
+               [(type(a).__qualname__, a.params()) for a in attacks], seed)
+    path = cache_dir / f"{key}.json" if cache_dir else None
+    if path is not None and path.exists():
+        try:
+            d = json.loads(path.read_text())
+            return SeedOutcome(d["seed"], d["attack_metrics"], d["utility"])
+        except (json.JSONDecodeError, KeyError):
+            path.unlink(missing_ok=True)  # a corrupted entry is recomputed
+    ss = np.random.SeedSequence([seed, 0x5EED])
+    scen_seed, atk_seed = ss.spawn(2)
+    run: ScenarioRun = scenario.run(mechanism, rng=np.random.default_rng(scen_seed))
+    attack_rngs = np.random.default_rng(atk_seed)
+    per_attack: dict[str, dict[str, float]] = {}
+    for atk in attacks:
+        acc: dict[str, list[float]] = defaultdict(list)
+        for trial in run.trials:
+            if not atk.applies_to(trial.observation):
+                continue
+            res = atk.run(trial.observation, rng=np.random.default_rng(attack_rngs.integers(0, 2**63 - 1)))
+            for k, v in res.score(trial.ground_truth).items():
+                acc[k].append(float(v))
+        if acc:
+            per_attack[atk.name] = {k: float(np.nanmean(v)) if not all(math.isnan(x) for x in v) else math.nan
+                                    for k, v in acc.items()}
+    out = SeedOutcome(seed, per_attack, {k: float(v) for k, v in run.utility.items()})
+    if path is not None:
+        atomic_write_text(path, json.dumps(_jsonable({"seed": seed, "attack_metrics": per_attack,
+                                                      "utility": out.utility})))
+    return out
+
+
+def _collect(outcomes: Sequence[SeedOutcome]) -> tuple[dict[str, dict[str, MetricSummary]], dict[str, MetricSummary]]:
+    per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    util: dict[str, list[float]] = defaultdict(list)
+    for o in outcomes:
+        for a, ms in o.attack_metrics.items():
+            for k, v in ms.items():
+                per[a][k].append(float(v) if v is not None and not isinstance(v, str) else math.nan)
+        for k, v in o.utility.items():
+            util[k].append(float(v))
+    return ({a: {k: summarize(v) for k, v in ms.items()} for a, ms in per.items()},
+            {k: summarize(v) for k, v in util.items()})
+
+
+def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = None, *,
+          seeds: Sequence[int] = (0, 1, 2), preset: str = "quick", baseline: bool = True,
+          leaky_twin: bool = False, cache_dir: str | os.PathLike | None = None, progress: bool = True,
+          figures: bool = True) -> LeakageReport:
+    """Audit ``mechanism`` against its paired attacks on ``scenario``.
+
+    Args:
+        mechanism: a registered name, a :class:`Mechanism` (class or instance), or any object
+            with ``claim()`` (wrap plain callables in :class:`FunctionMechanism`).
+        scenario: registered name / Scenario; default: the mechanism's ``scenario``.
+        attacks: names / Attack instances; default: the mechanism's ``paired_attacks`` that apply.
+        seeds: one scenario run per seed; confidence intervals are over seeds.
+        preset: ``"quick"`` (CI) or ``"full"`` (``make repro``).
+        baseline: also run the undefended system (mechanism ``None``) on the same seeds.
+        leaky_twin: also run the mechanism's registered leaky twin (a sanity check that the
+            attacks can tell a broken defense from the real one).
+        cache_dir: per-(mechanism, scenario, attack, seed) result cache; reruns resume.
+    """
+    if not seeds:
+        raise InvalidArgument("seeds must contain at least one seed")
+    mech = resolve_mechanism(mechanism, preset)
+    scen = resolve_scenario(scenario, mech, preset)
+    atks = resolve_attacks(attacks, mech, preset)
+    cache = Path(cache_dir) if cache_dir else None
+    if cache:
+        cache.mkdir(parents=True, exist_ok=True)
+
+    systems: list[tuple[str, Any]] = [("defended", mech)]
+    if baseline:
+        systems.append(("undefended", None))
+    twin = None
+    if leaky_twin and getattr(mech, "name", None) in LEAKY_TWINS.load_all():
+        twin_cls = LEAKY_TWINS.get(mech.name)
+        twin = twin_cls.example(preset) if hasattr(twin_cls, "example") else twin_cls()
+        systems.append(("leaky_twin", twin))
+
+    from tqdm.auto import tqdm
+
+    outcomes: dict[str, list[SeedOutcome]] = defaultdict(list)
+    bar = tqdm(total=len(systems) * len(seeds), desc=f"audit {getattr(mech, 'name', 'mechanism')}",
+               disable=not progress, leave=False)
+    for label, system in systems:
+        for s in seeds:
+            outcomes[label].append(_run_one(system, scen, atks, int(s), cache))
+            bar.update(1)
+    bar.close()
+
+    defended, util_def = _collect(outcomes["defended"])
+    undefended, util_und = _collect(outcomes.get("undefended", []))
+    twin_m, _ = _collect(outcomes.get("leaky_twin", []))
+    attack_metrics = []
+    for atk in atks:
+        if atk.name not in defended:
+            continue
+        attack_metrics.append(AttackMetrics(
+            attack=atk.name, headline_metric=atk.headline_metric, defended=defended[atk.name],
+            undefended=undefended.get(atk.name, {}), threat_model=getattr(atk, "threat_model", None),
+            params=_jsonable(atk.params()), leaky_twin=twin_m.get(atk.name, {})))
+
+    eps_lb = None
+    for a in attack_metrics:
+        for k in ("empirical_epsilon_lower_bound", "empirical_epsilon"):
+            if k in a.defended and not math.isnan(a.defended[k].mean):
+                eps_lb = max(eps_lb or 0.0, a.defended[k].mean)
+
+    threat_models = tuple(getattr(mech, "threat_models", ()) or ())
+    if not threat_models and getattr(scen, "threat_model", None) is not None:
+        threat_models = (scen.threat_model,)
+    notes = []
+    if not attack_metrics:
+        applicable = [a.name for a in atks]
+        notes.append("no paired attack produced a measurement on this scenario "
+                     f"(attacks tried: {applicable or 'none registered'})")
+    report = LeakageReport(
+        mechanism=getattr(mech, "name", type(mech).__name__), claim=mech.claim(), threat_models=threat_models,
+        attacks=tuple(attack_metrics), utility=util_def, utility_undefended=util_und,
+        empirical_epsilon_lower_bound=eps_lb,
+        config={"mechanism": mech.params() if hasattr(mech, "params") else repr(mech),
+                "scenario": getattr(scen, "name", type(scen).__name__), "preset": preset,
+                "attacks": {a.name: a.params() for a in atks},
+                "leaky_twin": twin.params() if twin is not None and hasattr(twin, "params") else None},
+        seeds=tuple(int(s) for s in seeds), versions=package_versions(), notes=tuple(notes))
+    if figures and attack_metrics:
+        from .plots import headline_bar_figure
+
+        report = _with_figures(report, (headline_bar_figure(report),))
+    return report
+
+
+def _with_figures(report: LeakageReport, figs: Sequence[Any]) -> LeakageReport:
+    from dataclasses import replace
+
+    return replace(report, figures=tuple(report.figures) + tuple(figs))

@@ -1,0 +1,186 @@
+"""`privnlp evaluate`: reports for every defense and the leakage cards under ``mechanisms/``.
+
+A mechanism card (``mechanisms/<name>/README.md``) is rendered *only* from the report file
+next to it (``mechanisms/<name>/report.json``), so every number in a card comes from a
+report produced by the code; a conformance test re-renders each card from its JSON and
+compares.
+"""
+from __future__ import annotations
+
+import html as _html
+import inspect
+import json
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from privnlp.core.errors import InvalidArgument
+from privnlp.core.registry import ATTACKS, LEAKY_TWINS, MECHANISMS, SCENARIOS
+from privnlp.core.report import LeakageReport, atomic_write_text
+
+from .audit import audit, resolve_scenario
+
+__all__ = ["PRESETS", "EvaluationOutcome", "evaluate_defense", "evaluate_all", "render_mechanism_card",
+           "write_index"]
+
+#: seeds per preset (quick = CI / make demo; full = make repro)
+PRESETS = {"quick": {"seeds": (0, 1)}, "full": {"seeds": (0, 1, 2, 3, 4)}}
+
+
+@dataclass(frozen=True)
+class EvaluationOutcome:
+    name: str
+    report: LeakageReport
+    paths: dict
+    seconds: float
+    card: Path | None = None
+
+
+def _first_paragraph(doc: str | None) -> str:
+    if not doc:
+        return ""
+    doc = inspect.cleandoc(doc)
+    return doc.split("\n\n")[0].replace("\n", " ").strip()
+
+
+def render_mechanism_card(report: LeakageReport, *, description: str = "", paper: str = "",
+                          command: str = "") -> str:
+    """Markdown card for a mechanism, from its report only (plus static class text)."""
+    name = report.mechanism
+    cfg = report.config
+    lines = [f"# `{name}`", ""]
+    if description:
+        lines += [description, ""]
+    if paper:
+        lines += [f"**Paper:** {paper}", ""]
+    lines += [f"**Claim:** {report.claim.statement()}", ""]
+    if report.threat_models:
+        lines += ["**Threat models:**", ""] + [f"- {t.describe()}" for t in report.threat_models] + [""]
+    lines += [f"## Measured leakage ({cfg.get('preset', '?')} preset, scenario `{cfg.get('scenario', '?')}`)", ""]
+    if report.attacks:
+        header = ["attack", "metric", "undefended", "defended"] + (["leaky twin"] if report.has_twin else [])
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(r) + " |" for r in report._attack_rows()]
+        lines += ["", "Mean ± 95% CI half-width over seeds; the headline metric is oriented so that higher = "
+                      "more leakage. The *leaky twin* is a deliberately broken copy of the defense "
+                      "(`privnlp.mechanisms.testing`), shown to prove that the attacks can see the difference.", ""]
+    else:
+        lines += ["No paired attack produced a measurement yet; see notes.", ""]
+    if report.empirical_epsilon_lower_bound is not None:
+        lines += [f"**Empirical epsilon lower bound:** {report.empirical_epsilon_lower_bound:.3f}", ""]
+    if report.utility:
+        lines += ["## Utility cost", "", "| metric | undefended | defended |", "|---|---|---|"]
+        lines += ["| " + " | ".join(r) + " |" for r in report._utility_rows()] + [""]
+    if report.figures:
+        lines += ["## Figures", ""] + [f"![{f.caption or f.name}]({name}-{f.name}.png)" for f in report.figures] + [""]
+    if report.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
+    lines += ["## Reproduce", "", "```bash", command or f"privnlp evaluate --defense {name} --preset {cfg.get('preset', 'quick')}",
+              "```", "", f"- seeds: {list(report.seeds)}",
+              "- versions: " + ", ".join(f"{k} {v}" for k, v in report.versions.items()),
+              f"- generated: {report.created} from `report.json` in this folder (do not edit by hand)", ""]
+    return "\n".join(lines)
+
+
+def _sweep_for(cls: Any, mech: Any, preset: str, seeds: Sequence[int], cache_dir: Any) -> Any:
+    grid = getattr(cls, "sweep_grid", None)
+    if grid is None:
+        return None
+    spec = grid(preset)
+    if not spec:
+        return None
+    param, values = spec
+    attacks = [a for a in getattr(mech, "paired_attacks", ()) if a in ATTACKS.load_all()]
+    if not attacks:
+        return None
+    scen = resolve_scenario(None, mech, preset)
+    utility = getattr(scen, "primary_utility", None)
+    if utility is None:
+        return None
+    from .sweep import sweep
+
+    return sweep({mech.name: (mech, param, values)}, attack=attacks[0], utility=utility, seeds=seeds[:1],
+                 preset=preset, cache_dir=cache_dir, title=f"{mech.name}: privacy-utility ({param})")
+
+
+def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path = "reports",
+                     cards_dir: str | Path | None = None, seeds: Sequence[int] | None = None,
+                     cache_dir: str | Path | None = None, progress: bool = True, sweeps: bool = True) -> EvaluationOutcome:
+    """Audit one registered defense (with baseline and leaky twin) and write its report (+ card)."""
+    if preset not in PRESETS:
+        raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
+    cls = MECHANISMS.get(name)
+    t0 = time.perf_counter()
+    seeds = tuple(seeds if seeds is not None else PRESETS[preset]["seeds"])
+    mech = cls.example(preset)
+    has_scenario = getattr(mech, "scenario", None) in SCENARIOS.load_all()
+    if has_scenario:
+        report = audit(mech, seeds=seeds, preset=preset, leaky_twin=True, cache_dir=cache_dir, progress=progress)
+        sw = _sweep_for(cls, mech, preset, seeds, cache_dir) if sweeps else None
+        if sw is not None and sw.curves and any(c.points for c in sw.curves):
+            report = replace(report, figures=report.figures + ((sw.figure,) if sw.figure else ()),
+                             sweeps={"primary": sw.to_dict()})
+    else:
+        from privnlp.core.report import package_versions
+
+        report = LeakageReport(mechanism=name, claim=mech.claim(), threat_models=tuple(getattr(mech, "threat_models", ())),
+                               attacks=(), config={"mechanism": mech.params(), "preset": preset,
+                                                   "scenario": getattr(mech, "scenario", None)},
+                               seeds=seeds, versions=package_versions(),
+                               notes=(f"scenario {getattr(mech, 'scenario', None)!r} is not registered, so no "
+                                      "leakage was measured for this defense yet.",))
+    paths = report.save(report_dir, name)
+    card = None
+    if cards_dir is not None:
+        d = Path(cards_dir) / name
+        d.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(d / "report.json", report.to_json())
+        for f in report.figures:
+            (d / f"{name}-{f.name}.png").write_bytes(f.png)
+        card = d / "README.md"
+        atomic_write_text(card, render_mechanism_card(report, description=_first_paragraph(cls.__doc__),
+                                                      paper=getattr(cls, "paper", ""),
+                                                      command=f"privnlp evaluate --defense {name} --preset {preset}"))
+    return EvaluationOutcome(name, report, {k: str(v) for k, v in paths.items()}, time.perf_counter() - t0, card)
+
+
+def write_index(outcomes: Sequence[EvaluationOutcome], report_dir: str | Path, *, failures: dict | None = None) -> Path:
+    """A self-contained HTML index of all reports (claim + headline numbers + links)."""
+    e = _html.escape
+    rows = []
+    for o in outcomes:
+        head = o.report.headline()
+        cells = "; ".join(
+            f"{a}: {v.get('undefended', math.nan):.3f} → {v.get('defended', math.nan):.3f}" for a, v in head.items()) or "—"
+        rows.append(f"<tr><td><a href='{e(o.name)}.html'>{e(o.name)}</a></td><td>{e(o.report.claim.statement())}</td>"
+                    f"<td>{e(cells)}</td><td>{o.seconds:.1f}s</td></tr>")
+    for name, err in (failures or {}).items():
+        rows.append(f"<tr><td>{e(name)}</td><td colspan='3'>FAILED: {e(err)}</td></tr>")
+    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>privnlp leakage reports</title>"
+            "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}</style>"
+            "</head><body><h1>privnlp: every defense with its measured leakage</h1>"
+            "<p>Headline metric of each paired attack, undefended → defended (higher = more leakage).</p>"
+            "<table><thead><tr><th>defense</th><th>claim</th><th>attacks (undefended → defended)</th><th>time</th></tr>"
+            "</thead><tbody>" + "".join(rows) + "</tbody></table></body></html>")
+    return atomic_write_text(Path(report_dir) / "index.html", page)
+
+
+def evaluate_all(*, preset: str = "quick", report_dir: str | Path = "reports", cards_dir: str | Path | None = None,
+                 names: Sequence[str] | None = None, cache_dir: str | Path | None = None,
+                 progress: bool = True, keep_going: bool = False) -> tuple[list[EvaluationOutcome], dict[str, str]]:
+    """Evaluate every registered defense (or ``names``); returns outcomes and failures."""
+    names = list(names) if names else MECHANISMS.names()
+    outcomes, failures = [], {}
+    for n in names:
+        try:
+            outcomes.append(evaluate_defense(n, preset=preset, report_dir=report_dir, cards_dir=cards_dir,
+                                             cache_dir=cache_dir, progress=progress))
+        except Exception as exc:  # noqa: BLE001 - reported, and re-raised unless keep_going
+            if not keep_going:
+                raise
+            failures[n] = f"{type(exc).__name__}: {exc}"
+    write_index(outcomes, report_dir, failures=failures)
+    return outcomes, failures

@@ -1,0 +1,282 @@
+"""Word embeddings for metric-DP word perturbation: a float32 matrix + a word index.
+
+Paper: ``../shared/papers/vickrey-mechanism-metric-dp.txt`` (the mechanisms map a word to
+``phi(w)`` in R^p, add noise, and pick nearest neighbours of the noisy vector among the public
+vocabulary). Files are read with gensim ``KeyedVectors`` (GloVe without header, word2vec
+text/binary, fastText ``.bin``/``.vec``); the bundled default is a word2vec / FastText model
+trained with gensim (seeded, single worker, cached on disk) on the bundled synthetic corpus.
+
+The vocabulary and its embeddings are *public*: any index built from them (norms, an ANN graph,
+the Mahalanobis square root) is post-processing and does not touch the privacy claim.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from privnlp.core.errors import InvalidArgument, MalformedInput, check_range
+
+__all__ = ["Embeddings", "load_embeddings", "bundled_embeddings", "bundled_texts", "DEFAULT_STOPWORDS",
+           "tokenize_for_embeddings"]
+
+#: A small English stop-word list (used only when the user asks to skip / drop stop words).
+DEFAULT_STOPWORDS = frozenset("""
+a an the and or but if then else of to in on at by for with from as is are was were be been being
+i me my we our you your he him his she her it its they them their this that these those there here
+am do does did have has had not no so than too very can will just would should could shall may might
+""".split())
+
+
+@dataclass(frozen=True, eq=False)
+class Embeddings:
+    """A public vocabulary with its embedding matrix (float32, C-contiguous, one row per word).
+
+    Attributes:
+        words: the vocabulary, row order of ``vectors``.
+        vectors: ``(n, d)`` float32 matrix.
+        counts: optional corpus frequency per word (for top-k restriction and priors).
+        source: where the vectors came from (path or ``bundled:...``).
+    """
+
+    words: tuple[str, ...]
+    vectors: np.ndarray
+    counts: np.ndarray | None = None
+    source: str = ""
+    _index: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        words = tuple(str(w) for w in self.words)
+        vecs = np.ascontiguousarray(np.asarray(self.vectors, dtype=np.float32))
+        if vecs.ndim != 2:
+            raise InvalidArgument(f"vectors must be a 2-D (n_words, dim) matrix; got shape {vecs.shape}")
+        if len(words) == 0 or vecs.shape[0] == 0:
+            raise InvalidArgument("embeddings: the vocabulary is empty (need at least 2 words)")
+        if len(words) != vecs.shape[0]:
+            raise InvalidArgument(f"embeddings: {len(words)} words but {vecs.shape[0]} vectors (mismatched dims)")
+        if vecs.shape[1] < 1:
+            raise InvalidArgument("embeddings: dimension must be >= 1")
+        if not np.all(np.isfinite(vecs)):
+            raise InvalidArgument("embeddings: vectors contain NaN or inf")
+        object.__setattr__(self, "words", words)
+        object.__setattr__(self, "vectors", vecs)
+        if self.counts is not None:
+            c = np.asarray(self.counts, dtype=np.float64)
+            if c.shape != (len(words),):
+                raise InvalidArgument(f"counts must have shape ({len(words)},); got {c.shape}")
+            object.__setattr__(self, "counts", c)
+        idx = {}
+        for i, w in enumerate(words):
+            idx.setdefault(w, i)
+        self._index.update(idx)
+
+    # -- basic accessors ---------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def __contains__(self, word: object) -> bool:
+        return word in self._index
+
+    def id_of(self, word: str, default: int = -1) -> int:
+        return self._index.get(word, default)
+
+    def ids(self, words: Iterable[str]) -> np.ndarray:
+        """Row ids of ``words`` (``-1`` for out-of-vocabulary words)."""
+        get = self._index.get
+        return np.fromiter((get(w, -1) for w in words), dtype=np.int64)
+
+    @property
+    def sq_norms(self) -> np.ndarray:
+        """Squared norms of the rows (float32), computed once."""
+        if "sq_norms" not in self._cache:
+            v = self.vectors
+            self._cache["sq_norms"] = np.einsum("ij,ij->i", v, v, dtype=np.float32)
+        return self._cache["sq_norms"]
+
+    def fingerprint(self) -> str:
+        """A short hash of words + vectors (for sidecars and caches)."""
+        if "fp" not in self._cache:
+            h = hashlib.sha256()
+            h.update("\n".join(self.words).encode("utf-8"))
+            h.update(self.vectors.tobytes())
+            self._cache["fp"] = h.hexdigest()[:16]
+        return self._cache["fp"]
+
+    def pairwise_distances(self, ids: Sequence[int] | None = None) -> np.ndarray:
+        """Euclidean distances between the given rows (all rows if ``None``), float64."""
+        v = self.vectors if ids is None else self.vectors[np.asarray(ids)]
+        v = v.astype(np.float64)
+        sq = np.einsum("ij,ij->i", v, v)
+        d2 = sq[:, None] + sq[None, :] - 2.0 * v @ v.T
+        np.maximum(d2, 0.0, out=d2)
+        np.fill_diagonal(d2, 0.0)
+        return np.sqrt(d2)
+
+    # -- restriction -------------------------------------------------------------------
+    def restrict(self, *, top_k: int | None = None, words: Iterable[str] | None = None,
+                 drop_stopwords: bool = False, stopwords: Iterable[str] = DEFAULT_STOPWORDS) -> "Embeddings":
+        """A new vocabulary: the ``top_k`` most frequent words (needs ``counts``; file order otherwise,
+        which is frequency order for GloVe/word2vec/fastText files), only ``words`` (a
+        "redactable" set, as in the IMDb setup), and/or without stop words."""
+        keep = np.ones(len(self), dtype=bool)
+        if words is not None:
+            allowed = set(words)
+            keep &= np.fromiter((w in allowed for w in self.words), dtype=bool, count=len(self))
+        if drop_stopwords:
+            sw = set(stopwords)
+            keep &= np.fromiter((w not in sw for w in self.words), dtype=bool, count=len(self))
+        order = np.flatnonzero(keep)
+        if top_k is not None:
+            check_range("top_k", top_k, 1, np.inf, integer=True)
+            if self.counts is not None:
+                order = order[np.argsort(-self.counts[order], kind="stable")]
+            order = np.sort(order[: int(top_k)])
+        if len(order) == 0:
+            raise InvalidArgument("restrict(): the restricted vocabulary is empty")
+        return Embeddings(tuple(self.words[i] for i in order), self.vectors[order],
+                          None if self.counts is None else self.counts[order], source=self.source)
+
+    @classmethod
+    def from_keyed_vectors(cls, kv: Any, source: str = "") -> "Embeddings":
+        words = tuple(kv.index_to_key)
+        counts = None
+        try:
+            c = np.array([kv.get_vecattr(w, "count") for w in words], dtype=np.float64)
+            if np.any(c > 0):
+                counts = c
+        except (KeyError, AttributeError, ValueError):
+            counts = None
+        return cls(words, np.asarray(kv.vectors, dtype=np.float32), counts, source=source)
+
+
+_FORMATS = ("glove", "word2vec", "word2vec-binary", "fasttext", "keyedvectors")
+
+
+def load_embeddings(path: str | os.PathLike, fmt: str | None = None, *, limit: int | None = None) -> Embeddings:
+    """Load vectors with gensim. ``fmt``: ``glove`` (text, no header), ``word2vec`` (text with a
+    header), ``word2vec-binary``, ``fasttext`` (Facebook ``.bin``), ``keyedvectors`` (gensim
+    ``.kv``). Guessed from the suffix when ``None``. ``limit`` keeps the first N (most frequent) words."""
+    from gensim.models import KeyedVectors
+
+    p = Path(path)
+    if not p.exists():
+        raise InvalidArgument(f"embeddings path {str(p)!r} does not exist")
+    if fmt is None:
+        suf = p.suffix.lower()
+        fmt = {".bin": "word2vec-binary", ".kv": "keyedvectors", ".vec": "word2vec"}.get(suf)
+        if fmt is None:
+            with open(p, "rb") as fh:
+                first = fh.readline().split()
+            fmt = "word2vec" if len(first) == 2 and all(t.isdigit() for t in first) else "glove"
+    if fmt not in _FORMATS:
+        raise InvalidArgument(f"fmt must be one of {_FORMATS}; got {fmt!r}")
+    try:
+        if fmt == "glove":
+            kv = KeyedVectors.load_word2vec_format(str(p), binary=False, no_header=True, limit=limit)
+        elif fmt == "word2vec":
+            kv = KeyedVectors.load_word2vec_format(str(p), binary=False, limit=limit)
+        elif fmt == "word2vec-binary":
+            kv = KeyedVectors.load_word2vec_format(str(p), binary=True, limit=limit)
+        elif fmt == "fasttext":
+            from gensim.models.fasttext import load_facebook_vectors
+            kv = load_facebook_vectors(str(p))
+        else:
+            kv = KeyedVectors.load(str(p))
+    except (UnicodeDecodeError, ValueError, EOFError, OSError) as e:
+        raise MalformedInput(f"cannot read embeddings {str(p)!r} as {fmt}: {e}") from e
+    emb = Embeddings.from_keyed_vectors(kv, source=str(p))
+    if limit is not None and len(emb) > limit:
+        emb = emb.restrict(top_k=limit)
+    return emb
+
+
+def _cache_root() -> Path:
+    try:
+        from privnlp.models.cache import cache_dir  # type: ignore
+        return Path(cache_dir())
+    except Exception:  # the models package may not provide it yet
+        env = os.environ.get("PRIVNLP_CACHE_DIR")
+        return Path(env) if env else Path.home() / ".cache" / "privnlp"
+
+
+_WORD_RE = None
+
+
+def tokenize_for_embeddings(text: str, lowercase: bool = True) -> list[str]:
+    """Word tokens as the sanitizer sees them (``\\w+`` runs, apostrophes inside words kept)."""
+    global _WORD_RE
+    if _WORD_RE is None:
+        import re
+        _WORD_RE = re.compile(r"\w+(?:'\w+)*")
+    toks = _WORD_RE.findall(text)
+    return [t.lower() for t in toks] if lowercase else toks
+
+
+def bundled_texts(seed: int = 0, preset: str = "quick") -> list[str]:
+    """Texts of the bundled synthetic corpus (private records + sentiment sentences)."""
+    from privnlp.data import generate_corpus  # noqa: WPS433
+    n_users, rpu, n_sent = (20, 10, 2000) if preset == "quick" else (60, 20, 6000)
+    texts = list(generate_corpus(n_users=n_users, records_per_user=rpu, seed=seed).texts())
+    try:
+        from privnlp.data import generate_sentiment
+        texts += list(generate_sentiment(n=n_sent, seed=seed).texts)
+    except ImportError:
+        pass
+    return texts
+
+
+def bundled_embeddings(kind: str = "word2vec", *, dim: int = 50, seed: int = 0, epochs: int = 20,
+                       min_count: int = 1, preset: str = "quick", texts: Sequence[str] | None = None,
+                       cache: bool = True) -> Embeddings:
+    """word2vec / FastText vectors trained with gensim on the bundled corpus (or ``texts``).
+
+    Deterministic: seeded, ``workers=1``; cached under ``cache_dir()/embeddings`` keyed by the
+    config, the seed and a hash of the training texts.
+    """
+    if kind not in ("word2vec", "fasttext"):
+        raise InvalidArgument(f"kind must be 'word2vec' or 'fasttext'; got {kind!r}")
+    check_range("dim", dim, 1, 4096, integer=True)
+    if texts is None:
+        texts = bundled_texts(seed=seed, preset=preset)
+    sents = [tokenize_for_embeddings(t) for t in texts]
+    sents = [s for s in sents if s]
+    if not sents:
+        raise InvalidArgument("bundled_embeddings: no training text")
+    h = hashlib.sha256("\n".join(" ".join(s) for s in sents).encode("utf-8")).hexdigest()[:12]
+    key = f"{kind}-d{dim}-s{seed}-e{epochs}-m{min_count}-{h}"
+    path = _cache_root() / "embeddings" / f"{key}.kv"
+    from gensim.models import KeyedVectors
+    if cache and path.exists():
+        try:
+            return Embeddings.from_keyed_vectors(KeyedVectors.load(str(path)), source=f"bundled:{key}")
+        except Exception:  # corrupt cache: retrain
+            pass
+    if kind == "word2vec":
+        from gensim.models import Word2Vec
+        model = Word2Vec(sentences=sents, vector_size=int(dim), window=5, min_count=min_count, workers=1,
+                         seed=int(seed), epochs=int(epochs), sg=1)
+    else:
+        from gensim.models import FastText
+        model = FastText(sentences=sents, vector_size=int(dim), window=5, min_count=min_count, workers=1,
+                         seed=int(seed), epochs=int(epochs), sg=1, bucket=20000)
+    kv = model.wv
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        plain = KeyedVectors(vector_size=kv.vector_size)
+        plain.add_vectors(list(kv.index_to_key), kv.vectors)
+        for w in kv.index_to_key:
+            plain.set_vecattr(w, "count", kv.get_vecattr(w, "count"))
+        plain.save(str(tmp), sep_limit=2**62)
+        os.replace(tmp, path)
+        kv = plain
+    return Embeddings.from_keyed_vectors(kv, source=f"bundled:{key}")

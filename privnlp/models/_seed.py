@@ -1,0 +1,23 @@
+"""Seeded construction without global RNG side effects.
+
+Hugging Face and ``torch.nn.init`` draw from torch's *global* generator and offer no
+``generator=`` argument, so we fork the CPU RNG (``torch.random.fork_rng``), seed the fork, and
+the global state is restored on exit: the caller's ``torch.random.get_rng_state()`` is unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from privnlp.core.errors import check_range
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run the body with torch's CPU RNG seeded to ``seed``; restore the caller's state afterwards."""
+    import torch
+
+    check_range("seed", seed, 0, 2**63 - 1, integer=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        yield

@@ -1,0 +1,124 @@
+"""Builders for tiny Hugging Face transformers from small configs (no Hub download).
+
+* :func:`tiny_gpt2` — GPT-2 LM, the target of the secret-sharer / canary-exposure experiments
+  (``../shared/papers/dp-bert-and-dp-wordpiece.txt``) and of LAMP
+  (``../shared/papers/lamp-extracting-text-from-gradients.txt``).
+* :func:`tiny_bert_classifier` — BERT sequence classifier (FILM / RLG / LAMP gradient settings,
+  ``../shared/papers/film-recovering-private-text-in-fl.txt``).
+* :func:`tiny_bert_mlm` — BERT masked LM (the DP-BERT secret sharer).
+
+Each builder initializes its weights under a seeded fork of torch's RNG
+(:func:`privnlp.models._seed.seeded`): same ``seed`` -> bit-identical weights, and the caller's
+global RNG state is untouched. Dropout defaults to 0 (tiny models trained for a few hundred
+steps memorize better and train loops stay deterministic); pass ``dropout=0.1`` for GPT-2/BERT defaults.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from privnlp.core.errors import InvalidArgument, check_probability, check_range
+
+from ._seed import seeded
+
+if TYPE_CHECKING:  # pragma: no cover
+    from transformers import BertForMaskedLM, BertForSequenceClassification, GPT2LMHeadModel
+
+__all__ = ["tiny_gpt2", "tiny_bert_classifier", "tiny_bert_mlm"]
+
+
+def _check_dims(hidden: int, heads: int, hidden_name: str, heads_name: str) -> None:
+    check_range(hidden_name, hidden, 1, 2**16, integer=True)
+    check_range(heads_name, heads, 1, 2**10, integer=True)
+    if hidden % heads:
+        raise InvalidArgument(f"{hidden_name}={hidden} must be divisible by {heads_name}={heads}")
+
+
+def tiny_gpt2(vocab_size: int, *, n_layer: int = 2, n_embd: int = 64, n_head: int = 2, n_positions: int = 128,
+              tie_word_embeddings: bool = True, dropout: float = 0.0, bos_token_id: int | None = None,
+              eos_token_id: int | None = None, pad_token_id: int | None = None, seed: int = 0,
+              **config_overrides: Any) -> "GPT2LMHeadModel":
+    """A GPT-2 LM head model built from ``GPT2Config`` (weights seeded by ``seed``).
+
+    ``vocab_size`` is usually ``len(tokenizer)``; pass the tokenizer's special ids as
+    ``bos_token_id``/``eos_token_id``/``pad_token_id`` (all ``<|endoftext|>`` for
+    :func:`~privnlp.models.train_bpe_tokenizer`); left ``None`` they stay unset (GPT2Config's
+    default 50256 would lie outside a tiny vocabulary). Extra keyword arguments go to ``GPT2Config``.
+
+    Opacus note: ghost clipping refuses tied weights — build with ``tie_word_embeddings=False``
+    (or freeze the embedding) for DP-SGD; and pass explicit per-row ``position_ids``
+    (:func:`~privnlp.models.lm_batch` does).
+    """
+    check_range("vocab_size", vocab_size, 1, 2**24, integer=True)
+    check_range("n_layer", n_layer, 1, 256, integer=True)
+    check_range("n_positions", n_positions, 1, 2**20, integer=True)
+    _check_dims(n_embd, n_head, "n_embd", "n_head")
+    check_probability("dropout", dropout, open_high=True)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    special = {"bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "pad_token_id": pad_token_id}
+    for k, v in special.items():
+        if v is not None:
+            check_range(k, v, 0, vocab_size - 1, integer=True)
+    cfg = GPT2Config(vocab_size=int(vocab_size), n_positions=int(n_positions), n_embd=int(n_embd),
+                     n_layer=int(n_layer), n_head=int(n_head), resid_pdrop=float(dropout),
+                     embd_pdrop=float(dropout), attn_pdrop=float(dropout),
+                     tie_word_embeddings=bool(tie_word_embeddings), **special, **config_overrides)
+    with seeded(seed):
+        model = GPT2LMHeadModel(cfg)
+    return model
+
+
+def _bert_config(vocab_size: int, *, hidden_size: int, num_hidden_layers: int, num_attention_heads: int,
+                 intermediate_size: int, max_position_embeddings: int, dropout: float, pad_token_id: int,
+                 **overrides: Any) -> Any:
+    check_range("vocab_size", vocab_size, 1, 2**24, integer=True)
+    check_range("num_hidden_layers", num_hidden_layers, 1, 256, integer=True)
+    check_range("intermediate_size", intermediate_size, 1, 2**18, integer=True)
+    check_range("max_position_embeddings", max_position_embeddings, 1, 2**20, integer=True)
+    check_range("pad_token_id", pad_token_id, 0, vocab_size - 1, integer=True)
+    _check_dims(hidden_size, num_attention_heads, "hidden_size", "num_attention_heads")
+    check_probability("dropout", dropout, open_high=True)
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=int(vocab_size), hidden_size=int(hidden_size),
+                      num_hidden_layers=int(num_hidden_layers), num_attention_heads=int(num_attention_heads),
+                      intermediate_size=int(intermediate_size), max_position_embeddings=int(max_position_embeddings),
+                      hidden_dropout_prob=float(dropout), attention_probs_dropout_prob=float(dropout),
+                      pad_token_id=int(pad_token_id), **overrides)
+
+
+def tiny_bert_classifier(vocab_size: int, *, num_labels: int = 2, hidden_size: int = 64, num_hidden_layers: int = 2,
+                         num_attention_heads: int = 2, intermediate_size: int = 128,
+                         max_position_embeddings: int = 128, dropout: float = 0.0, pad_token_id: int = 0,
+                         seed: int = 0, **config_overrides: Any) -> "BertForSequenceClassification":
+    """A ``BertForSequenceClassification`` from a small ``BertConfig`` (weights seeded by ``seed``).
+
+    ``pad_token_id=0`` matches :func:`~privnlp.models.train_wordpiece_tokenizer` (``[PAD]`` = 0).
+    """
+    check_range("num_labels", num_labels, 1, 2**20, integer=True)
+    from transformers import BertForSequenceClassification
+
+    cfg = _bert_config(vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                       num_attention_heads=num_attention_heads, intermediate_size=intermediate_size,
+                       max_position_embeddings=max_position_embeddings, dropout=dropout,
+                       pad_token_id=pad_token_id, num_labels=int(num_labels), **config_overrides)
+    with seeded(seed):
+        model = BertForSequenceClassification(cfg)
+    return model
+
+
+def tiny_bert_mlm(vocab_size: int, *, hidden_size: int = 64, num_hidden_layers: int = 2, num_attention_heads: int = 2,
+                  intermediate_size: int = 128, max_position_embeddings: int = 128, dropout: float = 0.0,
+                  pad_token_id: int = 0, tie_word_embeddings: bool = True, seed: int = 0,
+                  **config_overrides: Any) -> "BertForMaskedLM":
+    """A ``BertForMaskedLM`` from a small ``BertConfig`` (weights seeded by ``seed``)."""
+    from transformers import BertForMaskedLM
+
+    cfg = _bert_config(vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                       num_attention_heads=num_attention_heads, intermediate_size=intermediate_size,
+                       max_position_embeddings=max_position_embeddings, dropout=dropout,
+                       pad_token_id=pad_token_id, tie_word_embeddings=bool(tie_word_embeddings),
+                       **config_overrides)
+    with seeded(seed):
+        model = BertForMaskedLM(cfg)
+    return model

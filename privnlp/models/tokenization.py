@@ -1,0 +1,135 @@
+"""Tokenizer training with Hugging Face ``tokenizers`` (no Hub download).
+
+* :func:`train_bpe_tokenizer` — GPT-2 style byte-level BPE, ``<|endoftext|>`` as bos/eos/unk/pad.
+* :func:`train_wordpiece_tokenizer` — BERT style WordPiece with ``[PAD] [UNK] [CLS] [SEP] [MASK]``
+  and the BERT ``[CLS] A [SEP] (B [SEP])`` post-processor (the DP-WordPiece setting of
+  ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` trains this vocabulary on private text —
+  see ``privnlp.mechanisms.vocab`` for the private variant).
+
+Reproducibility: the ``tokenizers`` trainers use Rayon threads and hash maps; with threads the
+WordPiece trainer can break ties differently across runs (huggingface/tokenizers#1794). We
+train with parallelism switched off (``TOKENIZERS_PARALLELISM=false`` for the duration of the
+call, restored afterwards), feed the de-duplicated inputs in a canonical order (sorted), and the
+tests check that two builds — also in two separate processes — give the same vocabulary and merges.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from privnlp.core.errors import InvalidArgument, check_range
+
+if TYPE_CHECKING:  # pragma: no cover
+    from transformers import PreTrainedTokenizerFast
+
+__all__ = ["train_bpe_tokenizer", "train_wordpiece_tokenizer", "EOT", "BERT_SPECIAL_TOKENS"]
+
+EOT = "<|endoftext|>"
+BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+@contextlib.contextmanager
+def _no_parallelism() -> Iterator[None]:
+    """Switch tokenizers' Rayon parallelism off for a deterministic train, then restore the env."""
+    old = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = old
+
+
+def _canonical_texts(texts: Iterable[str], name: str = "texts") -> list[str]:
+    if isinstance(texts, str):
+        raise InvalidArgument(f"{name} must be an iterable of strings, not a single string")
+    out = []
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise InvalidArgument(f"{name}[{i}] must be a str; got {type(t).__name__}")
+        out.append(t)
+    if not any(t.strip() for t in out):
+        raise InvalidArgument(f"{name} must contain at least one non-empty string")
+    # word counts do not depend on order, but tie-breaking inside the trainer can: canonical order.
+    return sorted(out)
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, min_frequency: int = 1,
+                        model_max_length: int = 128) -> "PreTrainedTokenizerFast":
+    """Train a GPT-2 style byte-level BPE tokenizer on ``texts``.
+
+    ``vocab_size`` counts the 256 byte symbols and ``<|endoftext|>`` (allowed range
+    [257, 2**20]); the result may be smaller when the corpus has fewer merges to offer.
+    ``<|endoftext|>`` is the bos, eos, unk and pad token; ``model_max_length`` is set.
+    Decoding ``encode(text)`` gives ``text`` back exactly (byte level, no prefix space).
+    """
+    check_range("vocab_size", vocab_size, 257, 2**20, integer=True)
+    check_range("min_frequency", min_frequency, 1, 2**31, integer=True)
+    check_range("model_max_length", model_max_length, 1, 2**31, integer=True)
+    corpus = _canonical_texts(texts)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=int(vocab_size), min_frequency=int(min_frequency), special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    with _no_parallelism():
+        tok.train_from_iterator(corpus, trainer=trainer, length=len(corpus))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, unk_token=EOT,
+                                   pad_token=EOT, model_max_length=int(model_max_length),
+                                   model_input_names=["input_ids", "attention_mask"])
+    fast.padding_side = "right"
+    return fast
+
+
+def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, min_frequency: int = 1,
+                              lowercase: bool = True, model_max_length: int = 128) -> "PreTrainedTokenizerFast":
+    """Train a BERT style WordPiece tokenizer (``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``).
+
+    BERT normalizer (lowercasing by default) and pre-tokenizer, ``##`` continuation prefix,
+    post-processor ``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B [SEP]`` with token type ids.
+    ``vocab_size`` allowed range [len(special)+1, 2**20]; characters never seen in training map
+    to ``[UNK]``.
+    """
+    check_range("vocab_size", vocab_size, len(BERT_SPECIAL_TOKENS) + 1, 2**20, integer=True)
+    check_range("min_frequency", min_frequency, 1, 2**31, integer=True)
+    check_range("model_max_length", model_max_length, 1, 2**31, integer=True)
+    corpus = _canonical_texts(texts)
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                strip_accents=None, lowercase=bool(lowercase))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(vocab_size=int(vocab_size), min_frequency=int(min_frequency),
+                                        special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False,
+                                        continuing_subword_prefix="##")
+    with _no_parallelism():
+        tok.train_from_iterator(corpus, trainer=trainer, length=len(corpus))
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                   model_max_length=int(model_max_length),
+                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+    fast.padding_side = "right"
+    return fast
+
+
+def _vocab_fingerprint(tokenizer: Any) -> str:
+    """sha256 of the serialized tokenizer (vocab + merges + config): equal iff the builds match."""
+    import hashlib
+
+    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()

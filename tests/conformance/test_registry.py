@@ -1,0 +1,84 @@
+"""Every registry entry is complete: docstring citing its paper, a claim, a card folder; the
+top-level card folders are 1:1 with the registries; generated cards come from report files."""
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+from privnlp.core import Attack, Mechanism, PrivacyClaim
+from privnlp.core.registry import ATTACKS, LEAKY_TWINS, MECHANISMS, SCENARIOS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_all_registering_modules_import():
+    for reg in (MECHANISMS, ATTACKS, SCENARIOS, LEAKY_TWINS):
+        reg.load_all()
+        assert reg.import_errors == {}, f"{reg.kind} modules failed to import: {reg.import_errors}"
+
+
+def test_registries_are_not_empty():
+    assert MECHANISMS.names() and ATTACKS.names()
+
+
+@pytest.mark.parametrize("name", MECHANISMS.names())
+def test_mechanism_entry_is_complete(name):
+    cls = MECHANISMS.get(name)
+    assert issubclass(cls, Mechanism)
+    doc = inspect.getdoc(cls) or ""
+    assert len(doc) > 40, f"{name}: docstring must explain the mechanism and cite its paper"
+    assert cls.paper, f"{name}: `paper` must name the paper it implements"
+    claim = cls.example("quick").claim()
+    assert isinstance(claim, PrivacyClaim), f"{name}: claim() must return a PrivacyClaim"
+    for a in cls.paired_attacks:
+        assert a in ATTACKS.names(), f"{name}: paired attack {a!r} is not registered"
+    assert (ROOT / "mechanisms" / name / "README.md").exists(), f"mechanisms/{name}/README.md missing"
+
+
+@pytest.mark.parametrize("name", ATTACKS.names())
+def test_attack_entry_is_complete(name):
+    cls = ATTACKS.get(name)
+    assert issubclass(cls, Attack)
+    assert len(inspect.getdoc(cls) or "") > 40 and cls.paper, f"{name}: docstring + paper required"
+    assert cls.headline_metric, f"{name}: headline_metric (higher = more leakage) required"
+    assert cls.threat_model is not None, f"{name}: threat_model required"
+    assert (ROOT / "attacks" / name / "README.md").exists(), f"attacks/{name}/README.md missing"
+
+
+def test_card_folders_match_registries_one_to_one():
+    for folder, reg in (("mechanisms", MECHANISMS), ("attacks", ATTACKS)):
+        dirs = {p.name for p in (ROOT / folder).iterdir() if p.is_dir()}
+        assert dirs == set(reg.names()), f"{folder}/ folders != registry: extra {dirs - set(reg.names())}, " \
+                                         f"missing {set(reg.names()) - dirs}"
+        assert not list((ROOT / folder).rglob("__init__.py")), f"{folder}/ must not be importable"
+
+
+def test_leaky_twins_imitate_registered_mechanisms():
+    for name in LEAKY_TWINS.names():
+        assert name in MECHANISMS.names(), f"leaky twin registered for unknown mechanism {name!r}"
+
+
+@pytest.mark.parametrize("name", MECHANISMS.names())
+def test_generated_card_numbers_come_from_its_report(name):
+    from privnlp.core.report import LeakageReport
+    from privnlp.evaluation.cards import _first_paragraph, render_mechanism_card
+
+    folder = ROOT / "mechanisms" / name
+    rep = folder / "report.json"
+    if not rep.exists():
+        pytest.skip(f"mechanisms/{name} has a hand-written card (no report.json yet)")
+    report = LeakageReport.load(rep)
+    cls = MECHANISMS.get(name)
+    expected = render_mechanism_card(report, description=_first_paragraph(cls.__doc__), paper=cls.paper,
+                                     command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset')}")
+    assert (folder / "README.md").read_text() == expected, f"mechanisms/{name}/README.md was edited by hand or is stale"
+    for f in report.figures:
+        assert (folder / f"{name}-{f.name}.png").exists()
+    # a leaky twin must be reported as leaking more than the real defense by the paired attacks
+    heads = report.headline()
+    twins = [v for v in heads.values() if "leaky_twin" in v and "defended" in v]
+    if twins:
+        assert any(v["leaky_twin"] > v["defended"] for v in twins), f"{name}: leaky twin not caught: {heads}"
