@@ -1,6 +1,162 @@
-"""`privnlp GROUP` commands (filled by the issue that owns GROUP)."""
+"""`privnlp sanitize INPUT -o OUTPUT ...` and `privnlp sanitize tune` (Vickrey / Laplace / Mahalanobis).
+
+Paper: ``../shared/papers/vickrey-mechanism-metric-dp.txt``. Heavy imports happen inside the
+commands so ``privnlp --help`` stays fast.
+"""
 from __future__ import annotations
 
-import typer
+from pathlib import Path
+from typing import Any, List, Optional
 
-app = typer.Typer(help="Sanitize text with metric-DP word perturbation (Vickrey, Laplace, Mahalanobis).", no_args_is_help=True)
+import click
+import typer
+from typer.core import TyperGroup
+
+
+class _SanitizeGroup(TyperGroup):
+    """A group whose callback takes a positional INPUT and that still dispatches ``tune``:
+    when the first argument names a subcommand, the group's own arguments are not parsed;
+    otherwise options may follow INPUT (``privnlp sanitize in.txt -o out.txt``)."""
+
+    allow_interspersed_args = True
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] in self.commands:
+            ctx.meta["privnlp_subcommand"] = True
+            for p in self.get_params(ctx):  # fill defaults without consuming the subcommand's args
+                if p.name not in ctx.params:
+                    ctx.params[p.name] = p.get_default(ctx) if not p.multiple else ()
+            rest = list(args)
+            ctx._protected_args, ctx.args = rest[:1], rest[1:]  # type: ignore[attr-defined]
+            return ctx.args
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_SanitizeGroup, invoke_without_command=True, no_args_is_help=False,
+                  help="Sanitize text with metric-DP word perturbation (Vickrey, Laplace, Mahalanobis).")
+
+MECHS = ("vickrey", "vickrey_k", "laplace_metric", "mahalanobis")
+
+
+def _fail(msg: str) -> None:
+    typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(2)
+
+
+def _embeddings(path: Optional[Path], fmt: Optional[str], top_k: Optional[int], kind: str, dim: int, seed: int) -> Any:
+    from privnlp.mechanisms.text import bundled_embeddings, load_embeddings
+    emb = load_embeddings(path, fmt) if path is not None else bundled_embeddings(kind, dim=dim, seed=seed)
+    if top_k:
+        emb = emb.restrict(top_k=top_k)
+    return emb
+
+
+@app.callback()
+def sanitize(
+    ctx: typer.Context,
+    input: Optional[Path] = typer.Argument(None, help="Input file: .txt (one record per line), .jsonl or .csv."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file (written atomically) + OUTPUT.privnlp.json sidecar."),
+    mechanism: str = typer.Option("vickrey", "-m", "--mechanism", help=f"One of {', '.join(MECHS)}."),
+    epsilon: float = typer.Option(10.0, "-e", "--epsilon", help="Metric-DP epsilon per word (> 0)."),
+    t: float = typer.Option(0.5, "-t", "--t", help="Vickrey tuning parameter in [0, 1] (0 = Laplace)."),
+    ts: Optional[str] = typer.Option(None, "--ts", help="vickrey_k: comma-separated t_1..t_k (>= 0)."),
+    lam: float = typer.Option(0.2, "--lambda", help="mahalanobis: regularization lambda in [0, 1]."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="txt | jsonl | csv (default: from the suffix)."),
+    field: str = typer.Option("text", "--field", help="JSONL field / CSV column to sanitize."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Vectors file (GloVe, word2vec, fastText); default: bundled word2vec."),
+    embeddings_format: Optional[str] = typer.Option(None, "--embeddings-format", help="glove | word2vec | word2vec-binary | fasttext | keyedvectors."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="Restrict the vocabulary to the K most frequent words."),
+    oov: str = typer.Option("random", "--oov", help="Out-of-vocabulary policy: random | mask | keep (keep is recorded in the claim)."),
+    skip_stopwords: bool = typer.Option(False, "--skip-stopwords", help="Release stop words verbatim (recorded in the claim)."),
+    index: str = typer.Option("exact", "--index", help="Nearest neighbours: exact | hnsw."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed (reproducible runs); default: OS entropy (secure)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Sanitize INPUT into OUTPUT (record order and count kept, atomic write, claim in a sidecar)."""
+    if ctx.meta.get("privnlp_subcommand") or ctx.invoked_subcommand is not None:
+        return
+    if input is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    if output is None:
+        _fail("missing option -o/--output")
+    import numpy as np
+
+    from privnlp.core.errors import PrivnlpError
+    from privnlp.core.rng import secure_numpy
+    from privnlp.mechanisms import get
+    from privnlp.mechanisms.text.files import sanitize_file
+
+    try:
+        if mechanism not in MECHS:
+            _fail(f"--mechanism must be one of {MECHS}; got {mechanism!r}")
+        cls = get(mechanism)
+        kw: dict[str, Any] = dict(oov=oov, skip_stopwords=skip_stopwords, index=index)
+        if mechanism == "vickrey":
+            kw["t"] = t
+        elif mechanism == "vickrey_k":
+            try:
+                kw["ts"] = tuple(float(x) for x in (ts or "1,1,1").split(","))
+            except ValueError:
+                _fail(f"--ts must be comma-separated numbers; got {ts!r}")
+        elif mechanism == "mahalanobis":
+            kw["lam"] = lam
+        mech = cls(epsilon, **kw)  # validates epsilon / t / ... before any work
+        mech.embeddings = _embeddings(embeddings, embeddings_format, top_k, "word2vec", 50, 0)
+        rng = np.random.default_rng(seed) if seed is not None else secure_numpy()
+        rep = sanitize_file(input, output, mech, rng=rng, fmt=fmt, field=field, progress=progress, seed=seed)
+    except PrivnlpError as e:
+        _fail(str(e))
+    typer.echo(f"wrote {rep.output} ({rep.records} records, {rep.words} words, {rep.perturbed} perturbed, "
+               f"{rep.changed} changed, {rep.oov} OOV) and {rep.sidecar}")
+    typer.echo(f"claim: {mech.claim().statement()}")
+
+
+@app.command()
+def tune(
+    max_loss: float = typer.Option(0.05, "--max-loss", "-C", help="Maximum expected utility loss C (sentiment-flip rate by default)."),
+    epsilon0: float = typer.Option(1.0, "--epsilon0", help="Initial epsilon of Algorithm 2."),
+    words: str = typer.Option("lexicon", "--words", help="Vocabulary to tune on: 'lexicon' (the bundled sentiment lexicon, "
+                              "d_L = sentiment flip) or a file with one word per line (d_L = word changed)."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Vectors file; default: bundled word2vec."),
+    embeddings_format: Optional[str] = typer.Option(None, "--embeddings-format"),
+    samples: int = typer.Option(200, "--samples", help="Monte Carlo samples per word."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the privacy-utility plot (Figure 2 style) here."),
+    epsilons: str = typer.Option("5,10,20,40,80,160", "--plot-epsilons", help="Comma-separated epsilons for the plot."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Algorithm 2: pick (epsilon, t) maximising the Bayesian adversary's inference error under L_M <= C."""
+    import numpy as np
+
+    from privnlp.attacks.text.bayesian import sentiment_flip_loss
+    from privnlp.core.errors import PrivnlpError
+    from privnlp.mechanisms.text.tuning import plot_tradeoff, select_parameters, tradeoff_points
+
+    try:
+        emb = _embeddings(embeddings, embeddings_format, None, "word2vec", 50, 0)
+        if words == "lexicon":
+            from privnlp.data.sentiment import LEXICON
+            emb = emb.restrict(words=list(LEXICON["positive"]) + list(LEXICON["negative"]))
+            loss: Any = sentiment_flip_loss(emb.words, LEXICON)
+        else:
+            p = Path(words)
+            if not p.is_file():
+                _fail(f"--words must be 'lexicon' or a file; {words!r} does not exist")
+            wl = [w.strip() for w in p.read_text(encoding="utf-8").splitlines() if w.strip()]
+            emb = emb.restrict(words=wl)
+            loss = lambda a, b: (a != b).astype(float)  # noqa: E731
+        prior = emb.counts / emb.counts.sum() if emb.counts is not None else None
+        res = select_parameters(emb, loss=loss, max_loss=max_loss, prior=prior, epsilon0=epsilon0,
+                                n_samples=samples, rng=np.random.default_rng(seed))
+        typer.echo(f"chosen: epsilon={res.epsilon:g} t={res.t:g}  E_M={res.inference_error:.4f}  "
+                   f"L_M={res.utility_loss:.4f} (C={max_loss:g}, vocabulary {len(emb)} words)")
+        if plot is not None:
+            try:
+                eps = [float(x) for x in epsilons.split(",")]
+            except ValueError:
+                _fail(f"--plot-epsilons must be comma-separated numbers; got {epsilons!r}")
+            pts = tradeoff_points(emb, eps, loss=loss, prior=prior, n_samples=samples, rng=np.random.default_rng(seed))
+            plot_tradeoff(pts, str(plot), title=f"Bayesian adversary, {len(emb)} words")
+            typer.echo(f"plot: {plot}")
+    except PrivnlpError as e:
+        _fail(str(e))

@@ -349,6 +349,9 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
         with os.fdopen(fd, "w", encoding=encoding) as fh:
             fh.write(text)
         os.replace(tmp, path)

@@ -21,3 +21,17 @@ def seeded(seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         yield
+
+
+@contextlib.contextmanager
+def hf_quiet() -> Iterator[None]:
+    """Hide transformers' progress bars ("Loading weights", "Writing model shards") for the body."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()

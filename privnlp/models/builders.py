@@ -65,6 +65,15 @@ def tiny_gpt2(vocab_size: int, *, n_layer: int = 2, n_embd: int = 64, n_head: in
                      tie_word_embeddings=bool(tie_word_embeddings), **special, **config_overrides)
     with seeded(seed):
         model = GPT2LMHeadModel(cfg)
+    fix_loss_type(model)
+    return model
+
+
+def fix_loss_type(model: Any) -> Any:
+    """transformers 5 cannot infer ``loss_type`` from the class name ``GPT2LMHeadModel`` and warns
+    once per process; the loss it falls back to (``ForCausalLM``) is the right one, so set it."""
+    if getattr(model, "loss_type", None) is None and type(model).__name__.endswith("LMHeadModel"):
+        model.loss_type = "ForCausalLM"
     return model
 
 

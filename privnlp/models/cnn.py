@@ -39,7 +39,7 @@ class TextCNN(nn.Module):
         dropout: dropout on the concatenation (paper: 0.25).
     """
 
-    def __init__(self, embed_dim: int, *, kernel_sizes: Sequence[int] = (3, 4, 5), channels: int = 8,
+    def __init__(self, embed_dim: int, *, kernel_sizes: Sequence[int] = (3, 4, 5), channels: int = 4,
                  pool: int = 4, hidden: int = 32, dropout: float = 0.25) -> None:
         super().__init__()
         check_range("embed_dim", embed_dim, 2, integer=True)
@@ -147,7 +147,7 @@ def train_textcnn(model: TextCNN, x: torch.Tensor, y: torch.Tensor, *, epochs: i
             loss = lossf(model(x[idx]), y[idx])
             loss.backward()
             opt.step()
-            tot += float(loss) * len(idx)
+            tot += loss.item() * len(idx)
             n += len(idx)
         losses.append(tot / n)
     model.eval()

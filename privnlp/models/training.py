@@ -26,7 +26,7 @@ from privnlp.core.rng import as_numpy
 
 from ._seed import seeded
 
-__all__ = ["TrainLog", "LMBatch", "ClassifierBatch", "lm_batch", "classifier_batch", "pad_sequences",
+__all__ = ["TrainLog", "LMBatch", "ClassifierBatch", "lm_batch", "lm_batch_from_ids", "position_ids_for", "classifier_batch", "pad_sequences",
            "train_lm", "train_classifier", "train_tagger", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
@@ -116,27 +116,43 @@ def position_ids_for(input_ids: torch.Tensor) -> torch.Tensor:
     return torch.arange(t, dtype=torch.long, device=input_ids.device).unsqueeze(0).repeat(b, 1)
 
 
-def lm_batch(tokenizer: Any, texts: Sequence[str], max_length: int = 64, *, add_eos: bool = True) -> LMBatch:
-    """Tokenize ``texts`` into a right-padded causal-LM batch.
-
-    Each text is followed by the tokenizer's eos token (when it has one and ``add_eos``), truncated
-    to ``max_length`` tokens. ``labels`` equal ``input_ids`` with padding set to -100 (decided by
-    the attention mask, since GPT-2's pad token is its eos token); the model shifts them itself.
-    """
-    texts = _check_texts(texts)
-    check_range("max_length", max_length, 2, 2**20, integer=True)
+def _encode_lm(tokenizer: Any, texts: list[str], max_length: int, add_eos: bool) -> list[list[int]]:
     eos = tokenizer.eos_token if add_eos else None
-    rows = tokenizer([t + eos if eos else t for t in texts], add_special_tokens=False, truncation=True,
+    return tokenizer([t + eos if eos else t for t in texts], add_special_tokens=False, truncation=True,
                      max_length=int(max_length))["input_ids"]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    return int(tokenizer.eos_token_id or 0)
+
+
+def lm_batch_from_ids(rows: Sequence[Sequence[int]], pad_id: int) -> LMBatch:
+    """Right-pad already tokenized rows into an :class:`LMBatch` (labels -100 on padding)."""
+    if len(rows) == 0:
+        raise InvalidArgument("rows must not be empty")
     t = max(1, max(len(r) for r in rows))
-    ids = torch.full((len(rows), t), int(pad), dtype=torch.long)
+    ids = torch.full((len(rows), t), int(pad_id), dtype=torch.long)
     mask = torch.zeros((len(rows), t), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        ids[i, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)
         mask[i, : len(r)] = 1
     labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
     return LMBatch(input_ids=ids, attention_mask=mask, position_ids=position_ids_for(ids), labels=labels)
+
+
+def lm_batch(tokenizer: Any, texts: Sequence[str], max_length: int = 64, *, add_eos: bool = True) -> LMBatch:
+    """Tokenize ``texts`` into a right-padded causal-LM batch: ``model(**lm_batch(tok, texts)).loss``.
+
+    Each text is followed by the tokenizer's eos token (when it has one and ``add_eos``), truncated
+    to ``max_length`` tokens, no bos. ``labels`` equal ``input_ids`` with padding set to -100
+    (decided by the attention mask, since GPT-2's pad token is its eos token); the model shifts
+    them itself. ``position_ids`` are explicit per row (``.repeat``, contiguous) for opacus.
+    """
+    texts = _check_texts(texts)
+    check_range("max_length", max_length, 2, 2**20, integer=True)
+    return lm_batch_from_ids(_encode_lm(tokenizer, texts, max_length, add_eos), _pad_id(tokenizer))
 
 
 def classifier_batch(tokenizer: Any, texts: Sequence[str], labels: Sequence[int] | None = None,
@@ -221,10 +237,12 @@ def train_lm(model: Any, tokenizer: Any, texts: Sequence[str], *, steps: int, ba
     """
     texts = _check_texts(texts)
     _check_loop(steps, batch_size, lr)
+    check_range("max_length", max_length, 2, 2**20, integer=True)
+    rows = _encode_lm(tokenizer, texts, max_length, True)  # tokenize once
+    pad = _pad_id(tokenizer)
 
     def step_loss(idx: np.ndarray) -> torch.Tensor:
-        batch = lm_batch(tokenizer, [texts[i] for i in idx], max_length)
-        return model(**batch).loss
+        return model(**lm_batch_from_ids([rows[i] for i in idx], pad)).loss
 
     return _run(model, step_loss, len(texts), steps=steps, batch_size=batch_size, lr=lr,
                 weight_decay=weight_decay, rng=rng, progress=progress)

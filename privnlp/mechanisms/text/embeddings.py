@@ -234,7 +234,7 @@ def bundled_texts(seed: int = 0, preset: str = "quick") -> list[str]:
     return texts
 
 
-def bundled_embeddings(kind: str = "word2vec", *, dim: int = 50, seed: int = 0, epochs: int = 20,
+def bundled_embeddings(kind: str = "word2vec", *, dim: int = 50, seed: int = 0, epochs: int = 10,
                        min_count: int = 1, preset: str = "quick", texts: Sequence[str] | None = None,
                        cache: bool = True) -> Embeddings:
     """word2vec / FastText vectors trained with gensim on the bundled corpus (or ``texts``).

@@ -1,0 +1,381 @@
+"""The protocol pi_TEXT and its launchers (embedded multiprocess and TCP ``serve``).
+
+Paper: ../shared/papers/mpc-cnn-private-text-classification.txt (Sec. 3, "MPC Protocol pi_TEXT"):
+Bob secret-shares his embedding, Alice secret-shares her CNN weights, both evaluate the network
+layer by layer on additive shares over Z_{2^64} (16-bit fixed point), and only the class label is
+opened — to Bob only. Beaver triples come from a trusted third party (``provider="TTP"``, a third
+process, as in the paper) or from CrypTen's default ``"TFP"`` (trusted *first* party: Alice, rank 0,
+deals the triples — a testing mode, not secure against Alice).
+
+Ranks: Alice = 0, Bob = 1, TTP = 2 (``WORLD_SIZE`` = 2 computing parties, as CrypTen counts).
+
+Embedded mode re-implements ``crypten.mpc.run_multiprocess`` (same env-based rendezvous, same
+``TTPServer``) with what it lacks: a deadline, draining results before ``join`` and killing every
+party when one fails (``run_multiprocess`` joins forever when a party dies).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import socket
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from privnlp.core.errors import InvalidArgument, ProtocolError
+
+__all__ = ["ALICE", "BOB", "TTP", "ROLES", "PartyOutput", "run_party", "run_embedded", "free_port",
+           "check_port_free", "validate_embeddings", "MAX_RECORDED"]
+
+ALICE, BOB, TTP = 0, 1, 2
+ROLES = {"alice": ALICE, "bob": BOB, "ttp": TTP}
+PROVIDERS = ("TTP", "TFP")
+MAX_RECORDED = 4096          # elements kept per recorded message
+MAX_MESSAGES = 400           # messages kept per party
+
+
+@dataclass(frozen=True)
+class PartyOutput:
+    """What one party returns (plain numpy, picklable)."""
+
+    role: str
+    labels: Any = None                 # Bob only: int array (n,)
+    logits: Any = None                 # Bob only, and only when reveal="logits"
+    received: Mapping[str, Any] = field(default_factory=dict)  # recorded view (int64 arrays)
+    opened: Mapping[str, Any] = field(default_factory=dict)
+    comm: Mapping[str, float] = field(default_factory=dict)    # rounds, bytes, time
+    seconds: float = 0.0
+
+
+def validate_embeddings(x: Any, embed_dim: int | None = None) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float32)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise InvalidArgument(f"embeddings must have shape (n, embed_dim); got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise InvalidArgument("embeddings must hold at least one row (n >= 1); got an empty batch")
+    if embed_dim is not None and arr.shape[1] != embed_dim:
+        raise InvalidArgument(f"embeddings must have embed_dim={embed_dim} columns (the model's input size); "
+                              f"got {arr.shape[1]}")
+    if not np.all(np.isfinite(arr)):
+        raise InvalidArgument("embeddings must be finite (no NaN/inf)")
+    return arr
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ProtocolError(f"rendezvous port {port} on {host} is already in use ({e.strerror}); "
+                                f"pick another with --rendezvous tcp://{host}:PORT") from None
+
+
+# --------------------------------------------------------------------------------------------
+# inside a party process
+
+def _patch_dist_timeout(seconds: float) -> None:
+    """CrypTen calls ``init_process_group`` without a timeout (default 30 min): inject ours, so
+    a missing party or a dead peer fails the rendezvous / a collective instead of hanging."""
+    import torch.distributed as dist
+
+    orig = getattr(dist.init_process_group, "_privnlp_orig", dist.init_process_group)
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("timeout", datetime.timedelta(seconds=float(seconds)))
+        return orig(*args, **kwargs)
+
+    init_process_group._privnlp_orig = orig  # type: ignore[attr-defined]
+    dist.init_process_group = init_process_group
+    import crypten.communicator.distributed_communicator as dc  # type: ignore[import-not-found]
+
+    dc.dist.init_process_group = init_process_group
+
+
+class _Recorder:
+    """Wraps the party's communicator so that every tensor it *receives* is logged."""
+
+    def __init__(self, comm: Any, rank: int) -> None:
+        self.comm, self.rank = comm, rank
+        self.messages: dict[str, np.ndarray] = {}
+        self.paused = False
+        self._n = 0
+        for op in ("all_reduce", "reduce", "broadcast", "recv", "gather", "all_gather"):
+            setattr(comm, op, self._wrap(op, getattr(comm, op)))
+
+    def _log(self, op: str, out: Any) -> None:
+        import torch
+
+        if self.paused or self._n >= MAX_MESSAGES:
+            return
+        items = out if isinstance(out, (list, tuple)) else [out]
+        for t in items:
+            if torch.is_tensor(t) and t.dtype == torch.int64 and t.numel() > 0:
+                self.messages[f"msg/{self._n:04d}/{op}"] = t.detach().flatten()[:MAX_RECORDED].numpy().copy()
+                self._n += 1
+
+    def _wrap(self, op: str, fn: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            if op == "reduce":
+                dst = args[1] if len(args) > 1 else kwargs.get("dst")
+                if dst != self.rank:
+                    return out
+            if op == "broadcast":
+                src = args[1] if len(args) > 1 else kwargs.get("src")
+                if src == self.rank:
+                    return out
+            self._log(op, out)
+            return out
+        return wrapped
+
+
+def run_party(rank: int, *, config: Mapping[str, Any] | None = None, state: Mapping[str, Any] | None = None,
+              embeddings: Any = None, mode: str = "batched", reveal: str = "label", record: bool = False,
+              leak: str | None = None, pool_method: str = "tournament") -> PartyOutput:
+    """Alice's (rank 0) or Bob's (rank 1) side of pi_TEXT. CrypTen must be initialised.
+
+    Public handshake first (Alice: architecture config; Bob: number of texts and embedding size),
+    so that both sides reject bad input together instead of one of them hanging.
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    from ._crypten_shim import import_crypten
+
+    crypten = import_crypten()
+    import crypten.communicator as comm_mod  # type: ignore[import-not-found]
+    from .crypten_model import build_crypten_textcnn
+
+    comm = comm_mod.get()
+    role = "alice" if rank == ALICE else "bob"
+    # -- public handshake ------------------------------------------------------------------
+    if rank == ALICE:
+        shape = None
+        pub_cfg = dict(config or {})
+    else:
+        arr = np.asarray(embeddings, dtype=np.float32) if embeddings is not None else np.zeros((0, 0), np.float32)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        shape = tuple(arr.shape)
+        pub_cfg = None
+    pub_cfg = comm.broadcast_obj(pub_cfg, ALICE)
+    shape = comm.broadcast_obj(shape, BOB)
+    pub = comm.broadcast_obj({"mode": mode, "reveal": reveal, "leak": leak} if rank == ALICE else None, ALICE)
+    if (pub["mode"], pub["reveal"], pub["leak"]) != (mode, reveal, leak):
+        raise ProtocolError(f"parties disagree on the protocol settings: alice={pub}, "
+                            f"{role}={{'mode': {mode!r}, 'reveal': {reveal!r}, 'leak': {leak!r}}}")
+    embed_dim = int(pub_cfg["embed_dim"])
+    if len(shape) != 2 or shape[0] == 0:
+        raise InvalidArgument(f"embeddings must hold at least one row of size {embed_dim}; Bob sent shape {shape}")
+    if shape[1] != embed_dim:
+        raise InvalidArgument(f"embeddings must have embed_dim={embed_dim} columns (Alice's model input); "
+                              f"Bob's have {shape[1]}")
+    n = int(shape[0])
+    rec = _Recorder(comm, rank) if record else None
+    crypten.cfg.communicator.verbose = True  # CrypTen only counts rounds/bytes in verbose mode
+    crypten.reset_communication_stats()
+    t0 = time.perf_counter()
+
+    # -- Alice secret-shares her weights -----------------------------------------------------
+    st = {k: torch.as_tensor(v) for k, v in state.items()} if (rank == ALICE and state is not None) else None
+    model = build_crypten_textcnn(pub_cfg, st, pool_method=pool_method)
+    model.encrypt(src=ALICE)
+    model.eval()
+    received: dict[str, np.ndarray] = {}
+    opened: dict[str, np.ndarray] = {}
+    if record and rank == BOB:
+        for name, p in model.named_parameters():
+            received[f"share/alice_weights/{name}"] = p.share.flatten().numpy().copy()
+
+    # -- Bob secret-shares his embeddings ---------------------------------------------------
+    x_plain = torch.as_tensor(arr) if rank == BOB else torch.zeros(n, embed_dim)
+    x_plain = x_plain.unsqueeze(1)
+
+    def share_input(xp: torch.Tensor) -> Any:
+        if leak == "unmasked_shares":
+            # LEAKY: Bob hands Alice his fixed-point encoded input and keeps a zero share.
+            from crypten.mpc.primitives import ArithmeticSharedTensor  # type: ignore[import-not-found]
+            from crypten.encoder import FixedPointEncoder  # type: ignore[import-not-found]
+
+            enc = FixedPointEncoder().encode(xp)
+            if rank == BOB:
+                comm.send(enc, ALICE)
+                sh = torch.zeros_like(enc)
+            else:
+                sh = comm.recv(torch.zeros_like(enc), BOB)
+            t = crypten.mpc.MPCTensor([])
+            t._tensor = ArithmeticSharedTensor.from_shares(sh)
+            return t
+        return crypten.cryptensor(xp, src=BOB)
+
+    labels: list[Any] = []
+    logits: list[Any] = []
+    batches = [slice(0, n)] if mode == "batched" else [slice(i, i + 1) for i in range(n)]
+    for bi, sl in enumerate(batches):
+        x = share_input(x_plain[sl])
+        if record and rank == ALICE and bi < 64:
+            received[f"share/bob_input/{bi:04d}"] = x.share.flatten().numpy().copy()
+        if leak == "open_intermediate":
+            z = model.features(x)
+            if rec is not None:
+                rec.paused = True
+            v = z.get_plain_text(dst=ALICE)  # LEAKY: Alice sees Bob's conv activations
+            if rec is not None:
+                rec.paused = False
+            if rank == ALICE and bi < 64:
+                opened[f"conv_features/{bi:04d}"] = v.numpy().copy()
+            z = model.relu(model.fc1(z))
+            logit = model.fc2(z)
+        else:
+            logit = model(x)
+        if rec is not None:
+            rec.paused = True  # openings are logged as `opened`, not as masked messages
+        if reveal == "logits":
+            v = logit.get_plain_text(dst=BOB)
+            if rank == BOB:
+                logits.append(v.flatten().numpy().copy())
+                labels.append((v.flatten() > 0).long().numpy())
+        else:
+            lab = logit.gt(0.0).get_plain_text(dst=BOB)  # the label only, to Bob only (no sigmoid)
+            if rank == BOB:
+                labels.append(lab.flatten().round().long().numpy())
+        if rec is not None:
+            rec.paused = False
+    seconds = time.perf_counter() - t0
+    stats = comm.get_communication_stats()
+    if rec is not None:
+        received.update(rec.messages)
+    out_labels = out_logits = None
+    if rank == BOB:
+        out_labels = np.concatenate(labels).astype(np.int64)
+        opened["label"] = out_labels
+        if reveal == "logits":
+            out_logits = np.concatenate(logits)
+            opened["logit"] = out_logits
+    return PartyOutput(role=role, labels=out_labels, logits=out_logits, received=received, opened=opened,
+                       comm={"rounds": float(stats["rounds"]), "bytes": float(stats["bytes"]),
+                             "comm_time": float(stats.get("time", 0.0))}, seconds=seconds)
+
+
+def init_party(rank: int, *, rendezvous: str, provider: str, timeout: float) -> Any:
+    """Set the env-based rendezvous and initialise CrypTen in this process."""
+    import torch
+
+    torch.set_num_threads(1)  # a forked party hangs in its first conv otherwise
+    from ._crypten_shim import import_crypten
+
+    crypten = import_crypten()
+    os.environ.update({"RENDEZVOUS": rendezvous, "WORLD_SIZE": "2", "RANK": str(rank),
+                       "DISTRIBUTED_BACKEND": "gloo"})
+    crypten.cfg.mpc.provider = provider
+    _patch_dist_timeout(timeout)
+    return crypten
+
+
+def run_ttp(*, rendezvous: str, timeout: float) -> None:
+    """The trusted third party (rank 2): deals Beaver triples until Alice says "terminate"."""
+    crypten = init_party(TTP, rendezvous=rendezvous, provider="TTP", timeout=timeout)
+    crypten.mpc.provider.TTPServer()  # calls crypten.init() itself and serves until terminated
+    with contextlib.suppress(Exception):
+        crypten.uninit()
+
+
+def _child(rank: int, rendezvous: str, provider: str, timeout: float, q: Any, kwargs: dict) -> None:
+    try:
+        if rank == TTP:
+            run_ttp(rendezvous=rendezvous, timeout=timeout)
+            q.put((rank, "ok", None))
+            return
+        crypten = init_party(rank, rendezvous=rendezvous, provider=provider, timeout=timeout)
+        crypten.init()
+        out = run_party(rank, **kwargs)
+        crypten.uninit()
+        q.put((rank, "ok", out))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        q.put((rank, "error", (type(e).__name__, str(e), traceback.format_exc())))
+        os._exit(1)
+
+
+def run_embedded(*, config: Mapping[str, Any], state: Mapping[str, Any], embeddings: Any, provider: str = "TTP",
+                 mode: str = "batched", reveal: str = "label", record: bool = False, leak: str | None = None,
+                 pool_method: str = "tournament", timeout: float = 120.0,
+                 rendezvous: str | None = None) -> dict[str, PartyOutput]:
+    """Run pi_TEXT with Alice, Bob (and the TTP) as forked processes on this machine.
+
+    Returns ``{"alice": PartyOutput, "bob": PartyOutput}``. Raises ``InvalidArgument`` for bad
+    input and ``ProtocolError`` when a party fails or the deadline passes; every child is killed
+    before returning.
+    """
+    if provider not in PROVIDERS:
+        raise InvalidArgument(f"provider must be one of {PROVIDERS}; got {provider!r}")
+    if mode not in ("batched", "sequential"):
+        raise InvalidArgument(f"mode must be 'batched' or 'sequential'; got {mode!r}")
+    if reveal not in ("label", "logits"):
+        raise InvalidArgument(f"reveal must be 'label' or 'logits'; got {reveal!r}")
+    x = validate_embeddings(embeddings, int(config["embed_dim"]))
+    if rendezvous is None:
+        rendezvous = "file://" + os.path.join(tempfile.mkdtemp(prefix="privnlp-mpc-"), "rendezvous")
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    common = dict(config=dict(config), mode=mode, reveal=reveal, record=record, leak=leak, pool_method=pool_method)
+    procs = [ctx.Process(target=_child, args=(ALICE, rendezvous, provider, timeout, q, dict(common, state=dict(state))),
+                         daemon=False),
+             ctx.Process(target=_child, args=(BOB, rendezvous, provider, timeout, q, dict(common, embeddings=x)),
+                         daemon=False)]
+    if provider == "TTP":
+        procs.append(ctx.Process(target=_child, args=(TTP, rendezvous, provider, timeout, q, {})))
+    results: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            p.start()
+        while len(results) < len(procs):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProtocolError(f"MPC run did not finish within timeout={timeout} s; all parties stopped")
+            try:
+                rank, status, payload = q.get(timeout=min(left, 0.5))
+            except queue_mod.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead and q.empty():
+                    time.sleep(0.2)
+                    if q.empty():
+                        raise ProtocolError(f"an MPC party died (exit code {dead[0].exitcode}); all parties stopped")
+                continue
+            if status == "error":
+                name, msg, tb = payload
+                if name in ("InvalidArgument", "MalformedInput"):
+                    raise InvalidArgument(msg)
+                raise ProtocolError(f"MPC party {_role(rank)} failed: {name}: {msg}")
+            results[rank] = payload
+    finally:
+        for p in procs:
+            p.join(timeout=2.0 if len(results) == len(procs) else 0.1)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5.0)
+        q.close()
+        if rendezvous.startswith("file://"):
+            with contextlib.suppress(OSError):
+                os.unlink(rendezvous[len("file://"):])
+    return {"alice": results[ALICE], "bob": results[BOB]}
+
+
+def _role(rank: int) -> str:
+    return {ALICE: "alice", BOB: "bob", TTP: "ttp"}.get(rank, str(rank))

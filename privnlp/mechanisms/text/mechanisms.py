@@ -1,0 +1,478 @@
+"""Metric-DP word perturbation: multivariate Laplace, regularized Mahalanobis, Vickrey (t) and
+the generalized k-neighbour Vickrey mechanism.
+
+Paper: ``../shared/papers/vickrey-mechanism-metric-dp.txt`` — Xu, Aggarwal, Feyisetan, Teissier,
+"On a Utilitarian Approach to Privacy Preserving Text Generation" (Algorithms 1 and 3,
+Theorems 1 and 2). Baselines: Feyisetan et al. 2020 (multivariate Laplace + nearest neighbour)
+and Xu et al. 2020 (regularized Mahalanobis noise + nearest neighbour).
+
+Every word ``w`` is perturbed independently: ``phi_hat = phi(w) + Z`` with density
+``p(z) ∝ exp(-eps * d(z, 0))`` (uniform direction x Gamma(d, 1/eps) radius; for Mahalanobis the
+direction is mapped through ``Sigma_lambda^{1/2}``), then the output is chosen among the nearest
+vocabulary neighbours **of the noisy vector alone**. The paper's Algorithm 1 text writes the
+candidates as ``argmin over W \\ {w_i}``; excluding the input word makes ``P[M(w) = w] = 0`` while
+``P[M(w') = w] > 0``, which breaks Theorem 1 (whose proof partitions R^p by the first/second
+neighbour among *all* of W) and the claimed ``t = 0 == Laplace`` reduction. We never exclude it;
+the leaky twin :class:`LeakyVickreyExcludesInput` does, and the audit test catches it.
+
+Threat model: the data recipient sees the released text and knows the algorithm, its parameters
+and the public vocabulary/embeddings; it wants to recover the original words.
+Claim: ``eps * d(phi(w), phi(w'))`` metric DP per word (Euclidean, or the regularized
+Mahalanobis metric); for a text of n perturbed words, ``eps * sum_i d(phi(w_i), phi(w'_i))`` over
+word-aligned texts of the same length.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
+from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_positive, check_range
+from privnlp.core.protocols import Mechanism
+from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
+from privnlp.core.rng import as_numpy
+
+from .embeddings import DEFAULT_STOPWORDS, Embeddings, bundled_embeddings, load_embeddings
+from .neighbors import NeighborResult, make_index
+from .textio import WORD_RE, SanitizedText
+
+__all__ = ["WordMetricDP", "LaplaceMetric", "Mahalanobis", "Vickrey", "VickreyK", "LeakyVickreyExcludesInput",
+           "OOV_POLICIES", "PAPER"]
+
+PAPER = ("vickrey-mechanism-metric-dp.txt — Xu, Aggarwal, Feyisetan, Teissier: On a Utilitarian Approach to "
+         "Privacy Preserving Text Generation (Vickrey mechanism, Algorithms 1-3, Theorems 1-2)")
+OOV_POLICIES = ("random", "mask", "keep")
+
+THREAT = ThreatModel(
+    adversary=Adversary.DATA_RECIPIENT,
+    observes=("the sanitized text",),
+    knows=("the mechanism and its parameters (epsilon, t)", "the public vocabulary and embeddings",
+           "a prior over words (informative adversary)"),
+    goal="recover the original words (Bayesian inversion, Section 3.1)",
+)
+
+
+class WordMetricDP(Mechanism):
+    """Base of the word-level metric-DP mechanisms (noise + nearest-neighbour selection).
+
+    Args:
+        epsilon: privacy parameter (> 0), per word, in units of the embedding metric.
+        embeddings: an :class:`Embeddings`, a path loadable by :func:`load_embeddings`, or ``None``
+            for the bundled word2vec model (trained on the bundled corpus, cached).
+        index: ``"exact"`` (default) or ``"hnsw"`` (approximate, post-processing of the noisy vector).
+        oov: out-of-vocabulary policy: ``"random"`` (a uniformly random vocabulary word),
+            ``"mask"`` (``mask_token``) or ``"keep"`` (verbatim; opt-in, recorded in the claim).
+        mask_token: the token used by ``oov="mask"``.
+        redactable: only these words are perturbed (e.g. the IMDb redactable set); ``None`` = all.
+        skip_stopwords: release stop words verbatim (recorded in the claim).
+        lowercase: look words up lower-cased (outputs are vocabulary words).
+        ann_ef: hnswlib query breadth for ``index="hnsw"``.
+        batch_tokens: tokens per noise/search batch.
+    """
+
+    paper: ClassVar[str] = PAPER
+    paired_attacks: ClassVar[tuple[str, ...]] = ("bayesian_inversion",)
+    threat_models: ClassVar[tuple[ThreatModel, ...]] = (THREAT,)
+    scenario: ClassVar[str | None] = "text.perturbation"
+    metric_name: ClassVar[str] = "euclidean"
+    n_candidates: ClassVar[int] = 1
+
+    def __init__(self, epsilon: float = 10.0, *, embeddings: Embeddings | str | None = None, index: str = "exact",
+                 oov: str = "random", mask_token: str = "[MASK]", redactable: Iterable[str] | None = None,
+                 skip_stopwords: bool = False, lowercase: bool = True, ann_ef: int = 64,
+                 batch_tokens: int = 4096) -> None:
+        check_positive("epsilon", epsilon, error=InvalidPrivacyParameter)
+        if index not in ("exact", "hnsw"):
+            raise InvalidArgument(f"index must be 'exact' or 'hnsw'; got {index!r}")
+        if oov not in OOV_POLICIES:
+            raise InvalidArgument(f"oov must be one of {OOV_POLICIES}; got {oov!r}")
+        check_range("ann_ef", ann_ef, 1, 100000, integer=True)
+        check_range("batch_tokens", batch_tokens, 1, 1 << 24, integer=True)
+        if embeddings is not None and not isinstance(embeddings, (Embeddings, str, os.PathLike)):
+            raise InvalidArgument(f"embeddings must be an Embeddings, a path or None; got {type(embeddings).__name__}")
+        self.epsilon = epsilon
+        self.embeddings = embeddings
+        self.index = index
+        self.oov = oov
+        self.mask_token = mask_token
+        self.redactable = None if redactable is None else frozenset(redactable)
+        self.skip_stopwords = skip_stopwords
+        self.lowercase = lowercase
+        self.ann_ef = ann_ef
+        self.batch_tokens = batch_tokens
+
+    # -- resources (public, computed lazily once) --------------------------------------
+    def resolve_embeddings(self) -> Embeddings:
+        e = self.__dict__.get("_emb")
+        if e is None:
+            if self.embeddings is None:
+                e = bundled_embeddings()
+            elif isinstance(self.embeddings, Embeddings):
+                e = self.embeddings
+            else:
+                e = load_embeddings(self.embeddings)
+            if len(e) < 2:
+                raise InvalidArgument(f"embeddings: need at least 2 vocabulary words; got {len(e)}")
+            self.__dict__["_emb"] = e
+        return e
+
+    def _nn(self) -> Any:
+        nn = self.__dict__.get("_nn_index")
+        if nn is None:
+            kw = {"ef": self.ann_ef} if self.index == "hnsw" else {}
+            nn = make_index(self.resolve_embeddings(), self.index, **kw)
+            self.__dict__["_nn_index"] = nn
+        return nn
+
+    def params(self) -> dict[str, Any]:
+        p = super().params()
+        if isinstance(self.embeddings, Embeddings):
+            p["embeddings"] = f"Embeddings({self.embeddings.source or 'in-memory'}, n={len(self.embeddings)}, " \
+                              f"dim={self.embeddings.dim}, sha={self.embeddings.fingerprint()})"
+        if self.redactable is not None:
+            p["redactable"] = f"{len(self.redactable)} words"
+        return p
+
+    # -- noise ---------------------------------------------------------------------------
+    def _shape_noise(self, u: np.ndarray) -> np.ndarray:
+        """Map unit directions to the metric's unit ball (identity for Euclidean)."""
+        return u
+
+    def sample_noise(self, n: int, *, rng: Any, dtype: Any = np.float32) -> np.ndarray:
+        """``n`` noise vectors with density ∝ exp(-eps d(z, 0)): uniform direction x Gamma(d, 1/eps)."""
+        g = as_numpy(rng)
+        d = self.resolve_embeddings().dim
+        u = g.standard_normal((n, d), dtype=np.float32 if dtype == np.float32 else np.float64)
+        nrm = np.sqrt(np.einsum("ij,ij->i", u, u))
+        nrm[nrm == 0] = 1.0
+        r = g.gamma(shape=d, scale=1.0 / float(self.epsilon), size=n)
+        u *= (r / nrm).astype(u.dtype)[:, None]
+        return self._shape_noise(u).astype(dtype, copy=False)
+
+    # -- selection (the part that differs between mechanisms) ---------------------------
+    def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
+        return self._nn().query(noisy, self.n_candidates)
+
+    def selection_probs(self, nb: NeighborResult) -> np.ndarray:
+        """``(B, k)`` probabilities of returning each candidate (functions of the noisy vector only)."""
+        return np.ones((nb.ids.shape[0], 1))
+
+    def _choose(self, nb: NeighborResult, g: np.random.Generator) -> np.ndarray:
+        p = self.selection_probs(nb)
+        if p.shape[1] == 1:
+            return nb.ids[:, 0].copy()
+        c = np.cumsum(p, axis=1)
+        r = (g.random(p.shape[0])[:, None] >= c[:, :-1]).sum(axis=1)
+        return nb.ids[np.arange(p.shape[0]), r]
+
+    # -- the operation -------------------------------------------------------------------
+    def perturb_ids(self, ids: Sequence[int] | np.ndarray, *, rng: Any) -> np.ndarray:
+        """Perturb vocabulary row ids (all in range); vectorised in batches of ``batch_tokens``."""
+        g = as_numpy(rng)
+        emb = self.resolve_embeddings()
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= len(emb)):
+            raise InvalidArgument(f"ids must be in [0, {len(emb) - 1}]")
+        out = np.empty_like(ids)
+        bt = int(self.batch_tokens)
+        for s in range(0, ids.size, bt):
+            b = ids[s:s + bt]
+            noisy = emb.vectors[b] + self.sample_noise(b.size, rng=g)
+            out[s:s + bt] = self._choose(self._neighbors(noisy, b), g)
+        return out
+
+    def perturb_vectors(self, vectors: np.ndarray, *, rng: Any) -> np.ndarray:
+        """Perturb arbitrary points of R^d (``phi(w)`` of words not in the vocabulary, tests)."""
+        g = as_numpy(rng)
+        emb = self.resolve_embeddings()
+        v = np.asarray(vectors, dtype=np.float32)
+        if v.ndim != 2 or v.shape[1] != emb.dim:
+            raise InvalidArgument(f"vectors must have shape (n, {emb.dim}); got {v.shape} (mismatched dims)")
+        noisy = v + self.sample_noise(v.shape[0], rng=g)
+        return self._choose(self._nn().query(noisy, self.n_candidates), g)
+
+    def perturb_words(self, words: Sequence[str], *, rng: Any) -> list[str]:
+        """Perturb a list of words (each one independently); OOV words follow ``oov``."""
+        return self._perturb_tokens(list(words), [True] * len(words), as_numpy(rng))[0]
+
+    def _selected(self, key: str) -> bool:
+        if self.redactable is not None and key not in self.redactable:
+            return False
+        if self.skip_stopwords and key in DEFAULT_STOPWORDS:
+            return False
+        return True
+
+    def _perturb_tokens(self, tokens: list[str], select: list[bool], g: np.random.Generator) -> tuple[list[str], dict]:
+        emb = self.resolve_embeddings()
+        keys = [t.lower() if self.lowercase else t for t in tokens]
+        out = list(tokens)
+        pos, vid, oov_pos = [], [], []
+        n_kept = 0
+        for i, (k, sel) in enumerate(zip(keys, select)):
+            if not (sel and self._selected(k)):
+                n_kept += 1
+                continue
+            j = emb.id_of(k)
+            if j < 0:
+                oov_pos.append(i)
+            else:
+                pos.append(i)
+                vid.append(j)
+        if vid:
+            res = self.perturb_ids(np.asarray(vid), rng=g)
+            for i, j_in, j_out in zip(pos, vid, res):
+                out[i] = emb.words[j_out]
+            n_changed = int(np.count_nonzero(res != np.asarray(vid)))
+        else:
+            n_changed = 0
+        if oov_pos:
+            if self.oov == "random":
+                r = g.integers(0, len(emb), size=len(oov_pos))
+                for i, j in zip(oov_pos, r):
+                    out[i] = emb.words[j]
+            elif self.oov == "mask":
+                for i in oov_pos:
+                    out[i] = self.mask_token
+            else:
+                n_kept += len(oov_pos)
+        return out, {"n_perturbed": len(vid), "n_changed": n_changed, "n_oov": len(oov_pos), "n_kept": n_kept}
+
+    def sanitize_many(self, texts: Sequence[str], *, rng: Any) -> list[SanitizedText]:
+        """Sanitize many texts with one batched perturbation pass (order and count preserved)."""
+        g = as_numpy(rng)
+        spans_all, toks = [], []
+        for t in texts:
+            if not isinstance(t, str):
+                raise InvalidArgument(f"texts must be strings; got {type(t).__name__}")
+            spans = [m.span() for m in WORD_RE.finditer(t)]
+            spans_all.append(spans)
+            toks.extend(t[a:b] for a, b in spans)
+        # one pass over all tokens (ids batched together), then split per text
+        new, _ = self._perturb_tokens(toks, [True] * len(toks), g)
+        emb = self.resolve_embeddings()
+        results, c = [], 0
+        for t, spans in zip(texts, spans_all):
+            parts, last, st = [], 0, {"n_perturbed": 0, "n_changed": 0, "n_oov": 0, "n_kept": 0}
+            for (a, b), nw in zip(spans, new[c:c + len(spans)]):
+                w = t[a:b]
+                k = w.lower() if self.lowercase else w
+                if not self._selected(k):
+                    st["n_kept"] += 1
+                elif emb.id_of(k) < 0:
+                    st["n_oov"] += 1
+                    st["n_kept"] += self.oov == "keep"
+                else:
+                    st["n_perturbed"] += 1
+                    st["n_changed"] += nw != k
+                parts.append(t[last:a])
+                parts.append(nw)
+                last = b
+            parts.append(t[last:])
+            c += len(spans)
+            results.append(SanitizedText("".join(parts), len(spans), **st))
+        return results
+
+    def sanitize(self, text: str, *, rng: Any) -> SanitizedText:
+        """Sanitize one text: perturb the selected words, keep whitespace and punctuation."""
+        return self.sanitize_many([text], rng=rng)[0]
+
+    def as_map_function(self, column: str = "text", *, rng: Any) -> Callable[[Mapping[str, Any]], dict]:
+        """A function for ``datasets.Dataset.map(fn, batched=True)`` replacing ``column``.
+        It draws from ``rng`` sequentially: use ``num_proc=1`` for reproducible output."""
+        g = as_numpy(rng)
+
+        def fn(batch: Mapping[str, Any]) -> dict:
+            vals = batch[column]
+            if isinstance(vals, str):
+                return {column: self.sanitize(vals, rng=g).text}
+            return {column: [s.text for s in self.sanitize_many(list(vals), rng=g)]}
+        return fn
+
+    # -- claim ---------------------------------------------------------------------------
+    def _claim_notes(self) -> list[str]:
+        notes = ["word count, positions, whitespace and punctuation are released unchanged"]
+        if self.oov == "keep":
+            notes.append("out-of-vocabulary words are released VERBATIM (oov='keep', opt-in): no protection for them")
+        elif self.oov == "mask":
+            notes.append(f"out-of-vocabulary words are replaced by {self.mask_token!r} (reveals that a word was OOV)")
+        else:
+            notes.append("out-of-vocabulary words are replaced by a uniformly random vocabulary word")
+        if self.redactable is not None:
+            notes.append(f"only the {len(self.redactable)} redactable words are perturbed; other words are released verbatim")
+        if self.skip_stopwords:
+            notes.append("stop words are released verbatim")
+        if self.index == "hnsw":
+            notes.append("approximate nearest neighbours (hnswlib): post-processing of the noisy vector, same guarantee")
+        return notes
+
+    def claim(self, n_words: int | None = None) -> PrivacyClaim:
+        """Per word: ``epsilon``-metric-DP w.r.t. the metric. With ``n_words``: the composed claim for
+        a text of ``n_words`` perturbed words (sum of per-word distances)."""
+        notes = self._claim_notes()
+        extra: dict[str, Any] = {"mechanism": self.name}
+        extra.update(self._claim_extra())
+        if n_words is None:
+            return PrivacyClaim.metric_dp(self.epsilon, self.metric_name, "word", notes=tuple(notes), extra=extra)
+        check_range("n_words", n_words, 0, math.inf, integer=True)
+        extra.update({"epsilon_per_word": float(self.epsilon), "n_perturbed_words": int(n_words),
+                      "composition": "sequential over word positions: ratio <= exp(eps * sum_i d(w_i, w'_i))"})
+        return PrivacyClaim.metric_dp(self.epsilon, f"{self.metric_name} summed over {int(n_words)} word positions",
+                                      "text", notes=tuple(notes), extra=extra)
+
+    def _claim_extra(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "WordMetricDP":
+        return cls(epsilon=10.0)
+
+
+@MECHANISMS.register("laplace_metric")
+class LaplaceMetric(WordMetricDP):
+    """Multivariate Laplace noise + nearest neighbour (Feyisetan et al. 2020): ``t = 0`` of Vickrey."""
+
+
+@MECHANISMS.register("vickrey")
+class Vickrey(WordMetricDP):
+    """The Vickrey mechanism (Algorithm 1): choose between the first and second nearest neighbours
+    of the noisy vector with ``p(first) = (1-t) d2 / (t d1 + (1-t) d2)``; ``t = 0`` is Laplace,
+    ``t = 1`` always returns the second neighbour. epsilon-metric-DP for every t (Theorem 1)."""
+
+    n_candidates = 2
+
+    def __init__(self, epsilon: float = 10.0, t: float = 0.5, **kw: Any) -> None:
+        check_range("t", t, 0.0, 1.0)
+        super().__init__(epsilon, **kw)
+        self.t = t
+
+    def first_probability(self, d1: np.ndarray, d2: np.ndarray) -> np.ndarray:
+        t = float(self.t)
+        num = (1.0 - t) * d2
+        den = t * d1 + num
+        return np.divide(num, den, out=np.full_like(num, 1.0 - t, dtype=np.float64), where=den > 0)
+
+    def selection_probs(self, nb: NeighborResult) -> np.ndarray:
+        p = self.first_probability(nb.dists[:, 0], nb.dists[:, 1])
+        return np.stack([p, 1.0 - p], axis=1)
+
+    def _claim_extra(self) -> dict[str, Any]:
+        return {"t": float(self.t)}
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "Vickrey":
+        return cls(epsilon=10.0, t=0.5)
+
+
+@MECHANISMS.register("vickrey_k")
+class VickreyK(WordMetricDP):
+    """Generalized Vickrey mechanism (Algorithm 3): among the k nearest neighbours of the noisy
+    vector choose the r-th with probability ∝ exp(-t_r d_r). epsilon-metric-DP (Theorem 2)."""
+
+    def __init__(self, epsilon: float = 10.0, ts: Sequence[float] = (0.0, 0.0, 0.0), **kw: Any) -> None:
+        ts = tuple(float(x) for x in ts) if not isinstance(ts, (int, float)) else (float(ts),)
+        if len(ts) < 1:
+            raise InvalidArgument("ts (t_1..t_k) must have k >= 1 entries")
+        for i, x in enumerate(ts):
+            check_range(f"ts[{i}]", x, 0.0, math.inf, hi_inclusive=False)
+        super().__init__(epsilon, **kw)
+        self.ts = ts
+
+    @property
+    def k(self) -> int:
+        return len(self.ts)
+
+    def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
+        k = self.k
+        if k > len(self.resolve_embeddings()):
+            raise InvalidArgument(f"k = len(ts) must be <= the vocabulary size; got {k}")
+        return self._nn().query(noisy, k)
+
+    def perturb_vectors(self, vectors: np.ndarray, *, rng: Any) -> np.ndarray:  # k candidates here too
+        g = as_numpy(rng)
+        v = np.asarray(vectors, dtype=np.float32)
+        emb = self.resolve_embeddings()
+        if v.ndim != 2 or v.shape[1] != emb.dim:
+            raise InvalidArgument(f"vectors must have shape (n, {emb.dim}); got {v.shape} (mismatched dims)")
+        return self._choose(self._neighbors(v + self.sample_noise(v.shape[0], rng=g), None), g)
+
+    def selection_probs(self, nb: NeighborResult) -> np.ndarray:
+        logits = -np.asarray(self.ts)[None, :] * nb.dists
+        logits -= logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        return p / p.sum(axis=1, keepdims=True)
+
+    def _claim_extra(self) -> dict[str, Any]:
+        return {"ts": list(self.ts), "k": self.k}
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "VickreyK":
+        return cls(epsilon=10.0, ts=(1.0, 1.0, 1.0))
+
+
+@MECHANISMS.register("mahalanobis")
+class Mahalanobis(WordMetricDP):
+    """Regularized Mahalanobis mechanism (Xu et al. 2020): noise density ∝ exp(-eps ||Sigma_l^{-1/2} z||)
+    with ``Sigma_l = lam * Sigma + (1 - lam) * I`` (Sigma = sample covariance of the embeddings,
+    normalised to trace d), then the Euclidean nearest neighbour. Metric DP w.r.t. the
+    regularized Mahalanobis metric ``||Sigma_l^{-1/2}(x - y)||``."""
+
+    metric_name = "mahalanobis"
+
+    def __init__(self, epsilon: float = 10.0, lam: float = 0.2, **kw: Any) -> None:
+        check_range("lam", lam, 0.0, 1.0)
+        super().__init__(epsilon, **kw)
+        self.lam = lam
+
+    def sigma_sqrt(self) -> np.ndarray:
+        """``Sigma_lambda^{1/2}`` (symmetric), computed once per vocabulary and lambda."""
+        emb = self.resolve_embeddings()
+        key = ("mahalanobis_sqrt", float(self.lam))
+        if key not in emb._cache:
+            X = emb.vectors.astype(np.float64)
+            d = X.shape[1]
+            if X.shape[0] > 1:
+                S = np.atleast_2d(np.cov(X, rowvar=False))
+            else:
+                S = np.eye(d)
+            tr = np.trace(S)
+            S = S * (d / tr) if tr > 0 else np.eye(d)
+            S = float(self.lam) * S + (1.0 - float(self.lam)) * np.eye(d)
+            w, V = np.linalg.eigh(S)
+            w = np.clip(w, 0.0, None)
+            root = (V * np.sqrt(w)) @ V.T
+            inv_root = (V * np.where(w > 1e-12, 1.0 / np.sqrt(np.maximum(w, 1e-300)), 0.0)) @ V.T
+            emb._cache[key] = (root.astype(np.float32), inv_root)
+        return emb._cache[key][0]
+
+    def metric(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The regularized Mahalanobis distance ``||Sigma_l^{-1/2}(x - y)||`` (row-wise)."""
+        self.sigma_sqrt()
+        inv_root = self.resolve_embeddings()._cache[("mahalanobis_sqrt", float(self.lam))][1]
+        diff = (np.atleast_2d(x) - np.atleast_2d(y)).astype(np.float64) @ inv_root
+        return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+
+    def _shape_noise(self, u: np.ndarray) -> np.ndarray:
+        return u @ self.sigma_sqrt().astype(u.dtype)
+
+    def _claim_extra(self) -> dict[str, Any]:
+        return {"lambda": float(self.lam), "sigma": "sample covariance normalised to trace d"}
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "Mahalanobis":
+        return cls(epsilon=10.0, lam=0.2)
+
+
+@LEAKY_TWINS.register("vickrey")
+class LeakyVickreyExcludesInput(Vickrey):
+    """LEAKY TWIN (tests only): the literal reading of Algorithm 1 step 5 that excludes the input
+    word from the candidates. ``P[M(w) = w] = 0`` breaks metric DP; the audit must catch it."""
+
+    def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
+        nb = self._nn().query(noisy, 3)
+        keep = nb.ids != ids[:, None]
+        # first two candidates that are not the input word
+        order = np.argsort(~keep, axis=1, kind="stable")[:, :2]
+        return NeighborResult(np.take_along_axis(nb.ids, order, axis=1), np.take_along_axis(nb.dists, order, axis=1))

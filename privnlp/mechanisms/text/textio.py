@@ -1,0 +1,41 @@
+"""Text in, text out: tokenise into word spans, perturb selected words, detokenise in place.
+
+Paper: ``../shared/papers/vickrey-mechanism-metric-dp.txt`` (Algorithm 1 perturbs each word of a
+string ``s = w1 ... wn`` independently). Everything that is not a word token (whitespace,
+punctuation) is copied verbatim, so the released text keeps the layout of the input.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["WORD_RE", "word_spans", "SanitizedText"]
+
+#: a word token: a run of letters/digits/underscore, with inner apostrophes ("don't", "o'neil")
+WORD_RE = re.compile(r"\w+(?:'\w+)*")
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the word tokens of ``text``."""
+    return [m.span() for m in WORD_RE.finditer(text)]
+
+
+@dataclass(frozen=True)
+class SanitizedText:
+    """A sanitized text and what happened to its words.
+
+    Attributes:
+        text: the released text.
+        n_words: word tokens in the input.
+        n_perturbed: words that went through the mechanism (in-vocabulary, selected by the policy).
+        n_changed: perturbed words whose output differs from the (normalised) input.
+        n_oov: out-of-vocabulary words (handled by the OOV policy).
+        n_kept: words released verbatim (not selected by the policy, or OOV with ``oov="keep"``).
+    """
+
+    text: str
+    n_words: int
+    n_perturbed: int
+    n_changed: int
+    n_oov: int
+    n_kept: int

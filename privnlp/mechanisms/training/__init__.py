@@ -1,0 +1,23 @@
+"""Private training: DP-SGD on opacus (hard budget, dp_accounting ledger, checkpoints), large-batch
+DP, frozen embeddings, composable update transforms and embedding obfuscation.
+
+Papers: ``../shared/papers/dp-bert-and-dp-wordpiece.txt``, ``film-recovering-private-text-in-fl.txt``,
+``rlg-revealing-labels-from-gradients.txt``, ``record-level-privacy-leakage-in-fl.txt``,
+``lamp-extracting-text-from-gradients.txt``.
+
+Importing this package imports torch (it registers the mechanisms); ``import privnlp`` does not.
+"""
+from __future__ import annotations
+
+from . import mechanisms as _mechanisms  # noqa: F401  (registers the defenses + the leaky twin)
+from .dp_sgd import PrivateTraining, make_private, private_training
+from .embedding import freeze_embeddings
+from .large_batch import sharded_dp_mean, effective_noise_multiplier
+from .loop import TrainResult, train_private
+from .mechanisms import (DPSGD, AdversarialEmbeddingDefense, DropoutEmbeddingDefense, FrozenEmbeddings,
+                         GaussianNoiseUpdate, GradDropDefense, GradientPruningDefense, LeakyDPSGDNoClipping,
+                         LSTMDropoutDefense, NoisedEmbeddingDefense, RandomMaskingDefense, SignSGDDefense)
+from .transforms import (ClipUpdate, Compose, GaussianNoise, GradDrop, GradientPruning, RandomMasking, SignSGD,
+                         UpdateTransform, apply_to_model_grads)
+
+__all__ = [n for n in dir() if not n.startswith("_")]

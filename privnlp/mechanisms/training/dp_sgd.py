@@ -1,0 +1,536 @@
+"""DP-SGD on opacus with a hard privacy budget and a persisted dp_accounting ledger.
+
+Papers: ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` (DP-SGD for BERT; sharded noise
+sigma*sqrt(P)), ``../shared/papers/film-recovering-private-text-in-fl.txt`` (DPSGD as a defense
+against FILM, with the noise-threshold attack variant), Abadi et al. 2016 (DP-SGD).
+
+Threat model: anyone who sees the trained model or every intermediate noised update (an
+honest-but-curious server / eavesdropper / black-box querier of the released LM). Guarantee:
+(epsilon, delta)-DP at the example level (add/remove one training example), accounted with the
+opacus accountant (``prv`` default, ``rdp``) *and* the matching dp_accounting accountant (PLD /
+RDP); the claimed epsilon is the larger of the two. Poisson sampling is the default (what the
+accountants assume); with a shuffled / fixed-size loader the claim also states the epsilon
+without amplification by sampling.
+
+Usage::
+
+    pt = make_private(model, optimizer, loader, target_epsilon=3.0, epochs=2, max_grad_norm=1.0, rng=0)
+    for batch in pt.data_loader:
+        pt.optimizer.zero_grad()
+        loss = pt.loss(per_sample_loss(pt.model, batch))   # per-sample losses, shape [B]
+        loss.backward()
+        pt.optimizer.step()          # raises PrivacyBudgetExceeded *before* a step over budget
+    print(pt.claim().statement())
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from privnlp.accounting import (ACCOUNTANTS, BudgetGuard, DPLedger, calibrate_noise_multiplier, check_delta,
+                                default_delta)
+from privnlp.core.claims import PrivacyClaim
+from privnlp.core.errors import (InvalidArgument, InvalidPrivacyParameter, PrivacyBudgetExceeded, check_positive,
+                                 check_range)
+from privnlp.core.rng import as_torch, secure_torch, spawn
+
+__all__ = ["PrivateTraining", "make_private", "private_training", "per_sample_lm_loss",
+           "per_sample_classification_loss", "per_sample_token_loss", "add_batch_position_ids",
+           "handle_tied_embeddings", "tied_parameter_names", "choose_grad_sample_mode", "GRAD_SAMPLE_MODES",
+           "TIED_EMBEDDINGS"]
+
+GRAD_SAMPLE_MODES = ("auto", "ghost", "hooks", "functorch")
+TIED_EMBEDDINGS = ("untie", "freeze", "error")
+
+
+# ----------------------------------------------------------------------------- per-sample losses
+def per_sample_lm_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100,
+                       shift: bool = True) -> torch.Tensor:
+    """Causal-LM loss per sequence: mean token cross-entropy of each row (shape ``[B]``).
+
+    The privacy unit is the sequence (one training example)."""
+    if shift:
+        logits, labels = logits[:, :-1, :], labels[:, 1:]
+    b, t, v = logits.shape
+    tok = nn.functional.cross_entropy(logits.reshape(-1, v), labels.reshape(-1), ignore_index=ignore_index,
+                                      reduction="none").view(b, t)
+    valid = (labels != ignore_index).sum(1).clamp(min=1)
+    return tok.sum(1) / valid
+
+
+def per_sample_token_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:
+    """Token-classification (tagging) loss per sequence, shape ``[B]``."""
+    return per_sample_lm_loss(logits, labels, ignore_index=ignore_index, shift=False)
+
+
+def per_sample_classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Sequence-classification cross-entropy per example, shape ``[B]``."""
+    return nn.functional.cross_entropy(logits, labels, reduction="none")
+
+
+# ----------------------------------------------------------------------------- model preparation
+def _forward_params(model: nn.Module) -> set[str]:
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):  # pragma: no cover
+        return set()
+
+
+def add_batch_position_ids(model: nn.Module) -> Any:
+    """Install a forward pre-hook that passes explicit per-row ``position_ids`` (and zero
+    ``token_type_ids`` for BERT-like models) when the caller gives only ``input_ids``.
+
+    With opacus 1.6 + transformers 5 the models otherwise build ``position_ids`` of batch size 1
+    (``.expand``/broadcast), and opacus' per-sample embedding gradients fail. We build them with
+    ``.repeat(B, 1)``. Returns the hook handle (``.remove()`` to undo).
+    """
+    params = _forward_params(model)
+    want_pos = "position_ids" in params
+    cfg = getattr(model, "config", None)
+    want_tt = "token_type_ids" in params and getattr(cfg, "type_vocab_size", 0)
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        ids = kwargs.get("input_ids", args[0] if args and isinstance(args[0], torch.Tensor) else None)
+        if ids is None or ids.dim() != 2:
+            return args, kwargs
+        b, t = ids.shape
+        if want_pos and kwargs.get("position_ids") is None:
+            kwargs["position_ids"] = torch.arange(t, device=ids.device).unsqueeze(0).repeat(b, 1)
+        if want_tt and kwargs.get("token_type_ids") is None:
+            kwargs["token_type_ids"] = torch.zeros((b, t), dtype=torch.long, device=ids.device)
+        return args, kwargs
+
+    if not (want_pos or want_tt):
+        return None
+    return model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def tied_parameter_names(model: nn.Module) -> list[list[str]]:
+    """Groups of parameter names that share one trainable tensor (e.g. GPT-2's wte / lm_head)."""
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if p.requires_grad:
+            mod_name = name.rpartition(".")[0]
+            owner = model.get_submodule(mod_name) if mod_name else model
+            # opacus' DPLSTM/DPGRU expose their RNNLinear weights under torch-style alias names: not a tie
+            if any(c.__name__ == "DPRNNBase" for c in type(owner).__mro__):
+                continue
+            groups.setdefault(id(p), []).append(name)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _set_param(model: nn.Module, name: str, value: nn.Parameter) -> None:
+    mod_name, _, attr = name.rpartition(".")
+    mod = model.get_submodule(mod_name) if mod_name else model
+    setattr(mod, attr, value)
+
+
+def handle_tied_embeddings(model: nn.Module, optimizer: torch.optim.Optimizer | None, how: str = "untie") -> str | None:
+    """Resolve tied (shared) trainable weights before DP-SGD.
+
+    ``untie``: every extra use gets its own copy (added to the optimizer's param group of the
+    original); HF ``config.tie_word_embeddings`` is set to False. ``freeze``: the shared tensor is
+    frozen (for GPT-2 this freezes both the input and the output embedding). ``error``: refuse.
+    Returns a note for the claim, or ``None`` if nothing was tied.
+    """
+    if how not in TIED_EMBEDDINGS:
+        raise InvalidArgument(f"tied_embeddings must be one of {TIED_EMBEDDINGS}; got {how!r}")
+    groups = tied_parameter_names(model)
+    if not groups:
+        return None
+    if how == "error":
+        raise InvalidArgument(f"model has tied trainable weights {groups}; pass tied_embeddings='untie' or 'freeze'")
+    params = dict(model.named_parameters(remove_duplicate=False))
+    if how == "freeze":
+        for g in groups:
+            params[g[0]].requires_grad_(False)
+        return f"tied weights {groups} frozen (not trained)"
+    for g in groups:
+        orig = params[g[0]]
+        for name in g[1:]:
+            new = nn.Parameter(orig.detach().clone())
+            _set_param(model, name, new)
+            if optimizer is not None:
+                for group in optimizer.param_groups:
+                    if any(p is orig for p in group["params"]):
+                        group["params"].append(new)
+                        break
+    cfg = getattr(model, "config", None)
+    if cfg is not None and hasattr(cfg, "tie_word_embeddings"):
+        cfg.tie_word_embeddings = False
+    return f"tied weights {groups} untied (independent copies trained)"
+
+
+def choose_grad_sample_mode(model: nn.Module) -> str:
+    """``ghost`` when every trainable layer has an opacus norm/grad sampler and no weight is shared,
+    else ``hooks`` (opacus then uses functorch for layers without a sampler, e.g. HF ``Conv1D``)."""
+    from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
+
+    if tied_parameter_names(model):
+        return "hooks"
+    known = set(GradSampleModuleFastGradientClipping.NORM_SAMPLERS) | set(GradSampleModule.GRAD_SAMPLERS)
+    for mod in model.modules():
+        if any(p.requires_grad for p in mod.parameters(recurse=False)):
+            if type(mod) not in known or "RNN" in type(mod).__name__:
+                return "hooks"
+    return "ghost"
+
+
+def _trainable(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _check_lstm(model: nn.Module) -> None:
+    for name, mod in model.named_modules():
+        if type(mod) in (nn.LSTM, nn.GRU, nn.RNN) and any(p.requires_grad for p in mod.parameters()):
+            raise InvalidArgument(
+                f"model: layer {name!r} is a torch {type(mod).__name__}, which has no per-sample gradients in opacus; "
+                "build it with opacus.layers.DPLSTM (privnlp.models.BiLSTMTagger(..., dp_compatible=True)) or "
+                "convert with opacus.validators.ModuleValidator.fix before creating the optimizer")
+
+
+# ----------------------------------------------------------------------------- the handle
+class PrivateTraining:
+    """The private model / optimizer / data loader plus the ledger and the budget.
+
+    Attributes: ``model`` (opacus GradSampleModule: call it like the original), ``optimizer``
+    (opacus DPOptimizer with the budget guard), ``data_loader`` (Poisson-sampled unless
+    ``poisson_sampling=False``), ``ledger`` (:class:`~privnlp.accounting.DPLedger`), ``guard``,
+    and the configuration. Use :meth:`loss` on per-sample losses so ghost clipping works.
+    """
+
+    def __init__(self, *, model: nn.Module, optimizer: Any, data_loader: Any, original_model: nn.Module,
+                 grad_sample_mode: str, ledger: DPLedger, guard: BudgetGuard, noise_multiplier: float,
+                 max_grad_norm: float, sample_rate: float, expected_batch_size: int, dataset_size: int,
+                 delta: float, accountant: str, target_epsilon: float | None, poisson_sampling: bool,
+                 planned_steps: int | None, unit: str, notes: tuple[str, ...], hooks: tuple = ()) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.data_loader = data_loader
+        self.original_model = original_model
+        self.grad_sample_mode = grad_sample_mode
+        self.ledger = ledger
+        self.guard = guard
+        self.noise_multiplier = noise_multiplier
+        self.max_grad_norm = max_grad_norm
+        self.sample_rate = sample_rate
+        self.expected_batch_size = expected_batch_size
+        self.dataset_size = dataset_size
+        self.delta = delta
+        self.accountant = accountant
+        self.target_epsilon = target_epsilon
+        self.poisson_sampling = poisson_sampling
+        self.planned_steps = planned_steps
+        self.unit = unit
+        self.notes = notes
+        self.hooks = hooks
+        self.closed = False
+
+    # -- training helpers ------------------------------------------------------------------
+    def loss(self, loss_per_sample: torch.Tensor) -> Any:
+        """Reduce per-sample losses (shape ``[B]``) for ``.backward()``: the mean in hooks mode, the
+        opacus double-backward tensor in ghost mode."""
+        if loss_per_sample.dim() != 1:
+            raise InvalidArgument(f"loss_per_sample must have shape [batch]; got {tuple(loss_per_sample.shape)}")
+        if self.grad_sample_mode == "ghost":
+            from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
+
+            return DPTensorFastGradientClipping(self.model, self.optimizer, loss_per_sample, "mean")
+        return loss_per_sample.mean()
+
+    def noise_only_step(self) -> None:
+        """Take a step on an empty (Poisson) batch: clipped sum = 0, noise and accounting as usual."""
+        for p in self.optimizer.params:
+            if self.grad_sample_mode == "ghost":
+                p.grad = torch.zeros_like(p)
+            else:
+                p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+        self.optimizer.step()
+
+    @property
+    def steps(self) -> int:
+        """Logical DP-SGD steps taken (accounting events)."""
+        return self.ledger.steps
+
+    def allowed_steps(self) -> float:
+        return self.guard.allowed_steps(self.optimizer.noise_multiplier, self.sample_rate)
+
+    # -- privacy ---------------------------------------------------------------------------
+    def estimate(self):
+        return self.ledger.epsilon(self.delta, self.accountant)
+
+    def epsilon(self) -> float:
+        """Epsilon spent so far (max of the opacus and dp_accounting accountants)."""
+        return self.estimate().epsilon
+
+    def claim(self) -> PrivacyClaim:
+        est = self.ledger.cross_check(self.delta, self.accountant)
+        extra: dict[str, Any] = {
+            "noise_multiplier": float(self.optimizer.noise_multiplier), "max_grad_norm": float(self.max_grad_norm),
+            "sample_rate": float(self.sample_rate), "expected_batch_size": int(self.expected_batch_size),
+            "dataset_size": int(self.dataset_size), "steps": int(self.steps),
+            "epsilon_opacus": est.opacus, "epsilon_dp_accounting": est.dp_accounting,
+            "sampling": "poisson" if self.poisson_sampling else "shuffled/fixed-size",
+            "grad_sample_mode": self.grad_sample_mode,
+        }
+        if self.target_epsilon is not None:
+            extra["target_epsilon"] = float(self.target_epsilon)
+        notes = list(self.notes)
+        if not self.poisson_sampling:
+            extra["epsilon_no_amplification"] = self.ledger.epsilon_no_amplification(self.delta)
+            notes.append("the loader is shuffled/fixed-size, not Poisson: the accountants' epsilon assumes Poisson "
+                         "sampling; epsilon_no_amplification is the guarantee without amplification by sampling")
+        return PrivacyClaim.dp(
+            est.epsilon, self.delta, self.unit, neighbouring="add/remove",
+            accountant=f"opacus.{self.accountant} + dp_accounting.{ACCOUNTANTS[self.accountant]} (max)",
+            ledger=self.ledger.to_dict(), notes=tuple(notes), extra=extra)
+
+    def privacy_statement(self) -> str:
+        """A TF-Privacy-style multi-line privacy statement."""
+        c = self.claim()
+        n, b, t = self.dataset_size, self.expected_batch_size, self.steps
+        epochs = t * self.sample_rate
+        lines = [
+            "DP-SGD performed over {} examples with expected batch size {} for {:.3g} epochs ({} steps).".format(n, b, epochs, t),
+            f"Noise multiplier {self.optimizer.noise_multiplier:.4g}, clipping norm {self.max_grad_norm:.4g}, "
+            f"sampling: {c.extra['sampling']}, per-sample gradients: {self.grad_sample_mode}.",
+            "",
+            f"Epsilon with each example occurring once per epoch (Poisson sampling assumed), delta = {self.delta:.3g}:",
+            f"  epsilon = {c.epsilon:.4f}   [opacus {self.accountant}: {c.extra['epsilon_opacus']:.4f}; "
+            f"dp_accounting {ACCOUNTANTS[self.accountant]}: {c.extra['epsilon_dp_accounting']:.4f}]",
+        ]
+        eps_na = c.extra.get("epsilon_no_amplification", self.ledger.epsilon_no_amplification(self.delta))
+        lines.append(f"Epsilon assuming no amplification by sampling: {eps_na:.4f}")
+        if self.target_epsilon is not None:
+            lines.append(f"Budget: target epsilon {self.target_epsilon:.4g}; further steps allowed at these settings: "
+                         f"{self.allowed_steps()}")
+        lines.append(f"Privacy unit: one {self.unit} (add/remove neighbours).")
+        for note in c.notes:
+            lines.append(f"Note: {note}")
+        return "\n".join(lines)
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"format": "privnlp.dp_sgd_checkpoint/1", "ledger": self.ledger.to_dict(),
+                "config": {"noise_multiplier": float(self.optimizer.noise_multiplier),
+                           "max_grad_norm": float(self.max_grad_norm), "sample_rate": float(self.sample_rate),
+                           "delta": float(self.delta), "accountant": self.accountant,
+                           "target_epsilon": self.target_epsilon, "dataset_size": int(self.dataset_size)},
+                "model": self.original_model.state_dict(), "optimizer": self.optimizer.original_optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any], *, strict_config: bool = True) -> None:
+        if state.get("format") != "privnlp.dp_sgd_checkpoint/1":
+            raise InvalidArgument("checkpoint: not a privnlp DP-SGD checkpoint (format privnlp.dp_sgd_checkpoint/1)")
+        cfg = state["config"]
+        if strict_config:
+            for k in ("sample_rate", "delta", "accountant", "dataset_size"):
+                mine = getattr(self, k)
+                if cfg[k] != mine:
+                    raise InvalidArgument(f"checkpoint: {k}={cfg[k]!r} differs from this run's {k}={mine!r}; "
+                                          "resuming under other accounting parameters is refused")
+        self.original_model.load_state_dict(state["model"])
+        self.optimizer.original_optimizer.load_state_dict(state["optimizer"])
+        restored = DPLedger.from_dict(state["ledger"])
+        self.ledger.runs[:] = restored.runs
+
+    def save_checkpoint(self, path: str | os.PathLike) -> Path:
+        """Atomically save model, optimizer and the ledger (temp file + ``os.replace``)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            torch.save(self.state_dict(), tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Remove opacus hooks and our forward pre-hooks (the original model is usable again)."""
+        if self.closed:
+            return
+        for h in self.hooks:
+            if h is not None:
+                h.remove()
+        with contextlib.suppress(Exception):
+            self.model._close()
+        self.closed = True
+
+    def __enter__(self) -> "PrivateTraining":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _install_guard(optimizer: Any, guard: BudgetGuard, sample_rate: float) -> None:
+    orig_add_noise = optimizer.add_noise
+
+    def guarded_add_noise() -> None:
+        try:
+            guard.check_step(optimizer.noise_multiplier, sample_rate)
+        except PrivacyBudgetExceeded:
+            # nothing computed for the refused step may leak: drop the clipped sums
+            for p in optimizer.params:
+                p.summed_grad = None
+                p.grad = None
+                if hasattr(p, "grad_sample"):
+                    p.grad_sample = None
+            optimizer._is_last_step_skipped = False
+            raise
+        orig_add_noise()
+
+    optimizer.add_noise = guarded_add_noise
+    optimizer.step_hook = lambda opt: guard.record(opt.noise_multiplier, sample_rate)
+
+
+def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader: Any, *,
+                 noise_multiplier: float | None = None, target_epsilon: float | None = None,
+                 epochs: float | None = None, steps: int | None = None, max_grad_norm: float = 1.0,
+                 delta: float | None = None, accountant: str = "prv", poisson_sampling: bool = True,
+                 grad_sample_mode: str = "auto", tied_embeddings: str = "untie", unit: str = "example",
+                 rng: Any = None) -> PrivateTraining:
+    """Make ``model`` / ``optimizer`` / ``data_loader`` private with DP-SGD (opacus).
+
+    Args:
+        noise_multiplier: sigma; if ``None``, calibrated from ``target_epsilon`` and ``epochs``/``steps``.
+        target_epsilon: the hard budget: the step that would exceed it raises
+            :class:`~privnlp.core.errors.PrivacyBudgetExceeded` before it is taken.
+        epochs / steps: planned training length (needed for calibration).
+        max_grad_norm: per-example clipping norm C (> 0).
+        delta: default ``min(1e-5, N^-1.1)``; must be < 1/N.
+        accountant: ``"prv"`` (default) or ``"rdp"`` (opacus); dp_accounting PLD / RDP runs in parallel.
+        poisson_sampling: Poisson sampling (default). ``False`` keeps the loader (shuffled / fixed-size)
+            and the claim also states the no-amplification epsilon.
+        grad_sample_mode: ``auto`` (ghost when possible, else hooks), ``ghost``, ``hooks``, ``functorch``.
+        tied_embeddings: ``untie`` / ``freeze`` / ``error`` for shared weights (GPT-2 wte/lm_head).
+        unit: the privacy unit of one dataset element (``example``, ``record``, ``user``...).
+        rng: seeds the noise and the Poisson sampler (int / Generator). ``None`` = OS entropy.
+    """
+    # ---- validation
+    if not isinstance(model, nn.Module):
+        raise InvalidArgument(f"model must be a torch.nn.Module; got {type(model).__name__}")
+    check_positive("max_grad_norm", max_grad_norm, error=InvalidPrivacyParameter)
+    if accountant not in ACCOUNTANTS:
+        raise InvalidArgument(f"accountant must be one of {sorted(ACCOUNTANTS)}; got {accountant!r}")
+    if grad_sample_mode not in GRAD_SAMPLE_MODES:
+        raise InvalidArgument(f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}; got {grad_sample_mode!r}")
+    if noise_multiplier is not None:
+        check_range("noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
+    if target_epsilon is not None:
+        check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
+    if noise_multiplier is None and target_epsilon is None:
+        raise InvalidPrivacyParameter("pass noise_multiplier (>= 0) or target_epsilon (> 0) to make_private")
+    if epochs is not None:
+        check_positive("epochs", epochs)
+    if steps is not None:
+        check_range("steps", steps, 1, math.inf, integer=True)
+    try:
+        n = len(data_loader.dataset)
+    except (AttributeError, TypeError):
+        raise InvalidArgument("data_loader must be a torch DataLoader over a sized dataset") from None
+    if n == 0 or len(data_loader) == 0:
+        raise InvalidArgument("data_loader is empty (dataset size must be >= 1)")
+    if not _trainable(model):
+        raise InvalidArgument("model has no trainable parameters (requires_grad=False everywhere); nothing to train")
+    delta = default_delta(n) if delta is None else delta
+    check_delta(delta, n)
+    _check_lstm(model)
+
+    notes: list[str] = []
+    tie_note = handle_tied_embeddings(model, optimizer, tied_embeddings)
+    if tie_note:
+        notes.append(tie_note)
+    if not _trainable(model):
+        raise InvalidArgument("model has no trainable parameters left after freezing tied weights")
+    mode = choose_grad_sample_mode(model) if grad_sample_mode == "auto" else grad_sample_mode
+
+    sample_rate = 1.0 / len(data_loader)
+    planned = None
+    if steps is not None:
+        planned = int(steps)
+    elif epochs is not None:
+        planned = max(1, int(round(epochs * len(data_loader))))
+    if noise_multiplier is None:
+        if planned is None:
+            raise InvalidArgument("target_epsilon without noise_multiplier needs epochs or steps to calibrate sigma")
+        noise_multiplier = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned, accountant)
+
+    # ---- rng
+    if rng is None:
+        g_noise, g_sample = secure_torch(), secure_torch()
+        notes.append("noise drawn from torch's PRNG seeded from os.urandom (not a CSPRNG)")
+    else:
+        r1, r2 = spawn(rng, 2)
+        g_noise, g_sample = as_torch(r1), as_torch(r2)
+
+    # ---- opacus
+    from opacus import PrivacyEngine
+    from opacus.data_loader import DPDataLoader
+
+    hooks = [add_batch_position_ids(model)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = PrivacyEngine(accountant="rdp")
+        if poisson_sampling:
+            dl = DPDataLoader.from_data_loader(data_loader, generator=g_sample)
+        else:
+            dl = data_loader
+        try:
+            out = engine.make_private(module=model, optimizer=optimizer, data_loader=dl,
+                                      noise_multiplier=float(noise_multiplier), max_grad_norm=float(max_grad_norm),
+                                      poisson_sampling=False, noise_generator=g_noise, grad_sample_mode=mode,
+                                      criterion=nn.CrossEntropyLoss())
+        except (NotImplementedError, ValueError) as e:
+            for h in hooks:
+                if h is not None:
+                    h.remove()
+            raise InvalidArgument(f"model cannot be made private by opacus ({mode} mode): {e}") from e
+    if len(out) == 4:
+        gsm, dp_opt, _crit, dl = out
+    else:
+        gsm, dp_opt, dl = out
+    if poisson_sampling and hasattr(gsm, "forbid_grad_accumulation"):
+        gsm.forbid_grad_accumulation()
+    expected_batch_size = int(dp_opt.expected_batch_size)
+
+    ledger = DPLedger()
+    guard = BudgetGuard(ledger, target_epsilon, float(delta), accountant)
+    _install_guard(dp_opt, guard, sample_rate)
+    return PrivateTraining(model=gsm, optimizer=dp_opt, data_loader=dl, original_model=model, grad_sample_mode=mode,
+                           ledger=ledger, guard=guard, noise_multiplier=float(noise_multiplier),
+                           max_grad_norm=float(max_grad_norm), sample_rate=sample_rate,
+                           expected_batch_size=expected_batch_size, dataset_size=n, delta=float(delta),
+                           accountant=accountant, target_epsilon=target_epsilon, poisson_sampling=poisson_sampling,
+                           planned_steps=planned, unit=unit, notes=tuple(notes), hooks=tuple(hooks))
+
+
+@contextlib.contextmanager
+def private_training(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader: Any,
+                     **kwargs: Any) -> Iterator[PrivateTraining]:
+    """Context-manager form of :func:`make_private`; opacus hooks are removed on exit.
+
+    >>> with private_training(model, opt, loader, noise_multiplier=1.0, max_grad_norm=1.0, rng=0) as pt:  # doctest: +SKIP
+    ...     ...
+    """
+    pt = make_private(model, optimizer, data_loader, **kwargs)
+    try:
+        yield pt
+    finally:
+        pt.close()

@@ -1,0 +1,398 @@
+"""Registered training-time defenses (``privnlp.mechanisms.get(name)``) and the leaky DP-SGD twin.
+
+Papers (``../shared/papers/``): ``dp-bert-and-dp-wordpiece.txt`` (DP-SGD),
+``film-recovering-private-text-in-fl.txt`` (frozen embeddings, gradient pruning, DPSGD),
+``rlg-revealing-labels-from-gradients.txt`` (Sign-SGD, GradDrop),
+``lamp-extracting-text-from-gradients.txt`` (Gaussian noise, masking),
+``record-level-privacy-leakage-in-fl.txt`` (noised / dropout / adversarial embedding, LSTM dropout).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
+from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_positive, check_probability, check_range
+from privnlp.core.protocols import Mechanism
+from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
+
+__all__ = ["DPSGD", "FrozenEmbeddings", "GradientPruningDefense", "SignSGDDefense", "GradDropDefense",
+           "GaussianNoiseUpdate", "RandomMaskingDefense", "NoisedEmbeddingDefense", "DropoutEmbeddingDefense",
+           "AdversarialEmbeddingDefense", "LSTMDropoutDefense", "LeakyDPSGDNoClipping", "TransformMechanism"]
+
+_GRADIENT_OBSERVER = ThreatModel(
+    adversary=Adversary.HONEST_BUT_CURIOUS_SERVER, observes=("every gradient / model update a client sends",),
+    knows=("model weights", "tokenizer", "batch size"), goal="reconstruct the training text or labels from gradients")
+_EAVESDROPPER = ThreatModel(
+    adversary=Adversary.EAVESDROPPER, observes=("transmitted gradients / model updates",),
+    knows=("model weights", "tokenizer"), goal="recover the bag of words, the text or the labels of a batch")
+_MODEL_QUERIER = ThreatModel(
+    adversary=Adversary.BLACK_BOX_QUERIER, observes=("the trained model's log-probabilities",),
+    knows=("the canary pattern / randomness space",), goal="extract memorised training records (canaries)")
+_RECORD_LEAKAGE = ThreatModel(
+    adversary=Adversary.EAVESDROPPER, observes=("model snapshots / updates of federated training",),
+    knows=("model architecture", "public vocabulary"), goal="extract or test membership of individual records")
+
+
+# ============================================================================ DP-SGD
+@MECHANISMS.register("dp_sgd")
+class DPSGD(Mechanism):
+    """DP-SGD (Abadi et al. 2016) on opacus with a hard budget, a dp_accounting ledger and checkpoints.
+
+    Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt``; evaluated against FILM
+    (``film-recovering-private-text-in-fl.txt``, DP threshold variant), LAMP and canary exposure.
+    Threat model: a server / eavesdropper seeing every noised update, or anyone querying the final
+    model. Claim: (epsilon, delta)-DP per example (add/remove), accountant prv/rdp + dp_accounting.
+    Operation: :meth:`make_private` -> :class:`~privnlp.mechanisms.training.dp_sgd.PrivateTraining`.
+    """
+
+    paper = "dp-bert-and-dp-wordpiece.txt (DP-SGD; Abadi et al. 2016); film-recovering-private-text-in-fl.txt"
+    paired_attacks = ("canary_exposure", "film", "lamp")
+    threat_models = (_GRADIENT_OBSERVER, _MODEL_QUERIER)
+
+    def __init__(self, noise_multiplier: float | None = None, target_epsilon: float | None = None,
+                 max_grad_norm: float = 1.0, delta: float | None = None, accountant: str = "prv",
+                 epochs: float | None = None, steps: int | None = None, poisson_sampling: bool = True,
+                 grad_sample_mode: str = "auto", tied_embeddings: str = "untie", freeze_embeddings: bool = False,
+                 unit: str = "example") -> None:
+        check_positive("max_grad_norm", max_grad_norm, error=InvalidPrivacyParameter)
+        if noise_multiplier is not None:
+            check_range("noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
+        if target_epsilon is not None:
+            check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
+        if noise_multiplier is None and target_epsilon is None:
+            raise InvalidPrivacyParameter("pass noise_multiplier (>= 0) or target_epsilon (> 0)")
+        if delta is not None:
+            check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
+        self.noise_multiplier = noise_multiplier
+        self.target_epsilon = target_epsilon
+        self.max_grad_norm = max_grad_norm
+        self.delta = delta
+        self.accountant = accountant
+        self.epochs = epochs
+        self.steps = steps
+        self.poisson_sampling = poisson_sampling
+        self.grad_sample_mode = grad_sample_mode
+        self.tied_embeddings = tied_embeddings
+        self.freeze_embeddings = freeze_embeddings
+        self.unit = unit
+        self._last = None
+
+    def make_private(self, model: Any, optimizer: Any, data_loader: Any, *, rng: Any = None) -> Any:
+        """Wrap ``model``/``optimizer``/``data_loader``; returns a ``PrivateTraining`` handle."""
+        from .dp_sgd import make_private
+        from .embedding import freeze_embeddings as _freeze
+
+        frozen = _freeze(model) if self.freeze_embeddings else ()
+        pt = make_private(model, optimizer, data_loader, noise_multiplier=self.noise_multiplier,
+                          target_epsilon=self.target_epsilon, epochs=self.epochs, steps=self.steps,
+                          max_grad_norm=self.max_grad_norm, delta=self.delta, accountant=self.accountant,
+                          poisson_sampling=self.poisson_sampling, grad_sample_mode=self.grad_sample_mode,
+                          tied_embeddings=self.tied_embeddings, unit=self.unit, rng=rng)
+        if frozen:
+            pt.notes = pt.notes + (f"word embeddings frozen: {list(frozen)}",)
+        self._last = pt
+        return pt
+
+    def claim(self) -> PrivacyClaim:
+        if self._last is not None:
+            return self._last.claim()
+        if self.target_epsilon is None:
+            return PrivacyClaim.dp(math.inf if self.noise_multiplier == 0 else self.target_epsilon or math.inf,
+                                   self.delta or 1e-5, self.unit, neighbouring="add/remove",
+                                   notes=("planned claim: epsilon is known once the data loader and the number of "
+                                          "steps are known (make_private)",),
+                                   extra={"noise_multiplier": self.noise_multiplier,
+                                          "max_grad_norm": self.max_grad_norm})
+        notes = ["planned claim: the hard budget target_epsilon is enforced step by step"]
+        if self.delta is None:
+            notes.append("delta defaults to min(1e-5, N^-1.1) once the dataset size N is known")
+        return PrivacyClaim.dp(self.target_epsilon, self.delta or 1e-5, self.unit, neighbouring="add/remove",
+                               accountant=f"opacus.{self.accountant} + dp_accounting (max)", notes=tuple(notes),
+                               extra={"max_grad_norm": self.max_grad_norm})
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "DPSGD":
+        if preset == "full":
+            return cls(target_epsilon=3.0, max_grad_norm=1.0, epochs=3, accountant="prv")
+        return cls(target_epsilon=8.0, max_grad_norm=1.0, epochs=1, accountant="rdp")
+
+
+@LEAKY_TWINS.register("dp_sgd")
+class LeakyDPSGDNoClipping(DPSGD):
+    """Deliberately broken DP-SGD: claims the same (epsilon, delta) but skips per-example clipping
+    (every clip factor is 1), so one example can move the update arbitrarily. Caught by the
+    per-sample clipping test (``sigma=0``, one example => update norm must equal C)."""
+
+    def make_private(self, model: Any, optimizer: Any, data_loader: Any, *, rng: Any = None) -> Any:
+        pt = super().make_private(model, optimizer, data_loader, rng=rng)
+        opt = pt.optimizer
+
+        def clip_and_accumulate_without_clipping() -> None:  # the bug
+            for p in opt.params:
+                gs = opt._get_flat_grad_sample(p).to(p.dtype)
+                g = gs.sum(0)
+                p.summed_grad = g if p.summed_grad is None else p.summed_grad + g
+                from opacus.optimizers.optimizer import _mark_as_processed
+
+                _mark_as_processed(p.grad_sample)
+
+        if pt.grad_sample_mode == "ghost":
+            pt.model.max_grad_norm = 1e30  # ghost clipping factors become 1
+        else:
+            opt.clip_and_accumulate = clip_and_accumulate_without_clipping
+        return pt
+
+
+# ============================================================================ frozen embeddings
+@MECHANISMS.register("frozen_embeddings")
+class FrozenEmbeddings(Mechanism):
+    """Freeze the word (and optionally position) embeddings during fine-tuning (FILM's defense).
+
+    Paper: ``../shared/papers/film-recovering-private-text-in-fl.txt`` (Sec. 5/6.3): the rows of the
+    word-embedding gradient that are non-zero reveal the batch's bag of words; freezing means they
+    are never computed nor transmitted. Best when starting from a public pre-trained LM.
+    Threat model: eavesdropper on the transmitted gradients. Claim: heuristic.
+    """
+
+    paper = "film-recovering-private-text-in-fl.txt"
+    paired_attacks = ("film",)
+    threat_models = (_EAVESDROPPER,)
+
+    def __init__(self, word: bool = True, position: bool = False) -> None:
+        if not (word or position):
+            raise InvalidArgument("FrozenEmbeddings: at least one of word / position must be True")
+        self.word = word
+        self.position = position
+
+    def apply(self, model: Any) -> tuple[str, ...]:
+        """Freeze in place; returns the frozen parameter names. Create the optimizer afterwards."""
+        from .embedding import freeze_embeddings
+
+        return freeze_embeddings(model, word=self.word, position=self.position)
+
+    def claim(self) -> PrivacyClaim:
+        what = "word" + (" and position" if self.position else "") if self.word else "position"
+        return PrivacyClaim.heuristic(
+            f"{what} embeddings frozen: their gradient rows are never transmitted (all zero), so the "
+            "bag-of-words step of FILM-style attacks gets nothing; other layers still leak",
+            "tied output embeddings (GPT-2 lm_head) are frozen too")
+
+
+# ============================================================================ update transforms
+class TransformMechanism(Mechanism):
+    """Base of the mechanisms that transform a gradient / update before it is sent."""
+
+    paired_attacks: ClassVar[tuple[str, ...]] = ("rlg", "film")
+    threat_models = (_EAVESDROPPER, _GRADIENT_OBSERVER)
+
+    def transform(self) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def apply(self, grads: Any, *, rng: Any = None) -> dict:
+        """Apply to a ``dict[name -> tensor]`` (returns a new dict)."""
+        return self.transform()(grads, rng=rng)
+
+    def claim(self) -> PrivacyClaim:
+        return PrivacyClaim.heuristic(f"update transform {self.transform().label} before transmission; "
+                                      "no formal privacy guarantee")
+
+
+@MECHANISMS.register("gradient_pruning")
+class GradientPruningDefense(TransformMechanism):
+    """Gradient pruning: keep the top ``keep_fraction`` entries by magnitude (Zhu et al. 2019).
+
+    Paper: ``../shared/papers/film-recovering-private-text-in-fl.txt`` (Table 4a: FILM still recovers
+    >90% of tokens at prune ratio 0.9999). Claim: heuristic."""
+
+    paper = "film-recovering-private-text-in-fl.txt (gradient pruning, Zhu et al. 2019)"
+
+    def __init__(self, keep_fraction: float = 0.1, scope: str = "per_tensor") -> None:
+        check_probability("keep_fraction", keep_fraction)
+        self.keep_fraction = keep_fraction
+        self.scope = scope
+
+    def transform(self) -> Any:
+        from .transforms import GradientPruning
+
+        return GradientPruning(self.keep_fraction, self.scope)
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "GradientPruningDefense":
+        return cls(keep_fraction=0.1)
+
+
+@MECHANISMS.register("sign_sgd")
+class SignSGDDefense(TransformMechanism):
+    """Sign-SGD: transmit only the sign of each gradient entry.
+
+    Paper: ``../shared/papers/rlg-revealing-labels-from-gradients.txt`` (Sec. 4: mitigates RLG,
+    0% exact match on EfficientNetB0). Claim: heuristic."""
+
+    paper = "rlg-revealing-labels-from-gradients.txt (Sign-SGD)"
+
+    def __init__(self, scale: float = 1.0) -> None:
+        check_positive("scale", scale)
+        self.scale = scale
+
+    def transform(self) -> Any:
+        from .transforms import SignSGD
+
+        return SignSGD(self.scale)
+
+
+@MECHANISMS.register("graddrop")
+class GradDropDefense(TransformMechanism):
+    """GradDrop: zero the ``drop_fraction`` smallest entries by absolute value (Aji & Heafield 2017).
+
+    Paper: ``../shared/papers/rlg-revealing-labels-from-gradients.txt`` (50% / 90%; weak against RLG
+    when the update is already sparse). Claim: heuristic."""
+
+    paper = "rlg-revealing-labels-from-gradients.txt (GradDrop)"
+
+    def __init__(self, drop_fraction: float = 0.9, scope: str = "global") -> None:
+        check_probability("drop_fraction", drop_fraction)
+        self.drop_fraction = drop_fraction
+        self.scope = scope
+
+    def transform(self) -> Any:
+        from .transforms import GradDrop
+
+        return GradDrop(self.drop_fraction, self.scope)
+
+
+@MECHANISMS.register("gaussian_noise_update")
+class GaussianNoiseUpdate(TransformMechanism):
+    """Add N(0, std^2) noise to the transmitted gradient (no clipping, no accounting).
+
+    Paper: ``../shared/papers/lamp-extracting-text-from-gradients.txt`` (Table 5: most text still
+    recoverable at sigma <= 0.01 while MCC drops). Claim: heuristic (use ``dp_sgd`` for DP)."""
+
+    paper = "lamp-extracting-text-from-gradients.txt (Gaussian noise defense)"
+    paired_attacks = ("lamp", "film", "rlg")
+
+    def __init__(self, std: float = 0.01) -> None:
+        check_range("std", std, 0.0, math.inf)
+        self.std = std
+
+    def transform(self) -> Any:
+        from .transforms import GaussianNoise
+
+        return GaussianNoise(self.std)
+
+
+@MECHANISMS.register("random_masking")
+class RandomMaskingDefense(TransformMechanism):
+    """Zero each gradient entry independently with probability ``mask_fraction``.
+
+    Paper: ``../shared/papers/lamp-extracting-text-from-gradients.txt`` (App. C.2, masking defense).
+    Claim: heuristic."""
+
+    paper = "lamp-extracting-text-from-gradients.txt (gradient masking)"
+    paired_attacks = ("lamp", "film", "rlg")
+
+    def __init__(self, mask_fraction: float = 0.5, rescale: bool = False) -> None:
+        check_probability("mask_fraction", mask_fraction, open_high=rescale)
+        self.mask_fraction = mask_fraction
+        self.rescale = rescale
+
+    def transform(self) -> Any:
+        from .transforms import RandomMasking
+
+        return RandomMasking(self.mask_fraction, self.rescale)
+
+
+# ============================================================================ embedding obfuscation
+class _EmbeddingObfuscation(Mechanism):
+    paired_attacks: ClassVar[tuple[str, ...]] = ("eavesdropping", "watermark")
+    threat_models = (_RECORD_LEAKAGE,)
+    paper = "record-level-privacy-leakage-in-fl.txt (countermeasures)"
+
+
+@MECHANISMS.register("noised_embedding")
+class NoisedEmbeddingDefense(_EmbeddingObfuscation):
+    """Gaussian noise N(0, sigma^2) on the embedding output during (local) training.
+
+    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (sigma in {1e-2, 1e-3, 1e-4};
+    strong protection only with a large utility loss). Claim: heuristic."""
+
+    def __init__(self, sigma: float = 0.01) -> None:
+        check_range("sigma", sigma, 0.0, math.inf)
+        self.sigma = sigma
+
+    def apply(self, model: Any, *, rng: Any) -> Any:
+        from .embedding import apply_noised_embedding
+
+        return apply_noised_embedding(model, self.sigma, rng=rng)
+
+    def claim(self) -> PrivacyClaim:
+        return PrivacyClaim.heuristic(f"Gaussian noise (sigma={self.sigma}) on embedding outputs during training; "
+                                      "no clipping, no formal guarantee")
+
+
+@MECHANISMS.register("dropout_embedding")
+class DropoutEmbeddingDefense(_EmbeddingObfuscation):
+    """Dropout with rate ``p`` on the embedding outputs during (local) training.
+
+    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (the only countermeasure that
+    partially helps at little utility cost; attacks keep ~50% success). Claim: heuristic."""
+
+    def __init__(self, p: float = 0.2) -> None:
+        check_probability("p", p, open_high=True)
+        self.p = p
+
+    def apply(self, model: Any, *, rng: Any) -> Any:
+        from .embedding import apply_dropout_embedding
+
+        return apply_dropout_embedding(model, self.p, rng=rng)
+
+    def claim(self) -> PrivacyClaim:
+        return PrivacyClaim.heuristic(f"dropout (p={self.p}) on embedding outputs during training; no formal guarantee")
+
+
+@MECHANISMS.register("adversarial_embedding")
+class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
+    """Virtual adversarial training on the embedding output (Miyato et al. 2017).
+
+    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (does not reduce eavesdropping
+    leakage and can increase watermark leakage). Operation: :meth:`loss_terms`. Claim: heuristic."""
+
+    def __init__(self, epsilon: float = 1.0, xi: float = 1e-6, alpha: float = 1.0) -> None:
+        check_positive("epsilon", epsilon)
+        check_positive("xi", xi)
+        check_range("alpha", alpha, 0.0, math.inf)
+        self.epsilon = epsilon
+        self.xi = xi
+        self.alpha = alpha
+
+    def loss_terms(self, model: Any, inputs: Any, *, rng: Any, forward: Any = None) -> Any:
+        """``(clean_logits, alpha * vat_term)``; add the second to the task loss."""
+        from .embedding import adversarial_embedding_loss
+
+        clean, vat = adversarial_embedding_loss(model, inputs, epsilon=self.epsilon, xi=self.xi, rng=rng,
+                                                forward=forward)
+        return clean, self.alpha * vat
+
+    def claim(self) -> PrivacyClaim:
+        return PrivacyClaim.heuristic(f"virtual adversarial training on embeddings (epsilon={self.epsilon}); "
+                                      "robustness, not privacy: no formal guarantee, may increase leakage")
+
+
+@MECHANISMS.register("lstm_dropout")
+class LSTMDropoutDefense(_EmbeddingObfuscation):
+    """Dropout with rate ``p`` on the outputs of every LSTM layer (against overfitting).
+
+    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Table X: little effect on the
+    eavesdropping / watermark attacks). Claim: heuristic."""
+
+    def __init__(self, p: float = 0.3) -> None:
+        check_probability("p", p, open_high=True)
+        self.p = p
+
+    def apply(self, model: Any, *, rng: Any) -> Any:
+        from .embedding import apply_lstm_dropout
+
+        return apply_lstm_dropout(model, self.p, rng=rng)
+
+    def claim(self) -> PrivacyClaim:
+        return PrivacyClaim.heuristic(f"dropout (p={self.p}) on LSTM outputs during training; no formal guarantee")
