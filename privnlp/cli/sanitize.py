@@ -24,7 +24,7 @@ class _SanitizeGroup(TyperGroup):
         if args and args[0] in self.commands:
             ctx.meta["privnlp_subcommand"] = True
             for p in self.get_params(ctx):  # fill defaults without consuming the subcommand's args
-                if p.name not in ctx.params:
+                if p.expose_value and p.name and not p.name.startswith("_") and p.name not in ctx.params:
                     ctx.params[p.name] = p.get_default(ctx) if not p.multiple else ()
             rest = list(args)
             ctx._protected_args, ctx.args = rest[:1], rest[1:]  # type: ignore[attr-defined]

@@ -25,7 +25,7 @@ TRAIN_INFO = "privnlp-train.json"
 LM_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"corpus": {"n_users": 20, "records_per_user": 10}, "vocab_size": 1000,
               "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128},
-              "train": {"steps": 150, "batch_size": 16, "lr": 3e-3, "max_length": 96}},
+              "train": {"steps": 100, "batch_size": 16, "lr": 3e-3, "max_length": 80}},
     "full": {"corpus": {"n_users": 50, "records_per_user": 20}, "vocab_size": 2000,
              "model": {"n_layer": 4, "n_embd": 128, "n_head": 4, "n_positions": 256},
              "train": {"steps": 1500, "batch_size": 16, "lr": 2e-3, "max_length": 128}},
@@ -35,7 +35,7 @@ CLASSIFIER_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"data": {"n": 1000}, "vocab_size": 1000,
               "model": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
                         "intermediate_size": 128, "max_position_embeddings": 128},
-              "train": {"steps": 150, "batch_size": 32, "lr": 2e-3, "max_length": 64}},
+              "train": {"steps": 80, "batch_size": 32, "lr": 2e-3, "max_length": 64}},
     "full": {"data": {"n": 4000}, "vocab_size": 2000,
              "model": {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
                        "intermediate_size": 512, "max_position_embeddings": 128},

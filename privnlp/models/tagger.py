@@ -8,6 +8,8 @@ unmaintained); it is ~60 lines and tested against brute-force enumeration.
 
 Opacus: ``torch.nn.LSTM`` has no per-sample-gradient sampler; build with ``dp_compatible=True`` to
 use ``opacus.layers.DPLSTM`` (same maths, per-sample gradients supported, different parameter names).
+The CRF layer is *not* supported by opacus per-sample gradients (its functorch fallback only passes
+a module's first input; the CRF needs emissions, tags and mask): use the softmax head under DP-SGD.
 """
 from __future__ import annotations
 
@@ -58,6 +60,10 @@ class CRF(nn.Module):
             nxt = torch.logsumexp(alpha.unsqueeze(2) + self.transitions.unsqueeze(0), dim=1) + emissions[:, i]
             alpha = torch.where(mask[:, i].unsqueeze(1), nxt, alpha)
         return torch.logsumexp(alpha + self.end, dim=1)
+
+    def forward(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Per-sequence log p(tags | emissions), shape ``(batch,)`` (a module call, so opacus sees it)."""
+        return self.log_likelihood(emissions, tags, mask)
 
     def log_likelihood(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Per-sequence log p(tags | emissions), shape ``(batch,)``."""
@@ -156,7 +162,7 @@ class BiLSTMTagger(nn.Module):
             return nn.functional.cross_entropy(logits.reshape(-1, self.num_tags), tags.reshape(-1),
                                                ignore_index=IGNORE_INDEX)
         mask = self._mask(input_ids, lengths) & (tags != IGNORE_INDEX)
-        return -self.crf_layer.log_likelihood(logits, tags.clamp(min=0), mask).mean()
+        return -self.crf_layer(logits, tags.clamp(min=0), mask).mean()
 
     @torch.no_grad()
     def decode(self, input_ids: torch.Tensor, lengths: Any = None) -> list[list[int]]:

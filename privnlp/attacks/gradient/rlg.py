@@ -119,14 +119,14 @@ def sign_baseline(dW: np.ndarray) -> LabelSet:
     return LabelSet(tuple(int(i) for i in labels), int(labels.size), method="sign")
 
 
-def _screen(Qn: np.ndarray, *, n_points: int, tol: float, rng: np.random.Generator, n_random: int = 8) -> np.ndarray:
+def _screen(Qn: np.ndarray, norms: np.ndarray, *, n_points: int, tol: float, rng: np.random.Generator,
+            n_random: int = 16) -> np.ndarray:
     """Exact rejection: label c is infeasible if q_c = T lam, lam >= 0, for a basis T of other columns.
 
     Bases are drawn from the ``n_points`` largest-norm columns (all (S+1)-choose-S subsets of the
     top S+1, plus random S-subsets of the top ``n_points``). Returns a mask of survivors."""
     S, C = Qn.shape
     alive = np.ones(C, dtype=bool)
-    norms = np.linalg.norm(Qn, axis=0)
     order = np.argsort(-norms)
     top = order[: min(n_points, C)]
     bases: list[np.ndarray] = []
@@ -190,7 +190,7 @@ def reveal_labels(dW: np.ndarray, *, num_labels: int | None = None, rtol: float 
     norms = np.linalg.norm(Q, axis=0)
     Qn = Q / np.maximum(norms, 1e-300)  # separability through the origin ignores positive scaling
     g = np.random.default_rng(rng if isinstance(rng, (int, np.integer)) else None) if not isinstance(rng, np.random.Generator) else rng
-    alive = _screen(Qn, n_points=screening_points, tol=1e-9, rng=g) if screen and S < C else np.ones(C, bool)
+    alive = _screen(Qn, norms, n_points=screening_points, tol=1e-9, rng=g) if screen and S < C else np.ones(C, bool)
     cand = np.nonzero(alive)[0]
     labels = [int(c) for c in cand if _lp_feasible(Qn, int(c), box)]
     return LabelSet(tuple(sorted(labels)), S, tuple(float(x) for x in s[: min(64, s.size)]), int(cand.size))

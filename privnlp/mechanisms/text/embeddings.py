@@ -244,6 +244,20 @@ def bundled_embeddings(kind: str = "word2vec", *, dim: int = 50, seed: int = 0, 
     """
     if kind not in ("word2vec", "fasttext"):
         raise InvalidArgument(f"kind must be 'word2vec' or 'fasttext'; got {kind!r}")
+    memo_key = (kind, dim, seed, epochs, min_count, preset, _cache_root()) if texts is None and cache else None
+    if memo_key is not None and memo_key in _MEMO:
+        return _MEMO[memo_key]
+    emb = _bundled_embeddings(kind, dim, seed, epochs, min_count, preset, texts, cache)
+    if memo_key is not None:
+        _MEMO[memo_key] = emb
+    return emb
+
+
+_MEMO: dict = {}
+
+
+def _bundled_embeddings(kind: str, dim: int, seed: int, epochs: int, min_count: int, preset: str,
+                        texts: Sequence[str] | None, cache: bool) -> Embeddings:
     check_range("dim", dim, 1, 4096, integer=True)
     if texts is None:
         texts = bundled_texts(seed=seed, preset=preset)

@@ -405,7 +405,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
                  epochs: float | None = None, steps: int | None = None, max_grad_norm: float = 1.0,
                  delta: float | None = None, accountant: str = "prv", poisson_sampling: bool = True,
                  grad_sample_mode: str = "auto", tied_embeddings: str = "untie", unit: str = "example",
-                 rng: Any = None) -> PrivateTraining:
+                 wrap_model: bool = True, rng: Any = None) -> PrivateTraining:
     """Make ``model`` / ``optimizer`` / ``data_loader`` private with DP-SGD (opacus).
 
     Args:
@@ -421,6 +421,8 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
         grad_sample_mode: ``auto`` (ghost when possible, else hooks), ``ghost``, ``hooks``, ``functorch``.
         tied_embeddings: ``untie`` / ``freeze`` / ``error`` for shared weights (GPT-2 wte/lm_head).
         unit: the privacy unit of one dataset element (``example``, ``record``, ``user``...).
+        wrap_model: ``False`` attaches opacus hooks to ``model`` itself (``pt.model`` is then the hooks
+            object; keep calling the original model) — used by the HF ``Trainer`` integration.
         rng: seeds the noise and the Poisson sampler (int / Generator). ``None`` = OS entropy.
     """
     # ---- validation
@@ -496,7 +498,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
             out = engine.make_private(module=model, optimizer=optimizer, data_loader=dl,
                                       noise_multiplier=float(noise_multiplier), max_grad_norm=float(max_grad_norm),
                                       poisson_sampling=False, noise_generator=g_noise, grad_sample_mode=mode,
-                                      criterion=nn.CrossEntropyLoss())
+                                      criterion=nn.CrossEntropyLoss(), wrap_model=wrap_model)
         except (NotImplementedError, ValueError) as e:
             for h in hooks:
                 if h is not None:

@@ -1,0 +1,146 @@
+"""Batched log-probability queries on causal and masked LMs (the black-box interface of the
+secret sharer, ``../shared/papers/unintended-memorization-under-fl.txt`` App. A.1: the adversary
+sees output probabilities only).
+
+* :func:`causal_log_probs` — total and per-token natural-log probability of each text under a causal
+  LM (texts sorted by length and batched; the first token is conditioned on nothing and is not
+  scored, exactly as in training where texts carry no bos token).
+* :func:`masked_pll` — pseudo-log-likelihood of the tokens of a marked span (masked LMs, the
+  HS / HSH / HHSHH secrets of ``../shared/papers/dp-bert-and-dp-wordpiece.txt``).
+
+All functions run under ``torch.inference_mode`` and leave the model in its previous mode.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from privnlp.core.errors import InvalidArgument, check_range
+
+__all__ = ["TextScores", "causal_log_probs", "log_perplexity_bits", "exposure_rates", "masked_pll"]
+
+LN2 = float(np.log(2.0))
+
+
+@dataclass(frozen=True)
+class TextScores:
+    """``total[i]`` = sum of natural-log token probabilities of text ``i``; ``n_tokens[i]`` = scored tokens."""
+
+    total: np.ndarray
+    n_tokens: np.ndarray
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Mean log-probability per scored token (the record paper's exposure rate, Eq. 5)."""
+        return self.total / np.maximum(self.n_tokens, 1)
+
+
+@contextlib.contextmanager
+def _eval(model: Any) -> Iterator[None]:
+    was = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    if getattr(tokenizer, "pad_token_id", None) is not None:
+        return int(tokenizer.pad_token_id)
+    return int(getattr(tokenizer, "eos_token_id", 0) or 0)
+
+
+def causal_log_probs(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256,
+                     max_length: int | None = None) -> TextScores:
+    """Log-probability of every text under a causal LM (Eq. 2 of the record paper), batched.
+
+    ``texts`` are tokenized without special tokens; token ``t >= 1`` is scored given tokens ``< t``.
+    """
+    if isinstance(texts, str):
+        raise InvalidArgument("texts must be a sequence of strings, not a single string")
+    check_range("batch_size", batch_size, 1, 10**6, integer=True)
+    texts = list(texts)
+    n = len(texts)
+    total = np.zeros(n, dtype=np.float64)
+    count = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return TextScores(total, count)
+    limit = max_length or getattr(getattr(model, "config", None), "n_positions", None) or 1024
+    ids = tokenizer(texts, add_special_tokens=False, truncation=True, max_length=int(limit))["input_ids"]
+    order = np.argsort([len(r) for r in ids], kind="stable")
+    pad = _pad_id(tokenizer)
+    with _eval(model):
+        for s in range(0, n, batch_size):
+            idx = order[s:s + batch_size]
+            rows = [ids[i] for i in idx]
+            t = max(2, max(len(r) for r in rows))
+            x = torch.full((len(rows), t), pad, dtype=torch.long)
+            mask = torch.zeros((len(rows), t), dtype=torch.long)
+            for j, r in enumerate(rows):
+                x[j, :len(r)] = torch.as_tensor(r, dtype=torch.long)
+                mask[j, :len(r)] = 1
+            pos = torch.arange(t, dtype=torch.long).unsqueeze(0).repeat(len(rows), 1)
+            logits = model(input_ids=x, attention_mask=mask, position_ids=pos).logits.float()
+            lp = torch.log_softmax(logits[:, :-1, :], dim=-1)
+            tok = lp.gather(-1, x[:, 1:].unsqueeze(-1)).squeeze(-1)
+            valid = mask[:, 1:].bool()
+            tok = tok.masked_fill(~valid, 0.0)
+            total[idx] = tok.sum(1).double().numpy()
+            count[idx] = valid.sum(1).numpy()
+    return TextScores(total, count)
+
+
+def log_perplexity_bits(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:
+    """Carlini et al.'s log-perplexity ``-log2 Pr(text)`` (bits; lower = more likely)."""
+    return -causal_log_probs(model, tokenizer, texts, batch_size=batch_size).total / LN2
+
+
+def exposure_rates(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:
+    """Exposure rate of each text: mean token log-probability (record paper, Definition 2)."""
+    return causal_log_probs(model, tokenizer, texts, batch_size=batch_size).mean
+
+
+def masked_pll(model: Any, tokenizer: Any, texts: Sequence[str], spans: Sequence[tuple[int, int]], *,
+               batch_size: int = 256) -> np.ndarray:
+    """Pseudo-log-likelihood (natural log) of the characters ``text[start:end]`` under a masked LM.
+
+    Each token overlapping the span is masked on its own and its log-probability read at the
+    masked position; the span's score is the sum over its tokens (Salazar et al.'s PLL). Used to
+    rank a secret word S among candidates in HS / HSH / HHSHH sentences.
+    """
+    if len(texts) != len(spans):
+        raise InvalidArgument(f"spans must have one (start, end) per text ({len(texts)}); got {len(spans)}")
+    mask_id = getattr(tokenizer, "mask_token_id", None)
+    if mask_id is None:
+        raise InvalidArgument("masked_pll needs a tokenizer with a [MASK] token")
+    enc = tokenizer(list(texts), return_offsets_mapping=True, truncation=True)
+    queries: list[tuple[int, int, int]] = []  # (text index, position, true token)
+    for i, (offs, (a, b)) in enumerate(zip(enc["offset_mapping"], spans)):
+        hit = [p for p, (s, e) in enumerate(offs) if e > s and s < b and e > a]
+        if not hit:
+            raise InvalidArgument(f"spans[{i}]={a, b} covers no token of texts[{i}]")
+        queries.extend((i, p, enc["input_ids"][i][p]) for p in hit)
+    out = np.zeros(len(texts), dtype=np.float64)
+    pad = _pad_id(tokenizer)
+    with _eval(model):
+        for s in range(0, len(queries), batch_size):
+            chunk = queries[s:s + batch_size]
+            rows = [list(enc["input_ids"][i]) for i, _, _ in chunk]
+            t = max(len(r) for r in rows)
+            x = torch.full((len(rows), t), pad, dtype=torch.long)
+            m = torch.zeros((len(rows), t), dtype=torch.long)
+            for j, ((_, p, _), r) in enumerate(zip(chunk, rows)):
+                r[p] = int(mask_id)
+                x[j, :len(r)] = torch.as_tensor(r)
+                m[j, :len(r)] = 1
+            logits = model(input_ids=x, attention_mask=m).logits.float()
+            lp = torch.log_softmax(logits, dim=-1)
+            for j, (i, p, true) in enumerate(chunk):
+                out[i] += float(lp[j, p, true])
+    return out

@@ -1,0 +1,187 @@
+"""Training-loop helpers for DP-SGD: a plain-PyTorch loop and a Hugging Face ``Trainer`` subclass.
+
+Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` (DP-SGD with large logical batches built
+from accumulated physical batches). One accounting event is recorded per *logical* step: opacus'
+``BatchMemoryManager`` tells the optimizer to skip noise / accounting on all but the last physical
+batch of a logical batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from privnlp.core.claims import PrivacyClaim
+from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded, check_positive, check_range
+
+from .dp_sgd import PrivateTraining, make_private, per_sample_lm_loss
+
+__all__ = ["TrainResult", "train_private", "batch_len", "DPTrainer"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Outcome of :func:`train_private`: mean per-sample loss of every physical batch, logical steps
+    taken, epsilon spent, the claim, and whether the budget stopped training."""
+
+    losses: tuple[float, ...]
+    steps: int
+    epsilon: float
+    claim: PrivacyClaim
+    stopped_by_budget: bool = False
+
+
+def batch_len(batch: Any) -> int:
+    """Number of examples in a batch (tensor, tuple/list of tensors, or dict of tensors)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0])
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)) and batch:
+        return batch_len(batch[0])
+    raise InvalidArgument(f"cannot tell the batch size of a {type(batch).__name__}")
+
+
+def train_private(pt: PrivateTraining, loss_fn: Callable[[Any, Any], torch.Tensor], *, epochs: float | None = None,
+                  steps: int | None = None, max_physical_batch_size: int | None = None,
+                  stop_at_budget: bool = False, on_step: Callable[[PrivateTraining, float], None] | None = None,
+                  progress: bool = False) -> TrainResult:
+    """Run DP-SGD with the handle from :func:`make_private`.
+
+    Args:
+        loss_fn: ``loss_fn(model, batch) -> per-sample losses [B]`` (e.g. with
+            :func:`~privnlp.mechanisms.training.dp_sgd.per_sample_lm_loss`).
+        epochs / steps: stop after this many passes / logical steps (one of them is required).
+        max_physical_batch_size: split logical (Poisson) batches into physical batches of at most
+            this size with opacus' ``BatchMemoryManager`` (one accounting event per logical step).
+        stop_at_budget: catch :class:`PrivacyBudgetExceeded` and stop (default: re-raise).
+        on_step: called after each logical step with ``(pt, mean loss of the last physical batch)``.
+    """
+    if (epochs is None) == (steps is None):
+        raise InvalidArgument("train_private: pass exactly one of epochs (> 0) or steps (>= 1)")
+    if epochs is not None:
+        check_positive("epochs", epochs)
+    if steps is not None:
+        check_range("steps", steps, 1, float("inf"), integer=True)
+    if max_physical_batch_size is not None:
+        check_range("max_physical_batch_size", max_physical_batch_size, 1, float("inf"), integer=True)
+    n_batches = len(pt.data_loader)
+    target = int(steps) if steps is not None else max(1, int(round(epochs * n_batches)))
+    start = pt.steps
+    losses: list[float] = []
+    stopped = False
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=target, desc="DP-SGD", unit="step")
+
+    def physical_batches():
+        if max_physical_batch_size is None:
+            yield from pt.data_loader
+            return
+        from opacus.utils.batch_memory_manager import BatchMemoryManager
+
+        with BatchMemoryManager(data_loader=pt.data_loader, max_physical_batch_size=int(max_physical_batch_size),
+                                optimizer=pt.optimizer) as dl:
+            yield from dl
+
+    pt.model.train() if hasattr(pt.model, "train") else None
+    try:
+        while pt.steps - start < target:
+            for batch in physical_batches():
+                before = pt.steps
+                pt.optimizer.zero_grad(set_to_none=True)
+                if batch_len(batch) == 0:
+                    pt.noise_only_step()
+                else:
+                    lps = loss_fn(pt.model, batch)
+                    loss = pt.loss(lps)
+                    loss.backward()
+                    pt.optimizer.step()
+                    losses.append(float(lps.detach().mean()))
+                if pt.steps > before:
+                    if bar is not None:
+                        bar.update(pt.steps - before)
+                    if on_step is not None:
+                        on_step(pt, losses[-1] if losses else float("nan"))
+                    if pt.steps - start >= target:
+                        break
+    except PrivacyBudgetExceeded:
+        if not stop_at_budget:
+            raise
+        stopped = True
+    finally:
+        if bar is not None:
+            bar.close()
+    return TrainResult(tuple(losses), pt.steps - start, pt.epsilon(), pt.claim(), stopped)
+
+
+def _make_dp_trainer() -> type:
+    from transformers import Trainer
+
+    class DPTrainer(Trainer):
+        """``transformers.Trainer`` that trains with DP-SGD (opacus hooks on the model, Poisson loader,
+        DP optimizer with the hard budget). Extra keyword arguments:
+
+        * ``dp``: dict of :func:`make_private` keyword arguments (``noise_multiplier`` or
+          ``target_epsilon`` + ``epochs``, ``max_grad_norm``, ``delta``, ``accountant``...).
+        * ``per_sample_loss``: ``f(logits, labels) -> [B]`` (default: causal-LM loss for models whose
+          config says ``is_decoder``/``gpt2``, sequence-classification cross-entropy otherwise).
+        * ``dp_rng``: seed / generator for the noise and the sampler.
+
+        HF's own gradient clipping is disabled (``max_grad_norm=0``); the privacy handle is
+        ``trainer.private`` (``trainer.private.claim()``).
+        """
+
+        def __init__(self, *args: Any, dp: dict | None = None, per_sample_loss: Callable | None = None,
+                     dp_rng: Any = None, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if not dp:
+                raise InvalidArgument("DPTrainer needs dp={...} (make_private keyword arguments)")
+            self.dp = dict(dp)
+            self.per_sample_loss = per_sample_loss
+            self.dp_rng = dp_rng
+            self.private: PrivateTraining | None = None
+            self.args.max_grad_norm = 0.0
+
+        def _default_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            if logits.dim() == 3:
+                cfg = getattr(self.model, "config", None)
+                causal = getattr(cfg, "model_type", "") in ("gpt2", "gpt_neo", "llama") or getattr(cfg, "is_decoder", False)
+                return per_sample_lm_loss(logits, labels, shift=bool(causal))
+            return torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+
+        def get_train_dataloader(self):  # type: ignore[override]
+            if self.private is None:
+                from torch.utils.data import DataLoader
+
+                ds = self.train_dataset
+                if hasattr(ds, "column_names"):
+                    ds = self._remove_unused_columns(ds, description="training")
+                dl = DataLoader(ds, batch_size=self.args.per_device_train_batch_size, collate_fn=self.data_collator)
+                if self.optimizer is None:
+                    super().create_optimizer()
+                self.private = make_private(self.model, self.optimizer, dl, wrap_model=False, rng=self.dp_rng,
+                                            **self.dp)
+                self.optimizer = self.private.optimizer
+            return self.private.data_loader
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[override]
+            inputs = dict(inputs)
+            labels = inputs.pop("labels")
+            outputs = model(**inputs)
+            fn = self.per_sample_loss or self._default_loss
+            loss = self.private.loss(fn(outputs.logits, labels))
+            return (loss, outputs) if return_outputs else loss
+
+    return DPTrainer
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DPTrainer":
+        cls = _make_dp_trainer()
+        globals()["DPTrainer"] = cls
+        return cls
+    raise AttributeError(name)

@@ -1,0 +1,93 @@
+"""`privnlp mpc serve`: three real processes rendezvousing over TCP on 127.0.0.1."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.integration
+CLI = [sys.executable, "-m", "privnlp.cli.main", "mpc", "serve"]
+
+
+def _port():
+    from privnlp.mechanisms.mpc.protocol import free_port
+
+    return free_port()
+
+
+def _start(args, env=None):
+    e = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", **(env or {}))
+    for k in ("RENDEZVOUS", "RANK", "WORLD_SIZE"):
+        if not env or k not in env:
+            e.pop(k, None)
+    return subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+
+
+def _finish(procs, limit=90):
+    deadline = time.monotonic() + limit
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+            outs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    return outs
+
+
+@pytest.fixture(scope="module")
+def files(alice, tmp_path_factory):
+    from privnlp.mechanisms.mpc import save_alice_model
+
+    d = tmp_path_factory.mktemp("mpc")
+    save_alice_model(alice[0].model, str(d / "alice.pt"))
+    np.save(d / "x.npy", alice[1][:16])
+    np.save(d / "bad.npy", np.zeros((2, 5), np.float32))
+    return d
+
+
+def test_three_processes_on_loopback(alice, files):
+    rdv = f"tcp://127.0.0.1:{_port()}"
+    ttp = _start(["--role", "ttp", "--timeout", "60"], env={"RENDEZVOUS": rdv, "RANK": "2", "WORLD_SIZE": "2"})
+    a = _start(["--role", "alice", "--rendezvous", rdv, "--model", str(files / "alice.pt"), "--timeout", "60"])
+    b = _start(["--role", "bob", "--rendezvous", rdv, "--embeddings", str(files / "x.npy"),
+                "--out", str(files / "labels.json"), "--timeout", "60"])
+    outs = _finish([a, b, ttp])
+    assert all(rc == 0 for rc, _, _ in outs), outs
+    got = json.loads((files / "labels.json").read_text())["labels"]
+    ref = alice[0].model.predict(torch.tensor(alice[1][:16])).tolist()
+    assert got == ref
+
+
+def test_bad_runs_fail_cleanly_without_hanging(files):
+    """Wrong embedding size (both sides fail), a missing party (timeout), a taken port: started
+    together to share the interpreter start-up time."""
+    rdv = f"tcp://127.0.0.1:{_port()}"
+    model = str(files / "alice.pt")
+    a = _start(["--role", "alice", "--rendezvous", rdv, "--model", model, "--provider", "TFP", "--timeout", "30"])
+    b = _start(["--role", "bob", "--rendezvous", rdv, "--embeddings", str(files / "bad.npy"), "--provider", "TFP",
+                "--timeout", "30"])
+    lonely = _start(["--role", "alice", "--rendezvous", f"tcp://127.0.0.1:{_port()}", "--model", model,
+                     "--provider", "TFP", "--timeout", "5"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = _start(["--role", "alice", "--rendezvous", f"tcp://127.0.0.1:{s.getsockname()[1]}",
+                        "--model", model, "--timeout", "5"])
+        t0 = time.monotonic()
+        outs = _finish([a, b, lonely, taken], limit=90)
+    assert time.monotonic() - t0 < 80
+    for rc, _, err in outs[:2]:
+        assert rc != 0 and "embed_dim" in err, err[-1500:]
+    rc, _, err = outs[2]
+    assert rc != 0 and "error" in err.lower(), err[-1500:]
+    rc, _, err = outs[3]
+    assert rc != 0 and "already in use" in err, err[-1500:]
