@@ -32,6 +32,11 @@ def _root(version: Optional[bool] = typer.Option(None, "--version", callback=_ve
 
 for _g in GROUPS:
     _mod = importlib.import_module(f"privnlp.cli.{_g}")
+    if _g == "attack":
+        # memorization attacks (canary / eavesdrop / watermark) live in their own module
+        from privnlp.cli import attack_memorization as _am
+
+        _am.register(_mod.app)
     app.add_typer(_mod.app, name=_g)
 
 

@@ -58,13 +58,14 @@ def serve(
     if rendezvous is None and env_rank is not None and int(env_rank) != roles[role]:
         _fail(f"RANK={env_rank} does not match --role {role} (alice=0, bob=1, ttp=2)")
     try:
-        from privnlp.mechanisms.mpc import protocol as P
+        from privnlp.mechanisms.mpc import protocol as P  # light: no torch/crypten at import
+
+        if rdv.startswith("tcp://") and role == "alice":  # before the heavy imports: fail fast
+            host, _, port = rdv[len("tcp://"):].rpartition(":")
+            P.check_port_free(host or "127.0.0.1", int(port))
         from privnlp.mechanisms.mpc._crypten_shim import import_crypten
 
         import_crypten()
-        if rdv.startswith("tcp://") and role == "alice":
-            host, _, port = rdv[len("tcp://"):].rpartition(":")
-            P.check_port_free(host or "127.0.0.1", int(port))
         if role == "ttp":
             P.run_ttp(rendezvous=rdv, timeout=timeout)
             typer.echo("ttp: done")

@@ -7,18 +7,18 @@
   see ``privnlp.mechanisms.vocab`` for the private variant).
 
 Reproducibility: the ``tokenizers`` trainers use Rayon threads and Rust hash maps whose seeds
-change per process (not controlled by ``PYTHONHASHSEED``); the WordPiece trainer is not
-deterministic across runs (huggingface/tokenizers#1794). We train with parallelism switched off
-(``TOKENIZERS_PARALLELISM=false`` for the duration of the call, restored afterwards) and feed the
-inputs in a canonical (sorted) order. Measured with tokenizers 0.23:
-
-* byte-level BPE: identical vocabulary, ids and merges across runs and processes;
-* WordPiece: the trainer assigns the ``##c`` continuation characters ids in hash order, so ids
-  differed between processes; we renumber the vocabulary canonically (see
-  :func:`_canonical_wordpiece_vocab`), which makes the tokenizer identical whenever the token
-  *set* is. The set itself can still differ in the last merges when several candidate pairs tie
-  in frequency at the ``vocab_size`` cut-off (observed: 6 of 600 tokens on 1,100 texts; none when
-  the corpus has fewer merges than ``vocab_size`` allows). Tests pin both facts.
+change per process (not controlled by ``PYTHONHASHSEED``). The byte-level BPE trainer is
+deterministic (alphabet sorted by code point, count ties broken by pair id), but the WordPiece
+trainer is not (huggingface/tokenizers#1794): it gives the ``##c`` continuation characters ids in
+hash order, which then changes how count ties between merges are broken — we measured different
+token *sets* (e.g. ``visit``/``##ited`` vs none) between two runs even in one process, with
+parallelism off. So :func:`train_wordpiece_tokenizer` learns its vocabulary with the
+deterministic BPE trainer on words whose continuation characters are re-coded as private-use
+code points, maps the pieces back to ``c...`` / ``##c...`` and renumbers them canonically; the
+result is loaded into a standard ``tokenizers`` WordPiece model (greedy longest-match, like BERT).
+Both trainers also run with ``TOKENIZERS_PARALLELISM=false`` for the duration of the call
+(restored afterwards) on inputs in a canonical (sorted) order; the tests check identical builds
+in one process, across processes and for shuffled inputs.
 """
 from __future__ import annotations
 
@@ -124,18 +124,46 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, m
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                strip_accents=None, lowercase=bool(lowercase))
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    trainer = trainers.WordPieceTrainer(vocab_size=int(vocab_size), min_frequency=int(min_frequency),
-                                        special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False,
-                                        continuing_subword_prefix="##")
+    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                            lowercase=bool(lowercase))
+    pre = pre_tokenizers.BertPreTokenizer()
+    split = [[w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(t))] for t in corpus]
+    words = [w for ws in split for w in ws]
+    if not words:
+        raise InvalidArgument("texts must contain at least one word")
+    # Deterministic WordPiece vocabulary via the (deterministic) BPE trainer: every character of
+    # the corpus gets a word-initial and a continuation symbol, the latter a private-use code
+    # point; the BPE trainer sorts its alphabet by code point and breaks count ties by pair id, so
+    # the merges no longer depend on Rust hash order (the WordPiece trainer's "##c" ids do:
+    # tokenizers#1794). Pieces are mapped back to "c..." / "##c..." afterwards.
+    chars = sorted({c for w in words for c in w})
+    if len(chars) > 2 * 65534:
+        raise InvalidArgument(f"texts use {len(chars)} distinct characters; at most {2 * 65534} supported")
+    cont = {c: chr((0xF0000 if i < 65534 else 0x100000 - 65534) + i) for i, c in enumerate(chars)}
+    back = {v: k for k, v in cont.items()}
+    encoded = [" ".join(w[0] + "".join(cont[c] for c in w[1:]) for w in ws) for ws in split]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.BpeTrainer(vocab_size=int(vocab_size), min_frequency=int(min_frequency),
+                                  special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False,
+                                  initial_alphabet=[*chars, *cont.values()])
     with _no_parallelism():
-        tok.train_from_iterator(corpus, trainer=trainer, length=len(corpus))
-    tok.model = models.WordPiece(vocab=_canonical_wordpiece_vocab(tok.get_vocab()), unk_token="[UNK]",
-                                 continuing_subword_prefix="##")
+        bpe.train_from_iterator(encoded, trainer=trainer, length=len(encoded))
+    pieces: dict[str, int] = {}
+    for piece in bpe.get_vocab():
+        if piece in BERT_SPECIAL_TOKENS:
+            continue
+        if piece[0] in back:
+            pieces["##" + "".join(back[c] for c in piece)] = 0
+        else:
+            pieces[piece[0] + "".join(back.get(c, c) for c in piece[1:])] = 0
+    vocab = _canonical_wordpiece_vocab({**{t: 0 for t in BERT_SPECIAL_TOKENS}, **pieces})
+
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", continuing_subword_prefix="##",
+                                     max_input_chars_per_word=100))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.WordPiece(prefix="##")
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",

@@ -34,3 +34,8 @@ def wordpiece(texts):
     from privnlp.models import train_wordpiece_tokenizer
 
     return train_wordpiece_tokenizer(texts, 300)
+
+
+@pytest.fixture(scope="session")
+def text_factory():
+    return make_texts

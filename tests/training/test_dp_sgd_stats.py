@@ -146,7 +146,7 @@ def test_checkpoint_resume_reproduces_epsilon_exactly(tmp_path):
         m = _linear(seed=seed)
         o = torch.optim.SGD(m.parameters(), lr=0.1)
         return m, make_private(m, o, DataLoader(data, batch_size=10), noise_multiplier=1.1, max_grad_norm=1.0,
-                               target_epsilon=5.0, accountant="prv", rng=4)
+                               target_epsilon=5.0, accountant="rdp", rng=4)
 
     m1, pt1 = fresh(0)
     train_private(pt1, _mse_loss, steps=3)
@@ -160,7 +160,7 @@ def test_checkpoint_resume_reproduces_epsilon_exactly(tmp_path):
     train_private(pt2, _mse_loss, steps=2)
     train_private(pt1, _mse_loss, steps=2)
     assert pt2.ledger.runs == pt1.ledger.runs and pt2.epsilon() == pt1.epsilon()
-    assert pt2.claim().accountant.startswith("opacus.prv")
+    assert pt2.claim().accountant.startswith("opacus.rdp")
 
 
 def test_shuffled_loader_claim_states_no_amplification_epsilon():

@@ -10,9 +10,12 @@ Importing this package imports torch (it registers ``canary_exposure``, ``canary
 """
 from __future__ import annotations
 
+from . import correlation as _correlation  # noqa: F401  (registers eavesdropping, watermark)
 from . import exposure as _exposure  # noqa: F401  (registers canary_exposure)
 from . import extraction as _extraction  # noqa: F401  (registers canary_extraction)
 from ._lm import TextScores, causal_log_probs, exposure_rates, log_perplexity_bits, masked_pll
+from .correlation import (TOP_KS, CorrelationResult, EavesdroppingAttack, WatermarkAttack, combined_rank, ecorr,
+                          exposure_trajectories, generate_candidates, rank_desc, selection_indicator, spearman, wcorr)
 from .exposure import (MASKED_FORMATS, CanaryExposure, ExposureEstimate, canary_exposure, canary_template,
                        exact_exposure, exposure_from_rank, extrapolated_exposure, make_masked_secret,
                        rank_with_ties, score_candidates, skewnorm_log_cdf)

@@ -208,3 +208,154 @@ class LMCanaryScenario(Scenario):
         info = {k: v for k, v in out["info"].items() if isinstance(v, (int, float, str, bool))}
         return ScenarioRun(trials=trials, utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
                            config={"preset": self.preset, **info})
+
+
+# ============================================================================ fl.snapshots
+FL_PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {"n_clients": 4, "per_round": 2, "rounds": 30, "users_per_client": 1, "records_per_user": 4,
+              "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
+              "vocab_size": 400, "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+              "local": {"steps": 15, "batch_size": 8, "lr": 3e-3, "max_length": 48}},
+    "full": {"n_clients": 4, "per_round": 2, "rounds": 60, "users_per_client": 4, "records_per_user": 10,
+             "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
+             "vocab_size": 600, "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+             "local": {"steps": 10, "batch_size": 8, "lr": 3e-3, "max_length": 48}},
+}
+
+_FL_OBSERVER = ThreatModel(
+    adversary=Adversary.EAVESDROPPER,
+    observes=("the global model after every aggregation round", "the victim's selection (eavesdropping only)"),
+    knows=("the record format 'my social security number is {ssn}'", "the tokenizer and architecture",
+           "its watermark (watermark attack only)"),
+    goal="extract the victim client's SSN record and link it to the client")
+
+
+def _watermark(g: np.random.Generator) -> str:
+    from privnlp.data.canaries import DEFAULT_WORDS
+
+    return " ".join(str(w) for w in g.choice(DEFAULT_WORDS, size=5, replace=False))
+
+
+def fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, tokenizer: Any, *, rounds: int,
+                     per_round: int, local: Mapping[str, Any], out_dir: str, mechanism: Any | None = None,
+                     rng: Any) -> tuple[list[str], list[tuple[int, ...]]]:
+    """TEMPORARY in-module FedAvg (until ``privnlp.mechanisms.federated`` provides per-round snapshots).
+
+    Every round ``per_round`` clients are drawn without replacement, each trains ``local['steps']``
+    AdamW steps from the global weights on its own texts, and the server averages the local
+    weights weighted by data size (record paper, Eq. 1). ``mechanism.apply(model, rng=...)``
+    (embedding obfuscation) is applied to each local model before its local training.
+    Snapshot ``r`` (``state_dict`` after round ``r``; round 0 = the initial model) is written to
+    ``out_dir``. Returns ``(paths, selection)`` with ``selection[0] = ()``.
+    """
+    import torch
+
+    from privnlp.models import train_lm
+
+    g = as_numpy(rng)
+    glob = model_factory()
+    paths = [os.path.join(out_dir, "round_0000.pt")]
+    torch.save(glob.state_dict(), paths[0])
+    selection: list[tuple[int, ...]] = [()]
+    sizes = np.asarray([len(t) for t in client_texts], dtype=float)
+    for r in range(1, int(rounds) + 1):
+        chosen = tuple(sorted(int(i) for i in g.choice(len(client_texts), size=int(per_round), replace=False)))
+        states = []
+        for i in chosen:
+            local_model = model_factory()
+            local_model.load_state_dict(glob.state_dict())
+            live = local_model.state_dict(keep_vars=True)  # the tensors themselves, before any wrapping
+            if mechanism is not None:
+                if not hasattr(mechanism, "apply"):
+                    raise InvalidArgument(f"fl.snapshots supports mechanisms with apply(model, rng=...); "
+                                          f"got {type(mechanism).__name__}")
+                mechanism.apply(local_model, rng=int(g.integers(2**31)))
+            train_lm(local_model, tokenizer, client_texts[i], **local, rng=g)
+            states.append({k: v.detach().clone() for k, v in live.items()})
+        w = sizes[list(chosen)] / sizes[list(chosen)].sum()
+        new = {k: sum(float(wi) * s[k].float() for wi, s in zip(w, states)).to(states[0][k].dtype)
+               for k in states[0]}
+        glob.load_state_dict(new)
+        path = os.path.join(out_dir, f"round_{r:04d}.pt")
+        torch.save(glob.state_dict(), path)
+        paths.append(path)
+        selection.append(chosen)
+    return paths, selection
+
+
+@SCENARIOS.register("fl.snapshots")
+class FLSnapshotsScenario(Scenario):
+    """Federated LM training with per-round snapshots (record paper, Sec. V-A, scaled down).
+
+    4 clients (2 bundled-corpus users each), 2 selected per round (without replacement); every
+    client holds one SSN record ``"my social security number is ddd-dd-dddd"`` inserted
+    ``record_repeats`` = 4 times, and one watermark (5 random words) inserted once. Distinct
+    watermarks in every client let one training run serve one watermark trial per client (each
+    trial's adversary uses only its own watermark). Trials: one per client (the victim), a
+    :class:`ModelSnapshots` with ``meta = {victim, watermark, record_pattern}``; ground truth = the
+    victim's record text. Utility: final global model's held-out loss / perplexity (costs).
+
+    Federated training is a TEMPORARY in-module FedAvg (:func:`fedavg_snapshots`) until the
+    federated mechanisms package lands. ``mechanism``: ``None`` or an embedding-obfuscation
+    mechanism with ``apply(model, rng=...)`` (noised / dropout embedding). Snapshot files go to a
+    fresh temporary directory (``PRIVNLP_SNAPSHOT_DIR`` overrides the parent).
+    """
+
+    threat_model = _FL_OBSERVER
+    utility_higher_is_better = {"heldout_loss": False, "heldout_perplexity": False}
+
+    def __init__(self, preset: str = "quick", record_repeats: int | None = None, rounds: int | None = None) -> None:
+        if preset not in FL_PRESETS:
+            raise InvalidArgument(f"preset must be one of {sorted(FL_PRESETS)}; got {preset!r}")
+        self.preset = preset
+        self.record_repeats = record_repeats
+        self.rounds = rounds
+
+    def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
+        from privnlp.data import generate_corpus, make_canary
+        from privnlp.models import tiny_gpt2
+
+        cfg = FL_PRESETS[self.preset]
+        g = as_numpy(rng)
+        seed = int(g.integers(0, 2**31 - 1))
+        n = int(cfg["n_clients"])
+        corpus = generate_corpus(n_users=n * cfg["users_per_client"] + 1, records_per_user=cfg["records_per_user"],
+                                 seed=seed)
+        users = list(corpus.users)
+        by_user = corpus.by_user()
+        heldout = [r.text for r in by_user[users[-1]]]
+        clients = [[r.text for u in users[i * cfg["users_per_client"]:(i + 1) * cfg["users_per_client"]]
+                    for r in by_user[u]] for i in range(n)]
+        public = [t for c in clients for t in c]
+        tok = digit_bpe_tokenizer(public, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"])
+        reps = int(cfg["record_repeats"] if self.record_repeats is None else self.record_repeats)
+        records = [make_canary(cfg["record_pattern"], rng=g).text for _ in range(n)]
+        marks = [_watermark(g) for _ in range(n)]
+        client_texts = []
+        for i in range(n):
+            texts = clients[i] + [records[i]] * reps + [marks[i]] * int(cfg["watermark_repeats"])
+            client_texts.append([texts[j] for j in g.permutation(len(texts))])
+        eos = tok.eos_token_id
+        vocab, mcfg = len(tok), dict(cfg["model"])
+
+        def factory() -> Any:
+            return tiny_gpt2(vocab, **mcfg, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=seed)
+
+        parent = os.environ.get("PRIVNLP_SNAPSHOT_DIR")
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        out_dir = tempfile.mkdtemp(prefix="privnlp-fl-", dir=parent)
+        paths, selection = fedavg_snapshots(client_texts, factory, tok, rounds=int(self.rounds or cfg["rounds"]),
+                                            per_round=int(cfg["per_round"]), local=cfg["local"], out_dir=out_dir,
+                                            mechanism=mechanism, rng=g)
+        trials = tuple(Trial(ModelSnapshots(paths=tuple(paths), selection=tuple(selection), model_factory=factory,
+                                            tokenizer=tok, meta={"victim": i, "watermark": marks[i],
+                                                                 "record_pattern": cfg["record_pattern"]}),
+                             ground_truth=records[i]) for i in range(n))
+        final = ModelSnapshots(paths=tuple(paths), selection=tuple(selection), model_factory=factory,
+                               tokenizer=tok).load(len(paths) - 1)
+        loss = heldout_loss(final, tok, heldout, cfg["local"]["max_length"])
+        return ScenarioRun(trials=trials, utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
+                           config={"preset": self.preset, "rounds": len(paths) - 1, "n_clients": n,
+                                   "per_round": int(cfg["per_round"]), "record_repeats": reps,
+                                   "snapshot_dir": out_dir, "federated": "temporary in-module FedAvg"})

@@ -107,6 +107,7 @@ class FragmentRelease:
                     "target": "".join(t + "\n" for t in self.target),
                     "sidecar": json.dumps(self.sidecar(), indent=2, sort_keys=True) + "\n"}
         tmps: dict[str, str] = {}
+        moved: list[Path] = []
         try:
             for k, text in contents.items():
                 fd, tmp = tempfile.mkstemp(dir=outdir, prefix=f".{paths[k].name}.", suffix=".tmp")
@@ -116,7 +117,16 @@ class FragmentRelease:
                     f.flush()
                     os.fsync(f.fileno())
             for k in ("source", "target", "sidecar"):  # sidecar last: it marks a complete release
-                os.replace(tmps.pop(k), paths[k])
+                os.replace(tmps[k], paths[k])
+                del tmps[k]
+                moved.append(paths[k])
+        except BaseException:
+            for p in moved:  # all or nothing: remove the files of this incomplete release
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+            raise
         finally:
             for tmp in tmps.values():
                 try:

@@ -64,6 +64,7 @@ class _EmbeddingWrapper(nn.Module):
         super().__init__()
         self.embedding = embedding
         self.generator = generator
+        self.train(embedding.training)
 
     @property
     def weight(self) -> torch.Tensor:  # HF code reads get_input_embeddings().weight
@@ -122,6 +123,7 @@ class LSTMOutputDropout(nn.Module):
         self.lstm = lstm
         self.p = float(p)
         self.generator = generator
+        self.train(lstm.training)
 
     def _drop(self, x: torch.Tensor) -> torch.Tensor:
         keep = (torch.rand(x.shape, generator=self.generator) >= self.p).to(device=x.device, dtype=x.dtype)

@@ -1,0 +1,235 @@
+"""Client side of federated training: Flower-shaped messages, tasks and the local update.
+
+Paper: ``../shared/papers/unintended-memorization-under-fl.txt`` (Algorithm 1, ``UserUpdate``: E local
+epochs of minibatch SGD from the global model, the update is ``theta_local - theta_global``);
+``../shared/papers/fl-dp-sequence-tagging-ner.txt`` (clients run DP-SGD locally: record-level DP).
+
+Message shapes mirror Flower's Message API (``flwr.app``): the server sends :class:`FitIns` (an
+``ArrayRecord`` of the global weights + a ``ConfigRecord``), the client answers :class:`FitRes` (an
+``ArrayRecord`` holding the model *delta* + a ``MetricRecord`` with ``num-examples``). The embedded
+simulator passes these dataclasses in-process; the Flower apps convert them to/from real Messages.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from privnlp.core.errors import InvalidArgument, check_positive, check_range
+
+__all__ = ["FitIns", "FitRes", "Task", "ClientData", "trainable_state", "local_update", "lm_task", "lm_client_data",
+           "tagger_task"]
+
+
+@dataclass(frozen=True)
+class FitIns:
+    """Server -> client (Flower: ``RecordDict({"arrays": ArrayRecord, "config": ConfigRecord})``)."""
+
+    arrays: Mapping[str, torch.Tensor]
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class FitRes:
+    """Client -> server (Flower: ``RecordDict({"arrays": ArrayRecord, "metrics": MetricRecord})``).
+
+    ``arrays`` is the model delta (local - global) of the trainable parameters; ``metrics`` holds at
+    least ``num-examples``; with client DP-SGD also ``dp-steps``, ``dp-sample-rate``, ``dp-noise-multiplier``.
+    """
+
+    arrays: Mapping[str, torch.Tensor]
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """One client's examples as aligned tensors (first dimension = examples)."""
+
+    tensors: tuple[torch.Tensor, ...]
+
+    def __post_init__(self) -> None:
+        if not self.tensors or any(t.shape[0] != self.tensors[0].shape[0] for t in self.tensors):
+            raise InvalidArgument("ClientData.tensors must be non-empty and share the first dimension")
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.tensors[0].shape[0])
+
+
+@dataclass(frozen=True)
+class Task:
+    """What is trained: the architecture, a per-sample loss and (optionally) an evaluation.
+
+    ``loss_fn(model, batch) -> per-sample losses [B]`` where ``batch`` is a tuple of tensors (a
+    :class:`ClientData` slice). ``model_factory`` must build identical architectures on every call.
+    """
+
+    model_factory: Callable[[], nn.Module]
+    loss_fn: Callable[[nn.Module, Sequence[torch.Tensor]], torch.Tensor]
+    tokenizer: Any = None
+    evaluate: Callable[[nn.Module], Mapping[str, float]] | None = None
+
+
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Detached copies of the trainable parameters (what FedAvg averages)."""
+    return {k: p.detach().clone() for k, p in model.named_parameters() if p.requires_grad}
+
+
+def _load(model: nn.Module, arrays: Mapping[str, torch.Tensor]) -> None:
+    params = dict(model.named_parameters())
+    missing = set(params) - set(arrays) - {k for k, p in params.items() if not p.requires_grad}
+    if missing:
+        raise InvalidArgument(f"FitIns.arrays misses parameters {sorted(missing)[:5]}")
+    with torch.no_grad():
+        for k, v in arrays.items():
+            if k not in params:
+                raise InvalidArgument(f"FitIns.arrays has unknown parameter {k!r}")
+            params[k].copy_(v)
+
+
+def local_update(task: Task, data: ClientData, ins: FitIns, *, model: nn.Module | None = None) -> FitRes:
+    """Algorithm 1's ``UserUpdate``: load the global weights, train locally, return the delta.
+
+    ``ins.config`` keys: ``local-epochs`` (E), ``batch-size`` (B), ``lr`` (eta), ``local-steps`` (cap, 0 =
+    none), ``seed``; client DP-SGD when ``dp-noise-multiplier`` >= 0 and ``dp-max-grad-norm`` > 0 are present
+    (Poisson sampling within the client, opacus, ``dp-delta``). ``fedsgd``: one full-batch gradient step.
+    """
+    cfg = dict(ins.config)
+    epochs = float(cfg.get("local-epochs", 1))
+    bs = int(cfg.get("batch-size", 8))
+    lr = float(cfg.get("lr", 0.1))
+    cap = int(cfg.get("local-steps", 0))
+    seed = int(cfg.get("seed", 0))
+    fedsgd = bool(cfg.get("fedsgd", False))
+    check_positive("local-epochs", epochs)
+    check_range("batch-size", bs, 1, 10**7, integer=True)
+    check_positive("lr", lr)
+    n = data.num_examples
+    dp = "dp-max-grad-norm" in cfg and float(cfg["dp-max-grad-norm"]) > 0
+    if model is None or dp:
+        model = task.model_factory()
+    _load(model, ins.arrays)
+    start = trainable_state(model)
+    model.train()
+    metrics: dict[str, float] = {"num-examples": float(n)}
+    if fedsgd:
+        bs, epochs, cap = n, 1.0, 1
+    if dp:
+        metrics.update(_dp_local(task, model, data, epochs, bs, lr, cap, seed, cfg))
+    else:
+        metrics.update(_sgd_local(task, model, data, epochs, bs, lr, cap, seed))
+    end = dict(model.named_parameters())
+    delta = {k: (end[k].detach() - v) for k, v in start.items()}
+    return FitRes(delta, metrics)
+
+
+def _sgd_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs: int, lr: float, cap: int,
+               seed: int) -> dict[str, float]:
+    n = data.num_examples
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
+    steps_per_epoch = max(1, math.ceil(n / bs))
+    total = max(1, int(round(epochs * steps_per_epoch)))
+    if cap > 0:
+        total = min(total, cap)
+    losses = []
+    order = torch.empty(0, dtype=torch.long)
+    for _ in range(total):
+        if order.numel() < min(bs, n):
+            order = torch.cat([order, torch.randperm(n, generator=g)])
+        idx, order = order[: min(bs, n)], order[min(bs, n):]
+        batch = tuple(t[idx] for t in data.tensors)
+        opt.zero_grad(set_to_none=True)
+        loss = task.loss_fn(model, batch).mean()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return {"loss": float(sum(losses) / len(losses)), "local-steps": float(total)}
+
+
+def _dp_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs: int, lr: float, cap: int, seed: int,
+              cfg: Mapping[str, Any]) -> dict[str, float]:
+    """Client DP-SGD (record level) with the training developer's opacus wrapper."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from privnlp.mechanisms.training import make_private, train_private
+
+    sigma = float(cfg["dp-noise-multiplier"])
+    clip = float(cfg["dp-max-grad-norm"])
+    delta = float(cfg.get("dp-delta", 1e-5))
+    n = data.num_examples
+    loader = DataLoader(TensorDataset(*data.tensors), batch_size=min(bs, n))
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
+    steps = max(1, int(round(epochs * len(loader))))
+    if cap > 0:
+        steps = min(steps, cap)
+    pt = make_private(model, opt, loader, noise_multiplier=sigma, max_grad_norm=clip, delta=min(delta, 0.5 / n),
+                      accountant="rdp", grad_sample_mode="hooks", tied_embeddings="error", unit="record", rng=seed)
+    try:
+        res = train_private(pt, lambda m, b: task.loss_fn(m, b), steps=steps)
+    finally:
+        pt.close()
+    losses = res.losses or (float("nan"),)
+    return {"loss": float(sum(losses) / len(losses)), "local-steps": float(res.steps), "dp-steps": float(res.steps),
+            "dp-sample-rate": float(pt.sample_rate), "dp-noise-multiplier": sigma}
+
+
+# ----------------------------------------------------------------------------- ready-made tasks
+def _lm_loss(model: nn.Module, batch: Sequence[torch.Tensor]) -> torch.Tensor:
+    from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
+
+    ids, mask = batch[0], batch[1]
+    labels = ids.masked_fill(mask == 0, -100)
+    pos = torch.arange(ids.shape[1]).unsqueeze(0).repeat(ids.shape[0], 1)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    return per_sample_lm_loss(logits, labels)
+
+
+def lm_task(tokenizer: Any, *, n_layer: int = 1, n_embd: int = 32, n_head: int = 2, n_positions: int = 64,
+            seed: int = 0, evaluate: Callable | None = None) -> Task:
+    """Tiny GPT-2 next-word prediction (untied embeddings, so client DP-SGD keeps the parameter set)."""
+    from privnlp.models import tiny_gpt2
+
+    tok_id = tokenizer.eos_token_id
+
+    def factory() -> nn.Module:
+        return tiny_gpt2(len(tokenizer), n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=n_positions,
+                         tie_word_embeddings=False, bos_token_id=tok_id, eos_token_id=tok_id, pad_token_id=tok_id,
+                         seed=seed)
+
+    return Task(factory, _lm_loss, tokenizer, evaluate)
+
+
+def lm_client_data(tokenizer: Any, texts_by_client: Mapping[str, Sequence[str]], *, max_length: int = 48
+                   ) -> dict[str, ClientData]:
+    """Tokenize each client's texts once into right-padded ``(input_ids, attention_mask)``."""
+    from privnlp.models.training import lm_batch
+
+    out = {}
+    for cid, texts in texts_by_client.items():
+        if not texts:
+            raise InvalidArgument(f"client {cid!r} has no texts")
+        b = lm_batch(tokenizer, list(texts), max_length=max_length)
+        out[str(cid)] = ClientData((b.input_ids, b.attention_mask))
+    return out
+
+
+def _tag_loss(model: nn.Module, batch: Sequence[torch.Tensor]) -> torch.Tensor:
+    from privnlp.mechanisms.training.dp_sgd import per_sample_token_loss
+
+    ids, tags = batch[0], batch[1]
+    return per_sample_token_loss(model(ids), tags)
+
+
+def tagger_task(vocab_size: int, num_tags: int, *, emb_dim: int = 32, hidden: int = 32, seed: int = 0,
+                evaluate: Callable | None = None) -> Task:
+    """BiLSTM tagger with a softmax head, built with opacus' DPLSTM so client DP-SGD works unchanged."""
+    from privnlp.models import BiLSTMTagger
+
+    def factory() -> nn.Module:
+        return BiLSTMTagger(vocab_size, num_tags, emb_dim=emb_dim, hidden=hidden, dp_compatible=True, seed=seed)
+
+    return Task(factory, _tag_loss, None, evaluate)

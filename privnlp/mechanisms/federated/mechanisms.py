@@ -1,0 +1,328 @@
+"""Registered federated mechanisms: ``fedavg`` (no formal guarantee) and ``dp_fedavg`` (user-level DP),
+plus the leaky twin of ``dp_fedavg``.
+
+Papers (``../shared/papers/``): ``unintended-memorization-under-fl.txt`` (DP-FedAvg Algorithm 1 with
+fixed-size rounds, clip-only mode, server momentum), ``fl-dp-sequence-tagging-ner.txt`` (client DP-SGD),
+``record-level-privacy-leakage-in-fl.txt`` (M of N clients per round, global snapshots observed by an
+eavesdropper).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
+from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, ProtocolError, check_positive, check_range
+from privnlp.core.protocols import Mechanism
+from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
+
+from .accounting import SAMPLINGS, FedLedger, calibrate_user_noise
+from .aggregation import AggregateInfo, dp_average, weighted_average
+from .client import FitRes
+
+__all__ = ["FedAvg", "DPFedAvg", "LeakyDPFedAvgWeighted", "SERVER_OBSERVER", "SNAPSHOT_EAVESDROPPER",
+           "MODEL_QUERIER"]
+
+SERVER_OBSERVER = ThreatModel(
+    adversary=Adversary.HONEST_BUT_CURIOUS_SERVER, observes=("every aggregated global model", "the selection log"),
+    knows=("the model architecture", "the tokenizer", "the protocol parameters"),
+    goal="learn whether / what a user contributed (user-level membership, canary extraction)")
+SNAPSHOT_EAVESDROPPER = ThreatModel(
+    adversary=Adversary.EAVESDROPPER, observes=("global model snapshots of every round", "which clients were selected"),
+    knows=("model architecture", "public vocabulary"),
+    goal="extract or test membership of individual records (record-level leakage in FL)")
+MODEL_QUERIER = ThreatModel(
+    adversary=Adversary.BLACK_BOX_QUERIER, observes=("log-probabilities of the final global model",),
+    knows=("the canary format and randomness space",), goal="extract memorised canaries (federated secret sharer)")
+
+
+class _FedBase(Mechanism):
+    """Shared hyperparameters of FedAvg-style training (server and the client config it sends)."""
+
+    paper = "unintended-memorization-under-fl.txt (FedAvg / DP-FedAvg, Algorithm 1)"
+    paired_attacks = ("canary_exposure", "eavesdropping", "watermark")
+    threat_models = (SERVER_OBSERVER, SNAPSHOT_EAVESDROPPER, MODEL_QUERIER)
+    scenario = "fl.dp_fedavg"
+
+    def __init__(self, clients_per_round: float = 10, sampling: str = "fixed", local_epochs: float = 1.0,
+                 local_batch_size: int = 8, local_lr: float = 0.1, local_steps: int = 0, fedsgd: bool = False,
+                 server_lr: float = 1.0, server_momentum: float = 0.0) -> None:
+        check_positive("clients_per_round", clients_per_round)
+        if sampling not in SAMPLINGS:
+            raise InvalidArgument(f"sampling must be one of {SAMPLINGS}; got {sampling!r}")
+        if sampling == "fixed":
+            check_range("clients_per_round", clients_per_round, 1, math.inf, integer=True)
+        check_positive("local_epochs", local_epochs)
+        check_range("local_batch_size", local_batch_size, 1, 10**7, integer=True)
+        check_positive("local_lr", local_lr)
+        check_range("local_steps", local_steps, 0, 10**9, integer=True)
+        check_positive("server_lr", server_lr)
+        check_range("server_momentum", server_momentum, 0.0, 1.0, hi_inclusive=False)
+        self.clients_per_round = clients_per_round
+        self.sampling = sampling
+        self.local_epochs = local_epochs
+        self.local_batch_size = local_batch_size
+        self.local_lr = local_lr
+        self.local_steps = local_steps
+        self.fedsgd = fedsgd
+        self.server_lr = server_lr
+        self.server_momentum = server_momentum
+
+    # -- protocol pieces used by the simulator and the Flower ServerApp ------------------------
+    def check_population(self, num_users: int) -> None:
+        if self.sampling == "fixed" and self.clients_per_round > num_users:
+            raise InvalidArgument(f"clients_per_round={self.clients_per_round} must be <= the number of users "
+                                  f"({num_users})")
+        if self.sampling == "poisson" and self.clients_per_round > num_users:
+            raise InvalidArgument(f"clients_per_round (expected) must be <= the number of users ({num_users})")
+
+    def client_config(self, server_round: int, seed: int) -> dict[str, Any]:
+        """The ``ConfigRecord`` sent to clients (Flower-style hyphenated keys)."""
+        return {"server-round": int(server_round), "local-epochs": float(self.local_epochs),
+                "batch-size": int(self.local_batch_size), "lr": float(self.local_lr),
+                "local-steps": int(self.local_steps), "fedsgd": bool(self.fedsgd), "seed": int(seed)}
+
+    def plan(self, num_users: int, rounds: int) -> dict[str, Any]:
+        """Round-independent server parameters (calibrated once per run)."""
+        return {}
+
+    def require_all_replies(self) -> bool:
+        return False
+
+    def aggregate(self, reference: Mapping[str, torch.Tensor], replies: Sequence[FitRes], *, num_selected: int,
+                  plan: Mapping[str, Any], generator: torch.Generator) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
+        raise NotImplementedError
+
+    def account(self, ledger: FedLedger, plan: Mapping[str, Any], num_users: int, *, check: bool) -> None:
+        """Record one round in the ledger (``check``: raise before a round that would exceed the budget)."""
+
+    def claim_for(self, ledger: FedLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
+        return self.claim()
+
+
+@MECHANISMS.register("fedavg")
+class FedAvg(_FedBase):
+    """Federated Averaging (McMahan et al. 2017) without a privacy mechanism: the baseline.
+
+    Paper: ``../shared/papers/unintended-memorization-under-fl.txt`` (FedAvg reduces unintended
+    memorization compared to central training, thanks to non-IID users and clustering of each user's
+    data, but gives no guarantee), ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (an
+    eavesdropper on the global snapshots extracts records). Rounds sample M of N clients (without
+    replacement) or each client with probability q (Poisson); the average is weighted by the clients'
+    example counts. Threat model: honest-but-curious server / eavesdropper on snapshots / querier of
+    the final model. Claim: heuristic (no formal guarantee).
+    """
+
+    def __init__(self, clients_per_round: float = 10, sampling: str = "fixed", local_epochs: float = 1.0,
+                 local_batch_size: int = 8, local_lr: float = 0.1, local_steps: int = 0, fedsgd: bool = False,
+                 server_lr: float = 1.0, server_momentum: float = 0.0, weighted: bool = True) -> None:
+        super().__init__(clients_per_round, sampling, local_epochs, local_batch_size, local_lr, local_steps, fedsgd,
+                         server_lr, server_momentum)
+        self.weighted = weighted
+
+    def aggregate(self, reference, replies, *, num_selected, plan, generator):
+        if not replies:
+            raise ProtocolError("FedAvg round got no replies")
+        weights = [float(r.metrics.get("num-examples", 1.0)) if self.weighted else 1.0 for r in replies]
+        return weighted_average([r.arrays for r in replies], weights, reference)
+
+    def claim(self) -> PrivacyClaim:
+        return PrivacyClaim.heuristic(
+            "FedAvg: raw data stays on the clients, but every (weighted) model update and global snapshot can "
+            "leak records; no clipping, no noise, no formal guarantee")
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "FedAvg":
+        return cls(clients_per_round=4 if preset == "quick" else 10, local_epochs=1, local_batch_size=8, local_lr=0.5)
+
+
+@MECHANISMS.register("dp_fedavg")
+class DPFedAvg(_FedBase):
+    """User-level DP-FedAvg (McMahan et al. 2018; Algorithm 1 of the FL memorization paper).
+
+    Paper: ``../shared/papers/unintended-memorization-under-fl.txt`` (App. A.3: fixed-size rounds of
+    m = qN users sampled without replacement, each user's model delta clipped to L2 norm S, the
+    *unweighted* sum divided by the fixed denominator m, Gaussian noise of std z*S/m added once; RDP
+    accounting of sampling without replacement, replace-one neighbours). Poisson rounds are accounted
+    as Poisson sampling (add/remove). ``noise_multiplier=0`` is the paper's "clip only" mode (epsilon =
+    inf). A round with fewer replies than planned fails closed (:class:`ProtocolError`): dividing by the
+    number of replies, or weighting by example counts, would change the sensitivity. Optional client
+    DP-SGD (``client_noise_multiplier``/``client_max_grad_norm``, ``fl-dp-sequence-tagging-ner.txt``)
+    adds a record-level guarantee in the same ledger. Threat model: honest-but-curious server seeing
+    every aggregate, eavesdropper on snapshots, querier of the final model. Claim: (epsilon, delta)-DP
+    per user (dp_accounting RDP), record-level epsilon in ``extra``.
+    """
+
+    def __init__(self, clip_norm: float = 1.0, noise_multiplier: float | None = 1.0, target_epsilon: float | None = None,
+                 delta: float | None = None, rounds: int | None = None, num_users: int | None = None,
+                 clients_per_round: float = 10, sampling: str = "fixed", local_epochs: float = 1.0,
+                 local_batch_size: int = 8, local_lr: float = 0.1, local_steps: int = 0, fedsgd: bool = False,
+                 server_lr: float = 1.0, server_momentum: float = 0.0,
+                 client_noise_multiplier: float | None = None, client_max_grad_norm: float | None = None,
+                 client_delta: float = 1e-5, enforce_budget: bool = True) -> None:
+        super().__init__(clients_per_round, sampling, local_epochs, local_batch_size, local_lr, local_steps, fedsgd,
+                         server_lr, server_momentum)
+        check_positive("clip_norm", clip_norm, error=InvalidPrivacyParameter)
+        if noise_multiplier is not None:
+            check_range("noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
+        if target_epsilon is not None:
+            check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
+        if noise_multiplier is None and target_epsilon is None:
+            raise InvalidPrivacyParameter("pass noise_multiplier (>= 0; 0 = clip only) or target_epsilon (> 0)")
+        if noise_multiplier is None and rounds is None:
+            raise InvalidPrivacyParameter("target_epsilon without noise_multiplier needs rounds (>= 1) to calibrate z")
+        if delta is not None:
+            check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
+        if rounds is not None:
+            check_range("rounds", rounds, 1, math.inf, integer=True)
+        if num_users is not None:
+            check_range("num_users", num_users, 1, math.inf, integer=True)
+        if (client_noise_multiplier is None) != (client_max_grad_norm is None):
+            raise InvalidPrivacyParameter("client DP-SGD needs both client_noise_multiplier (>= 0) and "
+                                          "client_max_grad_norm (> 0)")
+        if client_max_grad_norm is not None:
+            check_positive("client_max_grad_norm", client_max_grad_norm, error=InvalidPrivacyParameter)
+            check_range("client_noise_multiplier", client_noise_multiplier, 0.0, math.inf,
+                        error=InvalidPrivacyParameter)
+        check_range("client_delta", client_delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False,
+                    error=InvalidPrivacyParameter)
+        self.clip_norm = clip_norm
+        self.noise_multiplier = noise_multiplier
+        self.target_epsilon = target_epsilon
+        self.delta = delta
+        self.rounds = rounds
+        self.num_users = num_users
+        self.client_noise_multiplier = client_noise_multiplier
+        self.client_max_grad_norm = client_max_grad_norm
+        self.client_delta = client_delta
+        self.enforce_budget = enforce_budget
+        self._last_claim: PrivacyClaim | None = None
+
+    # -- server plan ---------------------------------------------------------------------
+    def delta_for(self, num_users: int) -> float:
+        from privnlp.accounting import default_delta
+
+        d = default_delta(num_users) if self.delta is None else float(self.delta)
+        if d >= 1.0 / num_users:
+            raise InvalidPrivacyParameter(f"delta must be < 1/N = {1.0 / num_users:.3g} for N={num_users} users; got {d}")
+        return d
+
+    def plan(self, num_users: int, rounds: int) -> dict[str, Any]:
+        self.check_population(num_users)
+        delta = self.delta_for(num_users)
+        z = self.noise_multiplier
+        if z is None:
+            z = calibrate_user_noise(self.target_epsilon, delta, sampling=self.sampling, num_users=num_users,
+                                     clients_per_round=self.clients_per_round, rounds=int(self.rounds or rounds))
+        return {"noise_multiplier": float(z), "delta": delta, "denominator": float(self.clients_per_round),
+                "clip_norm": float(self.clip_norm), "num_users": int(num_users)}
+
+    def client_config(self, server_round: int, seed: int) -> dict[str, Any]:
+        cfg = super().client_config(server_round, seed)
+        cfg["clip-norm"] = float(self.clip_norm)  # honest clients clip locally too (Algorithm 1); the server re-clips
+        if self.client_max_grad_norm is not None:
+            cfg["dp-noise-multiplier"] = float(self.client_noise_multiplier)
+            cfg["dp-max-grad-norm"] = float(self.client_max_grad_norm)
+            cfg["dp-delta"] = float(self.client_delta)
+        return cfg
+
+    def require_all_replies(self) -> bool:
+        return True
+
+    def aggregate(self, reference, replies, *, num_selected, plan, generator):
+        if len(replies) < num_selected or (self.sampling == "fixed" and len(replies) < plan["denominator"]):
+            raise ProtocolError(f"DP-FedAvg round got {len(replies)} replies but {num_selected} clients were selected "
+                                f"(denominator m={plan['denominator']:g}); failing closed: averaging fewer updates "
+                                "with the same noise would not match the accounted mechanism")
+        if len(replies) > num_selected:
+            raise ProtocolError(f"DP-FedAvg round got {len(replies)} replies for {num_selected} selected clients")
+        if self.client_max_grad_norm is not None:
+            for r in replies:
+                if "dp-steps" not in r.metrics:
+                    raise ProtocolError("client DP-SGD is configured but a reply carries no dp-steps metric; "
+                                        "refusing a reply without record-level accounting")
+        return dp_average([r.arrays for r in replies], reference, clip_norm=plan["clip_norm"],
+                          noise_multiplier=plan["noise_multiplier"], denominator=plan["denominator"],
+                          generator=generator)
+
+    def account(self, ledger: FedLedger, plan: Mapping[str, Any], num_users: int, *, check: bool) -> None:
+        args = (self.sampling, num_users, float(self.clients_per_round), plan["noise_multiplier"])
+        if check and self.enforce_budget and self.target_epsilon is not None and plan["noise_multiplier"] > 0:
+            ledger.check_round(*args, plan["delta"], self.target_epsilon)
+        if not check:
+            ledger.record_round(*args)
+
+    # -- claims --------------------------------------------------------------------------
+    def claim_for(self, ledger: FedLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
+        delta = plan["delta"]
+        z = plan["noise_multiplier"]
+        eps = ledger.user_epsilon(delta) if z > 0 else (math.inf if ledger.rounds else 0.0)
+        neighbouring = "replace-one" if self.sampling == "fixed" else "add/remove"
+        acct = ("dp_accounting.rdp (SampledWithoutReplacementDpEvent, REPLACE_ONE; accountant noise multiplier z/2)"
+                if self.sampling == "fixed" else "dp_accounting.rdp (PoissonSampledDpEvent, ADD_OR_REMOVE_ONE)")
+        extra: dict[str, Any] = {"noise_multiplier": float(z), "clip_norm": float(self.clip_norm),
+                                 "clients_per_round": float(self.clients_per_round), "num_users": int(num_users),
+                                 "rounds": int(ledger.rounds), "sampling": self.sampling,
+                                 "noise_std_on_average": float(z) * float(self.clip_norm) / float(self.clients_per_round)}
+        if self.target_epsilon is not None:
+            extra["target_epsilon"] = float(self.target_epsilon)
+        notes = []
+        if z == 0:
+            notes.append("clip only (noise_multiplier=0): bounded user contribution, no formal guarantee (epsilon = inf)")
+        rec = ledger.record_epsilon(self.client_delta)
+        if rec is not None:
+            rec_eps = min(rec, eps) if self.sampling == "fixed" else rec
+            extra["record_epsilon"] = float(rec_eps)
+            extra["record_delta"] = float(self.client_delta)
+            extra["record_epsilon_client_dp_sgd"] = float(rec)
+            notes.append(f"record level: ({rec_eps:.4g}, {self.client_delta:.3g})-DP per record from client DP-SGD "
+                         "(worst client, opacus/dp_accounting RDP, Poisson within the client)")
+        elif self.sampling == "fixed" and ledger.rounds:
+            extra["record_epsilon"] = float(eps)
+            extra["record_delta"] = float(delta)
+            notes.append("record level: implied by the user-level replace-one guarantee (any change inside one user)")
+        return PrivacyClaim.dp(eps, delta, "user", neighbouring=neighbouring, accountant=acct,
+                               ledger=ledger.to_dict(), notes=tuple(notes), extra=extra)
+
+    def claim(self) -> PrivacyClaim:
+        if self._last_claim is not None:
+            return self._last_claim
+        n = self.num_users or 100
+        rounds = self.rounds or 100
+        plan = self.plan(n, rounds)
+        ledger = FedLedger()
+        for _ in range(rounds):
+            ledger.record_round(self.sampling, n, float(self.clients_per_round), plan["noise_multiplier"])
+        c = self.claim_for(ledger, n, plan)
+        note = (f"planned claim for {rounds} rounds over N={n} users"
+                + ("" if self.num_users else " (num_users not given: N=100 assumed)"))
+        return PrivacyClaim.dp(c.epsilon, c.delta, c.unit, neighbouring=c.neighbouring, accountant=c.accountant,
+                               ledger=c.ledger, notes=(note,) + c.notes, extra=c.extra)
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "DPFedAvg":
+        if preset == "full":
+            return cls(clip_norm=0.5, noise_multiplier=1.0, rounds=100, num_users=100, clients_per_round=20,
+                       local_epochs=1, local_batch_size=8, local_lr=0.5)
+        return cls(clip_norm=0.5, noise_multiplier=1.0, rounds=20, num_users=20, clients_per_round=4,
+                   local_epochs=1, local_batch_size=8, local_lr=0.5)
+
+
+@LEAKY_TWINS.register("dp_fedavg")
+class LeakyDPFedAvgWeighted(DPFedAvg):
+    """Deliberately broken DP-FedAvg (a Flower-default-style aggregation): same claim, but the server
+    averages *unclipped* updates weighted by example counts and divides by the number of replies, so one
+    user (a large or malicious client) moves the model arbitrarily far; missing replies are tolerated.
+    Caught by ``tests/federated/test_dp_fedavg.py::test_leaky_twin_is_caught``."""
+
+    def require_all_replies(self) -> bool:
+        return False
+
+    def aggregate(self, reference, replies, *, num_selected, plan, generator):
+        weights = [float(r.metrics.get("num-examples", 1.0)) for r in replies]
+        avg, info = weighted_average([r.arrays for r in replies], weights, reference)
+        std = plan["noise_multiplier"] * plan["clip_norm"] / max(1, len(replies))
+        out = {k: v + std * torch.randn(v.shape, generator=generator, dtype=v.dtype) for k, v in avg.items()}
+        return out, AggregateInfo(len(replies), float(len(replies)), info.update_norms, 0, std)
