@@ -1,6 +1,161 @@
-"""`privnlp GROUP` commands (filled by the issue that owns GROUP)."""
+"""`privnlp train`: train the bundled tiny GPT-2 LM privately and print/save the privacy statement.
+
+``privnlp train [OPTIONS]`` runs directly (a callback with ``invoke_without_command=True``);
+``privnlp train --help`` lists the options. Heavy imports happen inside the command.
+"""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
-app = typer.Typer(help="Train a bundled tiny model privately (DP-SGD, frozen embeddings, update transforms).", no_args_is_help=True)
+app = typer.Typer(help="Train a bundled tiny model privately (DP-SGD, frozen embeddings, update transforms).",
+                  invoke_without_command=True)
+
+DEFENSES = ("dp_sgd", "frozen_embeddings", "none")
+
+
+@app.callback(invoke_without_command=True)
+def train(
+    ctx: typer.Context,
+    data: Optional[Path] = typer.Option(None, "--data", help="Text file (.txt: one text per line) or .jsonl/.csv; "
+                                        "default: the bundled synthetic private corpus."),
+    field: Optional[str] = typer.Option(None, "--field", help="Field holding the text in JSONL/CSV (default: text)."),
+    defense: str = typer.Option("dp_sgd", "--defense", help=f"One of {', '.join(DEFENSES)}."),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", help="Target epsilon (hard budget; calibrates sigma "
+                                            "unless --noise-multiplier is given)."),
+    noise_multiplier: Optional[float] = typer.Option(None, "--noise-multiplier", help="DP-SGD noise multiplier sigma."),
+    max_grad_norm: float = typer.Option(1.0, "--max-grad-norm", help="Per-example clipping norm C (> 0)."),
+    delta: Optional[float] = typer.Option(None, "--delta", help="Delta (default min(1e-5, N^-1.1); must be < 1/N)."),
+    accountant: str = typer.Option("prv", "--accountant", help="prv (default) or rdp."),
+    freeze_embeddings: bool = typer.Option(False, "--freeze-embeddings", help="Also freeze word embeddings."),
+    epochs: float = typer.Option(1.0, "--epochs", help="Passes over the data (> 0)."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Expected (logical) batch size."),
+    physical_batch_size: Optional[int] = typer.Option(None, "--physical-batch-size", min=1,
+                                                      help="Split logical batches (BatchMemoryManager)."),
+    lr: float = typer.Option(5e-3, "--lr", help="Learning rate (AdamW)."),
+    vocab_size: int = typer.Option(500, "--vocab-size", min=50, help="BPE vocabulary size."),
+    max_length: int = typer.Option(48, "--max-length", min=4, help="Max tokens per text."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed (model, split, sampler, noise)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for claim.json, privacy_statement.txt, "
+                                       "utility.json and checkpoint.pt (each written atomically)."),
+) -> None:
+    """Train the tiny GPT-2 LM on TEXTS with DEFENSE; print the TF-Privacy-style statement and utility."""
+    if ctx.invoked_subcommand is not None:  # pragma: no cover
+        return
+    import json
+    import math
+
+    from privnlp.core.errors import InvalidArgument, PrivnlpError
+    from privnlp.core.report import atomic_write_text
+
+    try:
+        if defense not in DEFENSES:
+            raise InvalidArgument(f"--defense must be one of {DEFENSES}; got {defense!r}")
+        if not epochs > 0:
+            raise InvalidArgument(f"--epochs must be > 0; got {epochs}")
+        import numpy as np
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        from privnlp.mechanisms.training import make_private, train_private
+        from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
+        from privnlp.mechanisms.training.embedding import freeze_embeddings as _freeze
+        from privnlp.models import lm_batch, tiny_gpt2, train_bpe_tokenizer
+
+        torch.manual_seed(seed)
+        if data is None:
+            from privnlp.data import generate_corpus
+
+            texts = generate_corpus(seed=seed).texts()
+        else:
+            from privnlp.data import load_texts
+
+            texts = load_texts(data, field=field)
+        texts = [t for t in texts if t.strip()]
+        if len(texts) < 4:
+            raise InvalidArgument(f"--data must hold at least 4 non-empty texts; got {len(texts)}")
+        order = np.random.default_rng(seed).permutation(len(texts))
+        n_eval = max(1, len(texts) // 10)
+        eval_texts = [texts[i] for i in order[:n_eval]]
+        train_texts = [texts[i] for i in order[n_eval:]]
+        tok = train_bpe_tokenizer(train_texts, vocab_size=vocab_size)
+        eos = tok.eos_token_id
+        model = tiny_gpt2(len(tok), n_positions=max(max_length, 16), bos_token_id=eos, eos_token_id=eos,
+                          pad_token_id=eos, seed=seed)
+        tr = lm_batch(tok, train_texts, max_length=max_length)
+        ev = lm_batch(tok, eval_texts, max_length=max_length)
+
+        def perplexity() -> float:
+            model.eval()
+            with torch.no_grad():
+                out = model(input_ids=ev.input_ids, attention_mask=ev.attention_mask, position_ids=ev.position_ids)
+                loss = per_sample_lm_loss(out.logits, ev.labels).mean()
+            model.train()
+            return float(math.exp(float(loss)))
+
+        ppl_before = perplexity()
+        notes = []
+        if defense == "frozen_embeddings" or freeze_embeddings:
+            notes.append(f"frozen: {list(_freeze(model))}")
+        ds = TensorDataset(tr.input_ids, tr.attention_mask, tr.labels)
+        dl = DataLoader(ds, batch_size=min(batch_size, len(ds)), shuffle=defense != "dp_sgd",
+                        generator=torch.Generator().manual_seed(seed))
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+
+        def loss_fn(m, batch):
+            ids, mask, labels = batch
+            return per_sample_lm_loss(m(input_ids=ids, attention_mask=mask).logits, labels)
+
+        steps = max(1, int(round(epochs * len(dl))))
+        if defense == "dp_sgd":
+            if epsilon is None and noise_multiplier is None:
+                raise InvalidArgument("--defense dp_sgd needs --epsilon (> 0) or --noise-multiplier (>= 0)")
+            pt = make_private(model, opt, dl, noise_multiplier=noise_multiplier, target_epsilon=epsilon,
+                              steps=steps, max_grad_norm=max_grad_norm, delta=delta, accountant=accountant,
+                              tied_embeddings="freeze" if freeze_embeddings else "untie", rng=seed)
+            if notes:
+                pt.notes = pt.notes + tuple(notes)
+            res = train_private(pt, loss_fn, steps=steps, max_physical_batch_size=physical_batch_size,
+                                stop_at_budget=True, progress=True)
+            claim = res.claim
+            statement = pt.privacy_statement()
+            if res.stopped_by_budget:
+                statement += "\nTraining stopped early: the next step would have exceeded the target epsilon."
+            losses = res.losses
+        else:
+            from privnlp.core.claims import PrivacyClaim
+            from privnlp.mechanisms import get
+
+            losses = []
+            done = 0
+            while done < steps:
+                for batch in dl:
+                    opt.zero_grad()
+                    loss = loss_fn(model, batch).mean()
+                    loss.backward()
+                    opt.step()
+                    losses.append(float(loss))
+                    done += 1
+                    if done >= steps:
+                        break
+            claim = get("frozen_embeddings")().claim() if defense == "frozen_embeddings" else PrivacyClaim.none()
+            statement = claim.statement()
+        utility = {"eval_perplexity_before": ppl_before, "eval_perplexity_after": perplexity(),
+                   "final_train_loss": losses[-1] if losses else float("nan"), "train_texts": len(train_texts),
+                   "eval_texts": len(eval_texts), "steps": len(losses)}
+        typer.echo(statement)
+        typer.echo("Utility: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                           for k, v in utility.items()))
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out / "claim.json", json.dumps(claim.to_dict(), indent=2))
+            atomic_write_text(out / "privacy_statement.txt", statement + "\n")
+            atomic_write_text(out / "utility.json", json.dumps(utility, indent=2))
+            if defense == "dp_sgd":
+                pt.save_checkpoint(out / "checkpoint.pt")
+            typer.echo(f"wrote claim.json, privacy_statement.txt, utility.json to {out}")
+    except PrivnlpError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
