@@ -34,7 +34,7 @@ def reference_vickrey(E: np.ndarray, ids: np.ndarray, eps: float, t: float, g: n
     for k, i in enumerate(ids):
         u = g.standard_normal(d)
         z = u / np.linalg.norm(u) * g.gamma(d, 1.0 / eps)
-        x = E[i] + z
+        x = (E[i] + z).astype(np.float32)  # keep float32 like E (a float64 x doubles the work)
         dist = np.linalg.norm(E - x, axis=1)
         two = np.argpartition(dist, 1)[:2]
         two = two[np.argsort(dist[two])]

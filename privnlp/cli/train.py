@@ -35,7 +35,7 @@ def train(
     physical_batch_size: Optional[int] = typer.Option(None, "--physical-batch-size", min=1,
                                                       help="Split logical batches (BatchMemoryManager)."),
     lr: float = typer.Option(5e-3, "--lr", help="Learning rate (AdamW)."),
-    vocab_size: int = typer.Option(500, "--vocab-size", min=50, help="BPE vocabulary size."),
+    vocab_size: int = typer.Option(500, "--vocab-size", min=257, help="BPE vocabulary size."),
     max_length: int = typer.Option(48, "--max-length", min=4, help="Max tokens per text."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed (model, split, sampler, noise)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for claim.json, privacy_statement.txt, "

@@ -8,6 +8,9 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+#: |R| = 1000 keeps the exact enumeration cheap in the fast tests (log2 |R| = 9.97 bits)
+PATTERN = "my pin code is {digits:3}"
+
 
 @pytest.fixture(scope="session")
 def canary_lms():
@@ -18,8 +21,8 @@ def canary_lms():
     torch.set_num_threads(1)
     from privnlp.evaluation.scenarios.memorization import train_canary_lm
 
-    with_c = train_canary_lm(None, preset="quick", rng=np.random.default_rng(7))
-    without = train_canary_lm(None, preset="quick", repeats=0, rng=np.random.default_rng(7))
+    with_c = train_canary_lm(None, preset="quick", pattern=PATTERN, rng=np.random.default_rng(7))
+    without = train_canary_lm(None, preset="quick", pattern=PATTERN, repeats=0, rng=np.random.default_rng(7))
     # same seed -> same corpus and the same canary drawn; only the insertion differs
     assert with_c["canaries"][0].text == without["canaries"][0].text
     return with_c, without

@@ -74,10 +74,10 @@ def test_memorized_canary_has_high_exposure(canary_lms):
     c = with_c["canaries"][0]
     hi = canary_exposure(with_c["model"], with_c["tokenizer"], c, rng=0)
     lo = canary_exposure(without["model"], without["tokenizer"], c, rng=0)
-    assert hi.method == "exact" and hi.exposure > 10.0, hi
-    assert lo.exposure < 6.0, lo
+    assert hi.method == "exact" and hi.exposure > 8.0, hi
+    assert lo.exposure < 5.0, lo
     # sampled + skew-normal extrapolation agrees with the enumeration on the non-memorizing model
-    ext = canary_exposure(without["model"], without["tokenizer"], c, method="extrapolated", n_samples=2000, rng=0)
+    ext = canary_exposure(without["model"], without["tokenizer"], c, method="extrapolated", n_samples=500, rng=0)
     assert abs(ext.exposure - lo.exposure) < 1.5, (ext, lo)
 
 
@@ -89,11 +89,11 @@ def test_attack_scorer_end_to_end(canary_lms):
         res = CanaryExposure().run(obs, rng=np.random.default_rng(0))
         assert c.secret not in repr(obs.meta)
         s = res.score(c)
-        assert s["log2_space"] == pytest.approx(math.log2(10**4))
+        assert s["log2_space"] == pytest.approx(math.log2(10**3))
         if expect_hi:
-            assert s["exposure"] > 10 and s["extracted"] == 1.0
+            assert s["exposure"] > 8 and s["extracted"] == 1.0
         else:
-            assert s["exposure"] < 6 and s["extracted"] == 0.0
+            assert s["exposure"] < 5 and s["extracted"] == 0.0
         assert res.score(c.text)["exposure"] == s["exposure"]
 
 

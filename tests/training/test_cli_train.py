@@ -18,7 +18,7 @@ def test_privnlp_train_prints_and_saves_the_privacy_statement(tmp_path):
     data.write_text("\n".join(TEXTS) + "\n")
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["train", "--data", str(data), "--epsilon", "8", "--accountant", "rdp",
-                                 "--batch-size", "4", "--epochs", "1", "--vocab-size", "60", "--out", str(out)])
+                                 "--batch-size", "4", "--epochs", "1", "--vocab-size", "300", "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "DP-SGD performed over 7 examples" in r.output and "Epsilon assuming no amplification" in r.output
     claim = json.loads((out / "claim.json").read_text())
@@ -30,7 +30,7 @@ def test_privnlp_train_prints_and_saves_the_privacy_statement(tmp_path):
 def test_privnlp_train_bad_input_names_the_option(tmp_path):
     data = tmp_path / "texts.txt"
     data.write_text("\n".join(TEXTS) + "\n")
-    r = CliRunner().invoke(app, ["train", "--data", str(data), "--epsilon", "-1", "--vocab-size", "60"])
+    r = CliRunner().invoke(app, ["train", "--data", str(data), "--epsilon", "-1", "--vocab-size", "300"])
     assert r.exit_code == 2 and "target_epsilon" in r.output
     r = CliRunner().invoke(app, ["train", "--data", str(data), "--defense", "nope"])
     assert r.exit_code == 2 and "--defense" in r.output

@@ -97,7 +97,7 @@ def recover_bag(gradients: Any, model: Any = None, *, method: str = "auto", nois
 
     Args:
         method: ``"auto"`` (nonzero rows if untied, log-gap on row norms if tied, DP test if
-            ``noise_std``), ``"nonzero"``, ``"norm"`` (rows with norm > ``threshold`` x max norm),
+            ``noise_std``), ``"nonzero"``, ``"norm"`` (rows with norm > ``threshold`` (default 0.03) x the 3rd-largest row norm),
             ``"dp"`` (max |entry| > ``noise_std * sqrt(2 ln d)``).
         noise_std: per-coordinate std of Gaussian noise on the observed update (DP).
         max_bag: upper bound on the bag size considered by the log-gap rule.
@@ -126,10 +126,17 @@ def recover_bag(gradients: Any, model: Any = None, *, method: str = "auto", nois
     else:
         norms = np.linalg.norm(G, axis=1)
         if method == "norm":
-            check_range("threshold", 0.05 if threshold is None else threshold, 0, 1)
-            thr = (0.05 if threshold is None else threshold) * float(norms.max(initial=0.0))
+            check_range("threshold", 0.03 if threshold is None else threshold, 0, 1)
+            ref = float(np.sort(norms)[-3]) if norms.size >= 3 else float(norms.max(initial=0.0))
+            thr = (0.03 if threshold is None else threshold) * ref
         else:
             thr = _gap_threshold(norms, max_bag)
+            kept = norms >= thr
+            below = norms[~kept]
+            # a pronounced gap (b = 1) is trusted; otherwise fall back to a relative threshold
+            if not (below.size and kept.any() and norms[kept].min() > 4.0 * below.max() and kept.sum() > 3):
+                ref = float(np.sort(norms)[-3]) if norms.size >= 3 else float(norms.max(initial=0.0))
+                thr = (0.03 if threshold is None else threshold) * ref
         ids = np.nonzero((norms >= thr) & (norms > 0))[0]
     max_len = None
     if wpe is not None and wpe in gradients:
@@ -158,7 +165,7 @@ def _prompt_ids(tokenizer: Any, bag: Sequence[int]) -> list[int]:
         nospace.append(int(t))
         if s[0].isupper():
             caps.append(int(t))
-    return caps or nospace or [int(t) for t in bag]
+    return (caps + [t for t in nospace if t not in caps]) or [int(t) for t in bag]
 
 
 def _ngrams(seq: Sequence[int], n: int) -> dict[tuple[int, ...], int]:

@@ -90,7 +90,7 @@ def train_seq2seq(model: TinySeq2Seq, pairs: Sequence[tuple[Sequence[str], Seque
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 

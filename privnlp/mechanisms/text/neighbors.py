@@ -41,15 +41,17 @@ class ExactIndex:
     """Exact Euclidean k-NN: ``-2 X E^T + ||e||^2`` in float32 blocks of queries, then top-k
     (two ``argmin`` passes for k <= 2, ``argpartition`` otherwise); final distances in float64."""
 
-    def __init__(self, embeddings: Embeddings, block_bytes: int = 48 << 20) -> None:
+    def __init__(self, embeddings: Embeddings, block_bytes: int = 160 << 20) -> None:
         self.embeddings = embeddings
         self.block_bytes = block_bytes
 
     def _prep(self) -> tuple[np.ndarray, np.ndarray]:
         cache = self.embeddings._cache
-        if "neg2E" not in cache:
-            cache["neg2E"] = np.ascontiguousarray(-2.0 * self.embeddings.vectors, dtype=np.float32)
-        return cache["neg2E"], self.embeddings.sq_norms
+        if "neg2E_aug" not in cache:  # [-2E | ||e||^2]: one matmul gives ||e||^2 - 2 q.e (no extra pass)
+            v = self.embeddings.vectors
+            cache["neg2E_aug"] = np.ascontiguousarray(np.hstack([-2.0 * v, self.embeddings.sq_norms[:, None]]),
+                                                      dtype=np.float32)
+        return cache["neg2E_aug"], self.embeddings.sq_norms
 
     def query(self, q: np.ndarray, k: int) -> NeighborResult:
         emb = self.embeddings
@@ -61,16 +63,18 @@ class ExactIndex:
             raise InvalidArgument(f"queries must have shape (B, {emb.dim}); got {q.shape}")
         neg2E, sq = self._prep()
         B = q.shape[0]
+        qa = np.empty((B, emb.dim + 1), dtype=np.float32)
+        qa[:, :-1] = q
+        qa[:, -1] = 1.0
         out = np.empty((B, k), dtype=np.int64)
         block = max(1, min(B, self.block_bytes // (4 * n)))
         buf = np.empty((block, n), dtype=np.float32)
         rows = np.arange(block)
         for s in range(0, B, block):
-            qb = q[s:s + block]
+            qb = qa[s:s + block]
             b = qb.shape[0]
             S = buf[:b]
             np.matmul(qb, neg2E.T, out=S)
-            S += sq
             if k <= 2:
                 i1 = S.argmin(axis=1)
                 out[s:s + b, 0] = i1
@@ -94,7 +98,7 @@ class HnswIndex:
     """Approximate k-NN with hnswlib (``pip install 'privnlp[ann]'``), built once per vocabulary
     and parameter set from the public vectors (post-processing: the claim is unchanged)."""
 
-    def __init__(self, embeddings: Embeddings, ef: int = 64, M: int = 32, ef_construction: int = 200,
+    def __init__(self, embeddings: Embeddings, ef: int = 64, M: int = 16, ef_construction: int = 100,
                  num_threads: int = 2, seed: int = 0) -> None:
         check_range("ef", ef, 1, 100000, integer=True)
         self.embeddings = embeddings
