@@ -1,6 +1,92 @@
-"""`privnlp GROUP` commands (filled by the issue that owns GROUP)."""
+"""`privnlp fl ...`: embedded simulation, and a real Flower deployment (SuperLink / SuperNodes).
+
+Paper: ``../shared/papers/unintended-memorization-under-fl.txt`` (DP-FedAvg). Heavy imports happen
+inside the commands.
+"""
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 app = typer.Typer(help="Federated learning: FedAvg and DP-FedAvg simulator, Flower server and client.", no_args_is_help=True)
+
+
+@app.command()
+def simulate(rounds: int = typer.Option(5, help="number of rounds"),
+             users: int = typer.Option(20, help="synthetic users (bundled corpus, natural non-IID partition)"),
+             clients_per_round: int = typer.Option(5, "--clients-per-round", "-m"),
+             mechanism: str = typer.Option("dp_fedavg", help="fedavg | dp_fedavg"),
+             clip_norm: float = typer.Option(0.5), noise_multiplier: float = typer.Option(1.0),
+             sampling: str = typer.Option("fixed", help="fixed | poisson"),
+             snapshot_dir: Optional[Path] = typer.Option(None, help="write per-round snapshots + selection log here"),
+             seed: int = typer.Option(0)) -> None:
+    """Embedded, deterministic simulation on the tiny LM; prints the claim and the per-round loss."""
+    from privnlp.data import generate_corpus
+    from privnlp.mechanisms.federated import DPFedAvg, FedAvg, FedSimulator, lm_client_data, lm_task, partition_natural
+    from privnlp.models import train_bpe_tokenizer
+
+    corpus = generate_corpus(n_users=users, records_per_user=6, seed=seed)
+    tok = train_bpe_tokenizer(corpus.texts(), vocab_size=400)
+    part = partition_natural(corpus.records)
+    data = lm_client_data(tok, {k: [r.text for r in v] for k, v in part.clients.items()})
+    common = dict(clients_per_round=clients_per_round, sampling=sampling, local_lr=0.5)
+    mech = (FedAvg(**common) if mechanism == "fedavg"
+            else DPFedAvg(clip_norm=clip_norm, noise_multiplier=noise_multiplier, **common))
+    res = FedSimulator(mech, lm_task(tok), data).run(rounds, rng=seed, snapshot_dir=snapshot_dir, progress=True)
+    for h in res.history:
+        typer.echo(f"round {h.round}: {len(h.selected)} selected, {h.num_replies} replies, loss {h.loss:.3f}")
+    typer.echo(res.claim.statement())
+
+
+@app.command()
+def server(port: int = typer.Option(9093, help="SuperLink HTTP port (Fleet + Control + runtime API)"),
+           host: str = typer.Option("127.0.0.1", help="bind address; 0.0.0.0 to accept SuperNodes of other machines"),
+           work_dir: Path = typer.Option(Path("fl-run"), help="app folder, FLWR_HOME, logs and out/result.json"),
+           num_clients: int = typer.Option(3), clients_per_round: int = typer.Option(3), rounds: int = typer.Option(2),
+           mechanism: str = typer.Option("dp_fedavg"), clip_norm: float = typer.Option(0.5),
+           noise_multiplier: float = typer.Option(1.0), delta: float = typer.Option(1e-3),
+           task: str = typer.Option("linear", help="linear | lm"), timeout: float = typer.Option(600.0)) -> None:
+    """Start a SuperLink, submit the privnlp app with `flwr run`, wait for the result, stop the SuperLink."""
+    from privnlp.mechanisms.federated import flower as fl
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    cfg = {"mechanism": mechanism, "num-server-rounds": rounds, "num-clients": num_clients,
+           "clients-per-round": clients_per_round, "clip-norm": clip_norm, "noise-multiplier": noise_multiplier,
+           "delta": delta, "task": task, "out-dir": str((work_dir / "out").resolve()), "node-wait": timeout}
+    app_dir = fl.write_app(work_dir / "app", cfg)
+    env = fl.flower_env(work_dir / "flwr_home", f"127.0.0.1:{port}")
+    log = open(work_dir / "superlink.log", "wb")
+    link = fl.start_superlink(port, env=env, host=host, log=log)
+    try:
+        fl._wait_port(port, 30.0, link)
+        typer.echo(f"SuperLink on {host}:{port}; start {num_clients} clients with "
+                   f"`privnlp fl client --superlink <this-host>:{port} --partition-id i --num-partitions {num_clients}`")
+        sub = fl.submit_run(app_dir, env=env, timeout=60)
+        if sub.returncode != 0:
+            raise typer.Exit(f"flwr run failed: {sub.stdout}{sub.stderr}")
+        res = fl.wait_for_result(work_dir / "out", timeout=timeout, procs=(link,))
+        typer.echo(json.dumps(res.get("claim", res), indent=2, default=str))
+    finally:
+        fl.stop([link])
+        log.close()
+
+
+@app.command()
+def client(superlink: str = typer.Option("127.0.0.1:9093", help="HOST:PORT of the SuperLink"),
+           partition_id: int = typer.Option(0), num_partitions: int = typer.Option(3),
+           port: int = typer.Option(0, help="local SuperNode runtime port (0 = a free one)"),
+           flwr_home: Path = typer.Option(Path("fl-node"), help="FLWR_HOME of this node")) -> None:
+    """Run a SuperNode (foreground) serving partition ``partition_id`` of the privnlp app."""
+    from privnlp.mechanisms.federated import flower as fl
+
+    env = fl.flower_env(flwr_home)
+    p = fl.start_supernode(superlink, partition_id, num_partitions, port or fl.free_port(), env=env)
+    try:
+        p.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fl.stop([p])

@@ -27,13 +27,7 @@ _SCORER = None
 def rouge_pair(ref: str, hyp: str) -> dict[str, float]:
     """ROUGE-1/2/L F-scores of one (reference, hypothesis) pair."""
     global _SCORER
-    try:  # the shared implementation, when present
-        from privnlp.metrics import rouge as _rouge  # type: ignore
-
-        out = _rouge([ref], [hyp])
-        return {k: float(out[k]) for k in ("rouge1", "rouge2", "rougeL")}
-    except ImportError:
-        pass
+    # same library and settings as privnlp.metrics.rouge, with the scorer cached (called per pair)
     if _SCORER is None:
         _SCORER = _rouge_scorer()
     s = _SCORER.score(ref, hyp)
@@ -111,13 +105,8 @@ def nerr(refs: Sequence[str], hyps: Sequence[str], entities: Sequence[Sequence[s
     some hypothesis. ``entities[i]`` are the entity strings of ``refs[i]``."""
     if not entities:
         return None
-    try:
-        from privnlp.metrics import nerr as _nerr  # type: ignore
-
-        val = _nerr([e for es in entities for e in es], list(hyps))
-        return float(getattr(val, "value", val))
-    except (ImportError, TypeError, ValueError):
-        pass
+    # same definition as privnlp.metrics.nerr (substring recovery), but against *all* outputs:
+    # FILM's outputs are not aligned with the batch's records
     ents = [e for es in entities for e in es if e]
     if not ents:
         return None

@@ -328,7 +328,7 @@ def _punct_cut(tokenizer: Any, seq: list[int]) -> list[int] | None:
 
 
 def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int = 200, n_candidates: int = 8,
-            rng: np.random.Generator, tokenizer: Any = None, max_phrases: int = 4) -> list[int]:
+            rng: np.random.Generator, tokenizer: Any = None, max_phrases: int = 4, punct_cut: bool = False) -> list[int]:
     """Prior-guided reordering (Sec. 4.4): phrase-wise then token-wise hill climbing on ``scorer``."""
     seq = list(seq)
     if len(seq) < 3 or steps <= 0:
@@ -337,7 +337,7 @@ def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int =
     body_end = len(seq) - 1 if (eos is not None and seq[-1] == eos) else len(seq)
     cur = seq
     cur_score = float(scorer([cur])[0])
-    if tokenizer is not None:  # footnote 7: drop what follows the first sentence end if it scores better
+    if tokenizer is not None and punct_cut:  # footnote 7: drop what follows the first sentence end if it scores better
         cut = _punct_cut(tokenizer, cur)
         if cut is not None and len(cut) >= 2:
             s = float(scorer([cut])[0])

@@ -1,0 +1,275 @@
+"""Scenario ``fedsgd.eavesdropper``: a client's update on a private batch, as an eavesdropper sees it.
+
+Papers: ``../shared/papers/film-recovering-private-text-in-fl.txt`` (Sec. 3.3, FedSGD on an LM),
+``rlg-revealing-labels-from-gradients.txt`` (N samples x K local steps), ``lamp-extracting-text-from-
+gradients.txt`` (FedSGD / FedAvg on a BERT classifier, known labels and lengths).
+
+A client holds ``b`` private records, computes the gradient of the current global model on them
+(FedSGD; or ``local_steps`` SGD steps, FedAvg, sending the pseudo-gradient ``(theta_0 - theta_K) / lr``),
+optionally through a defense, and sends it. Defenses (``mechanism``):
+
+* ``None``: undefended.
+* update transforms (``gradient_pruning``, ``sign_sgd``, ``graddrop``, ``gaussian_noise_update``,
+  ``random_masking``; anything with ``.transform()``): applied to the sent dict.
+* ``frozen_embeddings``: the frozen rows are never computed nor sent (absent from the dict).
+* ``dp_sgd``: per-record clipping to ``max_grad_norm`` then Gaussian noise ``sigma*C`` on the sum,
+  divided by ``b``; the observation's ``noise_std`` is ``sigma*C/b`` (what FILM's DP threshold uses).
+
+Two victim models: the bundled tiny GPT-2 (``task="lm"``, fine-tuned on the client's records first
+so it has memorised them, as in FILM Fig. 4) and the bundled tiny BERT sentiment classifier
+(``task="classifier"``, labels and lengths known to the attacker, as in LAMP). ``task="both"``
+(default) yields trials of both kinds; each attack's ``applies_to`` picks its own.
+Utility: the victim's loss on the batch before and after applying the (defended) update.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import numpy as np
+
+from privnlp.core.claims import Adversary, ThreatModel
+from privnlp.core.errors import InvalidArgument, check_positive, check_range
+from privnlp.core.observations import GradientObservation
+from privnlp.core.protocols import Scenario, ScenarioRun, Trial
+from privnlp.core.registry import SCENARIOS
+
+__all__ = ["FedSGDEavesdropper", "client_update", "lm_victim", "classifier_victim"]
+
+PRESETS = {
+    "quick": {"lm_records": 16, "lm_finetune_steps": 120, "max_length": 40, "trials": 2, "clf_trials": 1},
+    "full": {"lm_records": 64, "lm_finetune_steps": 400, "max_length": 64, "trials": 8, "clf_trials": 4},
+}
+
+
+@functools.lru_cache(maxsize=4)
+def lm_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[Any, ...]]:
+    """(model, tokenizer, private records): the bundled LM fine-tuned on the client's records."""
+    import torch
+
+    from privnlp.data import generate_corpus
+    from privnlp.models import bundled_lm, train_lm
+
+    cfg = PRESETS[preset]
+    model, tok = bundled_lm("quick", seed=seed)
+    model = copy.deepcopy(model)
+    corpus = generate_corpus(seed=seed + 1)  # the client's own records (not in the bundled pre-training)
+    recs = tuple(r for r in corpus.records if 8 <= len(tok(r.text)["input_ids"]) <= cfg["max_length"] - 1)
+    recs = recs[: cfg["lm_records"]]
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        train_lm(model, tok, [r.text for r in recs], steps=cfg["lm_finetune_steps"], batch_size=8, lr=3e-3,
+                 max_length=cfg["max_length"], rng=seed)
+    model.eval()
+    return model, tok, recs
+
+
+@functools.lru_cache(maxsize=4)
+def classifier_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...]]:
+    from privnlp.data import generate_sentiment
+    from privnlp.models import bundled_bert_classifier
+
+    model, tok = bundled_bert_classifier("quick", seed=seed)
+    data = generate_sentiment(200, seed=seed + 7)
+    keep = [(t, y) for t, y in zip(data.texts, data.labels) if len(tok(t)["input_ids"]) <= 14]
+    return model, tok, tuple(t for t, _ in keep), tuple(int(y) for _, y in keep)
+
+
+def _mech_name(mechanism: Any) -> str:
+    return getattr(mechanism, "name", "") or type(mechanism).__name__
+
+
+def _loss(model: Any, batch: dict) -> Any:
+    return model(**batch).loss
+
+
+def _per_record_batches(batch: dict) -> list[dict]:
+    n = batch["input_ids"].shape[0]
+    out = []
+    for i in range(n):
+        sub = {k: v[i: i + 1] for k, v in batch.items()}
+        if "attention_mask" in sub:  # trim the padding of this record
+            L = int(sub["attention_mask"].sum())
+            sub = {k: (v[:, :L] if v.dim() == 2 else v) for k, v in sub.items()}
+        out.append(sub)
+    return out
+
+
+def client_update(model: Any, batch: dict, mechanism: Any = None, *, local_steps: int = 1, lr: float = 0.01,
+                  rng: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the client sends: ``(gradients dict name -> tensor, observation extras)``.
+
+    ``batch`` holds the model's keyword inputs including ``labels``. ``model`` is not modified."""
+    import torch
+
+    from privnlp.core.rng import as_torch
+
+    check_range("local_steps", local_steps, 1, 10**6, integer=True)
+    check_positive("lr", lr)
+    gen = as_torch(rng)
+    m = copy.deepcopy(model)
+    m.eval()  # no dropout in the update the attacker replays
+    extras: dict[str, Any] = {"transform": None, "noise_std": None, "meta": {}}
+    name = _mech_name(mechanism) if mechanism is not None else None
+    if name == "frozen_embeddings" or type(mechanism).__name__ == "FrozenEmbeddings":
+        frozen = mechanism.apply(m)
+        extras["transform"] = "frozen_embeddings"
+        extras["meta"]["frozen"] = list(frozen)
+    params = [(n, p) for n, p in m.named_parameters() if p.requires_grad]
+    if name == "dp_sgd" or type(mechanism).__name__.startswith(("DPSGD", "LeakyDPSGD")):
+        sigma = mechanism.noise_multiplier if mechanism.noise_multiplier is not None else 1.0
+        C = float(mechanism.max_grad_norm)
+        recs = _per_record_batches(batch)
+        total = {n: torch.zeros_like(p) for n, p in params}
+        for sub in recs:
+            g = torch.autograd.grad(_loss(m, sub), [p for _, p in params], allow_unused=True)
+            g = [torch.zeros_like(p) if gi is None else gi for gi, (_, p) in zip(g, params)]
+            norm = torch.sqrt(sum((gi.double() ** 2).sum() for gi in g))
+            f = min(1.0, C / (float(norm) + 1e-12)) if type(mechanism).__name__ == "DPSGD" else 1.0
+            for (n, _), gi in zip(params, g):
+                total[n] += gi * f
+        b = len(recs)
+        grads = {n: (t + torch.randn(t.shape, generator=gen) * sigma * C) / b for n, t in total.items()}
+        extras.update(transform=f"dp_sgd(sigma={sigma},C={C})", noise_std=sigma * C / b)
+        return grads, extras
+    if local_steps == 1:
+        g = torch.autograd.grad(_loss(m, batch), [p for _, p in params], allow_unused=True)
+        grads = {n: (torch.zeros_like(p) if gi is None else gi.detach()) for gi, (n, p) in zip(g, params)}
+    else:
+        theta0 = {n: p.detach().clone() for n, p in params}
+        opt = torch.optim.SGD([p for _, p in params], lr=lr)
+        for _ in range(local_steps):
+            opt.zero_grad()
+            _loss(m, batch).backward()
+            opt.step()
+        grads = {n: (theta0[n] - p.detach()) / lr for n, p in params}  # pseudo-gradient, gradient-oriented
+        extras["meta"]["update_kind"] = "pseudo_gradient"
+    if mechanism is not None and name != "frozen_embeddings" and type(mechanism).__name__ != "FrozenEmbeddings":
+        if not hasattr(mechanism, "transform"):
+            raise InvalidArgument(f"mechanism {name!r} is not supported by the fedsgd.eavesdropper scenario "
+                                  "(supported: update transforms, frozen_embeddings, dp_sgd)")
+        t = mechanism.transform()
+        grads = t(grads, rng=gen)
+        extras["transform"] = getattr(t, "label", name)
+        std = getattr(t, "std", None)
+        if std:
+            extras["noise_std"] = float(std)
+    return grads, extras
+
+
+def _lm_batch_dict(tok: Any, texts: list[str], max_length: int) -> dict:
+    from privnlp.models import lm_batch
+
+    lb = lm_batch(tok, texts, max_length=max_length)
+    return {"input_ids": lb.input_ids, "attention_mask": lb.attention_mask, "position_ids": lb.position_ids,
+            "labels": lb.labels}
+
+
+@SCENARIOS.register("fedsgd.eavesdropper")
+class FedSGDEavesdropper(Scenario):
+    """A FedSGD/FedAvg client update on ``batch_size`` private records -> :class:`GradientObservation`.
+
+    Args:
+        preset: ``"quick"`` or ``"full"`` (sizes in ``PRESETS``).
+        batch_size: records per update (b).
+        task: ``"lm"``, ``"classifier"`` or ``"both"``.
+        local_steps: 1 = FedSGD; K > 1 = FedAvg, the pseudo-gradient ``(theta_0 - theta_K) / lr`` is sent.
+        lr: local learning rate (and the server step used for the utility numbers).
+    """
+
+    threat_model = ThreatModel(adversary=Adversary.EAVESDROPPER,
+                               observes=("one client's update (all parameters)", "the current global model"),
+                               knows=("tokenizer", "labels and lengths (classifier task only, as in LAMP)"),
+                               goal="the client's private records / labels")
+    utility_higher_is_better = {"loss_before": False, "loss_after_update": False, "loss_decrease": True}
+
+    def __init__(self, preset: str = "quick", batch_size: int = 1, task: str = "both", local_steps: int = 1,
+                 lr: float = 0.01) -> None:
+        if preset not in PRESETS:
+            raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
+        check_range("batch_size", batch_size, 1, 4096, integer=True)
+        if task not in ("lm", "classifier", "both"):
+            raise InvalidArgument(f"task must be 'lm', 'classifier' or 'both'; got {task!r}")
+        check_range("local_steps", local_steps, 1, 10**4, integer=True)
+        check_positive("lr", lr)
+        super().__init__(preset)
+        self.batch_size = batch_size
+        self.task = task
+        self.local_steps = local_steps
+        self.lr = lr
+
+    def _utility(self, model: Any, batch: dict, grads: dict) -> tuple[float, float]:
+        import torch
+
+        m = copy.deepcopy(model)
+        m.eval()
+        with torch.no_grad():
+            before = float(_loss(m, batch))
+            for n, p in m.named_parameters():
+                if n in grads:
+                    p -= self.lr * grads[n].to(p.dtype)
+            after = float(_loss(m, batch))
+        return before, after
+
+    def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
+        from privnlp.core.rng import as_numpy, seed_of
+
+        gen = as_numpy(rng)
+        cfg = PRESETS[self.preset]
+        trials: list[Trial] = []
+        util: dict[str, list[float]] = {"loss_before": [], "loss_after_update": []}
+        b = int(self.batch_size)
+        if self.task in ("lm", "both"):
+            model, tok, recs = lm_victim(self.preset, 0)
+            for _ in range(cfg["trials"]):
+                idx = gen.choice(len(recs), size=min(b, len(recs)), replace=False)
+                chosen = [recs[int(i)] for i in idx]
+                batch = _lm_batch_dict(tok, [r.text for r in chosen], cfg["max_length"])
+                grads, ex = client_update(model, batch, mechanism, local_steps=self.local_steps, lr=self.lr,
+                                          rng=seed_of(gen))
+                ids = batch["input_ids"][batch["attention_mask"].bool()].tolist()
+                texts = [tok.decode([t for t in row[: int(mk.sum())] if t != tok.eos_token_id]).strip()
+                         for row, mk in zip(batch["input_ids"].tolist(), batch["attention_mask"])]
+                ents = [[r.text[s.start:s.end] for s in r.spans] for r in chosen]
+                obs = GradientObservation(model=model, gradients=grads, batch_size=len(chosen), tokenizer=tok,
+                                          lengths=None, num_local_steps=self.local_steps,
+                                          learning_rate=self.lr if self.local_steps > 1 else None,
+                                          transform=ex["transform"], noise_std=ex["noise_std"],
+                                          meta={"task": "lm", **ex["meta"]})
+                gt = {"texts": texts, "token_ids": sorted(set(ids)), "entities": ents,
+                      "labels": batch["labels"][:, 1:][batch["labels"][:, 1:] >= 0].tolist()}
+                trials.append(Trial(obs, gt))
+                before, after = self._utility(model, batch, grads)
+                util["loss_before"].append(before)
+                util["loss_after_update"].append(after)
+        if self.task in ("classifier", "both"):
+            import torch
+
+            model, tok, texts_all, labels_all = classifier_victim(self.preset, 0)
+            for _ in range(cfg["clf_trials"]):
+                idx = gen.choice(len(texts_all), size=min(b, len(texts_all)), replace=False)
+                texts = [texts_all[int(i)] for i in idx]
+                labels = [labels_all[int(i)] for i in idx]
+                enc = tok(texts, padding=True, return_tensors="pt")
+                batch = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+                batch["labels"] = torch.tensor(labels)
+                grads, ex = client_update(model, batch, mechanism, local_steps=self.local_steps, lr=self.lr,
+                                          rng=seed_of(gen))
+                lengths = [int(x) for x in enc["attention_mask"].sum(1).tolist()]
+                obs = GradientObservation(model=model, gradients=grads, batch_size=len(texts), tokenizer=tok,
+                                          labels=list(labels), lengths=lengths, num_local_steps=self.local_steps,
+                                          learning_rate=self.lr if self.local_steps > 1 else None,
+                                          transform=ex["transform"], noise_std=ex["noise_std"],
+                                          meta={"task": "classifier", **ex["meta"]})
+                ids = enc["input_ids"][enc["attention_mask"].bool()].tolist()
+                trials.append(Trial(obs, {"texts": texts, "labels": labels, "token_ids": sorted(set(ids))}))
+                before, after = self._utility(model, batch, grads)
+                util["loss_before"].append(before)
+                util["loss_after_update"].append(after)
+        utility = {k: float(np.mean(v)) for k, v in util.items() if v}
+        if utility:
+            utility["loss_decrease"] = utility["loss_before"] - utility["loss_after_update"]
+        config = {"preset": self.preset, "batch_size": b, "task": self.task, "local_steps": self.local_steps,
+                  "lr": self.lr, "mechanism": None if mechanism is None else _mech_name(mechanism)}
+        return ScenarioRun(trials=tuple(trials), utility=utility, config=config)
