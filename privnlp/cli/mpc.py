@@ -79,7 +79,7 @@ def serve(
             m = load_alice_model(model)
             from privnlp.mechanisms.mpc.crypten_model import plaintext_state
 
-            kwargs.update(config=m.config(), state={k: v.numpy() for k, v in plaintext_state(m).items()})
+            kwargs.update(config=m.public_config(), state={k: v.numpy() for k, v in plaintext_state(m).items()})
         else:
             import numpy as np
 

@@ -22,7 +22,7 @@ def test_masked_secret_memorized_vs_not():
     opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
     model.train()
     special = torch.tensor([tok.cls_token_id, tok.sep_token_id, tok.pad_token_id])
-    for _ in range(150):
+    for _ in range(60):
         ids = enc["input_ids"].clone()
         maskable = ~torch.isin(ids, special)
         m = (torch.rand(ids.shape, generator=g) < 0.3) & maskable

@@ -77,20 +77,22 @@ class CrypTenTextCNN(cnn.Module):
     """
 
     def __init__(self, embed_dim: int, kernel_sizes: tuple[int, ...], channels: int, pool: int, hidden: int,
-                 pool_method: str = "tournament") -> None:
+                 pool_method: str = "tournament", stride: int = 1, pool_relu: bool = True) -> None:
         super().__init__()
         self.embed_dim = embed_dim
         kmax = max(kernel_sizes)
         n_out = len(kernel_sizes) * channels
-        self.conv = cnn.Conv1d(1, n_out, kmax)
+        self.conv = cnn.Conv1d(1, n_out, kmax, stride=int(stride))
         self.pool = MaxPool1d(pool, method=pool_method)
         self.relu = cnn.ReLU()
-        self.fc1 = cnn.Linear(n_out * ((embed_dim - kmax + 1) // pool), hidden)
+        self.pool_relu = bool(pool_relu)
+        self.fc1 = cnn.Linear(n_out * (((embed_dim - kmax) // int(stride) + 1) // pool), hidden)
         self.fc2 = cnn.Linear(hidden, 1)
 
     def features(self, x: Any) -> Any:
-        z = self.conv(x)
-        z = self.relu(self.pool(z))
+        z = self.pool(self.conv(x))
+        if self.pool_relu:
+            z = self.relu(z)
         return z.flatten(1)
 
     def forward(self, x: Any) -> Any:
@@ -108,7 +110,8 @@ def build_crypten_textcnn(config: dict[str, Any], state: dict[str, torch.Tensor]
     plaintext weights (fused conv weight/bias, fc1, fc2), ``None`` on Bob's side (zeros of the
     right shape: the shapes are public, the values are not)."""
     m = CrypTenTextCNN(int(config["embed_dim"]), tuple(config["kernel_sizes"]), int(config["channels"]),
-                       int(config["pool"]), int(config["hidden"]), pool_method=pool_method)
+                       int(config["pool"]), int(config["hidden"]), pool_method=pool_method,
+                       stride=int(config.get("stride", 1)), pool_relu=bool(config.get("pool_relu", True)))
     with torch.no_grad():
         for name, p in m.named_parameters():
             p.zero_()

@@ -9,6 +9,13 @@ deals the triples — a testing mode, not secure against Alice).
 
 Ranks: Alice = 0, Bob = 1, TTP = 2 (``WORLD_SIZE`` = 2 computing parties, as CrypTen counts).
 
+Cost (CrypTen's comparisons dominate; see docs/readme/70-mpc.md): the label is opened as the sign
+bit of the logit straight from its binary sharing (no sigmoid, no conversion back to arithmetic);
+with the TTP provider and several texts in sequential mode, each text's Beaver triples come from
+the TTP in one batched request (``offline.py``: the paper's offline phase) instead of one round
+trip per AND gate; CrypTen's omegaconf config is read through a plain snapshot while a party runs
+(omegaconf lookups were ~15% of a party's CPU time).
+
 Embedded mode re-implements ``crypten.mpc.run_multiprocess`` (same env-based rendezvous, same
 ``TTPServer``) with what it lacks: a deadline, draining results before ``join`` and killing every
 party when one fails (``run_multiprocess`` joins forever when a party dies).
@@ -144,9 +151,40 @@ class _Recorder:
         return wrapped
 
 
+class _NS:
+    """Plain attribute tree (a snapshot of CrypTen's omegaconf config: fast lookups)."""
+
+    def __init__(self, d: Mapping[str, Any]) -> None:
+        for k, v in d.items():
+            object.__setattr__(self, k, _NS(v) if isinstance(v, Mapping) else v)
+
+
+@contextlib.contextmanager
+def _fast_config(crypten: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    cfg = crypten.cfg
+    old = cfg.config
+    cfg.set_config(_NS(OmegaConf.to_container(old, resolve=True)))
+    try:
+        yield
+    finally:
+        cfg.set_config(old)
+
+
+def _open_label(logit: Any, dst: int) -> Any:
+    """``logit > 0`` opened to ``dst`` only: the sign bit of ``-logit`` taken from its binary
+    sharing (one A2B; CrypTen's ``gt`` would convert the bit back to arithmetic first)."""
+    from crypten.mpc.ptype import ptype as Ptype  # type: ignore[import-not-found]
+
+    b = (-logit)._to_ptype(Ptype.binary)._tensor
+    b.share = (b.share >> 63) & 1
+    return b.reveal(dst=dst)
+
+
 def run_party(rank: int, *, config: Mapping[str, Any] | None = None, state: Mapping[str, Any] | None = None,
               embeddings: Any = None, mode: str = "batched", reveal: str = "label", record: bool = False,
-              leak: str | None = None, pool_method: str = "tournament") -> PartyOutput:
+              leak: str | None = None, pool_method: str = "tournament", offline: bool = True) -> PartyOutput:
     """Alice's (rank 0) or Bob's (rank 1) side of pi_TEXT. CrypTen must be initialised.
 
     Public handshake first (Alice: architecture config; Bob: number of texts and embedding size),
@@ -155,6 +193,19 @@ def run_party(rank: int, *, config: Mapping[str, Any] | None = None, state: Mapp
     import torch
 
     torch.set_num_threads(1)
+    from ._crypten_shim import import_crypten
+
+    crypten = import_crypten()
+    with _fast_config(crypten):
+        return _run_party(rank, config=config, state=state, embeddings=embeddings, mode=mode, reveal=reveal,
+                          record=record, leak=leak, pool_method=pool_method, offline=offline)
+
+
+def _run_party(rank: int, *, config: Mapping[str, Any] | None, state: Mapping[str, Any] | None, embeddings: Any,
+               mode: str, reveal: str, record: bool, leak: str | None, pool_method: str,
+               offline: bool) -> PartyOutput:
+    import torch
+
     from ._crypten_shim import import_crypten
 
     crypten = import_crypten()
@@ -226,7 +277,14 @@ def run_party(rank: int, *, config: Mapping[str, Any] | None = None, state: Mapp
     labels: list[Any] = []
     logits: list[Any] = []
     batches = [slice(0, n)] if mode == "batched" else [slice(i, i + 1) for i in range(n)]
+    pre = None
+    if offline and len(batches) > 1 and str(crypten.cfg.mpc.provider) == "TTP":
+        from .offline import OfflinePhase
+
+        pre = OfflinePhase(rank)
     for bi, sl in enumerate(batches):
+        if pre is not None:
+            pre.start_trace() if bi == 0 else pre.fill()
         x = share_input(x_plain[sl])
         if record and rank == ALICE and bi < 64:
             received[f"share/bob_input/{bi:04d}"] = x.share.flatten().numpy().copy()
@@ -251,11 +309,13 @@ def run_party(rank: int, *, config: Mapping[str, Any] | None = None, state: Mapp
                 logits.append(v.flatten().numpy().copy())
                 labels.append((v.flatten() > 0).long().numpy())
         else:
-            lab = logit.gt(0.0).get_plain_text(dst=BOB)  # the label only, to Bob only (no sigmoid)
+            lab = _open_label(logit, BOB)  # the label only, to Bob only (no sigmoid)
             if rank == BOB:
-                labels.append(lab.flatten().round().long().numpy())
+                labels.append(lab.flatten().long().numpy())
         if rec is not None:
             rec.paused = False
+        if pre is not None:
+            pre.stop_trace() if bi == 0 else pre.clear()
     seconds = time.perf_counter() - t0
     stats = comm.get_communication_stats()
     if rec is not None:
@@ -290,7 +350,9 @@ def init_party(rank: int, *, rendezvous: str, provider: str, timeout: float) -> 
 def run_ttp(*, rendezvous: str, timeout: float) -> None:
     """The trusted third party (rank 2): deals Beaver triples until Alice says "terminate"."""
     crypten = init_party(TTP, rendezvous=rendezvous, provider="TTP", timeout=timeout)
-    crypten.mpc.provider.TTPServer()  # calls crypten.init() itself and serves until terminated
+    from .offline import BatchingTTPServer
+
+    BatchingTTPServer()  # CrypTen's TTPServer + batched requests; calls crypten.init(), serves until terminated
     with contextlib.suppress(Exception):
         crypten.uninit()
 

@@ -57,18 +57,26 @@ class AliceModel:
     accuracy: float = float("nan")
 
 
-def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, epochs: int = 15, seed: int = 0,
+def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, epochs: int = 20, seed: int = 0,
                       texts: Sequence[str] | None = None, labels: Sequence[int] | None = None,
-                      held_out: float = 0.25) -> tuple[AliceModel, np.ndarray, np.ndarray]:
+                      held_out: float = 0.25, preset: str = "paper") -> tuple[AliceModel, np.ndarray, np.ndarray]:
     """Train Alice's TextCNN in plaintext on ``privnlp.data.generate_sentiment`` (or given data).
+
+    ``preset``: ``"paper"`` or ``"fast"`` (:data:`privnlp.models.cnn.PRESETS`). The input is
+    rescaled to unit RMS per entry (``input_scale`` = 1 / RMS of the training embeddings, folded
+    into the secret conv weights): sentence-encoder outputs are unit-norm vectors with ~0.05
+    entries, on which the default init trains badly (held-out accuracy 0.70 instead of 0.84 on
+    MiniLM embeddings with 1500 training texts).
 
     Returns ``(AliceModel, x_test, y_test)`` (held-out embeddings for Bob)."""
     import torch
 
-    from privnlp.models.cnn import TextCNN, train_textcnn
+    from privnlp.models.cnn import PRESETS, TextCNN, train_textcnn
 
     from .encoder import PublicEncoder
 
+    if preset not in PRESETS:
+        raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
     if texts is None:
         from privnlp.data import generate_sentiment
 
@@ -78,8 +86,10 @@ def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, ep
     x = enc.encode(texts)
     y = np.asarray(labels, np.int64)
     k = int(round(len(x) * (1 - held_out)))
+    rms = float(np.sqrt(np.mean(np.square(x[:k])))) if k else 1.0
+    scale = float(f"{1.0 / rms:.2g}") if rms > 0 else 1.0
     torch.manual_seed(seed)
-    model = TextCNN(x.shape[1])
+    model = TextCNN(x.shape[1], input_scale=scale, **PRESETS[preset])
     train_textcnn(model, torch.tensor(x[:k]), torch.tensor(y[:k]), epochs=epochs, rng=seed)
     xt, yt = x[k:], y[k:]
     acc = float((model.predict(torch.tensor(xt)).numpy() == yt).mean()) if len(xt) else float("nan")
@@ -173,7 +183,7 @@ class CryptenTextCNN(Mechanism):
         from .crypten_model import plaintext_state
         from .protocol import run_embedded
 
-        out = run_embedded(config=model.config(), state={k: v.numpy() for k, v in plaintext_state(model).items()},
+        out = run_embedded(config=model.public_config(), state={k: v.numpy() for k, v in plaintext_state(model).items()},
                            embeddings=embeddings, provider=self.provider, mode=self.mode, reveal=reveal,
                            record=record, leak=self.leak, pool_method=self.pool_method, timeout=self.timeout)
         views = ()

@@ -1,0 +1,450 @@
+"""LAMP (and DLG, TAG as presets of the same engine): text from the gradients of a classifier.
+
+Paper: Balunović, Dimitrov, Jovanović, Vechev, "LAMP: Extracting Text from Gradients with Language
+Model Priors", NeurIPS 2022 — ``../shared/papers/lamp-extracting-text-from-gradients.txt``.
+DLG (Zhu et al. 2019, L2 gradient distance) and TAG (Deng et al. 2021, L2 + alpha*L1) are the
+paper's baselines; here they are presets of the LAMP engine without the prior and discrete steps.
+
+Algorithm 1: ``n_init`` Gaussian initialisations of the (unknown) token embeddings, the best by
+gradient distance, then ``n_perm`` permutations of it; then ``iterations`` rounds of ``n_c`` Adam
+steps on ``L_rec = L_grad + alpha_reg * (mean |x_i| - mean |e_j|)^2`` (``L_grad`` = cosine or
+L2 + alpha_tag * L1 over layers) alternating with ``n_d`` discrete candidates (swap, move token,
+move subsequence, move prefix) accepted when ``L_rec + alpha_lm * L_lm`` improves, ``L_lm`` the
+perplexity (mean NLL) of the nearest-token projection under an auxiliary causal LM on the victim's
+tokenizer (a tiny GPT-2 trained here on public synthetic sentiment text: :func:`aux_lm`).
+Candidates are scored in one batched call (``torch.func.vmap`` over per-candidate gradients;
+``batched=False`` loops). ``[CLS]``/``[SEP]`` are known from the tokenizer and kept fixed.
+
+Threat model: honest-but-curious server sees the client's FedSGD gradient, knows the model, the
+labels and the sequence lengths (the paper's assumptions); batch size B >= 1 (Hungarian matching
+for scoring).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from privnlp.core.claims import Adversary, ThreatModel
+from privnlp.core.errors import InvalidArgument, check_range
+from privnlp.core.observations import GradientObservation
+from privnlp.core.protocols import Attack, AttackResult
+from privnlp.core.registry import ATTACKS
+
+from ._common import hungarian_rouge
+
+__all__ = ["LAMP", "DLG", "TAG", "aux_lm", "reconstruct"]
+
+
+_AUX: dict[tuple[str, int, int], Any] = {}
+
+
+def aux_lm(tokenizer: Any, *, steps: int = 300, seed: int = 0, n_texts: int = 2000) -> Any:
+    """The auxiliary causal LM on the victim's tokenizer: a tiny GPT-2 trained on public synthetic
+    sentiment text (``generate_sentiment(seed=1000+seed)``, disjoint from the client's data). Cached per process."""
+    import torch
+
+    from privnlp.data import generate_sentiment
+    from privnlp.models import tiny_gpt2
+
+    key = (str(sorted(tokenizer.get_vocab().items())[:50]) + str(len(tokenizer)), steps, seed)
+    if key in _AUX:
+        return _AUX[key]
+    texts = list(generate_sentiment(n_texts, seed=1000 + seed).texts)
+    rows = [r for r in tokenizer(texts, add_special_tokens=False)["input_ids"] if len(r) >= 2]
+    model = tiny_gpt2(len(tokenizer), n_layer=2, n_embd=64, n_head=2, n_positions=128, seed=seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = np.random.default_rng(seed)
+    model.train()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        for _ in range(steps):
+            idx = g.choice(len(rows), size=32, replace=False)
+            batch = [rows[i][:48] for i in idx]
+            T = max(len(r) for r in batch)
+            ids = torch.zeros((len(batch), T), dtype=torch.long)
+            lab = torch.full((len(batch), T), -100, dtype=torch.long)
+            att = torch.zeros((len(batch), T), dtype=torch.long)
+            for i, r in enumerate(batch):
+                ids[i, : len(r)] = torch.tensor(r)
+                lab[i, : len(r)] = torch.tensor(r)
+                att[i, : len(r)] = 1
+            loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    _AUX[key] = model
+    return model
+
+
+def _lm_nll(lm: Any, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+    """Mean NLL per sequence (the paper's L_lm), batched."""
+    import torch
+
+    T = max(len(s) for s in seqs)
+    if T < 2:
+        return np.zeros(len(seqs))
+    ids = torch.zeros((len(seqs), T), dtype=torch.long)
+    att = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(list(s))
+        att[i, : len(s)] = 1
+    with torch.no_grad():
+        logp = torch.log_softmax(lm(input_ids=ids, attention_mask=att).logits[:, :-1].float(), -1)
+        nll = -logp.gather(-1, ids[:, 1:, None])[..., 0] * att[:, 1:]
+        return (nll.sum(1) / att[:, 1:].sum(1).clamp(min=1)).numpy()
+
+
+class _Engine:
+    def __init__(self, model: Any, gradients: Any, labels: Any, lengths: Sequence[int], tokenizer: Any, *, loss: str,
+                 alpha_tag: float, alpha_reg: float) -> None:
+        import copy
+
+        import torch
+
+        # double backward needs the eager attention (SDPA's CPU flash kernel has no second derivative)
+        model = copy.deepcopy(model)
+        try:
+            model.set_attn_implementation("eager")
+        except (AttributeError, ValueError, TypeError):
+            model.config._attn_implementation = "eager"
+        model.eval()
+        self.model = model
+        self.tok = tokenizer
+        self.loss_kind = loss
+        self.alpha_tag = alpha_tag
+        self.alpha_reg = alpha_reg
+        emb = model.get_input_embeddings()
+        self.E = emb.weight.detach()
+        emb_ids = {id(p) for p in emb.parameters()}
+        self.names = [n for n, p in model.named_parameters()
+                      if id(p) not in emb_ids and n in gradients and gradients[n] is not None]
+        if not self.names:
+            raise InvalidArgument("the observation has no gradient LAMP can match (besides the word embeddings)")
+        self.params = {n: p.detach() for n, p in model.named_parameters()}
+        self.buffers = {n: b for n, b in model.named_buffers()}
+        self.target = [gradients[n].detach().float() for n in self.names]
+        self.labels = torch.as_tensor(np.asarray(labels), dtype=torch.long).view(-1)
+        self.lengths = list(lengths)
+        B, T = len(self.lengths), max(self.lengths)
+        self.mask = torch.zeros((B, T), dtype=torch.long)
+        for i, n in enumerate(self.lengths):
+            self.mask[i, :n] = 1
+        self.mean_norm = float(self.E.norm(dim=1).mean())
+        cls = tokenizer.cls_token_id
+        sep = tokenizer.sep_token_id
+        pad = tokenizer.pad_token_id or 0
+        self.fixed = torch.zeros((B, T), dtype=torch.bool)
+        self.fixed_ids = torch.full((B, T), pad, dtype=torch.long)
+        for i, n in enumerate(self.lengths):
+            if cls is not None:
+                self.fixed[i, 0], self.fixed_ids[i, 0] = True, cls
+            if sep is not None:
+                self.fixed[i, n - 1], self.fixed_ids[i, n - 1] = True, sep
+            self.fixed[i, n:] = True
+        self.fixed_emb = self.E[self.fixed_ids]
+        special = [t for t in (tokenizer.pad_token_id, cls, sep, tokenizer.mask_token_id, tokenizer.unk_token_id)
+                   if t is not None]
+        self.allowed = torch.ones(self.E.shape[0], dtype=torch.bool)
+        self.allowed[special] = False
+
+    def full(self, x):
+        import torch
+
+        return torch.where(self.fixed[..., None], self.fixed_emb, x)
+
+    def _grads(self, x, params=None, create_graph=True):
+        import torch
+        from torch.func import functional_call
+
+        p = dict(self.params) if params is None else params
+        p_sel = {n: p[n] for n in self.names}
+        if params is None:
+            p_sel = {n: t.clone().requires_grad_(True) for n, t in p_sel.items()}
+
+        def loss_of(ps):
+            allp = {**self.params, **ps}
+            out = functional_call(self.model, (allp, self.buffers), args=(),
+                                  kwargs={"inputs_embeds": x, "attention_mask": self.mask, "labels": self.labels})
+            return out.loss
+
+        if params is None:
+            return torch.autograd.grad(loss_of(p_sel), list(p_sel.values()), create_graph=create_graph)
+        return loss_of
+
+    def grad_dist(self, gs) -> Any:
+        import torch
+
+        if self.loss_kind == "cos":
+            tot = 0.0
+            for g, t in zip(gs, self.target):
+                tot = tot + (g * t).sum() / (g.norm() * t.norm() + 1e-12)
+            return 1.0 - tot / len(gs)
+        tot = 0.0
+        for g, t in zip(gs, self.target):
+            d = g - t
+            if self.loss_kind == "l2":
+                tot = tot + (d ** 2).sum()
+            else:  # tag: L2 + alpha * L1
+                tot = tot + d.norm() + self.alpha_tag * d.abs().sum()
+        return tot
+
+    def reg(self, x):
+        n = x.norm(dim=-1)[self.mask.bool() & ~self.fixed]
+        return (n.mean() - self.mean_norm) ** 2 if n.numel() else x.sum() * 0
+
+    def rec(self, x, create_graph=True):
+        xf = self.full(x)
+        val = self.grad_dist(self._grads(xf, create_graph=create_graph))
+        if self.alpha_reg > 0:
+            val = val + self.alpha_reg * self.reg(xf)
+        return val
+
+    def rec_batched(self, xs) -> np.ndarray:
+        """L_rec for a stack of candidates (K, B, T, d) with one vmapped per-candidate gradient."""
+        import torch
+        from torch.func import functional_call, grad, vmap
+
+        names = self.names
+        params = {n: self.params[n] for n in names}
+
+        def loss_fn(ps, x):
+            allp = {**self.params, **ps}
+            out = functional_call(self.model, (allp, self.buffers), args=(),
+                                  kwargs={"inputs_embeds": x, "attention_mask": self.mask, "labels": self.labels})
+            return out.loss
+
+        def one(x):
+            g = grad(loss_fn)(params, self.full(x))
+            gs = [g[n] for n in names]
+            val = self.grad_dist(gs)
+            if self.alpha_reg > 0:
+                val = val + self.alpha_reg * self.reg(self.full(x))
+            return val
+
+        with torch.no_grad():
+            return vmap(one)(xs).double().numpy()
+
+    def project(self, x) -> list[list[int]]:
+        import torch
+
+        xf = x.detach()
+        En = self.E / self.E.norm(dim=1, keepdim=True).clamp(min=1e-12)
+        sims = (xf / xf.norm(dim=-1, keepdim=True).clamp(min=1e-12)) @ En.T
+        sims[..., ~self.allowed] = -2.0
+        ids = torch.where(self.fixed, self.fixed_ids, sims.argmax(-1))
+        return [ids[i, : n].tolist() for i, n in enumerate(self.lengths)]
+
+
+def _transform(x, lengths: Sequence[int], fixed_first: bool, rng: np.random.Generator):
+    """One random discrete transformation (swap / move token / move subsequence / move prefix) of
+    one sequence's free tokens."""
+    import torch
+
+    x = x.clone()
+    b = int(rng.integers(0, x.shape[0]))
+    lo = 1 if fixed_first else 0
+    hi = lengths[b] - 1 if fixed_first else lengths[b]  # free positions [lo, hi)
+    n = hi - lo
+    if n < 2:
+        return x
+    seq = list(range(lo, hi))
+    op = int(rng.integers(0, 4))
+    if op == 0:
+        i, j = rng.choice(n, size=2, replace=False)
+        seq[i], seq[j] = seq[j], seq[i]
+    elif op == 1:
+        i, j = rng.choice(n, size=2, replace=False)
+        t = seq.pop(i)
+        seq.insert(j, t)
+    elif op == 2 and n >= 3:
+        i, j = sorted(rng.choice(n, size=2, replace=False).tolist())
+        sub = seq[i: j + 1]
+        rest = seq[:i] + seq[j + 1:]
+        p = int(rng.integers(0, len(rest) + 1))
+        seq = rest[:p] + sub + rest[p:]
+    else:
+        i = int(rng.integers(1, n))
+        seq = seq[i:] + seq[:i]
+    x[b, lo:hi] = x[b, torch.tensor(seq)]
+    return x
+
+
+def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int], tokenizer: Any, *, rng: Any,
+                loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
+                n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
+                lr: float = 0.05, lm: Any = None, batched: bool = True) -> tuple[list[list[int]], dict[str, Any]]:
+    """Run the engine; returns (token ids per sequence, raw numbers)."""
+    import torch
+
+    from privnlp.core.rng import as_numpy, as_torch
+
+    gen = as_numpy(rng)
+    tg = as_torch(int(gen.integers(0, 2**62)))
+    eng = _Engine(model, gradients, labels, lengths, tokenizer, loss=loss, alpha_tag=alpha_tag, alpha_reg=alpha_reg)
+    B, T, d = len(lengths), max(lengths), eng.E.shape[1]
+    fixed_first = tokenizer.cls_token_id is not None
+    # initialisation: Gaussian samples, then permutations of the best (scored by L_grad + reg)
+    cands = torch.randn((max(1, n_init), B, T, d), generator=tg)
+    if n_init > 1:
+        sc = eng.rec_batched(cands) if batched else np.array([float(eng.rec(c, create_graph=False)) for c in cands])
+        x0 = cands[int(np.argmin(sc))]
+    else:
+        x0 = cands[0]
+    if n_perm > 0:
+        perms = [x0]
+        for _ in range(n_perm):
+            xp = x0.clone()
+            for b, n in enumerate(lengths):
+                lo, hi = (1, n - 1) if fixed_first else (0, n)
+                idx = torch.arange(lo, hi)[torch.randperm(max(0, hi - lo), generator=tg)]
+                xp[b, lo:hi] = x0[b, idx]
+            perms.append(xp)
+        P = torch.stack(perms)
+        sc = eng.rec_batched(P) if batched else np.array([float(eng.rec(c, create_graph=False)) for c in P])
+        x0 = P[int(np.argmin(sc))]
+    x = x0.clone().requires_grad_(True)
+    opt = torch.optim.Adam([x], lr=lr)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=50, gamma=0.89)
+    history = []
+    for it in range(iterations):
+        for _ in range(n_c):
+            opt.zero_grad()
+            val = eng.rec(x)
+            val.backward()
+            opt.step()
+            sched.step()
+        history.append(float(val))
+        if n_d > 0:
+            with torch.no_grad():
+                xb = x.detach().clone()
+                cand = [xb] + [_transform(xb, lengths, fixed_first, gen) for _ in range(n_d)]
+                X = torch.stack(cand)
+                rec = eng.rec_batched(X) if batched else np.array([float(eng.rec(c, create_graph=False)) for c in X])
+                tot = rec.copy()
+                if alpha_lm > 0 and lm is not None:
+                    for k, c in enumerate(cand):
+                        seqs = eng.project(c)
+                        strip = [s[1:-1] if fixed_first else s for s in seqs]
+                        tot[k] += alpha_lm * float(np.mean(_lm_nll(lm, strip)))
+                best = int(np.argmin(tot))
+                if best != 0:
+                    x.data.copy_(cand[best])
+    ids = eng.project(x.detach())
+    return ids, {"final_rec_loss": history[-1] if history else None, "history": history}
+
+
+def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+
+
+def _score(result: AttackResult, gt: Any) -> dict[str, float]:
+    refs = list(gt["texts"]) if isinstance(gt, dict) else list(gt)
+    hyps = list(result.reconstructions)
+    out = {}
+    for key in ("rouge1", "rouge2", "rougeL"):
+        out[key] = hungarian_rouge(refs, hyps, key=key)[key]
+    return out
+
+
+class _GradientMatching(Attack):
+    """Shared engine (LAMP Algorithm 1). See the module docstring for the arguments' meaning."""
+
+    observation_type = GradientObservation
+    threat_model = ThreatModel(adversary=Adversary.HONEST_BUT_CURIOUS_SERVER,
+                               observes=("client FedSGD gradient", "model weights"),
+                               knows=("labels", "sequence lengths", "tokenizer"),
+                               goal="the client's input sentences")
+    headline_metric = "rouge2"
+    paper = ("Balunović et al., LAMP: Extracting Text from Gradients with Language Model Priors, NeurIPS 2022 "
+             "(shared/papers/lamp-extracting-text-from-gradients.txt)")
+
+    def __init__(self, loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
+                 n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
+                 lr: float = 0.05, batched: bool = True, aux_lm_steps: int = 300) -> None:
+        if loss not in ("cos", "tag", "l2"):
+            raise InvalidArgument(f"loss must be 'cos', 'tag' (L2+L1) or 'l2'; got {loss!r}")
+        for nm, v in (("n_init", n_init), ("iterations", iterations), ("n_c", n_c)):
+            check_range(nm, v, 1, 10**6, integer=True)
+        for nm, v in (("n_perm", n_perm), ("n_d", n_d), ("aux_lm_steps", aux_lm_steps)):
+            check_range(nm, v, 0, 10**6, integer=True)
+        for nm, v in (("alpha_tag", alpha_tag), ("alpha_reg", alpha_reg), ("alpha_lm", alpha_lm)):
+            check_range(nm, v, 0, float("inf"))
+        check_range("lr", lr, 0, float("inf"), lo_inclusive=False)
+        self.loss = loss
+        self.alpha_tag = alpha_tag
+        self.alpha_reg = alpha_reg
+        self.alpha_lm = alpha_lm
+        self.n_init = n_init
+        self.n_perm = n_perm
+        self.iterations = iterations
+        self.n_c = n_c
+        self.n_d = n_d
+        self.lr = lr
+        self.batched = batched
+        self.aux_lm_steps = aux_lm_steps
+
+    def applies_to(self, observation: Any) -> bool:
+        return (isinstance(observation, GradientObservation) and observation.labels is not None
+                and observation.lengths is not None)
+
+    def run(self, observation: GradientObservation, *, rng: Any) -> AttackResult:
+        if not isinstance(observation, GradientObservation):
+            raise InvalidArgument(f"observation must be a GradientObservation; got {type(observation).__name__}")
+        if observation.labels is None or observation.lengths is None or observation.tokenizer is None:
+            raise InvalidArgument(f"{self.name or 'lamp'} needs labels, lengths and the tokenizer in the "
+                                  "observation (the paper's threat model grants them)")
+        lm = None
+        if self.alpha_lm > 0 and self.n_d > 0 and self.aux_lm_steps > 0:
+            lm = aux_lm(observation.tokenizer, steps=self.aux_lm_steps)
+        ids, raw = reconstruct(observation.model, observation.gradients, observation.labels, observation.lengths,
+                               observation.tokenizer, rng=rng, loss=self.loss, alpha_tag=self.alpha_tag,
+                               alpha_reg=self.alpha_reg, alpha_lm=self.alpha_lm, n_init=self.n_init,
+                               n_perm=self.n_perm, iterations=self.iterations, n_c=self.n_c, n_d=self.n_d,
+                               lr=self.lr, lm=lm, batched=self.batched)
+        texts = tuple(_decode(observation.tokenizer, s) for s in ids)
+        raw["token_ids"] = ids
+        return AttackResult(attack=self.name or "lamp", reconstructions=texts, raw=raw, scorer=_score)
+
+
+@ATTACKS.register("lamp")
+class LAMP(_GradientMatching):
+    """LAMP_cos by default (``loss="tag"`` gives LAMP_{L2+L1})."""
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "LAMP":
+        return cls(n_init=20, n_perm=20, iterations=8, n_c=25, n_d=16) if preset == "quick" else cls(
+            n_init=500, n_perm=500, iterations=30, n_c=75, n_d=200)
+
+
+@ATTACKS.register("tag")
+class TAG(_GradientMatching):
+    """TAG (Deng et al. 2021): L2 + alpha*L1 gradient distance, no prior, no discrete steps."""
+
+    paper = ("Deng et al., TAG: Gradient Attack on Transformer-based Language Models, EMNLP Findings 2021; "
+             "as evaluated in shared/papers/lamp-extracting-text-from-gradients.txt")
+
+    def __init__(self, alpha_tag: float = 0.01, iterations: int = 10, n_c: int = 25, lr: float = 0.05, **kw: Any) -> None:
+        super().__init__(loss="tag", alpha_tag=alpha_tag, alpha_reg=0.0, alpha_lm=0.0, n_init=1, n_perm=0,
+                         iterations=iterations, n_c=n_c, n_d=0, lr=lr, **kw)
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "TAG":
+        return cls(iterations=8) if preset == "quick" else cls(iterations=100)
+
+
+@ATTACKS.register("dlg")
+class DLG(_GradientMatching):
+    """DLG (Zhu et al. 2019): squared L2 gradient distance, no prior, no discrete steps."""
+
+    paper = ("Zhu et al., Deep Leakage from Gradients, NeurIPS 2019; as evaluated in "
+             "shared/papers/lamp-extracting-text-from-gradients.txt")
+
+    def __init__(self, iterations: int = 10, n_c: int = 25, lr: float = 0.05, **kw: Any) -> None:
+        super().__init__(loss="l2", alpha_reg=0.0, alpha_lm=0.0, n_init=1, n_perm=0, iterations=iterations,
+                         n_c=n_c, n_d=0, lr=lr, **kw)
+
+    @classmethod
+    def example(cls, preset: str = "quick") -> "DLG":
+        return cls(iterations=8) if preset == "quick" else cls(iterations=100)
