@@ -474,6 +474,16 @@ class FILM(Attack):
         self.bag_method = bag_method
         self.bag_threshold = bag_threshold
 
+    def applies_to(self, observation: Any) -> bool:
+        """Causal LMs (GPT-2 style): the observation's model has an output embedding and no labels field."""
+        if not isinstance(observation, GradientObservation) or observation.tokenizer is None:
+            return False
+        task = observation.meta.get("task")
+        if task is not None:
+            return task == "lm"
+        return getattr(getattr(observation.model, "config", None), "is_decoder", False) or \
+            hasattr(observation.model, "lm_head")
+
     @classmethod
     def example(cls, preset: str = "quick") -> "FILM":
         if preset == "quick":

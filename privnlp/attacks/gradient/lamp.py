@@ -315,7 +315,7 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
             val.backward()
             opt.step()
             sched.step()
-        history.append(float(val))
+        history.append(float(val.detach()))
         if n_d > 0:
             with torch.no_grad():
                 xb = x.detach().clone()

@@ -243,6 +243,20 @@ class RLG(Attack):
         self.screening_points = screening_points
         self.include_bias = include_bias
 
+    def applies_to(self, observation: Any) -> bool:
+        """Needs an untied projection layer with more labels than samples behind the update (S < C)."""
+        if not isinstance(observation, GradientObservation):
+            return False
+        name = self.layer or find_param(observation.gradients, HEAD_NAMES)
+        if name is None or name not in observation.gradients:
+            return False
+        cfg = getattr(observation.model, "config", None)
+        if name.endswith("lm_head.weight") and getattr(cfg, "tie_word_embeddings", False):
+            return False
+        C = int(observation.gradients[name].shape[0])
+        S = (observation.batch_size or 1) * max(1, observation.num_local_steps)
+        return C > S
+
     def run(self, observation: GradientObservation, *, rng: Any) -> AttackResult:
         if not isinstance(observation, GradientObservation):
             raise InvalidArgument(f"observation must be a GradientObservation; got {type(observation).__name__}")

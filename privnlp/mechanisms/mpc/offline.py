@@ -28,15 +28,26 @@ __all__ = ["OfflinePhase", "BatchingTTPServer", "BATCH_FUNCTION"]
 BATCH_FUNCTION = "privnlp_batch"
 
 
+def _broadcast(s0: Any, s1: Any) -> torch.Size:
+    """``torch.broadcast_shapes`` without its first-call import of sympy (seconds)."""
+    a, b = tuple(s0), tuple(s1)
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    return torch.Size(max(x, y) if min(x, y) == 1 else x for x, y in zip(a, b))
+
+
 def _result_size(func: str, args: tuple, kwargs: dict) -> torch.Size:
-    """Shape of what the TTP returns for one request (computed on meta tensors: no work)."""
+    """Shape of what the TTP returns for one request (Bob computes it the same way in CrypTen's
+    TTP provider; meta tensors would be free but their first use imports sympy: seconds)."""
     if func == "additive":
         size0, size1, op, *rest = args
-        a = torch.empty(size0, device="meta")
-        b = torch.empty(size1, device="meta")
+        if op == "mul":
+            return _broadcast(size0, size1)
+        a = torch.zeros(size0, dtype=torch.long)
+        b = torch.zeros(size1, dtype=torch.long)
         return getattr(torch, op)(a, b, *rest, **kwargs).size()
     if func == "binary":
-        return torch.broadcast_shapes(tuple(args[0]), tuple(args[1]))
+        return _broadcast(args[0], args[1])
     if func in ("square", "wraps", "B2A"):
         return torch.Size(args[0])
     raise NotImplementedError(f"unknown TTP request {func!r}")
