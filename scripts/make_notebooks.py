@@ -40,13 +40,14 @@ TRAINING = [
            "calibrated for the planned steps, and the budget is *hard*: the step that would exceed it raises "
            "`PrivacyBudgetExceeded` before it is taken."),
     ("code", "from privnlp.mechanisms.training import make_private, train_private, per_sample_lm_loss\n"
-             "pt = make_private(model, optimizer, loader, target_epsilon=8.0, steps=12, max_grad_norm=1.0, rng=0)\n"
+             "pt = make_private(model, optimizer, loader, target_epsilon=8.0, steps=12, max_grad_norm=1.0,\n"
+             "                  accountant='rdp', rng=0)\n"
              "def loss_fn(m, b):\n"
              "    ids, mask, pos, labels = b\n"
              "    logits = m(input_ids=ids, attention_mask=mask, position_ids=pos).logits\n"
              "    return per_sample_lm_loss(logits, labels)\n"
              "result = train_private(pt, loss_fn, steps=12)\n"
-             "print(f'noise multiplier {pt.noise_multiplier:.3f}, steps {result.steps}, epsilon {pt.epsilon():.3f}')\n"
+             "print(f'noise multiplier {pt.optimizer.noise_multiplier:.3f}, steps {result.steps}, epsilon {pt.epsilon():.3f}')\n"
              "print(pt.privacy_statement())"),
     ("code", "from privnlp.core.errors import PrivacyBudgetExceeded\n"
              "try:\n"

@@ -345,9 +345,25 @@ class FLSnapshotsScenario(Scenario):
         if parent:
             os.makedirs(parent, exist_ok=True)
         out_dir = tempfile.mkdtemp(prefix="privnlp-fl-", dir=parent)
-        paths, selection = fedavg_snapshots(client_texts, factory, tok, rounds=int(self.rounds or cfg["rounds"]),
-                                            per_round=int(cfg["per_round"]), local=cfg["local"], out_dir=out_dir,
-                                            mechanism=mechanism, rng=g)
+        rounds = int(self.rounds or cfg["rounds"])
+        engine = "temporary in-module FedAvg"
+        extra: dict[str, Any] = {}
+        if mechanism is not None and hasattr(mechanism, "aggregate") and hasattr(mechanism, "check_population"):
+            # a federated mechanism (fedavg / dp_fedavg): privnlp.mechanisms.federated's simulator
+            from privnlp.mechanisms.federated import FedSimulator, lm_client_data
+            from privnlp.mechanisms.federated.client import Task, _lm_loss
+
+            data = lm_client_data(tok, {str(i): client_texts[i] for i in range(n)}, max_length=cfg["local"]["max_length"])
+            res = FedSimulator(mechanism, Task(factory, _lm_loss, tok), data).run(
+                rounds, rng=int(g.integers(2**31)), snapshot_dir=out_dir, evaluate=False)
+            paths = list(res.snapshots.paths)
+            selection = [tuple(int(c) for c in sel) for sel in res.snapshots.selection]
+            engine = f"privnlp.mechanisms.federated.FedSimulator ({type(mechanism).__name__})"
+            extra["epsilon"] = float(res.claim.epsilon) if res.claim.epsilon is not None else math.nan
+        else:
+            paths, selection = fedavg_snapshots(client_texts, factory, tok, rounds=rounds,
+                                                per_round=int(cfg["per_round"]), local=cfg["local"], out_dir=out_dir,
+                                                mechanism=mechanism, rng=g)
         trials = tuple(Trial(ModelSnapshots(paths=tuple(paths), selection=tuple(selection), model_factory=factory,
                                             tokenizer=tok, meta={"victim": i, "watermark": marks[i],
                                                                  "record_pattern": cfg["record_pattern"]}),
@@ -358,4 +374,4 @@ class FLSnapshotsScenario(Scenario):
         return ScenarioRun(trials=trials, utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
                            config={"preset": self.preset, "rounds": len(paths) - 1, "n_clients": n,
                                    "per_round": int(cfg["per_round"]), "record_repeats": reps,
-                                   "snapshot_dir": out_dir, "federated": "temporary in-module FedAvg"})
+                                   "snapshot_dir": out_dir, "federated": engine, **extra})

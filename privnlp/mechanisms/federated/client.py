@@ -12,6 +12,7 @@ simulator passes these dataclasses in-process; the Flower apps convert them to/f
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -169,7 +170,9 @@ def _dp_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs:
     pt = make_private(model, opt, loader, noise_multiplier=sigma, max_grad_norm=clip, delta=min(delta, 0.5 / n),
                       accountant="rdp", grad_sample_mode="hooks", tied_embeddings="error", unit="record", rng=seed)
     try:
-        res = train_private(pt, lambda m, b: task.loss_fn(m, b), steps=steps)
+        with warnings.catch_warnings():  # opacus hooks on a model whose inputs need no grad: harmless
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            res = train_private(pt, lambda m, b: task.loss_fn(m, b), steps=steps)
     finally:
         pt.close()
     losses = res.losses or (float("nan"),)

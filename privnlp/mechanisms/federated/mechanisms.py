@@ -38,6 +38,38 @@ MODEL_QUERIER = ThreatModel(
     knows=("the canary format and randomness space",), goal="extract memorised canaries (federated secret sharer)")
 
 
+def _check_client_dp(client_noise_multiplier: float | None, client_max_grad_norm: float | None,
+                     client_delta: float) -> None:
+    if (client_noise_multiplier is None) != (client_max_grad_norm is None):
+        raise InvalidPrivacyParameter("client DP-SGD needs both client_noise_multiplier (>= 0) and "
+                                      "client_max_grad_norm (> 0)")
+    if client_max_grad_norm is not None:
+        check_positive("client_max_grad_norm", client_max_grad_norm, error=InvalidPrivacyParameter)
+        check_range("client_noise_multiplier", client_noise_multiplier, 0.0, math.inf,
+                    error=InvalidPrivacyParameter)
+    check_range("client_delta", client_delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False,
+                error=InvalidPrivacyParameter)
+
+
+def _require_client_dp_metrics(mech: Any, replies: Sequence[FitRes]) -> None:
+    """With client DP-SGD configured, a reply without record-level accounting metrics is refused."""
+    if getattr(mech, "client_max_grad_norm", None) is None:
+        return
+    for r in replies:
+        if not all(k in r.metrics for k in ("dp-steps", "dp-sample-rate", "dp-noise-multiplier")):
+            raise ProtocolError("client DP-SGD is configured but a reply carries no dp-steps / dp-sample-rate / "
+                                "dp-noise-multiplier metrics; refusing a reply without record-level accounting")
+        if float(r.metrics["dp-noise-multiplier"]) < float(mech.client_noise_multiplier):
+            raise ProtocolError(f"a client ran DP-SGD with noise multiplier {r.metrics['dp-noise-multiplier']} < the "
+                                f"configured client_noise_multiplier={mech.client_noise_multiplier}")
+
+
+_CLIENT_DP_NOTE = ("record level: client DP-SGD (opacus, Poisson sampling within each client, per-example clipping "
+                   "to client_max_grad_norm, Gaussian noise) composed per client over every round it took part in "
+                   "(dp_accounting RDP, worst client reported); each client's data set size is treated as public "
+                   "(it sets the sampling rate, as in central DP-SGD); no amplification by user sampling is claimed")
+
+
 class _FedBase(Mechanism):
     """Shared hyperparameters of FedAvg-style training (server and the client config it sends)."""
 
@@ -80,9 +112,14 @@ class _FedBase(Mechanism):
 
     def client_config(self, server_round: int, seed: int) -> dict[str, Any]:
         """The ``ConfigRecord`` sent to clients (Flower-style hyphenated keys)."""
-        return {"server-round": int(server_round), "local-epochs": float(self.local_epochs),
-                "batch-size": int(self.local_batch_size), "lr": float(self.local_lr),
-                "local-steps": int(self.local_steps), "fedsgd": bool(self.fedsgd), "seed": int(seed)}
+        cfg = {"server-round": int(server_round), "local-epochs": float(self.local_epochs),
+               "batch-size": int(self.local_batch_size), "lr": float(self.local_lr),
+               "local-steps": int(self.local_steps), "fedsgd": bool(self.fedsgd), "seed": int(seed)}
+        if getattr(self, "client_max_grad_norm", None) is not None:  # client DP-SGD (record level)
+            cfg["dp-noise-multiplier"] = float(self.client_noise_multiplier)
+            cfg["dp-max-grad-norm"] = float(self.client_max_grad_norm)
+            cfg["dp-delta"] = float(self.client_delta)
+        return cfg
 
     def plan(self, num_users: int, rounds: int) -> dict[str, Any]:
         """Round-independent server parameters (calibrated once per run)."""
@@ -117,18 +154,49 @@ class FedAvg(_FedBase):
 
     def __init__(self, clients_per_round: float = 10, sampling: str = "fixed", local_epochs: float = 1.0,
                  local_batch_size: int = 8, local_lr: float = 0.1, local_steps: int = 0, fedsgd: bool = False,
-                 server_lr: float = 1.0, server_momentum: float = 0.0, weighted: bool = True) -> None:
+                 server_lr: float = 1.0, server_momentum: float = 0.0, weighted: bool = True,
+                 client_noise_multiplier: float | None = None, client_max_grad_norm: float | None = None,
+                 client_delta: float = 1e-5) -> None:
         super().__init__(clients_per_round, sampling, local_epochs, local_batch_size, local_lr, local_steps, fedsgd,
                          server_lr, server_momentum)
+        _check_client_dp(client_noise_multiplier, client_max_grad_norm, client_delta)
+        if client_max_grad_norm is not None and fedsgd:
+            raise InvalidArgument("fedsgd=True (one full-batch step) cannot be combined with client DP-SGD")
         self.weighted = weighted
+        self.client_noise_multiplier = client_noise_multiplier
+        self.client_max_grad_norm = client_max_grad_norm
+        self.client_delta = client_delta
 
     def aggregate(self, reference, replies, *, num_selected, plan, generator):
         if not replies:
             raise ProtocolError("FedAvg round got no replies")
+        _require_client_dp_metrics(self, replies)
         weights = [float(r.metrics.get("num-examples", 1.0)) if self.weighted else 1.0 for r in replies]
         return weighted_average([r.arrays for r in replies], weights, reference)
 
+    def claim_for(self, ledger: FedLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
+        rec = ledger.record_epsilon(self.client_delta)
+        if self.client_max_grad_norm is None or rec is None:
+            return self.claim()
+        extra = {"record_epsilon": float(rec), "record_delta": float(self.client_delta),
+                 "record_epsilon_client_dp_sgd": float(rec), "user_epsilon": math.inf,
+                 "client_noise_multiplier": float(self.client_noise_multiplier),
+                 "client_max_grad_norm": float(self.client_max_grad_norm), "rounds": int(ledger.rounds),
+                 "num_users": int(num_users), "clients_with_dp_sgd": len(ledger.client_ledgers)}
+        return PrivacyClaim.dp(rec, self.client_delta, "record", neighbouring="add/remove",
+                               accountant="dp_accounting.rdp (per-client PoissonSampledDpEvent DP-SGD steps)",
+                               ledger=ledger.to_dict(), extra=extra,
+                               notes=(_CLIENT_DP_NOTE, "user level: no guarantee (epsilon = inf): FedAvg neither "
+                                      "clips user updates nor adds server noise"))
+
     def claim(self) -> PrivacyClaim:
+        if self.client_max_grad_norm is not None:
+            return PrivacyClaim.heuristic(
+                "FedAvg with client DP-SGD: the record-level epsilon depends on how many rounds each client takes "
+                "part in and on its data set size, so it is accounted per run (FedSimulator.run(...).claim); no "
+                "user-level guarantee", extra={"user_epsilon": math.inf,
+                                              "client_noise_multiplier": float(self.client_noise_multiplier),
+                                              "client_max_grad_norm": float(self.client_max_grad_norm)})
         return PrivacyClaim.heuristic(
             "FedAvg: raw data stays on the clients, but every (weighted) model update and global snapshot can "
             "leak records; no clipping, no noise, no formal guarantee")
@@ -179,15 +247,9 @@ class DPFedAvg(_FedBase):
             check_range("rounds", rounds, 1, math.inf, integer=True)
         if num_users is not None:
             check_range("num_users", num_users, 1, math.inf, integer=True)
-        if (client_noise_multiplier is None) != (client_max_grad_norm is None):
-            raise InvalidPrivacyParameter("client DP-SGD needs both client_noise_multiplier (>= 0) and "
-                                          "client_max_grad_norm (> 0)")
-        if client_max_grad_norm is not None:
-            check_positive("client_max_grad_norm", client_max_grad_norm, error=InvalidPrivacyParameter)
-            check_range("client_noise_multiplier", client_noise_multiplier, 0.0, math.inf,
-                        error=InvalidPrivacyParameter)
-        check_range("client_delta", client_delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False,
-                    error=InvalidPrivacyParameter)
+        _check_client_dp(client_noise_multiplier, client_max_grad_norm, client_delta)
+        if client_max_grad_norm is not None and fedsgd:
+            raise InvalidArgument("fedsgd=True (one full-batch step) cannot be combined with client DP-SGD")
         self.clip_norm = clip_norm
         self.noise_multiplier = noise_multiplier
         self.target_epsilon = target_epsilon
@@ -222,10 +284,6 @@ class DPFedAvg(_FedBase):
     def client_config(self, server_round: int, seed: int) -> dict[str, Any]:
         cfg = super().client_config(server_round, seed)
         cfg["clip-norm"] = float(self.clip_norm)  # honest clients clip locally too (Algorithm 1); the server re-clips
-        if self.client_max_grad_norm is not None:
-            cfg["dp-noise-multiplier"] = float(self.client_noise_multiplier)
-            cfg["dp-max-grad-norm"] = float(self.client_max_grad_norm)
-            cfg["dp-delta"] = float(self.client_delta)
         return cfg
 
     def require_all_replies(self) -> bool:
@@ -238,11 +296,7 @@ class DPFedAvg(_FedBase):
                                 "with the same noise would not match the accounted mechanism")
         if len(replies) > num_selected:
             raise ProtocolError(f"DP-FedAvg round got {len(replies)} replies for {num_selected} selected clients")
-        if self.client_max_grad_norm is not None:
-            for r in replies:
-                if "dp-steps" not in r.metrics:
-                    raise ProtocolError("client DP-SGD is configured but a reply carries no dp-steps metric; "
-                                        "refusing a reply without record-level accounting")
+        _require_client_dp_metrics(self, replies)
         return dp_average([r.arrays for r in replies], reference, clip_norm=plan["clip_norm"],
                           noise_multiplier=plan["noise_multiplier"], denominator=plan["denominator"],
                           generator=generator)
@@ -272,13 +326,20 @@ class DPFedAvg(_FedBase):
         if z == 0:
             notes.append("clip only (noise_multiplier=0): bounded user contribution, no formal guarantee (epsilon = inf)")
         rec = ledger.record_epsilon(self.client_delta)
+        extra["user_epsilon"] = float(eps)
         if rec is not None:
-            rec_eps = min(rec, eps) if self.sampling == "fixed" else rec
-            extra["record_epsilon"] = float(rec_eps)
+            # both bounds hold at once; they are reported side by side (different deltas, no min taken)
+            extra["record_epsilon"] = float(rec)
             extra["record_delta"] = float(self.client_delta)
             extra["record_epsilon_client_dp_sgd"] = float(rec)
-            notes.append(f"record level: ({rec_eps:.4g}, {self.client_delta:.3g})-DP per record from client DP-SGD "
-                         "(worst client, opacus/dp_accounting RDP, Poisson within the client)")
+            extra["client_noise_multiplier"] = float(self.client_noise_multiplier)
+            extra["client_max_grad_norm"] = float(self.client_max_grad_norm)
+            if self.sampling == "fixed" and ledger.rounds:
+                extra["record_epsilon_from_user_level"] = float(eps)
+                extra["record_delta_from_user_level"] = float(delta)
+            notes.append(f"record level: ({rec:.4g}, {self.client_delta:.3g})-DP per record from client DP-SGD"
+                         + (f" and ({eps:.4g}, {delta:.3g}) implied by the user-level replace-one guarantee; "
+                            if self.sampling == "fixed" and ledger.rounds else "; ") + _CLIENT_DP_NOTE)
         elif self.sampling == "fixed" and ledger.rounds:
             extra["record_epsilon"] = float(eps)
             extra["record_delta"] = float(delta)

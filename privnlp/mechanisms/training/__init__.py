@@ -10,7 +10,8 @@ Importing this package imports torch (it registers the mechanisms); ``import pri
 from __future__ import annotations
 
 from . import mechanisms as _mechanisms  # noqa: F401  (registers the defenses + the leaky twin)
-from .dp_sgd import PrivateTraining, make_private, private_training
+from .dp_sgd import (PrivateTraining, make_private, per_sample_classification_loss, per_sample_lm_loss,
+                     per_sample_token_loss, private_training)
 from .embedding import freeze_embeddings
 from .large_batch import sharded_dp_mean, effective_noise_multiplier
 from .loop import TrainResult, train_private
