@@ -16,9 +16,10 @@ MPC-friendly details (they change no math of a branch, only which positions are 
   ~0.05: far too small for the default init, the model trains badly without it); it is folded into
   the convolution weights (:meth:`fused_conv_weight`), so the MPC model never sees it;
 * two presets (:data:`PRESETS`): ``"paper"`` (the architecture above, stride-1 convolutions,
-  windowed max pooling, ReLU) and ``"fast"`` (same structure with a stride-2 convolution, 2
-  channels per branch, a wider pool and no ReLU after the pool — the max is the non-linearity —
-  which needs ~8x fewer secure comparisons; see ``docs/readme/70-mpc.md`` for its accuracy);
+  pool 4, ReLU) and ``"fast"`` (same three branches + pooling + dense layers, but stride-2
+  convolutions with 1 channel per branch, pool 2 and no ReLU after the pool — the max is the
+  non-linearity — which needs ~14x fewer secure comparisons and fewer rounds; see
+  ``docs/readme/70-mpc.md`` for its accuracy);
 * :meth:`TextCNN.forward` returns the logit; the sigmoid is :meth:`predict_proba` and the label
   is ``logit > 0`` (equal to ``sigmoid > 0.5`` and cheaper under MPC).
 """
@@ -37,7 +38,7 @@ __all__ = ["TextCNN", "train_textcnn", "PRESETS"]
 #: kernel / channel / pool sizes; ``"paper"`` is our faithful instantiation of its Fig. 2.
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {"kernel_sizes": (3, 4, 5), "channels": 4, "pool": 4, "hidden": 32, "stride": 1, "pool_relu": True},
-    "fast": {"kernel_sizes": (3, 4, 5), "channels": 2, "pool": 8, "hidden": 32, "stride": 2, "pool_relu": False},
+    "fast": {"kernel_sizes": (3, 4, 5), "channels": 1, "pool": 2, "hidden": 32, "stride": 2, "pool_relu": False},
 }
 _ARCH_KEYS = ("embed_dim", "kernel_sizes", "channels", "pool", "hidden", "stride", "pool_relu")
 

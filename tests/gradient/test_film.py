@@ -55,9 +55,10 @@ def test_dp_threshold_and_pruning(lm_victim):
     assert bag.method == "dp" and math.isclose(bag.threshold, sigma * math.sqrt(2 * math.log(64)))
     found = set(bag.token_ids)
     assert len(found & gold) / len(gold) > 0.8
-    # pure noise: (almost) nothing passes tau
+    # pure noise: tau is the *expected* max of d Gaussians, so a pure-noise row passes with
+    # probability ~0.25 (measured: 0.24 at d=64); the signal rows pass almost always
     pure = {n: sigma * torch.randn(v.shape, generator=g) for n, v in grads.items()}
-    assert len(recover_bag(pure, model, noise_std=sigma).token_ids) < 0.02 * len(tok)
+    assert len(recover_bag(pure, model, noise_std=sigma).token_ids) < 0.35 * len(tok)
     # pruning: keep 1% -> the surviving rows are batch tokens
     from privnlp.mechanisms.training.transforms import GradientPruning
 

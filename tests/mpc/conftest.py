@@ -6,18 +6,27 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-@pytest.fixture(scope="session")
-def alice():
-    """Alice's tiny TextCNN trained in plaintext on the bundled sentiment set (hashed public
-    encoder, 64-d, to keep the fast tests fast) + held-out embeddings for Bob."""
+def _train(preset):
     from privnlp.mechanisms.mpc._crypten_shim import crypten_available
 
     if not crypten_available():
         pytest.skip("CrypTen is not installed (pip install --no-deps crypten==0.4.1)")
     from privnlp.mechanisms.mpc.textcnn import train_alice_model
 
-    model, xt, yt = train_alice_model(n=300, encoder="hashed", dim=64, epochs=8, seed=0)
-    return model, xt, yt
+    return train_alice_model(n=300, encoder="hashed", dim=64, epochs=8, seed=0, preset=preset)
+
+
+@pytest.fixture(scope="session")
+def alice():
+    """Alice's tiny TextCNN ("paper" preset) trained in plaintext on the bundled sentiment set
+    (hashed public encoder, 64-d, to keep the fast tests fast) + held-out embeddings for Bob."""
+    return _train("paper")
+
+
+@pytest.fixture(scope="session")
+def alice_fast():
+    """The same with the "fast" preset (stride-2 convs, 1 channel per branch, pool 2)."""
+    return _train("fast")
 
 
 @pytest.fixture(scope="session")

@@ -178,12 +178,13 @@ def _ngrams(seq: Sequence[int], n: int) -> dict[tuple[int, ...], int]:
 
 def beam_search(model: Any, tokenizer: Any, bag: Sequence[int], *, max_length: int, beam_size: int = 32,
                 ngram: int = 2, rho: float = 2.0, previous: Sequence[Sequence[int]] = (), rho_previous: float = 2.0,
-                use_cache: bool = True) -> list[int]:
+                use_cache: bool = True, min_length: int = 1) -> list[int]:
     """Beam search over the bag (App. A, Algorithm 1). Returns the best token sequence.
 
     Scores: sum of the model's log-probabilities (full-vocabulary softmax, gathered at the bag ids)
     minus ``rho`` per repeated n-gram inside the beam and ``rho_previous`` per n-gram already
-    produced by an earlier repetition. A beam that emits eos is finished; the winner maximises the
+    produced by an earlier repetition. A beam that emits eos is finished (not before ``min_length``
+    tokens: with b = 1 the position-embedding rows give the exact length); the winner maximises the
     length-normalised score."""
     import torch
 
@@ -216,6 +217,8 @@ def beam_search(model: Any, tokenizer: Any, bag: Sequence[int], *, max_length: i
             else:
                 logits = model(input_ids=torch.tensor(seqs, dtype=torch.long)).logits[:, -1, :]
             logp = torch.log_softmax(logits.double(), dim=-1).index_select(1, bag_t)  # (beams, |bag|)
+            if eos is not None and eos in pos_in_bag and step + 1 < min_length:
+                logp[:, pos_in_bag[eos]] = -math.inf
             if ngram > 1 and (rho > 0 or rho_previous > 0):
                 pen = torch.zeros_like(logp)
                 for b, s in enumerate(seqs):
@@ -519,8 +522,10 @@ class FILM(Attack):
         scorer = _Scorer(model, pos_grad, self.beta, self.grad_term, pad)
         outs: list[list[int]] = []
         for _ in range(self.repetitions):
+            exact = observation.batch_size == 1 and self.max_length is None and bag.max_length is not None
             seq = beam_search(model, tok, bag.token_ids, max_length=int(L), beam_size=self.beam_size, ngram=self.ngram,
-                              rho=self.rho, previous=outs, rho_previous=self.rho_previous)
+                              rho=self.rho, previous=outs, rho_previous=self.rho_previous,
+                              min_length=int(L) if exact else 1)
             outs.append(seq)
         final = [reorder(s, scorer, bag.token_ids, steps=self.reorder_steps, n_candidates=self.n_candidates, rng=gen,
                          tokenizer=tok) for s in outs]

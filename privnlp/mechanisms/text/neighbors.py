@@ -11,6 +11,7 @@ dense matrix with precomputed norms as fast as a plain BLAS matmul + two ``argmi
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,61 +38,207 @@ def _exact_dists(emb: Embeddings, q: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("bkd,bkd->bk", diff, diff))
 
 
-class ExactIndex:
-    """Exact Euclidean k-NN: ``-2 X E^T + ||e||^2`` in float32 blocks of queries, then top-k
-    (two ``argmin`` passes for k <= 2, ``argpartition`` otherwise); final distances in float64."""
+_U32 = 2.0 ** -24   # unit roundoff of float32
+_U16 = 2.0 ** -8    # unit roundoff of bfloat16 (8-bit significand)
 
-    def __init__(self, embeddings: Embeddings, block_bytes: int = 160 << 20) -> None:
+
+def _split3_bf16(x: np.ndarray) -> np.ndarray:
+    """``x`` (float64) as three bfloat16-representable parts (float32 array ``(..., 3)``) whose sum
+    is ``x`` up to ~2^-24 relative; the residual is measured by the caller."""
+    import torch
+
+    parts, r = [], x.astype(np.float64)
+    for _ in range(3):
+        p = torch.from_numpy(r.astype(np.float32)).bfloat16().float().numpy().astype(np.float64)
+        parts.append(p)
+        r = r - p
+    return np.stack(parts, axis=-1)
+
+
+def _bf16_ok() -> bool:
+    """bf16 GEMM through oneDNN (fp32 accumulation) available on this CPU?"""
+    try:
+        import torch
+
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:  # pragma: no cover - torch missing / old
+        return False
+
+
+class ExactIndex:
+    """Exact Euclidean k-NN by a cheap *certified* prescreen and an exact float64 re-rank.
+
+    1. Prescreen scores ``s~_j ≈ ||q - e_j||^2 / 2`` for the whole vocabulary in one GEMM of
+       augmented vectors ``[q~, 1, 1, 1, h1, h2, h3] . [-e~_j, c1_j, c2_j, c3_j, 1, 1, 1]`` where
+       ``q~, e~`` are the inputs rounded to the GEMM precision and ``h*``/``c*`` split
+       ``||q||^2/2`` and ``||e_j||^2/2`` exactly into three parts (``precision="bf16"``: bfloat16
+       inputs on AMX/AVX512-BF16 via oneDNN, fp32 accumulation, bf16 output; ``"fp32"``: float32
+       BLAS).
+    2. A rigorous per-query bound ``m`` with ``|s~_j - s_j| <= m`` (up to the relative output
+       rounding ``u_out``):
+       ``m = ||q - q~|| max_j ||e_j|| + ||q~|| max_j ||e_j - e~_j|| + (split residuals)
+       + K 2^-23 (||q~|| max_j ||e~_j|| + ||q||^2/2 + max_j ||e_j||^2/2)``
+       (Cauchy-Schwarz for the input rounding; the standard ``gamma_K`` bound, doubled, for fp32
+       accumulation in any order).
+    3. With ``t_k`` = the k-th smallest of the group minima of ``s~`` (>= the k-th smallest
+       score, since each group minimum is a distinct row), every row whose true score can be
+       <= the upper bound of ``t_k`` is a candidate; groups whose minimum is above the threshold
+       are skipped without looking at their rows. Every true top-k row is a candidate.
+    4. Candidates are re-scored in float64 and the first ``k`` by (distance, row id) returned —
+       the same result as a brute-force float64 search (ties broken by the lower row id).
+
+    ``precision="auto"`` uses bf16 when oneDNN supports it on this CPU, else fp32.
+    """
+
+    def __init__(self, embeddings: Embeddings, block_bytes: int = 48 << 20, precision: str = "auto",
+                 group: int = 64) -> None:
+        if precision not in ("auto", "bf16", "fp32"):
+            raise InvalidArgument(f"precision must be 'auto', 'bf16' or 'fp32'; got {precision!r}")
+        check_range("group", group, 2, 1 << 20, integer=True)
         self.embeddings = embeddings
         self.block_bytes = block_bytes
+        self.precision = precision
+        self.group = group
 
-    def _prep(self) -> tuple[np.ndarray, np.ndarray]:
+    def resolved_precision(self) -> str:
+        if self.precision == "auto":
+            return "bf16" if _bf16_ok() else "fp32"
+        return self.precision
+
+    def _prep(self) -> dict:
+        prec = self.resolved_precision()
+        key = ("exact_prescreen", prec, int(self.group))
         cache = self.embeddings._cache
-        if "neg2E_aug" not in cache:  # [-2E | ||e||^2]: one matmul gives ||e||^2 - 2 q.e (no extra pass)
-            v = self.embeddings.vectors
-            cache["neg2E_aug"] = np.ascontiguousarray(np.hstack([-2.0 * v, self.embeddings.sq_norms[:, None]]),
-                                                      dtype=np.float32)
-        return cache["neg2E_aug"], self.embeddings.sq_norms
+        if key in cache:
+            return cache[key]
+        import torch
+
+        v = self.embeddings.vectors
+        n, d = v.shape
+        v64 = v.astype(np.float64)
+        half_sq = 0.5 * np.einsum("ij,ij->i", v64, v64)
+        G = int(self.group)
+        W = -(-n // G)
+        n_pad = W * G
+        K = d + 6
+        if prec == "bf16":
+            K = -(-K // 32) * 32                   # AMX tile width
+            vt = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).bfloat16()
+            vr = vt.float().numpy().astype(np.float64)       # e~ exactly
+        else:
+            vr = v64
+        sq_parts = _split3_bf16(half_sq) if prec == "bf16" else np.stack(
+            [half_sq.astype(np.float32), (half_sq - half_sq.astype(np.float32)).astype(np.float32),
+             np.zeros(n, np.float32)], axis=1).astype(np.float64)
+        A = np.zeros((n_pad, K), dtype=np.float32)
+        A[:n, :d] = -vr
+        A[:n, d:d + 3] = sq_parts
+        A[:n, d + 3:d + 6] = 1.0
+        A[n:, d] = 2.0 ** 100                      # padding rows: a huge score, never a candidate
+        stats = {
+            "max_e": float(np.sqrt(np.einsum("ij,ij->i", v64, v64).max())),
+            "max_r": float(np.sqrt(((v64 - vr) ** 2).sum(axis=1).max())),
+            "max_et": float(np.sqrt((vr ** 2).sum(axis=1).max())),
+            "max_hsq": float(half_sq.max()),
+            "max_sq_res": float(np.abs(half_sq - sq_parts.sum(axis=1)).max()),
+        }
+        if prec == "bf16":
+            AT = torch.from_numpy(A).bfloat16().T.contiguous()     # exact: A holds bf16 values
+        else:
+            AT = torch.from_numpy(np.ascontiguousarray(A.T))
+        cache[key] = {"prec": prec, "AT": AT, "n": n, "d": d, "K": K, "W": W, "G": G, **stats}
+        return cache[key]
 
     def query(self, q: np.ndarray, k: int) -> NeighborResult:
         emb = self.embeddings
         n = len(emb)
+        check_range("k", k, 1, math.inf, integer=True)
         if k > n:
             raise InvalidArgument(f"k must be <= the vocabulary size {n}; got {k}")
         q = np.ascontiguousarray(q, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != emb.dim:
             raise InvalidArgument(f"queries must have shape (B, {emb.dim}); got {q.shape}")
-        neg2E, sq = self._prep()
+        if not np.isfinite(q).all():
+            raise InvalidArgument("queries must be finite")
         B = q.shape[0]
-        qa = np.empty((B, emb.dim + 1), dtype=np.float32)
-        qa[:, :-1] = q
-        qa[:, -1] = 1.0
-        out = np.empty((B, k), dtype=np.int64)
-        block = max(1, min(B, self.block_bytes // (4 * n)))
-        buf = np.empty((block, n), dtype=np.float32)
-        rows = np.arange(block)
+        ids = np.empty((B, k), dtype=np.int64)
+        dists = np.empty((B, k), dtype=np.float64)
+        if B == 0:
+            return NeighborResult(ids, dists)
+        P = self._prep()
+        bytes_per_q = P["W"] * P["G"] * (2 if P["prec"] == "bf16" else 4)
+        block = max(1, min(B, int(self.block_bytes) // bytes_per_q))
         for s in range(0, B, block):
-            qb = qa[s:s + block]
-            b = qb.shape[0]
-            S = buf[:b]
-            np.matmul(qb, neg2E.T, out=S)
-            if k <= 2:
-                i1 = S.argmin(axis=1)
-                out[s:s + b, 0] = i1
-                if k == 2:
-                    S[rows[:b], i1] = np.inf
-                    out[s:s + b, 1] = S.argmin(axis=1)
-            else:
-                part = np.argpartition(S, k - 1, axis=1)[:, :k]
-                vals = np.take_along_axis(S, part, axis=1)
-                order = np.argsort(vals, axis=1, kind="stable")
-                out[s:s + b] = np.take_along_axis(part, order, axis=1)
-        d = _exact_dists(emb, q, out)
-        if k > 1:  # float32 near-ties: reorder by the float64 distances
-            order = np.argsort(d, axis=1, kind="stable")
-            out = np.take_along_axis(out, order, axis=1)
-            d = np.take_along_axis(d, order, axis=1)
-        return NeighborResult(out, d)
+            i, dd = self._query_block(P, q[s:s + block], k)
+            ids[s:s + block] = i
+            dists[s:s + block] = dd
+        return NeighborResult(ids, dists)
+
+    def _query_block(self, P: dict, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        d, K, W, G, n = P["d"], P["K"], P["W"], P["G"], P["n"]
+        b = q.shape[0]
+        q64 = q.astype(np.float64)
+        hq = 0.5 * np.einsum("ij,ij->i", q64, q64)
+        X = np.zeros((b, K), dtype=np.float32)
+        if P["prec"] == "bf16":
+            qt = torch.from_numpy(q).bfloat16()
+            qr = qt.float().numpy().astype(np.float64)
+            h_parts = _split3_bf16(hq)
+            u_out = _U16
+        else:
+            qr = q64
+            h_parts = np.stack([hq.astype(np.float32), (hq - hq.astype(np.float32)).astype(np.float32),
+                                np.zeros(b, np.float32)], axis=1).astype(np.float64)
+            u_out = _U32
+        X[:, :d] = qr
+        X[:, d:d + 3] = 1.0
+        X[:, d + 3:d + 6] = h_parts
+        Xt = torch.from_numpy(X)
+        if P["prec"] == "bf16":
+            Xt = Xt.bfloat16()
+        S = torch.mm(Xt, P["AT"])                               # (b, W*G) prescreen scores
+        # rigorous bound on |S_exact_sum - ||q - e_j||^2 / 2| before the output rounding
+        nq_err = np.sqrt(((q64 - qr) ** 2).sum(axis=1))
+        nqr = np.sqrt((qr ** 2).sum(axis=1))
+        m = (nq_err * P["max_e"] + nqr * P["max_r"] + P["max_sq_res"] + np.abs(hq - h_parts.sum(axis=1))
+             + 2.0 * K * _U32 * (nqr * P["max_et"] + 2.0 * (hq + P["max_hsq"]) + 3.0))
+        m = m * (1.0 + 1e-6) + 1e-30
+        # group minima (group c = rows c, c+W, ..., c+(G-1)W): one vectorised pass
+        S3 = S.view(b, G, W)
+        gmin = S3.amin(dim=1).float()
+        if k <= W:
+            tk = torch.topk(gmin, k, dim=1, largest=False).values[:, -1].double().numpy()
+        else:
+            tk = torch.topk(S.float(), k, dim=1, largest=False).values[:, -1].double().numpy()
+        # upper bound of the k-th smallest true score, then the largest s~ that can be <= it
+        up = np.where(tk >= 0, tk / (1.0 - u_out), tk / (1.0 + u_out)) + m
+        y = up + m
+        thr = np.where(y >= 0, y * (1.0 + u_out), y * (1.0 - u_out))
+        thr = np.nextafter(thr.astype(np.float32), np.float32(np.inf))   # round up: stay conservative
+        thr_t = torch.from_numpy(thr)
+        cq, cc = torch.nonzero(gmin <= thr_t[:, None], as_tuple=True)    # candidate (query, group)
+        rows = cc[:, None] + W * torch.arange(G)[None, :]               # (pairs, G) row ids
+        vals = S.view(b, W * G)[cq[:, None], rows].float()
+        keep = vals <= thr_t[cq][:, None]
+        pq = cq[:, None].expand_as(rows)[keep].numpy()
+        pj = rows[keep].numpy()
+        # exact float64 re-rank of the candidates
+        ev = self.embeddings.vectors
+        d2 = np.empty(pq.size, dtype=np.float64)
+        step = 1 << 14
+        for a in range(0, pq.size, step):
+            diff = ev[pj[a:a + step]].astype(np.float64) - q64[pq[a:a + step]]
+            d2[a:a + step] = np.einsum("ij,ij->i", diff, diff)
+        order = np.lexsort((pj, d2, pq))
+        pq, pj, d2 = pq[order], pj[order], d2[order]
+        start = np.searchsorted(pq, np.arange(b))
+        counts = np.diff(np.append(start, pq.size))
+        if (counts < k).any():  # cannot happen (the k rows with the smallest s~ are candidates)
+            raise RuntimeError("exact prescreen lost candidates; please report")
+        sel = start[:, None] + np.arange(k)[None, :]
+        return pj[sel], np.sqrt(d2[sel])
 
 
 class HnswIndex:
