@@ -153,25 +153,45 @@ def _screen(Qn: np.ndarray, norms: np.ndarray, *, n_points: int, tol: float, rng
     return alive
 
 
-def _lp_feasible(Q: np.ndarray, c: int, box: float) -> bool:
+def _lp_feasible(Q: np.ndarray, c: int, box: float, *, order: np.ndarray | None = None, first: int = 500,
+                 tol: float = 1e-9) -> bool:
+    """LP(c) of the paper, solved exactly by constraint generation: start from the ``first``
+    largest-norm columns, check the solution against all columns, add the violated ones and resolve.
+    A subset being infeasible proves infeasibility; a solution that satisfies every column proves
+    feasibility (so the answer equals the full LP's)."""
     from scipy.optimize import linprog
 
     S, C = Q.shape
-    others = np.delete(np.arange(C), c)
-    res = linprog(c=np.zeros(S), A_ub=-Q[:, others].T, b_ub=np.zeros(C - 1), A_eq=Q[:, c][None, :], b_eq=[-1.0],
-                  bounds=[(-box, box)] * S, method="highs")
-    return res.status == 0
+    if order is None:
+        order = np.arange(C)
+    active = [j for j in order[: first + 1].tolist() if j != c]
+    while True:
+        A = Q[:, active]
+        res = linprog(c=np.zeros(S), A_ub=-A.T, b_ub=np.zeros(len(active)), A_eq=Q[:, c][None, :], b_eq=[-1.0],
+                      bounds=[(-box, box)] * S, method="highs")
+        if res.status != 0:
+            return False
+        vals = res.x @ Q
+        vals[c] = 0.0
+        viol = np.nonzero(vals < -tol * max(1.0, float(np.abs(vals).max())))[0]
+        viol = viol[~np.isin(viol, active)]
+        if viol.size == 0:
+            return True
+        active.extend(viol[np.argsort(vals[viol])][:1000].tolist())
 
 
 def reveal_labels(dW: np.ndarray, *, num_labels: int | None = None, rtol: float = 1e-4, box: float = 1e4,
-                  screening_points: int = 500, screen: bool = True, rng: Any = 0) -> LabelSet:
+                  screening_points: int = 500, screen: bool = True, generate: bool = True, rng: Any = 0) -> LabelSet:
     """Algorithm 1 of the paper on ``dW`` of shape ``(C, d)`` (one row per label).
 
     Args:
         num_labels: known ``S`` (known-S mode); ``None`` estimates it from the spectrum.
         rtol: relative singular-value cut for the rank estimate.
         box: bound on every coordinate of ``r`` (the LP is bounded; ``r.q_c = -1`` fixes the scale).
-        screening_points: number of largest-norm columns the exact cone screening draws bases from.
+        screening_points: number of largest-norm columns the exact cone screening draws bases from
+            (and the first constraints of each LP).
+        screen, generate: turn off the cone screening / the constraint generation (the plain
+            Algorithm 1: one full LP per label) — same answer, slower.
     """
     check_positive("box", box)
     check_range("rtol", rtol, 0, 1, lo_inclusive=False)
@@ -192,7 +212,8 @@ def reveal_labels(dW: np.ndarray, *, num_labels: int | None = None, rtol: float 
     g = np.random.default_rng(rng if isinstance(rng, (int, np.integer)) else None) if not isinstance(rng, np.random.Generator) else rng
     alive = _screen(Qn, norms, n_points=screening_points, tol=1e-9, rng=g) if screen and S < C else np.ones(C, bool)
     cand = np.nonzero(alive)[0]
-    labels = [int(c) for c in cand if _lp_feasible(Qn, int(c), box)]
+    order = np.argsort(-norms)
+    labels = [int(c) for c in cand if _lp_feasible(Qn, int(c), box, order=order, first=screening_points if generate else C)]
     return LabelSet(tuple(sorted(labels)), S, tuple(float(x) for x in s[: min(64, s.size)]), int(cand.size))
 
 

@@ -177,9 +177,11 @@ def generate_candidates(model: Any, tokenizer: Any, pattern: str, *, beam_width:
         for pos, a in enumerate(alph):
             texts = [render_partial(template, s + [x]) for s in seqs for x in a]
             lp = causal_log_probs(model, tokenizer, texts).total.reshape(len(seqs), len(a)) / float(temperature)
-            lp -= lp.max(1, keepdims=True)
-            p = np.exp(lp)
-            p /= p.sum(1, keepdims=True)
+            lp = np.where(np.isfinite(lp), lp, -np.inf)  # a diverged model (NaN) gets no say
+            top = lp.max(1, keepdims=True)
+            p = np.exp(lp - np.where(np.isfinite(top), top, 0.0))
+            tot = p.sum(1, keepdims=True)
+            p = np.where(tot > 0, p / np.where(tot > 0, tot, 1.0), 1.0 / len(a))  # all -inf -> uniform
             for s, row in zip(seqs, p):
                 s.append(a[int(g.choice(len(a), p=row))])
         out.extend(template.render(_split(template, s)) for s in seqs)

@@ -295,10 +295,14 @@ class FLSnapshotsScenario(Scenario):
     :class:`ModelSnapshots` with ``meta = {victim, watermark, record_pattern}``; ground truth = the
     victim's record text. Utility: final global model's held-out loss / perplexity (costs).
 
-    Federated training is a TEMPORARY in-module FedAvg (:func:`fedavg_snapshots`) until the
-    federated mechanisms package lands. ``mechanism``: ``None`` or an embedding-obfuscation
-    mechanism with ``apply(model, rng=...)`` (noised / dropout embedding). Snapshot files go to a
-    fresh temporary directory (``PRIVNLP_SNAPSHOT_DIR`` overrides the parent).
+    Engines: a federated mechanism (``fedavg`` / ``dp_fedavg``, anything with ``aggregate``) runs in
+    :class:`privnlp.mechanisms.federated.FedSimulator` with its own configuration (clients per round,
+    local SGD); ``mechanism=None`` and the embedding-obfuscation mechanisms (``apply(model, rng=...)``:
+    noised / dropout embedding) run the TEMPORARY in-module FedAvg (:func:`fedavg_snapshots`, local
+    AdamW, tuned so that the tiny model memorizes the SSN records in 30 rounds; the simulator's local
+    SGD did not memorize them at lr 0.5 and diverged at lr 3.0). Compare a federated mechanism with
+    ``fedavg`` under the same configuration, not with ``None``. Snapshot files go to a fresh
+    temporary directory (``PRIVNLP_SNAPSHOT_DIR`` overrides the parent).
     """
 
     threat_model = _FL_OBSERVER

@@ -58,7 +58,8 @@ class PartyOutput:
     received: Mapping[str, Any] = field(default_factory=dict)  # recorded view (int64 arrays)
     opened: Mapping[str, Any] = field(default_factory=dict)
     comm: Mapping[str, float] = field(default_factory=dict)    # rounds, bytes, time
-    seconds: float = 0.0
+    seconds: float = 0.0                # weight sharing + all batches
+    batch_seconds: tuple = ()           # wall time of each batch (text, in sequential mode)
 
 
 def validate_embeddings(x: Any, embed_dim: int | None = None) -> np.ndarray:
@@ -282,7 +283,9 @@ def _run_party(rank: int, *, config: Mapping[str, Any] | None, state: Mapping[st
         from .offline import OfflinePhase
 
         pre = OfflinePhase(rank)
+    batch_seconds: list[float] = []
     for bi, sl in enumerate(batches):
+        tb = time.perf_counter()
         if pre is not None:
             pre.start_trace() if bi == 0 else pre.fill()
         x = share_input(x_plain[sl])
@@ -316,6 +319,7 @@ def _run_party(rank: int, *, config: Mapping[str, Any] | None, state: Mapping[st
             rec.paused = False
         if pre is not None:
             pre.stop_trace() if bi == 0 else pre.clear()
+        batch_seconds.append(time.perf_counter() - tb)
     seconds = time.perf_counter() - t0
     stats = comm.get_communication_stats()
     if rec is not None:
@@ -329,7 +333,8 @@ def _run_party(rank: int, *, config: Mapping[str, Any] | None, state: Mapping[st
             opened["logit"] = out_logits
     return PartyOutput(role=role, labels=out_labels, logits=out_logits, received=received, opened=opened,
                        comm={"rounds": float(stats["rounds"]), "bytes": float(stats["bytes"]),
-                             "comm_time": float(stats.get("time", 0.0))}, seconds=seconds)
+                             "comm_time": float(stats.get("time", 0.0))}, seconds=seconds,
+                       batch_seconds=tuple(batch_seconds))
 
 
 def init_party(rank: int, *, rendezvous: str, provider: str, timeout: float) -> Any:
@@ -376,7 +381,7 @@ def _child(rank: int, rendezvous: str, provider: str, timeout: float, q: Any, kw
 def run_embedded(*, config: Mapping[str, Any], state: Mapping[str, Any], embeddings: Any, provider: str = "TTP",
                  mode: str = "batched", reveal: str = "label", record: bool = False, leak: str | None = None,
                  pool_method: str = "tournament", timeout: float = 120.0,
-                 rendezvous: str | None = None) -> dict[str, PartyOutput]:
+                 rendezvous: str | None = None, offline: bool = True) -> dict[str, PartyOutput]:
     """Run pi_TEXT with Alice, Bob (and the TTP) as forked processes on this machine.
 
     Returns ``{"alice": PartyOutput, "bob": PartyOutput}``. Raises ``InvalidArgument`` for bad
@@ -394,7 +399,8 @@ def run_embedded(*, config: Mapping[str, Any], state: Mapping[str, Any], embeddi
         rendezvous = "file://" + os.path.join(tempfile.mkdtemp(prefix="privnlp-mpc-"), "rendezvous")
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    common = dict(config=dict(config), mode=mode, reveal=reveal, record=record, leak=leak, pool_method=pool_method)
+    common = dict(config=dict(config), mode=mode, reveal=reveal, record=record, leak=leak, pool_method=pool_method,
+                  offline=offline)
     procs = [ctx.Process(target=_child, args=(ALICE, rendezvous, provider, timeout, q, dict(common, state=dict(state))),
                          daemon=False),
              ctx.Process(target=_child, args=(BOB, rendezvous, provider, timeout, q, dict(common, embeddings=x)),

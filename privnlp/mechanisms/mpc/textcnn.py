@@ -46,6 +46,7 @@ class MPCResult:
     views: tuple[PartyView, ...] = ()       # recorded party views (record=True)
     comm: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # per party rounds/bytes
     seconds: float = 0.0                    # protocol wall time (inside the parties)
+    batch_seconds: tuple[float, ...] = ()   # Bob's wall time per batch (per text when sequential)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class AliceModel:
 
 def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, epochs: int = 20, seed: int = 0,
                       texts: Sequence[str] | None = None, labels: Sequence[int] | None = None,
-                      held_out: float = 0.25, preset: str = "paper") -> tuple[AliceModel, np.ndarray, np.ndarray]:
+                      held_out: float = 0.25, preset: str = "paper",
+                      embeddings: Any = None) -> tuple[AliceModel, np.ndarray, np.ndarray]:
     """Train Alice's TextCNN in plaintext on ``privnlp.data.generate_sentiment`` (or given data).
 
     ``preset``: ``"paper"`` or ``"fast"`` (:data:`privnlp.models.cnn.PRESETS`). The input is
@@ -67,6 +69,8 @@ def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, ep
     into the secret conv weights): sentence-encoder outputs are unit-norm vectors with ~0.05
     entries, on which the default init trains badly (held-out accuracy 0.70 instead of 0.84 on
     MiniLM embeddings with 1500 training texts).
+
+    ``embeddings``: the public encoder's output for ``texts`` if already computed (skips encoding).
 
     Returns ``(AliceModel, x_test, y_test)`` (held-out embeddings for Bob)."""
     import torch
@@ -83,8 +87,10 @@ def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, ep
         ds = generate_sentiment(n, seed=seed)
         texts, labels = ds.texts, ds.labels
     enc = PublicEncoder(encoder, dim)
-    x = enc.encode(texts)
+    x = enc.encode(texts) if embeddings is None else np.asarray(embeddings, np.float32)
     y = np.asarray(labels, np.int64)
+    if len(x) != len(y):
+        raise InvalidArgument(f"embeddings and labels must have equal length; got {len(x)} and {len(y)}")
     k = int(round(len(x) * (1 - held_out)))
     rms = float(np.sqrt(np.mean(np.square(x[:k])))) if k else 1.0
     scale = float(f"{1.0 / rms:.2g}") if rms > 0 else 1.0
@@ -193,7 +199,8 @@ class CryptenTextCNN(Mechanism):
                           for role, o in out.items())
         b = out["bob"]
         return MPCResult(labels=b.labels, logits=b.logits, views=views,
-                         comm={r: dict(o.comm) for r, o in out.items()}, seconds=max(o.seconds for o in out.values()))
+                         comm={r: dict(o.comm) for r, o in out.items()}, seconds=max(o.seconds for o in out.values()),
+                         batch_seconds=tuple(b.batch_seconds))
 
 
 @LEAKY_TWINS.register("crypten_textcnn")

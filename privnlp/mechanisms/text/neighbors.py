@@ -55,6 +55,16 @@ def _split3_bf16(x: np.ndarray) -> np.ndarray:
     return np.stack(parts, axis=-1)
 
 
+def _split3_f32(x: np.ndarray) -> np.ndarray:
+    """``x`` (float64) as three float32 parts (as float64 values), residual measured by the caller."""
+    parts, r = [], x.astype(np.float64)
+    for _ in range(3):
+        p = r.astype(np.float32).astype(np.float64)
+        parts.append(p)
+        r = r - p
+    return np.stack(parts, axis=-1)
+
+
 def _bf16_ok() -> bool:
     """bf16 GEMM through oneDNN (fp32 accumulation) available on this CPU?"""
     try:
@@ -127,9 +137,7 @@ class ExactIndex:
             vr = vt.float().numpy().astype(np.float64)       # e~ exactly
         else:
             vr = v64
-        sq_parts = _split3_bf16(half_sq) if prec == "bf16" else np.stack(
-            [half_sq.astype(np.float32), (half_sq - half_sq.astype(np.float32)).astype(np.float32),
-             np.zeros(n, np.float32)], axis=1).astype(np.float64)
+        sq_parts = _split3_bf16(half_sq) if prec == "bf16" else _split3_f32(half_sq)
         A = np.zeros((n_pad, K), dtype=np.float32)
         A[:n, :d] = -vr
         A[:n, d:d + 3] = sq_parts
@@ -181,49 +189,56 @@ class ExactIndex:
         b = q.shape[0]
         q64 = q.astype(np.float64)
         hq = 0.5 * np.einsum("ij,ij->i", q64, q64)
-        X = np.zeros((b, K), dtype=np.float32)
         if P["prec"] == "bf16":
             qt = torch.from_numpy(q).bfloat16()
             qr = qt.float().numpy().astype(np.float64)
-            h_parts = _split3_bf16(hq)
             u_out = _U16
         else:
             qr = q64
-            h_parts = np.stack([hq.astype(np.float32), (hq - hq.astype(np.float32)).astype(np.float32),
-                                np.zeros(b, np.float32)], axis=1).astype(np.float64)
             u_out = _U32
+        # rigorous bound on |exact sum of the augmented products - ||q - e_j||^2 / 2|
+        nq_err = np.sqrt(((q64 - qr) ** 2).sum(axis=1))
+        nqr = np.sqrt((qr ** 2).sum(axis=1))
+        m0 = (nq_err * P["max_e"] + nqr * P["max_r"] + P["max_sq_res"]
+              + 2.0 * K * _U32 * (nqr * P["max_et"] + 2.0 * (hq + P["max_hsq"]) + 3.0))
+        # offset c > bound: every computed score is > 0, so float order == integer order of the bits
+        c = 4.0 * m0 + 1e-20
+        hc = hq + c
+        h_parts = _split3_bf16(hc) if P["prec"] == "bf16" else _split3_f32(hc)
+        m = (m0 + np.abs(hc - h_parts.sum(axis=1)) + 4.0 * K * _U32 * c) * (1.0 + 1e-6) + 1e-30
+        X = np.zeros((b, K), dtype=np.float32)
         X[:, :d] = qr
         X[:, d:d + 3] = 1.0
         X[:, d + 3:d + 6] = h_parts
         Xt = torch.from_numpy(X)
         if P["prec"] == "bf16":
             Xt = Xt.bfloat16()
-        S = torch.mm(Xt, P["AT"])                               # (b, W*G) prescreen scores
-        # rigorous bound on |S_exact_sum - ||q - e_j||^2 / 2| before the output rounding
-        nq_err = np.sqrt(((q64 - qr) ** 2).sum(axis=1))
-        nqr = np.sqrt((qr ** 2).sum(axis=1))
-        m = (nq_err * P["max_e"] + nqr * P["max_r"] + P["max_sq_res"] + np.abs(hq - h_parts.sum(axis=1))
-             + 2.0 * K * _U32 * (nqr * P["max_et"] + 2.0 * (hq + P["max_hsq"]) + 3.0))
-        m = m * (1.0 + 1e-6) + 1e-30
-        # group minima (group c = rows c, c+W, ..., c+(G-1)W): one vectorised pass
-        S3 = S.view(b, G, W)
-        gmin = S3.amin(dim=1).float()
-        if k <= W:
-            tk = torch.topk(gmin, k, dim=1, largest=False).values[:, -1].double().numpy()
+        S = torch.mm(Xt, P["AT"])                   # (b, W*G) prescreen scores s~_j + c > 0
+        # group minima (group g = rows g, g+W, ..., g+(G-1)W) on the integer view of the bits:
+        # positive floats order like their bit patterns; numpy's int16 min is fast and exact
+        if P["prec"] == "bf16":
+            Sn = S.view(torch.int16).numpy().reshape(b, G, W)
+            gmin = (Sn.min(axis=1).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
         else:
-            tk = torch.topk(S.float(), k, dim=1, largest=False).values[:, -1].double().numpy()
+            Sn = S.numpy().reshape(b, G, W)
+            gmin = Sn.min(axis=1)
+        if k <= W:
+            tk = np.partition(gmin, k - 1, axis=1)[:, k - 1].astype(np.float64)
+        else:
+            tk = np.partition(S.float().numpy(), k - 1, axis=1)[:, k - 1].astype(np.float64)
         # upper bound of the k-th smallest true score, then the largest s~ that can be <= it
         up = np.where(tk >= 0, tk / (1.0 - u_out), tk / (1.0 + u_out)) + m
         y = up + m
         thr = np.where(y >= 0, y * (1.0 + u_out), y * (1.0 - u_out))
         thr = np.nextafter(thr.astype(np.float32), np.float32(np.inf))   # round up: stay conservative
-        thr_t = torch.from_numpy(thr)
-        cq, cc = torch.nonzero(gmin <= thr_t[:, None], as_tuple=True)    # candidate (query, group)
-        rows = cc[:, None] + W * torch.arange(G)[None, :]               # (pairs, G) row ids
-        vals = S.view(b, W * G)[cq[:, None], rows].float()
-        keep = vals <= thr_t[cq][:, None]
-        pq = cq[:, None].expand_as(rows)[keep].numpy()
-        pj = rows[keep].numpy()
+        cq, cc = np.nonzero(gmin <= thr[:, None])                         # candidate (query, group)
+        if P["prec"] == "bf16":   # gather the groups' raw bf16 bits and widen them exactly to fp32
+            vals = (Sn[cq, :, cc].view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            vals = Sn[cq, :, cc]
+        pi, gi = np.nonzero(vals <= thr[cq][:, None])
+        pq = cq[pi]
+        pj = cc[pi] + W * gi
         # exact float64 re-rank of the candidates
         ev = self.embeddings.vectors
         d2 = np.empty(pq.size, dtype=np.float64)
