@@ -198,7 +198,11 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
     if not seeds:
         raise InvalidArgument("seeds must contain at least one seed")
     mech = resolve_mechanism(mechanism, preset)
-    scen = resolve_scenario(scenario, mech, preset)
+    scen_specs = scenario if scenario is not None else getattr(mech, "scenario", None)
+    if isinstance(scen_specs, (list, tuple)):
+        scens = [resolve_scenario(s_, mech, preset) for s_ in scen_specs]
+    else:
+        scens = [resolve_scenario(scen_specs, mech, preset)]
     atks = resolve_attacks(attacks, mech, preset)
     cache = Path(cache_dir) if cache_dir else None
     if cache:
@@ -215,26 +219,34 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
 
     from tqdm.auto import tqdm
 
-    outcomes: dict[str, list[SeedOutcome]] = defaultdict(list)
-    bar = tqdm(total=len(systems) * len(seeds), desc=f"audit {getattr(mech, 'name', 'mechanism')}",
+    multi = len(scens) > 1
+    attack_metrics: list[AttackMetrics] = []
+    util_def: dict[str, MetricSummary] = {}
+    util_und: dict[str, MetricSummary] = {}
+    bar = tqdm(total=len(scens) * len(systems) * len(seeds), desc=f"audit {getattr(mech, 'name', 'mechanism')}",
                disable=not progress, leave=False)
-    for label, system in systems:
-        for s in seeds:
-            outcomes[label].append(_run_one(system, scen, atks, int(s), cache))
-            bar.update(1)
+    for scen in scens:
+        scen_name = getattr(scen, "name", type(scen).__name__)
+        outcomes: dict[str, list[SeedOutcome]] = defaultdict(list)
+        for label, system in systems:
+            for s in seeds:
+                outcomes[label].append(_run_one(system, scen, atks, int(s), cache))
+                bar.update(1)
+        defended, u_def = _collect(outcomes["defended"])
+        undefended, u_und = _collect(outcomes.get("undefended", []))
+        twin_m, _ = _collect(outcomes.get("leaky_twin", []))
+        pre = f"{scen_name}: " if multi else ""
+        util_def.update({pre + k: v for k, v in u_def.items()})
+        util_und.update({pre + k: v for k, v in u_und.items()})
+        for atk in atks:
+            if atk.name not in defended:
+                continue
+            attack_metrics.append(AttackMetrics(
+                attack=atk.name, headline_metric=atk.headline_metric, defended=defended[atk.name],
+                undefended=undefended.get(atk.name, {}), threat_model=getattr(atk, "threat_model", None),
+                params=_jsonable({**atk.params(), "scenario": scen_name}), leaky_twin=twin_m.get(atk.name, {})))
     bar.close()
-
-    defended, util_def = _collect(outcomes["defended"])
-    undefended, util_und = _collect(outcomes.get("undefended", []))
-    twin_m, _ = _collect(outcomes.get("leaky_twin", []))
-    attack_metrics = []
-    for atk in atks:
-        if atk.name not in defended:
-            continue
-        attack_metrics.append(AttackMetrics(
-            attack=atk.name, headline_metric=atk.headline_metric, defended=defended[atk.name],
-            undefended=undefended.get(atk.name, {}), threat_model=getattr(atk, "threat_model", None),
-            params=_jsonable(atk.params()), leaky_twin=twin_m.get(atk.name, {})))
+    scen = scens[0]
 
     eps_lb = None
     for a in attack_metrics:
@@ -243,8 +255,8 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
                 eps_lb = max(eps_lb or 0.0, a.defended[k].mean)
 
     threat_models = tuple(getattr(mech, "threat_models", ()) or ())
-    if not threat_models and getattr(scen, "threat_model", None) is not None:
-        threat_models = (scen.threat_model,)
+    if not threat_models:
+        threat_models = tuple(x.threat_model for x in scens if getattr(x, "threat_model", None) is not None)
     notes = []
     if not attack_metrics:
         applicable = [a.name for a in atks]
@@ -255,7 +267,7 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
         attacks=tuple(attack_metrics), utility=util_def, utility_undefended=util_und,
         empirical_epsilon_lower_bound=eps_lb,
         config={"mechanism": mech.params() if hasattr(mech, "params") else repr(mech),
-                "scenario": getattr(scen, "name", type(scen).__name__), "preset": preset,
+                "scenario": ", ".join(getattr(x, "name", type(x).__name__) for x in scens), "preset": preset,
                 "attacks": {a.name: a.params() for a in atks},
                 "leaky_twin": twin.params() if twin is not None and hasattr(twin, "params") else None},
         seeds=tuple(int(s) for s in seeds), versions=package_versions(), notes=tuple(notes))

@@ -95,13 +95,14 @@ def _sweep_for(cls: Any, mech: Any, preset: str, seeds: Sequence[int], cache_dir
     attacks = [a for a in getattr(mech, "paired_attacks", ()) if a in ATTACKS.load_all()]
     if not attacks:
         return None
-    scen = resolve_scenario(None, mech, preset)
+    spec_s = getattr(mech, "scenario", None)
+    scen = resolve_scenario(spec_s[0] if isinstance(spec_s, (list, tuple)) else spec_s, mech, preset)
     utility = getattr(scen, "primary_utility", None)
     if utility is None:
         return None
     from .sweep import sweep
 
-    return sweep({mech.name: (mech, param, values)}, attack=attacks[0], utility=utility, seeds=seeds[:1],
+    return sweep({mech.name: (mech, param, values)}, attack=attacks[0], utility=utility, seeds=seeds[:1], scenario=scen,
                  preset=preset, cache_dir=cache_dir, title=f"{mech.name}: privacy-utility ({param})")
 
 
@@ -115,7 +116,9 @@ def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path
     t0 = time.perf_counter()
     seeds = tuple(seeds if seeds is not None else PRESETS[preset]["seeds"])
     mech = cls.example(preset)
-    has_scenario = getattr(mech, "scenario", None) in SCENARIOS.load_all()
+    spec = getattr(mech, "scenario", None)
+    specs = list(spec) if isinstance(spec, (list, tuple)) else ([spec] if spec else [])
+    has_scenario = bool(specs) and all(x in SCENARIOS.load_all() for x in specs)
     if has_scenario:
         report = audit(mech, seeds=seeds, preset=preset, leaky_twin=True, cache_dir=cache_dir, progress=progress)
         sw = _sweep_for(cls, mech, preset, seeds, cache_dir) if sweeps else None

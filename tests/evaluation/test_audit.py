@@ -114,3 +114,14 @@ def test_bad_arguments():
         audit(RandomizedResponse(1.0), None, [Guess()], seeds=[0], progress=False)
     with pytest.raises(InvalidArgument, match="fn must be callable"):
         FunctionMechanism(3, claim=PrivacyClaim.none())
+
+
+class BitScenarioB(BitScenario):
+    name = "bits_b"
+
+
+def test_audit_over_several_scenarios_merges_attacks_and_prefixes_utility():
+    rep = audit(RandomizedResponse(0.5), [BitScenario(), BitScenarioB()], [Guess()], seeds=[0, 1], progress=False)
+    assert [a.params["scenario"] for a in rep.attacks] == ["bits", "bits_b"]
+    assert set(rep.utility) == {"bits: agreement", "bits_b: agreement"}
+    assert rep.config["scenario"] == "bits, bits_b"

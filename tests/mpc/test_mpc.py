@@ -12,43 +12,6 @@ from privnlp.core.errors import InvalidArgument
 LOGIT_TOL = 5e-3  # 16-bit fixed point: observed max |error| ~1e-4 on these models
 
 
-def _py(code, timeout=120):
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def test_import_is_lazy_missing_crypten_is_clear_and_maxpool1d_matches_torch():
-    """One interpreter for both (start-up dominates): lazy import + clear MissingDependency, then
-    CrypTen for real (single process) and MaxPool1d against torch."""
-    r = _py("""
-        import sys, privnlp.mechanisms as M, privnlp.attacks as A
-        from privnlp.core.registry import LEAKY_TWINS, SCENARIOS
-        M.get('crypten_textcnn'); A.get('party_view'); LEAKY_TWINS.get('crypten_textcnn'); SCENARIOS.get('mpc.inference')
-        assert 'crypten' not in sys.modules, 'crypten imported eagerly'
-        sys.modules['crypten'] = None  # simulate CrypTen not installed
-        from privnlp.core.errors import MissingDependency
-        from privnlp.mechanisms.mpc._crypten_shim import import_crypten, crypten_available
-        assert not crypten_available()
-        try:
-            import_crypten()
-        except MissingDependency as e:
-            print('MSG', e)
-        del sys.modules['crypten']
-        import torch; torch.set_num_threads(1)
-        crypten = import_crypten(); crypten.init()
-        from privnlp.mechanisms.mpc.crypten_model import MaxPool1d
-        x = torch.randn(2, 3, 23)
-        for k, s, meth in [(4, None, 'tournament'), (3, None, 'tournament'), (5, 2, 'tournament'), (2, None, 'tournament'),
-                           (4, None, 'max_pool2d')]:
-            got = MaxPool1d(k, s, meth).encrypt()(crypten.cryptensor(x)).get_plain_text()
-            ref = torch.nn.functional.max_pool1d(x, k, s)
-            assert got.shape == ref.shape, (k, s, got.shape, ref.shape)
-            assert (got - ref).abs().max() < 1e-3, (k, s, meth)
-        print('ok')""")
-    assert r.returncode == 0 and "MSG" in r.stdout and "crypten" in r.stdout, r.stdout + r.stderr[-2000:]
-    assert "ok" in r.stdout, r.stderr[-2000:]
-
-
 @pytest.mark.parametrize("which", ["paper", "fast"])
 def test_batched_ttp_matches_plaintext_on_heldout(request, heldout, which):
     from privnlp.mechanisms.mpc import CryptenTextCNN
@@ -132,3 +95,53 @@ def test_claim_is_cryptographic():
     c = CryptenTextCNN.example().claim()
     assert c.kind.value == "cryptographic" and "semi-honest" in c.statement()
     assert "Testing only" in CryptenTextCNN(provider="TFP").claim().statement()
+
+
+_LAZY_AND_MAXPOOL = textwrap.dedent("""
+        import sys, privnlp.mechanisms as M, privnlp.attacks as A
+        from privnlp.core.registry import LEAKY_TWINS, SCENARIOS
+        M.get('crypten_textcnn'); A.get('party_view'); LEAKY_TWINS.get('crypten_textcnn'); SCENARIOS.get('mpc.inference')
+        assert 'crypten' not in sys.modules, 'crypten imported eagerly'
+        sys.modules['crypten'] = None  # simulate CrypTen not installed
+        from privnlp.core.errors import MissingDependency
+        from privnlp.mechanisms.mpc._crypten_shim import import_crypten, crypten_available
+        assert not crypten_available()
+        try:
+            import_crypten()
+        except MissingDependency as e:
+            print('MSG', e)
+        del sys.modules['crypten']
+        import torch; torch.set_num_threads(1)
+        crypten = import_crypten(); crypten.init()
+        from privnlp.mechanisms.mpc.crypten_model import MaxPool1d
+        x = torch.randn(2, 3, 23)
+        for k, s, meth in [(4, None, 'tournament'), (3, None, 'tournament'), (5, 2, 'tournament'), (2, None, 'tournament'),
+                           (4, None, 'max_pool2d')]:
+            got = MaxPool1d(k, s, meth).encrypt()(crypten.cryptensor(x)).get_plain_text()
+            ref = torch.nn.functional.max_pool1d(x, k, s)
+            assert got.shape == ref.shape, (k, s, got.shape, ref.shape)
+            assert (got - ref).abs().max() < 1e-3, (k, s, meth)
+        print('ok')""")
+
+
+@pytest.fixture(scope="module")
+def lazy_and_maxpool():
+    """One fresh interpreter for both checks (start-up dominates): lazy import + clear
+    MissingDependency, then CrypTen for real (single process) and MaxPool1d against torch.
+    Started with the module's first test, so that it runs while the MPC tests run."""
+    p = subprocess.Popen([sys.executable, "-c", _LAZY_AND_MAXPOOL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    yield p
+    if p.poll() is None:
+        p.kill()
+        p.wait(5)
+
+
+pytestmark = pytest.mark.usefixtures("lazy_and_maxpool")
+
+
+def test_import_is_lazy_missing_crypten_is_clear_and_maxpool1d_matches_torch(lazy_and_maxpool):
+    out, err = lazy_and_maxpool.communicate(timeout=120)
+    r = subprocess.CompletedProcess(lazy_and_maxpool.args, lazy_and_maxpool.returncode, out, err)
+    assert r.returncode == 0 and "MSG" in r.stdout and "crypten" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "ok" in r.stdout, r.stderr[-2000:]
