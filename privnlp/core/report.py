@@ -212,6 +212,11 @@ class LeakageReport:
         h = ["attack", "metric", "undefended", "defended"]
         return h + ["leaky twin"] if self.has_twin else h
 
+    def _attack_label(self, a: AttackMetrics) -> str:
+        scens = {x.params.get("scenario") for x in self.attacks}
+        sc = a.params.get("scenario")
+        return f"{a.attack} ({sc})" if len(scens) > 1 and sc else a.attack
+
     def _attack_rows(self) -> list[list[str]]:
         rows = []
         for a in self.attacks:
@@ -219,7 +224,7 @@ class LeakageReport:
             for m in metrics:
                 und = a.undefended.get(m)
                 star = " (headline)" if m == a.headline_metric else ""
-                row = [a.attack, m + star, und.fmt() if und else "—", a.defended[m].fmt()]
+                row = [self._attack_label(a), m + star, und.fmt() if und else "—", a.defended[m].fmt()]
                 if self.has_twin:
                     tw = a.leaky_twin.get(m)
                     row.append(tw.fmt() if tw else "—")
@@ -235,7 +240,7 @@ class LeakageReport:
             for key, src in (("undefended", a.undefended), ("defended", a.defended), ("leaky_twin", a.leaky_twin)):
                 if m in src:
                     row[key] = src[m].mean
-            out[a.attack] = row
+            out[self._attack_label(a)] = row
         return out
 
     def _utility_rows(self) -> list[list[str]]:

@@ -20,7 +20,7 @@ def headline_bar_figure(report: LeakageReport) -> Figure:
     """Bars of each attack's headline metric: undefended vs defended (vs leaky twin)."""
     plt = _plt()
     attacks = list(report.attacks)
-    labels = [f"{a.attack}\n({a.headline_metric})" for a in attacks]
+    labels = [f"{report._attack_label(a)}\n({a.headline_metric})" for a in attacks]
     series = [("undefended", "#d9534f"), ("defended", "#2e7d32"), ("leaky_twin", "#f0ad4e")]
     fig, ax = plt.subplots(figsize=(max(4.5, 1.9 * len(attacks) + 1.5), 3.4))
     width = 0.26
