@@ -180,6 +180,24 @@ def _lp_feasible(Q: np.ndarray, c: int, box: float, *, order: np.ndarray | None 
         active.extend(viol[np.argsort(vals[viol])][:1000].tolist())
 
 
+def _left_singular(dW: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Left singular vectors and singular values of a tall (C x d) matrix. For C >> d, via the d x d
+    Gram matrix (LAPACK's full SVD of a 16k x 257 matrix takes ~20 s on 2 cores, this ~0.2 s);
+    singular values below ~1e-7 relative are then noise, far under the rank cut ``rtol``."""
+    C, d = dW.shape
+    if C <= 4 * d:
+        U, s, _ = np.linalg.svd(dW, full_matrices=False)
+        return U, s
+    lam, V = np.linalg.eigh(dW.T @ dW)
+    order = np.argsort(-lam)
+    lam, V = np.maximum(lam[order], 0.0), V[:, order]
+    s = np.sqrt(lam)
+    keep = s > s[0] * 1e-7 if s[0] > 0 else np.zeros_like(s, dtype=bool)
+    U = np.zeros((C, d))
+    U[:, keep] = (dW @ V[:, keep]) / s[keep]
+    return U, s
+
+
 def reveal_labels(dW: np.ndarray, *, num_labels: int | None = None, rtol: float = 1e-4, box: float = 1e4,
                   screening_points: int = 500, screen: bool = True, generate: bool = True, rng: Any = 0) -> LabelSet:
     """Algorithm 1 of the paper on ``dW`` of shape ``(C, d)`` (one row per label).
@@ -200,7 +218,7 @@ def reveal_labels(dW: np.ndarray, *, num_labels: int | None = None, rtol: float 
         raise InvalidArgument(f"dW must be 2-D (labels x features); got shape {dW.shape}")
     C, d = dW.shape
     # right singular matrix of the paper's (d x C) dW is the left one of our (C x d) layout
-    U, s, _ = np.linalg.svd(dW, full_matrices=False)
+    U, s = _left_singular(dW)
     S = estimate_num_labels(s, rtol=rtol) if num_labels is None else int(num_labels)
     if S < 1:
         return LabelSet((), 0, tuple(float(x) for x in s[:64]), 0)
