@@ -94,9 +94,10 @@ def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, ep
     k = int(round(len(x) * (1 - held_out)))
     rms = float(np.sqrt(np.mean(np.square(x[:k])))) if k else 1.0
     scale = float(f"{1.0 / rms:.2g}") if rms > 0 else 1.0
-    torch.manual_seed(seed)
-    model = TextCNN(x.shape[1], input_scale=scale, **PRESETS[preset])
-    train_textcnn(model, torch.tensor(x[:k]), torch.tensor(y[:k]), epochs=epochs, rng=seed)
+    with torch.random.fork_rng():  # seeded init without touching the caller's global RNG
+        torch.manual_seed(seed)
+        model = TextCNN(x.shape[1], input_scale=scale, **PRESETS[preset])
+        train_textcnn(model, torch.tensor(x[:k]), torch.tensor(y[:k]), epochs=epochs, rng=seed)
     xt, yt = x[k:], y[k:]
     acc = float((model.predict(torch.tensor(xt)).numpy() == yt).mean()) if len(xt) else float("nan")
     return AliceModel(model, enc, acc), xt, yt
