@@ -331,8 +331,9 @@ def _punct_cut(tokenizer: Any, seq: list[int]) -> list[int] | None:
 
 
 def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int = 200, n_candidates: int = 8,
-            rng: np.random.Generator, tokenizer: Any = None, max_phrases: int = 4, punct_cut: bool = False) -> list[int]:
-    """Prior-guided reordering (Sec. 4.4): phrase-wise then token-wise hill climbing on ``scorer``."""
+            rng: np.random.Generator, tokenizer: Any = None, max_phrases: int = 4, punct_cut: bool = False, patience: int | None = 50) -> list[int]:
+    """Prior-guided reordering (Sec. 4.4): phrase-wise then token-wise hill climbing on ``scorer``
+    (``steps`` per stage; a stage stops early after ``patience`` steps without improvement)."""
     seq = list(seq)
     if len(seq) < 3 or steps <= 0:
         return seq
@@ -347,7 +348,10 @@ def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int =
             if s < cur_score:
                 cur, cur_score = cut, s
     # phrase-wise
+    stale = 0
     for _ in range(steps):
+        if patience is not None and stale >= patience:
+            break
         body_end = len(cur) - 1 if (eos is not None and cur[-1] == eos) else len(cur)
         if body_end < 3:
             break
@@ -362,11 +366,15 @@ def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int =
             cands.append([t for j in perm for t in parts[j]] + cur[body_end:])
         sc = scorer(cands)
         j = int(np.argmin(sc))
+        stale += 1
         if sc[j] < cur_score:
-            cur, cur_score = cands[j], float(sc[j])
+            cur, cur_score, stale = cands[j], float(sc[j]), 0
     # token-wise
     bag = list(bag)
+    stale = 0
     for _ in range(steps):
+        if patience is not None and stale >= patience:
+            break
         body_end = len(cur) - 1 if (eos is not None and cur[-1] == eos) else len(cur)
         if body_end < 2:
             break
@@ -384,8 +392,9 @@ def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int =
             cands.append(c)
         sc = scorer(cands)
         j = int(np.argmin(sc))
+        stale += 1
         if sc[j] < cur_score:
-            cur, cur_score = cands[j], float(sc[j])
+            cur, cur_score, stale = cands[j], float(sc[j]), 0
     return cur
 
 

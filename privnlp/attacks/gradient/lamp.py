@@ -170,7 +170,8 @@ class _Engine:
             return out.loss
 
         if params is None:
-            return torch.autograd.grad(loss_of(p_sel), list(p_sel.values()), create_graph=create_graph)
+            with torch.enable_grad():  # also when called for scoring inside no_grad
+                return torch.autograd.grad(loss_of(p_sel), list(p_sel.values()), create_graph=create_graph)
         return loss_of
 
     def grad_dist(self, gs) -> Any:
