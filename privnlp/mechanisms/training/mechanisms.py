@@ -47,8 +47,9 @@ class DPSGD(Mechanism):
     """
 
     paper = "dp-bert-and-dp-wordpiece.txt (DP-SGD; Abadi et al. 2016); film-recovering-private-text-in-fl.txt"
-    paired_attacks = ("canary_exposure", "film", "lamp")
+    paired_attacks = ("canary_exposure", "canary_extraction", "film", "lamp")
     threat_models = (_GRADIENT_OBSERVER, _MODEL_QUERIER)
+    scenario = ("lm.canary", "fedsgd.eavesdropper")
 
     def __init__(self, noise_multiplier: float | None = None, target_epsilon: float | None = None,
                  max_grad_norm: float = 1.0, delta: float | None = None, accountant: str = "prv",
@@ -158,6 +159,7 @@ class FrozenEmbeddings(Mechanism):
     paper = "film-recovering-private-text-in-fl.txt"
     paired_attacks = ("film",)
     threat_models = (_EAVESDROPPER,)
+    scenario = "fedsgd.eavesdropper"
 
     def __init__(self, word: bool = True, position: bool = False) -> None:
         if not (word or position):
@@ -185,6 +187,7 @@ class TransformMechanism(Mechanism):
 
     paired_attacks: ClassVar[tuple[str, ...]] = ("rlg", "film")
     threat_models = (_EAVESDROPPER, _GRADIENT_OBSERVER)
+    scenario = "fedsgd.eavesdropper"
 
     def transform(self) -> Any:  # pragma: no cover
         raise NotImplementedError
@@ -306,6 +309,7 @@ class RandomMaskingDefense(TransformMechanism):
 class _EmbeddingObfuscation(Mechanism):
     paired_attacks: ClassVar[tuple[str, ...]] = ("eavesdropping", "watermark")
     threat_models = (_RECORD_LEAKAGE,)
+    scenario: ClassVar[Any] = "fl.snapshots"
     paper = "record-level-privacy-leakage-in-fl.txt (countermeasures)"
 
 
@@ -357,6 +361,8 @@ class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
     Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (does not reduce eavesdropping
     leakage and can increase watermark leakage). Operation: :meth:`loss_terms`. Claim: heuristic."""
 
+    scenario = None  # fl.snapshots trains a GPT-2 with a plain LM loss; no VAT-loss hook there yet
+
     def __init__(self, epsilon: float = 1.0, xi: float = 1e-6, alpha: float = 1.0) -> None:
         check_positive("epsilon", epsilon)
         check_positive("xi", xi)
@@ -384,6 +390,8 @@ class LSTMDropoutDefense(_EmbeddingObfuscation):
 
     Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Table X: little effect on the
     eavesdropping / watermark attacks). Claim: heuristic."""
+
+    scenario = None  # fl.snapshots trains a GPT-2 (no LSTM layers); an LSTM LM variant is not there yet
 
     def __init__(self, p: float = 0.3) -> None:
         check_probability("p", p, open_high=True)
