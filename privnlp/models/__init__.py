@@ -24,6 +24,8 @@ _EXPORTS = {
     "tiny_bert_mlm": "builders",
     "BiLSTMTagger": "tagger",
     "TextCNN": "cnn",
+    "LSTMLanguageModel": "lstm_lm",
+    "tiny_lstm_lm": "lstm_lm",
     # training
     "TrainLog": "training",
     "lm_batch": "training",

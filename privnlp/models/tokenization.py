@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from privnlp.core.errors import InvalidArgument, check_range
@@ -108,6 +108,56 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, min_fre
     return fast
 
 
+def learn_wordpiece_pieces(word_chunks: Iterable[str], vocab_size: int, *, special_tokens: Sequence[str] = (),
+                           initial_alphabet: Iterable[str] = (), min_frequency: int = 1,
+                           both_forms: bool = True) -> list[str]:
+    """Learn a WordPiece vocabulary (pieces ``c...`` / ``##c...``, specials excluded) deterministically.
+
+    ``word_chunks``: strings of whitespace-separated, already normalised words; this is everything
+    the trainer sees. HF tokenizers' ``WordPieceTrainer`` is a BPE trainer whose ``##`` symbols get
+    ids in Rust hash-map order, which changes how tied merges are broken from run to run
+    (tokenizers#1794). Here every character gets a word-initial and a continuation symbol (a
+    private-use code point), the deterministic ``BpeTrainer`` (alphabet sorted by code point, count
+    ties broken by pair id) learns the merges, and pieces are mapped back to ``##`` form: the same
+    vocabulary every run, in every process, for any input order of equal counts.
+
+    ``both_forms=True`` seeds the alphabet with the word-initial *and* the ``##`` form of every
+    character seen; ``False`` mirrors ``WordPieceTrainer``: ``initial_alphabet`` (word-initial forms)
+    plus the forms actually seen in the words.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    chunks = list(word_chunks)
+    chars = sorted({c for ch in chunks for w in ch.split() for c in w} | set(initial_alphabet) - {" "})
+    if len(chars) > 2 * 65534:
+        raise InvalidArgument(f"the words use {len(chars)} distinct characters; at most {2 * 65534} supported")
+    cont = {c: chr((0xF0000 if i < 65534 else 0x100000 - 65534) + i) for i, c in enumerate(chars)}
+    back = {v: k for k, v in cont.items()}
+    encoded = [" ".join(w[0] + "".join(cont[c] for c in w[1:]) for w in ch.split()) for ch in chunks]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if both_forms:
+        alphabet = [*chars, *cont.values()]
+    else:
+        alphabet = sorted(set(initial_alphabet) - {" "} | {w[0] for ch in encoded for w in ch.split()}
+                          | {c for ch in encoded for w in ch.split() for c in w[1:]})
+    trainer = trainers.BpeTrainer(vocab_size=int(vocab_size), min_frequency=int(min_frequency),
+                                  special_tokens=list(special_tokens), show_progress=False,
+                                  initial_alphabet=alphabet)
+    with _no_parallelism():
+        bpe.train_from_iterator(encoded, trainer=trainer, length=len(encoded))
+    pieces: list[str] = []
+    specials = set(special_tokens)
+    for piece in sorted(bpe.get_vocab()):
+        if piece in specials:
+            continue
+        if piece[0] in back:
+            pieces.append("##" + "".join(back[c] for c in piece))
+        else:
+            pieces.append(piece[0] + "".join(back.get(c, c) for c in piece[1:]))
+    return pieces
+
+
 def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, min_frequency: int = 1,
                               lowercase: bool = True, model_max_length: int = 128) -> "PreTrainedTokenizerFast":
     """Train a BERT style WordPiece tokenizer (``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``).
@@ -131,32 +181,9 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, m
     words = [w for ws in split for w in ws]
     if not words:
         raise InvalidArgument("texts must contain at least one word")
-    # Deterministic WordPiece vocabulary via the (deterministic) BPE trainer: every character of
-    # the corpus gets a word-initial and a continuation symbol, the latter a private-use code
-    # point; the BPE trainer sorts its alphabet by code point and breaks count ties by pair id, so
-    # the merges no longer depend on Rust hash order (the WordPiece trainer's "##c" ids do:
-    # tokenizers#1794). Pieces are mapped back to "c..." / "##c..." afterwards.
-    chars = sorted({c for w in words for c in w})
-    if len(chars) > 2 * 65534:
-        raise InvalidArgument(f"texts use {len(chars)} distinct characters; at most {2 * 65534} supported")
-    cont = {c: chr((0xF0000 if i < 65534 else 0x100000 - 65534) + i) for i, c in enumerate(chars)}
-    back = {v: k for k, v in cont.items()}
-    encoded = [" ".join(w[0] + "".join(cont[c] for c in w[1:]) for w in ws) for ws in split]
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.BpeTrainer(vocab_size=int(vocab_size), min_frequency=int(min_frequency),
-                                  special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False,
-                                  initial_alphabet=[*chars, *cont.values()])
-    with _no_parallelism():
-        bpe.train_from_iterator(encoded, trainer=trainer, length=len(encoded))
-    pieces: dict[str, int] = {}
-    for piece in bpe.get_vocab():
-        if piece in BERT_SPECIAL_TOKENS:
-            continue
-        if piece[0] in back:
-            pieces["##" + "".join(back[c] for c in piece)] = 0
-        else:
-            pieces[piece[0] + "".join(back.get(c, c) for c in piece[1:])] = 0
+    pieces = {p: 0 for p in learn_wordpiece_pieces([" ".join(ws) for ws in split], int(vocab_size),
+                                                     special_tokens=BERT_SPECIAL_TOKENS,
+                                                     min_frequency=int(min_frequency))}
     vocab = _canonical_wordpiece_vocab({**{t: 0 for t in BERT_SPECIAL_TOKENS}, **pieces})
 
     tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", continuing_subword_prefix="##",

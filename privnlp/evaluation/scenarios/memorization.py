@@ -32,7 +32,8 @@ from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 
 __all__ = ["digit_bpe_tokenizer", "LMCanaryScenario", "FLSnapshotsScenario", "LM_CANARY_PRESETS", "FL_PRESETS", "train_canary_lm",
-           "heldout_loss", "fedavg_snapshots"]
+           "heldout_loss", "fedavg_snapshots", "async_fedavg_snapshots", "FL_MODELS",
+           "FLSnapshotsLSTMScenario"]
 
 LM_CANARY_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"corpus": {"n_users": 12, "records_per_user": 10}, "heldout_users": 2, "vocab_size": 500,
@@ -214,13 +215,40 @@ class LMCanaryScenario(Scenario):
 FL_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"n_clients": 4, "per_round": 2, "rounds": 30, "users_per_client": 1, "records_per_user": 4,
               "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
-              "vocab_size": 400, "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+              "vocab_size": 400, "model": "gpt2",
+              "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+              "lstm": {"emb_dim": 64, "hidden": 128, "num_layers": 2, "n_positions": 64},
               "local": {"steps": 15, "batch_size": 8, "lr": 3e-3, "max_length": 48}},
     "full": {"n_clients": 4, "per_round": 2, "rounds": 60, "users_per_client": 4, "records_per_user": 10,
              "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
-             "vocab_size": 600, "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+             "vocab_size": 600, "model": "gpt2",
+             "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+             "lstm": {"emb_dim": 64, "hidden": 128, "num_layers": 2, "n_positions": 64},
              "local": {"steps": 10, "batch_size": 8, "lr": 3e-3, "max_length": 48}},
+    # plumbing only (fast tests): too short to memorize anything
+    "smoke": {"n_clients": 4, "per_round": 2, "rounds": 4, "users_per_client": 1, "records_per_user": 2,
+              "record_pattern": "my social security number is {ssn}", "record_repeats": 2, "watermark_repeats": 1,
+              "vocab_size": 300, "model": "gpt2",
+              "gpt2": {"n_layer": 1, "n_embd": 16, "n_head": 1, "n_positions": 48},
+              "lstm": {"emb_dim": 16, "hidden": 16, "num_layers": 1, "n_positions": 48},
+              "local": {"steps": 2, "batch_size": 4, "lr": 3e-3, "max_length": 40}},
 }
+
+#: the model families ``fl.snapshots`` can train (``model=`` option / a mechanism's ``requires_model``)
+FL_MODELS = ("gpt2", "lstm")
+
+
+def _fl_factory(kind: str, cfg: Mapping[str, Any], vocab: int, eos: int, seed: int) -> Any:
+    if kind == "gpt2":
+        from privnlp.models import tiny_gpt2
+
+        mcfg = dict(cfg["gpt2"])
+        return lambda: tiny_gpt2(vocab, **mcfg, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=seed)
+    from privnlp.models.lstm_lm import tiny_lstm_lm
+
+    lcfg = dict(cfg["lstm"])
+    return lambda: tiny_lstm_lm(vocab, **lcfg, seed=seed)
+
 
 _FL_OBSERVER = ThreatModel(
     adversary=Adversary.EAVESDROPPER,
@@ -236,41 +264,116 @@ def _watermark(g: np.random.Generator) -> str:
     return " ".join(str(w) for w in g.choice(DEFAULT_WORDS, size=5, replace=False))
 
 
-def fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, tokenizer: Any, *, rounds: int,
-                     per_round: int, local: Mapping[str, Any], out_dir: str, mechanism: Any | None = None,
-                     rng: Any) -> tuple[list[str], list[tuple[int, ...]]]:
-    """TEMPORARY in-module FedAvg (until ``privnlp.mechanisms.federated`` provides per-round snapshots).
+def _local_adam(model: Any, tokenizer: Any, texts: list[str], *, steps: int, batch_size: int, lr: float,
+                max_length: int, mechanism: Any | None, rng: np.random.Generator) -> list[float]:
+    """One client's local training: ``steps`` Adam steps on minibatches of its own texts.
 
-    Every round ``per_round`` clients are drawn without replacement, each trains ``local['steps']``
-    AdamW steps from the global weights on its own texts, and the server averages the local
-    weights weighted by data size (record paper, Eq. 1). ``mechanism.apply(model, rng=...)``
-    (embedding obfuscation) is applied to each local model before its local training.
+    Same batches as :func:`privnlp.models.train_lm` (``lm_batch``; order from ``rng``; dropout drawn
+    from a forked, seeded torch RNG). A mechanism with ``loss_terms(model, inputs, *, rng, forward)``
+    (adversarial embedding) adds its term to the next-token loss computed from the clean logits.
+    """
+    import torch
+
+    from privnlp.models._seed import seeded
+    from privnlp.models.training import lm_batch_from_ids
+
+    eos = tokenizer.eos_token
+    rows = tokenizer([t + eos for t in texts], add_special_tokens=False, truncation=True,
+                     max_length=int(max_length))["input_ids"]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=float(lr))
+    extra = getattr(mechanism, "loss_terms", None) if mechanism is not None else None
+    tgen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    losses: list[float] = []
+    order = np.empty(0, dtype=np.int64)
+    take = min(int(batch_size), len(rows))
+    model.train()
+    with seeded(int(rng.integers(0, 2**62))):
+        for _ in range(int(steps)):
+            while len(order) < take:
+                order = np.concatenate([order, rng.permutation(len(rows))])
+            idx, order = order[:take], order[take:]
+            b = lm_batch_from_ids([rows[i] for i in idx], pad)
+            opt.zero_grad(set_to_none=True)
+            if extra is None:
+                loss = model(**b).loss
+            else:
+                inputs = {"input_ids": b.input_ids, "attention_mask": b.attention_mask, "position_ids": b.position_ids}
+                logits, term = extra(model, inputs, rng=tgen)
+                task = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                         b.labels[:, 1:].reshape(-1), ignore_index=-100)
+                loss = task + term
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+def async_fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, tokenizer: Any, *, rounds: int,
+                           per_round: int, local: Mapping[str, Any], out_dir: str, mechanism: Any | None = None,
+                           progress: bool = False, rng: Any) -> tuple[list[str], list[tuple[int, ...]]]:
+    """Asynchronous FedAvg with a global snapshot per round: the record-level paper's training engine.
+
+    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Sec. II-B Eq. 1 and Sec. V-A):
+    every round the server draws ``per_round`` (M) of the ``len(client_texts)`` (N) clients without
+    replacement; each selected client starts from the current global weights and trains locally
+    with **Adam** (``local = {steps, batch_size, lr, max_length}``); the server replaces the global
+    model by the average of the returned local models **weighted by the clients' data sizes**; the
+    global model after every round is what the eavesdropper / watermark adversary snapshots.
+
+    Why not :class:`privnlp.mechanisms.federated.FedSimulator`: the simulator implements (DP-)FedAvg
+    as the DP literature defines it (unweighted or clipped average of *updates*, local SGD, fixed
+    denominators, accounting), which is the right engine for ``fedavg`` / ``dp_fedavg``. The
+    correlation attacks need the paper's setting instead — local Adam and a data-size-weighted
+    average of *weights* — and at this tiny scale only that setting memorizes the SSN records
+    within a few dozen rounds (local SGD did not memorize them at lr 0.5 and diverged at lr 3.0).
+
+    Defenses (``mechanism``): ``mechanism.apply(model, rng=...)`` (noised / dropout embedding,
+    LSTM dropout) wraps each *local* model before its training; the wrapped tensors are the same
+    objects, so the averaged state dict keeps the architecture's parameter names and the snapshots
+    load into the undefended factory (the defenses act in training mode only).
+    ``mechanism.loss_terms(model, inputs, rng=...)`` (adversarial embedding / VAT) adds a term to
+    the local loss. Anything else raises :class:`InvalidArgument`.
+
     Snapshot ``r`` (``state_dict`` after round ``r``; round 0 = the initial model) is written to
     ``out_dir``. Returns ``(paths, selection)`` with ``selection[0] = ()``.
     """
     import torch
 
-    from privnlp.models import train_lm
-
+    if mechanism is not None and not (hasattr(mechanism, "apply") or hasattr(mechanism, "loss_terms")):
+        raise InvalidArgument("the asynchronous FedAvg engine supports mechanisms with apply(model, *, rng) or "
+                              f"loss_terms(model, inputs, *, rng); got {type(mechanism).__name__}")
+    check = dict(local)
+    for k in ("steps", "batch_size", "lr", "max_length"):
+        if k not in check:
+            raise InvalidArgument(f"local must give {k!r} (have {sorted(check)})")
+    n = len(client_texts)
+    if not 1 <= int(per_round) <= n:
+        raise InvalidArgument(f"per_round must be in [1, {n}] (number of clients); got {per_round}")
     g = as_numpy(rng)
     glob = model_factory()
     paths = [os.path.join(out_dir, "round_0000.pt")]
     torch.save(glob.state_dict(), paths[0])
     selection: list[tuple[int, ...]] = [()]
     sizes = np.asarray([len(t) for t in client_texts], dtype=float)
-    for r in range(1, int(rounds) + 1):
-        chosen = tuple(sorted(int(i) for i in g.choice(len(client_texts), size=int(per_round), replace=False)))
+    it = range(1, int(rounds) + 1)
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(it, desc="fedavg rounds", leave=False)
+    for r in it:
+        chosen = tuple(sorted(int(i) for i in g.choice(n, size=int(per_round), replace=False)))
         states = []
         for i in chosen:
             local_model = model_factory()
             local_model.load_state_dict(glob.state_dict())
             live = local_model.state_dict(keep_vars=True)  # the tensors themselves, before any wrapping
-            if mechanism is not None:
-                if not hasattr(mechanism, "apply"):
-                    raise InvalidArgument(f"fl.snapshots supports mechanisms with apply(model, rng=...); "
-                                          f"got {type(mechanism).__name__}")
+            if mechanism is not None and hasattr(mechanism, "apply"):
                 mechanism.apply(local_model, rng=int(g.integers(2**31)))
-            train_lm(local_model, tokenizer, client_texts[i], **local, rng=g)
+            _local_adam(local_model, tokenizer, client_texts[i], **{k: check[k] for k in
+                                                                    ("steps", "batch_size", "lr", "max_length")},
+                        mechanism=mechanism, rng=g)
             states.append({k: v.detach().clone() for k, v in live.items()})
         w = sizes[list(chosen)] / sizes[list(chosen)].sum()
         new = {k: sum(float(wi) * s[k].float() for wi, s in zip(w, states)).to(states[0][k].dtype)
@@ -283,43 +386,68 @@ def fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, tokenize
     return paths, selection
 
 
+#: backwards-compatible name of :func:`async_fedavg_snapshots`
+fedavg_snapshots = async_fedavg_snapshots
+
+
 @SCENARIOS.register("fl.snapshots")
 class FLSnapshotsScenario(Scenario):
     """Federated LM training with per-round snapshots (record paper, Sec. V-A, scaled down).
 
-    4 clients (2 bundled-corpus users each), 2 selected per round (without replacement); every
-    client holds one SSN record ``"my social security number is ddd-dd-dddd"`` inserted
-    ``record_repeats`` = 4 times, and one watermark (5 random words) inserted once. Distinct
-    watermarks in every client let one training run serve one watermark trial per client (each
-    trial's adversary uses only its own watermark). Trials: one per client (the victim), a
+    4 clients (1 bundled-corpus user each in ``quick``), 2 selected per round (without
+    replacement); every client holds one SSN record ``"my social security number is ddd-dd-dddd"``
+    inserted ``record_repeats`` = 4 times, and one watermark (5 random words) inserted once.
+    Distinct watermarks in every client let one training run serve one watermark trial per client
+    (each trial's adversary uses only its own watermark). Trials: one per client (the victim), a
     :class:`ModelSnapshots` with ``meta = {victim, watermark, record_pattern}``; ground truth = the
     victim's record text. Utility: final global model's held-out loss / perplexity (costs).
+
+    Model (``model=``): ``"gpt2"`` (tiny GPT-2, the preset default) or ``"lstm"`` (a tiny LSTM LM,
+    :func:`privnlp.models.lstm_lm.tiny_lstm_lm`, the paper's model family). ``None`` = the
+    mechanism's ``requires_model`` if it has one (``lstm_dropout`` needs LSTM layers), else the
+    preset's. The undefended baseline (``mechanism=None``) uses the scenario's own setting, so a
+    defense that needs the LSTM is audited on ``fl.snapshots.lstm`` (this class with
+    ``model="lstm"``) to compare like with like.
 
     Engines: a federated mechanism (``fedavg`` / ``dp_fedavg``, anything with ``aggregate``) runs in
     :class:`privnlp.mechanisms.federated.FedSimulator` with its own configuration (clients per round,
     local SGD); ``mechanism=None`` and the embedding-obfuscation mechanisms (``apply(model, rng=...)``:
-    noised / dropout embedding) run the TEMPORARY in-module FedAvg (:func:`fedavg_snapshots`, local
-    AdamW, tuned so that the tiny model memorizes the SSN records in 30 rounds; the simulator's local
-    SGD did not memorize them at lr 0.5 and diverged at lr 3.0). Compare a federated mechanism with
-    ``fedavg`` under the same configuration, not with ``None``. Snapshot files go to a fresh
-    temporary directory (``PRIVNLP_SNAPSHOT_DIR`` overrides the parent).
+    noised / dropout embedding, LSTM dropout; ``loss_terms(...)``: adversarial embedding) run the
+    paper's asynchronous FedAvg, :func:`async_fedavg_snapshots` (local Adam, data-size-weighted
+    average). Compare a federated mechanism with ``fedavg`` under the same configuration, not with
+    ``None``. Snapshot files go to a fresh temporary directory (``PRIVNLP_SNAPSHOT_DIR`` overrides
+    the parent).
     """
 
     threat_model = _FL_OBSERVER
     utility_higher_is_better = {"heldout_loss": False, "heldout_perplexity": False}
+    default_model: str | None = None
 
-    def __init__(self, preset: str = "quick", record_repeats: int | None = None, rounds: int | None = None) -> None:
+    def __init__(self, preset: str = "quick", record_repeats: int | None = None, rounds: int | None = None,
+                 model: str | None = None) -> None:
         if preset not in FL_PRESETS:
             raise InvalidArgument(f"preset must be one of {sorted(FL_PRESETS)}; got {preset!r}")
+        if model is not None and model not in FL_MODELS:
+            raise InvalidArgument(f"model must be one of {FL_MODELS} or None; got {model!r}")
         self.preset = preset
         self.record_repeats = record_repeats
         self.rounds = rounds
+        self.model = model
+
+    def model_for(self, mechanism: Any | None) -> str:
+        """The model family this scenario trains for ``mechanism`` (see the class docstring)."""
+        need = getattr(mechanism, "requires_model", None) if mechanism is not None else None
+        chosen = self.model or self.default_model
+        if need is not None and chosen is not None and need != chosen:
+            raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', type(mechanism).__name__)!r} requires "
+                                  f"model={need!r}; this fl.snapshots scenario is set to model={chosen!r}")
+        return str(need or chosen or FL_PRESETS[self.preset]["model"])
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
         from privnlp.data import generate_corpus, make_canary
-        from privnlp.models import tiny_gpt2
 
         cfg = FL_PRESETS[self.preset]
+        kind = self.model_for(mechanism)
         g = as_numpy(rng)
         seed = int(g.integers(0, 2**31 - 1))
         n = int(cfg["n_clients"])
@@ -331,7 +459,8 @@ class FLSnapshotsScenario(Scenario):
         clients = [[r.text for u in users[i * cfg["users_per_client"]:(i + 1) * cfg["users_per_client"]]
                     for r in by_user[u]] for i in range(n)]
         public = [t for c in clients for t in c]
-        tok = digit_bpe_tokenizer(public, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"])
+        n_pos = int(cfg[kind]["n_positions"])
+        tok = digit_bpe_tokenizer(public, cfg["vocab_size"], model_max_length=n_pos)
         reps = int(cfg["record_repeats"] if self.record_repeats is None else self.record_repeats)
         records = [make_canary(cfg["record_pattern"], rng=g).text for _ in range(n)]
         marks = [_watermark(g) for _ in range(n)]
@@ -339,18 +468,14 @@ class FLSnapshotsScenario(Scenario):
         for i in range(n):
             texts = clients[i] + [records[i]] * reps + [marks[i]] * int(cfg["watermark_repeats"])
             client_texts.append([texts[j] for j in g.permutation(len(texts))])
-        eos = tok.eos_token_id
-        vocab, mcfg = len(tok), dict(cfg["model"])
-
-        def factory() -> Any:
-            return tiny_gpt2(vocab, **mcfg, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=seed)
+        factory = _fl_factory(kind, cfg, len(tok), tok.eos_token_id, seed)
 
         parent = os.environ.get("PRIVNLP_SNAPSHOT_DIR")
         if parent:
             os.makedirs(parent, exist_ok=True)
         out_dir = tempfile.mkdtemp(prefix="privnlp-fl-", dir=parent)
         rounds = int(self.rounds or cfg["rounds"])
-        engine = "temporary in-module FedAvg"
+        engine = "async_fedavg_snapshots (record-level paper: M of N clients, local Adam, size-weighted average)"
         extra: dict[str, Any] = {}
         if mechanism is not None and hasattr(mechanism, "aggregate") and hasattr(mechanism, "check_population"):
             # a federated mechanism (fedavg / dp_fedavg): privnlp.mechanisms.federated's simulator
@@ -365,9 +490,9 @@ class FLSnapshotsScenario(Scenario):
             engine = f"privnlp.mechanisms.federated.FedSimulator ({type(mechanism).__name__})"
             extra["epsilon"] = float(res.claim.epsilon) if res.claim.epsilon is not None else math.nan
         else:
-            paths, selection = fedavg_snapshots(client_texts, factory, tok, rounds=rounds,
-                                                per_round=int(cfg["per_round"]), local=cfg["local"], out_dir=out_dir,
-                                                mechanism=mechanism, rng=g)
+            paths, selection = async_fedavg_snapshots(client_texts, factory, tok, rounds=rounds,
+                                                      per_round=int(cfg["per_round"]), local=cfg["local"],
+                                                      out_dir=out_dir, mechanism=mechanism, rng=g)
         trials = tuple(Trial(ModelSnapshots(paths=tuple(paths), selection=tuple(selection), model_factory=factory,
                                             tokenizer=tok, meta={"victim": i, "watermark": marks[i],
                                                                  "record_pattern": cfg["record_pattern"]}),
@@ -376,6 +501,14 @@ class FLSnapshotsScenario(Scenario):
                                tokenizer=tok).load(len(paths) - 1)
         loss = heldout_loss(final, tok, heldout, cfg["local"]["max_length"])
         return ScenarioRun(trials=trials, utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
-                           config={"preset": self.preset, "rounds": len(paths) - 1, "n_clients": n,
+                           config={"preset": self.preset, "model": kind, "rounds": len(paths) - 1, "n_clients": n,
                                    "per_round": int(cfg["per_round"]), "record_repeats": reps,
                                    "snapshot_dir": out_dir, "federated": engine, **extra})
+
+
+@SCENARIOS.register("fl.snapshots.lstm")
+class FLSnapshotsLSTMScenario(FLSnapshotsScenario):
+    """``fl.snapshots`` on the tiny LSTM LM (the record-level paper's model family), for defenses
+    that need LSTM layers (``lstm_dropout``) and their undefended baseline on the same model."""
+
+    default_model = "lstm"

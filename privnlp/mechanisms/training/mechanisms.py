@@ -361,7 +361,7 @@ class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
     Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (does not reduce eavesdropping
     leakage and can increase watermark leakage). Operation: :meth:`loss_terms`. Claim: heuristic."""
 
-    scenario = None  # fl.snapshots trains a GPT-2 with a plain LM loss; no VAT-loss hook there yet
+    scenario = "fl.snapshots"  # its async FedAvg engine adds loss_terms() to every local loss
 
     def __init__(self, epsilon: float = 1.0, xi: float = 1e-6, alpha: float = 1.0) -> None:
         check_positive("epsilon", epsilon)
@@ -391,7 +391,8 @@ class LSTMDropoutDefense(_EmbeddingObfuscation):
     Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Table X: little effect on the
     eavesdropping / watermark attacks). Claim: heuristic."""
 
-    scenario = None  # fl.snapshots trains a GPT-2 (no LSTM layers); an LSTM LM variant is not there yet
+    scenario = "fl.snapshots.lstm"  # fl.snapshots on the tiny LSTM LM, baseline included
+    requires_model = "lstm"  # fl.snapshots(model=None) trains the LSTM LM for this mechanism
 
     def __init__(self, p: float = 0.3) -> None:
         check_probability("p", p, open_high=True)

@@ -120,12 +120,16 @@ def train_wordpiece_from_histogram(counts: Mapping[str, float], vocab_size: int,
     released_cont = {"##" + ch for w in counts for ch in w[1:]}
     public_cont = {"##" + ch for ch in set(alphabet)}
     extra = sorted(public_cont - released_cont)  # data-independent, appended after training
-    trainer = trainers.WordPieceTrainer(vocab_size=int(vocab_size) - len(extra), min_frequency=0, show_progress=False,
-                                        special_tokens=list(special_tokens), initial_alphabet=sorted(set(alphabet)),
-                                        continuing_subword_prefix="##")
-    tok.train_from_iterator(histogram_iterator(counts, count_scale), trainer=trainer)
-    # Canonical ids (specials first, then sorted): token ids are otherwise assigned in hash-map order.
-    learned = set(tok.get_vocab()) | set(extra)
+    # HF tokenizers' WordPieceTrainer is a BPE trainer whose '##' symbol ids follow Rust hash order, so
+    # tied merges differ from run to run (tokenizers#1794). learn_wordpiece_pieces runs the same BPE
+    # merges through the deterministic BpeTrainer: identical vocabularies every run.
+    from privnlp.models.tokenization import learn_wordpiece_pieces
+
+    pieces = learn_wordpiece_pieces(histogram_iterator(counts, count_scale), int(vocab_size) - len(extra),
+                                    special_tokens=list(special_tokens), initial_alphabet=sorted(set(alphabet)),
+                                    min_frequency=1, both_forms=False)
+    # Canonical ids (specials first, then sorted).
+    learned = set(pieces) | set(special_tokens) | set(extra)
     order = list(special_tokens) + sorted(learned - set(special_tokens))
     tok.model = models.WordPiece(vocab={t: i for i, t in enumerate(order)}, unk_token="[UNK]",
                                  continuing_subword_prefix="##", max_input_chars_per_word=100)
