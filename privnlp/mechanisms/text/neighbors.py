@@ -34,8 +34,12 @@ class NeighborResult:
 
 def _exact_dists(emb: Embeddings, q: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Euclidean distances recomputed in float64 for the selected rows (cheap: B x k x d)."""
-    diff = emb.vectors[ids].astype(np.float64) - q.astype(np.float64)[:, None, :]
-    return np.sqrt(np.einsum("bkd,bkd->bk", diff, diff))
+    out = np.empty(ids.shape, dtype=np.float64)
+    step = 1024   # chunked: a (B, k, d) float64 temporary for a large batch is slower than the maths
+    for s in range(0, ids.shape[0], step):
+        diff = emb.vectors[ids[s:s + step]].astype(np.float64) - q[s:s + step].astype(np.float64)[:, None, :]
+        out[s:s + step] = np.einsum("bkd,bkd->bk", diff, diff)
+    return np.sqrt(out)
 
 
 _U32 = 2.0 ** -24   # unit roundoff of float32
@@ -421,7 +425,16 @@ class FaissIndex:
             kk = min(n, k * self.k_factor)
             _, labels = idx.search(q, kk)
             labels = labels.astype(np.int64)
-        res = _rerank(emb, q, labels, k)
+        nt = max(1, min(self.num_threads, q.shape[0] // 512))
+        if nt > 1:   # numpy releases the GIL in the gather / float64 maths
+            from concurrent.futures import ThreadPoolExecutor
+
+            parts = np.array_split(np.arange(q.shape[0]), nt)
+            with ThreadPoolExecutor(nt) as pool:
+                rs = list(pool.map(lambda r: _rerank(emb, q[r], labels[r], k), parts))
+            res = NeighborResult(np.concatenate([r.ids for r in rs]), np.concatenate([r.dists for r in rs]))
+        else:
+            res = _rerank(emb, q, labels, k)
         short = (labels < 0).sum(axis=1) > labels.shape[1] - k   # fewer than k candidates found
         if short.any():   # rare (tiny inverted lists): answer those queries exactly
             ex = ExactIndex(emb).query(q[short], k)
