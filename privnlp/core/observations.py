@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 __all__ = [
+    "DiskLease",
     "Observation",
     "GradientObservation",
     "ModelSnapshots",
@@ -21,6 +22,26 @@ __all__ = [
     "ReleasedVocabulary",
     "PartyView",
 ]
+
+
+class DiskLease:
+    """Owns a temporary directory of files behind observations (e.g. per-round snapshots) and
+    deletes it when the last observation holding the lease (in ``meta["_lease"]``) is garbage
+    collected, so long audits do not fill the disk."""
+
+    def __init__(self, path: str) -> None:
+        import shutil
+        import weakref
+
+        self.path = str(path)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.path, True)
+
+    def release(self) -> None:
+        """Delete the directory now."""
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"DiskLease({self.path!r})"
 
 
 @dataclass(frozen=True)

@@ -70,3 +70,23 @@ def test_secure_mode_refuses_seeded_generators():
     assert rng.refuse_seeded(g) is g
     # two secure generators differ (seeded from the OS)
     assert rng.secure_numpy().integers(0, 2**62) != rng.secure_numpy().integers(0, 2**62)
+
+
+def test_disk_lease_deletes_snapshot_dir_with_last_observation(tmp_path):
+    import gc
+
+    from privnlp.core import ModelSnapshots
+    from privnlp.core.observations import DiskLease
+
+    d = tmp_path / "snaps"
+    d.mkdir()
+    (d / "round0.pt").write_bytes(b"x")
+    lease = DiskLease(str(d))
+    a = ModelSnapshots(paths=(str(d / "round0.pt"),), selection=((),), model_factory=lambda: None, meta={"_lease": lease})
+    b = ModelSnapshots(paths=a.paths, selection=a.selection, model_factory=a.model_factory, meta={"_lease": lease})
+    del lease, a
+    gc.collect()
+    assert d.exists(), "still in use by b"
+    del b
+    gc.collect()
+    assert not d.exists()

@@ -6,7 +6,7 @@ import pytest
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.mechanisms.text import Embeddings
-from privnlp.mechanisms.text.neighbors import ExactIndex, HnswIndex, topk_recall
+from privnlp.mechanisms.text.neighbors import ExactIndex, FaissIndex, HnswIndex, make_index, topk_recall
 
 
 def brute_force(E, q, k):
@@ -80,3 +80,63 @@ def test_hnsw_recall_is_measured_on_noisy_vectors():
     assert hi >= 0.99, hi
     assert lo < hi  # the measurement can fail: a crippled index loses recall
     assert topk_recall(ex, ex) == 1.0
+
+
+@pytest.fixture(scope="module")
+def clustered_noisy():
+    """A small realistic case: clustered vocabulary, queries = vocabulary rows + Vickrey noise."""
+    from privnlp.mechanisms.text import Vickrey
+    g = np.random.default_rng(2)
+    n, d = 4000, 48
+    centers = g.standard_normal((40, d))
+    E = (centers[g.integers(0, 40, n)] + 0.35 * g.standard_normal((n, d))).astype(np.float32)
+    emb = Embeddings(tuple(f"w{i}" for i in range(n)), E)
+    q = E[g.integers(0, n, 1500)] + Vickrey(15.0, t=0.5, embeddings=emb).sample_noise(1500, rng=g)
+    return emb, q, ExactIndex(emb).query(q, 2)
+
+
+def test_faiss_default_recall_on_noisy_vectors(clustered_noisy):
+    pytest.importorskip("faiss")
+    emb, q, ex = clustered_noisy
+    for kw in ({}, {"nprobe": 2}, {"batched": False}):   # batched GEMM scan and faiss's own search
+        res = FaissIndex(emb, num_threads=1, **kw).query(q, 2)
+        assert res.ids.shape == (len(q), 2) and res.ids.dtype == np.int64
+        assert ((res.ids >= 0) & (res.ids < len(emb))).all() and (res.ids[:, 0] != res.ids[:, 1]).all()
+        assert (res.dists[:, 0] <= res.dists[:, 1]).all()
+        np.testing.assert_allclose(res.dists, np.linalg.norm(emb.vectors[res.ids].astype(np.float64)
+                                                             - q.astype(np.float64)[:, None], axis=2), rtol=1e-12)
+        rec = topk_recall(res, ex)
+        assert rec >= 0.99, (kw, rec)
+    # the measurement can fail: a crippled index (1 list scanned of 400 tiny ones) loses recall
+    lo = topk_recall(FaissIndex(emb, factory="IVF400,Flat", nprobe=1, num_threads=1).query(q, 2), ex)
+    assert lo < 0.95, lo
+
+
+def test_faiss_other_factories_and_edge_cases():
+    pytest.importorskip("faiss")
+    g = np.random.default_rng(3)
+    E = g.standard_normal((300, 8)).astype(np.float32)
+    emb = Embeddings(tuple(f"w{i}" for i in range(300)), E)
+    q = (E[:50] + 0.3 * g.standard_normal((50, 8))).astype(np.float32)
+    ref, _ = brute_force(E, q, 3)
+    for idx in (FaissIndex(emb, factory="HNSW16,Flat", ef_search=64, num_threads=1),
+                FaissIndex(emb, factory="IVF4,Flat", nprobe=4, num_threads=1),         # all lists: exact
+                FaissIndex(emb, factory="IVF4,Flat", nprobe=4, batched=False, num_threads=1),
+                make_index(emb, "faiss", factory="Flat", k_factor=2, num_threads=1)):
+        res = idx.query(q, 3)
+        assert (res.ids == ref).mean() >= 0.98
+    # tiny lists with nprobe=1: queries with < k candidates fall back to the exact search
+    res = FaissIndex(emb, factory="IVF150,Flat", nprobe=1, num_threads=1).query(q, 5)
+    assert ((res.ids >= 0) & (res.ids < 300)).all()
+    assert all(len(set(r)) == 5 for r in res.ids.tolist())
+    assert FaissIndex(emb, num_threads=1).query(np.zeros((0, 8), np.float32), 2).ids.shape == (0, 2)
+    with pytest.raises(InvalidArgument):
+        FaissIndex(emb, nprobe=0)
+    with pytest.raises(InvalidArgument):
+        FaissIndex(emb, num_threads=1).query(np.zeros((2, 7), np.float32), 2)
+    with pytest.raises(InvalidArgument):
+        FaissIndex(emb, factory="IVF1000,Flat", num_threads=1).query(q, 2)   # more lists than rows
+    with pytest.raises(InvalidArgument):
+        FaissIndex(emb, factory="NotAnIndex", num_threads=1).query(q, 2)
+    with pytest.raises(InvalidArgument):
+        make_index(emb, "annoy")

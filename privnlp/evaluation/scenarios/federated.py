@@ -34,7 +34,7 @@ from typing import Any, Mapping
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument
-from privnlp.core.observations import BlackBoxLM, ModelSnapshots
+from privnlp.core.observations import DiskLease, BlackBoxLM, ModelSnapshots
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
@@ -156,6 +156,7 @@ class FLDPFedAvgScenario(Scenario):
             if parent:
                 os.makedirs(parent, exist_ok=True)
             snap_dir = tempfile.mkdtemp(prefix="privnlp-fldp-", dir=parent)
+        lease = {"_lease": DiskLease(snap_dir)} if snap_dir and not os.environ.get("PRIVNLP_SNAPSHOT_DIR") else {}
         res = FedSimulator(mech, task, data).run(rounds, rng=int(g.integers(0, 2**31 - 1)), snapshot_dir=snap_dir,
                                                  evaluate=False)
         model = res.model
@@ -170,7 +171,7 @@ class FLDPFedAvgScenario(Scenario):
                 trials.append(Trial(ModelSnapshots(paths=tuple(snaps.paths), selection=tuple(snaps.selection),
                                                    model_factory=task.model_factory, tokenizer=tok,
                                                    meta={"victim": u, "watermark": d["watermarks"][u],
-                                                         "record_pattern": c.pattern}),
+                                                         "record_pattern": c.pattern, **lease}),
                                     ground_truth=c.text))
         loss = heldout_loss(model, tok, d["heldout"], int(cfg["max_length"]))
         claim = res.claim

@@ -26,7 +26,7 @@ import numpy as np
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument
-from privnlp.core.observations import BlackBoxLM, ModelSnapshots
+from privnlp.core.observations import BlackBoxLM, DiskLease, ModelSnapshots
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
@@ -474,6 +474,8 @@ class FLSnapshotsScenario(Scenario):
         if parent:
             os.makedirs(parent, exist_ok=True)
         out_dir = tempfile.mkdtemp(prefix="privnlp-fl-", dir=parent)
+        # snapshots in a fresh temp dir are deleted with the last observation that uses them
+        lease = {} if parent else {"_lease": DiskLease(out_dir)}
         rounds = int(self.rounds or cfg["rounds"])
         engine = "async_fedavg_snapshots (record-level paper: M of N clients, local Adam, size-weighted average)"
         extra: dict[str, Any] = {}
@@ -495,7 +497,7 @@ class FLSnapshotsScenario(Scenario):
                                                       out_dir=out_dir, mechanism=mechanism, rng=g)
         trials = tuple(Trial(ModelSnapshots(paths=tuple(paths), selection=tuple(selection), model_factory=factory,
                                             tokenizer=tok, meta={"victim": i, "watermark": marks[i],
-                                                                 "record_pattern": cfg["record_pattern"]}),
+                                                                 "record_pattern": cfg["record_pattern"], **lease}),
                              ground_truth=records[i]) for i in range(n))
         final = ModelSnapshots(paths=tuple(paths), selection=tuple(selection), model_factory=factory,
                                tokenizer=tok).load(len(paths) - 1)
