@@ -68,7 +68,7 @@ def sanitize(
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Restrict the vocabulary to the K most frequent words."),
     oov: str = typer.Option("random", "--oov", help="Out-of-vocabulary policy: random | mask | keep (keep is recorded in the claim)."),
     skip_stopwords: bool = typer.Option(False, "--skip-stopwords", help="Release stop words verbatim (recorded in the claim)."),
-    index: str = typer.Option("exact", "--index", help="Nearest neighbours: exact | hnsw."),
+    index: str = typer.Option("exact", "--index", help="Nearest neighbours: exact | hnsw | faiss (approximate: post-processing, same claim)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed (reproducible runs); default: OS entropy (secure)."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:

@@ -83,14 +83,15 @@ class WordMetricDP(Mechanism):
     def __init__(self, epsilon: float = 10.0, *, embeddings: Embeddings | str | None = None, index: str = "exact",
                  oov: str = "random", mask_token: str = "[MASK]", redactable: Iterable[str] | None = None,
                  skip_stopwords: bool = False, lowercase: bool = True, ann_ef: int = 64,
-                 batch_tokens: int = 4096) -> None:
+                 batch_tokens: int = 4096, ann_nprobe: int = 1) -> None:
         check_positive("epsilon", epsilon, error=InvalidPrivacyParameter)
-        if index not in ("exact", "hnsw"):
-            raise InvalidArgument(f"index must be 'exact' or 'hnsw'; got {index!r}")
+        if index not in ("exact", "hnsw", "faiss"):
+            raise InvalidArgument(f"index must be 'exact', 'hnsw' or 'faiss'; got {index!r}")
         if oov not in OOV_POLICIES:
             raise InvalidArgument(f"oov must be one of {OOV_POLICIES}; got {oov!r}")
         check_range("ann_ef", ann_ef, 1, 100000, integer=True)
         check_range("batch_tokens", batch_tokens, 1, 1 << 24, integer=True)
+        check_range("ann_nprobe", ann_nprobe, 1, 1 << 20, integer=True)
         if embeddings is not None and not isinstance(embeddings, (Embeddings, str, os.PathLike)):
             raise InvalidArgument(f"embeddings must be an Embeddings, a path or None; got {type(embeddings).__name__}")
         self.epsilon = epsilon
@@ -103,6 +104,7 @@ class WordMetricDP(Mechanism):
         self.lowercase = lowercase
         self.ann_ef = ann_ef
         self.batch_tokens = batch_tokens
+        self.ann_nprobe = ann_nprobe
 
     # -- resources (public, computed lazily once) --------------------------------------
     def resolve_embeddings(self) -> Embeddings:
@@ -122,7 +124,7 @@ class WordMetricDP(Mechanism):
     def _nn(self) -> Any:
         nn = self.__dict__.get("_nn_index")
         if nn is None:
-            kw = {"ef": self.ann_ef} if self.index == "hnsw" else {}
+            kw = {"ef": self.ann_ef} if self.index == "hnsw" else ({"nprobe": self.ann_nprobe} if self.index == "faiss" else {})
             nn = make_index(self.resolve_embeddings(), self.index, **kw)
             self.__dict__["_nn_index"] = nn
         return nn
@@ -306,6 +308,9 @@ class WordMetricDP(Mechanism):
             notes.append("stop words are released verbatim")
         if self.index == "hnsw":
             notes.append("approximate nearest neighbours (hnswlib): post-processing of the noisy vector, same guarantee")
+        if self.index == "faiss":
+            notes.append(f"approximate nearest neighbours (faiss IVF, nprobe={self.ann_nprobe}): post-processing of the "
+                         "noisy vector, same guarantee")
         return notes
 
     def claim(self, n_words: int | None = None) -> PrivacyClaim:

@@ -444,7 +444,13 @@ class FaissIndex:
     def _batched_ivf(self, P: dict, q: np.ndarray, k: int, nprobe: int) -> np.ndarray:
         from concurrent.futures import ThreadPoolExecutor
 
-        from threadpoolctl import threadpool_limits
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+            from contextlib import nullcontext as _nc
+
+            def threadpool_limits(limits: int) -> Any:
+                return _nc()
 
         B, nl, starts, VT, vsq = q.shape[0], P["nlist"], P["starts"], P["VT"], P["vsq"]
         nt = max(1, min(self.num_threads, B))
