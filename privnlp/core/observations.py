@@ -103,14 +103,23 @@ class ModelSnapshots(Observation):
     def num_rounds(self) -> int:
         return len(self.paths) - 1
 
-    def load(self, r: int) -> Any:
+    def load(self, r: int, *, into: Any = None) -> Any:
+        """The model after round ``r``. ``into``: an already built model of the same architecture to
+        load the weights into (building a fresh model per round re-runs weight initialisation)."""
         import torch
 
-        model = self.model_factory()
+        model = self.model_factory() if into is None else into
         state = torch.load(self.paths[r], map_location="cpu", weights_only=True)
         model.load_state_dict(state)
         model.eval()
         return model
+
+    def iter_models(self) -> Any:
+        """Yield ``(r, model)`` for every round, reusing one model instance (weights replaced in place)."""
+        model = None
+        for r in range(len(self.paths)):
+            model = self.load(r, into=model)
+            yield r, model
 
 
 @dataclass(frozen=True)

@@ -145,12 +145,11 @@ def exposure_trajectories(snapshots: ModelSnapshots, texts: Sequence[str], *, ba
     if key in _TRAJ_CACHE:
         _TRAJ_CACHE.move_to_end(key)
         return _TRAJ_CACHE[key]
-    rounds = range(len(snapshots.paths))
+    models = snapshots.iter_models()
     if progress:
         from tqdm.auto import tqdm
-        rounds = tqdm(rounds, desc="snapshots", leave=False)
-    out = np.stack([exposure_rates(snapshots.load(r), snapshots.tokenizer, list(texts), batch_size=batch_size)
-                    for r in rounds])
+        models = tqdm(models, total=len(snapshots.paths), desc="snapshots", leave=False)
+    out = np.stack([exposure_rates(m, snapshots.tokenizer, list(texts), batch_size=batch_size) for _, m in models])
     _TRAJ_CACHE[key] = out
     while len(_TRAJ_CACHE) > 16:
         _TRAJ_CACHE.popitem(last=False)
