@@ -130,23 +130,47 @@ def _mech_identity(mechanism: Any) -> Any:
     return [type(mechanism).__module__, type(mechanism).__qualname__, getattr(mechanism, "name", ""), params]
 
 
+def _scenario_identity(scenario: Any) -> Any:
+    params = {k: v for k, v in vars(scenario).items() if not k.startswith("_")}
+    return [type(scenario).__module__, type(scenario).__qualname__, _jsonable(params)]
+
+
+def _read(path: Path | None) -> Any:
+    if path is None or not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        path.unlink(missing_ok=True)  # a corrupted entry is recomputed
+        return None
+
+
 def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed: int,
              cache_dir: Path | None) -> SeedOutcome:
-    key = _key("v1", _mech_identity(mechanism), type(scenario).__qualname__, getattr(scenario, "preset", ""),
-               [(type(a).__qualname__, a.params()) for a in attacks], seed)
-    path = cache_dir / f"{key}.json" if cache_dir else None
-    if path is not None and path.exists():
-        try:
-            d = json.loads(path.read_text())
-            return SeedOutcome(d["seed"], d["attack_metrics"], d["utility"])
-        except (json.JSONDecodeError, KeyError):
-            path.unlink(missing_ok=True)  # a corrupted entry is recomputed
+    """Run ``scenario`` once for ``seed`` and every attack on its trials.
+
+    The cache holds one entry per (system, scenario, attack, seed) and one for the utility, so an
+    interrupted audit resumes, and the undefended baseline of a scenario is computed once for all
+    the defenses that share it (``privnlp evaluate --all``).
+    """
+    sys_id, scen_id = _mech_identity(mechanism), _scenario_identity(scenario)
+    keys = {a.name: _key("v2", sys_id, scen_id, type(a).__qualname__, a.params(), seed) for a in attacks}
+    ukey = _key("v2-utility", sys_id, scen_id, seed)
+    paths = {n: (cache_dir / f"{k}.json" if cache_dir else None) for n, k in keys.items()}
+    upath = cache_dir / f"{ukey}.json" if cache_dir else None
+    cached = {n: _read(p) for n, p in paths.items()}
+    util = _read(upath)
+    missing = [a for a in attacks if cached[a.name] is None]
+    if not missing and util is not None:
+        return SeedOutcome(seed, {n: v for n, v in cached.items() if v}, util)
     ss = np.random.SeedSequence([seed, 0x5EED])
     scen_seed, atk_seed = ss.spawn(2)
     run: ScenarioRun = scenario.run(mechanism, rng=np.random.default_rng(scen_seed))
-    attack_rngs = np.random.default_rng(atk_seed)
-    per_attack: dict[str, dict[str, float]] = {}
-    for atk in attacks:
+    # one independent stream per attack, derived from its name: results do not depend on which
+    # other attacks ran in the same audit (so per-attack cache entries are interchangeable)
+    for atk in missing:
+        name_seed = int.from_bytes(hashlib.sha256(atk.name.encode()).digest()[:4], "little")
+        attack_rngs = np.random.default_rng([*atk_seed.generate_state(2), name_seed])
         acc: dict[str, list[float]] = defaultdict(list)
         for trial in run.trials:
             if not atk.applies_to(trial.observation):
@@ -154,14 +178,15 @@ def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed
             res = atk.run(trial.observation, rng=np.random.default_rng(attack_rngs.integers(0, 2**63 - 1)))
             for k, v in res.score(trial.ground_truth).items():
                 acc[k].append(float(v))
-        if acc:
-            per_attack[atk.name] = {k: float(np.nanmean(v)) if not all(math.isnan(x) for x in v) else math.nan
-                                    for k, v in acc.items()}
-    out = SeedOutcome(seed, per_attack, {k: float(v) for k, v in run.utility.items()})
-    if path is not None:
-        atomic_write_text(path, json.dumps(_jsonable({"seed": seed, "attack_metrics": per_attack,
-                                                      "utility": out.utility})))
-    return out
+        metrics = {k: float(np.nanmean(v)) if not all(math.isnan(x) for x in v) else math.nan
+                   for k, v in acc.items()}
+        cached[atk.name] = metrics
+        if paths[atk.name] is not None:
+            atomic_write_text(paths[atk.name], json.dumps(_jsonable(metrics)))
+    util = {k: float(v) for k, v in run.utility.items()}
+    if upath is not None:
+        atomic_write_text(upath, json.dumps(_jsonable(util)))
+    return SeedOutcome(seed, {n: v for n, v in cached.items() if v}, util)
 
 
 def _collect(outcomes: Sequence[SeedOutcome]) -> tuple[dict[str, dict[str, MetricSummary]], dict[str, MetricSummary]]:
