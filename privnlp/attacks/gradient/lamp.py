@@ -287,7 +287,10 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
     B, T, d = len(lengths), max(lengths), eng.E.shape[1]
     fixed_first = tokenizer.cls_token_id is not None
     # initialisation: Gaussian samples, then permutations of the best (scored by L_grad + reg)
-    cands = torch.randn((max(1, n_init), B, T, d), generator=tg)
+    # Gaussian inits at the scale of the real embeddings (norm ~ mean row norm): a unit-variance
+    # init (norm ~ sqrt(d)) swamps the position embeddings before the embedding LayerNorm
+    std = eng.mean_norm / np.sqrt(d)
+    cands = torch.randn((max(1, n_init), B, T, d), generator=tg) * std
     if n_init > 1:
         sc = eng.rec_batched(cands) if batched else np.array([float(eng.rec(c, create_graph=False)) for c in cands])
         x0 = cands[int(np.argmin(sc))]

@@ -28,6 +28,7 @@ when the victim is selected; Watermark can inject one record into the victim's d
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -130,37 +131,64 @@ def wcorr(trajectories: np.ndarray, watermark: Sequence[float]) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- model queries
-_TRAJ_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_TRAJ_CACHE: "OrderedDict[tuple, dict[str, np.ndarray]]" = OrderedDict()
+_CAND_CACHE: "OrderedDict[tuple, tuple[str, ...]]" = OrderedDict()
+_CACHE_SIZE = 16
+
+
+def _files_key(paths: Sequence[Any]) -> tuple:
+    """Identity of snapshot files: path, size and modification time (a rewritten file is a new key)."""
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((str(p), st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((str(p), -1, -1))
+    return tuple(out)
 
 
 def exposure_trajectories(snapshots: ModelSnapshots, texts: Sequence[str], *, batch_size: int = 256,
                           progress: bool = False) -> np.ndarray:
     """Exposure rate of every text under every snapshot: array ``[T+1, len(texts)]``.
 
-    Loads each snapshot once. Results are memoized per (snapshot files, texts) for the process
-    (both correlation attacks query the same trajectories)."""
+    Loads each snapshot once. Results are memoized per (snapshot files, text) for the process:
+    both correlation attacks and all victims of one training run share the candidate pool and the
+    watermarks' trajectories, so only texts not seen before are scored."""
     from ._lm import exposure_rates
 
-    key = (tuple(str(p) for p in snapshots.paths), tuple(texts))
-    if key in _TRAJ_CACHE:
-        _TRAJ_CACHE.move_to_end(key)
-        return _TRAJ_CACHE[key]
-    models = snapshots.iter_models()
-    if progress:
-        from tqdm.auto import tqdm
-        models = tqdm(models, total=len(snapshots.paths), desc="snapshots", leave=False)
-    out = np.stack([exposure_rates(m, snapshots.tokenizer, list(texts), batch_size=batch_size) for _, m in models])
-    _TRAJ_CACHE[key] = out
-    while len(_TRAJ_CACHE) > 16:
+    key = _files_key(snapshots.paths)
+    cached = _TRAJ_CACHE.get(key)
+    if cached is None:
+        cached = _TRAJ_CACHE[key] = {}
+    _TRAJ_CACHE.move_to_end(key)
+    while len(_TRAJ_CACHE) > _CACHE_SIZE:
         _TRAJ_CACHE.popitem(last=False)
-    return out
+    texts = list(texts)
+    missing = list(dict.fromkeys(t for t in texts if t not in cached))
+    if missing:
+        models = snapshots.iter_models()
+        if progress:
+            from tqdm.auto import tqdm
+            models = tqdm(models, total=len(snapshots.paths), desc="snapshots", leave=False)
+        cols = np.stack([exposure_rates(m, snapshots.tokenizer, missing, batch_size=batch_size) for _, m in models])
+        for j, t in enumerate(missing):
+            cached[t] = cols[:, j].copy()
+    if not texts:
+        return np.zeros((len(snapshots.paths), 0))
+    return np.stack([cached[t] for t in texts], axis=1)
 
 
 def generate_candidates(model: Any, tokenizer: Any, pattern: str, *, beam_width: int = 64, n_samples: int = 64,
-                        temperature: float = 1.0, vocabulary: Sequence[str] | None = None, rng: Any) -> list[str]:
+                        temperature: float = 1.0, vocabulary: Sequence[str] | None = None,
+                        cache_key: Any = None, rng: Any) -> list[str]:
     """Candidate records from the known prefix: a beam search (width ``beam_width``) plus
     ``n_samples`` constrained ancestral samples over the record's alphabet, de-duplicated
-    (beam results first, in order)."""
+    (beam results first, in order).
+
+    The beam search is deterministic: with ``cache_key`` (an identity of ``model``'s weights, e.g.
+    the final snapshot file) its result is memoized for the process, so every victim of one
+    training run and both correlation attacks share one search (all records share the prefix)."""
     from ._lm import causal_log_probs
     from .exposure import canary_template
     from .extraction import _flat_alphabets, _split, beam_extract, render_partial
@@ -168,7 +196,17 @@ def generate_candidates(model: Any, tokenizer: Any, pattern: str, *, beam_width:
     template = canary_template(pattern, vocabulary)
     out: list[str] = []
     if beam_width:
-        out.extend(beam_extract(model, tokenizer, template, beam_width=beam_width).candidates)
+        bkey = None if cache_key is None else (cache_key, pattern, tuple(vocabulary or ()), int(beam_width))
+        beam = _CAND_CACHE.get(bkey) if bkey is not None else None
+        if beam is None:
+            beam = beam_extract(model, tokenizer, template, beam_width=beam_width).candidates
+            if bkey is not None:
+                _CAND_CACHE[bkey] = beam
+                while len(_CAND_CACHE) > _CACHE_SIZE:
+                    _CAND_CACHE.popitem(last=False)
+        else:
+            _CAND_CACHE.move_to_end(bkey)
+        out.extend(beam)
     if n_samples:
         g = as_numpy(rng)
         alph = _flat_alphabets(template)
@@ -254,7 +292,10 @@ class _CorrelationAttack(Attack):
 
     @classmethod
     def example(cls, preset: str = "quick") -> "_CorrelationAttack":
-        return cls(beam_width=64, n_samples=64) if preset == "quick" else cls(beam_width=128, n_samples=256)
+        # quick: one shared beam search (width 32) per training run, no per-victim sampling -- on
+        # fl.snapshots quick the true record's recall in the pool was the same as with 64 + 64
+        # samples, at a fraction of the cost (see docs/readme/90-memorization.md)
+        return cls(beam_width=32, n_samples=0) if preset == "quick" else cls(beam_width=128, n_samples=256)
 
     def _candidates(self, obs: ModelSnapshots, rng: Any) -> tuple[list[str], str]:
         meta = obs.meta
@@ -269,7 +310,8 @@ class _CorrelationAttack(Attack):
 
         final = obs.load(obs.num_rounds)
         cands = generate_candidates(final, obs.tokenizer, pattern, beam_width=self.beam_width,
-                                    n_samples=self.n_samples, vocabulary=meta.get("record_vocabulary"), rng=rng)
+                                    n_samples=self.n_samples, vocabulary=meta.get("record_vocabulary"),
+                                    cache_key=_files_key(obs.paths[-1:]), rng=rng)
         return cands, canary_template(pattern, meta.get("record_vocabulary")).prefix
 
     def _signal(self, obs: ModelSnapshots, traj: np.ndarray) -> np.ndarray:  # pragma: no cover

@@ -213,12 +213,14 @@ class LMCanaryScenario(Scenario):
 
 # ============================================================================ fl.snapshots
 FL_PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {"n_clients": 4, "per_round": 2, "rounds": 30, "users_per_client": 1, "records_per_user": 4,
+    # quick: 20 rounds x 10 local steps (was 30 x 15): ~20 s of training on 2 shared cores; the
+    # records are still memorized (eavesdropping top-1 0.33 vs Carlini 0.08 over seeds 0-2)
+    "quick": {"n_clients": 4, "per_round": 2, "rounds": 20, "users_per_client": 1, "records_per_user": 4,
               "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
               "vocab_size": 400, "model": "gpt2",
               "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
               "lstm": {"emb_dim": 64, "hidden": 128, "num_layers": 2, "n_positions": 64},
-              "local": {"steps": 15, "batch_size": 8, "lr": 3e-3, "max_length": 48}},
+              "local": {"steps": 10, "batch_size": 8, "lr": 3e-3, "max_length": 48}},
     "full": {"n_clients": 4, "per_round": 2, "rounds": 60, "users_per_client": 4, "records_per_user": 10,
              "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
              "vocab_size": 600, "model": "gpt2",
@@ -311,6 +313,19 @@ def _local_adam(model: Any, tokenizer: Any, texts: list[str], *, steps: int, bat
     return losses
 
 
+def _fresh_copy(model: Any, model_factory: Any) -> Any:
+    """An independent copy of ``model`` (same weights, buffers, tying, mode); falls back to
+    ``model_factory()`` + ``load_state_dict`` when the model cannot be deep-copied."""
+    import copy
+
+    try:
+        return copy.deepcopy(model)
+    except Exception:  # noqa: BLE001 - e.g. a model holding a non-copyable handle
+        out = model_factory()
+        out.load_state_dict(model.state_dict())
+        return out
+
+
 def async_fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, tokenizer: Any, *, rounds: int,
                            per_round: int, local: Mapping[str, Any], out_dir: str, mechanism: Any | None = None,
                            progress: bool = False, rng: Any) -> tuple[list[str], list[tuple[int, ...]]]:
@@ -366,8 +381,9 @@ def async_fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, to
         chosen = tuple(sorted(int(i) for i in g.choice(n, size=int(per_round), replace=False)))
         states = []
         for i in chosen:
-            local_model = model_factory()
-            local_model.load_state_dict(glob.state_dict())
+            # a copy of the global model = model_factory() + load_state_dict(global weights), without
+            # re-running the (slow, HF) weight initialisation of a fresh model every local training
+            local_model = _fresh_copy(glob, model_factory)
             live = local_model.state_dict(keep_vars=True)  # the tensors themselves, before any wrapping
             if mechanism is not None and hasattr(mechanism, "apply"):
                 mechanism.apply(local_model, rng=int(g.integers(2**31)))
