@@ -110,7 +110,7 @@ def resolve_attacks(attacks: Any, mechanism: Any, preset: str = "quick") -> list
 
 @dataclass(frozen=True)
 class SeedOutcome:
-    """Metrics of every attack on one seed (means over that seed's trials) + utility."""
+    """Metrics of every attack on one seed (one value per trial) + utility."""
 
     seed: int
     attack_metrics: Mapping[str, Mapping[str, float]]
@@ -154,7 +154,7 @@ def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed
     the defenses that share it (``privnlp evaluate --all``).
     """
     sys_id, scen_id = _mech_identity(mechanism), _scenario_identity(scenario)
-    keys = {a.name: _key("v2", sys_id, scen_id, type(a).__qualname__, a.params(), seed) for a in attacks}
+    keys = {a.name: _key("v3", sys_id, scen_id, type(a).__qualname__, a.params(), seed) for a in attacks}
     ukey = _key("v2-utility", sys_id, scen_id, seed)
     paths = {n: (cache_dir / f"{k}.json" if cache_dir else None) for n, k in keys.items()}
     upath = cache_dir / f"{ukey}.json" if cache_dir else None
@@ -178,8 +178,7 @@ def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed
             res = atk.run(trial.observation, rng=np.random.default_rng(attack_rngs.integers(0, 2**63 - 1)))
             for k, v in res.score(trial.ground_truth).items():
                 acc[k].append(float(v))
-        metrics = {k: float(np.nanmean(v)) if not all(math.isnan(x) for x in v) else math.nan
-                   for k, v in acc.items()}
+        metrics = {k: [float(x) for x in v] for k, v in acc.items()}  # one value per trial
         cached[atk.name] = metrics
         if paths[atk.name] is not None:
             atomic_write_text(paths[atk.name], json.dumps(_jsonable(metrics)))
@@ -189,17 +188,37 @@ def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed
     return SeedOutcome(seed, {n: v for n, v in cached.items() if v}, util)
 
 
+def _as_float(v: Any) -> float:
+    return float(v) if v is not None and not isinstance(v, str) else (float(v) if isinstance(v, str) and
+                                                                      v in ("inf", "-inf", "nan") else math.nan)
+
+
+def _trial_values(v: Any) -> list[float]:
+    return [_as_float(x) for x in v] if isinstance(v, list) else [_as_float(v)]
+
+
+def _seed_mean(values: list[float]) -> float:
+    ok = [x for x in values if not math.isnan(x)]
+    return float(np.mean(ok)) if ok else math.nan
+
+
 def _collect(outcomes: Sequence[SeedOutcome]) -> tuple[dict[str, dict[str, MetricSummary]], dict[str, MetricSummary]]:
-    per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    """Confidence intervals over seeds (the mean of each seed's trials); with a single seed, over
+    that seed's trials (independent batches / records of one run)."""
+    per: dict[str, dict[str, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
     util: dict[str, list[float]] = defaultdict(list)
     for o in outcomes:
         for a, ms in o.attack_metrics.items():
             for k, v in ms.items():
-                per[a][k].append(float(v) if v is not None and not isinstance(v, str) else math.nan)
+                per[a][k].append(_trial_values(v))
         for k, v in o.utility.items():
             util[k].append(float(v))
-    return ({a: {k: summarize(v) for k, v in ms.items()} for a, ms in per.items()},
-            {k: summarize(v) for k, v in util.items()})
+    out: dict[str, dict[str, MetricSummary]] = {}
+    for a, ms in per.items():
+        out[a] = {}
+        for k, runs in ms.items():
+            out[a][k] = summarize([_seed_mean(r) for r in runs]) if len(runs) > 1 else summarize(runs[0])
+    return out, {k: summarize(v) for k, v in util.items()}
 
 
 def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = None, *,
