@@ -47,7 +47,7 @@ def _first_paragraph(doc: str | None) -> str:
 
 
 def render_mechanism_card(report: LeakageReport, *, description: str = "", paper: str = "",
-                          command: str = "") -> str:
+                          command: str = "", notes_md: str = "") -> str:
     """Markdown card for a mechanism, from its report only (plus static class text)."""
     name = report.mechanism
     cfg = report.config
@@ -78,6 +78,9 @@ def render_mechanism_card(report: LeakageReport, *, description: str = "", paper
         lines += ["## Figures", ""] + [f"![{f.caption or f.name}]({name}-{f.name}.png)" for f in report.figures] + [""]
     if report.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
+    if notes_md.strip():
+        lines += ["## Developer notes", "", "(hand-written, kept in `NOTES.md` next to this card)", "",
+                  notes_md.strip(), ""]
     lines += ["## Reproduce", "", "```bash", command or f"privnlp evaluate --defense {name} --preset {cfg.get('preset', 'quick')}",
               "```", "", f"- seeds: {list(report.seeds)}",
               "- versions: " + ", ".join(f"{k} {v}" for k, v in report.versions.items()),
@@ -144,9 +147,15 @@ def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path
         for f in report.figures:
             (d / f"{name}-{f.name}.png").write_bytes(f.png)
         card = d / "README.md"
+        notes = d / "NOTES.md"
+        if card.exists() and not notes.exists() and \
+                "generated:" not in card.read_text():
+            # first generation: keep the hand-written card as developer notes
+            card.replace(notes)
         atomic_write_text(card, render_mechanism_card(report, description=_first_paragraph(cls.__doc__),
                                                       paper=getattr(cls, "paper", ""),
-                                                      command=f"privnlp evaluate --defense {name} --preset {preset}"))
+                                                      command=f"privnlp evaluate --defense {name} --preset {preset}",
+                                                      notes_md=notes.read_text() if notes.exists() else ""))
     return EvaluationOutcome(name, report, {k: str(v) for k, v in paths.items()}, time.perf_counter() - t0, card)
 
 

@@ -72,8 +72,10 @@ def test_generated_card_numbers_come_from_its_report(name):
         pytest.skip(f"mechanisms/{name} has a hand-written card (no report.json yet)")
     report = LeakageReport.load(rep)
     cls = MECHANISMS.get(name)
+    notes = folder / "NOTES.md"
     expected = render_mechanism_card(report, description=_first_paragraph(cls.__doc__), paper=cls.paper,
-                                     command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset')}")
+                                     command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset')}",
+                                     notes_md=notes.read_text() if notes.exists() else "")
     assert (folder / "README.md").read_text() == expected, f"mechanisms/{name}/README.md was edited by hand or is stale"
     for f in report.figures:
         assert (folder / f"{name}-{f.name}.png").exists()
