@@ -275,7 +275,7 @@ def _transform(x, lengths: Sequence[int], fixed_first: bool, rng: np.random.Gene
 def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int], tokenizer: Any, *, rng: Any,
                 loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
                 n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
-                lr: float = 0.05, lm: Any = None, batched: bool = True) -> tuple[list[list[int]], dict[str, Any]]:
+                lr: float = 0.01, lm: Any = None, batched: bool = True) -> tuple[list[list[int]], dict[str, Any]]:
     """Run the engine; returns (token ids per sequence, raw numbers)."""
     import torch
 
@@ -366,7 +366,7 @@ class _GradientMatching(Attack):
 
     def __init__(self, loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
                  n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
-                 lr: float = 0.05, batched: bool = True, aux_lm_steps: int = 300) -> None:
+                 lr: float = 0.01, batched: bool = True, aux_lm_steps: int = 300) -> None:
         if loss not in ("cos", "tag", "l2"):
             raise InvalidArgument(f"loss must be 'cos', 'tag' (L2+L1) or 'l2'; got {loss!r}")
         for nm, v in (("n_init", n_init), ("iterations", iterations), ("n_c", n_c)):
@@ -429,7 +429,7 @@ class TAG(_GradientMatching):
     paper = ("Deng et al., TAG: Gradient Attack on Transformer-based Language Models, EMNLP Findings 2021; "
              "as evaluated in shared/papers/lamp-extracting-text-from-gradients.txt")
 
-    def __init__(self, alpha_tag: float = 0.01, iterations: int = 10, n_c: int = 25, lr: float = 0.05, **kw: Any) -> None:
+    def __init__(self, alpha_tag: float = 0.01, iterations: int = 10, n_c: int = 25, lr: float = 0.01, **kw: Any) -> None:
         super().__init__(loss="tag", alpha_tag=alpha_tag, alpha_reg=0.0, alpha_lm=0.0, n_init=1, n_perm=0,
                          iterations=iterations, n_c=n_c, n_d=0, lr=lr, **kw)
 
@@ -445,7 +445,7 @@ class DLG(_GradientMatching):
     paper = ("Zhu et al., Deep Leakage from Gradients, NeurIPS 2019; as evaluated in "
              "shared/papers/lamp-extracting-text-from-gradients.txt")
 
-    def __init__(self, iterations: int = 10, n_c: int = 25, lr: float = 0.05, **kw: Any) -> None:
+    def __init__(self, iterations: int = 10, n_c: int = 25, lr: float = 0.01, **kw: Any) -> None:
         super().__init__(loss="l2", alpha_reg=0.0, alpha_lm=0.0, n_init=1, n_perm=0, iterations=iterations,
                          n_c=n_c, n_d=0, lr=lr, **kw)
 
