@@ -123,9 +123,13 @@ def test_metric_dp_audit_catches_leaky_twin(twin):
 
 def test_registered_leaky_twin_is_caught():
     from privnlp.core.registry import LEAKY_TWINS
+    from privnlp.mechanisms.text import LeakyVickreyWrongRadius
     twin = LEAKY_TWINS.get("vickrey")
-    assert twin is LeakyVickreyExcludesInput
-    out = twin(1.5, t=0.5, embeddings=_grid_emb()).perturb_ids(np.full(2000, 4), rng=0)
+    assert twin is LeakyVickreyWrongRadius
+    res = metric_dp_audit(twin(1.5, t=0.5, embeddings=_grid_emb()), PAIRS, n_samples=40000,
+                          rng=np.random.default_rng(0))
+    assert not res.passed and res.max_excess > 0.5, res
+    out = LeakyVickreyExcludesInput(1.5, t=0.5, embeddings=_grid_emb()).perturb_ids(np.full(2000, 4), rng=0)
     assert not np.any(out == 4)
 
 

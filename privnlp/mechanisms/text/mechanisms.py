@@ -471,9 +471,24 @@ class Mahalanobis(WordMetricDP):
 
 
 @LEAKY_TWINS.register("vickrey")
+class LeakyVickreyWrongRadius(Vickrey):
+    """LEAKY TWIN: a frequent implementation bug — the 1-D Laplace radius Gamma(1, 1/eps) used in d
+    dimensions instead of Gamma(d, 1/eps), i.e. about d times too little noise, under the same claim.
+    The Bayesian adversary's inference accuracy and the metric-DP audit both catch it."""
+
+    def sample_noise(self, n: int, *, rng: Any, dtype: Any = np.float32) -> np.ndarray:
+        g = as_numpy(rng)
+        z = super().sample_noise(n, rng=g, dtype=np.float64)
+        nrm = np.linalg.norm(z, axis=1)
+        nrm[nrm == 0] = 1.0
+        z *= (g.gamma(1.0, 1.0 / float(self.epsilon), size=n) / nrm)[:, None]
+        return z.astype(dtype)
+
+
 class LeakyVickreyExcludesInput(Vickrey):
     """LEAKY TWIN (tests only): the literal reading of Algorithm 1 step 5 that excludes the input
-    word from the candidates. ``P[M(w) = w] = 0`` breaks metric DP; the audit must catch it."""
+    word from the candidates. ``P[M(w) = w] = 0`` breaks metric DP; the metric-DP audit catches it
+    (a MAP adversary's accuracy does not: it even drops, so the registered twin is the wrong-radius one)."""
 
     def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
         nb = self._nn().query(noisy, 3)
