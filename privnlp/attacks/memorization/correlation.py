@@ -27,6 +27,7 @@ when the victim is selected; Watermark can inject one record into the victim's d
 """
 from __future__ import annotations
 
+import abc
 import math
 import os
 from collections import OrderedDict
@@ -314,8 +315,9 @@ class _CorrelationAttack(Attack):
                                     cache_key=_files_key(obs.paths[-1:]), rng=rng)
         return cands, canary_template(pattern, meta.get("record_vocabulary")).prefix
 
-    def _signal(self, obs: ModelSnapshots, traj: np.ndarray) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _signal(self, obs: ModelSnapshots, traj: np.ndarray) -> np.ndarray:
+        """The per-round signal the candidates' exposure changes are correlated with."""
 
     def correlate(self, obs: ModelSnapshots, *, rng: Any) -> tuple[CorrelationResult, str]:
         if not isinstance(obs, ModelSnapshots):

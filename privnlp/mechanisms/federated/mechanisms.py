@@ -8,6 +8,7 @@ eavesdropper).
 """
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any, Mapping, Sequence
 
@@ -128,9 +129,10 @@ class _FedBase(Mechanism):
     def require_all_replies(self) -> bool:
         return False
 
+    @abc.abstractmethod
     def aggregate(self, reference: Mapping[str, torch.Tensor], replies: Sequence[FitRes], *, num_selected: int,
                   plan: Mapping[str, Any], generator: torch.Generator) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
-        raise NotImplementedError
+        """Combine the replies of one round into the new global state."""
 
     def account(self, ledger: FedLedger, plan: Mapping[str, Any], num_users: int, *, check: bool) -> None:
         """Record one round in the ledger (``check``: raise before a round that would exceed the budget)."""

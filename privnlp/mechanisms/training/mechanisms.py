@@ -8,6 +8,7 @@ Papers (``../shared/papers/``): ``dp-bert-and-dp-wordpiece.txt`` (DP-SGD),
 """
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any, ClassVar
 
@@ -189,8 +190,9 @@ class TransformMechanism(Mechanism):
     threat_models = (_EAVESDROPPER, _GRADIENT_OBSERVER)
     scenario = "fedsgd.eavesdropper"
 
-    def transform(self) -> Any:  # pragma: no cover
-        raise NotImplementedError
+    @abc.abstractmethod
+    def transform(self) -> Any:
+        """The :class:`~privnlp.mechanisms.training.transforms.UpdateTransform` this defense applies."""
 
     def apply(self, grads: Any, *, rng: Any = None) -> dict:
         """Apply to a ``dict[name -> tensor]`` (returns a new dict)."""

@@ -20,6 +20,7 @@ mutates its input. Stochastic transforms (``stochastic = True``) require keyword
 """
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
@@ -81,7 +82,7 @@ def _keep_top(grads: dict[str, torch.Tensor], keep_fraction: float, scope: str) 
     return {k: torch.where(v.abs().float() >= thr, v, torch.zeros_like(v)) for k, v in grads.items()}
 
 
-class UpdateTransform:
+class UpdateTransform(abc.ABC):
     """Base class: ``__call__(grads, *, rng=None) -> dict``; ``stochastic`` says whether rng is needed."""
 
     stochastic: ClassVar[bool] = False
@@ -93,8 +94,9 @@ class UpdateTransform:
                                   "(int seed, numpy.random.Generator or torch.Generator)")
         return self._apply(g, rng)
 
-    def _apply(self, grads: dict[str, torch.Tensor], rng: Any) -> dict[str, torch.Tensor]:  # pragma: no cover
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _apply(self, grads: dict[str, torch.Tensor], rng: Any) -> dict[str, torch.Tensor]:
+        """Return the transformed copy of ``grads``."""
 
     def __rshift__(self, other: "UpdateTransform") -> "Compose":
         return Compose(self, other)
@@ -223,6 +225,9 @@ class Compose(UpdateTransform):
     @property
     def stochastic(self) -> bool:  # type: ignore[override]
         return any(t.stochastic for t in self.transforms)
+
+    def _apply(self, grads: dict[str, torch.Tensor], rng: Any) -> dict[str, torch.Tensor]:
+        return self(grads, rng=rng)  # Compose applies its parts in __call__
 
     def __call__(self, grads: Grads, *, rng: Any = None) -> dict[str, torch.Tensor]:
         g = _check_grads(grads)
