@@ -12,6 +12,7 @@ Flower (``flwr``) is imported only inside :mod:`.flower` functions.
 from __future__ import annotations
 
 from . import mechanisms as _mechanisms  # noqa: F401  (registers fedavg, dp_fedavg + leaky twin)
+from . import twins as _twins  # noqa: F401  (leaky twin of fedavg)
 from .accounting import FedLedger, calibrate_user_noise, round_event, user_epsilon
 from .aggregation import clip_delta, dp_average, global_norm, weighted_average
 from .client import ClientData, FitIns, FitRes, Task, lm_client_data, lm_task, local_update, tagger_task

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .embeddings import DEFAULT_STOPWORDS, Embeddings, bundled_embeddings, bundled_texts, load_embeddings
 from .mechanisms import (LaplaceMetric, LeakyVickreyExcludesInput, LeakyVickreyWrongRadius, Mahalanobis, Vickrey, VickreyK,
                          WordMetricDP, OOV_POLICIES)
+from . import twins as _twins  # noqa: F401  (leaky twins of laplace_metric, mahalanobis, vickrey_k)
 from .neighbors import ExactIndex, HnswIndex, NeighborResult, topk_recall
 from .textio import SanitizedText, word_spans
 

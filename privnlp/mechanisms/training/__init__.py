@@ -10,6 +10,8 @@ Importing this package imports torch (it registers the mechanisms); ``import pri
 from __future__ import annotations
 
 from . import mechanisms as _mechanisms  # noqa: F401  (registers the defenses + the leaky twin)
+from . import twins_embedding as _twins_embedding  # noqa: F401  (leaky twins)
+from . import twins_transforms as _twins_transforms  # noqa: F401  (leaky twins)
 from .dp_sgd import (PrivateTraining, make_private, per_sample_classification_loss, per_sample_lm_loss,
                      per_sample_token_loss, private_training)
 from .embedding import freeze_embeddings
