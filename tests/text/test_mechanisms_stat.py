@@ -160,3 +160,23 @@ def test_bad_k_dims_vocab():
         mech.perturb_vectors(np.zeros((2, 4)), rng=0)
     with pytest.raises(InvalidArgument, match="vocabulary size"):
         VickreyK(1.0, ts=(1,) * 6, embeddings=_emb(n=5, d=3)).perturb_ids([0, 1], rng=0)
+
+
+def test_noise_depends_on_rng_only_not_on_threads():
+    """Batches above one chunk are drawn by child generators on several threads: the result is a
+    function of the seed alone (1 thread == 4 threads), and the radius law still holds."""
+    E = np.random.default_rng(0).standard_normal((50, 20)).astype(np.float32)
+    emb = Embeddings(tuple(f"w{i}" for i in range(50)), E)
+
+    class OneThread(Vickrey):
+        noise_threads = 1
+
+    class FourThreads(Vickrey):
+        noise_threads = 4
+
+    a = OneThread(5.0, embeddings=emb).sample_noise(7000, rng=np.random.default_rng(9), dtype=np.float64)
+    b = FourThreads(5.0, embeddings=emb).sample_noise(7000, rng=np.random.default_rng(9), dtype=np.float64)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a[:2048], a[2048:4096])          # chunks are not copies of each other
+    radii = np.linalg.norm(a, axis=1)
+    assert stats.kstest(radii, stats.gamma(a=20, scale=1 / 5.0).cdf).pvalue > 1e-3

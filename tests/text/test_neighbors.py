@@ -51,11 +51,55 @@ def test_exact_index_equals_float64_brute_force(precision, n, d):
         np.testing.assert_allclose(res.dists, ref_d, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("cell_size", [1, 3, 40])
+@pytest.mark.parametrize("n,d", [(9, 4), (257, 16), (3000, 48)])
+def test_pruned_exact_search_equals_float64_brute_force(cell_size, n, d):
+    """The pruned path (cells + triangle-inequality bounds) returns the brute-force answer, ties and
+    near-ties included, whatever the cells; max_scan_fraction=0 sends every query to the full scan."""
+    E, q = tie_heavy_case(n, d, seed=n + 1)
+    emb = Embeddings(tuple(f"w{i}" for i in range(n)), E)
+    for k in sorted({1, 2, 3, min(n, 7)}):
+        ref_ids, ref_d = brute_force(E, q, k)
+        for frac in (1.0, 0.0):
+            res = ExactIndex(emb, strategy="pruned", cell_size=cell_size, max_scan_fraction=frac).query(q, k)
+            np.testing.assert_array_equal(res.ids, ref_ids)
+            np.testing.assert_allclose(res.dists, ref_d, rtol=1e-12, atol=1e-12)
+
+
+def test_pruned_search_skips_most_of_a_clustered_vocabulary():
+    """On a clustered vocabulary with moderate noise the bounds prune: a query scans few cells (the
+    speed of the exact path comes from here), and the answer equals the full scan."""
+    g = np.random.default_rng(5)
+    n, d = 6000, 64
+    centers = g.standard_normal((60, d)) * 1.0
+    E = (centers[g.integers(0, 60, n)] + 0.35 * g.standard_normal((n, d))).astype(np.float32)
+    emb = Embeddings(tuple(f"w{i}" for i in range(n)), E)
+    ids = g.integers(0, n, 800)
+    u = g.standard_normal((800, d))
+    q = (E[ids] + u / np.linalg.norm(u, axis=1, keepdims=True) * 2.0).astype(np.float32)
+    idx = ExactIndex(emb)
+    assert idx.resolved_strategy() == "pruned"
+    full = ExactIndex(emb, strategy="scan").query(q, 2)
+    res = idx.query(q, 2)
+    np.testing.assert_array_equal(res.ids, full.ids)
+    P = idx._cells()
+    # the fraction of vocabulary rows within reach of the bound, per query, is small
+    Dc = np.linalg.norm(q[:, None, :].astype(np.float64) - P["mu"][None], axis=2)
+    reach = ((Dc - P["R"][None]) <= full.dists[:, 1:2]).astype(float) @ P["counts"]
+    assert np.median(reach) < 0.1 * n, np.median(reach)
+
+
 def test_exact_index_rejects_bad_input():
     E = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
     emb = Embeddings(tuple(f"w{i}" for i in range(10)), E)
     with pytest.raises(InvalidArgument):
         ExactIndex(emb, precision="int4")
+    with pytest.raises(InvalidArgument, match="strategy"):
+        ExactIndex(emb, strategy="fast")
+    with pytest.raises(InvalidArgument, match="cell_size"):
+        ExactIndex(emb, cell_size=0)
+    with pytest.raises(InvalidArgument, match="max_scan_fraction"):
+        ExactIndex(emb, max_scan_fraction=1.5)
     with pytest.raises(InvalidArgument):
         ExactIndex(emb).query(np.zeros((2, 5), np.float32), 2)
     with pytest.raises(InvalidArgument):

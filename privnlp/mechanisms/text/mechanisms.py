@@ -143,15 +143,43 @@ class WordMetricDP(Mechanism):
         """Map unit directions to the metric's unit ball (identity for Euclidean)."""
         return u
 
+    #: rows per noise chunk; batches above one chunk are drawn by child generators (seeded from
+    #: ``rng``, so the result depends on ``rng`` only, never on the thread count) on up to
+    #: ``noise_threads`` threads (numpy releases the GIL while filling)
+    noise_chunk: ClassVar[int] = 2048
+    noise_threads: ClassVar[int] = max(1, min(8, os.cpu_count() or 1))
+
     def sample_noise(self, n: int, *, rng: Any, dtype: Any = np.float32) -> np.ndarray:
         """``n`` noise vectors with density ∝ exp(-eps d(z, 0)): uniform direction x Gamma(d, 1/eps)."""
         g = as_numpy(rng)
         d = self.resolve_embeddings().dim
-        u = g.standard_normal((n, d), dtype=np.float32 if dtype == np.float32 else np.float64)
-        nrm = np.sqrt(np.einsum("ij,ij->i", u, u))
-        nrm[nrm == 0] = 1.0
+        ft = np.float32 if dtype == np.float32 else np.float64
+        u = np.empty((n, d), dtype=ft)
         r = g.gamma(shape=d, scale=1.0 / float(self.epsilon), size=n)
-        u *= (r / nrm).astype(u.dtype)[:, None]
+        ch = int(self.noise_chunk)
+
+        def fill(gen: np.random.Generator, lo: int, hi: int) -> None:
+            v = u[lo:hi]
+            gen.standard_normal(out=v, dtype=ft)
+            nrm = np.sqrt(np.einsum("ij,ij->i", v, v))
+            nrm[nrm == 0] = 1.0
+            v *= (r[lo:hi] / nrm).astype(ft)[:, None]
+
+        if n <= ch:
+            fill(g, 0, n)
+        else:
+            spans = [(a, min(n, a + ch)) for a in range(0, n, ch)]
+            seeds = g.integers(0, 2 ** 63 - 1, size=len(spans))
+            kids = [np.random.default_rng(int(sd)) for sd in seeds]
+            nt = min(int(self.noise_threads), len(spans))
+            if nt > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(nt) as pool:
+                    list(pool.map(lambda i: fill(kids[i], *spans[i]), range(len(spans))))
+            else:
+                for kid, (a, b) in zip(kids, spans):
+                    fill(kid, a, b)
         return self._shape_noise(u).astype(dtype, copy=False)
 
     # -- selection (the part that differs between mechanisms) ---------------------------

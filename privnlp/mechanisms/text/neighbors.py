@@ -102,17 +102,44 @@ class ExactIndex:
        the same result as a brute-force float64 search (ties broken by the lower row id).
 
     ``precision="auto"`` uses bf16 when oneDNN supports it on this CPU, else fp32.
+
+    **Pruned search** (``strategy="pruned"``, the default for vocabularies of >= 2048 rows): the
+    vocabulary is partitioned once into cells of about ``cell_size`` rows (two-level k-means on the
+    public vectors only), with
+    exact float64 centres ``mu_c`` and radii ``R_c = max_{j in c} ||e_j - mu_c||``. A query first
+    scans its nearest cell of >= k rows in float64, which gives an upper bound ``U`` of its k-th
+    neighbour distance; by the triangle inequality a cell can hold a row within ``U`` only if
+    ``||q - mu_c|| - R_c <= U``, so only those cells are scanned (float64 norm expansion with a
+    rigorous rounding margin), and the candidates are re-ranked by float64 difference norms —
+    the same answer as the full scan. How much is skipped depends on the geometry (clustered
+    vocabularies and moderate noise: most of it); a query whose cells would cover more than
+    ``max_scan_fraction`` of the vocabulary is answered by the full certified scan instead, so
+    the worst case costs about one extra centre GEMM. ``strategy="scan"`` always scans.
     """
 
     def __init__(self, embeddings: Embeddings, block_bytes: int = 48 << 20, precision: str = "auto",
-                 group: int = 64) -> None:
+                 group: int = 64, strategy: str = "auto", cell_size: int = 32,
+                 max_scan_fraction: float = 0.25, seed: int = 0) -> None:
         if precision not in ("auto", "bf16", "fp32"):
             raise InvalidArgument(f"precision must be 'auto', 'bf16' or 'fp32'; got {precision!r}")
+        if strategy not in ("auto", "scan", "pruned"):
+            raise InvalidArgument(f"strategy must be 'auto', 'scan' or 'pruned'; got {strategy!r}")
         check_range("group", group, 2, 1 << 20, integer=True)
+        check_range("cell_size", cell_size, 1, 1 << 30, integer=True)
+        check_range("max_scan_fraction", max_scan_fraction, 0.0, 1.0)
         self.embeddings = embeddings
         self.block_bytes = block_bytes
         self.precision = precision
         self.group = group
+        self.strategy = strategy
+        self.cell_size = cell_size
+        self.max_scan_fraction = max_scan_fraction
+        self.seed = seed
+
+    def resolved_strategy(self) -> str:
+        if self.strategy == "auto":
+            return "pruned" if len(self.embeddings) >= 2048 else "scan"
+        return self.strategy
 
     def resolved_precision(self) -> str:
         if self.precision == "auto":
@@ -177,6 +204,21 @@ class ExactIndex:
         dists = np.empty((B, k), dtype=np.float64)
         if B == 0:
             return NeighborResult(ids, dists)
+        if self.resolved_strategy() == "pruned" and k <= len(emb):
+            step = 8192
+            for s in range(0, B, step):
+                i, dd = self._pruned_block(q[s:s + step], k)
+                ids[s:s + step] = i
+                dists[s:s + step] = dd
+            return NeighborResult(ids, dists)
+        return self._scan(q, k)
+
+    def _scan(self, q: np.ndarray, k: int) -> NeighborResult:
+        B = q.shape[0]
+        ids = np.empty((B, k), dtype=np.int64)
+        dists = np.empty((B, k), dtype=np.float64)
+        if B == 0:
+            return NeighborResult(ids, dists)
         P = self._prep()
         bytes_per_q = P["W"] * P["G"] * (2 if P["prec"] == "bf16" else 4)
         block = max(1, min(B, int(self.block_bytes) // bytes_per_q))
@@ -185,6 +227,145 @@ class ExactIndex:
             ids[s:s + block] = i
             dists[s:s + block] = dd
         return NeighborResult(ids, dists)
+
+    # ---------------------------------------------------------------- pruned (cells + bounds)
+    def _cells(self) -> dict:
+        n = len(self.embeddings)
+        key = ("exact_cells", int(self.cell_size), int(self.seed))
+        cache = self.embeddings._cache
+        if key in cache:
+            return cache[key]
+        v = np.ascontiguousarray(self.embeddings.vectors, dtype=np.float32)
+        assign = _cached_assign(self.embeddings, v, int(self.cell_size), seed=int(self.seed))
+        C = int(assign.max()) + 1
+        mu = _cell_means(v, assign, C)
+        rad0 = np.sqrt(((v.astype(np.float64) - mu[assign]) ** 2).sum(axis=1))
+        order = np.lexsort((rad0, assign))          # by cell, then by distance to the cell's centre
+        counts = np.bincount(assign, minlength=C)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        vs = v[order].astype(np.float64)
+        rad = rad0[order]
+        R = np.zeros(C, dtype=np.float64)
+        ne = counts > 0
+        R[ne] = np.maximum.reduceat(rad, starts[:-1][ne])
+        R = R * (1 + 1e-12) + 1e-300
+        en = np.einsum("ij,ij->i", vs, vs)
+        mun = np.einsum("ij,ij->i", mu, mu)
+        R32 = (R * (1 + 1e-6)).astype(np.float32)
+        R32 = np.nextafter(R32, np.float32(np.inf))
+        cache[key] = {"C": C, "order": order, "starts": starts, "counts": counts, "en": en, "vs": vs,
+                      "mu": mu, "mun": mun, "R": R, "R32": R32,
+                      "muA": np.ascontiguousarray(np.vstack([-2.0 * mu.T, mun[None, :]]).astype(np.float32)),
+                      "vs32": vs.astype(np.float32), "maxR": float(R.max()),
+                      "has_k": _HasK(counts),
+                      "blocksT2": [np.ascontiguousarray(-2.0 * vs[starts[c]:starts[c + 1]].T) for c in range(C)],
+                      "enb": [en[starts[c]:starts[c + 1]] for c in range(C)],
+                      "max_en": float(en.max()) if en.size else 0.0, "max_mun": float(mun.max())}
+        return cache[key]
+
+    def _pruned_block(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        Pc = self._cells()
+        C, counts, starts, R = Pc["C"], Pc["counts"], Pc["starts"], Pc["R"]
+        n = len(self.embeddings)
+        b, d = q.shape
+        q64 = q.astype(np.float64)
+        qn = np.einsum("ij,ij->i", q64, q64)
+        big = math.sqrt(max(Pc["max_en"], Pc["max_mun"]))
+        # rigorous rounding margins of the norm expansion ||q||^2 + ||x||^2 - 2 q.x (d-term dots):
+        # tol in float64 (row scores), mq in float32 (centre distances); both generous
+        tol = 4.0 * (d + 4) * 2.0 ** -52 * (np.sqrt(qn) + big) ** 2 + 1e-300
+        mq = (4.0 * (d + 4) * 2.0 ** -23 * (np.sqrt(qn) + big) ** 2).astype(np.float32)
+        # G = ||q - mu_c||^2 - ||q||^2 in one float32 GEMM of augmented vectors [q, 1] . [-2 mu_c, ||mu_c||^2]
+        Xq = np.empty((b, d + 1), dtype=np.float32)
+        Xq[:, :d] = q
+        Xq[:, d] = 1.0
+        G = Xq @ Pc["muA"]
+        # an upper bound U of the k-th neighbour distance: the k-th smallest exact distance to the
+        # (up to 4) most central rows of the nearest cell holding >= k rows (rows are stored by
+        # distance to their cell's centre), or ||q - mu_c|| + R_c of that cell
+        probe = G.argmin(axis=1)
+        small = counts[probe] < k
+        if small.any():
+            hk = Pc["has_k"][k]
+            if not hk.any():                                     # no cell holds k rows: full scan
+                r = self._scan(q, k)
+                return r.ids, r.dists
+            probe[small] = np.where(hk[None, :], G[small], np.inf).argmin(axis=1)
+        hi = np.sqrt(np.maximum(G[np.arange(b), probe].astype(np.float64) + qn + mq, 0.0))
+        L = max(4, k)
+        pos = starts[probe][:, None] + np.arange(L)[None, :]
+        valid = np.arange(L)[None, :] < counts[probe][:, None]
+        pos = np.where(valid, pos, starts[probe][:, None])
+        diff = Pc["vs32"][pos] - q[:, None, :]                  # float32; inflated below
+        dd = np.einsum("ijk,ijk->ij", diff, diff).astype(np.float64)
+        dd[~valid] = np.inf
+        Ur = np.sqrt(np.partition(dd, k - 1, axis=1)[:, k - 1] * (1 + 1e-4))
+        U = np.minimum(hi + R[probe], Ur) * (1 + 1e-9) + 1e-300
+        # a cell can hold a row within U only if ||q - mu_c|| - R_c <= U, i.e. (float32, with the
+        # margin mq twice: GEMM error + the rounding of this test) G <= (U + R_c)^2 + 2 mq - ||q||^2
+        T = (U * (1 + 1e-6)).astype(np.float32)[:, None] + Pc["R32"][None, :]
+        T *= T
+        T += (2.0 * mq - qn).astype(np.float32)[:, None]
+        pq, pc = np.nonzero(G <= T)
+        del T
+        scan_rows = np.bincount(pq, weights=counts[pc], minlength=b)
+        full = scan_rows > self.max_scan_fraction * n
+        if full.any():
+            keep = ~full[pq]
+            pq, pc = pq[keep], pc[keep]
+        o = np.argsort(pc, kind="stable")
+        pq, pc = pq[o], pc[o]
+        cs = np.searchsorted(pc, np.arange(C + 1))
+        cand_q, cand_j, cand_s = [], [], []
+        for c in np.nonzero(cs[1:] > cs[:-1])[0]:
+            Q = pq[cs[c]:cs[c + 1]]
+            S = q64[Q] @ Pc["blocksT2"][c]
+            S += Pc["enb"][c][None, :]
+            S += qn[Q, None]
+            m = S.shape[1]
+            if m > k:   # keep rows within 2 tol of the cell's k-th best score (near-ties included)
+                sk = np.partition(S, k - 1, axis=1)[:, k - 1]
+                qi, jj = np.nonzero(S <= (sk + 2.0 * tol[Q])[:, None])
+            else:
+                qi, jj = np.nonzero(np.ones(S.shape, dtype=bool))
+            cand_q.append(Q[qi])
+            cand_j.append(jj + starts[c])
+            cand_s.append(S[qi, jj])
+        cq = np.concatenate(cand_q) if cand_q else np.empty(0, np.int64)
+        cj = np.concatenate(cand_j) if cand_j else np.empty(0, np.int64)
+        cs_ = np.concatenate(cand_s) if cand_s else np.empty(0, np.float64)
+        # global k-th best score per query; keep everything within 2 tol of it
+        o = np.lexsort((cs_, cq))
+        cq, cj, cs_ = cq[o], cj[o], cs_[o]
+        start = np.searchsorted(cq, np.arange(b))
+        cnt = np.diff(np.append(start, cq.size))
+        ok = ~full
+        if (cnt[ok] < k).any():  # cannot happen: the cell that gave U is scanned
+            raise RuntimeError("pruned exact search lost candidates; please report")
+        skq = np.full(b, -np.inf)
+        skq[ok] = cs_[start[ok] + k - 1]
+        keep = cs_ <= (skq + 2.0 * tol)[cq]
+        cq, cj = cq[keep], cj[keep]
+        # exact float64 re-rank by difference norms (the brute-force definition), ties -> lower id
+        rows = Pc["order"][cj]
+        d2 = np.empty(cq.size, dtype=np.float64)
+        ev = self.embeddings.vectors
+        step = 1 << 14
+        for a in range(0, cq.size, step):
+            diff = ev[rows[a:a + step]].astype(np.float64) - q64[cq[a:a + step]]
+            d2[a:a + step] = np.einsum("ij,ij->i", diff, diff)
+        o = np.lexsort((rows, d2, cq))
+        cq, rows, d2 = cq[o], rows[o], d2[o]
+        start = np.searchsorted(cq, np.arange(b))
+        ids = np.empty((b, k), dtype=np.int64)
+        dist = np.empty((b, k), dtype=np.float64)
+        sel = start[ok][:, None] + np.arange(k)[None, :]
+        ids[ok] = rows[sel]
+        dist[ok] = np.sqrt(d2[sel])
+        if full.any():
+            r = self._scan(q[full], k)
+            ids[full], dist[full] = r.ids, r.dists
+        return ids, dist
 
     def _query_block(self, P: dict, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         import torch
@@ -258,6 +439,122 @@ class ExactIndex:
             raise RuntimeError("exact prescreen lost candidates; please report")
         sel = start[:, None] + np.arange(k)[None, :]
         return pj[sel], np.sqrt(d2[sel])
+
+
+class _HasK(dict):
+    """``has_k[k]`` = boolean mask of the cells holding >= k rows (memoised)."""
+
+    def __init__(self, counts: np.ndarray) -> None:
+        super().__init__()
+        self.counts = counts
+
+    def __missing__(self, k: int) -> np.ndarray:
+        self[k] = self.counts >= k
+        return self[k]
+
+
+def _cached_assign(emb: Embeddings, v: np.ndarray, cell_size: int, *, seed: int) -> np.ndarray:
+    """Cells of a vocabulary (:func:`_two_level_cells`), cached on disk by the vocabulary's
+    fingerprint for vocabularies of >= 20k rows (building them takes seconds)."""
+    path = None
+    if len(v) >= 20000:
+        try:
+            from .embeddings import _cache_root
+
+            path = _cache_root() / "exact_cells" / f"v1-{emb.fingerprint()}-{cell_size}-{seed}.npy"
+            if path.exists():
+                a = np.load(path)
+                if a.shape == (len(v),) and a.min() >= 0:
+                    return a.astype(np.int64)
+        except Exception:  # an unreadable cache only costs time
+            path = None
+    assign = _two_level_cells(v, cell_size, seed=seed)
+    if path is not None:
+        try:
+            import os
+            import tempfile
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy")
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, assign.astype(np.int32))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return assign
+
+
+def _two_level_cells(v: np.ndarray, cell_size: int, *, seed: int) -> np.ndarray:
+    """Cell id of every row: k-means into ``sqrt(n)`` coarse cells, then each coarse cell of ``m``
+    rows split by k-means into ``ceil(m / cell_size)`` cells (cheap, and fine cells rarely
+    straddle two natural clusters). Only the *speed* of the pruned exact search depends on the
+    cells, never its answer."""
+    n = v.shape[0]
+    c1 = int(min(n, max(1, round(math.sqrt(n)))))
+    top = _kmeans_assign(v, c1, seed=seed)
+    out = np.empty(n, dtype=np.int64)
+    nxt = 0
+    order = np.argsort(top, kind="stable")
+    bounds = np.searchsorted(top[order], np.arange(c1 + 1))
+    for c in range(c1):
+        rows = order[bounds[c]:bounds[c + 1]]
+        if rows.size == 0:
+            continue
+        c2 = int(min(rows.size, -(-rows.size // cell_size)))
+        sub = (_kmeans_assign(v[rows], c2, seed=seed + 1 + c, use_faiss=rows.size > 4096) if c2 > 1
+               else np.zeros(rows.size, np.int64))
+        _, sub = np.unique(sub, return_inverse=True)          # drop empty sub-cells
+        out[rows] = nxt + sub
+        nxt += int(sub.max()) + 1
+    return out
+
+
+def _kmeans_assign(v: np.ndarray, C: int, *, seed: int, iters: int = 10, use_faiss: bool = True) -> np.ndarray:
+    """k-means cell of every row: faiss when installed, else Lloyd iterations from ``C`` random rows."""
+    n = v.shape[0]
+    if C >= n:
+        return np.arange(n, dtype=np.int64)
+    if C <= 1:
+        return np.zeros(n, dtype=np.int64)
+    try:
+        if not use_faiss:   # small sets: numpy is faster than faiss's per-call overhead
+            raise ImportError
+        import faiss
+
+        km = faiss.Kmeans(v.shape[1], C, niter=iters, seed=seed + 1, verbose=False,
+                          max_points_per_centroid=64, min_points_per_centroid=1)
+        km.train(np.ascontiguousarray(v, dtype=np.float32))
+        _, a = km.index.search(np.ascontiguousarray(v, dtype=np.float32), 1)
+        return a[:, 0].astype(np.int64)
+    except ImportError:
+        pass
+    g = np.random.default_rng(seed)
+    cent = v[g.choice(n, C, replace=False)].astype(np.float32)
+    assign = np.zeros(n, dtype=np.int64)
+    for it in range(iters + 1):
+        cn = np.einsum("ij,ij->i", cent, cent)
+        for s in range(0, n, 8192):
+            S = v[s:s + 8192] @ (-2.0 * cent.T)
+            S += cn
+            assign[s:s + 8192] = S.argmin(axis=1)
+        if it == iters:
+            break
+        cent = _cell_means(v, assign, C).astype(np.float32)
+        empty = np.bincount(assign, minlength=C) == 0
+        if empty.any():   # re-seed empty cells with random rows
+            cent[empty] = v[g.choice(n, int(empty.sum()), replace=False)]
+    return assign
+
+
+def _cell_means(v: np.ndarray, assign: np.ndarray, C: int) -> np.ndarray:
+    """float64 mean of the rows of each cell (zeros for an empty cell)."""
+    order = np.argsort(assign, kind="stable")
+    cnt = np.bincount(assign, minlength=C)
+    starts = np.concatenate([[0], np.cumsum(cnt)])[:-1]
+    out = np.zeros((C, v.shape[1]), dtype=np.float64)
+    ne = cnt > 0
+    out[ne] = np.add.reduceat(v[order].astype(np.float64), starts[ne], axis=0) / cnt[ne][:, None]
+    return out
 
 
 class HnswIndex:
