@@ -119,7 +119,7 @@ class ExactIndex:
 
     def __init__(self, embeddings: Embeddings, block_bytes: int = 48 << 20, precision: str = "auto",
                  group: int = 64, strategy: str = "auto", cell_size: int = 32,
-                 max_scan_fraction: float = 0.25, seed: int = 0) -> None:
+                 max_scan_fraction: float = 0.05, seed: int = 0) -> None:
         if precision not in ("auto", "bf16", "fp32"):
             raise InvalidArgument(f"precision must be 'auto', 'bf16' or 'fp32'; got {precision!r}")
         if strategy not in ("auto", "scan", "pruned"):
@@ -303,11 +303,18 @@ class ExactIndex:
         U = np.minimum(hi + R[probe], Ur) * (1 + 1e-9) + 1e-300
         # a cell can hold a row within U only if ||q - mu_c|| - R_c <= U, i.e. (float32, with the
         # margin mq twice: GEMM error + the rounding of this test) G <= (U + R_c)^2 + 2 mq - ||q||^2
-        T = (U * (1 + 1e-6)).astype(np.float32)[:, None] + Pc["R32"][None, :]
-        T *= T
-        T += (2.0 * mq - qn).astype(np.float32)[:, None]
-        pq, pc = np.nonzero(G <= T)
-        del T
+        def need_mask(rows: Any) -> np.ndarray:
+            T = (U[rows] * (1 + 1e-6)).astype(np.float32)[:, None] + Pc["R32"][None, :]
+            T *= T
+            T += (2.0 * mq[rows] - qn[rows]).astype(np.float32)[:, None]
+            return G[rows] <= T
+
+        if b > 512:   # a sample decides whether pruning pays for this block (large noise: it does not)
+            smp = np.linspace(0, b - 1, 256).astype(np.int64)
+            if np.median(need_mask(smp) @ counts) > self.max_scan_fraction * n:
+                r = self._scan(q, k)
+                return r.ids, r.dists
+        pq, pc = np.nonzero(need_mask(slice(None)))
         scan_rows = np.bincount(pq, weights=counts[pc], minlength=b)
         full = scan_rows > self.max_scan_fraction * n
         if full.any():
