@@ -40,12 +40,25 @@ from privnlp.core.observations import GradientObservation
 from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
 
-from ._common import find_param, set_prf
+from ._common import set_prf
 
-__all__ = ["LabelSet", "estimate_num_labels", "reveal_labels", "sign_baseline", "RLG", "output_layer_gradient"]
+__all__ = ["find_head", "LabelSet", "estimate_num_labels", "reveal_labels", "sign_baseline", "RLG",
+           "output_layer_gradient"]
 
 HEAD_NAMES = ("classifier.weight", "score.weight", "lm_head.weight", "classifier.out_proj.weight", "head.weight",
               "fc.weight", "output.weight")
+
+
+def find_head(gradients: Any, candidates: Sequence[str] = HEAD_NAMES) -> str | None:
+    """Name of the projection layer's weight: an exact match or a ``.``-separated suffix match.
+
+    (A bare ``endswith`` would take GPT-2's ``transformer.h.0.mlp.c_fc.weight`` for ``fc.weight``
+    when the tied ``lm_head.weight`` is absent from the update, and RLG would run on an MLP layer.)"""
+    for c in candidates:
+        for name in gradients:
+            if name == c or name.endswith("." + c):
+                return name
+    return None
 
 
 @dataclass(frozen=True)
@@ -92,7 +105,7 @@ def output_layer_gradient(gradients: Any, name: str | None = None, *, include_bi
     import torch
 
     if name is None:
-        name = find_param(gradients, HEAD_NAMES)
+        name = find_head(gradients)
         if name is None:
             raise InvalidArgument("layer: cannot find the output layer's gradient; pass layer=<parameter name> "
                                   f"(one of {', '.join(list(gradients)[-6:])})")
@@ -283,10 +296,14 @@ class RLG(Attack):
         self.include_bias = include_bias
 
     def applies_to(self, observation: Any) -> bool:
-        """Needs an untied projection layer with more labels than samples behind the update (S < C)."""
+        """Needs an untied projection layer with at least two labels more than samples behind the update.
+
+        Softmax cross-entropy gradients sum to zero over the labels, so the update has rank at most
+        ``C - 1``; with ``C <= S + 1`` every label passes the LP (e.g. a binary classifier and one
+        sample: both labels are always "revealed"), so RLG has nothing to tell apart."""
         if not isinstance(observation, GradientObservation):
             return False
-        name = self.layer or find_param(observation.gradients, HEAD_NAMES)
+        name = self.layer or find_head(observation.gradients)
         if name is None or name not in observation.gradients:
             return False
         cfg = getattr(observation.model, "config", None)
@@ -294,7 +311,7 @@ class RLG(Attack):
             return False
         C = int(observation.gradients[name].shape[0])
         S = (observation.batch_size or 1) * max(1, observation.num_local_steps)
-        return C > S
+        return C > S + 1
 
     def run(self, observation: GradientObservation, *, rng: Any) -> AttackResult:
         if not isinstance(observation, GradientObservation):

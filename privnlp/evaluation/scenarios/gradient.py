@@ -15,10 +15,14 @@ optionally through a defense, and sends it. Defenses (``mechanism``):
 * ``dp_sgd``: per-record clipping to ``max_grad_norm`` then Gaussian noise ``sigma*C`` on the sum,
   divided by ``b``; the observation's ``noise_std`` is ``sigma*C/b`` (what FILM's DP threshold uses).
 
-Two victim models: the bundled tiny GPT-2 (``task="lm"``, fine-tuned on the client's records first
+Three victim models: the bundled tiny GPT-2 (``task="lm"``, fine-tuned on the client's records first
 so it has memorised them, as in FILM Fig. 4) and the bundled tiny BERT sentiment classifier
-(``task="classifier"``, labels and lengths known to the attacker, as in LAMP). ``task="both"``
-(default) yields trials of both kinds; each attack's ``applies_to`` picks its own.
+(``task="classifier"``, labels and lengths known to the attacker, as in LAMP), and a multi-class
+BERT classifier at initialisation (``task="labels"``: ``label_classes`` classes, ``label_batch``
+records per update, labels secret — RLG's setting, Sec. 2.5 of the RLG paper: batch of 10, untrained
+model). The first two have no RLG signal: the tied GPT-2 has no separate output layer and a binary
+head with one sample has rank ``C - 1 = S``, so every label passes RLG's LP. ``task="both"``
+(default) yields trials of all three kinds; each attack's ``applies_to`` picks its own.
 Utility: the victim's loss on the batch before and after applying the (defended) update.
 """
 from __future__ import annotations
@@ -35,11 +39,13 @@ from privnlp.core.observations import GradientObservation
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 
-__all__ = ["FedSGDEavesdropper", "client_update", "lm_victim", "classifier_victim"]
+__all__ = ["FedSGDEavesdropper", "client_update", "lm_victim", "classifier_victim", "label_victim"]
 
 PRESETS = {
-    "quick": {"lm_records": 16, "lm_finetune_steps": 120, "max_length": 40, "trials": 2, "clf_trials": 1},
-    "full": {"lm_records": 64, "lm_finetune_steps": 400, "max_length": 64, "trials": 8, "clf_trials": 4},
+    "quick": {"lm_records": 16, "lm_finetune_steps": 120, "max_length": 40, "trials": 2, "clf_trials": 1,
+              "label_trials": 6, "label_batch": 8, "label_classes": 32},
+    "full": {"lm_records": 64, "lm_finetune_steps": 400, "max_length": 64, "trials": 8, "clf_trials": 4,
+             "label_trials": 8, "label_batch": 10, "label_classes": 100},
 }
 
 
@@ -74,6 +80,23 @@ def classifier_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, t
     data = generate_sentiment(200, seed=seed + 7)
     keep = [(t, y) for t, y in zip(data.texts, data.labels) if len(tok(t)["input_ids"]) <= 14]
     return model, tok, tuple(t for t, _ in keep), tuple(int(y) for _, y in keep)
+
+
+@functools.lru_cache(maxsize=4)
+def label_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[str, ...]]:
+    """(model, tokenizer, texts): a ``label_classes``-way tiny BERT classifier at initialisation (the
+    start of federated training) on the bundled WordPiece tokenizer, and a pool of client texts."""
+    from privnlp.data import generate_sentiment
+    from privnlp.models import bundled_bert_classifier, tiny_bert_classifier
+
+    cfg = PRESETS[preset]
+    _, tok = bundled_bert_classifier("quick", seed=seed)
+    model = tiny_bert_classifier(len(tok), num_labels=cfg["label_classes"], hidden_size=64, num_hidden_layers=2,
+                                 num_attention_heads=2, max_position_embeddings=128, pad_token_id=tok.pad_token_id,
+                                 seed=seed + 5)
+    model.config.problem_type = "single_label_classification"
+    model.eval()
+    return model, tok, tuple(generate_sentiment(200, seed=seed + 11).texts)
 
 
 def _mech_name(mechanism: Any) -> str:
@@ -173,7 +196,7 @@ class FedSGDEavesdropper(Scenario):
     Args:
         preset: ``"quick"`` or ``"full"`` (sizes in ``PRESETS``).
         batch_size: records per update (b).
-        task: ``"lm"``, ``"classifier"`` or ``"both"``.
+        task: ``"lm"``, ``"classifier"``, ``"labels"`` or ``"both"`` (all three).
         local_steps: 1 = FedSGD; K > 1 = FedAvg, the pseudo-gradient ``(theta_0 - theta_K) / lr`` is sent.
         lr: local learning rate (and the server step used for the utility numbers).
     """
@@ -189,8 +212,8 @@ class FedSGDEavesdropper(Scenario):
         if preset not in PRESETS:
             raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
         check_range("batch_size", batch_size, 1, 4096, integer=True)
-        if task not in ("lm", "classifier", "both"):
-            raise InvalidArgument(f"task must be 'lm', 'classifier' or 'both'; got {task!r}")
+        if task not in ("lm", "classifier", "labels", "both"):
+            raise InvalidArgument(f"task must be 'lm', 'classifier', 'labels' or 'both'; got {task!r}")
         check_range("local_steps", local_steps, 1, 10**4, integer=True)
         check_positive("lr", lr)
         super().__init__(preset)
@@ -264,6 +287,30 @@ class FedSGDEavesdropper(Scenario):
                                           meta={"task": "classifier", **ex["meta"]})
                 ids = enc["input_ids"][enc["attention_mask"].bool()].tolist()
                 trials.append(Trial(obs, {"texts": texts, "labels": labels, "token_ids": sorted(set(ids))}))
+                before, after = self._utility(model, batch, grads)
+                util["loss_before"].append(before)
+                util["loss_after_update"].append(after)
+        if self.task in ("labels", "both"):
+            import torch
+
+            model, tok, pool = label_victim(self.preset, 0)
+            nb = min(int(cfg["label_batch"]), len(pool))
+            for _ in range(cfg["label_trials"]):
+                idx = gen.choice(len(pool), size=nb, replace=False)
+                texts = [pool[int(i)] for i in idx]
+                labels = [int(y) for y in gen.integers(0, cfg["label_classes"], size=nb)]
+                enc = tok(texts, padding=True, truncation=True, max_length=cfg["max_length"], return_tensors="pt")
+                batch = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+                batch["labels"] = torch.tensor(labels)
+                grads, ex = client_update(model, batch, mechanism, local_steps=self.local_steps, lr=self.lr,
+                                          rng=seed_of(gen))
+                # the labels are the secret here: the observation carries neither labels nor lengths
+                obs = GradientObservation(model=model, gradients=grads, batch_size=nb, tokenizer=tok,
+                                          num_local_steps=self.local_steps,
+                                          learning_rate=self.lr if self.local_steps > 1 else None,
+                                          transform=ex["transform"], noise_std=ex["noise_std"],
+                                          meta={"task": "labels", **ex["meta"]})
+                trials.append(Trial(obs, {"texts": texts, "labels": labels}))
                 before, after = self._utility(model, batch, grads)
                 util["loss_before"].append(before)
                 util["loss_after_update"].append(after)
