@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,33 @@ def _key(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+_CODE_IDS: dict = {}
+
+
+def _code_id(obj: Any) -> str:
+    """Fingerprint of the source files defining ``obj``'s class and its bases (privnlp's and the user's
+    code, not third-party packages), so that a
+    cached result is recomputed when the code that produced it changes, not only its parameters."""
+    if obj is None:
+        return "-"
+    files = []
+    for cls in type(obj).__mro__:
+        mod = sys.modules.get(cls.__module__)
+        f = getattr(mod, "__file__", None)
+        third_party = f and ("privnlp" not in f) and ("site-packages" in f or f.startswith(sys.base_prefix))
+        if f and f not in files and not third_party:   # privnlp's and the user's own code
+            files.append(f)
+    out = []
+    for f in files:
+        if f not in _CODE_IDS:
+            try:
+                _CODE_IDS[f] = hashlib.sha256(Path(f).read_bytes()).hexdigest()[:12]
+            except OSError:
+                _CODE_IDS[f] = "?"
+        out.append(_CODE_IDS[f])
+    return "-".join(out)
+
+
 def _mech_identity(mechanism: Any) -> Any:
     if mechanism is None:
         return "undefended"
@@ -154,8 +182,10 @@ def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed
     the defenses that share it (``privnlp evaluate --all``).
     """
     sys_id, scen_id = _mech_identity(mechanism), _scenario_identity(scenario)
-    keys = {a.name: _key("v3", sys_id, scen_id, type(a).__qualname__, a.params(), seed) for a in attacks}
-    ukey = _key("v2-utility", sys_id, scen_id, seed)
+    code = [_code_id(mechanism), _code_id(scenario)]
+    keys = {a.name: _key("v4", sys_id, scen_id, type(a).__qualname__, a.params(), seed, code + [_code_id(a)])
+            for a in attacks}
+    ukey = _key("v3-utility", sys_id, scen_id, seed, code)
     paths = {n: (cache_dir / f"{k}.json" if cache_dir else None) for n, k in keys.items()}
     upath = cache_dir / f"{ukey}.json" if cache_dir else None
     cached = {n: _read(p) for n, p in paths.items()}
