@@ -39,7 +39,7 @@ from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 
-__all__ = ["FL_DP_FEDAVG_PRESETS", "FLDPFedAvgScenario", "federated_secret_sharer_data"]
+__all__ = ["FL_DP_FEDAVG_PRESETS", "FLDPFedAvgScenario", "FLRareCanaryScenario", "federated_secret_sharer_data"]
 
 FL_DP_FEDAVG_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"corpus": {"n_users": 10, "records_per_user": 8}, "heldout_users": 2, "vocab_size": 300,
@@ -124,10 +124,11 @@ class FLDPFedAvgScenario(Scenario):
 
     threat_model = _OBSERVER
     utility_higher_is_better = {"heldout_loss": False, "heldout_perplexity": False}
+    PRESETS: dict[str, dict[str, Any]] = FL_DP_FEDAVG_PRESETS
 
     def __init__(self, preset: str = "quick", rounds: int | None = None, snapshots: bool | None = None) -> None:
-        if preset not in FL_DP_FEDAVG_PRESETS:
-            raise InvalidArgument(f"preset must be one of {sorted(FL_DP_FEDAVG_PRESETS)}; got {preset!r}")
+        if preset not in self.PRESETS:
+            raise InvalidArgument(f"preset must be one of {sorted(self.PRESETS)}; got {preset!r}")
         if rounds is not None and (not isinstance(rounds, int) or rounds < 1):
             raise InvalidArgument(f"rounds must be an integer >= 1; got {rounds!r}")
         self.preset = preset
@@ -138,7 +139,7 @@ class FLDPFedAvgScenario(Scenario):
         from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer, heldout_loss
         from privnlp.mechanisms.federated import FedAvg, FedSimulator, lm_client_data, lm_task
 
-        cfg = FL_DP_FEDAVG_PRESETS[self.preset]
+        cfg = self.PRESETS[self.preset]
         g = as_numpy(rng)
         d = federated_secret_sharer_data(cfg, rng=g)
         tok = digit_bpe_tokenizer(d["public"], int(cfg["vocab_size"]), model_max_length=cfg["model"]["n_positions"])
@@ -183,3 +184,17 @@ class FLDPFedAvgScenario(Scenario):
             config["claimed_unit"] = claim.unit.value if claim.unit is not None else ""
         return ScenarioRun(trials=tuple(trials), utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
                            config=config)
+
+
+@SCENARIOS.register("fl.rare_canary")
+class FLRareCanaryScenario(FLDPFedAvgScenario):
+    """``fl.dp_fedavg`` with a rare, high-entropy canary: 8 random digits (|R| = 10^8, exposure at
+    most 26.6 bits, extrapolated) inserted only by the sharers' Poisson replacement (no extra
+    copies, 2-6 insertions in all). Plain FedAvg memorizes the 4-digit canary of ``fl.dp_fedavg``
+    to the maximum exposure (13.3 bits) within a few rounds, which leaves no room to see a leakier
+    aggregation; here its exposure stays below the maximum, so the ``fedavg`` card (and its leaky
+    twin) is measured on this scenario.
+    """
+
+    PRESETS = {name: {**cfg, "pattern": "my pin code is {digits:8}", "extra_copies": 0}
+               for name, cfg in FL_DP_FEDAVG_PRESETS.items()}

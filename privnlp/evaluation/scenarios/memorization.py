@@ -213,10 +213,14 @@ class LMCanaryScenario(Scenario):
 
 # ============================================================================ fl.snapshots
 FL_PRESETS: dict[str, dict[str, Any]] = {
-    # quick: 20 rounds x 10 local steps (was 30 x 15): ~20 s of training on 2 shared cores; the
-    # records are still memorized (eavesdropping top-1 0.33 vs Carlini 0.08 over seeds 0-2)
+    # quick: 20 rounds x 10 local steps (was 30 x 15): ~20 s of training on 2 shared cores. The record
+    # is a 4-digit PIN (the lm.canary quick format) instead of the paper's 9-digit SSN: at this scale
+    # the 4 clients' SSNs (same prefix) interfere and the final model kept at most 1-2 of them (the
+    # beam's candidate recall was 0.25-0.5, undefended eavesdropping top-1 0.0 / 0.25 on seeds 0 / 1);
+    # with PINs recall is 0.5-0.75 and top-1 0.5 on both seeds. Local overfitting still makes the
+    # final model forget the clients not selected in the last rounds (recall < 1).
     "quick": {"n_clients": 4, "per_round": 2, "rounds": 20, "users_per_client": 1, "records_per_user": 4,
-              "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
+              "record_pattern": "my pin code is {digits:4}", "record_repeats": 4, "watermark_repeats": 1,
               "vocab_size": 400, "model": "gpt2",
               "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
               "lstm": {"emb_dim": 64, "hidden": 128, "num_layers": 2, "n_positions": 64},
@@ -255,7 +259,7 @@ def _fl_factory(kind: str, cfg: Mapping[str, Any], vocab: int, eos: int, seed: i
 _FL_OBSERVER = ThreatModel(
     adversary=Adversary.EAVESDROPPER,
     observes=("the global model after every aggregation round", "the victim's selection (eavesdropping only)"),
-    knows=("the record format 'my social security number is {ssn}'", "the tokenizer and architecture",
+    knows=("the record format (preset's record_pattern, e.g. 'my social security number is {ssn}')", "the tokenizer and architecture",
            "its watermark (watermark attack only)"),
     goal="extract the victim client's SSN record and link it to the client")
 
@@ -411,7 +415,7 @@ class FLSnapshotsScenario(Scenario):
     """Federated LM training with per-round snapshots (record paper, Sec. V-A, scaled down).
 
     4 clients (1 bundled-corpus user each in ``quick``), 2 selected per round (without
-    replacement); every client holds one SSN record ``"my social security number is ddd-dd-dddd"``
+    replacement); every client holds one record (``full``: an SSN ``"my social security number is ddd-dd-dddd"``; ``quick``: a PIN ``"my pin code is dddd"``)
     inserted ``record_repeats`` = 4 times, and one watermark (5 random words) inserted once.
     Distinct watermarks in every client let one training run serve one watermark trial per client
     (each trial's adversary uses only its own watermark). Trials: one per client (the victim), a

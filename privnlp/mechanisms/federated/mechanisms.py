@@ -151,8 +151,11 @@ class FedAvg(_FedBase):
     eavesdropper on the global snapshots extracts records). Rounds sample M of N clients (without
     replacement) or each client with probability q (Poisson); the average is weighted by the clients'
     example counts. Threat model: honest-but-curious server / eavesdropper on snapshots / querier of
-    the final model. Claim: heuristic (no formal guarantee).
+    the final model. Claim: heuristic (no formal guarantee). Audited on ``fl.rare_canary`` (the
+    4-digit canary of ``fl.dp_fedavg`` saturates plain FedAvg's exposure).
     """
+
+    scenario = "fl.rare_canary"
 
     def __init__(self, clients_per_round: float = 10, sampling: str = "fixed", local_epochs: float = 1.0,
                  local_batch_size: int = 8, local_lr: float = 0.1, local_steps: int = 0, fedsgd: bool = False,
