@@ -29,3 +29,15 @@ def test_tour_snippets_run(tmp_path):
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, f"tour snippet {i + 1} failed:\n{r.stderr[-3000:]}"
         assert r.stdout.strip(), f"tour snippet {i + 1} printed nothing"
+
+
+def test_evaluation_section_snippets_run(tmp_path):
+    """The 'bring your own defense / model' examples of the evaluation section run as written."""
+    sec = (ROOT / "docs" / "readme" / "15-evaluation.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", sec, flags=re.S)
+    assert len(blocks) == 2
+    for i, code in enumerate(blocks):
+        r = subprocess.run([sys.executable, "-c", "import torch; torch.set_num_threads(1)\n" + code], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"evaluation snippet {i + 1} failed:\n{r.stderr[-3000:]}"
+        assert r.stdout.strip(), f"evaluation snippet {i + 1} printed nothing"

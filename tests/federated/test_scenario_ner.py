@@ -34,12 +34,25 @@ def test_scenario_dp_fedavg_lowers_exposure(exposure_attack):
     from privnlp.mechanisms import get
 
     scen = SCENARIOS.get("fl.dp_fedavg")(preset="quick")
-    assert get("dp_fedavg").scenario == "fl.dp_fedavg" and get("fedavg").scenario == "fl.dp_fedavg"
+    assert get("dp_fedavg").scenario == "fl.dp_fedavg" and get("fedavg").scenario == "fl.rare_canary"
     undefended, run = _exposure(scen, None, exposure_attack, 0)
     defended, run_dp = _exposure(scen, get("dp_fedavg").example("quick"), exposure_attack, 0)
     assert undefended >= 10.0, "the undefended FedAvg must memorize the canary (max 13.3 bits)"
     assert defended <= undefended - 5.0
     assert run.utility["heldout_loss"] > 0 and run_dp.config["claimed_unit"] == "user"
+
+
+def test_rare_canary_is_not_saturated_for_fedavg(exposure_attack):
+    """fl.rare_canary (the fedavg card's scenario): an 8-digit canary (max 26.6 bits) inserted a few times;
+    plain FedAvg memorizes it clearly (> 8 bits) but, unlike the 4-digit canary of fl.dp_fedavg, not to the
+    maximum, so a leakier aggregation can show (measured on seeds 0-3: 14.3-26.6 bits)."""
+    from privnlp.core.registry import SCENARIOS
+    from privnlp.mechanisms import get
+
+    scen = SCENARIOS.get("fl.rare_canary")(preset="quick")
+    exposures = [_exposure(scen, get("fedavg").example("quick"), exposure_attack, s)[0] for s in (0, 2)]
+    assert all(e > 8.0 for e in exposures), exposures
+    assert min(exposures) < 26.0, exposures
 
 
 def test_federated_ner_two_clients_beats_all_o():
