@@ -22,22 +22,20 @@ def test_readme_opens_with_the_two_commands():
 
 def test_tour_snippets_run(tmp_path):
     tour = (ROOT / "docs" / "readme" / "10-tour.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", tour, flags=re.S)
-    assert len(blocks) == 3
-    for i, code in enumerate(blocks):
-        r = subprocess.run([sys.executable, "-c", "import torch; torch.set_num_threads(1)\n" + code], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, f"tour snippet {i + 1} failed:\n{r.stderr[-3000:]}"
-        assert r.stdout.strip(), f"tour snippet {i + 1} printed nothing"
+    _run_snippets(tour, 3, "tour", tmp_path)
 
 
 def test_evaluation_section_snippets_run(tmp_path):
     """The 'bring your own defense / model' examples of the evaluation section run as written."""
     sec = (ROOT / "docs" / "readme" / "15-evaluation.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", sec, flags=re.S)
-    assert len(blocks) == 2
+    _run_snippets(sec, 2, "evaluation", tmp_path)
+
+
+def _run_snippets(markdown: str, expected: int, what: str, cwd) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", markdown, flags=re.S)
+    assert len(blocks) == expected
     for i, code in enumerate(blocks):
-        r = subprocess.run([sys.executable, "-c", "import torch; torch.set_num_threads(1)\n" + code], cwd=tmp_path,
+        r = subprocess.run([sys.executable, "-c", "import torch; torch.set_num_threads(1)\n" + code], cwd=cwd,
                            capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, f"evaluation snippet {i + 1} failed:\n{r.stderr[-3000:]}"
-        assert r.stdout.strip(), f"evaluation snippet {i + 1} printed nothing"
+        assert r.returncode == 0, f"{what} snippet {i + 1} failed:\n{r.stderr[-3000:]}"
+        assert r.stdout.strip(), f"{what} snippet {i + 1} printed nothing"

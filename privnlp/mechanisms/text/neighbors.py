@@ -42,6 +42,17 @@ def _exact_dists(emb: Embeddings, q: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.sqrt(out)
 
 
+def _pair_sq_dists(vectors: np.ndarray, rows: np.ndarray, q64: np.ndarray, qi: np.ndarray) -> np.ndarray:
+    """``||vectors[rows[i]] - q64[qi[i]]||^2`` in float64 from difference vectors (the brute-force
+    definition the exact search must match), chunked."""
+    d2 = np.empty(rows.size, dtype=np.float64)
+    step = 1 << 14
+    for a in range(0, rows.size, step):
+        diff = vectors[rows[a:a + step]].astype(np.float64) - q64[qi[a:a + step]]
+        d2[a:a + step] = np.einsum("ij,ij->i", diff, diff)
+    return d2
+
+
 _U32 = 2.0 ** -24   # unit roundoff of float32
 _U16 = 2.0 ** -8    # unit roundoff of bfloat16 (8-bit significand)
 
@@ -355,12 +366,7 @@ class ExactIndex:
         cq, cj = cq[keep], cj[keep]
         # exact float64 re-rank by difference norms (the brute-force definition), ties -> lower id
         rows = Pc["order"][cj]
-        d2 = np.empty(cq.size, dtype=np.float64)
-        ev = self.embeddings.vectors
-        step = 1 << 14
-        for a in range(0, cq.size, step):
-            diff = ev[rows[a:a + step]].astype(np.float64) - q64[cq[a:a + step]]
-            d2[a:a + step] = np.einsum("ij,ij->i", diff, diff)
+        d2 = _pair_sq_dists(self.embeddings.vectors, rows, q64, cq)
         o = np.lexsort((rows, d2, cq))
         cq, rows, d2 = cq[o], rows[o], d2[o]
         start = np.searchsorted(cq, np.arange(b))
@@ -432,12 +438,7 @@ class ExactIndex:
         pq = cq[pi]
         pj = cc[pi] + W * gi
         # exact float64 re-rank of the candidates
-        ev = self.embeddings.vectors
-        d2 = np.empty(pq.size, dtype=np.float64)
-        step = 1 << 14
-        for a in range(0, pq.size, step):
-            diff = ev[pj[a:a + step]].astype(np.float64) - q64[pq[a:a + step]]
-            d2[a:a + step] = np.einsum("ij,ij->i", diff, diff)
+        d2 = _pair_sq_dists(self.embeddings.vectors, pj, q64, pq)
         order = np.lexsort((pj, d2, pq))
         pq, pj, d2 = pq[order], pj[order], d2[order]
         start = np.searchsorted(pq, np.arange(b))
