@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 from privnlp.core.errors import (InvalidArgument, InvalidPrivacyParameter, PrivacyBudgetExceeded,
                                  check_positive, check_range)
 
-__all__ = ["ACCOUNTANTS", "LedgerRun", "DPLedger", "EpsilonEstimate", "epsilon_for", "epsilon_no_amplification", "gaussian_epsilon",
+__all__ = ["ACCOUNTANTS", "bisect_noise_multiplier", "LedgerRun", "DPLedger", "EpsilonEstimate", "epsilon_for", "epsilon_no_amplification", "gaussian_epsilon",
            "calibrate_noise_multiplier", "default_delta", "check_delta", "effective_noise_multiplier",
            "BudgetGuard"]
 
@@ -216,14 +216,24 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     def eps(s: float) -> float:
         return epsilon_for([(s, sample_rate, int(steps))], delta, accountant).epsilon
 
+    return bisect_noise_multiplier(
+        eps, target_epsilon, tolerance=tolerance, max_sigma=1e5, iters=60,
+        unreachable=f"target_epsilon={target_epsilon} is unreachable for delta={delta}, sample_rate={sample_rate}, "
+                    f"steps={steps} (noise multiplier > 1e5)")
+
+
+def bisect_noise_multiplier(eps: Any, target_epsilon: float, *, tolerance: float, max_sigma: float, iters: int,
+                            unreachable: str, rel_width: float = 0.0) -> float:
+    """The smallest noise multiplier ``s`` (up to ``tolerance`` relative in epsilon, or a bracket
+    narrower than ``rel_width * s``) with ``eps(s) <= target_epsilon``, for a decreasing ``eps``:
+    doubling to bracket, then bisection. Raises :class:`InvalidPrivacyParameter` (``unreachable``)
+    past ``max_sigma``. The answer is always on the safe side (``eps(answer) <= target``)."""
     lo, hi = 0.0, 1.0
     while eps(hi) > target_epsilon:
         lo, hi = hi, hi * 2
-        if hi > 1e5:
-            raise InvalidPrivacyParameter(
-                f"target_epsilon={target_epsilon} is unreachable for delta={delta}, sample_rate={sample_rate}, "
-                f"steps={steps} (noise multiplier > 1e5)")
-    for _ in range(60):
+        if hi > max_sigma:
+            raise InvalidPrivacyParameter(unreachable)
+    for _ in range(iters):
         mid = (lo + hi) / 2
         e = eps(mid)
         if e <= target_epsilon:
@@ -232,6 +242,8 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
                 break
         else:
             lo = mid
+        if hi - lo < rel_width * hi:
+            break
     return float(hi)
 
 

@@ -124,24 +124,12 @@ def calibrate_user_noise(target_epsilon: float, delta: float, *, sampling: str, 
         return _eps_from_runs(((sampling, int(num_users), float(clients_per_round), z, int(rounds)),), float(delta),
                               _CALIBRATION_ORDERS)
 
-    lo, hi = 0.0, 1.0
-    while eps(hi) > target_epsilon:
-        lo, hi = hi, hi * 2
-        if hi > 1e4:
-            raise InvalidPrivacyParameter(f"target_epsilon={target_epsilon} unreachable for {rounds} rounds of "
-                                          f"{clients_per_round} of {num_users} users (z > 1e4)")
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        e = eps(mid)
-        if e <= target_epsilon:
-            hi = mid
-            if target_epsilon - e <= tolerance * target_epsilon:
-                break
-        else:
-            lo = mid
-        if hi - lo < 1e-3 * hi:
-            break
-    return float(hi)
+    from privnlp.accounting.ledger import bisect_noise_multiplier
+
+    return bisect_noise_multiplier(
+        eps, target_epsilon, tolerance=tolerance, max_sigma=1e4, iters=40, rel_width=1e-3,
+        unreachable=f"target_epsilon={target_epsilon} unreachable for {rounds} rounds of "
+                    f"{clients_per_round} of {num_users} users (z > 1e4)")
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,19 @@ def _exact_dists(emb: Embeddings, q: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.sqrt(out)
 
 
+def _check_queries(emb: Embeddings, q: Any, k: int) -> np.ndarray:
+    """Validated ``(B, dim)`` float32 queries for a top-``k`` search."""
+    check_range("k", k, 1, math.inf, integer=True)
+    if k > len(emb):
+        raise InvalidArgument(f"k must be <= the vocabulary size {len(emb)}; got {k}")
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    if q.ndim != 2 or q.shape[1] != emb.dim:
+        raise InvalidArgument(f"queries must have shape (B, {emb.dim}); got {q.shape}")
+    if not np.isfinite(q).all():
+        raise InvalidArgument("queries must be finite")
+    return q
+
+
 def _pair_sq_dists(vectors: np.ndarray, rows: np.ndarray, q64: np.ndarray, qi: np.ndarray) -> np.ndarray:
     """``||vectors[rows[i]] - q64[qi[i]]||^2`` in float64 from difference vectors (the brute-force
     definition the exact search must match), chunked."""
@@ -202,14 +215,7 @@ class ExactIndex:
     def query(self, q: np.ndarray, k: int) -> NeighborResult:
         emb = self.embeddings
         n = len(emb)
-        check_range("k", k, 1, math.inf, integer=True)
-        if k > n:
-            raise InvalidArgument(f"k must be <= the vocabulary size {n}; got {k}")
-        q = np.ascontiguousarray(q, dtype=np.float32)
-        if q.ndim != 2 or q.shape[1] != emb.dim:
-            raise InvalidArgument(f"queries must have shape (B, {emb.dim}); got {q.shape}")
-        if not np.isfinite(q).all():
-            raise InvalidArgument("queries must be finite")
+        q = _check_queries(emb, q, k)
         B = q.shape[0]
         ids = np.empty((B, k), dtype=np.int64)
         dists = np.empty((B, k), dtype=np.float64)
@@ -705,14 +711,7 @@ class FaissIndex:
     def query(self, q: np.ndarray, k: int) -> NeighborResult:
         emb = self.embeddings
         n = len(emb)
-        check_range("k", k, 1, math.inf, integer=True)
-        if k > n:
-            raise InvalidArgument(f"k must be <= the vocabulary size {n}; got {k}")
-        q = np.ascontiguousarray(q, dtype=np.float32)
-        if q.ndim != 2 or q.shape[1] != emb.dim:
-            raise InvalidArgument(f"queries must have shape (B, {emb.dim}); got {q.shape}")
-        if not np.isfinite(q).all():
-            raise InvalidArgument("queries must be finite")
+        q = _check_queries(emb, q, k)
         if q.shape[0] == 0:
             return NeighborResult(np.empty((0, k), np.int64), np.empty((0, k), np.float64))
         P = self._index()
