@@ -62,6 +62,20 @@ def test_leaky_twins_imitate_registered_mechanisms():
 
 
 @pytest.mark.parametrize("name", MECHANISMS.names())
+def test_every_defense_has_a_leaky_twin(name):
+    twin = LEAKY_TWINS.get(name)
+    assert issubclass(twin, MECHANISMS.get(name)), f"{name}: the leaky twin must subclass the mechanism"
+    assert len(inspect.getdoc(twin) or "") > 40, f"{name}: the twin's docstring must state its bug"
+
+
+#: defenses whose twin is caught by its behavioural test (tests/memorization/test_twins_embedding.py)
+#: but not by the quick-preset attack numbers: at this scale the real defense does not reduce the
+#: eavesdropping / watermark leakage either (the paper: VAT does not help, may even increase leakage; README,
+#: "Known limitations"); its card shows all three systems
+TWIN_SEEN_BY_BEHAVIOURAL_TEST_ONLY: frozenset[str] = frozenset({"adversarial_embedding"})
+
+
+@pytest.mark.parametrize("name", MECHANISMS.names())
 def test_generated_card_numbers_come_from_its_report(name):
     from privnlp.core.report import LeakageReport
     from privnlp.evaluation.cards import _first_paragraph, render_mechanism_card
@@ -82,5 +96,6 @@ def test_generated_card_numbers_come_from_its_report(name):
     # a leaky twin must be reported as leaking more than the real defense by the paired attacks
     heads = report.headline()
     twins = [v for v in heads.values() if "leaky_twin" in v and "defended" in v]
-    if twins:
+    assert twins, f"{name}: the card's report must measure the leaky twin"
+    if name not in TWIN_SEEN_BY_BEHAVIOURAL_TEST_ONLY:
         assert any(v["leaky_twin"] > v["defended"] for v in twins), f"{name}: leaky twin not caught: {heads}"
