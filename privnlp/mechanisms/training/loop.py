@@ -7,6 +7,8 @@ batch of a logical batch.
 """
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -98,7 +100,9 @@ def train_private(pt: PrivateTraining, loss_fn: Callable[[Any, Any], torch.Tenso
                 else:
                     lps = loss_fn(pt.model, batch)
                     loss = pt.loss(lps)
-                    loss.backward()
+                    with warnings.catch_warnings():   # benign with opacus hooks when the first layer's inputs
+                        warnings.filterwarnings("ignore", message="Full backward hook is firing")  # are token ids
+                        loss.backward()
                     pt.optimizer.step()
                     losses.append(float(lps.detach().mean()))
                 if pt.steps > before:
