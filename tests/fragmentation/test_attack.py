@@ -6,7 +6,8 @@ import pytest
 
 import privnlp.attacks
 import privnlp.mechanisms
-from privnlp.attacks.text.fragment_reconstruction import FragmentGroundTruth, FragmentReconstruction, assemble
+from privnlp.attacks.text.fragment_reconstruction import (FragmentGroundTruth, FragmentReconstruction, assemble,
+                                                          release_order_contigs)
 from privnlp.core.claims import ClaimKind
 from privnlp.core.observations import FragmentSet
 from privnlp.core.registry import LEAKY_TWINS, SCENARIOS
@@ -56,6 +57,19 @@ def test_leaky_twin_is_caught(scores):
     h = FragmentReconstruction.headline_metric
     assert LEAKY_TWINS.get("phrase_fragmentation") is LeakyPhraseFragmentation
     assert scores["leaky"][h] > scores[(7, 0.5, True)][h] + 0.05
+
+
+def test_release_order_is_exploited_only_when_there_is_one():
+    """A release in extraction order (the twin forgets to shuffle) gives the sentences back; the same
+    fragments shuffled carry no order (nothing is read off them)."""
+    frags = ["child", "a child took it", "it", "in", "in the", "in the morning", "morning .", ".",
+             "the", "the man", "man took", "took x", "x .", "."]
+    assert release_order_contigs(frags) == [("a", "child", "took", "it", "in", "the", "morning", "."),
+                                            ("the", "man", "took", "x", ".")]
+    g = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(300)]
+    shuffled = [" ".join(words[i:i + 3]) for i in g.permutation(297)]
+    assert release_order_contigs(shuffled) == []
 
 
 def test_registry_and_scenario():

@@ -10,7 +10,10 @@ n-grams") as the starting point for measuring it. This attack follows that idea 
 2. link fragment ``a -> b`` when the longest suffix of ``a`` (>= ``min_overlap`` tokens) that is a
    prefix of another fragment is a prefix of ``b`` only, and that prefix of ``b`` ends no other
    fragment (no branching either way);
-3. merge maximal chains, repeat on the merged contigs until nothing changes (or ``max_rounds``).
+3. merge maximal chains, repeat on the merged contigs until nothing changes (or ``max_rounds``);
+4. check whether the release has an order (consecutive fragments related far more often than by
+   chance) and if so read contigs off it (:func:`release_order_contigs`): a release that forgot to
+   shuffle hands back its sentences; a shuffled one adds nothing.
 
 Threat model: honest-but-curious recipient of the release (it sees the fragments and the
 settings, knows the algorithm). Metrics (higher = more leakage), per sentence of the original
@@ -32,7 +35,7 @@ from privnlp.core.observations import FragmentSet
 from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
 
-__all__ = ["FragmentReconstruction", "FragmentGroundTruth", "assemble", "score_reconstruction"]
+__all__ = ["FragmentReconstruction", "FragmentGroundTruth", "assemble", "release_order_contigs", "score_reconstruction"]
 
 _TAGS = ("<P>", "</P>")
 
@@ -120,6 +123,53 @@ def _merge_round(frags: list[tuple[str, ...]], min_overlap: int) -> tuple[list[t
             cur = b
         out.append(tuple(contig))
     return out, merges
+
+
+_SENT_END = frozenset({".", "!", "?"})
+
+
+def _contains(big: Sequence[str], small: Sequence[str]) -> bool:
+    n = len(small)
+    return any(tuple(big[i:i + n]) == tuple(small) for i in range(len(big) - n + 1))
+
+
+def release_order_contigs(fragments: Sequence[str | Sequence[str]], *, ordered_threshold: float = 0.3) -> list[tuple[str, ...]]:
+    """Contigs read off the *release order*, if the release has one.
+
+    The attacker knows the algorithm, not whether the implementation shuffled: it checks. In a
+    shuffled release consecutive fragments are unrelated; in a release in extraction order most
+    consecutive fragments contain, are contained in, or overlap their predecessor. If more than
+    ``ordered_threshold`` of the consecutive pairs do, the release is read in order: a fragment
+    contained in the current contig is skipped, one containing it replaces it, an overlapping one
+    extends it, any other is appended, and a fragment ending a sentence (``. ! ?``) closes the
+    contig. Otherwise there is no order to exploit and nothing is returned."""
+    toks = [t for t in ((_tokens(f) if isinstance(f, str) else tuple(f)) for f in fragments) if t]
+    if len(toks) < 2:
+        return []
+
+    def related(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+        return (_contains(a, b) or _contains(b, a)
+                or any(a[-k:] == b[:k] for k in range(1, min(len(a), len(b)))))
+
+    if sum(related(a, b) for a, b in zip(toks, toks[1:])) <= ordered_threshold * (len(toks) - 1):
+        return []
+    out: list[tuple[str, ...]] = []
+    cur: list[str] = []
+    for t in toks:
+        if cur and _contains(cur, t):
+            pass
+        elif cur and _contains(t, cur):
+            cur = list(t)
+        else:
+            k = next((k for k in range(min(len(cur), len(t) - 1), 0, -1) if tuple(cur[-k:]) == t[:k]), 0)
+            cur.extend(t[k:])
+        if cur and cur[-1] in _SENT_END and t[-1] in _SENT_END:
+            if len(cur) > 1:   # a lone "." after a closed sentence is not a contig
+                out.append(tuple(cur))
+            cur = []
+    if cur:
+        out.append(tuple(cur))
+    return out
 
 
 def assemble(fragments: Iterable[str | Sequence[str]], *, min_overlap: int = 2, max_rounds: int = 10) -> list[tuple[str, ...]]:
@@ -231,6 +281,10 @@ class FragmentReconstruction(Attack):
             raise InvalidArgument(f"observation must be a FragmentSet; got {type(observation).__name__}")
         frags = sorted({_tokens(f) for f in observation.source} - {()})
         contigs = assemble(frags, min_overlap=int(self.min_overlap), max_rounds=int(self.max_rounds))
+        ordered = release_order_contigs(observation.source)
+        seen = set(contigs)
+        contigs += [c for c in dict.fromkeys(ordered) if c not in seen]
         return AttackResult(attack=self.name, reconstructions=tuple(" ".join(c) for c in contigs),
-                            raw={"fragments": frags, "n_fragment_types": len(frags), "n_contigs": len(contigs)},
+                            raw={"fragments": frags, "n_fragment_types": len(frags), "n_contigs": len(contigs),
+                                 "n_release_order_contigs": len(ordered)},
                             scorer=score_reconstruction)
