@@ -113,7 +113,7 @@ def main() -> None:
           f"seq_len={T} vocab={V} steps={a.steps}")
     print(f"{'model':6} {'emb':7} {'mode':6} {'plain ms':>9} {'DP ms':>9} {'ratio':>6} {'mem plain':>10} {'mem DP':>8}"
           + ("  (MiB, CUDA peak)" if a.device == "cuda" else "  (MiB, peak-RSS growth)"))
-    for kind, mode in (("gpt2", "auto"), ("bert", "auto"), ("bert", "hooks")):
+    for kind, mode in (("gpt2", "auto"), ("bert", "auto"), ("bert", "ghost")):   # auto = hooks for these sizes
         for frozen in (True, False):
             r = bench(kind, frozen=frozen, steps=a.steps, batch=a.batch, device=a.device, mode=mode)
             print(f"{r['model']:6} {'frozen' if frozen else 'trained':7} {r['mode']:6} {r['plain_ms']:9.1f} "

@@ -49,13 +49,20 @@ def test_dp_sgd_on_tiny_gpt2_states_tied_embedding_choice(ids, tied):
                      noise_multiplier=1.0, tied_embeddings="error")
 
 
-def test_dp_sgd_on_tiny_bert_uses_ghost_clipping(ids):
+def test_dp_sgd_on_tiny_bert_auto_mode_is_memory_aware(ids, monkeypatch):
+    """auto = hooks (one backward, faster) while a batch's per-sample gradients fit in
+    AUTO_GHOST_BYTES, ghost clipping (no per-sample gradient tensors) beyond."""
+    from privnlp.mechanisms.training import dp_sgd
+
     model = tiny_bert_classifier(V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                  max_position_embeddings=16)
     y = torch.arange(32) % 2
+    loader = DataLoader(TensorDataset(ids, y), batch_size=8)
+    assert dp_sgd.choose_grad_sample_mode(model, 8) == "hooks"
+    assert dp_sgd.choose_grad_sample_mode(model) == "ghost"          # batch size unknown: save memory
+    monkeypatch.setattr(dp_sgd, "AUTO_GHOST_BYTES", 1024)             # a model whose gradients do not fit
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    pt = make_private(model, opt, DataLoader(TensorDataset(ids, y), batch_size=8), noise_multiplier=1.0,
-                      max_grad_norm=1.0, accountant="rdp", rng=0)
+    pt = make_private(model, opt, loader, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp", rng=0)
     assert pt.grad_sample_mode == "ghost"
     res = train_private(pt, lambda m, b: per_sample_classification_loss(m(input_ids=b[0]).logits, b[1]), steps=2)
     assert res.steps == 2

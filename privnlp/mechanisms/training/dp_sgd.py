@@ -170,9 +170,18 @@ def handle_tied_embeddings(model: nn.Module, optimizer: torch.optim.Optimizer | 
     return f"tied weights {groups} untied (independent copies trained)"
 
 
-def choose_grad_sample_mode(model: nn.Module) -> str:
-    """``ghost`` when every trainable layer has an opacus norm/grad sampler and no weight is shared,
-    else ``hooks`` (opacus then uses functorch for layers without a sampler, e.g. HF ``Conv1D``)."""
+#: ``grad_sample_mode="auto"`` picks ghost clipping only when the per-sample gradients that hooks mode
+#: materialises (batch size x trainable parameters x 4 bytes) would exceed this many bytes: below it,
+#: hooks mode (one backward pass) is faster; above it, ghost clipping (two backward passes, no
+#: per-sample gradient tensors) is what fits in memory.
+AUTO_GHOST_BYTES = 2 << 30
+
+
+def choose_grad_sample_mode(model: nn.Module, batch_size: int | None = None) -> str:
+    """``ghost`` when every trainable layer has an opacus norm/grad sampler, no weight is shared and
+    the per-sample gradients of a ``batch_size`` batch would take more than :data:`AUTO_GHOST_BYTES`
+    (unknown batch size: ghost whenever possible); else ``hooks`` (opacus then uses functorch for
+    layers without a sampler, e.g. HF ``Conv1D``)."""
     from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
 
     if tied_parameter_names(model):
@@ -182,6 +191,10 @@ def choose_grad_sample_mode(model: nn.Module) -> str:
         if any(p.requires_grad for p in mod.parameters(recurse=False)):
             if type(mod) not in known or "RNN" in type(mod).__name__:
                 return "hooks"
+    if batch_size is not None:
+        per_sample_bytes = int(batch_size) * sum(p.numel() for p in _trainable(model)) * 4
+        if per_sample_bytes <= AUTO_GHOST_BYTES:
+            return "hooks"
     return "ghost"
 
 
@@ -418,7 +431,9 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
         accountant: ``"prv"`` (default) or ``"rdp"`` (opacus); dp_accounting PLD / RDP runs in parallel.
         poisson_sampling: Poisson sampling (default). ``False`` keeps the loader (shuffled / fixed-size)
             and the claim also states the no-amplification epsilon.
-        grad_sample_mode: ``auto`` (ghost when possible, else hooks), ``ghost``, ``hooks``, ``functorch``.
+        grad_sample_mode: ``auto`` (ghost when possible and the per-sample gradients of a batch would
+            exceed :data:`AUTO_GHOST_BYTES`, else hooks: faster when they fit), ``ghost``, ``hooks``,
+            ``functorch``.
         tied_embeddings: ``untie`` / ``freeze`` / ``error`` for shared weights (GPT-2 wte/lm_head).
         unit: the privacy unit of one dataset element (``example``, ``record``, ``user``...).
         wrap_model: ``False`` attaches opacus hooks to ``model`` itself (``pt.model`` is then the hooks
@@ -461,7 +476,8 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
         notes.append(tie_note)
     if not _trainable(model):
         raise InvalidArgument("model has no trainable parameters left after freezing tied weights")
-    mode = choose_grad_sample_mode(model) if grad_sample_mode == "auto" else grad_sample_mode
+    mode = (choose_grad_sample_mode(model, getattr(data_loader, "batch_size", None)) if grad_sample_mode == "auto"
+            else grad_sample_mode)
 
     sample_rate = 1.0 / len(data_loader)
     planned = None

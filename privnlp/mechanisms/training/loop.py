@@ -144,6 +144,10 @@ def _make_dp_trainer() -> type:
             super().__init__(*args, **kwargs)
             if not dp:
                 raise InvalidArgument("DPTrainer needs dp={...} (make_private keyword arguments)")
+            if int(self.args.gradient_accumulation_steps) != 1:
+                raise InvalidArgument("DPTrainer: gradient_accumulation_steps must be 1 (each optimizer step is one "
+                                      "Poisson-sampled DP batch; for large logical batches use train_private with "
+                                      f"max_physical_batch_size); got {self.args.gradient_accumulation_steps}")
             self.dp = dict(dp)
             self.per_sample_loss = per_sample_loss
             self.dp_rng = dp_rng
@@ -173,6 +177,10 @@ def _make_dp_trainer() -> type:
             return self.private.data_loader
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[override]
+            # the Trainer zeroes gradients through model.zero_grad(), which leaves opacus' per-sample
+            # gradients (hooks mode) and their processed flags behind: zero through the DP optimizer so
+            # each step sees only its own batch (gradient accumulation is refused in __init__)
+            self.private.optimizer.zero_grad(set_to_none=True)
             inputs = dict(inputs)
             labels = inputs.pop("labels")
             outputs = model(**inputs)
