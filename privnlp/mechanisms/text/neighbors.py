@@ -270,7 +270,7 @@ class ExactIndex:
         mun = np.einsum("ij,ij->i", mu, mu)
         R32 = (R * (1 + 1e-6)).astype(np.float32)
         R32 = np.nextafter(R32, np.float32(np.inf))
-        cache[key] = {"C": C, "order": order, "starts": starts, "counts": counts, "en": en, "vs": vs,
+        cache[key] = {"C": C, "order": order, "starts": starts, "counts": counts, "en": en,
                       "mu": mu, "mun": mun, "R": R, "R32": R32,
                       "muA": np.ascontiguousarray(np.vstack([-2.0 * mu.T, mun[None, :]]).astype(np.float32)),
                       "vs32": vs.astype(np.float32), "maxR": float(R.max()),
@@ -316,7 +316,8 @@ class ExactIndex:
         diff = Pc["vs32"][pos] - q[:, None, :]                  # float32; inflated below
         dd = np.einsum("ijk,ijk->ij", diff, diff).astype(np.float64)
         dd[~valid] = np.inf
-        Ur = np.sqrt(np.partition(dd, k - 1, axis=1)[:, k - 1] * (1 + 1e-4))
+        # float32 differences and sums: relative error <= (d + 2) * 2^-24; inflated generously
+        Ur = np.sqrt(np.partition(dd, k - 1, axis=1)[:, k - 1] * (1 + (d + 8) * 2.0 ** -21))
         U = np.minimum(hi + R[probe], Ur) * (1 + 1e-9) + 1e-300
         # a cell can hold a row within U only if ||q - mu_c|| - R_c <= U, i.e. (float32, with the
         # margin mq twice: GEMM error + the rounding of this test) G <= (U + R_c)^2 + 2 mq - ||q||^2
