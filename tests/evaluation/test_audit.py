@@ -125,3 +125,19 @@ def test_audit_over_several_scenarios_merges_attacks_and_prefixes_utility():
     assert [a.params["scenario"] for a in rep.attacks] == ["bits", "bits_b"]
     assert set(rep.utility) == {"bits: agreement", "bits_b: agreement"}
     assert rep.config["scenario"] == "bits, bits_b"
+
+
+def test_defense_report_carries_its_privacy_utility_sweep(tmp_path):
+    """A defense with a sweep_grid gets the privacy-utility curve in its report (JSON + embedded PNG):
+    for phrase fragmentation, longer phrases release more n-grams and reconstruct more sentences."""
+    from privnlp.evaluation import evaluate_defense
+
+    out = evaluate_defense("phrase_fragmentation", preset="quick", report_dir=tmp_path, progress=False)
+    sw = out.report.sweeps["primary"]
+    pts = sw["curves"][0]["points"]
+    assert [p["param"] for p in pts] == [2, 4, 7, 12]
+    assert pts[-1]["full_reconstruction_rate"] > pts[0]["full_reconstruction_rate"]
+    assert pts[-1]["ngram_coverage_mean"] > pts[0]["ngram_coverage_mean"]
+    assert any(f.name == "sweep" for f in out.report.figures)
+    html = (tmp_path / "phrase_fragmentation.html").read_text()
+    assert html.count("data:image/png;base64") >= 2

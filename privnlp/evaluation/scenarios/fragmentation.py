@@ -40,6 +40,7 @@ class FragmentationReconstruction(Scenario):
 
     from privnlp.mechanisms.fragmentation.mechanism import THREAT_MODEL as threat_model  # noqa: N811
 
+    primary_utility = "ngram_coverage_mean"   # x axis of the privacy-utility sweep in the reports
     utility_higher_is_better = {"ngram_coverage_1": True, "ngram_coverage_2": True, "ngram_coverage_3": True,
                                 "ngram_coverage_4": True, "ngram_coverage_mean": True,
                                 "target_ngram_coverage_mean": True, "released_pairs": True}

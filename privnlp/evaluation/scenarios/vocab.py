@@ -83,6 +83,7 @@ class VocabMembershipScenario(Scenario):
                                observes=("released WordPiece vocabulary", "released noisy histogram"),
                                knows=("candidate canary words",), goal="vocabulary membership of canaries")
     utility_higher_is_better = {"fertility": False, "unk_rate": False, "vocab_overlap": True}
+    primary_utility = "vocab_overlap"   # x axis of the privacy-utility sweep in the reports
 
     def __init__(self, preset: str = "quick", **overrides: Any) -> None:
         super().__init__(preset)

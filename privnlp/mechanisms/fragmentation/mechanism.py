@@ -198,6 +198,11 @@ class PhraseFragmentation(Mechanism):
         return self.claim_for(self.settings())
 
     @classmethod
+    def sweep_grid(cls, preset: str = "quick") -> tuple[str, tuple[int, ...]]:
+        """The max-phrase-length sweep of the report's privacy-utility curve (reconstruction vs coverage)."""
+        return ("max_length", (2, 4, 7, 12) if preset == "quick" else (2, 3, 4, 5, 7, 10, 15))
+
+    @classmethod
     def example(cls, preset: str = "quick") -> "PhraseFragmentation":
         # the quick preset uses the deterministic numpy aligner so reports are reproducible
         return cls(max_length=4, discard_fraction=0.5, tag=True,

@@ -362,6 +362,11 @@ class WordMetricDP(Mechanism):
     def example(cls, preset: str = "quick") -> "WordMetricDP":
         return cls(epsilon=10.0)
 
+    @classmethod
+    def sweep_grid(cls, preset: str = "quick") -> tuple[str, tuple[float, ...]]:
+        """The epsilon sweep of the report's privacy-utility curve (inference accuracy vs words kept)."""
+        return ("epsilon", (2.0, 5.0, 10.0, 20.0, 40.0) if preset == "quick" else (1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 80.0))
+
 
 @MECHANISMS.register("laplace_metric")
 class LaplaceMetric(WordMetricDP):

@@ -274,6 +274,11 @@ class DPWordPiece(Mechanism):
                                       "paper_example256_delta": min(1.0, 256 * delta_word)})
 
     @classmethod
+    def sweep_grid(cls, preset: str = "quick") -> tuple[str, tuple[float, ...]]:
+        """The epsilon sweep of the report's privacy-utility curve (membership advantage vs vocabulary overlap)."""
+        return ("epsilon", (0.25, 1.0, 4.0, 16.0) if preset == "quick" else (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0))
+
+    @classmethod
     def example(cls, preset: str = "quick") -> "DPWordPiece":
         if preset == "quick":
             return cls(epsilon=1.0, delta=1e-5, max_words_per_contributor=8, vocab_size=600)
