@@ -12,7 +12,7 @@ from pathlib import Path
 
 from privnlp.core.registry import MECHANISMS
 from privnlp.core.report import LeakageReport, atomic_write_text
-from privnlp.evaluation.cards import _first_paragraph, render_mechanism_card
+from privnlp.evaluation.cards import card_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,13 +24,7 @@ def main() -> None:
         if not rep.exists():
             print(f"skip {name}: no report.json (run `privnlp evaluate --defense {name} --cards`)")
             continue
-        report = LeakageReport.load(rep)
-        cls = MECHANISMS.get(name)
-        notes = folder / "NOTES.md"
-        text = render_mechanism_card(report, description=_first_paragraph(cls.__doc__), paper=cls.paper,
-                                     command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset')}",
-                                     notes_md=notes.read_text() if notes.exists() else "")
-        atomic_write_text(folder / "README.md", text)
+        atomic_write_text(folder / "README.md", card_text(name, LeakageReport.load(rep), folder))
         print(f"rendered mechanisms/{name}/README.md")
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ClassVar, Mapping, Protocol, runtime_checkable
 
 from .claims import PrivacyClaim, ThreatModel
+from .errors import InvalidArgument
 from .observations import Observation
 
 __all__ = ["Mechanism", "Attack", "AttackResult", "Trial", "ScenarioRun", "Scenario",
@@ -39,7 +40,8 @@ class AttackResult:
 
     def score(self, ground_truth: Any) -> dict[str, float]:
         if self.scorer is None:
-            raise NotImplementedError(f"attack {self.attack!r} produced a result without a scorer")
+            raise InvalidArgument(f"attack {self.attack!r} produced a result without a scorer: build its "
+                                  "AttackResult with scorer=... (a function (result, ground_truth) -> metrics)")
         return {k: float(v) for k, v in self.scorer(self, ground_truth).items()}
 
 

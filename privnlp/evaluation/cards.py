@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html as _html
 import inspect
-import json
 import math
 import time
 from dataclasses import dataclass, replace
@@ -17,12 +16,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from privnlp.core.errors import InvalidArgument
-from privnlp.core.registry import ATTACKS, LEAKY_TWINS, MECHANISMS, SCENARIOS
+from privnlp.core.registry import ATTACKS, MECHANISMS, SCENARIOS
 from privnlp.core.report import LeakageReport, atomic_write_text
 
 from .audit import audit, resolve_scenario
 
-__all__ = ["PRESETS", "EvaluationOutcome", "evaluate_defense", "evaluate_all", "render_mechanism_card",
+__all__ = ["PRESETS", "EvaluationOutcome", "evaluate_defense", "evaluate_all", "render_mechanism_card", "card_text",
            "write_index"]
 
 #: seeds per preset (quick = CI / make demo; full = make repro)
@@ -44,6 +43,17 @@ def _first_paragraph(doc: str | None) -> str:
         return ""
     doc = inspect.cleandoc(doc)
     return doc.split("\n\n")[0].replace("\n", " ").strip()
+
+
+def card_text(name: str, report: LeakageReport, folder: Path) -> str:
+    """The card of registered defense ``name``: :func:`render_mechanism_card` of ``report`` with the
+    class's docstring and paper and the hand-written ``folder/NOTES.md`` (the one rendering used by
+    ``privnlp evaluate --cards``, ``scripts/render_cards.py`` and the conformance test)."""
+    cls = MECHANISMS.get(name)
+    notes = Path(folder) / "NOTES.md"
+    return render_mechanism_card(report, description=_first_paragraph(cls.__doc__), paper=getattr(cls, "paper", ""),
+                                 command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset', 'quick')}",
+                                 notes_md=notes.read_text() if notes.exists() else "")
 
 
 def render_mechanism_card(report: LeakageReport, *, description: str = "", paper: str = "",
@@ -152,10 +162,7 @@ def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path
                 "generated:" not in card.read_text():
             # first generation: keep the hand-written card as developer notes
             card.replace(notes)
-        atomic_write_text(card, render_mechanism_card(report, description=_first_paragraph(cls.__doc__),
-                                                      paper=getattr(cls, "paper", ""),
-                                                      command=f"privnlp evaluate --defense {name} --preset {preset}",
-                                                      notes_md=notes.read_text() if notes.exists() else ""))
+        atomic_write_text(card, card_text(name, report, card.parent))
     return EvaluationOutcome(name, report, {k: str(v) for k, v in paths.items()}, time.perf_counter() - t0, card)
 
 

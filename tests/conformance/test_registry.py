@@ -3,7 +3,6 @@ top-level card folders are 1:1 with the registries; generated cards come from re
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 
 import pytest
@@ -78,18 +77,13 @@ TWIN_SEEN_BY_BEHAVIOURAL_TEST_ONLY: frozenset[str] = frozenset({"adversarial_emb
 @pytest.mark.parametrize("name", MECHANISMS.names())
 def test_generated_card_numbers_come_from_its_report(name):
     from privnlp.core.report import LeakageReport
-    from privnlp.evaluation.cards import _first_paragraph, render_mechanism_card
+    from privnlp.evaluation.cards import card_text
 
     folder = ROOT / "mechanisms" / name
     rep = folder / "report.json"
-    if not rep.exists():
-        pytest.skip(f"mechanisms/{name} has a hand-written card (no report.json yet)")
+    assert rep.exists(), f"mechanisms/{name}/report.json missing: run `privnlp evaluate --defense {name} --cards`"
     report = LeakageReport.load(rep)
-    cls = MECHANISMS.get(name)
-    notes = folder / "NOTES.md"
-    expected = render_mechanism_card(report, description=_first_paragraph(cls.__doc__), paper=cls.paper,
-                                     command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset')}",
-                                     notes_md=notes.read_text() if notes.exists() else "")
+    expected = card_text(name, report, folder)
     assert (folder / "README.md").read_text() == expected, f"mechanisms/{name}/README.md was edited by hand or is stale"
     for f in report.figures:
         assert (folder / f"{name}-{f.name}.png").exists()

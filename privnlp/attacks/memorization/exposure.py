@@ -165,7 +165,9 @@ def make_masked_secret(fmt: str = "HSH", *, rng: Any, generic_words: Sequence[st
 
 def _secret_span(canary: Canary, text: str) -> tuple[int, int]:
     if len(canary.slots) != 1:
-        raise InvalidArgument("masked-LM exposure supports canaries with exactly one placeholder")
+        raise InvalidArgument(f"canary: masked-LM exposure scores one contiguous secret span, so the pattern must have "
+                              f"exactly 1 placeholder (e.g. 'my pin is {{digits:4}}'); got {len(canary.slots)} in "
+                              f"{canary.pattern!r}")
     start = len(canary.prefix)
     suffix_len = len(canary.pattern) - canary.pattern.index("}", start) - 1
     return start, len(text) - suffix_len

@@ -26,7 +26,7 @@ fragment) and ``sensitive_link_rate_reconstructed`` (inside one reconstructed co
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from privnlp.core.claims import Adversary, ThreatModel

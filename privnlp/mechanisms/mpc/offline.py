@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from privnlp.core.errors import ProtocolError
+
 from ._crypten_shim import import_crypten
 
 crypten = import_crypten()
@@ -50,7 +52,7 @@ def _result_size(func: str, args: tuple, kwargs: dict) -> torch.Size:
         return _broadcast(args[0], args[1])
     if func in ("square", "wraps", "B2A"):
         return torch.Size(args[0])
-    raise NotImplementedError(f"unknown TTP request {func!r}")
+    raise ProtocolError(f"unknown TTP request {func!r}: the offline phase cannot size it, refusing (fail closed)")
 
 
 class OfflinePhase:

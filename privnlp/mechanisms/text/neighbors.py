@@ -214,7 +214,6 @@ class ExactIndex:
 
     def query(self, q: np.ndarray, k: int) -> NeighborResult:
         emb = self.embeddings
-        n = len(emb)
         q = _check_queries(emb, q, k)
         B = q.shape[0]
         ids = np.empty((B, k), dtype=np.int64)
@@ -247,7 +246,6 @@ class ExactIndex:
 
     # ---------------------------------------------------------------- pruned (cells + bounds)
     def _cells(self) -> dict:
-        n = len(self.embeddings)
         key = ("exact_cells", int(self.cell_size), int(self.seed))
         cache = self.embeddings._cache
         if key in cache:
@@ -274,7 +272,6 @@ class ExactIndex:
                       "mu": mu, "mun": mun, "R": R, "R32": R32,
                       "muA": np.ascontiguousarray(np.vstack([-2.0 * mu.T, mun[None, :]]).astype(np.float32)),
                       "vs32": vs.astype(np.float32), "maxR": float(R.max()),
-                      "has_k": _HasK(counts),
                       "blocksT2": [np.ascontiguousarray(-2.0 * vs[starts[c]:starts[c + 1]].T) for c in range(C)],
                       "enb": [en[starts[c]:starts[c + 1]] for c in range(C)],
                       "max_en": float(en.max()) if en.size else 0.0, "max_mun": float(mun.max())}
@@ -303,7 +300,7 @@ class ExactIndex:
         probe = G.argmin(axis=1)
         small = counts[probe] < k
         if small.any():
-            hk = Pc["has_k"][k]
+            hk = counts >= k
             if not hk.any():                                     # no cell holds k rows: full scan
                 r = self._scan(q, k)
                 return r.ids, r.dists
@@ -390,7 +387,7 @@ class ExactIndex:
     def _query_block(self, P: dict, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
-        d, K, W, G, n = P["d"], P["K"], P["W"], P["G"], P["n"]
+        d, K, W, G = P["d"], P["K"], P["W"], P["G"]
         b = q.shape[0]
         q64 = q.astype(np.float64)
         hq = 0.5 * np.einsum("ij,ij->i", q64, q64)
@@ -454,18 +451,6 @@ class ExactIndex:
             raise RuntimeError("exact prescreen lost candidates; please report")
         sel = start[:, None] + np.arange(k)[None, :]
         return pj[sel], np.sqrt(d2[sel])
-
-
-class _HasK(dict):
-    """``has_k[k]`` = boolean mask of the cells holding >= k rows (memoised)."""
-
-    def __init__(self, counts: np.ndarray) -> None:
-        super().__init__()
-        self.counts = counts
-
-    def __missing__(self, k: int) -> np.ndarray:
-        self[k] = self.counts >= k
-        return self[k]
 
 
 def _cached_assign(emb: Embeddings, v: np.ndarray, cell_size: int, *, seed: int) -> np.ndarray:
