@@ -37,7 +37,20 @@ def train(
     lr: float = typer.Option(5e-3, "--lr", help="Learning rate (AdamW)."),
     vocab_size: int = typer.Option(500, "--vocab-size", min=257, help="BPE vocabulary size."),
     max_length: int = typer.Option(48, "--max-length", min=4, help="Max tokens per text."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed (model, split, sampler, noise)."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the non-private randomness (split, tokenizer, model "
+                             "init). The DP noise and Poisson masks do NOT use it (see --noise-seed)."),
+    noise_seed: Optional[int] = typer.Option(None, "--noise-seed", min=0, help="Seed the DP noise and Poisson masks "
+                                             "for a reproducible simulation (the claim then says 'noise seeded: not "
+                                             "private against anyone who knows the seed'). Default: OS entropy."),
+    dedup: bool = typer.Option(False, "--dedup", help="Train on one copy of each duplicated text (exact or equal "
+                               "after normalising whitespace/case). Without it duplicates are counted and the group "
+                               "epsilon of the most repeated text is reported."),
+    steps_opt: Optional[int] = typer.Option(None, "--steps", min=1, help="Total logical steps (default: epochs x "
+                                            "batches per epoch)."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Resume from a checkpoint.pt written by an earlier "
+                                          "run with the same data/options: continues to the planned total of steps; "
+                                          "generator states are restored (seeded) or fresh (secure): noise is never "
+                                          "replayed."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for claim.json, privacy_statement.txt, "
                                        "utility.json and checkpoint.pt (each written atomically)."),
 ) -> None:
@@ -63,6 +76,13 @@ def train(
         from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
         from privnlp.mechanisms.training.embedding import freeze_embeddings as _freeze
         from privnlp.models import lm_batch, tiny_gpt2, train_bpe_tokenizer
+        import os
+
+        from privnlp.mechanisms.training.distributed import init_from_env, is_rank_zero  # torchrun (issue #20)
+
+        if defense != "dp_sgd" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise InvalidArgument(f"--defense {defense} runs in one process; under torchrun use --defense dp_sgd")
+        dist_ctx = init_from_env()  # None in one process; gloo on CPU (nccl on GPUs) under torchrun
 
         torch.manual_seed(seed)
         if data is None:
@@ -108,17 +128,41 @@ def train(
             ids, mask, labels = batch
             return per_sample_lm_loss(m(input_ids=ids, attention_mask=mask).logits, labels)
 
-        steps = max(1, int(round(epochs * len(dl))))
+        steps = int(steps_opt) if steps_opt is not None else max(1, int(round(epochs * len(dl))))
+        if resume is not None and defense != "dp_sgd":
+            raise InvalidArgument("--resume is supported with --defense dp_sgd only")
         if defense == "dp_sgd":
+            import warnings
+
+            from privnlp.accounting.duplicates import DuplicateExamplesWarning, normalize_text
+
             if epsilon is None and noise_multiplier is None:
                 raise InvalidArgument("--defense dp_sgd needs --epsilon (> 0) or --noise-multiplier (>= 0)")
-            pt = make_private(model, opt, dl, noise_multiplier=noise_multiplier, target_epsilon=epsilon,
-                              steps=steps, max_grad_norm=max_grad_norm, delta=delta, accountant=accountant,
-                              tied_embeddings="freeze" if freeze_embeddings else "untie", rng=seed)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", DuplicateExamplesWarning)
+                pt = make_private(model, opt, dl, noise_multiplier=noise_multiplier, target_epsilon=epsilon,
+                                  steps=steps, max_grad_norm=max_grad_norm, delta=delta, accountant=accountant,
+                                  tied_embeddings="freeze" if freeze_embeddings else "untie", rng=noise_seed,
+                                  dedup=dedup, duplicate_keys=[normalize_text(t) for t in train_texts])
+            for w in caught:
+                if issubclass(w.category, DuplicateExamplesWarning):
+                    typer.echo(f"warning: {w.message}", err=True)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             if notes:
                 pt.notes = pt.notes + tuple(notes)
-            res = train_private(pt, loss_fn, steps=steps, max_physical_batch_size=physical_batch_size,
-                                stop_at_budget=True, progress=True)
+            if resume is not None:
+                if not resume.is_file():
+                    raise InvalidArgument(f"--resume: no checkpoint at {resume}")
+                pt.load_checkpoint(resume)
+                typer.echo(f"resumed from {resume} at step {pt.steps}", err=True)
+            res = train_private(pt, loss_fn, steps=max(0, steps - pt.steps) or 1,
+                                max_physical_batch_size=physical_batch_size, stop_at_budget=True,
+                                progress=is_rank_zero()) if pt.steps < steps else None
+            if res is None:
+                from privnlp.mechanisms.training.loop import TrainResult
+
+                res = TrainResult((), 0, pt.epsilon(), pt.claim(), False)
             claim = res.claim
             statement = pt.privacy_statement()
             if res.stopped_by_budget:
@@ -145,17 +189,23 @@ def train(
         utility = {"eval_perplexity_before": ppl_before, "eval_perplexity_after": perplexity(),
                    "final_train_loss": losses[-1] if losses else float("nan"), "train_texts": len(train_texts),
                    "eval_texts": len(eval_texts), "steps": len(losses)}
-        typer.echo(statement)
-        typer.echo("Utility: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                           for k, v in utility.items()))
+        rank0 = is_rank_zero()  # under torchrun only rank 0 prints and writes (the checkpoint: rank 0 + barrier)
+        if rank0:
+            typer.echo(statement)
+            typer.echo("Utility: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                               for k, v in utility.items()))
         if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(out / "claim.json", json.dumps(claim.to_dict(), indent=2))
-            atomic_write_text(out / "privacy_statement.txt", statement + "\n")
-            atomic_write_text(out / "utility.json", json.dumps(utility, indent=2))
+            if rank0:
+                out.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(out / "claim.json", json.dumps(claim.to_dict(), indent=2))
+                atomic_write_text(out / "privacy_statement.txt", statement + "\n")
+                atomic_write_text(out / "utility.json", json.dumps(utility, indent=2))
             if defense == "dp_sgd":
                 pt.save_checkpoint(out / "checkpoint.pt")
-            typer.echo(f"wrote claim.json, privacy_statement.txt, utility.json to {out}")
+            if rank0:
+                typer.echo(f"wrote claim.json, privacy_statement.txt, utility.json to {out}")
+        if dist_ctx is not None:
+            torch.distributed.destroy_process_group()
     except PrivnlpError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -13,7 +13,10 @@ from typing import Any, Mapping
 
 from .errors import InvalidPrivacyParameter
 
-__all__ = ["ClaimKind", "PrivacyUnit", "PrivacyClaim", "Adversary", "ThreatModel"]
+__all__ = ["ClaimKind", "PrivacyUnit", "PrivacyClaim", "Adversary", "ThreatModel", "SEEDED_NOISE_NOTE"]
+
+#: appended to the statement of a claim whose privacy noise came from a user-given seed / Generator
+SEEDED_NOISE_NOTE = "noise seeded: not private against anyone who knows the seed"
 
 
 class ClaimKind(str, enum.Enum):
@@ -49,6 +52,8 @@ class PrivacyClaim:
         ledger: a JSON-serialisable ledger (dp_accounting event) where there is one.
         notes: free-text caveats that are part of the claim (e.g. "OOV words kept verbatim").
         extra: additional claimed quantities (e.g. ``epsilon_no_amplification``, per-level claims).
+        noise_seeded: the privacy noise was drawn from a user-seeded generator (a reproducible
+            simulation): the statement then says so (:data:`SEEDED_NOISE_NOTE`).
     """
 
     kind: ClaimKind
@@ -61,6 +66,7 @@ class PrivacyClaim:
     ledger: Mapping[str, Any] | None = None
     notes: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    noise_seeded: bool = False
 
     def __post_init__(self) -> None:
         kind = ClaimKind(self.kind)
@@ -122,8 +128,9 @@ class PrivacyClaim:
         for k, v in self.extra.items():
             if isinstance(v, (int, float, str)):
                 s += f"; {k}={v:.4g}" if isinstance(v, float) else f"; {k}={v}"
-        if self.notes:
-            s += ". " + " ".join(n if n.endswith(".") else n + "." for n in self.notes)
+        notes = self.notes + ((SEEDED_NOISE_NOTE,) if self.noise_seeded else ())
+        if notes:
+            s += ". " + " ".join(n if n.endswith(".") else n + "." for n in notes)
         return s
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,6 +5,12 @@ Stochastic code takes a keyword-only ``rng``: a ``numpy.random.Generator``, a
 drawn in *secure mode*: :func:`secure_numpy` / :func:`secure_torch` seed from the OS
 entropy pool and :func:`refuse_seeded` rejects a user-seeded generator where a deployment
 demands it.
+
+Privacy noise (the rule): noise that a guarantee rests on comes from the OS entropy pool unless the
+user explicitly passes ``rng=`` a seed or Generator for a reproducible simulation in one process;
+:func:`noise_torch` / :func:`noise_numpy` implement it (``None`` or a :func:`secure_numpy` /
+:func:`secure_torch` generator -> fresh OS entropy; anything else -> seeded, and the claim must then
+set ``noise_seeded=True``). A seed that crosses a party boundary never seeds privacy noise.
 """
 from __future__ import annotations
 
@@ -22,9 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
 RngLike = Union[np.random.Generator, "torch.Generator", int]
 
 __all__ = ["RngLike", "as_numpy", "as_torch", "spawn", "secure_numpy", "secure_torch",
-           "refuse_seeded", "is_secure", "seed_of"]
+           "refuse_seeded", "is_secure", "seed_of", "noise_is_seeded", "noise_torch", "noise_numpy",
+           "check_noise_seed_allowed", "REFUSE_SEEDED_ENV"]
 
-_SECURE_ATTR = "_privnlp_secure"
 
 
 def as_numpy(rng: Any, *, name: str = "rng") -> np.random.Generator:
@@ -77,30 +83,41 @@ def seed_of(rng: Any) -> int:
     return int(as_numpy(rng).integers(0, 2**31 - 1))
 
 
+class _SecureNumpyGenerator(np.random.Generator):
+    """Marker type of :func:`secure_numpy` generators (an id() registry would misfire once ids are reused)."""
+
+
+_SECURE_TORCH_TYPE: Any = None
+
+
+def _secure_torch_type() -> Any:
+    global _SECURE_TORCH_TYPE
+    if _SECURE_TORCH_TYPE is None:
+        import torch
+
+        class _SecureTorchGenerator(torch.Generator):
+            """Marker type of :func:`secure_torch` generators."""
+
+        _SECURE_TORCH_TYPE = _SecureTorchGenerator
+    return _SECURE_TORCH_TYPE
+
+
 def secure_numpy() -> np.random.Generator:
     """A numpy Generator seeded from the OS entropy pool (256 bits); it refuses to be reseeded by us."""
-    g = np.random.Generator(np.random.PCG64DXSM(secrets.randbits(256)))
-    setattr(g, _SECURE_ATTR, True) if hasattr(g, "__dict__") else None
-    _SECURE_IDS.add(id(g))
-    return g
+    return _SecureNumpyGenerator(np.random.PCG64DXSM(secrets.randbits(256)))
 
 
 def secure_torch(device: str = "cpu") -> "torch.Generator":
     """A torch.Generator seeded from ``os.urandom``."""
-    import torch
-
-    g = torch.Generator(device=device)
+    g = _secure_torch_type()(device=device)
     g.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
-    _SECURE_IDS.add(id(g))
     return g
-
-
-_SECURE_IDS: set[int] = set()
 
 
 def is_secure(rng: Any) -> bool:
     """Whether ``rng`` was created by :func:`secure_numpy` / :func:`secure_torch`."""
-    return id(rng) in _SECURE_IDS
+    return isinstance(rng, _SecureNumpyGenerator) or (_SECURE_TORCH_TYPE is not None
+                                                      and isinstance(rng, _SECURE_TORCH_TYPE))
 
 
 def refuse_seeded(rng: Any, *, name: str = "rng") -> Any:
@@ -109,3 +126,40 @@ def refuse_seeded(rng: Any, *, name: str = "rng") -> Any:
         raise InvalidArgument(f"{name}: secure mode refuses seeded generators; pass privnlp.core.rng.secure_numpy() "
                               "or secure_torch()")
     return rng
+
+
+def noise_is_seeded(rng: Any) -> bool:
+    """Whether privacy noise drawn for ``rng`` is reproducible by whoever knows the seed: ``False`` for
+    ``None`` (OS entropy) and for :func:`secure_numpy` / :func:`secure_torch` generators."""
+    return rng is not None and not is_secure(rng)
+
+
+#: deployments set this environment variable to ``1`` to refuse seeded privacy noise everywhere
+REFUSE_SEEDED_ENV = "PRIVNLP_REFUSE_SEEDED_NOISE"
+
+
+def check_noise_seed_allowed(rng: Any) -> None:
+    if noise_is_seeded(rng) and os.environ.get(REFUSE_SEEDED_ENV, "") not in ("", "0"):
+        raise InvalidArgument(f"rng: {REFUSE_SEEDED_ENV} is set, so privacy noise may not be seeded; pass rng=None "
+                              "(OS entropy) or unset the variable for a reproducible simulation")
+
+
+def noise_torch(rng: Any, n: int = 1, *, device: str = "cpu") -> "tuple[list[torch.Generator], bool]":
+    """``n`` independent torch Generators for privacy noise and whether they are seeded.
+
+    ``rng=None`` (or a secure generator): each seeded from ``os.urandom`` (not reproducible, never
+    replayed). A seed / Generator: split deterministically (reproducible simulation); refused when the
+    environment variable ``PRIVNLP_REFUSE_SEEDED_NOISE=1`` is set (secure mode for deployments)."""
+    check_noise_seed_allowed(rng)
+    if not noise_is_seeded(rng):
+        return [secure_torch(device) for _ in range(n)], False
+    return [as_torch(g, device=device) for g in spawn(rng, n)], True
+
+
+def noise_numpy(rng: Any, n: int = 1) -> tuple[list[np.random.Generator], bool]:
+    """``n`` independent numpy Generators for privacy noise and whether they are seeded (see
+    :func:`noise_torch`)."""
+    check_noise_seed_allowed(rng)
+    if not noise_is_seeded(rng):
+        return [secure_numpy() for _ in range(n)], False
+    return spawn(rng, n), True

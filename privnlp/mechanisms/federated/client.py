@@ -91,12 +91,23 @@ def _load(model: nn.Module, arrays: Mapping[str, torch.Tensor]) -> None:
             params[k].copy_(v)
 
 
-def local_update(task: Task, data: ClientData, ins: FitIns, *, model: nn.Module | None = None) -> FitRes:
+def local_update(task: Task, data: ClientData, ins: FitIns, *, model: nn.Module | None = None, rng: Any = None,
+                 dedup: bool | None = None) -> FitRes:
     """Algorithm 1's ``UserUpdate``: load the global weights, train locally, return the delta.
 
     ``ins.config`` keys: ``local-epochs`` (E), ``batch-size`` (B), ``lr`` (eta), ``local-steps`` (cap, 0 =
     none), ``seed``; client DP-SGD when ``dp-noise-multiplier`` >= 0 and ``dp-max-grad-norm`` > 0 are present
-    (Poisson sampling within the client, opacus, ``dp-delta``). ``fedsgd``: one full-batch gradient step.
+    (Poisson sampling within the client, opacus, ``dp-delta``, ``dp-dedup``). ``fedsgd``: one full-batch
+    gradient step.
+
+    Privacy noise: the config's ``seed`` comes from the server, so it drives only non-private randomness
+    (the data order of plain local SGD). Client DP-SGD noise and Poisson masks come from ``rng``:
+    ``None`` (default, what the Flower ClientApp uses) = fresh OS entropy on every call, so the server
+    cannot recompute and subtract them; a seed / Generator only for a reproducible single-process
+    simulation (the reply then carries ``dp-noise-seeded = 1`` and the claim says "noise seeded").
+    ``dedup`` (default: the config's ``dp-dedup``, else False): client DP-SGD on one copy of each
+    duplicated example; duplicates are always counted (``dp-max-copies`` in the metrics, and a
+    :class:`~privnlp.accounting.duplicates.DuplicateExamplesWarning`).
     """
     cfg = dict(ins.config)
     epochs = float(cfg.get("local-epochs", 1))
@@ -119,7 +130,8 @@ def local_update(task: Task, data: ClientData, ins: FitIns, *, model: nn.Module 
     if fedsgd:
         bs, epochs, cap = n, 1.0, 1
     if dp:
-        metrics.update(_dp_local(task, model, data, epochs, bs, lr, cap, seed, cfg))
+        dd = bool(cfg.get("dp-dedup", False)) if dedup is None else bool(dedup)
+        metrics.update(_dp_local(task, model, data, epochs, bs, lr, cap, cfg, rng=rng, dedup=dd))
     else:
         metrics.update(_sgd_local(task, model, data, epochs, bs, lr, cap, seed))
     end = dict(model.named_parameters())
@@ -157,9 +169,10 @@ def _sgd_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs
     return {"loss": float(sum(losses) / len(losses)), "local-steps": float(total)}
 
 
-def _dp_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs: int, lr: float, cap: int, seed: int,
-              cfg: Mapping[str, Any]) -> dict[str, float]:
-    """Client DP-SGD (record level) with the training developer's opacus wrapper."""
+def _dp_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs: int, lr: float, cap: int,
+              cfg: Mapping[str, Any], *, rng: Any, dedup: bool) -> dict[str, float]:
+    """Client DP-SGD (record level) with the training developer's opacus wrapper. The server's ``seed`` is
+    deliberately not an argument: the noise and the Poisson masks come from ``rng`` (None = OS entropy)."""
     from torch.utils.data import DataLoader, TensorDataset
 
     from privnlp.mechanisms.training import make_private, train_private
@@ -173,8 +186,22 @@ def _dp_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs:
     steps = max(1, int(round(epochs * len(loader))))
     if cap > 0:
         steps = min(steps, cap)
-    pt = make_private(model, opt, loader, noise_multiplier=sigma, max_grad_norm=clip, delta=min(delta, 0.5 / n),
-                      accountant="rdp", grad_sample_mode="hooks", tied_embeddings="error", unit="record", rng=seed)
+    with warnings.catch_warnings():
+        from privnlp.accounting.duplicates import DuplicateExamplesWarning
+
+        warnings.simplefilter("ignore", DuplicateExamplesWarning)  # re-issued below with the client's wording
+        pt = make_private(model, opt, loader, noise_multiplier=sigma, max_grad_norm=clip, delta=min(delta, 0.5 / n),
+                          accountant="rdp", grad_sample_mode="hooks", tied_embeddings="error", unit="record", rng=rng,
+                          dedup=dedup)
+    dups = pt.duplicates
+    if dups is not None and dups.has_duplicates:
+        from privnlp.accounting.duplicates import DuplicateExamplesWarning, duplicate_message, group_epsilon
+
+        runs = [(sigma, pt.sample_rate, steps)]
+        warnings.warn(duplicate_message(dups, epsilon=group_epsilon(runs, 1, pt.delta, "rdp"),
+                                        group_eps=group_epsilon(runs, dups.max_copies, pt.delta, "rdp"), delta=pt.delta,
+                                        where=f"client DP-SGD (one local update of {steps} steps)"),
+                      DuplicateExamplesWarning, stacklevel=3)
     try:
         with warnings.catch_warnings():  # opacus hooks on a model whose inputs need no grad: harmless
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
@@ -182,8 +209,12 @@ def _dp_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs:
     finally:
         pt.close()
     losses = res.losses or (float("nan"),)
-    return {"loss": float(sum(losses) / len(losses)), "local-steps": float(res.steps), "dp-steps": float(res.steps),
-            "dp-sample-rate": float(pt.sample_rate), "dp-noise-multiplier": sigma}
+    out = {"loss": float(sum(losses) / len(losses)), "local-steps": float(res.steps), "dp-steps": float(res.steps),
+           "dp-sample-rate": float(pt.sample_rate), "dp-noise-multiplier": sigma,
+           "dp-noise-seeded": float(bool(pt.noise_seeded))}
+    if dups is not None:
+        out["dp-max-copies"] = float(dups.max_copies)
+    return out
 
 
 # ----------------------------------------------------------------------------- ready-made tasks

@@ -16,6 +16,13 @@ shape), collect :class:`FitRes` replies (a client raising counts as a missing re
 mechanism aggregate (DP-FedAvg fails closed on a missing reply), apply the server optimizer, record
 the round in the ledger, stream the snapshot + selection to disk. Checkpoints hold the model, the
 server momentum, the ledger and the base seed: a resumed run reproduces the uninterrupted one.
+
+Privacy noise: ``run(rng=None)`` (or a secure generator) draws the server's DP-FedAvg noise and every
+client's DP-SGD noise / Poisson masks from fresh OS entropy (nothing to replay on resume, nothing a
+party can recompute). ``run(rng=seed)`` is a reproducible single-process simulation: the server noise
+of round r comes from ``(seed, r)`` and client j's DP-SGD noise from ``(seed, r, j)`` -- passed to
+:func:`local_update` as ``rng`` in-process, never through the ``FitIns`` config (whose ``seed`` drives
+only the data order of plain local SGD) -- and the claim says "noise seeded".
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ import torch
 from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, ProtocolError, check_range
 from privnlp.core.observations import ModelSnapshots
-from privnlp.core.rng import as_numpy, is_secure, secure_torch, seed_of
+from privnlp.core.rng import check_noise_seed_allowed, noise_is_seeded, secure_numpy, secure_torch, seed_of
 
 from .accounting import FedLedger
 from .aggregation import ServerOptimizer
@@ -78,6 +85,12 @@ def round_seeds(base_seed: int, server_round: int) -> tuple[np.random.Generator,
     ss = np.random.SeedSequence(int(base_seed), spawn_key=(int(server_round),))
     a, b, c = ss.spawn(3)
     return (np.random.default_rng(a), int(b.generate_state(1)[0]), int(c.generate_state(2, np.uint64)[0] >> 1))
+
+
+def client_noise_rng(base_seed: int, server_round: int, j: int) -> np.random.Generator:
+    """Seeded simulation only: the DP-SGD noise generator of the ``j``-th selected client of a round (a stream
+    separate from :func:`round_seeds`; never sent to the client in a config)."""
+    return np.random.default_rng(np.random.SeedSequence(int(base_seed), spawn_key=(int(server_round), 7, int(j))))
 
 
 def select_clients(ids: Sequence[str], clients_per_round: float, sampling: str, g: np.random.Generator) -> list[str]:
@@ -127,7 +140,7 @@ class FedSimulator:
         self.init_state = init_state
 
     # ------------------------------------------------------------------------------------------
-    def run(self, rounds: int, *, rng: Any, snapshot_dir: str | os.PathLike | None = None,
+    def run(self, rounds: int, *, rng: Any = None, snapshot_dir: str | os.PathLike | None = None,
             checkpoint_path: str | os.PathLike | None = None, resume_from: str | os.PathLike | None = None,
             evaluate: bool = True, progress: bool = False) -> FedRunResult:
         """Train until ``rounds`` rounds in total (a resumed run continues to ``rounds``).
@@ -135,6 +148,8 @@ class FedSimulator:
         ``snapshot_dir``: write ``round_00000.pt`` (initial), ``round_00001.pt``... and
         ``selection.jsonl`` as the run goes (streamed); ``checkpoint_path``: atomically rewritten after
         every round; ``resume_from``: a checkpoint written by an earlier run with the same mechanism.
+        ``rng``: ``None`` (default) = secure noise everywhere; a seed = a reproducible simulation whose
+        claim says "noise seeded" (see the module docstring).
         """
         check_range("rounds", rounds, 0, 10**9, integer=True)
         mech = self.mechanism
@@ -150,7 +165,8 @@ class FedSimulator:
         selection_log: list[tuple[str, ...]] = [()]
         snap_paths: list[str] = []
         start_round = 0
-        secure = is_secure(rng)
+        seeded = noise_is_seeded(rng)
+        max_copies = 1
         if resume_from is not None:
             ck = torch.load(resume_from, map_location="cpu", weights_only=False)
             if ck.get("format") != "privnlp.fed_checkpoint/1":
@@ -165,9 +181,13 @@ class FedSimulator:
             selection_log = [tuple(s) for s in ck["selection"]]
             snap_paths = list(ck.get("snapshots", []))
             plan = ck["plan"]
+            seeded = bool(ck.get("noise_seeded", seeded))  # the run keeps its noise source across a resume
         else:
-            base_seed = seed_of(rng)
+            base_seed = seed_of(rng if rng is not None else secure_numpy())
             plan = mech.plan(n_users, max(1, rounds))
+        noisy = (plan.get("noise_multiplier") or 0) > 0 or getattr(mech, "client_max_grad_norm", None) is not None
+        if seeded and noisy:
+            check_noise_seed_allowed(rng if resume_from is None else 0)  # PRIVNLP_REFUSE_SEEDED_NOISE=1 refuses
         snap_dir = Path(snapshot_dir) if snapshot_dir is not None else None
         if snap_dir is not None:
             snap_dir.mkdir(parents=True, exist_ok=True)
@@ -190,7 +210,8 @@ class FedSimulator:
                     ins = FitIns(params, mech.client_config(r, (client_seed + j) % (2**31 - 1)))
                     try:
                         rep = (self.client_fn(cid, ins) if self.client_fn is not None
-                               else local_update(self.task, self.clients[cid], ins, model=worker))
+                               else local_update(self.task, self.clients[cid], ins, model=worker,
+                                                 rng=client_noise_rng(base_seed, r, j) if seeded else None))
                     except ProtocolError:
                         raise
                     except Exception:  # noqa: BLE001 - a failing client is a missing reply
@@ -206,13 +227,14 @@ class FedSimulator:
                 if not replies and not selected and not mech.require_all_replies():
                     update = None
                 else:
-                    g_noise = secure_torch() if secure else torch.Generator().manual_seed(noise_seed)
+                    g_noise = torch.Generator().manual_seed(noise_seed) if seeded else secure_torch()
                     update, info = mech.aggregate(params, [rep for _, rep in replies], num_selected=len(selected),
                                                   plan=plan, generator=g_noise)
                 if update is not None:
                     params = server.step(params, update)
                 mech.account(ledger, plan, n_users, check=False)
                 for cid, rep in replies:
+                    max_copies = max(max_copies, int(rep.metrics.get("dp-max-copies", 1)))
                     if "dp-steps" in rep.metrics:
                         ledger.record_client_steps(cid, rep.metrics["dp-noise-multiplier"],
                                                    rep.metrics["dp-sample-rate"], int(rep.metrics["dp-steps"]))
@@ -230,7 +252,7 @@ class FedSimulator:
                     info.noise_std if update is not None else 0.0, eps, time.perf_counter() - t0))
                 if checkpoint_path is not None:
                     self._checkpoint(Path(checkpoint_path), params, server, ledger, history, selection_log, snap_paths,
-                                     plan, base_seed, r)
+                                     plan, base_seed, r, seeded)
                 if bar is not None:
                     bar.update(1)
         finally:
@@ -238,6 +260,15 @@ class FedSimulator:
                 bar.close()
         self._set(model, params)
         claim = mech.claim_for(ledger, n_users, plan)
+        import dataclasses
+
+        if seeded and noisy and claim.kind.value == "dp":
+            claim = dataclasses.replace(claim, noise_seeded=True)
+        if max_copies > 1 and claim.kind.value == "dp":
+            claim = dataclasses.replace(claim, extra={**claim.extra, "record_max_copies": max_copies}, notes=claim.notes + (
+                f"a client's data held up to {max_copies} copies of one record: the record-level guarantee of that "
+                f"record is the group-privacy one (group size {max_copies}); set dp-dedup (local_update(dedup=True)) "
+                "or rely on the user-level guarantee",))
         if hasattr(mech, "_last_claim"):
             mech._last_claim = claim
         metrics = dict(self.task.evaluate(model)) if (evaluate and self.task.evaluate is not None) else {}
@@ -266,12 +297,14 @@ class FedSimulator:
         _atomic_torch_save(model.state_dict(), p)
         return str(p)
 
-    def _checkpoint(self, path: Path, params, server, ledger, history, selection, snaps, plan, base_seed, r) -> None:
+    def _checkpoint(self, path: Path, params, server, ledger, history, selection, snaps, plan, base_seed, r,
+                    seeded: bool = True) -> None:
         from dataclasses import asdict
 
         _atomic_torch_save({"format": "privnlp.fed_checkpoint/1", "round": r, "params": params,
                             "server": server.state_dict(), "ledger": ledger.to_dict(),
                             "history": [asdict(h) for h in history], "selection": [list(s) for s in selection],
                             "snapshots": list(snaps), "plan": dict(plan), "base_seed": int(base_seed),
+                            "noise_seeded": bool(seeded),
                             "mechanism": type(self.mechanism).__name__,
                             "params_of_mechanism": self.mechanism.params()}, path)

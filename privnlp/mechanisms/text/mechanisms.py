@@ -33,9 +33,16 @@ from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_positive, check_range
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
-from privnlp.core.rng import as_numpy
+from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
 
-from .embeddings import DEFAULT_STOPWORDS, Embeddings, bundled_embeddings, load_embeddings
+
+def _noise_rng(rng: Any) -> np.random.Generator:
+    """The privacy-noise rule (issue #15): ``rng=None`` draws from the OS entropy pool; a seed / Generator is
+    a reproducible simulation (not private against anyone who knows the seed)."""
+    check_noise_seed_allowed(rng)   # PRIVNLP_REFUSE_SEEDED_NOISE=1: deployments refuse seeded noise
+    return secure_numpy() if rng is None else as_numpy(rng)
+
+from .embeddings import CLITICS, DEFAULT_STOPWORDS, Embeddings, default_embeddings, load_embeddings
 from .neighbors import NeighborResult, make_index
 from .textio import WORD_RE, SanitizedText
 
@@ -45,6 +52,8 @@ __all__ = ["WordMetricDP", "LaplaceMetric", "Mahalanobis", "Vickrey", "VickreyK"
 PAPER = ("vickrey-mechanism-metric-dp.txt — Xu, Aggarwal, Feyisetan, Teissier: On a Utilitarian Approach to "
          "Privacy Preserving Text Generation (Vickrey mechanism, Algorithms 1-3, Theorems 1-2)")
 OOV_POLICIES = ("random", "mask", "keep")
+#: vocabulary of the card examples (GloVe's most frequent words; the paper's IMDb setup has 22k words)
+EXAMPLE_VOCAB = {"quick": 20_000, "full": 100_000}
 
 THREAT = ThreatModel(
     adversary=Adversary.DATA_RECIPIENT,
@@ -61,7 +70,9 @@ class WordMetricDP(Mechanism):
     Args:
         epsilon: privacy parameter (> 0), per word, in units of the embedding metric.
         embeddings: an :class:`Embeddings`, a path loadable by :func:`load_embeddings`, or ``None``
-            for the bundled word2vec model (trained on the bundled corpus, cached).
+            for the default vectors: GloVe 6B 50-d (``privnlp[vectors]``, memory-mapped), else the
+            bundled word2vec model (trained on the bundled corpus; with a warning).
+        vocab_limit: keep only the N most frequent vocabulary words (the paper's setting); ``None`` = all.
         index: ``"exact"`` (default) or ``"hnsw"`` (approximate, post-processing of the noisy vector).
         oov: out-of-vocabulary policy: ``"random"`` (a uniformly random vocabulary word),
             ``"mask"`` (``mask_token``) or ``"keep"`` (verbatim; opt-in, recorded in the claim).
@@ -76,14 +87,14 @@ class WordMetricDP(Mechanism):
     paper: ClassVar[str] = PAPER
     paired_attacks: ClassVar[tuple[str, ...]] = ("bayesian_inversion",)
     threat_models: ClassVar[tuple[ThreatModel, ...]] = (THREAT,)
-    scenario: ClassVar[str | None] = "text.perturbation"
+    scenario: ClassVar[str | None] = "text.licenses"   # real English text on the default vectors (issue #16)
     metric_name: ClassVar[str] = "euclidean"
     n_candidates: ClassVar[int] = 1
 
     def __init__(self, epsilon: float = 10.0, *, embeddings: Embeddings | str | None = None, index: str = "exact",
                  oov: str = "random", mask_token: str = "[MASK]", redactable: Iterable[str] | None = None,
                  skip_stopwords: bool = False, lowercase: bool = True, ann_ef: int = 64,
-                 batch_tokens: int = 4096, ann_nprobe: int = 1) -> None:
+                 batch_tokens: int = 4096, ann_nprobe: int = 1, vocab_limit: int | None = None) -> None:
         check_positive("epsilon", epsilon, error=InvalidPrivacyParameter)
         if index not in ("exact", "hnsw", "faiss"):
             raise InvalidArgument(f"index must be 'exact', 'hnsw' or 'faiss'; got {index!r}")
@@ -92,6 +103,8 @@ class WordMetricDP(Mechanism):
         check_range("ann_ef", ann_ef, 1, 100000, integer=True)
         check_range("batch_tokens", batch_tokens, 1, 1 << 24, integer=True)
         check_range("ann_nprobe", ann_nprobe, 1, 1 << 20, integer=True)
+        if vocab_limit is not None:
+            check_range("vocab_limit", vocab_limit, 2, math.inf, integer=True)
         if embeddings is not None and not isinstance(embeddings, (Embeddings, str, os.PathLike)):
             raise InvalidArgument(f"embeddings must be an Embeddings, a path or None; got {type(embeddings).__name__}")
         self.epsilon = epsilon
@@ -105,17 +118,21 @@ class WordMetricDP(Mechanism):
         self.ann_ef = ann_ef
         self.batch_tokens = batch_tokens
         self.ann_nprobe = ann_nprobe
+        self.vocab_limit = vocab_limit
 
     # -- resources (public, computed lazily once) --------------------------------------
     def resolve_embeddings(self) -> Embeddings:
         e = self.__dict__.get("_emb")
         if e is None:
+            lim = self.vocab_limit
             if self.embeddings is None:
-                e = bundled_embeddings()
+                e = default_embeddings(lim)
             elif isinstance(self.embeddings, Embeddings):
                 e = self.embeddings
+                if lim is not None and lim < len(e):
+                    e = e.restrict(top_k=lim)
             else:
-                e = load_embeddings(self.embeddings)
+                e = load_embeddings(self.embeddings, limit=lim)
             if len(e) < 2:
                 raise InvalidArgument(f"embeddings: need at least 2 vocabulary words; got {len(e)}")
             self.__dict__["_emb"] = e
@@ -149,9 +166,9 @@ class WordMetricDP(Mechanism):
     noise_chunk: ClassVar[int] = 2048
     noise_threads: ClassVar[int] = max(1, min(8, os.cpu_count() or 1))
 
-    def sample_noise(self, n: int, *, rng: Any, dtype: Any = np.float32) -> np.ndarray:
+    def sample_noise(self, n: int, *, rng: Any = None, dtype: Any = np.float32) -> np.ndarray:
         """``n`` noise vectors with density ∝ exp(-eps d(z, 0)): uniform direction x Gamma(d, 1/eps)."""
-        g = as_numpy(rng)
+        g = _noise_rng(rng)
         d = self.resolve_embeddings().dim
         ft = np.float32 if dtype == np.float32 else np.float64
         u = np.empty((n, d), dtype=ft)
@@ -198,10 +215,55 @@ class WordMetricDP(Mechanism):
         r = (g.random(p.shape[0])[:, None] >= c[:, :-1]).sum(axis=1)
         return nb.ids[np.arange(p.shape[0]), r]
 
+    def _choose_u(self, nb: NeighborResult, u: np.ndarray) -> np.ndarray:
+        """:meth:`_choose` with the selection uniforms given (one per row)."""
+        p = self.selection_probs(nb)
+        if p.shape[1] == 1:
+            return nb.ids[:, 0].copy()
+        c = np.cumsum(p, axis=1)
+        r = (u[:, None] >= c[:, :-1]).sum(axis=1)
+        return nb.ids[np.arange(p.shape[0]), r]
+
+    # -- tokenisation that fits the vectors -----------------------------------------------
+    def _key(self, piece: str) -> str:
+        k = piece.replace("\u2019", "'")
+        return k.lower() if self.lowercase else k
+
+    def pieces(self, token: str) -> list[tuple[int, int]]:
+        """Split a word token into vector-vocabulary units, as (start, end) offsets in ``token``.
+
+        The whole token first ("don't" in a vocabulary that has it, "well-known", "1,000"); else a
+        trailing clitic of the Stanford/GloVe tokenizer ("do"+"n't", "john"+"'s", "we"+"'ll");
+        else the runs between hyphens / apostrophes / number separators ("state-of-the-art" ->
+        state, of, the, art; "3.75" -> 3, 75). The separators are released verbatim."""
+        emb = self.resolve_embeddings()
+        k = self._key(token)
+        if len(token) <= 1 or k in emb:
+            return [(0, len(token))]
+        for cl in CLITICS:
+            if k.endswith(cl) and len(k) > len(cl) and cl in emb:
+                cut = len(token) - len(cl)
+                return self.pieces(token[:cut]) + [(cut, len(token))]
+        runs = [m.span() for m in _RUN_RE.finditer(token)]
+        return runs if len(runs) > 1 else [(0, len(token))]
+
+    def coverage(self, texts: Iterable[str]) -> tuple[int, int]:
+        """``(units, oov)``: vocabulary units of ``texts`` as :meth:`sanitize` sees them and how many
+        have no vector (no noise drawn, no index built)."""
+        emb = self.resolve_embeddings()
+        n = o = 0
+        for t in texts:
+            for mt in WORD_RE.finditer(t):
+                a = mt.start()
+                for pa, pb in self.pieces(mt.group()):
+                    n += 1
+                    o += emb.id_of(self._key(t[a + pa:a + pb])) < 0
+        return n, o
+
     # -- the operation -------------------------------------------------------------------
-    def perturb_ids(self, ids: Sequence[int] | np.ndarray, *, rng: Any) -> np.ndarray:
+    def perturb_ids(self, ids: Sequence[int] | np.ndarray, *, rng: Any = None) -> np.ndarray:
         """Perturb vocabulary row ids (all in range); vectorised in batches of ``batch_tokens``."""
-        g = as_numpy(rng)
+        g = _noise_rng(rng)
         emb = self.resolve_embeddings()
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= len(emb)):
@@ -214,9 +276,9 @@ class WordMetricDP(Mechanism):
             out[s:s + bt] = self._choose(self._neighbors(noisy, b), g)
         return out
 
-    def perturb_vectors(self, vectors: np.ndarray, *, rng: Any) -> np.ndarray:
+    def perturb_vectors(self, vectors: np.ndarray, *, rng: Any = None) -> np.ndarray:
         """Perturb arbitrary points of R^d (``phi(w)`` of words not in the vocabulary, tests)."""
-        g = as_numpy(rng)
+        g = _noise_rng(rng)
         emb = self.resolve_embeddings()
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2 or v.shape[1] != emb.dim:
@@ -224,9 +286,9 @@ class WordMetricDP(Mechanism):
         noisy = v + self.sample_noise(v.shape[0], rng=g)
         return self._choose(self._nn().query(noisy, self.n_candidates), g)
 
-    def perturb_words(self, words: Sequence[str], *, rng: Any) -> list[str]:
+    def perturb_words(self, words: Sequence[str], *, rng: Any = None) -> list[str]:
         """Perturb a list of words (each one independently); OOV words follow ``oov``."""
-        return self._perturb_tokens(list(words), [True] * len(words), as_numpy(rng))[0]
+        return self._perturb_tokens(list(words), [True] * len(words), _noise_rng(rng))[0]
 
     def _selected(self, key: str) -> bool:
         if self.redactable is not None and key not in self.redactable:
@@ -270,49 +332,141 @@ class WordMetricDP(Mechanism):
                 n_kept += len(oov_pos)
         return out, {"n_perturbed": len(vid), "n_changed": n_changed, "n_oov": len(oov_pos), "n_kept": n_kept}
 
-    def sanitize_many(self, texts: Sequence[str], *, rng: Any) -> list[SanitizedText]:
-        """Sanitize many texts with one batched perturbation pass (order and count preserved)."""
-        g = as_numpy(rng)
-        spans_all, toks = [], []
+    def sanitize_many(self, texts: Sequence[str], *, rng: Any = None, seed: int | None = None,
+                      start: int = 0) -> list[SanitizedText]:
+        """Sanitize many texts with one batched perturbation pass (order and count preserved).
+
+        Randomness: ``rng`` (``None`` = OS entropy) is drawn sequentially over all texts; or, with
+        ``seed``, record ``i`` draws from its own generator ``default_rng([seed, start + i])`` —
+        output independent of how a corpus is chunked or split across processes (``--num-proc``,
+        ``datasets.map(num_proc=N)``). A seed is an explicit reproducible simulation ("noise seeded")."""
         for t in texts:
             if not isinstance(t, str):
                 raise InvalidArgument(f"texts must be strings; got {type(t).__name__}")
-            spans = [m.span() for m in WORD_RE.finditer(t)]
-            spans_all.append(spans)
-            toks.extend(t[a:b] for a, b in spans)
-        # one pass over all tokens (ids batched together), then split per text
-        new, _ = self._perturb_tokens(toks, [True] * len(toks), g)
+        if seed is not None:
+            if rng is not None:
+                raise InvalidArgument("pass either rng or seed, not both")
+            check_range("seed", seed, 0, 2 ** 63 - 1, integer=True)
+            check_range("start", start, 0, 2 ** 63 - 1, integer=True)
+            check_noise_seed_allowed(seed)
+            gens: Any = [np.random.default_rng([int(seed), int(start) + i]) for i in range(len(texts))]
+        else:
+            gens = _noise_rng(rng)
+        return self._sanitize(list(texts), gens)
+
+    def _sanitize(self, texts: list[str], gens: Any) -> list[SanitizedText]:
         emb = self.resolve_embeddings()
-        results, c = [], 0
-        for t, spans in zip(texts, spans_all):
-            parts, last, st = [], 0, {"n_perturbed": 0, "n_changed": 0, "n_oov": 0, "n_kept": 0}
-            for (a, b), nw in zip(spans, new[c:c + len(spans)]):
-                w = t[a:b]
-                k = w.lower() if self.lowercase else w
-                if not self._selected(k):
+        V = len(emb)
+        # 1. tokens -> vocabulary units; what happens to each unit
+        units = []   # per text: list of (abs_start, abs_end, kind, vocab id) kind: 0 kept, 1 perturbed, 2 oov
+        n_m, n_o = [], []
+        for t in texts:
+            us, m, o = [], 0, 0
+            for mt in WORD_RE.finditer(t):
+                a = mt.start()
+                for pa, pb in self.pieces(mt.group()):
+                    k = self._key(t[a + pa:a + pb])
+                    if not self._selected(k):
+                        us.append((a + pa, a + pb, 0, -1))
+                        continue
+                    j = emb.id_of(k)
+                    if j < 0:
+                        us.append((a + pa, a + pb, 2, -1))
+                        o += 1
+                    else:
+                        us.append((a + pa, a + pb, 1, j))
+                        m += 1
+            units.append(us)
+            n_m.append(m)
+            n_o.append(o)
+        ids = np.fromiter((u[3] for us in units for u in us if u[2] == 1), dtype=np.int64, count=sum(n_m))
+        # 2. randomness: noise, selection uniforms, OOV draws (shared generator or one per record)
+        if isinstance(gens, list):
+            noise = np.concatenate([self.sample_noise(m, rng=g) for m, g in zip(n_m, gens)] or
+                                   [np.zeros((0, emb.dim), np.float32)])
+            uni = np.concatenate([g.random(m) for m, g in zip(n_m, gens)] or [np.zeros(0)])
+            oovr = np.concatenate([g.integers(0, V, size=o) for o, g in zip(n_o, gens)] or [np.zeros(0, np.int64)])
+        else:
+            noise = self.sample_noise(int(ids.size), rng=gens)
+            uni = gens.random(int(ids.size))
+            oovr = gens.integers(0, V, size=sum(n_o))
+        out = np.empty_like(ids)
+        bt = int(self.batch_tokens)
+        for s in range(0, ids.size, bt):
+            b = ids[s:s + bt]
+            noisy = emb.vectors[b] + noise[s:s + bt]
+            out[s:s + bt] = self._choose_u(self._neighbors(noisy, b), uni[s:s + bt])
+        # 3. detokenise in place, casing of the input applied to the output word
+        results, ci, co = [], 0, 0
+        for t, us in zip(texts, units):
+            parts, last = [], 0
+            st = {"n_perturbed": 0, "n_changed": 0, "n_oov": 0, "n_kept": 0}
+            for a, b, kind, j in us:
+                src = t[a:b]
+                if kind == 0:
+                    nw = src
                     st["n_kept"] += 1
-                elif emb.id_of(k) < 0:
-                    st["n_oov"] += 1
-                    st["n_kept"] += self.oov == "keep"
-                else:
+                elif kind == 1:
+                    nw = emb.words[out[ci]]
                     st["n_perturbed"] += 1
-                    st["n_changed"] += nw != k
+                    st["n_changed"] += int(out[ci] != j)
+                    ci += 1
+                else:
+                    st["n_oov"] += 1
+                    if self.oov == "random":
+                        nw = emb.words[oovr[co]]
+                    elif self.oov == "mask":
+                        nw = self.mask_token
+                    else:
+                        nw = src
+                        st["n_kept"] += 1
+                    co += 1
+                if kind and nw is not src and nw != self.mask_token:
+                    nw = _apply_case(src, nw)
+                    if a == last and parts and _is_clitic(src) and not _is_clitic(nw):
+                        nw = " " + nw   # "john's" -> "john the" rather than "johnthe"
                 parts.append(t[last:a])
                 parts.append(nw)
                 last = b
             parts.append(t[last:])
-            c += len(spans)
-            results.append(SanitizedText("".join(parts), len(spans), **st))
+            results.append(SanitizedText("".join(parts), len(us), **st))
         return results
 
-    def sanitize(self, text: str, *, rng: Any) -> SanitizedText:
+    def sanitize(self, text: str, *, rng: Any = None, seed: int | None = None) -> SanitizedText:
         """Sanitize one text: perturb the selected words, keep whitespace and punctuation."""
-        return self.sanitize_many([text], rng=rng)[0]
+        return self.sanitize_many([text], rng=rng, seed=seed)[0]
 
-    def as_map_function(self, column: str = "text", *, rng: Any) -> Callable[[Mapping[str, Any]], dict]:
-        """A function for ``datasets.Dataset.map(fn, batched=True)`` replacing ``column``.
-        It draws from ``rng`` sequentially: use ``num_proc=1`` for reproducible output."""
-        g = as_numpy(rng)
+    def as_map_function(self, column: str = "text", *, rng: Any = None,
+                        seed: int | None = None) -> Callable[..., dict]:
+        """A function for ``datasets.Dataset.map(fn, batched=True, ...)`` replacing ``column``.
+
+        With ``seed``: call ``ds.map(fn, batched=True, with_indices=True, num_proc=N)``; record ``i``
+        draws from ``default_rng([seed, i])``, so the output is the CLI's (``privnlp sanitize
+        --seed``) for every ``N`` and batch size. Without it, draws come from ``rng`` (``None`` = OS
+        entropy) sequentially."""
+        if seed is not None:
+            if rng is not None:
+                raise InvalidArgument("pass either rng or seed, not both")
+            check_range("seed", seed, 0, 2 ** 63 - 1, integer=True)
+
+            def fn_seeded(batch: Mapping[str, Any], indices: Any = None) -> dict:
+                if indices is None:
+                    raise InvalidArgument("as_map_function(seed=...) needs ds.map(..., with_indices=True)")
+                vals = batch[column]
+                if isinstance(vals, str):
+                    return {column: self.sanitize_many([vals], seed=seed, start=int(indices))[0].text}
+                idx = [int(i) for i in indices]
+                res: list[str] = []
+                i = 0
+                while i < len(idx):   # runs of consecutive indices share one batched pass
+                    j = i + 1
+                    while j < len(idx) and idx[j] == idx[j - 1] + 1:
+                        j += 1
+                    res += [s.text for s in self.sanitize_many(list(vals[i:j]), seed=seed, start=idx[i])]
+                    i = j
+                return {column: res}
+            return fn_seeded
+        g = _noise_rng(rng)
 
         def fn(batch: Mapping[str, Any]) -> dict:
             vals = batch[column]
@@ -323,7 +477,10 @@ class WordMetricDP(Mechanism):
 
     # -- claim ---------------------------------------------------------------------------
     def _claim_notes(self) -> list[str]:
-        notes = ["word count, positions, whitespace and punctuation are released unchanged"]
+        notes = ["word count, positions, whitespace and punctuation are released unchanged",
+                 "a word is looked up lower-cased and split into vector-vocabulary units when it has no vector "
+                 "(clitics n't/'s/'ll..., hyphen and number parts); each unit is one perturbed word; the input's "
+                 "capitalisation pattern is applied to the output word (capitalisation is released)"]
         if self.oov == "keep":
             notes.append("out-of-vocabulary words are released VERBATIM (oov='keep', opt-in): no protection for them")
         elif self.oov == "mask":
@@ -347,6 +504,8 @@ class WordMetricDP(Mechanism):
         notes = self._claim_notes()
         extra: dict[str, Any] = {"mechanism": self.name}
         extra.update(self._claim_extra())
+        e = self.resolve_embeddings()
+        extra["embeddings"] = {"source": e.source, "sha256_16": e.fingerprint(), "n_words": len(e), "dim": e.dim}
         if n_words is None:
             return PrivacyClaim.metric_dp(self.epsilon, self.metric_name, "word", notes=tuple(notes), extra=extra)
         check_range("n_words", n_words, 0, math.inf, integer=True)
@@ -360,12 +519,12 @@ class WordMetricDP(Mechanism):
 
     @classmethod
     def example(cls, preset: str = "quick") -> "WordMetricDP":
-        return cls(epsilon=10.0)
+        return cls(epsilon=10.0, vocab_limit=EXAMPLE_VOCAB[preset])
 
     @classmethod
     def sweep_grid(cls, preset: str = "quick") -> tuple[str, tuple[float, ...]]:
         """The epsilon sweep of the report's privacy-utility curve (inference accuracy vs words kept)."""
-        return ("epsilon", (2.0, 5.0, 10.0, 20.0, 40.0) if preset == "quick" else (1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 80.0))
+        return ("epsilon", (5.0, 10.0, 20.0, 40.0, 80.0) if preset == "quick" else (2.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0))
 
 
 @MECHANISMS.register("laplace_metric")
@@ -401,7 +560,7 @@ class Vickrey(WordMetricDP):
 
     @classmethod
     def example(cls, preset: str = "quick") -> "Vickrey":
-        return cls(epsilon=10.0, t=0.5)
+        return cls(epsilon=10.0, t=0.5, vocab_limit=EXAMPLE_VOCAB[preset])
 
 
 @MECHANISMS.register("vickrey_k")
@@ -428,8 +587,8 @@ class VickreyK(WordMetricDP):
             raise InvalidArgument(f"k = len(ts) must be <= the vocabulary size; got {k}")
         return self._nn().query(noisy, k)
 
-    def perturb_vectors(self, vectors: np.ndarray, *, rng: Any) -> np.ndarray:  # k candidates here too
-        g = as_numpy(rng)
+    def perturb_vectors(self, vectors: np.ndarray, *, rng: Any = None) -> np.ndarray:  # k candidates here too
+        g = _noise_rng(rng)
         v = np.asarray(vectors, dtype=np.float32)
         emb = self.resolve_embeddings()
         if v.ndim != 2 or v.shape[1] != emb.dim:
@@ -447,7 +606,7 @@ class VickreyK(WordMetricDP):
 
     @classmethod
     def example(cls, preset: str = "quick") -> "VickreyK":
-        return cls(epsilon=10.0, ts=(1.0, 1.0, 1.0))
+        return cls(epsilon=10.0, ts=(1.0, 1.0, 1.0), vocab_limit=EXAMPLE_VOCAB[preset])
 
 
 @MECHANISMS.register("mahalanobis")
@@ -500,7 +659,7 @@ class Mahalanobis(WordMetricDP):
 
     @classmethod
     def example(cls, preset: str = "quick") -> "Mahalanobis":
-        return cls(epsilon=10.0, lam=0.2)
+        return cls(epsilon=10.0, lam=0.2, vocab_limit=EXAMPLE_VOCAB[preset])
 
 
 @LEAKY_TWINS.register("vickrey")
@@ -509,8 +668,8 @@ class LeakyVickreyWrongRadius(Vickrey):
     dimensions instead of Gamma(d, 1/eps), i.e. about d times too little noise, under the same claim.
     The Bayesian adversary's inference accuracy and the metric-DP audit both catch it."""
 
-    def sample_noise(self, n: int, *, rng: Any, dtype: Any = np.float32) -> np.ndarray:
-        g = as_numpy(rng)
+    def sample_noise(self, n: int, *, rng: Any = None, dtype: Any = np.float32) -> np.ndarray:
+        g = _noise_rng(rng)
         z = super().sample_noise(n, rng=g, dtype=np.float64)
         nrm = np.linalg.norm(z, axis=1)
         nrm[nrm == 0] = 1.0
@@ -529,3 +688,20 @@ class LeakyVickreyExcludesInput(Vickrey):
         # first two candidates that are not the input word
         order = np.argsort(~keep, axis=1, kind="stable")[:, :2]
         return NeighborResult(np.take_along_axis(nb.ids, order, axis=1), np.take_along_axis(nb.dists, order, axis=1))
+
+
+_RUN_RE = __import__("re").compile(r"[^\-'\u2019.,]+")
+
+
+def _is_clitic(w: str) -> bool:
+    return w.replace("\u2019", "'").lower() in CLITICS
+
+
+def _apply_case(src: str, out: str) -> str:
+    """The input's capitalisation on the output word: ``Capitalized`` in, ``Capitalized`` out;
+    ``UPPER`` (2+ letters) in, ``UPPER`` out; anything else as the vocabulary has it."""
+    if len(src) > 1 and src.isupper():
+        return out.upper()
+    if src[:1].isupper():
+        return out[:1].upper() + out[1:]
+    return out

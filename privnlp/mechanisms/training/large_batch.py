@@ -18,7 +18,7 @@ import torch
 
 from privnlp.accounting import effective_noise_multiplier
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_positive, check_range
-from privnlp.core.rng import as_torch
+from privnlp.core.rng import as_torch, check_noise_seed_allowed, secure_torch
 
 __all__ = ["effective_noise_multiplier", "clip_per_example", "sharded_dp_mean"]
 
@@ -31,7 +31,7 @@ def clip_per_example(per_example: torch.Tensor, max_grad_norm: float) -> torch.T
 
 
 def sharded_dp_mean(per_example: torch.Tensor, *, num_shards: int, noise_multiplier: float, max_grad_norm: float,
-                    rng: Any) -> torch.Tensor:
+                    rng: Any = None) -> torch.Tensor:
     """Simulate TF-Privacy + CrossShardOptimizer: P shards of B/P examples each clip, sum, add
     N(0, sigma^2 C^2), divide by B/P; the shard results are averaged. Returns the [D] update."""
     if per_example.dim() != 2:
@@ -41,7 +41,8 @@ def sharded_dp_mean(per_example: torch.Tensor, *, num_shards: int, noise_multipl
     if b % num_shards:
         raise InvalidArgument(f"num_shards must divide the batch size {b}; got {num_shards}")
     check_range("noise_multiplier", noise_multiplier, 0.0, float("inf"), error=InvalidPrivacyParameter)
-    g = as_torch(rng)
+    check_noise_seed_allowed(rng)
+    g = secure_torch() if rng is None else as_torch(rng)   # rng=None: OS entropy (privacy-noise rule)
     clipped = clip_per_example(per_example, max_grad_norm)
     per_shard = b // num_shards
     shards = []

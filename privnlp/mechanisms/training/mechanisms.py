@@ -12,6 +12,7 @@ import abc
 import math
 from typing import Any, ClassVar
 
+from privnlp.accounting.ledger import REPORTED
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_positive, check_probability, check_range
 from privnlp.core.protocols import Mechanism
@@ -43,7 +44,9 @@ class DPSGD(Mechanism):
     Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt``; evaluated against FILM
     (``film-recovering-private-text-in-fl.txt``, DP threshold variant), LAMP and canary exposure.
     Threat model: a server / eavesdropper seeing every noised update, or anyone querying the final
-    model. Claim: (epsilon, delta)-DP per example (add/remove), accountant prv/rdp + dp_accounting.
+    model. Claim: (epsilon, delta)-DP per example (add/remove), reported by the tightest sound accountant
+    (dp_accounting PLD / wide-order RDP; opacus as a diagnostic). Noise from OS entropy unless ``rng`` seeds a
+    simulation (the claim then says "noise seeded").
     Operation: :meth:`make_private` -> :class:`~privnlp.mechanisms.training.dp_sgd.PrivateTraining`.
     """
 
@@ -56,7 +59,7 @@ class DPSGD(Mechanism):
                  max_grad_norm: float = 1.0, delta: float | None = None, accountant: str = "prv",
                  epochs: float | None = None, steps: int | None = None, poisson_sampling: bool = True,
                  grad_sample_mode: str = "auto", tied_embeddings: str = "untie", freeze_embeddings: bool = False,
-                 unit: str = "example") -> None:
+                 unit: str = "example", dedup: bool = False) -> None:
         check_positive("max_grad_norm", max_grad_norm, error=InvalidPrivacyParameter)
         if noise_multiplier is not None:
             check_range("noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
@@ -78,6 +81,7 @@ class DPSGD(Mechanism):
         self.tied_embeddings = tied_embeddings
         self.freeze_embeddings = freeze_embeddings
         self.unit = unit
+        self.dedup = dedup
         self._last = None
 
     def make_private(self, model: Any, optimizer: Any, data_loader: Any, *, rng: Any = None) -> Any:
@@ -90,7 +94,7 @@ class DPSGD(Mechanism):
                           target_epsilon=self.target_epsilon, epochs=self.epochs, steps=self.steps,
                           max_grad_norm=self.max_grad_norm, delta=self.delta, accountant=self.accountant,
                           poisson_sampling=self.poisson_sampling, grad_sample_mode=self.grad_sample_mode,
-                          tied_embeddings=self.tied_embeddings, unit=self.unit, rng=rng)
+                          tied_embeddings=self.tied_embeddings, unit=self.unit, rng=rng, dedup=self.dedup)
         if frozen:
             pt.notes = pt.notes + (f"word embeddings frozen: {list(frozen)}",)
         self._last = pt
@@ -110,7 +114,8 @@ class DPSGD(Mechanism):
         if self.delta is None:
             notes.append("delta defaults to min(1e-5, N^-1.1) once the dataset size N is known")
         return PrivacyClaim.dp(self.target_epsilon, self.delta or 1e-5, self.unit, neighbouring="add/remove",
-                               accountant=f"opacus.{self.accountant} + dp_accounting (max)", notes=tuple(notes),
+                               accountant=f"{REPORTED.get(self.accountant, self.accountant)} (reported)",
+                               notes=tuple(notes),
                                extra={"max_grad_norm": self.max_grad_norm})
 
     @classmethod

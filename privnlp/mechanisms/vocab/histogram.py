@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from privnlp.core.errors import InvalidArgument, MissingDependency, check_range
-from privnlp.core.rng import as_numpy
+from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
 
 from .calibration import NoiseCalibration
 
@@ -96,7 +96,7 @@ class NoisyHistogram:
         return len(self.counts)
 
 
-def release_histogram(hist: Mapping[str, int], cal: NoiseCalibration, *, rng: Any, secure: bool = False,
+def release_histogram(hist: Mapping[str, int], cal: NoiseCalibration, *, rng: Any = None, secure: bool = False,
                       n_contributors: int = 0) -> NoisyHistogram:
     """Add noise to every positive count and keep those ``>= cal.threshold``.
 
@@ -108,7 +108,8 @@ def release_histogram(hist: Mapping[str, int], cal: NoiseCalibration, *, rng: An
     words = sorted(w for w, c in hist.items() if c > 0)
     if secure:
         return _release_opendp(hist, words, cal, n_contributors)
-    g = as_numpy(rng)
+    check_noise_seed_allowed(rng)
+    g = secure_numpy() if rng is None else as_numpy(rng)   # rng=None: OS entropy (issue #15 noise rule)
     x = np.fromiter((hist[w] for w in words), dtype=np.float64, count=len(words))
     if cal.noise == "laplace":
         noisy = x + g.laplace(0.0, cal.scale, size=len(words))

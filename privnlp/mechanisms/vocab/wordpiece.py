@@ -290,24 +290,37 @@ class DPWordPiece(Mechanism):
         if not (self.delta < 1.0 / n):
             raise InvalidPrivacyParameter(f"delta must be in (0, 1/n) = (0, {1.0 / n:.3g}) for n={n} contributors; "
                                           f"got {self.delta!r}")
+        if rng is None:  # the privacy-noise rule (issue #15): no seed given -> OS entropy
+            from privnlp.core.rng import secure_numpy
+
+            rng = secure_numpy()
         bounded = bound_contributions(word_sets, int(self.max_words_per_contributor), rng=rng)
         hist = contributor_histogram(bounded)
         return release_histogram(hist, self.calibration(), rng=rng, secure=self.secure, n_contributors=n)
 
     def release_histogram(self, texts: Sequence[str], *, contributor_ids: Sequence[Any] | None = None,
-                          rng: Any) -> NoisyHistogram:
-        """Step 1-3 only: the DP word histogram."""
+                          rng: Any = None) -> NoisyHistogram:
+        """Step 1-3 only: the DP word histogram (``rng=None``: noise from the OS entropy pool)."""
         if self.unit == "user" and contributor_ids is None:
             raise InvalidArgument("contributor_ids is required for unit='user' (one user id per text)")
         return self._histogram(_split_corpus(texts, contributor_ids if self.unit == "user" else None, self.lowercase),
                                rng=rng)
 
-    def build(self, texts: Sequence[str], *, contributor_ids: Sequence[Any] | None = None, rng: Any) -> VocabBuild:
-        """Release the DP histogram and train the WordPiece tokenizer on it."""
+    def build(self, texts: Sequence[str], *, contributor_ids: Sequence[Any] | None = None, rng: Any = None) -> VocabBuild:
+        """Release the DP histogram and train the WordPiece tokenizer on it. ``rng=None``: the noise comes from
+        the OS entropy pool; a seed / Generator makes a reproducible simulation and the claim says "noise
+        seeded" (``secure=True`` draws OpenDP's noise from its CSPRNG whatever ``rng`` is)."""
         h = self.release_histogram(texts, contributor_ids=contributor_ids, rng=rng)
         tok = train_wordpiece_from_histogram(h.counts, int(self.vocab_size), count_scale=self.count_scale,
                                              lowercase=self.lowercase)
-        return VocabBuild(tok, h, self.claim(), config=self.params())
+        claim = self.claim()
+        from privnlp.core.rng import noise_is_seeded
+
+        if noise_is_seeded(rng) and not self.secure and claim.kind.value == "dp":
+            import dataclasses
+
+            claim = dataclasses.replace(claim, noise_seeded=True)
+        return VocabBuild(tok, h, claim, config=self.params())
 
 
 def build_nonprivate_wordpiece(texts: Sequence[str], vocab_size: int, *, lowercase: bool = True) -> VocabBuild:
