@@ -13,7 +13,7 @@ export HF_DATASETS_OFFLINE=1
 export FLWR_TELEMETRY_ENABLED=0
 export TOKENIZERS_PARALLELISM=false
 
-.PHONY: demo test repro bench venv clean
+.PHONY: demo test repro bench venv clean check-cards
 
 venv: $(STAMP)
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	$(BIN)/pip install -q torch==$(TORCH_VERSION)
-	$(BIN)/pip install -q -e ".[mpc,fl,align,ann,secure,hf,dev]"
+	$(BIN)/pip install -q -e ".[mpc,fl,align,ann,secure,hf,vectors,dev]"
 	$(BIN)/pip install -q --no-deps crypten==0.4.1
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__"
 	touch $(STAMP)
@@ -31,6 +31,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -x --timeout=900 tests
+
+# issue #17: regenerate the quick cards in an empty cache and fail when a headline number leaves the
+# committed report's interval (ONLY=dp_sgd,gaussian_noise_update for a subset)
+check-cards: $(STAMP)
+	$(BIN)/python scripts/check_cards.py $(if $(ONLY),--only $(ONLY))
 
 repro: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --timeout=7200 tests

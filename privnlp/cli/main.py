@@ -39,6 +39,10 @@ for _g in GROUPS:
         _am.register(_mod.app)
     app.add_typer(_mod.app, name=_g)
 
+from privnlp.cli import redact as _redact  # noqa: E402  (a single command, not a group)
+
+app.command("redact")(_redact.redact)
+
 
 def main() -> None:  # pragma: no cover
     app()

@@ -43,11 +43,22 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def _embeddings(path: Optional[Path], fmt: Optional[str], top_k: Optional[int], kind: str, dim: int, seed: int) -> Any:
-    from privnlp.mechanisms.text import bundled_embeddings, load_embeddings
-    emb = load_embeddings(path, fmt) if path is not None else bundled_embeddings(kind, dim=dim, seed=seed)
-    if top_k:
-        emb = emb.restrict(top_k=top_k)
+def _embeddings(path: Optional[Path], fmt: Optional[str], vocab_limit: Optional[int]) -> Any:
+    """The user's vectors (gensim formats) or the default (GloVe 6B 50-d, else bundled word2vec + warning)."""
+    import warnings
+
+    from privnlp.core.errors import check_range
+    from privnlp.mechanisms.text import load_embeddings
+    from privnlp.mechanisms.text.embeddings import default_embeddings
+    if vocab_limit is not None:
+        check_range("--vocab-limit", vocab_limit, 2, 10 ** 9, integer=True)
+    if path is not None:
+        return load_embeddings(path, fmt, limit=vocab_limit)
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        emb = default_embeddings(vocab_limit)
+    for w in ws:
+        typer.secho(f"warning: {w.message}", err=True, fg=typer.colors.YELLOW)
     return emb
 
 
@@ -63,13 +74,14 @@ def sanitize(
     lam: float = typer.Option(0.2, "--lambda", help="mahalanobis: regularization lambda in [0, 1]."),
     fmt: Optional[str] = typer.Option(None, "--format", help="txt | jsonl | csv (default: from the suffix)."),
     field: str = typer.Option("text", "--field", help="JSONL field / CSV column to sanitize."),
-    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Vectors file (GloVe, word2vec, fastText); default: bundled word2vec."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Vectors file (GloVe .txt, word2vec .txt/.bin, fastText .vec/.bin, gensim .kv); default: GloVe 6B 50-d (privnlp[vectors]), else the bundled word2vec."),
     embeddings_format: Optional[str] = typer.Option(None, "--embeddings-format", help="glove | word2vec | word2vec-binary | fasttext | keyedvectors."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", help="Restrict the vocabulary to the K most frequent words."),
+    vocab_limit: Optional[int] = typer.Option(None, "--vocab-limit", "--top-k", help="Keep the N most frequent vocabulary words (>= 2)."),
+    num_proc: int = typer.Option(1, "--num-proc", help="Worker processes (output identical for every N with --seed)."),
     oov: str = typer.Option("random", "--oov", help="Out-of-vocabulary policy: random | mask | keep (keep is recorded in the claim)."),
     skip_stopwords: bool = typer.Option(False, "--skip-stopwords", help="Release stop words verbatim (recorded in the claim)."),
     index: str = typer.Option("exact", "--index", help="Nearest neighbours: exact | hnsw | faiss (approximate: post-processing, same claim)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed (reproducible runs); default: OS entropy (secure)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed: a reproducible simulation (noise seeded: anyone who knows it can undo the noise); default: OS entropy (secure)."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Sanitize INPUT into OUTPUT (record order and count kept, atomic write, claim in a sidecar)."""
@@ -80,10 +92,7 @@ def sanitize(
         raise typer.Exit(0)
     if output is None:
         _fail("missing option -o/--output")
-    import numpy as np
-
     from privnlp.core.errors import PrivnlpError
-    from privnlp.core.rng import secure_numpy
     from privnlp.mechanisms import get
     from privnlp.mechanisms.text.files import sanitize_file
 
@@ -102,14 +111,21 @@ def sanitize(
         elif mechanism == "mahalanobis":
             kw["lam"] = lam
         mech = cls(epsilon, **kw)  # validates epsilon / t / ... before any work
-        mech.embeddings = _embeddings(embeddings, embeddings_format, top_k, "word2vec", 50, 0)
-        rng = np.random.default_rng(seed) if seed is not None else secure_numpy()
-        rep = sanitize_file(input, output, mech, rng=rng, fmt=fmt, field=field, progress=progress, seed=seed)
+        if input is not None and not input.is_file():
+            _fail(f"INPUT {str(input)!r} is not a file")
+        mech.embeddings = _embeddings(embeddings, embeddings_format, vocab_limit)
+        rep = sanitize_file(input, output, mech, fmt=fmt, field=field, progress=progress, seed=seed,
+                            num_proc=num_proc)
     except PrivnlpError as e:
         _fail(str(e))
     typer.echo(f"wrote {rep.output} ({rep.records} records, {rep.words} words, {rep.perturbed} perturbed, "
-               f"{rep.changed} changed, {rep.oov} OOV) and {rep.sidecar}")
-    typer.echo(f"claim: {mech.claim().statement()}")
+               f"{rep.changed} changed, {rep.oov} OOV = {100 * rep.oov_rate:.2f}%, policy {oov!r}) and {rep.sidecar}")
+    if rep.oov_rate > 0.05:
+        typer.secho(f"warning: {100 * rep.oov_rate:.1f}% of the words are out of vocabulary (handled by --oov {oov}); "
+                    "the vectors do not fit this text: use --embeddings with vectors of its language/domain",
+                    err=True, fg=typer.colors.YELLOW)
+    from privnlp.mechanisms.text.files import _seeded
+    typer.echo(f"claim: {_seeded(mech.claim(), seed).statement()}")
 
 
 @app.command()
@@ -117,9 +133,11 @@ def tune(
     max_loss: float = typer.Option(0.05, "--max-loss", "-C", help="Maximum expected utility loss C (sentiment-flip rate by default)."),
     epsilon0: float = typer.Option(1.0, "--epsilon0", help="Initial epsilon of Algorithm 2."),
     words: str = typer.Option("lexicon", "--words", help="Vocabulary to tune on: 'lexicon' (the bundled sentiment lexicon, "
-                              "d_L = sentiment flip) or a file with one word per line (d_L = word changed)."),
-    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Vectors file; default: bundled word2vec."),
+                              "d_L = sentiment flip), 'licenses' (200 most frequent words of the Debian license texts, "
+                              "Zipf prior over GloVe rank, d_L = word changed) or a file with one word per line (d_L = word changed)."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Vectors file; default: GloVe 6B 50-d (privnlp[vectors]), else bundled word2vec."),
     embeddings_format: Optional[str] = typer.Option(None, "--embeddings-format"),
+    vocab_limit: Optional[int] = typer.Option(None, "--vocab-limit", help="Keep the N most frequent vocabulary words first."),
     samples: int = typer.Option(200, "--samples", help="Monte Carlo samples per word."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the privacy-utility plot (Figure 2 style) here."),
     epsilons: str = typer.Option("5,10,20,40,80,160", "--plot-epsilons", help="Comma-separated epsilons for the plot."),
@@ -133,15 +151,26 @@ def tune(
     from privnlp.mechanisms.text.tuning import plot_tradeoff, select_parameters, tradeoff_points
 
     try:
-        emb = _embeddings(embeddings, embeddings_format, None, "word2vec", 50, 0)
+        emb = _embeddings(embeddings, embeddings_format, vocab_limit)
         if words == "lexicon":
             from privnlp.data.sentiment import LEXICON
             emb = emb.restrict(words=list(LEXICON["positive"]) + list(LEXICON["negative"]))
             loss: Any = sentiment_flip_loss(emb.words, LEXICON)
+        elif words == "licenses":   # real English text: the 200 most frequent units of the Debian license texts
+            from collections import Counter
+
+            from privnlp.evaluation.scenarios.text import license_texts
+            from privnlp.mechanisms.text import LaplaceMetric
+            from privnlp.mechanisms.text.textio import WORD_RE
+            sp = LaplaceMetric(1.0, embeddings=emb)
+            freq = Counter(k for t in license_texts() for m in WORD_RE.finditer(t)
+                           for a, b in sp.pieces(m.group()) if (k := sp._key(m.group()[a:b])) in emb)
+            emb = emb.restrict(words=[w for w, _ in freq.most_common(200)])
+            loss = lambda a, b: (a != b).astype(float)  # noqa: E731
         else:
             p = Path(words)
             if not p.is_file():
-                _fail(f"--words must be 'lexicon' or a file; {words!r} does not exist")
+                _fail(f"--words must be 'lexicon', 'licenses' or a file; {words!r} does not exist")
             wl = [w.strip() for w in p.read_text(encoding="utf-8").splitlines() if w.strip()]
             emb = emb.restrict(words=wl)
             loss = lambda a, b: (a != b).astype(float)  # noqa: E731

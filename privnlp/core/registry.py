@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from .errors import InvalidArgument
 
-__all__ = ["Registry", "MECHANISMS", "ATTACKS", "SCENARIOS", "LEAKY_TWINS"]
+__all__ = ["Registry", "MECHANISMS", "ATTACKS", "SCENARIOS", "LEAKY_TWINS", "AUDITS"]
 
 T = TypeVar("T")
 
@@ -81,12 +81,14 @@ MECHANISMS = Registry("mechanism", (
     "privnlp.mechanisms.vocab",
     "privnlp.mechanisms.fragmentation",
     "privnlp.mechanisms.mpc",
+    "privnlp.mechanisms.pii",
 ))
 ATTACKS = Registry("attack", (
     "privnlp.attacks.gradient",
     "privnlp.attacks.memorization",
     "privnlp.attacks.text",
     "privnlp.attacks.mpc",
+    "privnlp.attacks.pii",
 ))
 SCENARIOS = Registry("scenario", (
     "privnlp.evaluation.scenarios",
@@ -94,3 +96,6 @@ SCENARIOS = Registry("scenario", (
 # Deliberately leaky twins, keyed by the name of the real mechanism they imitate
 # (registered next to the mechanism, re-exported by privnlp.mechanisms.testing).
 LEAKY_TWINS = Registry("leaky twin", MECHANISMS.modules)
+# Empirical DP audits (issue #18), keyed by the name of the DP defense they audit; each entry is a
+# function ``(cls, *, name, system, preset, seed, confidence) -> list[DPAuditResult]`` (privnlp.auditing).
+AUDITS = Registry("dp audit", ("privnlp.auditing.audits",))

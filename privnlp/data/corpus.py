@@ -104,6 +104,11 @@ class PrivateCorpus:
     records: tuple[Record, ...]
     seed: int | None = None
     config: dict = field(default_factory=dict, compare=False, hash=False)
+    #: record id -> {label: [values]}: the PII fields an institution holds for each record (the author's
+    #: profile, the author's address book, a note's patient), *not* where they occur in the text; filled
+    #: by :func:`generate_corpus` (used by ``privnlp.mechanisms.pii`` auto-annotation). Not part of
+    #: equality, ``to_jsonl`` or the texts.
+    known_fields: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -468,9 +473,12 @@ _BASE_LO = _dt.date(2018, 1, 1)
 _BASE_HI = _dt.date(2024, 12, 31)
 
 
-def _record(fake, p: _Persona, r: random.Random, kind: str) -> tuple[str, tuple[Span, ...]]:
+def _record(fake, p: _Persona, r: random.Random, kind: str,
+            known: dict | None = None) -> tuple[str, tuple[Span, ...]]:
     contact = r.choice(p.contacts)
     patient = _person(fake, r, r.choice(_PHONE_FORMATS))
+    if known is not None:  # no random draw: the texts are the same with or without it
+        known["patient"] = patient
     is_chat = kind == "chat"
 
     def fmt_date(d: _dt.date) -> str:
@@ -587,6 +595,24 @@ def _record(fake, p: _Persona, r: random.Random, kind: str) -> tuple[str, tuple[
     return b.text(), tuple(b.spans)
 
 
+def _known_fields(p: _Persona, kind: str, patient: _Person) -> dict[str, list[str]]:
+    """What an institution's database holds for one record, normalised as a database stores it (phones
+    as digits, dates ISO): the author's profile and address book, and a note's patient."""
+    people = [p.me, *p.contacts] + ([patient] if kind == "note" else [])
+    out: dict[str, list[str]] = {lab: [] for lab in LABELS}
+    for q in people:
+        out["PERSON"].append(q.full)
+        out["EMAIL"].append(q.email)
+        out["PHONE"].append(re.sub(r"\D", "", q.phone)[-10:])
+    for q in [p.me] + ([patient] if kind == "note" else []):
+        out["SSN"].append(q.ssn)
+        out["DATE"].append(q.dob.isoformat())
+        out["ADDRESS"].append(q.address)
+        out["ORG"].append(q.org)
+    out["LOC"].append(p.home_city)
+    return {k: list(dict.fromkeys(v)) for k, v in out.items() if v}
+
+
 def _rng(*parts: object) -> random.Random:
     return random.Random(":".join(str(x) for x in ("privnlp-corpus-v1", *parts)))
 
@@ -608,6 +634,7 @@ def generate_corpus(n_users: int = 20, records_per_user: int = 10, *, seed: int 
 
     fake = Faker("en_US")
     records: list[Record] = []
+    known_fields: dict[str, dict[str, list[str]]] = {}
     for u in range(int(n_users)):
         ru = _rng(seed, "user", u)
         fake.seed_instance(ru.getrandbits(63))
@@ -618,8 +645,11 @@ def generate_corpus(n_users: int = 20, records_per_user: int = 10, *, seed: int 
             rr = _rng(seed, "record", u, j)
             fake.seed_instance(rr.getrandbits(63))
             kind = rr.choices(kinds, weights=weights)[0]
-            text, spans = _record(fake, persona, rr, kind)
+            known: dict = {}
+            text, spans = _record(fake, persona, rr, kind, known)
+            known_fields[f"{uid}-r{j:04d}"] = _known_fields(persona, kind, known["patient"])
             records.append(Record(id=f"{uid}-r{j:04d}", user_id=uid, kind=kind, text=text, spans=spans))
     return PrivateCorpus(tuple(records), seed=int(seed),
                          config={"n_users": int(n_users), "records_per_user": int(records_per_user),
-                                 "kinds": list(kinds), "seed": int(seed)})
+                                 "kinds": list(kinds), "seed": int(seed)},
+                         known_fields=known_fields)

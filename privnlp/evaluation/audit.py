@@ -183,9 +183,14 @@ def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed
     """
     sys_id, scen_id = _mech_identity(mechanism), _scenario_identity(scenario)
     code = [_code_id(mechanism), _code_id(scenario)]
-    keys = {a.name: _key("v4", sys_id, scen_id, type(a).__qualname__, a.params(), seed, code + [_code_id(a)])
+    # issue #17: the numerics (pinned threads, CPU kernels, library versions) and all of privnlp's
+    # source (victim builders, metrics, helpers) are part of the key, not only the classes' own files
+    from privnlp.core.numerics import numerics_fingerprint, source_fingerprint
+
+    code = code + [numerics_fingerprint(), source_fingerprint()]
+    keys = {a.name: _key("v5", sys_id, scen_id, type(a).__qualname__, a.params(), seed, code + [_code_id(a)])
             for a in attacks}
-    ukey = _key("v3-utility", sys_id, scen_id, seed, code)
+    ukey = _key("v4-utility", sys_id, scen_id, seed, code)
     paths = {n: (cache_dir / f"{k}.json" if cache_dir else None) for n, k in keys.items()}
     upath = cache_dir / f"{ukey}.json" if cache_dir else None
     cached = {n: _read(p) for n, p in paths.items()}
@@ -193,6 +198,14 @@ def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed
     missing = [a for a in attacks if cached[a.name] is None]
     if not missing and util is not None:
         return SeedOutcome(seed, {n: v for n, v in cached.items() if v}, util)
+    from privnlp.core.numerics import pinned_threads
+
+    with pinned_threads():  # issue #17: the thread count changes trained victims and attack results
+        return _compute_one(mechanism, scenario, attacks, missing, seed, cached, paths, upath)
+
+
+def _compute_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], missing: Sequence[Attack], seed: int,
+                 cached: dict[str, Any], paths: Mapping[str, Path | None], upath: Path | None) -> SeedOutcome:
     ss = np.random.SeedSequence([seed, 0x5EED])
     scen_seed, atk_seed = ss.spawn(2)
     run: ScenarioRun = scenario.run(mechanism, rng=np.random.default_rng(scen_seed))
@@ -345,6 +358,7 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
                 "attacks": {a.name: a.params() for a in atks},
                 "leaky_twin": twin.params() if twin is not None and hasattr(twin, "params") else None},
         seeds=tuple(int(s) for s in seeds), versions=package_versions(), notes=tuple(notes))
+    report = _with_environment(report)
     if figures and attack_metrics:
         from .plots import headline_bar_figure
 
@@ -356,3 +370,12 @@ def _with_figures(report: LeakageReport, figs: Sequence[Any]) -> LeakageReport:
     from dataclasses import replace
 
     return replace(report, figures=tuple(report.figures) + tuple(figs))
+
+
+def _with_environment(report: LeakageReport) -> LeakageReport:
+    """``config["environment"]``: what the numbers depend on besides code and seeds (issue #17)."""
+    from dataclasses import replace
+
+    from privnlp.core.numerics import environment
+
+    return replace(report, config={**report.config, "environment": environment()})

@@ -52,7 +52,8 @@ def card_text(name: str, report: LeakageReport, folder: Path) -> str:
     cls = MECHANISMS.get(name)
     notes = Path(folder) / "NOTES.md"
     return render_mechanism_card(report, description=_first_paragraph(cls.__doc__), paper=getattr(cls, "paper", ""),
-                                 command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset', 'quick')}",
+                                 command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset', 'quick')}"
+                                 + (" --audit-dp" if "dp_audit" in report.config else ""),
                                  notes_md=notes.read_text() if notes.exists() else "")
 
 
@@ -77,10 +78,20 @@ def render_mechanism_card(report: LeakageReport, *, description: str = "", paper
         lines += ["", "Mean ± 95% CI half-width over seeds; the headline metric is oriented so that higher = "
                       "more leakage. The *leaky twin* is a deliberately broken copy of the defense "
                       "(`privnlp.mechanisms.testing`), shown to prove that the attacks can see the difference.", ""]
+        if cfg.get("cpu_intervals"):  # issue #17: numbers that legitimately depend on the CPU's kernels
+            spans = "; ".join(f"{a} {s_}: [{lo:.3f}, {hi:.3f}]" for a, by in cfg["cpu_intervals"].items()
+                              for s_, (lo, hi) in by.items())
+            lines += [f"**CPU-dependent:** these headline numbers change with the CPU's float kernels (same code and "
+                      f"seeds); the interval measured across the runs CI made: {spans} "
+                      f"({'; '.join(cfg.get('cpu_interval_environments', []))}). `make check-cards` accepts any "
+                      "value inside it.", ""]
     else:
         lines += ["No paired attack produced a measurement yet; see notes.", ""]
     if report.empirical_epsilon_lower_bound is not None:
         lines += [f"**Empirical epsilon lower bound:** {report.empirical_epsilon_lower_bound:.3f}", ""]
+    from privnlp.auditing.render import audit_card_lines  # issue #18: the DP audit section (light import)
+
+    lines += audit_card_lines(report)
     if report.utility:
         lines += ["## Utility cost", "", "| metric | undefended | defended |", "|---|---|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in report._utility_rows()] + [""]
@@ -94,6 +105,8 @@ def render_mechanism_card(report: LeakageReport, *, description: str = "", paper
     lines += ["## Reproduce", "", "```bash", command or f"privnlp evaluate --defense {name} --preset {cfg.get('preset', 'quick')}",
               "```", "", f"- seeds: {list(report.seeds)}",
               "- versions: " + ", ".join(f"{k} {v}" for k, v in report.versions.items()),
+              *([("- environment: " + ", ".join(f"{k} {v}" for k, v in cfg["environment"].items()))]
+                if isinstance(cfg.get("environment"), dict) else []),  # issue #17: threads, CPU, versions
               f"- generated: {report.created} from `report.json` in this folder (do not edit by hand)", ""]
     return "\n".join(lines)
 
@@ -122,7 +135,8 @@ def _sweep_for(cls: Any, mech: Any, preset: str, seeds: Sequence[int], cache_dir
 
 def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path = "reports",
                      cards_dir: str | Path | None = None, seeds: Sequence[int] | None = None,
-                     cache_dir: str | Path | None = None, progress: bool = True, sweeps: bool = True) -> EvaluationOutcome:
+                     cache_dir: str | Path | None = None, progress: bool = True, sweeps: bool = True,
+                     audit_dp: bool = False) -> EvaluationOutcome:
     """Audit one registered defense (with baseline and leaky twin) and write its report (+ card)."""
     if preset not in PRESETS:
         raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
@@ -140,19 +154,31 @@ def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path
             report = replace(report, figures=report.figures + ((sw.figure,) if sw.figure else ()),
                              sweeps={"primary": sw.to_dict()})
     else:
+        from privnlp.core.numerics import environment
         from privnlp.core.report import package_versions
 
         report = LeakageReport(mechanism=name, claim=mech.claim(), threat_models=tuple(getattr(mech, "threat_models", ())),
                                attacks=(), config={"mechanism": mech.params(), "preset": preset,
-                                                   "scenario": getattr(mech, "scenario", None)},
+                                                   "scenario": getattr(mech, "scenario", None),
+                                                   "environment": environment()},  # issue #17
                                seeds=seeds, versions=package_versions(),
                                notes=(f"scenario {getattr(mech, 'scenario', None)!r} is not registered, so no "
                                       "leakage was measured for this defense yet.",))
+    if audit_dp:  # issue #18: empirical DP audit (cached), fills empirical_epsilon_lower_bound
+        from privnlp.auditing.runner import audit_report
+
+        report = audit_report(report, name, preset=preset, seed=int(seeds[0]), cache_dir=cache_dir)
     paths = report.save(report_dir, name)
     card = None
     if cards_dir is not None:
         d = Path(cards_dir) / name
         d.mkdir(parents=True, exist_ok=True)
+        if (d / "report.json").exists():  # issue #17: keep the CPU-dependent intervals the card states
+            import json
+
+            from .reproducibility import carry_cpu_intervals
+
+            report = carry_cpu_intervals(report, json.loads((d / "report.json").read_text()))
         atomic_write_text(d / "report.json", report.to_json())
         for f in report.figures:
             (d / f"{name}-{f.name}.png").write_bytes(f.png)
@@ -174,7 +200,11 @@ def write_index(outcomes: Sequence[EvaluationOutcome], report_dir: str | Path, *
         head = o.report.headline()
         cells = "; ".join(
             f"{a}: {v.get('undefended', math.nan):.3f} → {v.get('defended', math.nan):.3f}" for a, v in head.items()) or "—"
-        rows.append(f"<tr><td><a href='{e(o.name)}.html'>{e(o.name)}</a></td><td>{e(o.report.claim.statement())}</td>"
+        from privnlp.auditing.render import audit_index_text  # issue #18: audited epsilon next to the claim
+
+        audited = audit_index_text(o.report)
+        claim_cell = e(o.report.claim.statement()) + (f"<br><b>{e(audited)}</b>" if audited else "")
+        rows.append(f"<tr><td><a href='{e(o.name)}.html'>{e(o.name)}</a></td><td>{claim_cell}</td>"
                     f"<td>{e(cells)}</td><td>{o.seconds:.1f}s</td></tr>")
     for name, err in (failures or {}).items():
         rows.append(f"<tr><td>{e(name)}</td><td colspan='3'>FAILED: {e(err)}</td></tr>")
@@ -183,21 +213,30 @@ def write_index(outcomes: Sequence[EvaluationOutcome], report_dir: str | Path, *
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}</style>"
             "</head><body><h1>privnlp: every defense with its measured leakage</h1>"
             "<p>Headline metric of each paired attack, undefended → defended (higher = more leakage).</p>"
+            + _overview(outcomes, report_dir) +  # issue #17: heatmap + privacy-utility scatter (PNG/SVG too)
             "<table><thead><tr><th>defense</th><th>claim</th><th>attacks (undefended → defended)</th><th>time</th></tr>"
             "</thead><tbody>" + "".join(rows) + "</tbody></table></body></html>")
     return atomic_write_text(Path(report_dir) / "index.html", page)
 
 
+def _overview(outcomes: Sequence[EvaluationOutcome], report_dir: str | Path) -> str:
+    from .overview import overview_html
+
+    Path(report_dir).mkdir(parents=True, exist_ok=True)
+    return overview_html([o.report for o in outcomes], report_dir)
+
+
 def evaluate_all(*, preset: str = "quick", report_dir: str | Path = "reports", cards_dir: str | Path | None = None,
                  names: Sequence[str] | None = None, cache_dir: str | Path | None = None,
-                 progress: bool = True, keep_going: bool = False) -> tuple[list[EvaluationOutcome], dict[str, str]]:
+                 progress: bool = True, keep_going: bool = False,
+                 audit_dp: bool = False) -> tuple[list[EvaluationOutcome], dict[str, str]]:
     """Evaluate every registered defense (or ``names``); returns outcomes and failures."""
     names = list(names) if names else MECHANISMS.names()
     outcomes, failures = [], {}
     for n in names:
         try:
             outcomes.append(evaluate_defense(n, preset=preset, report_dir=report_dir, cards_dir=cards_dir,
-                                             cache_dir=cache_dir, progress=progress))
+                                             cache_dir=cache_dir, progress=progress, audit_dp=audit_dp))
         except Exception as exc:  # noqa: BLE001 - reported, and re-raised unless keep_going
             if not keep_going:
                 raise

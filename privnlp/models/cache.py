@@ -3,8 +3,9 @@
 Location: ``$PRIVNLP_CACHE_DIR`` if set, else the user cache dir (``platformdirs.user_cache_dir
 ("privnlp")`` when platformdirs is installed, ``~/.cache/privnlp`` otherwise). Entries live in
 ``<cache_dir>/models/<kind>-<key>/`` where ``key`` is the sha256 of the JSON config + seed +
-privnlp version (+ torch/transformers/tokenizers versions, so an upgrade never loads stale
-pickles). An entry is built in a temporary sibling directory and renamed into place; it holds a
+privnlp version (+ torch/transformers/tokenizers/numpy versions, so an upgrade never loads stale
+pickles, + the pinned torch thread count and CPU kernel family, see :mod:`privnlp.core.numerics`;
+builds run with those threads pinned). An entry is built in a temporary sibling directory and renamed into place; it holds a
 ``privnlp-cache.json`` manifest, written last, with the sha256 of every file. An entry whose
 manifest is missing, unreadable or does not match its files (interrupted / corrupted build) is
 deleted and rebuilt. No torch import at module level.
@@ -48,12 +49,18 @@ def _versions() -> dict[str, str]:
 
     import privnlp
 
+    from privnlp.core.numerics import numerics_fingerprint, source_fingerprint
+
     out = {"privnlp": privnlp.__version__}
     for pkg in ("torch", "transformers", "tokenizers"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:  # pragma: no cover
             out[pkg] = "missing"
+    # issue #17: builds run with pinned torch threads; the thread count and CPU kernel family decide
+    # the trained weights' bits, so an entry built under other numerics is never reused
+    out.update({k: str(v) for k, v in numerics_fingerprint().items()})
+    out["code"] = source_fingerprint("models", "data")  # a builder/corpus change rebuilds the entry
     return out
 
 
@@ -113,7 +120,10 @@ def get_or_build(kind: str, config: dict[str, Any], seed: int, build: Callable[[
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
-            build(tmp)
+            from privnlp.core.numerics import pinned_threads
+
+            with pinned_threads():  # issue #17: thread count changes the trained weights
+                build(tmp)
             manifest = {"kind": kind, "config": config, "seed": int(seed), "versions": _versions(),
                         "files": _file_hashes(tmp)}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))

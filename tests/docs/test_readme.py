@@ -28,7 +28,7 @@ def test_tour_snippets_run(tmp_path):
 def test_evaluation_section_snippets_run(tmp_path):
     """The 'bring your own defense / model' examples of the evaluation section run as written."""
     sec = (ROOT / "docs" / "readme" / "15-evaluation.md").read_text()
-    _run_snippets(sec, 2, "evaluation", tmp_path)
+    _run_snippets(sec, 3, "evaluation", tmp_path)  # issue #17 added the audit_model snippet
 
 
 def _run_snippets(markdown: str, expected: int, what: str, cwd) -> None:

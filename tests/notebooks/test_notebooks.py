@@ -14,7 +14,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 def test_there_are_three_tutorials():
     names = [p.stem for p in NOTEBOOKS]
-    assert names == ["a_private_training", "b_sanitize_with_vickrey", "c_evaluate_a_defense"]
+    assert names == ["a_private_training", "b_sanitize_with_vickrey", "c_evaluate_a_defense",
+                     "d_redact_pii_from_your_records"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

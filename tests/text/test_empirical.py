@@ -97,10 +97,10 @@ def test_registry_and_scenario():
     from privnlp.evaluation.scenarios import get
     for n in ("vickrey", "vickrey_k", "laplace_metric", "mahalanobis"):
         cls = M.get(n)
-        assert cls.paired_attacks == ("bayesian_inversion",) and cls.scenario == "text.perturbation"
+        assert cls.paired_attacks == ("bayesian_inversion",) and cls.scenario == "text.licenses"   # real text (issue #16)
         assert cls.example("quick").claim().kind.value == "metric_dp"
     assert A.get("bayesian_inversion").headline_metric == "inference_accuracy"
     run = get("text.perturbation")().run(None, rng=0)
     assert run.utility["fraction_unchanged"] == 1.0 and len(run.trials) >= 2
-    run = get("text.perturbation")().run(M.get("vickrey")(20.0, t=0.5), rng=0)
+    run = get("text.perturbation")().run(M.get("vickrey")(20.0, t=0.5, vocab_limit=20_000), rng=0)
     assert run.utility["fraction_unchanged"] < 1.0

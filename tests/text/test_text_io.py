@@ -14,7 +14,7 @@ from privnlp.mechanisms.text.files import sanitize_file, sidecar_path
 def test_detokenise_preserves_layout(small_emb):
     text = "  The movie,\twas GOOD!!  (really)\n"
     out = Vickrey(1e6, t=0.0, embeddings=small_emb, oov="keep").sanitize(text, rng=0)  # huge eps: identity
-    assert out.text == "  the movie,\twas good!!  (really)\n"
+    assert out.text == "  The movie,\twas GOOD!!  (really)\n"   # casing of the input restored (issue #16)
     assert (out.n_words, out.n_perturbed, out.n_oov, out.n_kept) == (5, 3, 2, 2)
     noisy = Vickrey(0.01, t=0.5, embeddings=small_emb).sanitize(text, rng=0)
     assert [noisy.text[a:b] for a, b in word_spans(noisy.text)] != ["the", "movie", "was", "good", "really"]

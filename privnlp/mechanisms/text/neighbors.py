@@ -188,7 +188,7 @@ class ExactIndex:
         K = d + 6
         if prec == "bf16":
             K = -(-K // 32) * 32                   # AMX tile width
-            vt = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).bfloat16()
+            vt = torch.from_numpy(np.require(v, np.float32, ["C", "W"])).bfloat16()   # memmaps are read-only
             vr = vt.float().numpy().astype(np.float64)       # e~ exactly
         else:
             vr = v64
@@ -392,7 +392,7 @@ class ExactIndex:
         q64 = q.astype(np.float64)
         hq = 0.5 * np.einsum("ij,ij->i", q64, q64)
         if P["prec"] == "bf16":
-            qt = torch.from_numpy(q).bfloat16()
+            qt = torch.from_numpy(np.require(q, None, ["W"])).bfloat16()   # rows of a read-only memmap
             qr = qt.float().numpy().astype(np.float64)
             u_out = _U16
         else:

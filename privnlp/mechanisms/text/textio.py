@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 __all__ = ["WORD_RE", "word_spans", "SanitizedText"]
 
-#: a word token: a run of letters/digits/underscore, with inner apostrophes ("don't", "o'neil")
-WORD_RE = re.compile(r"\w+(?:'\w+)*")
+#: a word token: a run of letters/digits/underscore, with inner apostrophes ("don't", "o'neil", "john’s"),
+#: inner hyphens ("well-known") and number separators ("3.5", "1,000"); the mechanism splits a token
+#: into vector-vocabulary units when the whole token has no vector (see ``WordMetricDP.pieces``)
+WORD_RE = re.compile(r"\w+(?:(?:['’\-]|(?<=\d)[.,](?=\d))\w+)*")
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:

@@ -122,6 +122,20 @@ def train_private(pt: PrivateTraining, loss_fn: Callable[[Any, Any], torch.Tenso
     return TrainResult(tuple(losses), pt.steps - start, pt.epsilon(), pt.claim(), stopped)
 
 
+def _ddp_trainer_mode(model: Any, batch_size: int, mode: str | None) -> str:
+    """Book-keeping turns ``requires_grad`` off during training, which torch DDP (wrapped by the Trainer) refuses:
+    under DDP ``auto`` takes ghost clipping where it would take book-keeping; an explicit request is refused."""
+    from .dp_sgd import choose_grad_sample_mode
+
+    mode = mode or "auto"
+    if mode == "bookkeeping":
+        raise InvalidArgument("DPTrainer under torchrun/accelerate (DDP): grad_sample_mode='bookkeeping' is not "
+                              "supported with the Trainer's DDP wrapper; use 'ghost' or 'hooks', or train_private")
+    if mode == "auto" and choose_grad_sample_mode(model, batch_size) == "bookkeeping":
+        return "ghost"
+    return mode
+
+
 def _make_dp_trainer() -> type:
     from transformers import Trainer
 
@@ -137,6 +151,10 @@ def _make_dp_trainer() -> type:
 
         HF's own gradient clipping is disabled (``max_grad_norm=0``); the privacy handle is
         ``trainer.private`` (``trainer.private.claim()``).
+
+        Multi-process (``torchrun --nproc_per_node W script.py`` or ``accelerate launch``): DP-SGD runs on every
+        rank with one ledger (:mod:`privnlp.mechanisms.training.distributed`); the expected global batch is
+        ``per_device_train_batch_size x W``; ``dp_rng`` must stay ``None`` (secure noise on each rank).
         """
 
         def __init__(self, *args: Any, dp: dict | None = None, per_sample_loss: Callable | None = None,
@@ -168,11 +186,17 @@ def _make_dp_trainer() -> type:
                 ds = self.train_dataset
                 if hasattr(ds, "column_names"):
                     ds = self._remove_unused_columns(ds, description="training")
-                dl = DataLoader(ds, batch_size=self.args.per_device_train_batch_size, collate_fn=self.data_collator)
+                # under torchrun / accelerate launch (DDP) the expected *global* batch is per_device x world_size,
+                # as in HF; each rank Poisson-samples its shard at that global rate (issue #20, distributed.py)
+                dl = DataLoader(ds, batch_size=self.args.per_device_train_batch_size * max(1, self.args.world_size),
+                                collate_fn=self.data_collator)
                 if self.optimizer is None:
                     super().create_optimizer()
+                dp = dict(self.dp)
+                if self.args.world_size > 1:  # the Trainer wraps the model in torch DDP (issue #20)
+                    dp["grad_sample_mode"] = _ddp_trainer_mode(self.model, dl.batch_size, dp.get("grad_sample_mode"))
                 self.private = make_private(self.model, self.optimizer, dl, wrap_model=False, rng=self.dp_rng,
-                                            **self.dp)
+                                            **dp)
                 self.optimizer = self.private.optimizer
             return self.private.data_loader
 

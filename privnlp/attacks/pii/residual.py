@@ -1,0 +1,111 @@
+"""``pii_residual``: what a recipient of redacted documents still learns.
+
+Paper: ``../shared/papers/wikipii-pii-extraction-federated.txt`` (a PII tagger trained on noisy labels
+misses part of the PII; §6: "it is difficult to achieve a fully reliable NER model for a sensitive task
+such as PII extraction"). Two measurements on held-out records whose PII the redactor never saw:
+
+* residual PII recall: the fraction of gold PII mentions (and of their word tokens) still readable
+  verbatim in the redacted text (the redactor's miss rate, a lower bound on what a reader sees);
+* re-identification: each redacted document is linked to its author by TF-IDF nearest neighbour
+  (word uni+bigrams, scikit-learn) against the users' other documents, which the adversary holds as
+  background knowledge; accuracy is reported next to chance (1 / number of candidate users).
+
+Threat model: a data recipient of the redacted documents with background documents of the same users.
+Headline: ``residual_pii_recall`` (higher = more leakage).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from privnlp.core.claims import Adversary, ThreatModel
+from privnlp.core.errors import InvalidArgument
+from privnlp.core.observations import PerturbedText
+from privnlp.core.protocols import Attack, AttackResult
+from privnlp.core.registry import ATTACKS
+
+__all__ = ["ResidualPII", "residual_recall", "reidentify", "RESIDUAL_THREAT"]
+
+RESIDUAL_THREAT = ThreatModel(
+    adversary=Adversary.DATA_RECIPIENT,
+    observes=("the redacted documents",),
+    knows=("other (unredacted) documents of the candidate users",),
+    goal="read PII left in the redacted text; link each redacted document to its author")
+
+
+def residual_recall(redacted: Sequence[str], mentions: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Fraction of gold mentions (and of their word tokens of >= 3 characters) still in the redacted texts.
+
+    A mention string occurring k times in the original counts min(k, occurrences in the redacted text)."""
+    if len(redacted) != len(mentions):
+        raise InvalidArgument(f"redacted and mentions must have the same length; got {len(redacted)}, {len(mentions)}")
+    n = left = 0
+    nt = left_t = 0
+    for text, ms in zip(redacted, mentions):
+        need: dict[str, int] = {}
+        for m in ms:
+            need[m] = need.get(m, 0) + 1
+        for m, k in need.items():
+            found = len(re.findall(r"(?<!\w)" + re.escape(m) + r"(?!\w)", text))
+            n += k
+            left += min(k, found)
+        words = set(re.findall(r"\w+", text))
+        for m in ms:
+            for w in re.findall(r"\w{3,}", m):
+                nt += 1
+                left_t += w in words
+    return {"residual_pii_recall": left / n if n else 0.0, "residual_token_recall": left_t / nt if nt else 0.0}
+
+
+def reidentify(targets: Sequence[str], aux_texts: Sequence[str], aux_users: Sequence[str]) -> list[str]:
+    """The author guessed for each target: TF-IDF (word 1-2 grams) cosine nearest user profile."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    if len(aux_texts) != len(aux_users) or not aux_texts:
+        raise InvalidArgument("aux_texts and aux_users must be non-empty and of the same length")
+    users = sorted(set(aux_users))
+    profiles = [" ".join(t for t, u in zip(aux_texts, aux_users) if u == usr) for usr in users]
+    vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, token_pattern=r"(?u)\b\w+\b")
+    P = vec.fit_transform(profiles)
+    T = vec.transform(list(targets))
+    sims = (T @ P.T).toarray()
+    return [users[int(i)] for i in sims.argmax(1)]
+
+
+def _score(result: AttackResult, ground_truth: Any) -> dict[str, float]:
+    gt = dict(ground_truth)
+    out = residual_recall(result.raw["texts"], gt["mentions"])
+    guesses = list(result.reconstructions)
+    users = list(gt["users"])
+    if guesses and users:
+        out["reid_accuracy"] = float(np.mean([g == u for g, u in zip(guesses, users)]))
+        out["reid_chance"] = 1.0 / max(1, int(result.raw.get("n_candidates", 1)))
+    return out
+
+
+@ATTACKS.register("pii_residual")
+class ResidualPII(Attack):
+    """Residual PII recall and TF-IDF re-identification on redacted documents
+    (``wikipii-pii-extraction-federated.txt``; threat model: a recipient of the redacted data holding other
+    documents of the same users). Observation: :class:`PerturbedText` whose ``texts`` are the redacted
+    documents and whose ``meta`` holds ``aux_texts`` / ``aux_users`` (background documents); ground truth:
+    ``{"mentions": [[gold PII strings] per document], "users": [author per document]}``."""
+
+    paper = "wikipii-pii-extraction-federated.txt (PII extraction; residual PII after redaction)"
+    observation_type = PerturbedText
+    threat_model = RESIDUAL_THREAT
+    headline_metric = "residual_pii_recall"
+
+    def run(self, observation: PerturbedText, *, rng: Any) -> AttackResult:
+        if not isinstance(observation, PerturbedText):
+            raise InvalidArgument(f"pii_residual needs a PerturbedText observation; got {type(observation).__name__}")
+        texts = list(observation.texts)
+        meta: Mapping[str, Any] = observation.meta
+        guesses: list[str] = []
+        n_cand = 0
+        if meta.get("aux_texts"):
+            guesses = reidentify(texts, meta["aux_texts"], meta["aux_users"])
+            n_cand = len(set(meta["aux_users"]))
+        return AttackResult(self.name, tuple(guesses), {"texts": texts, "n_candidates": n_cand}, _score)

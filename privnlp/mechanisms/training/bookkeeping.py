@@ -1,0 +1,251 @@
+"""Book-keeping (BK) per-sample clipping for DP-SGD: one backward pass, no per-sample gradients.
+
+Paper: Bu, Wang, Zha, Karypis, "Differentially Private Optimization on Large Model at Small Cost" (ICML 2023,
+FastDP's book-keeping; the ghost-norm trick is Goodfellow 2015 / Li et al. 2022 "Large language models can be
+strong differentially private learners"); DP-SGD: Abadi et al. 2016, see ``../shared/papers/dp-bert-and-dp-wordpiece.txt``.
+fastDP / private-transformers are not installable here, so BK is written on opacus' grad-sample layers (its
+norm samplers and grad samplers); what is hand-written is the single-backward bookkeeping (opacus' ghost
+clipping runs a second backward pass).
+
+How: forward hooks store each trainable layer's input ``a`` and a tensor hook its output gradient ``g``
+(book-keeping); the layers' weights do not require grad during the pass, so autograd computes only the
+activation gradients (no weight gradients at all). At ``optimizer.step()``:
+
+1. per-sample gradient norms per layer from ``(a, g)`` with opacus' norm samplers (ghost norm for linear
+   layers over sequences: ``<a a^T, g g^T>`` per example), summed over layers -> ``||grad_i||``;
+2. ``c_i = min(1, C / (||grad_i|| + 1e-6))`` (opacus' formula);
+3. the clipped sum per layer without a second backward pass: linear ``W: (c*g)^T a``, ``b: sum c*g``;
+   embedding: ``index_add`` of ``c*g`` at the token ids; any other opacus layer: its grad sampler on
+   ``(a, c*g)`` summed over the batch (linear in ``g``);
+4. opacus' DP optimizer adds the noise ``N(0, (sigma C)^2)``, scales by the expected batch size and steps
+   (the same noise, budget guard and accounting as hooks / ghost mode).
+
+Threat model and claim: those of DP-SGD (example-level (epsilon, delta)-DP); BK computes the same clipped sum
+as hooks mode (tests compare them), so the claim is unchanged.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from privnlp.core.errors import InvalidArgument
+
+__all__ = ["BookKeeping", "supports_bookkeeping", "attach"]
+
+
+def _samplers() -> tuple[dict, dict]:
+    from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
+
+    return GradSampleModule.GRAD_SAMPLERS, GradSampleModuleFastGradientClipping.NORM_SAMPLERS
+
+
+def _trainable_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+
+
+def supports_bookkeeping(model: nn.Module) -> bool:
+    """Every layer with trainable parameters has an opacus grad sampler (and is not an RNN)."""
+    grad_s, _ = _samplers()
+    mods = _trainable_modules(model)
+    return bool(mods) and all(type(m) in grad_s and "RNN" not in type(m).__name__ for _, m in mods)
+
+
+def _linear_sq_norms(layer: nn.Linear, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Squared per-sample gradient norm of a linear layer (weight + bias), the cheaper of the ghost norm
+    ``<a a^T, g g^T>`` (cost ~ T^2 (d + p)) and the instantiated per-sample gradient (~ T d p) per layer, as in
+    FastDP's mixed ghost norm; the bias norm is ``||sum_t g_t||^2`` (opacus recomputes ``g g^T`` for it).
+    Used when every parameter of the layer is trained."""
+    a = a.to(g.dtype)
+    if g.dim() == 2:
+        sq = (g * g).sum(1) * (a * a).sum(1)
+        if layer.bias is not None:
+            sq = sq + (g * g).sum(1)
+        return sq
+    n = g.shape[0]
+    a, g = a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
+    t = g.shape[1]
+    d, p = a.shape[-1], g.shape[-1]
+    if t * (d + p) <= d * p:
+        sq = (torch.bmm(g, g.transpose(1, 2)) * torch.bmm(a, a.transpose(1, 2))).sum((1, 2)).clamp(min=0)
+    else:
+        gs = torch.bmm(g.transpose(1, 2), a)
+        sq = (gs * gs).sum((1, 2))
+    if layer.bias is not None:
+        b = g.sum(1)
+        sq = sq + (b * b).sum(1)
+    return sq
+
+
+class BookKeeping:
+    """Hooks that book-keep ``(a, g)`` per trainable layer and the BK clipped-sum computation.
+
+    ``remove()`` detaches the hooks and restores ``requires_grad``."""
+
+    def __init__(self, model: nn.Module, max_grad_norm: float) -> None:
+        self.model = model
+        self.max_grad_norm = max_grad_norm
+        grad_s, _ = _samplers()
+        self.modules = _trainable_modules(model)
+        bad = [f"{n} ({type(m).__name__})" for n, m in self.modules if type(m) not in grad_s]
+        if bad:
+            raise InvalidArgument(f"grad_sample_mode='bookkeeping': layers without an opacus grad sampler: {bad}; "
+                                  "use grad_sample_mode='hooks'")
+        self.params = {m: [p for p in m.parameters(recurse=False) if p.requires_grad] for _, m in self.modules}
+        self.store: dict[nn.Module, list] = {}
+        self.handles = []
+        for p in (p for ps in self.params.values() for p in ps):
+            p.requires_grad_(False)  # no weight gradients in autograd: BK computes the clipped sums itself
+        for _, m in self.modules:
+            self.handles.append(m.register_forward_hook(self._forward_hook))
+
+    def _forward_hook(self, module: nn.Module, inputs: tuple, output: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return None
+        if not isinstance(output, torch.Tensor):
+            raise InvalidArgument(f"grad_sample_mode='bookkeeping': {type(module).__name__} returned "
+                                  f"{type(output).__name__}, not a tensor")
+        if not output.requires_grad:  # the first trainable layer (e.g. the embedding of token ids)
+            output = output.detach().requires_grad_(True)
+        entry = [[x.detach() for x in inputs if isinstance(x, torch.Tensor)], None]
+        self.store.setdefault(module, []).append(entry)  # forwards without a backward leave g=None (ignored)
+
+        def grad_hook(g: torch.Tensor) -> None:
+            entry[1] = g.detach() if entry[1] is None else entry[1] + g.detach()
+
+        output.register_hook(grad_hook)
+        return output
+
+    def clear(self) -> None:
+        self.store.clear()
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        for p in (p for ps in self.params.values() for p in ps):
+            p.requires_grad_(True)
+        self.store.clear()
+
+    # -- the clipped sum -----------------------------------------------------------------------
+    @torch.no_grad()
+    def clipped_sum(self, loss_reduction: str = "mean") -> tuple[dict[nn.Parameter, torch.Tensor], torch.Tensor]:
+        """``({param: sum_i c_i grad_i}, per-sample norms)`` from the book-kept ``(a, g)``; zero sums (and no
+        norms) when nothing was book-kept (an empty Poisson batch)."""
+        grad_s, norm_s = _samplers()
+        entries = []
+        for m, es in self.store.items():
+            es = [e for e in es if e[1] is not None]
+            if len(es) > 1:
+                self.clear()
+                raise InvalidArgument(f"grad_sample_mode='bookkeeping': layer {type(m).__name__} was used {len(es)} "
+                                      "times in the backward pass (shared weights or a reused layer); use "
+                                      "grad_sample_mode='hooks'")
+            if es:
+                entries.append((m, es[0]))
+        n = 0
+        for m, (acts, g) in entries:
+            n = g.shape[0]
+            break
+        if n == 0:
+            self.clear()
+            return {p: torch.zeros_like(p) for ps in self.params.values() for p in ps}, torch.zeros(0)
+        sums: dict[nn.Parameter, torch.Tensor] = {}
+        scale = float(n) if loss_reduction == "mean" else 1.0   # backprops of the mean loss are grad_i / n
+        sq = None
+        for m, e in entries:
+            acts, g = e
+            g = g * scale
+            e[1] = g
+            if type(m) is nn.Linear and len(self.params[m]) == len([q for q in m.parameters(recurse=False)]):
+                v = _linear_sq_norms(m, acts[0], g).to(torch.float32)
+                sq = v if sq is None else sq + v
+                continue
+            for p in self.params[m]:
+                p.requires_grad_(True)   # opacus' samplers skip parameters that do not require grad
+            try:
+                if type(m) in norm_s:
+                    norms = norm_s[type(m)](m, acts, g)
+                else:
+                    norms = {p: gs.reshape(n, -1).norm(2, dim=1) for p, gs in grad_s[type(m)](m, acts, g).items()}
+            finally:
+                for p in self.params[m]:
+                    p.requires_grad_(False)
+            for p in self.params[m]:
+                v = norms[p].reshape(n).to(torch.float32) ** 2
+                sq = v if sq is None else sq + v
+        per_sample = sq.sqrt()
+        c = (self.max_grad_norm / (per_sample + 1e-6)).clamp(max=1.0)
+        for m, (acts, g) in entries:
+            cg = g * c.view(-1, *([1] * (g.dim() - 1))).to(g.dtype)
+            ps = self.params[m]
+            pid = {id(q) for q in ps}
+            if type(m) is nn.Linear:
+                a = acts[0].to(cg.dtype)
+                if id(m.weight) in pid:
+                    sums[m.weight] = (cg.reshape(-1, cg.shape[-1]).t() @ a.reshape(-1, a.shape[-1])).to(m.weight.dtype)
+                if m.bias is not None and id(m.bias) in pid:
+                    sums[m.bias] = cg.reshape(-1, cg.shape[-1]).sum(0).to(m.bias.dtype)
+            elif type(m) is nn.Embedding and pid == {id(m.weight)} and not m.max_norm:
+                ids = acts[0].reshape(-1)
+                sums[m.weight] = torch.zeros_like(m.weight).index_add_(0, ids, cg.reshape(-1, cg.shape[-1]).to(m.weight.dtype))
+                # (padding_idx rows are not zeroed: opacus' per-sample embedding gradients include them too)
+            else:
+                for p in ps:
+                    p.requires_grad_(True)
+                try:
+                    gs = grad_s[type(m)](m, acts, cg)
+                finally:
+                    for p in ps:
+                        p.requires_grad_(False)
+                for p in ps:
+                    sums[p] = gs[p].sum(0).to(p.dtype)
+        for p in (p for ps in self.params.values() for p in ps):
+            if p not in sums:  # a trainable layer that took no part in this forward pass
+                sums[p] = torch.zeros_like(p)
+        self.clear()
+        return sums, per_sample
+
+
+def attach(gsm: nn.Module, model: nn.Module, optimizer: Any, max_grad_norm: float) -> BookKeeping:
+    """Book-keeping on ``model`` with opacus' DP optimizer (created over a ``no_op`` GradSampleModule ``gsm``):
+    ``optimizer.pre_step`` computes the clipped sum (instead of reading per-sample gradients), then noise,
+    scaling, accounting and the budget guard run as in opacus."""
+    trained = list(optimizer.params)  # before BK turns requires_grad off (opacus lists trainable params only)
+    bk = BookKeeping(model, max_grad_norm)
+    cls = type(optimizer)
+    optimizer.__class__ = type(f"BookKeeping{cls.__name__}", (cls,), {"params": property(lambda self: trained)})
+    if isinstance(gsm, nn.Module) and gsm is not model:
+        gsm.forward = lambda *args, **kwargs: model(*args, **kwargs)  # opacus' no_op wrapper takes one positional
+
+    def pre_step(closure: Any = None) -> bool:
+        sums, _norms = bk.clipped_sum(optimizer.loss_reduction)
+        for p in optimizer.params:
+            p.grad_sample = None
+            if p not in sums:
+                raise InvalidArgument("grad_sample_mode='bookkeeping': the optimizer holds a parameter outside the "
+                                      "model's trainable layers")
+            # physical batches of one logical batch (BatchMemoryManager) accumulate; zero_grad resets
+            p.summed_grad = sums[p] if getattr(p, "summed_grad", None) is None else p.summed_grad + sums[p]
+        if optimizer._check_skip_next_step():
+            optimizer._is_last_step_skipped = True
+            return False
+        optimizer.add_noise()
+        for p in optimizer.params:   # scale_grad without opacus' per-sample-gradient count
+            if optimizer.loss_reduction == "mean":
+                p.grad /= optimizer.expected_batch_size
+        if optimizer.step_hook:
+            optimizer.step_hook(optimizer)
+        optimizer._is_last_step_skipped = False
+        return True
+
+    orig_zero_grad = optimizer.zero_grad
+
+    def zero_grad(set_to_none: bool = False) -> None:
+        bk.clear()
+        orig_zero_grad(set_to_none)
+
+    optimizer.pre_step = pre_step
+    optimizer.zero_grad = zero_grad
+    return bk

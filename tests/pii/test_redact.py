@@ -1,0 +1,104 @@
+"""Redaction: placeholders, consistent surrogates, regex recognizers, files and the CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from privnlp.core.errors import InvalidArgument, MalformedInput
+from privnlp.mechanisms.pii import PIIRedactor, luhn_ok, recognize, redact_file
+
+TEXT = ("Jane Doe called from (415) 555-0123 on 03/02/2021. Jane Doe's card 4111 1111 1111 1111, mail jane@x.org. "
+        "Jane said hi.")
+FIELDS = {"PERSON": ["Jane Doe"]}
+
+
+def test_luhn_and_recognizers():
+    assert luhn_ok("4111 1111 1111 1111") and not luhn_ok("4111 1111 1111 1112")
+    labels = [s.label for s in recognize(TEXT)]
+    assert labels == ["PHONE", "DATE", "CREDIT_CARD", "EMAIL"]
+    assert recognize("order 4111 1111 1111 1112 shipped") == []  # fails Luhn
+    assert [s.label for s in recognize("ssn 123-45-6789")] == ["SSN"]
+
+
+def test_placeholders_and_presidio_shape():
+    r = PIIRedactor().redact(TEXT, FIELDS)
+    assert "Jane" not in r.text and "555" not in r.text and "4111" not in r.text and "jane@x.org" not in r.text
+    assert r.text.startswith("[NAME] called from [PHONE] on [DATE].")
+    p = r.presidio()
+    assert set(p[0]) == {"entity_type", "start", "end", "score"}
+    assert TEXT[p[0]["start"]:p[0]["end"]] == "Jane Doe"
+
+
+def test_surrogates_consistent_within_document_and_seeded():
+    red = PIIRedactor(mode="surrogate")
+    a = red.redact(TEXT, FIELDS, seed=1)
+    reps = {o: s for o, s, _ in a.replacements}
+    fake = reps["Jane Doe"]
+    assert a.text.count(fake) == 2 and "Jane" not in a.text
+    assert reps["Jane"] == fake.split()[0]  # first name alone -> first name of the same surrogate
+    assert red.redact(TEXT, FIELDS, seed=1).text == a.text
+    assert red.redact(TEXT, FIELDS, seed=2).text != a.text
+
+
+def test_bad_input():
+    with pytest.raises(InvalidArgument, match="mode"):
+        PIIRedactor(mode="blur")
+    with pytest.raises(MalformedInput):
+        PIIRedactor().redact(None)  # type: ignore[arg-type]
+    assert PIIRedactor().redact("").text == ""
+    assert PIIRedactor().redact("Björn Ångström wrote", {"PERSON": ["Björn Ångström"]}).text == "[NAME] wrote"
+
+
+def test_files_jsonl_csv_txt(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": TEXT, "k": 1}) + "\n\n" + json.dumps({"id": "b", "text": ""}) + "\n")
+    out = tmp_path / "out.jsonl"
+    s = redact_file(src, out, field="text", known_fields={"a": FIELDS}, spans_path=tmp_path / "s.jsonl")
+    rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    assert rows[0]["k"] == 1 and "Jane" not in rows[0]["text"] and rows[1]["text"] == ""
+    side = json.loads((tmp_path / "out.jsonl.redaction.json").read_text())
+    assert side["counts"]["PERSON"] == 3 and side["n_documents"] == 3 and side["n_empty"] == 2
+    assert s.counts == side["counts"]
+    csvp = tmp_path / "in.csv"
+    csvp.write_text('id,note\n1,"call 415-555-0123"\n')
+    redact_file(csvp, tmp_path / "o.csv", field="note")
+    assert "[PHONE]" in (tmp_path / "o.csv").read_text()
+    txt = tmp_path / "in.txt"
+    txt.write_text("mail a@b.com\nnothing here\n")
+    redact_file(txt, tmp_path / "o.txt")
+    assert (tmp_path / "o.txt").read_text() == "mail [EMAIL]\nnothing here\n"
+
+
+def test_file_errors_leave_no_partial_output(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": "x"}) + "\n" + "{not json\n")
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(MalformedInput, match="line 2"):
+        redact_file(src, out, field="text")
+    assert not out.exists()
+    with pytest.raises(MalformedInput, match="no field 'body'"):
+        redact_file(tmp_path / "in.jsonl", out, field="body")
+    with pytest.raises(InvalidArgument, match="--field is required"):
+        redact_file(src, out)
+    with pytest.raises(InvalidArgument, match="differ"):
+        redact_file(src, src, field="text")
+    with pytest.warns(UserWarning, match="no document id matches"):
+        (tmp_path / "ok.jsonl").write_text(json.dumps({"id": "a", "text": "Jane"}) + "\n")
+        redact_file(tmp_path / "ok.jsonl", out, field="text", known_fields={"zzz": FIELDS})
+
+
+def test_cli_redact(tmp_path):
+    from privnlp.cli.main import app
+
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": TEXT}) + "\n")
+    kf = tmp_path / "kf.jsonl"
+    kf.write_text(json.dumps({"id": "a", "fields": FIELDS}) + "\n")
+    res = CliRunner().invoke(app, ["redact", str(src), "-o", str(tmp_path / "o.jsonl"), "--field", "text",
+                                   "--tagger", "none", "--known-fields", str(kf), "--mode", "surrogate"])
+    assert res.exit_code == 0, res.output
+    assert "PERSON=3" in res.output and "Jane" not in (tmp_path / "o.jsonl").read_text()
+    bad = CliRunner().invoke(app, ["redact", str(src), "-o", str(tmp_path / "o2.jsonl"), "--tagger", "none"])
+    assert bad.exit_code == 2 and "--field is required" in bad.output

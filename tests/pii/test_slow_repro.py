@@ -1,0 +1,50 @@
+"""Slow reproductions (``make repro``): the paper's effects on the bundled corpus, and the MiniLM tagger.
+
+Numbers are written to ``attacks/pii_residual/results.json``-style dicts in the test output; the
+assertions state what we measured, not the paper's claim where it does not reproduce (see
+``docs/readme/55-pii-redaction.md``).
+"""
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_noisy_label_effect_and_regex_baseline():
+    from privnlp.mechanisms.pii.experiments import noisy_label_effect
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = noisy_label_effect(patterns=True, rng=0)
+    print(json.dumps({k: {m: v[m] for m in ("strict_f1", "partial_f1")} for k, v in res.items() if isinstance(v, dict)}))
+    # the tagger works on documents *without* known fields: far above the regex recognizers alone
+    assert res["tagger"]["strict_f1"] > res["regex_only"]["strict_f1"] + 0.1
+    # measured: the tagger does NOT beat the noisy labels here (the paper's Table 4 -> 5 effect): within 0.1
+    assert res["tagger"]["strict_f1"] > res["noisy_labels"]["strict_f1"] - 0.1
+
+
+def test_f1_grows_with_sites():
+    from privnlp.mechanisms.pii.experiments import sites_curve
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = sites_curve((1, 2, 4, 8), repeats=3, rng=0)
+    print(json.dumps(rows))
+    f1 = [r["strict_f1"] for r in rows]
+    assert f1[-1] > f1[0] + 0.03  # 8 sites (all the data) vs 1 site (1/8 of it)
+
+
+def test_minilm_token_classifier_trains():
+    from privnlp.mechanisms.pii.experiments import noisy_label_effect
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = noisy_label_effect(n_users=16, records_per_user=8, heldout_users=4, rounds=2, model="minilm",
+                                 lr=0.05, batch_size=8, rng=0)
+    print(json.dumps({k: {m: v[m] for m in ("strict_f1", "partial_f1")} for k, v in res.items() if isinstance(v, dict)}),
+          res["train_seconds"])
+    assert res["tagger"]["partial_f1"] > 0.3
