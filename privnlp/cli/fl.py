@@ -41,6 +41,20 @@ def simulate(rounds: int = typer.Option(5, help="number of rounds"),
     typer.echo(res.claim.statement())
 
 
+def _forward_termination() -> None:
+    """SIGTERM/SIGINT unwind the command (its ``finally`` stops the Flower processes it started and waits).
+
+    Without this, SIGTERM kills the CLI at once and its SuperLink/SuperNode (own process groups) are orphaned.
+    """
+    import signal
+
+    def _raise(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _raise)
+
+
 @app.command()
 def server(port: int = typer.Option(9093, help="SuperLink HTTP port (Fleet + Control + runtime API)"),
            host: str = typer.Option("127.0.0.1", help="bind address; 0.0.0.0 to accept SuperNodes of other machines"),
@@ -57,6 +71,7 @@ def server(port: int = typer.Option(9093, help="SuperLink HTTP port (Fleet + Con
            "clients-per-round": clients_per_round, "clip-norm": clip_norm, "noise-multiplier": noise_multiplier,
            "delta": delta, "task": task, "out-dir": str((work_dir / "out").resolve()), "node-wait": timeout}
     app_dir = fl.write_app(work_dir / "app", cfg)
+    _forward_termination()
     env = fl.flower_env(work_dir / "flwr_home", f"127.0.0.1:{port}")
     log = open(work_dir / "superlink.log", "wb")
     link = fl.start_superlink(port, env=env, host=host, log=log)
@@ -68,7 +83,11 @@ def server(port: int = typer.Option(9093, help="SuperLink HTTP port (Fleet + Con
         if sub.returncode != 0:
             raise typer.Exit(f"flwr run failed: {sub.stdout}{sub.stderr}")
         res = fl.wait_for_result(work_dir / "out", timeout=timeout, procs=(link,))
-        typer.echo(json.dumps(res.get("claim", res), indent=2, default=str))
+        if "error" in res or "claim" not in res:
+            # a failed (e.g. fail-closed) private run must never read as a success to scripts (issue #15)
+            typer.echo(json.dumps(res, indent=2, default=str), err=True)
+            raise typer.Exit(1)
+        typer.echo(json.dumps(res["claim"], indent=2, default=str))
     finally:
         fl.stop([link])
         log.close()
@@ -83,6 +102,7 @@ def client(superlink: str = typer.Option("127.0.0.1:9093", help="HOST:PORT of th
     from privnlp.mechanisms.federated import flower as fl
 
     env = fl.flower_env(flwr_home)
+    _forward_termination()
     p = fl.start_supernode(superlink, partition_id, num_partitions, port or fl.free_port(), env=env)
     try:
         p.wait()
