@@ -1,4 +1,6 @@
-"""Issue #15, item 6: SIGTERM to ``privnlp fl client`` must stop its SuperNode (nothing outlives its parent)."""
+"""Issue #15, item 6: SIGTERM/SIGINT to ``privnlp fl client`` / ``privnlp fl server`` stop every Flower process
+they started -- the SuperNode / SuperLink and their descendants (Flower 1.42 starts ``flower-superexec`` in a
+session of its own, so a process-group kill alone misses it) -- and exit 128 + signal (bounded waits)."""
 from __future__ import annotations
 
 import os
@@ -35,7 +37,14 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_sigterm_to_fl_client_stops_its_supernode(tmp_path):
+def _tree(pid: int) -> set[int]:
+    from privnlp.mechanisms.federated.flower import _descendants
+
+    return set(_descendants(pid))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_fl_client_stops_its_supernode(tmp_path, sig):
     from privnlp.mechanisms.federated.flower import free_port
 
     link = f"127.0.0.1:{free_port()}"  # nothing listens here: the SuperNode keeps retrying until stopped
@@ -50,12 +59,14 @@ def test_sigterm_to_fl_client_stops_its_supernode(tmp_path):
             nodes = _pids_with(link)
             time.sleep(0.25)
         assert nodes, "the SuperNode never started"
-        cli.send_signal(signal.SIGTERM)
-        cli.wait(30)
+        tree = _tree(cli.pid)
+        assert set(nodes) <= tree
+        cli.send_signal(sig)
+        assert cli.wait(30) == 128 + sig
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(_alive(p) for p in nodes):
+        while time.monotonic() < deadline and any(_alive(p) for p in tree):
             time.sleep(0.2)
-        assert not any(_alive(p) for p in nodes), "the SuperNode outlived `privnlp fl client`"
+        assert not [p for p in tree if _alive(p)], "a Flower process outlived `privnlp fl client`"
     finally:
         if cli.poll() is None:
             os.killpg(cli.pid, signal.SIGKILL)
@@ -84,8 +95,9 @@ def test_sigterm_to_fl_server_stops_its_superlink(tmp_path):
 
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", FLWR_TELEMETRY_ENABLED="0")
+    run_dir = tmp_path / "run"
     cli = subprocess.Popen([sys.executable, "-m", "privnlp.cli.main", "fl", "server", "--port", str(port),
-                            "--work-dir", str(tmp_path / "run"), "--timeout", "120"], env=env, cwd=tmp_path,
+                            "--work-dir", str(run_dir), "--timeout", "120"], env=env, cwd=tmp_path,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -94,14 +106,19 @@ def test_sigterm_to_fl_server_stops_its_superlink(tmp_path):
             links = _superlink_pids(port)
             time.sleep(0.25)
         assert links, "the SuperLink never started"
-        time.sleep(2.0)  # let the CLI reach its wait for SuperNodes
-        cli.send_signal(signal.SIGTERM)
-        cli.wait(30)
-        assert cli.returncode != 0  # an interrupted run is not a success
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(_alive(p) for p in links):
+        deadline = time.monotonic() + 30  # the CLI reaches its wait for SuperNodes; the ServerApp runs by then
+        tree: set[int] = set()
+        while time.monotonic() < deadline and not (run_dir / "out" / "server.log").exists():
             time.sleep(0.2)
-        assert not any(_alive(p) for p in links), "the SuperLink outlived `privnlp fl server`"
+        time.sleep(0.5)
+        tree = _tree(cli.pid)
+        assert len(tree) > len(links), tree  # SuperExec (and the ServerApp) besides the SuperLink
+        cli.send_signal(signal.SIGTERM)
+        assert cli.wait(30) == 128 + signal.SIGTERM  # an interrupted run is not a success
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in tree):
+            time.sleep(0.2)
+        assert not [p for p in tree if _alive(p)], "a Flower process outlived `privnlp fl server`"
     finally:
         if cli.poll() is None:
             os.killpg(cli.pid, signal.SIGKILL)

@@ -86,7 +86,8 @@ def test_federated_ner_table_repro():
 @pytest.mark.slow
 def test_secret_sharer_grid_repro():
     from privnlp.core.report import atomic_write_text
-    from privnlp.mechanisms.federated import DPFedAvg, secret_sharer_grid
+    from privnlp.evaluation import secret_sharer_grid  # issue #21: moved to the evaluation layer
+    from privnlp.mechanisms.federated import DPFedAvg
 
     grid = secret_sharer_grid((0.1, 0.3, 1.0), (0.05, 0.2, 0.5), n_users=20, seeds=(0, 1))
     dp = secret_sharer_grid((1.0,), (0.5,), n_users=20, seeds=(0, 1),
