@@ -13,7 +13,7 @@ export HF_DATASETS_OFFLINE=1
 export FLWR_TELEMETRY_ENABLED=0
 export TOKENIZERS_PARALLELISM=false
 
-.PHONY: demo test repro bench venv clean check-cards
+.PHONY: demo test repro bench venv clean check-cards docs docs-serve readme
 
 venv: $(STAMP)
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	$(BIN)/pip install -q torch==$(TORCH_VERSION)
-	$(BIN)/pip install -q -e ".[mpc,fl,align,ann,secure,hf,vectors,dev]"
+	$(BIN)/pip install -q -e ".[mpc,fl,align,ann,secure,hf,vectors,dev,docs]"
 	$(BIN)/pip install -q --no-deps crypten==0.4.1
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__"
 	touch $(STAMP)
@@ -40,6 +40,16 @@ check-cards: $(STAMP)
 repro: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --timeout=7200 tests
 	$(BIN)/privnlp evaluate --all --preset full --report-dir reports
+
+# issue #21: the documentation site (mkdocs.yml; generated pages come from scripts/build_docs.py, a MkDocs hook)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict -a 127.0.0.1:8000
+
+readme: $(STAMP)
+	$(BIN)/python scripts/build_readme.py
 
 bench: $(STAMP)
 	for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

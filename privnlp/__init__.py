@@ -16,9 +16,11 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("core", "accounting", "data", "models", "metrics", "mechanisms", "attacks", "evaluation", "cli")
+_SUBPACKAGES = ("core", "accounting", "data", "models", "metrics", "mechanisms", "attacks", "auditing", "evaluation",
+                "cli")
 
-__all__ = ["__version__", *_SUBPACKAGES]
+__all__ = ["__version__", "core", "accounting", "data", "models", "metrics", "mechanisms", "attacks", "auditing",
+           "evaluation", "cli"]
 
 
 def __getattr__(name: str) -> Any:

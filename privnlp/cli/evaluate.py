@@ -73,17 +73,12 @@ def evaluate(
     outcomes, failures = evaluate_all(preset=preset, report_dir=report_dir, cards_dir=cards_dir if cards else None,
                                       names=names, cache_dir=cache_dir or (report_dir / ".cache"),
                                       keep_going=keep_going, audit_dp=audit_dp)
-    for o in outcomes:
-        heads = ", ".join(f"{a}={v.get('undefended', float('nan')):.3f}->{v.get('defended', float('nan')):.3f}"
-                          for a, v in o.report.headline().items()) or "no attack measured"
-        console.print(f"[green]✓[/green] {o.name} ({o.seconds:.1f}s): {heads}")
-        if audit_dp:
-            from privnlp.auditing.render import audit_index_text
+    from ._summary import summary_table  # issue #21: one summary table at the end, not a line per defense
 
-            if audit_index_text(o.report):
-                console.print(f"    DP audit: {audit_index_text(o.report)}")
-    for n, err in failures.items():
-        console.print(f"[red]✗ {n}: {err}[/red]")
+    audit_text = None
+    if audit_dp:
+        from privnlp.auditing.render import audit_index_text as audit_text
+    console.print(summary_table(outcomes, failures, audit_text=audit_text))
     index = (report_dir / "index.html").resolve()
     typer.echo(f"HTML index: {index}")
     if failures:

@@ -16,4 +16,11 @@ from .report import (AttackMetrics, Figure, LeakageReport, MetricSummary, atomic
                      figure_from_matplotlib, package_versions, summarize)
 from . import rng
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+__all__ = ["PrivacyClaim", "ClaimKind", "PrivacyUnit", "ThreatModel", "Adversary", "Observation",
+           "GradientObservation", "ModelSnapshots", "BlackBoxLM", "PerturbedText", "FragmentSet",
+           "ReleasedVocabulary", "PartyView", "Mechanism", "MechanismProtocol", "Attack", "AttackProtocol",
+           "AttackResult", "Scenario", "ScenarioRun", "Trial", "Registry", "MECHANISMS", "ATTACKS",
+           "SCENARIOS", "LEAKY_TWINS", "LeakageReport", "AttackMetrics", "MetricSummary", "summarize",
+           "Figure", "figure_from_matplotlib", "atomic_write_text", "package_versions", "PrivnlpError",
+           "InvalidArgument", "InvalidPrivacyParameter", "PrivacyBudgetExceeded", "MalformedInput",
+           "MissingDependency", "ProtocolError", "check_range", "check_positive", "check_probability", "rng"]

@@ -91,6 +91,21 @@ def check_range(
 
     >>> check_range("t", 0.5, 0, 1)
     0.5
+
+    Args:
+        name: the argument's name, used in the error message.
+        value: the value to check (bools and ``None`` are rejected).
+        lo, hi: the interval's bounds.
+        lo_inclusive, hi_inclusive: whether each bound is allowed.
+        error: the exception class to raise (``InvalidPrivacyParameter`` for epsilon, delta, ...).
+        integer: also require an integral value.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        InvalidArgument: (or ``error``) naming the argument and the allowed interval, for a value outside it,
+            NaN, a non-number, or a non-integer when ``integer``.
     """
     if isinstance(value, bool) or value is None:
         raise error(f"{name} must be a number in {_fmt_interval(lo, hi, lo_inclusive, hi_inclusive)}; got {value!r}")

@@ -53,7 +53,16 @@ class MetricSummary:
 
 
 def summarize(values: Sequence[float], confidence: float = 0.95) -> MetricSummary:
-    """Mean with a Student-t confidence interval (degenerate for n <= 1)."""
+    """Mean with a Student-t confidence interval (degenerate for n <= 1).
+
+    Args:
+        values: the measurements (over seeds, batches or records); NaNs are dropped from the statistics.
+        confidence: two-sided confidence level of the interval, in (0, 1).
+
+    Returns:
+        :class:`MetricSummary` (``mean``, ``ci_low``, ``ci_high``, ``n``, ``values``); all NaN when no value
+        is finite, a zero-width interval for one value.
+    """
     vals = np.asarray([float(v) for v in values], dtype=float)
     vals_ok = vals[~np.isnan(vals)]
     n = int(vals_ok.size)
@@ -133,6 +142,8 @@ def figure_from_matplotlib(fig: Any, name: str, caption: str = "", dpi: int = 11
 
 def package_versions(names: Sequence[str] = ("privnlp", "torch", "numpy", "opacus", "dp-accounting", "transformers",
                                              "tokenizers", "gensim", "flwr", "crypten")) -> dict[str, str]:
+    """Installed versions of ``names`` (``"not installed"`` for a missing one), recorded in every report so
+    its numbers can be traced to the library versions that produced them."""
     from importlib import metadata
 
     out = {}
@@ -349,7 +360,21 @@ class LeakageReport:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same folder + ``os.replace``."""
+    """Write ``text`` to ``path`` via a temp file in the same folder + ``os.replace``.
+
+    Readers see the old file or the new one, never a partial file; the parent folder is created.
+
+    Args:
+        path: destination file.
+        text: the whole content.
+        encoding: text encoding.
+
+    Returns:
+        ``path`` as a :class:`pathlib.Path`.
+
+    Raises:
+        OSError: the folder is not writable (the temp file is removed).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -137,7 +137,22 @@ def _parse(pattern: str, vocabulary: Sequence[str]) -> tuple[SecretSlot, ...]:
 
 def make_canary(pattern: str = "my social security number is {ssn}", *, rng,
                 vocabulary: Sequence[str] | None = None) -> Canary:
-    """Fill ``pattern`` with a secret drawn uniformly from its randomness space."""
+    """Fill ``pattern`` with a secret drawn uniformly from its randomness space.
+
+    Args:
+        pattern: text with placeholders ``{ssn}``, ``{digits:N}`` or ``{words:N}``; they define the
+            randomness space (the exposure of the canary is measured against it).
+        rng: ``numpy.random.Generator`` or seed (keyword-only).
+        vocabulary: the words a ``{words:N}`` placeholder draws from (at least 2 distinct words); default
+            ``DEFAULT_WORDS``.
+
+    Returns:
+        A :class:`Canary` (``secret``, ``text``, ``space_size``, ``slots``).
+
+    Raises:
+        InvalidArgument: a pattern without a known placeholder, or a vocabulary with fewer than 2 distinct
+            words.
+    """
     vocab = tuple(DEFAULT_WORDS if vocabulary is None else vocabulary)
     if len(vocab) < 2 or len(set(vocab)) != len(vocab):
         raise InvalidArgument("vocabulary must hold at least 2 distinct words")
@@ -187,6 +202,21 @@ def insert_canaries(records, canary: Canary, *, rate: float, unit: str = "record
     selected with probability ``rate``; a selected user gets the canary appended to ``repeats``
     of their records (all of them if they have fewer), chosen uniformly. Existing spans are
     unchanged (text is only appended).
+
+    Args:
+        records: a :class:`PrivateCorpus` or a sequence of :class:`Record`.
+        canary: from :func:`make_canary`.
+        rate: insertion probability per record or per user (``unit``), in [0, 1].
+        unit: ``"record"`` or ``"user"``.
+        repeats: copies per selected record / records per selected user, in [1, 10**6].
+        rng: ``numpy.random.Generator`` or seed (keyword-only).
+
+    Returns:
+        :class:`CanaryInsertion` with the new records and the ids of the records / users that received it.
+
+    Raises:
+        InvalidArgument: ``records`` of the wrong type, ``rate`` outside [0, 1], ``repeats`` out of range or
+            an unknown ``unit``.
     """
     recs = tuple(records.records if isinstance(records, PrivateCorpus) else records)
     if not all(isinstance(r, Record) for r in recs):

@@ -623,6 +623,19 @@ def generate_corpus(n_users: int = 20, records_per_user: int = 10, *, seed: int 
 
     ``n_users`` users each write ``records_per_user`` records whose kind is drawn from the
     user's own preferences restricted to ``kinds``.
+
+    Args:
+        n_users: number of users (authors), in [1, 10**6].
+        records_per_user: records each user writes, in [1, 10**6].
+        seed: the corpus seed, in [0, 2**63 - 1]; same seed, same corpus on any machine (Faker-based).
+        kinds: a non-empty subset of :data:`KINDS` (``"email"``, ``"note"``, ``"chat"``, ...).
+
+    Returns:
+        A :class:`PrivateCorpus`: ``records`` with gold PII ``spans`` (PERSON, SSN, PHONE, ADDRESS, DATE,
+        ORG, EMAIL, ...) and ``known_fields`` (what each record's institution knows).
+
+    Raises:
+        InvalidArgument: a count or the seed out of range, or an unknown kind.
     """
     check_range("n_users", n_users, 1, 10**6, integer=True)
     check_range("records_per_user", records_per_user, 1, 10**6, integer=True)

@@ -51,6 +51,19 @@ def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -
     * ``datasets.Dataset``: the column ``field`` (default ``"text"``).
 
     ``fmt`` (``"txt" | "jsonl" | "csv"``) overrides detection from the file extension.
+
+    Args:
+        path: a file path (``.txt``, ``.jsonl``, ``.csv``) or a ``datasets.Dataset``.
+        field: the JSON key / CSV column / dataset column holding the text (not used for txt).
+        fmt: ``"txt"``, ``"jsonl"`` or ``"csv"`` to override the extension.
+
+    Returns:
+        The texts, in file order (blank lines skipped).
+
+    Raises:
+        InvalidArgument: an unknown format or extension, or ``field`` given for a txt file.
+        MalformedInput: invalid JSON / CSV, a missing field or column, a non-string value (the message names
+            the file and line).
     """
     if _is_hf_dataset(path):
         col = field or "text"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from .audit import FunctionMechanism, audit
 from .cards import PRESETS, evaluate_all, evaluate_defense, render_mechanism_card
 from .sweep import SweepResult, sweep, with_params
+from .secret_sharer import SecretSharerCell, SecretSharerGrid, secret_sharer_grid, secret_sharer_run
 
 __all__ = ["audit", "FunctionMechanism", "sweep", "SweepResult", "with_params", "evaluate_all", "evaluate_defense",
-           "render_mechanism_card", "PRESETS"]
+           "render_mechanism_card", "PRESETS", "secret_sharer_grid", "secret_sharer_run", "SecretSharerGrid",
+           "SecretSharerCell"]

@@ -39,6 +39,14 @@ def set_prf(pred: Iterable[Any], gold: Iterable[Any], *, multiset: bool = False)
 
     With ``multiset=True`` counts matter (e.g. labels of a batch: ``[1, 1, 0]``). Empty pred
     and empty gold give 1.0 everywhere (a perfect, if trivial, prediction).
+
+    Args:
+        pred: predicted items (hashable).
+        gold: gold items (hashable).
+        multiset: compare with multiplicities (``collections.Counter``) instead of sets.
+
+    Returns:
+        ``PRF(precision, recall, f1, exact_match)``, each in [0, 1].
     """
     if multiset:
         p, g = Counter(pred), Counter(gold)

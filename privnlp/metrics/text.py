@@ -41,7 +41,19 @@ def _pairs(refs, hyps, name: str = "hyps") -> tuple[list[str], list[str]]:
 
 def rouge(refs: Sequence[str] | str, hyps: Sequence[str] | str, *, use_stemmer: bool = False) -> dict[str, float]:
     """Mean ROUGE-1/2/L F-measure over aligned pairs (``rouge-score``; its tokenizer lowercases
-    and keeps ``[a-z0-9]+`` tokens)."""
+    and keeps ``[a-z0-9]+`` tokens).
+
+    Args:
+        refs: reference text(s); a single string is one pair.
+        hyps: hypothesis text(s), aligned with ``refs`` (same length).
+        use_stemmer: Porter-stem tokens before matching.
+
+    Returns:
+        ``{"rouge1", "rouge2", "rougeL"}``: mean F-measures in [0, 1].
+
+    Raises:
+        InvalidArgument: ``refs`` and ``hyps`` of different lengths, or empty.
+    """
     from rouge_score import rouge_scorer
 
     refs, hyps = _pairs(refs, hyps)
@@ -55,7 +67,15 @@ def rouge(refs: Sequence[str] | str, hyps: Sequence[str] | str, *, use_stemmer: 
 
 
 def bleu(refs: Sequence[str] | str, hyps: Sequence[str] | str) -> float:
-    """Corpus BLEU (sacrebleu, 0-100) of ``hyps`` against one reference each."""
+    """Corpus BLEU (sacrebleu, 0-100) of ``hyps`` against one reference each.
+
+    Args:
+        refs: one reference per hypothesis (a single string is one pair).
+        hyps: hypotheses aligned with ``refs``.
+
+    Raises:
+        InvalidArgument: ``refs`` and ``hyps`` of different lengths, or empty.
+    """
     import sacrebleu
 
     refs, hyps = _pairs(refs, hyps)
@@ -63,7 +83,11 @@ def bleu(refs: Sequence[str] | str, hyps: Sequence[str] | str) -> float:
 
 
 def chrf(refs: Sequence[str] | str, hyps: Sequence[str] | str) -> float:
-    """Corpus chrF (sacrebleu, 0-100)."""
+    """Corpus chrF (sacrebleu, 0-100) of ``hyps`` against one reference each (arguments as :func:`bleu`).
+
+    Raises:
+        InvalidArgument: ``refs`` and ``hyps`` of different lengths, or empty.
+    """
     import sacrebleu
 
     refs, hyps = _pairs(refs, hyps)

@@ -47,6 +47,24 @@ def tiny_gpt2(vocab_size: int, *, n_layer: int = 2, n_embd: int = 64, n_head: in
     Opacus note: ghost clipping refuses tied weights — build with ``tie_word_embeddings=False``
     (or freeze the embedding) for DP-SGD; and pass explicit per-row ``position_ids``
     (:func:`~privnlp.models.lm_batch` does).
+
+    Args:
+        vocab_size: number of token ids, in [1, 2**24] (``len(tokenizer)``).
+        n_layer: transformer blocks, in [1, 256].
+        n_embd: hidden width, in [1, 65536], divisible by ``n_head``.
+        n_head: attention heads, in [1, 1024].
+        n_positions: longest sequence in tokens, in [1, 2**20].
+        tie_word_embeddings: share the input embedding with the output projection (GPT-2's default).
+        dropout: residual / embedding / attention dropout probability, in [0, 1).
+        bos_token_id, eos_token_id, pad_token_id: special ids in [0, vocab_size - 1], or ``None``.
+        seed: seeds the weight initialisation only (the caller's global RNG is untouched).
+        **config_overrides: any other ``GPT2Config`` field.
+
+    Returns:
+        A ``transformers.GPT2LMHeadModel`` in train mode.
+
+    Raises:
+        InvalidArgument: a size or id outside its range, or ``n_embd`` not divisible by ``n_head``.
     """
     check_range("vocab_size", vocab_size, 1, 2**24, integer=True)
     check_range("n_layer", n_layer, 1, 256, integer=True)
@@ -103,6 +121,25 @@ def tiny_bert_classifier(vocab_size: int, *, num_labels: int = 2, hidden_size: i
     """A ``BertForSequenceClassification`` from a small ``BertConfig`` (weights seeded by ``seed``).
 
     ``pad_token_id=0`` matches :func:`~privnlp.models.train_wordpiece_tokenizer` (``[PAD]`` = 0).
+
+    Args:
+        vocab_size: number of token ids, in [1, 2**24] (``len(tokenizer)``).
+        num_labels: output classes, in [1, 2**20].
+        hidden_size: hidden width, in [1, 65536], divisible by ``num_attention_heads``.
+        num_hidden_layers: encoder layers, in [1, 256].
+        num_attention_heads: attention heads, in [1, 1024].
+        intermediate_size: feed-forward width, in [1, 2**18].
+        max_position_embeddings: longest sequence in tokens, in [1, 2**20].
+        dropout: hidden and attention dropout probability, in [0, 1).
+        pad_token_id: id of the padding token, in [0, vocab_size - 1].
+        seed: seeds the weight initialisation only.
+        **config_overrides: any other ``BertConfig`` field.
+
+    Returns:
+        A ``transformers.BertForSequenceClassification`` in train mode.
+
+    Raises:
+        InvalidArgument: a size or id outside its range, or ``hidden_size`` not divisible by the heads.
     """
     check_range("num_labels", num_labels, 1, 2**20, integer=True)
     from transformers import BertForSequenceClassification
@@ -120,7 +157,17 @@ def tiny_bert_mlm(vocab_size: int, *, hidden_size: int = 64, num_hidden_layers: 
                   intermediate_size: int = 128, max_position_embeddings: int = 128, dropout: float = 0.0,
                   pad_token_id: int = 0, tie_word_embeddings: bool = True, seed: int = 0,
                   **config_overrides: Any) -> "BertForMaskedLM":
-    """A ``BertForMaskedLM`` from a small ``BertConfig`` (weights seeded by ``seed``)."""
+    """A ``BertForMaskedLM`` from a small ``BertConfig`` (weights seeded by ``seed``).
+
+    The sizes, ``dropout``, ``pad_token_id`` and ``seed`` are those of :func:`tiny_bert_classifier`.
+
+    Args:
+        tie_word_embeddings: share the input embedding with the MLM decoder.
+        **config_overrides: any other ``BertConfig`` field.
+
+    Raises:
+        InvalidArgument: a size or id outside its range.
+    """
     from transformers import BertForMaskedLM
 
     cfg = _bert_config(vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,

@@ -65,6 +65,18 @@ def bundled_lm(preset: str = "quick", *, seed: int = 0, progress: bool = False) 
 
     Cached on disk; a cache hit returns bit-identical weights. The model is returned in eval mode.
     Training details (losses, seconds) are in ``privnlp-train.json`` next to the weights.
+
+    Args:
+        preset: ``"quick"`` (CI, seconds) or ``"full"`` (bigger model and corpus).
+        seed: corpus and initialisation seed, in [0, 2**63 - 1]; part of the cache key.
+        progress: show a progress bar while training on a cache miss.
+
+    Returns:
+        ``(model, tokenizer)``; the cache lives under :func:`privnlp.models.cache_dir`
+        (``PRIVNLP_CACHE_DIR`` overrides).
+
+    Raises:
+        InvalidArgument: unknown ``preset`` or ``seed`` out of range.
     """
     cfg = _preset(LM_PRESETS, preset)
     check_range("seed", seed, 0, 2**63 - 1, integer=True)

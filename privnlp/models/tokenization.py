@@ -84,6 +84,19 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, min_fre
     [257, 2**20]); the result may be smaller when the corpus has fewer merges to offer.
     ``<|endoftext|>`` is the bos, eos, unk and pad token; ``model_max_length`` is set.
     Decoding ``encode(text)`` gives ``text`` back exactly (byte level, no prefix space).
+
+    Args:
+        texts: the training corpus (any iterable of strings; read once).
+        vocab_size: target vocabulary size in tokens, in [257, 2**20].
+        min_frequency: a merge needs at least this many occurrences, in [1, 2**31].
+        model_max_length: the tokenizer's maximum sequence length in tokens, in [1, 2**31].
+
+    Returns:
+        A ``transformers.PreTrainedTokenizerFast`` (deterministic: same texts, same tokenizer).
+
+    Raises:
+        InvalidArgument: an argument outside its range, ``texts`` a single string, holding a non-string,
+            or without any non-empty string.
     """
     check_range("vocab_size", vocab_size, 257, 2**20, integer=True)
     check_range("min_frequency", min_frequency, 1, 2**31, integer=True)

@@ -149,6 +149,18 @@ def lm_batch(tokenizer: Any, texts: Sequence[str], max_length: int = 64, *, add_
     to ``max_length`` tokens, no bos. ``labels`` equal ``input_ids`` with padding set to -100
     (decided by the attention mask, since GPT-2's pad token is its eos token); the model shifts
     them itself. ``position_ids`` are explicit per row (``.repeat``, contiguous) for opacus.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (e.g. :func:`train_bpe_tokenizer`'s).
+        texts: the records, one string each (non-empty sequence).
+        max_length: tokens per row after truncation, in [2, 2**20].
+        add_eos: append the eos token to every text.
+
+    Returns:
+        ``LMBatch(input_ids, attention_mask, position_ids, labels)``, long tensors of shape (n, t).
+
+    Raises:
+        InvalidArgument: ``max_length`` out of range, or ``texts`` empty or holding a non-string.
     """
     texts = _check_texts(texts)
     check_range("max_length", max_length, 2, 2**20, integer=True)

@@ -5,17 +5,9 @@ Importing this package registers ``film``, ``rlg``, ``lamp``, ``dlg`` and ``tag`
 """
 from __future__ import annotations
 
-from . import rlg  # noqa: F401
+from .film import FILM, BagOfWords, beam_search, recover_bag, reorder
+from .lamp import DLG, LAMP, TAG, aux_lm, reconstruct
+from .rlg import RLG, LabelSet, estimate_num_labels, reveal_labels, sign_baseline
 
-try:
-    from . import film  # noqa: F401
-except ImportError as e:  # pragma: no cover - module being written
-    if "privnlp.attacks.gradient.film" not in str(e) and "film" not in str(e):
-        raise
-try:
-    from . import lamp  # noqa: F401
-except ImportError as e:  # pragma: no cover
-    if "lamp" not in str(e):
-        raise
-
-__all__ = ["rlg", "film", "lamp"]
+__all__ = ["FILM", "RLG", "LAMP", "DLG", "TAG", "BagOfWords", "recover_bag", "beam_search", "reorder", "LabelSet",
+           "estimate_num_labels", "reveal_labels", "sign_baseline", "aux_lm", "reconstruct"]

@@ -176,6 +176,18 @@ def _ngrams(seq: Sequence[int], n: int) -> dict[tuple[int, ...], int]:
     return out
 
 
+def _cache_keyword(model: Any) -> str:
+    """The name of the KV-cache argument/output: ``cache`` in transformers 5.x (where ``past_key_values``
+    is deprecated and warns on every call), ``past_key_values`` before."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic callables
+        return "past_key_values"
+    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+
+
 def beam_search(model: Any, tokenizer: Any, bag: Sequence[int], *, max_length: int, beam_size: int = 32,
                 ngram: int = 2, rho: float = 2.0, previous: Sequence[Sequence[int]] = (), rho_previous: float = 2.0,
                 use_cache: bool = True, min_length: int = 1) -> list[int]:
@@ -206,13 +218,14 @@ def beam_search(model: Any, tokenizer: Any, bag: Sequence[int], *, max_length: i
     finished: list[tuple[float, list[int]]] = []
     model.eval()
     past = None
+    cache_kw = _cache_keyword(model)
     pos_in_bag = {t: i for i, t in enumerate(bag)}
     with torch.no_grad():
         next_input = torch.tensor([[s[-1]] for s in seqs], dtype=torch.long)
         for step in range(1, max_length):
             if use_cache:
-                out = model(input_ids=next_input, past_key_values=past, use_cache=True)
-                past = out.past_key_values
+                out = model(input_ids=next_input, **{cache_kw: past}, use_cache=True)
+                past = getattr(out, cache_kw)
                 logits = out.logits[:, -1, :]
             else:
                 logits = model(input_ids=torch.tensor(seqs, dtype=torch.long)).logits[:, -1, :]
@@ -439,14 +452,31 @@ def _score(result: AttackResult, gt: Any) -> dict[str, float]:
 class FILM(Attack):
     """FILM (bag of words -> beam search -> prior-guided reordering; repetitions for several sentences).
 
+    Implements Gupta et al. 2022, Sec. 4.2 (bag of words from the word-embedding gradient), Sec. 4.3 and
+    App. A (beam search), Sec. 4.4 (prior-guided reordering, Eq. 4) and Sec. 4.5 (several sentences). The
+    adversary is an eavesdropper that sees one client's gradient of a causal LM (GPT-2 style) and the
+    current model. Headline metric: ``rougeL`` (best match over the batch, the paper's Fig. 3; higher =
+    more leakage); the scorer also reports ROUGE-1/2, Hungarian-matched ROUGE-L, NERR and bag P/R.
+
     Args:
-        beam_size: k (paper: 32).
-        ngram, rho: repeated-n-gram penalty (paper: n = 2); ``rho_previous`` for earlier repetitions.
-        max_length: cap in tokens (``None``: from the position-embedding gradient, else 40).
-        reorder_steps: steps of each reordering stage (paper: 200); ``n_candidates`` per step.
-        beta: weight of the gradient term (paper: 1); ``grad_term``: ``"match"`` or ``"norm"``.
-        repetitions: how many sentences to recover (beam searches with penalties on earlier outputs).
-        bag_method / bag_threshold: see :func:`recover_bag`.
+        beam_size: beams kept per step, in [1, 4096] (paper: 32).
+        ngram: length of the repeated n-grams that are penalised, in [1, 16] (paper: 2).
+        rho: penalty (log-probability units) per repeated n-gram inside a beam, >= 0.
+        rho_previous: penalty per n-gram already produced by an earlier repetition, >= 0.
+        max_length: cap on the recovered length in tokens (> 0); ``None``: from the nonzero
+            position-embedding rows of the gradient, else 40.
+        reorder_steps: steps of each reordering stage (phrase-wise, then token-wise), in [0, 10**6]
+            (paper: 200; 0 skips reordering).
+        n_candidates: candidates scored per reordering step, in [1, 4096].
+        beta: weight of the gradient term against perplexity, >= 0 (paper: 1).
+        grad_term: ``"match"`` (cosine distance to the observed position-embedding gradient) or ``"norm"``
+            (the norm of the candidate's gradient, Eq. 4).
+        repetitions: sentences to recover, in [1, 10**4] (beam searches penalising earlier outputs).
+        bag_method: how the bag of words is read from the gradient, see :func:`recover_bag`.
+        bag_threshold: relative row-norm threshold for ``bag_method="norm"``.
+
+    Raises:
+        InvalidArgument: an argument outside its range or an unknown ``grad_term``.
     """
 
     paper = ("Gupta et al., Recovering Private Text in Federated Learning of Language Models, NeurIPS 2022 "

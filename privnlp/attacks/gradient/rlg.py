@@ -262,13 +262,25 @@ def _score(result: AttackResult, ground_truth: Any) -> dict[str, float]:
 class RLG(Attack):
     """Reveal the set of labels behind an update from its output-layer gradient (RLG, Algorithm 1).
 
+    Implements Dang et al. 2021, Sec. 3 (the gradient of the projection layer is a product whose left
+    singular vectors span the labels' rows; Algorithm 1: SVD, then one linear program per label to test
+    whether a separating direction exists). The adversary is an eavesdropper on one update that knows the
+    id-to-label map. Headline metric: ``f1`` of the recovered label set (higher = more leakage); the scorer
+    also reports precision, recall and exact match.
+
     Args:
         layer: parameter name of the projection layer (``None``: ``classifier.weight`` /
             ``lm_head.weight`` / ... auto-detected).
-        num_labels: known ``S`` (``None``: from the singular-value spectrum).
-        method: ``"rlg"`` (SVD + LP) or ``"sign"`` (Yin et al.'s Eq. 5 baseline).
-        rtol, box, screening_points: see :func:`reveal_labels`.
+        num_labels: the number ``S`` of distinct labels in the batch, >= 1, if known (``None``: estimated
+            from the singular-value spectrum with ``rtol``).
+        method: ``"rlg"`` (SVD + LP) or ``"sign"`` (Yin et al.'s Eq. 5 baseline, ReLU features only).
+        rtol: relative singular-value threshold for the rank estimate, > 0.
+        box: bound on the LP variables (> 0).
+        screening_points: random directions tried before the LPs, >= 1.
         include_bias: append the bias gradient as an extra feature column.
+
+    Raises:
+        InvalidArgument: an unknown ``method`` or an argument outside its range.
     """
 
     paper = ("Dang et al., Revealing and Protecting Labels in Distributed Training, NeurIPS 2021 "

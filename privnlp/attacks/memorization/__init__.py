@@ -22,4 +22,11 @@ from .exposure import (MASKED_FORMATS, CanaryExposure, ExposureEstimate, canary_
 from .extraction import (CanaryExtraction, ExtractionResult, beam_extract, beam_search_test, count_memorized,
                          federated_secret_sharer, random_sampling_test, render_partial)
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+__all__ = ["CanaryExposure", "CanaryExtraction", "EavesdroppingAttack", "WatermarkAttack",
+           "CorrelationResult", "ExposureEstimate", "ExtractionResult", "TextScores", "MASKED_FORMATS",
+           "TOP_KS", "beam_extract", "beam_search_test", "canary_exposure", "canary_template",
+           "causal_log_probs", "combined_rank", "count_memorized", "ecorr", "exact_exposure",
+           "exposure_from_rank", "exposure_rates", "exposure_trajectories", "extrapolated_exposure",
+           "federated_secret_sharer", "generate_candidates", "log_perplexity_bits", "make_masked_secret",
+           "masked_pll", "random_sampling_test", "rank_desc", "rank_with_ties", "render_partial",
+           "score_candidates", "selection_indicator", "skewnorm_log_cdf", "spearman", "wcorr"]

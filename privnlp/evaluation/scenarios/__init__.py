@@ -14,3 +14,5 @@ for _m in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_m.name}")
 
 get = SCENARIOS.get
+
+__all__ = ["get", "SCENARIOS"]

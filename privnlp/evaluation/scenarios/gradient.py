@@ -61,7 +61,8 @@ def lm_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[Any
     model, tok = bundled_lm("quick", seed=seed)
     model = copy.deepcopy(model)
     corpus = generate_corpus(seed=seed + 1)  # the client's own records (not in the bundled pre-training)
-    recs = tuple(r for r in corpus.records if 8 <= len(tok(r.text)["input_ids"]) <= cfg["max_length"] - 1)
+    recs = tuple(r for r in corpus.records  # verbose=False: measuring the length, no "longer than max" warning
+                 if 8 <= len(tok(r.text, verbose=False)["input_ids"]) <= cfg["max_length"] - 1)
     recs = recs[: cfg["lm_records"]]
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -78,7 +79,7 @@ def classifier_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, t
 
     model, tok = bundled_bert_classifier("quick", seed=seed)
     data = generate_sentiment(200, seed=seed + 7)
-    keep = [(t, y) for t, y in zip(data.texts, data.labels) if len(tok(t)["input_ids"]) <= 14]
+    keep = [(t, y) for t, y in zip(data.texts, data.labels) if len(tok(t, verbose=False)["input_ids"]) <= 14]
     return model, tok, tuple(t for t, _ in keep), tuple(int(y) for _, y in keep)
 
 

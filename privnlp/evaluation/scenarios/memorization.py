@@ -127,7 +127,14 @@ def _dp_train(mechanism: Any, model: Any, tokenizer: Any, texts: list[str], cfg:
 
         mechanism = copy.copy(mechanism)
         mechanism.steps = steps
-    pt = mechanism.make_private(model, opt, loader, rng=int(as_numpy(rng).integers(2**31)))
+    import warnings
+
+    from privnlp.accounting.duplicates import DuplicateExamplesWarning
+
+    with warnings.catch_warnings():  # issue #21: the canary is duplicated on purpose (that is what is measured);
+        # the claim still records the duplicates and the group epsilon (extra: duplicated_examples, group_epsilon)
+        warnings.simplefilter("ignore", DuplicateExamplesWarning)
+        pt = mechanism.make_private(model, opt, loader, rng=int(as_numpy(rng).integers(2**31)))
 
     def loss_fn(m: Any, batch: Any) -> Any:
         ids, mask, labels = batch

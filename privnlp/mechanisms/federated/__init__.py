@@ -18,8 +18,12 @@ from .aggregation import clip_delta, dp_average, global_norm, weighted_average
 from .client import ClientData, FitIns, FitRes, Task, lm_client_data, lm_task, local_update, tagger_task
 from .mechanisms import DPFedAvg, FedAvg, LeakyDPFedAvgWeighted
 from .ner import NERData, NERRow, NERTable, evaluate_tagger, federated_ner, federated_ner_table, ner_data
-from .secret_sharer import SecretSharerCell, SecretSharerGrid, secret_sharer_grid, secret_sharer_run
 from .partition import Partition, partition, partition_dirichlet, partition_iid, partition_natural
 from .simulator import FedRunResult, FedSimulator, RoundRecord, select_clients
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+__all__ = ["FedAvg", "DPFedAvg", "LeakyDPFedAvgWeighted", "FedSimulator", "FedRunResult", "RoundRecord",
+           "select_clients", "Partition", "partition", "partition_iid", "partition_dirichlet",
+           "partition_natural", "ClientData", "FitIns", "FitRes", "Task", "lm_client_data", "lm_task",
+           "tagger_task", "local_update", "clip_delta", "dp_average", "global_norm", "weighted_average",
+           "FedLedger", "calibrate_user_noise", "round_event", "user_epsilon", "NERData", "NERRow",
+           "NERTable", "evaluate_tagger", "federated_ner", "federated_ner_table", "ner_data"]

@@ -23,4 +23,11 @@ from .mechanisms import (DPSGD, AdversarialEmbeddingDefense, DropoutEmbeddingDef
 from .transforms import (ClipUpdate, Compose, GaussianNoise, GradDrop, GradientPruning, RandomMasking, SignSGD,
                          UpdateTransform, apply_to_model_grads)
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+__all__ = ["DPSGD", "FrozenEmbeddings", "GaussianNoiseUpdate", "GradDropDefense", "GradientPruningDefense",
+           "RandomMaskingDefense", "SignSGDDefense", "AdversarialEmbeddingDefense",
+           "DropoutEmbeddingDefense", "LSTMDropoutDefense", "NoisedEmbeddingDefense", "LeakyDPSGDNoClipping",
+           "PrivateTraining", "make_private", "private_training", "train_private", "TrainResult",
+           "per_sample_lm_loss", "per_sample_classification_loss", "per_sample_token_loss",
+           "freeze_embeddings", "sharded_dp_mean", "effective_noise_multiplier", "UpdateTransform",
+           "Compose", "ClipUpdate", "GaussianNoise", "GradDrop", "GradientPruning", "RandomMasking",
+           "SignSGD", "apply_to_model_grads"]

@@ -12,4 +12,8 @@ from .utility import tokenizer_utility
 from .wordpiece import (DPWordPiece, LeakyOccurrenceWordPiece, VocabBuild, build_nonprivate_wordpiece,
                         histogram_iterator, train_wordpiece_from_histogram)
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+__all__ = ["DPWordPiece", "LeakyOccurrenceWordPiece", "VocabBuild", "build_nonprivate_wordpiece",
+           "histogram_iterator", "train_wordpiece_from_histogram", "NoisyHistogram", "WordSplitter",
+           "bound_contributions", "contributor_histogram", "release_histogram", "NoiseCalibration",
+           "analytic_gaussian_sigma", "calibrate", "gaussian_threshold", "laplace_threshold",
+           "paper_calibration", "single_contributor_release_probability", "tokenizer_utility"]

@@ -1,5 +1,10 @@
 """The federated secret sharer grid: canary exposure of a FedAvg / DP-FedAvg LM over (p_u, p_e).
 
+An evaluation (it trains a federated model with :mod:`privnlp.mechanisms.federated`, inserts canaries
+with :mod:`privnlp.attacks.memorization` and reuses the scenarios' presets), so it lives in the
+evaluation layer: ``from privnlp.evaluation.secret_sharer import secret_sharer_grid`` (it moved here
+from ``privnlp.mechanisms.federated``, which must not import the evaluation layer).
+
 Paper: ``../shared/papers/unintended-memorization-under-fl.txt`` (Sec. 3 / Fig. 1: every user is a secret
 sharer with probability p_u, every example of a sharer is replaced by the canary with probability p_e,
 both Poisson; exposure / RS / BS of the final model for a grid of (p_u, p_e)). The insertion is the
@@ -63,9 +68,9 @@ def secret_sharer_run(p_u: float, p_e: float, *, mechanism: Any = None, preset: 
     from privnlp.evaluation.scenarios.federated import FL_DP_FEDAVG_PRESETS
     from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer, heldout_loss
 
-    from .client import lm_client_data, lm_task
-    from .mechanisms import FedAvg
-    from .simulator import FedSimulator
+    from privnlp.mechanisms.federated.client import lm_client_data, lm_task
+    from privnlp.mechanisms.federated.mechanisms import FedAvg
+    from privnlp.mechanisms.federated.simulator import FedSimulator
 
     check_probability("p_u", p_u)
     check_probability("p_e", p_e)
