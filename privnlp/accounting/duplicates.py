@@ -41,7 +41,14 @@ def normalize_text(text: str) -> str:
 
 def row_keys(tensors: Sequence[Any]) -> list[bytes]:
     """One hashable key per example of aligned tensors/arrays (first dimension = examples): the digest of
-    the example's bytes in every tensor (exact-duplicate detection for a ``TensorDataset``)."""
+    the example's bytes in every tensor (exact-duplicate detection for a ``TensorDataset``).
+
+    Args:
+        tensors: aligned tensors or arrays whose first dimension indexes the examples.
+
+    Returns:
+        One 16-byte blake2b digest per example.
+    """
     import numpy as np
 
     arrays = []
@@ -64,7 +71,17 @@ class DuplicateReport:
 
     ``max_copies`` is k, the largest multiplicity (1 = no duplicates); ``duplicated_examples`` counts every
     example whose key occurs more than once; ``groups`` the keys that do; ``keep`` the indices of the
-    first occurrence of each key (what ``dedup=True`` trains on); ``method`` how keys were built."""
+    first occurrence of each key (what ``dedup=True`` trains on); ``method`` how keys were built.
+
+    Attributes:
+        n: the number of examples inspected.
+        n_unique: the number of distinct keys.
+        max_copies: k, the largest multiplicity of a key (1 = no duplicates).
+        duplicated_examples: the number of examples whose key occurs more than once.
+        groups: the number of distinct keys that occur more than once.
+        method: how keys were built (``"exact"``, ``"normalized (whitespace/case)"`` or the caller's name).
+        keep: the index of the first occurrence of each key, in order.
+    """
 
     n: int
     n_unique: int
@@ -86,7 +103,16 @@ class DuplicateReport:
 def find_duplicates(items: Iterable[Any], *, normalize: Callable[[Any], Any] | None = None,
                     method: str | None = None) -> DuplicateReport:
     """Count duplicates among ``items`` (strings, bytes or any hashables; ``normalize`` maps each item to
-    its key first, e.g. :func:`normalize_text` for near-duplicate texts)."""
+    its key first, e.g. :func:`normalize_text` for near-duplicate texts).
+
+    Args:
+        items: the examples (strings, bytes, or any hashables such as :func:`row_keys` digests).
+        normalize: maps each item to its key before counting (``None`` = the item itself).
+        method: the name stored in :attr:`DuplicateReport.method` (default: derived from ``normalize``).
+
+    Returns:
+        The counts and the indices of first occurrences.
+    """
     keys = [normalize(x) if normalize is not None else x for x in items]
     counts = Counter(keys)
     seen: set = set()
@@ -105,7 +131,18 @@ def find_duplicates(items: Iterable[Any], *, normalize: Callable[[Any], Any] | N
 
 def group_runs(runs: Iterable[Any], k: int) -> list[tuple[float, float, int]]:
     """The ledger runs ``(sigma, q, steps)`` transformed for a group of ``k`` copies:
-    ``(sigma / k, 1 - (1 - q)^k, steps)`` (see the module docstring)."""
+    ``(sigma / k, 1 - (1 - q)^k, steps)`` (see the module docstring).
+
+    Args:
+        runs: the ledger runs, :class:`~privnlp.accounting.LedgerRun` or ``(sigma, q, steps)`` tuples.
+        k: the group size; an integer >= 1.
+
+    Returns:
+        The transformed runs ``(sigma / k, 1 - (1 - q)^k, steps)``.
+
+    Raises:
+        InvalidArgument: ``k`` is not an integer >= 1.
+    """
     from .ledger import _normalise_runs
 
     check_range("k (group size)", k, 1, math.inf, integer=True)
@@ -115,7 +152,23 @@ def group_runs(runs: Iterable[Any], k: int) -> list[tuple[float, float, int]]:
 def group_epsilon(runs: Iterable[Any], k: int, delta: float, accountant: str = "prv", *,
                   poisson_sampling: bool = True) -> float:
     """Epsilon at ``delta`` of ``k`` identical records (group privacy) for DP-SGD ``runs``, with the same
-    accountant as the example-level epsilon (sensitivity-k Gaussian, see the module docstring)."""
+    accountant as the example-level epsilon (sensitivity-k Gaussian, see the module docstring).
+
+    Args:
+        runs: the DP-SGD ledger runs, :class:`~privnlp.accounting.LedgerRun` or ``(sigma, q, steps)`` tuples.
+        k: the number of identical copies (group size); ``k <= 1`` gives the example-level epsilon.
+        delta: the target delta, in (0, 1).
+        accountant: ``"prv"`` or ``"rdp"`` (as for :func:`~privnlp.accounting.epsilon_for`).
+        poisson_sampling: whether the steps used Poisson sampling; ``False`` uses the no-amplification
+            bound with ``sigma / k``.
+
+    Returns:
+        The group epsilon of ``k`` copies at ``delta``.
+
+    Raises:
+        InvalidArgument: unknown ``accountant``.
+        InvalidPrivacyParameter: ``delta`` outside (0, 1).
+    """
     from .ledger import epsilon_for, epsilon_no_amplification
 
     runs = list(runs)
@@ -130,7 +183,18 @@ def group_epsilon(runs: Iterable[Any], k: int, delta: float, accountant: str = "
 
 def duplicate_message(rep: DuplicateReport, *, epsilon: float | None = None, group_eps: float | None = None,
                       delta: float | None = None, where: str = "the training data") -> str:
-    """The warning text: the count, the effective group epsilon, and the two ways out."""
+    """The warning text: the count, the effective group epsilon, and the two ways out.
+
+    Args:
+        rep: the duplicate counts.
+        epsilon: the example-level epsilon, quoted for comparison (optional).
+        group_eps: the group epsilon of ``rep.max_copies`` copies (optional).
+        delta: the delta of both epsilons (optional).
+        where: how the data is named in the message.
+
+    Returns:
+        One line of text.
+    """
     if not rep.has_duplicates:
         return f"{where}: no duplicate examples ({rep.method})"
     s = (f"{where}: {rep.duplicated_examples} of {rep.n} examples are {rep.method} duplicates "

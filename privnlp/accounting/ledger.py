@@ -52,13 +52,34 @@ _RDP_ORDERS = RDP_ORDERS
 
 
 def default_delta(n: int) -> float:
-    """The default delta ``min(1e-5, N**-1.1)`` for a dataset of ``n`` records."""
+    """The default delta ``min(1e-5, N**-1.1)`` for a dataset of ``n`` records.
+
+    Args:
+        n: the dataset size N (number of records, or of users for user-level accounting); an integer >= 1.
+
+    Returns:
+        ``min(1e-5, n ** -1.1)``, always strictly below 1/N.
+
+    Raises:
+        InvalidArgument: ``n`` is not an integer >= 1.
+    """
     check_range("dataset size N", n, 1, math.inf, integer=True)
     return float(min(1e-5, float(n) ** -1.1))
 
 
 def check_delta(delta: float, n: int | None) -> float:
-    """Validate delta: in (0, 1) and strictly below 1/N (delta >= 1/N allows releasing a record)."""
+    """Validate delta: in (0, 1) and strictly below 1/N (delta >= 1/N allows releasing a record).
+
+    Args:
+        delta: the delta to check.
+        n: the dataset size N (records or users at the accounting unit), or ``None`` to check (0, 1) only.
+
+    Returns:
+        ``delta`` as a float.
+
+    Raises:
+        InvalidPrivacyParameter: ``delta`` is outside (0, 1), or ``delta >= 1/n``.
+    """
     check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
     if n is not None and delta >= 1.0 / n:
         raise InvalidPrivacyParameter(
@@ -69,7 +90,19 @@ def check_delta(delta: float, n: int | None) -> float:
 
 def effective_noise_multiplier(per_shard_noise_multiplier: float, num_shards: int) -> float:
     """DP-BERT Eq. (3): P shards each adding N(0, sigma^2 C^2) to their sum, averaged across shards,
-    equal one unsharded DP-SGD step with noise multiplier ``sigma * sqrt(P)``."""
+    equal one unsharded DP-SGD step with noise multiplier ``sigma * sqrt(P)``.
+
+    Args:
+        per_shard_noise_multiplier: sigma added by each shard, relative to the clip norm C; >= 0.
+        num_shards: P, the number of shards averaged; an integer >= 1.
+
+    Returns:
+        The noise multiplier of the equivalent single-shard step, ``sigma * sqrt(P)``.
+
+    Raises:
+        InvalidPrivacyParameter: ``per_shard_noise_multiplier`` is negative or not a number.
+        InvalidArgument: ``num_shards`` is not an integer >= 1.
+    """
     check_range("per_shard_noise_multiplier", per_shard_noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
     check_range("num_shards", num_shards, 1, math.inf, integer=True)
     return float(per_shard_noise_multiplier) * math.sqrt(int(num_shards))
@@ -77,7 +110,13 @@ def effective_noise_multiplier(per_shard_noise_multiplier: float, num_shards: in
 
 @dataclass(frozen=True)
 class LedgerRun:
-    """``steps`` consecutive Poisson-subsampled Gaussian steps with the same parameters."""
+    """``steps`` consecutive Poisson-subsampled Gaussian steps with the same parameters.
+
+    Attributes:
+        noise_multiplier: sigma, the Gaussian noise std relative to the clip norm (>= 0).
+        sample_rate: q, the Poisson sampling probability of each example, in (0, 1].
+        steps: how many consecutive steps used these parameters.
+    """
 
     noise_multiplier: float
     sample_rate: float
@@ -227,6 +266,20 @@ def epsilon_for(runs: Iterable[Any], delta: float, accountant: str = "prv", *,
 
     ``epsilon`` is the reported (dp_accounting) value; with ``diagnostics=True`` opacus' value of the
     same accountant and both dp_accounting values are computed too (``opacus`` / ``diagnostics``).
+
+    Args:
+        runs: :class:`LedgerRun` objects or ``(noise_multiplier, sample_rate, steps)`` tuples, in order;
+            runs with ``steps <= 0`` are ignored.
+        delta: the target delta, in (0, 1).
+        accountant: ``"prv"`` (min of PLD and wide-order RDP, the default) or ``"rdp"`` (wide-order RDP).
+        diagnostics: also compute opacus' value and every dp_accounting value (slower).
+
+    Returns:
+        The estimate; epsilon is 0 for an empty ledger and ``inf`` when a run with q > 0 has sigma <= 0.
+
+    Raises:
+        InvalidArgument: unknown ``accountant``.
+        InvalidPrivacyParameter: ``delta`` outside (0, 1).
     """
     _check_accountant(accountant)
     check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
@@ -247,7 +300,23 @@ def check_accounting_configuration(noise_multiplier: float, sample_rate: float, 
                                    accountant: str = "prv") -> float | None:
     """Fail *before* training on an inconsistent accounting configuration: sigma not a finite number
     >= 0, q outside (0, 1], delta outside (0, 1), an unknown accountant, or a planned run whose epsilon
-    the reported accountant cannot evaluate (returns that planned epsilon; ``None`` without ``steps``)."""
+    the reported accountant cannot evaluate (returns that planned epsilon; ``None`` without ``steps``).
+
+    Args:
+        noise_multiplier: sigma relative to the clip norm; a finite number >= 0.
+        sample_rate: q, the Poisson sampling probability, in (0, 1].
+        steps: the planned number of steps, or ``None`` to check the parameters only.
+        delta: the target delta, in (0, 1).
+        accountant: ``"prv"`` or ``"rdp"`` (see the module docstring).
+
+    Returns:
+        The planned run's epsilon, or ``None`` when ``steps`` is ``None``.
+
+    Raises:
+        InvalidArgument: unknown ``accountant``.
+        InvalidPrivacyParameter: a parameter is outside its range, or the accountant fails or returns NaN
+            on the planned run.
+    """
     _check_accountant(accountant)
     if not (isinstance(noise_multiplier, (int, float)) and math.isfinite(noise_multiplier) and noise_multiplier >= 0):
         raise InvalidPrivacyParameter(f"noise_multiplier must be a finite number >= 0; got {noise_multiplier!r}")
@@ -274,7 +343,16 @@ def epsilon_no_amplification(runs: Iterable[Any], delta: float) -> float:
     """Epsilon without privacy amplification by sampling (what a shuffled / fixed-size loader can
     claim without extra assumptions): every step is a full-batch Gaussian mechanism with sensitivity C.
     The composition of Gaussians with multipliers sigma_t is one Gaussian with
-    ``(sum_t sigma_t^-2)^(-1/2)``; its epsilon is computed with dp_accounting's PLD accountant."""
+    ``(sum_t sigma_t^-2)^(-1/2)``; its epsilon is computed with dp_accounting's PLD accountant.
+
+    Args:
+        runs: :class:`LedgerRun` objects or ``(noise_multiplier, sample_rate, steps)`` tuples; the sample
+            rates are ignored.
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        Epsilon at ``delta``: 0 for an empty ledger, ``inf`` if any run has sigma <= 0.
+    """
     rt = _normalise_runs(runs)
     if not rt:
         return 0.0
@@ -288,7 +366,15 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     """Exact epsilon of the Gaussian mechanism (sensitivity 1, std ``noise_multiplier``) at ``delta``
     (Balle & Wang 2018, analytic Gaussian): delta(eps) = Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s).
     Written by hand (a closed form + bisection) because dp_accounting's PLD discretisation is slow
-    for the small effective sigmas of many composed steps."""
+    for the small effective sigmas of many composed steps.
+
+    Args:
+        noise_multiplier: the Gaussian std relative to the sensitivity; > 0.
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        The smallest epsilon with delta(epsilon) <= ``delta`` (``inf`` beyond 1e8).
+    """
     from scipy.stats import norm
 
     s = float(noise_multiplier)
@@ -316,7 +402,24 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
                                accountant: str = "prv", *, tolerance: float = 0.01) -> float:
     """The smallest noise multiplier (up to ``tolerance`` relative in epsilon) such that ``steps``
     Poisson-subsampled Gaussian steps at ``sample_rate`` stay within ``target_epsilon`` under the
-    reported accountant (see the module docstring)."""
+    reported accountant (see the module docstring).
+
+    Args:
+        target_epsilon: the epsilon to stay within; > 0 and finite.
+        delta: the target delta, in (0, 1).
+        sample_rate: q, the Poisson sampling probability, in (0, 1].
+        steps: the number of training steps; an integer >= 1.
+        accountant: ``"prv"`` or ``"rdp"`` (see the module docstring).
+        tolerance: relative slack in epsilon at which the search stops (0.01 = within 1% below the target).
+
+    Returns:
+        A noise multiplier whose epsilon is <= ``target_epsilon`` (never above it).
+
+    Raises:
+        InvalidPrivacyParameter: ``target_epsilon``, ``sample_rate`` or ``delta`` out of range, or the target
+            is unreachable with sigma <= 1e5.
+        InvalidArgument: ``steps`` is not an integer >= 1, or unknown ``accountant``.
+    """
     check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
     check_range("sample_rate", sample_rate, 0.0, 1.0, lo_inclusive=False, error=InvalidPrivacyParameter)
     check_range("steps", steps, 1, math.inf, integer=True)
@@ -335,7 +438,23 @@ def bisect_noise_multiplier(eps: Any, target_epsilon: float, *, tolerance: float
     """The smallest noise multiplier ``s`` (up to ``tolerance`` relative in epsilon, or a bracket
     narrower than ``rel_width * s``) with ``eps(s) <= target_epsilon``, for a decreasing ``eps``:
     doubling to bracket, then bisection. Raises :class:`InvalidPrivacyParameter` (``unreachable``)
-    past ``max_sigma``. The answer is always on the safe side (``eps(answer) <= target``)."""
+    past ``max_sigma``. The answer is always on the safe side (``eps(answer) <= target``).
+
+    Args:
+        eps: a decreasing function noise multiplier -> epsilon.
+        target_epsilon: the epsilon to stay within.
+        tolerance: relative slack in epsilon at which the search stops.
+        max_sigma: the largest noise multiplier tried before giving up.
+        iters: the maximum number of bisection steps.
+        unreachable: the error message when ``max_sigma`` is exceeded.
+        rel_width: stop once the bracket is narrower than ``rel_width`` times its upper end (0 = off).
+
+    Returns:
+        The upper end of the final bracket (``eps(answer) <= target_epsilon``).
+
+    Raises:
+        InvalidPrivacyParameter: ``target_epsilon`` is not reached below ``max_sigma``.
+    """
     lo, hi = 0.0, 1.0
     while eps(hi) > target_epsilon:
         lo, hi = hi, hi * 2
@@ -361,6 +480,12 @@ class DPLedger:
 
     Mutable by design (it is appended to during training); ``to_dict`` / ``from_dict`` round-trip
     exactly, so a resumed run reproduces epsilon bit for bit.
+
+    Attributes:
+        runs: the recorded runs, in order; consecutive steps with the same ``(sigma, q)`` are merged.
+
+    Raises:
+        InvalidArgument: (``from_dict``) the dict is not in the ``privnlp.dp_ledger/1`` format.
     """
 
     runs: list[LedgerRun] = field(default_factory=list)
@@ -434,6 +559,16 @@ class BudgetGuard:
 
     The number of further steps allowed with the current ``(sigma, q)`` is found once by an
     exponential + binary search over the accountants (epsilon is monotone in steps) and cached.
+
+    Attributes:
+        ledger: the ledger the guarded steps are recorded in.
+        target_epsilon: the budget (``None`` = no budget: every step is allowed).
+        delta: the delta at which epsilon is computed, in (0, 1).
+        accountant: ``"prv"`` or ``"rdp"`` (see the module docstring).
+
+    Raises:
+        PrivacyBudgetExceeded: (``check_step``) one more step would exceed ``target_epsilon``; the
+            exception's ``spent`` and ``target`` hold the epsilon spent so far and the budget.
     """
 
     ledger: DPLedger
