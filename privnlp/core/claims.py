@@ -166,7 +166,18 @@ class Adversary(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ThreatModel:
-    """Who the adversary is, what it sees, what it knows, and what it wants."""
+    """Who the adversary is, what it sees, what it knows, and what it wants.
+
+    Attributes:
+        adversary: who the adversary is (an :class:`Adversary`, or its string value, converted on construction).
+        observes: what it sees (e.g. ``"one client's gradient"``), converted to a tuple.
+        knows: its side knowledge (labels, lengths, the model, ...).
+        goal: what it wants to recover, in words.
+        notes: free-form remarks shown on the cards.
+
+    Raises:
+        ValueError: ``adversary`` is not one of the :class:`Adversary` values.
+    """
 
     adversary: Adversary
     observes: tuple[str, ...]

@@ -38,6 +38,11 @@ class PrivacyBudgetExceeded(PrivnlpError, RuntimeError):
     """The operation would spend more privacy budget than the target allows.
 
     Raised *before* the step is taken: the refused step leaves no trace in the ledger.
+
+    Args:
+        message: the error message (names the step refused and the budget).
+        spent: the epsilon spent so far (kept as the ``spent`` attribute).
+        target: the target epsilon (kept as the ``target`` attribute).
     """
 
     def __init__(self, message: str, *, spent: float | None = None, target: float | None = None):
@@ -51,7 +56,13 @@ class MalformedInput(InvalidArgument):
 
 
 class MissingDependency(PrivnlpError, ImportError):
-    """An optional dependency is not installed."""
+    """An optional dependency is not installed.
+
+    Args:
+        package: the distribution name of the missing package (kept as ``package``).
+        extra: the privnlp extra that installs it, quoted in the message as ``pip install 'privnlp[extra]'``.
+        hint: one more sentence for the message (what the package is needed for).
+    """
 
     def __init__(self, package: str, extra: str | None = None, hint: str | None = None):
         msg = f"this feature needs the optional package {package!r}"
@@ -124,11 +135,38 @@ def check_range(
 
 
 def check_positive(name: str, value: Any, *, error: type[InvalidArgument] = InvalidArgument, allow_inf: bool = False) -> Any:
-    """``value`` must be > 0 (and finite unless ``allow_inf``)."""
+    """``value`` must be > 0 (and finite unless ``allow_inf``).
+
+    Args:
+        name: the argument's name, used in the error message.
+        value: the value to check.
+        error: the exception class to raise.
+        allow_inf: also accept ``math.inf``.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        InvalidArgument: (or ``error``) ``value`` is not a number > 0 (or is infinite without ``allow_inf``).
+    """
     return check_range(name, value, 0.0, math.inf, lo_inclusive=False, hi_inclusive=allow_inf, error=error)
 
 
 def check_probability(name: str, value: Any, *, open_low: bool = False, open_high: bool = False,
                       error: type[InvalidArgument] = InvalidArgument) -> Any:
-    """``value`` must be a probability in [0, 1] (bounds optionally open)."""
+    """``value`` must be a probability in [0, 1] (bounds optionally open).
+
+    Args:
+        name: the argument's name, used in the error message.
+        value: the value to check.
+        open_low: exclude 0.
+        open_high: exclude 1.
+        error: the exception class to raise.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        InvalidArgument: (or ``error``) ``value`` is not a number in the interval.
+    """
     return check_range(name, value, 0.0, 1.0, lo_inclusive=not open_low, hi_inclusive=not open_high, error=error)

@@ -46,7 +46,11 @@ class DiskLease:
 
 @dataclass(frozen=True)
 class Observation:
-    """Base class of all observations. ``meta`` holds free-form, JSON-friendly metadata."""
+    """Base class of all observations. ``meta`` holds free-form, JSON-friendly metadata.
+
+    Attributes:
+        meta: free-form, JSON-friendly metadata (keyword-only in every subclass).
+    """
 
     meta: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
@@ -157,7 +161,14 @@ class PerturbedText(Observation):
 
 @dataclass(frozen=True)
 class FragmentSet(Observation):
-    """Released phrase-pair fragments (shuffled), source and target sides aligned by index."""
+    """Released phrase-pair fragments (shuffled), source and target sides aligned by index.
+
+    Attributes:
+        source: the released source-side fragments.
+        target: the aligned target-side fragments (``target[i]`` pairs with ``source[i]``).
+        tagged: whether fragments carry position tags (see ``strip_tags``).
+        settings: the fragmentation settings (maximum length, discard fraction, ...).
+    """
 
     source: Sequence[str]
     target: Sequence[str]
@@ -167,7 +178,13 @@ class FragmentSet(Observation):
 
 @dataclass(frozen=True)
 class ReleasedVocabulary(Observation):
-    """A released vocabulary (e.g. the WordPiece vocab of a DP tokenizer)."""
+    """A released vocabulary (e.g. the WordPiece vocab of a DP tokenizer).
+
+    Attributes:
+        tokens: the released vocabulary (token strings).
+        tokenizer: the released tokenizer, where there is one.
+        histogram: the released (noisy) word histogram, where it is released too.
+    """
 
     tokens: Sequence[str]
     tokenizer: Any = None

@@ -31,6 +31,12 @@ class AttackResult:
 
     ``score(ground_truth)`` turns it into metrics (``dict[str, float]``) with the attack's
     scorer. ``raw`` holds attack-internal numbers (ranks, losses, thresholds, ...).
+
+    Attributes:
+        attack: the attack's registry name.
+        reconstructions: the attack's reconstructions / guesses, in trial order.
+        raw: attack-internal numbers (ranks, losses, thresholds, ...).
+        scorer: ``(result, ground_truth) -> metrics``; without one, ``score`` raises ``InvalidArgument``.
     """
 
     attack: str
@@ -133,7 +139,12 @@ class AttackProtocol(Protocol):
 
 @dataclass(frozen=True)
 class Trial:
-    """One observation with the ground truth that scores attacks on it (never shown to them)."""
+    """One observation with the ground truth that scores attacks on it (never shown to them).
+
+    Attributes:
+        observation: what the adversary sees.
+        ground_truth: what the attacks are scored against (its type depends on the scenario).
+    """
 
     observation: Observation
     ground_truth: Any
@@ -141,7 +152,13 @@ class Trial:
 
 @dataclass(frozen=True)
 class ScenarioRun:
-    """The outcome of running a scenario once (one seed): trials + utility of the defended system."""
+    """The outcome of running a scenario once (one seed): trials + utility of the defended system.
+
+    Attributes:
+        trials: one trial per observation the adversary gets.
+        utility: utility metrics of the defended system (name -> value).
+        config: the scenario's settings, recorded in the report.
+    """
 
     trials: tuple[Trial, ...]
     utility: Mapping[str, float] = field(default_factory=dict)
@@ -153,6 +170,9 @@ class Scenario(abc.ABC):
 
     A scenario encodes a threat model: it runs the private pipeline (training, sanitizing,
     releasing...) with the mechanism in place and hands out what the adversary observes.
+
+    Args:
+        preset: ``"quick"`` (CI-sized) or ``"full"`` (the card's setting); stored as ``preset``.
     """
 
     name: ClassVar[str] = ""

@@ -18,7 +18,17 @@ T = TypeVar("T")
 
 class Registry(dict):
     """A name -> class dict. ``modules`` are imported lazily on first lookup, so that
-    ``import privnlp`` stays light and registration happens where the code lives."""
+    ``import privnlp`` stays light and registration happens where the code lives.
+
+    Args:
+        kind: what is registered (``"mechanism"``, ``"attack"``, ...), used in error messages.
+        modules: dotted module names imported on the first lookup; an ``ImportError`` (a missing optional
+            dependency) is recorded in ``import_errors`` rather than raised.
+
+    Raises:
+        InvalidArgument: (``register``) the name is already taken by a different object; (``get``) the name
+            is unknown.
+    """
 
     def __init__(self, kind: str, modules: tuple[str, ...] = ()) -> None:
         super().__init__()

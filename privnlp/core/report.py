@@ -27,7 +27,15 @@ SCHEMA_VERSION = "privnlp.report/1"
 
 @dataclass(frozen=True)
 class MetricSummary:
-    """Mean and a 95% confidence interval (Student t over seeds/batches) of one metric."""
+    """Mean and a 95% confidence interval (Student t over seeds/batches) of one metric.
+
+    Attributes:
+        mean: the mean of the finite values (NaN when there is none).
+        ci_low: lower end of the confidence interval.
+        ci_high: upper end of the confidence interval.
+        n: the number of finite values.
+        values: every value, NaNs included, in measurement order.
+    """
 
     mean: float
     ci_low: float
@@ -80,7 +88,17 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> MetricSummar
 
 @dataclass(frozen=True)
 class AttackMetrics:
-    """One attack's metrics on the defended system, and on the undefended baseline."""
+    """One attack's metrics on the defended system, and on the undefended baseline.
+
+    Attributes:
+        attack: the attack's registry name.
+        headline_metric: the metric key for which higher means more leakage.
+        defended: metric -> summary on the defended system.
+        undefended: metric -> summary on the undefended baseline.
+        threat_model: the threat model the attack ran under.
+        params: the attack's hyperparameters.
+        leaky_twin: the same metrics on the mechanism's deliberately leaky twin, where one is registered.
+    """
 
     attack: str
     headline_metric: str
@@ -116,7 +134,13 @@ class AttackMetrics:
 
 @dataclass(frozen=True)
 class Figure:
-    """A rendered plot: PNG bytes (base64 in JSON) and a caption."""
+    """A rendered plot: PNG bytes (base64 in JSON) and a caption.
+
+    Attributes:
+        name: a file-name-safe identifier.
+        png: the PNG bytes.
+        caption: the caption shown under the figure.
+    """
 
     name: str
     png: bytes
@@ -131,7 +155,17 @@ class Figure:
 
 
 def figure_from_matplotlib(fig: Any, name: str, caption: str = "", dpi: int = 110) -> Figure:
-    """Render a matplotlib figure to a :class:`Figure` (and close it)."""
+    """Render a matplotlib figure to a :class:`Figure` (and close it).
+
+    Args:
+        fig: a matplotlib ``Figure``; it is closed afterwards.
+        name: the :class:`Figure`'s name.
+        caption: the caption.
+        dpi: the resolution of the PNG, in dots per inch.
+
+    Returns:
+        The rendered figure.
+    """
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
@@ -143,7 +177,14 @@ def figure_from_matplotlib(fig: Any, name: str, caption: str = "", dpi: int = 11
 def package_versions(names: Sequence[str] = ("privnlp", "torch", "numpy", "opacus", "dp-accounting", "transformers",
                                              "tokenizers", "gensim", "flwr", "crypten")) -> dict[str, str]:
     """Installed versions of ``names`` (``"not installed"`` for a missing one), recorded in every report so
-    its numbers can be traced to the library versions that produced them."""
+    its numbers can be traced to the library versions that produced them.
+
+    Args:
+        names: distribution names to look up.
+
+    Returns:
+        Name -> installed version (or ``"not installed"``).
+    """
     from importlib import metadata
 
     out = {}
@@ -157,7 +198,27 @@ def package_versions(names: Sequence[str] = ("privnlp", "torch", "numpy", "opacu
 
 @dataclass(frozen=True)
 class LeakageReport:
-    """A defense's privacy claim next to its measured leakage and utility cost."""
+    """A defense's privacy claim next to its measured leakage and utility cost.
+
+    Attributes:
+        mechanism: the mechanism's registry name.
+        claim: its privacy claim.
+        threat_models: the threat models the claim is about.
+        attacks: one entry per attack run against it.
+        utility: utility metric -> summary with the defense.
+        utility_undefended: the same without it.
+        empirical_epsilon_lower_bound: the largest epsilon lower bound an attack certified, where one did.
+        config: the evaluation's settings.
+        seeds: the seeds the scenario ran with.
+        versions: package -> version (see :func:`package_versions`).
+        figures: rendered plots.
+        sweeps: parameter sweeps (leakage / utility curves), JSON-friendly.
+        notes: remarks shown on the card.
+        created: ISO-8601 UTC timestamp of creation.
+
+    Raises:
+        ValueError: (``from_dict``) the dict's ``schema`` is not :data:`SCHEMA_VERSION`.
+    """
 
     mechanism: str
     claim: PrivacyClaim
