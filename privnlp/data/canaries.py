@@ -38,7 +38,13 @@ _DIGITS = tuple("0123456789")
 
 @dataclass(frozen=True)
 class SecretSlot:
-    """One placeholder: ``length`` symbols drawn uniformly from ``alphabet``."""
+    """One placeholder: ``length`` symbols drawn uniformly from ``alphabet``.
+
+    Attributes:
+        kind: ``"ssn"``, ``"digits"`` or ``"words"`` (the placeholder it came from).
+        length: the number of symbols (9 for ``ssn``; N for ``{digits:N}`` / ``{words:N}``, in [1, 64]).
+        alphabet: the symbols each position draws from uniformly (digits, or the canary's word list).
+    """
 
     kind: str  # "ssn" | "digits" | "words"
     length: int
@@ -66,7 +72,20 @@ class SecretSlot:
 
 @dataclass(frozen=True)
 class Canary:
-    """A filled canary: ``text`` is ``pattern`` with ``secret`` (``values`` per placeholder)."""
+    """A filled canary: ``text`` is ``pattern`` with ``secret`` (``values`` per placeholder).
+
+    Attributes:
+        pattern: the template with placeholders.
+        secret: the drawn secret, the rendered slots joined by spaces.
+        text: ``pattern`` with the secret filled in (what is inserted into the data).
+        randomness_space: a description of the space the secret was drawn from.
+        space_size: the number of possible secrets (the product of the slots' sizes).
+        slots: one :class:`SecretSlot` per placeholder, in order.
+        values: the drawn symbols, one tuple per slot.
+
+    Raises:
+        InvalidArgument: (``render``) ``values`` does not have one entry per slot.
+    """
 
     pattern: str
     secret: str
@@ -97,7 +116,17 @@ class Canary:
 
 @dataclass(frozen=True)
 class CanaryInsertion:
-    """Records with the canary inserted, plus which records/users received it."""
+    """Records with the canary inserted, plus which records/users received it.
+
+    Attributes:
+        records: all records, the ones that received the canary with it appended.
+        inserted_ids: ids of the records that received it.
+        inserted_users: ids of the users that received it.
+        canary: the inserted canary.
+        unit: ``"record"`` or ``"user"`` (how recipients were drawn).
+        rate: the insertion probability per record or per user.
+        repeats: copies per selected record, or records per selected user.
+    """
 
     records: tuple[Record, ...]
     inserted_ids: tuple[str, ...]
@@ -166,7 +195,18 @@ def make_canary(pattern: str = "my social security number is {ssn}", *, rng,
 
 
 def enumerate_space(canary: Canary, *, limit: int = 10**6) -> Iterator[str]:
-    """Every candidate text of the randomness space, in lexicographic order (secret included)."""
+    """Every candidate text of the randomness space, in lexicographic order (secret included).
+
+    Args:
+        canary: the canary whose randomness space is enumerated.
+        limit: the largest space size accepted.
+
+    Yields:
+        Candidate texts (the canary's pattern with every combination of slot values).
+
+    Raises:
+        InvalidArgument: the space has more than ``limit`` candidates (raised on the first ``next``).
+    """
     if canary.space_size > limit:
         raise InvalidArgument(f"the randomness space has {canary.space_size} candidates, above limit={limit}; "
                               "use sample_space or raise limit")
@@ -176,7 +216,20 @@ def enumerate_space(canary: Canary, *, limit: int = 10**6) -> Iterator[str]:
 
 
 def sample_space(canary: Canary, n: int, *, rng, exclude_secret: bool = True) -> list[str]:
-    """``n`` candidate texts drawn uniformly (with replacement) from the randomness space."""
+    """``n`` candidate texts drawn uniformly (with replacement) from the randomness space.
+
+    Args:
+        canary: the canary whose randomness space is sampled.
+        n: the number of candidates, an integer in [0, 10**8].
+        rng: ``numpy.random.Generator`` or seed (keyword-only).
+        exclude_secret: redraw whenever the canary's own secret comes up.
+
+    Returns:
+        ``n`` candidate texts (duplicates possible).
+
+    Raises:
+        InvalidArgument: ``n`` out of range.
+    """
     check_range("n", n, 0, 10**8, integer=True)
     g = as_numpy(rng)
     out: list[str] = []

@@ -37,7 +37,13 @@ _TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 @dataclass(frozen=True)
 class Span:
-    """A gold entity: ``text[start:end]`` has label ``label``."""
+    """A gold entity: ``text[start:end]`` has label ``label``.
+
+    Attributes:
+        start: first character offset (inclusive).
+        end: last character offset (exclusive).
+        label: the entity label (one of :data:`LABELS` in the generated corpus).
+    """
 
     start: int
     end: int
@@ -48,7 +54,14 @@ class Span:
 
 
 def tokenize(text: str) -> list[tuple[str, int, int]]:
-    """Words and punctuation marks with their character offsets (``\\w+|[^\\w\\s]``)."""
+    """Words and punctuation marks with their character offsets (``\\w+|[^\\w\\s]``).
+
+    Args:
+        text: the text to split.
+
+    Returns:
+        ``(token, start, end)`` triples with character offsets into ``text``.
+    """
     return [(m.group(), m.start(), m.end()) for m in _TOKEN_RE.finditer(text)]
 
 
@@ -56,6 +69,13 @@ def spans_to_bio(text: str, spans: Sequence[Span]) -> tuple[list[str], list[str]
     """Tokenize ``text`` and align BIO tags from character ``spans``.
 
     A token belongs to a span when it overlaps it; the first such token gets ``B-``.
+
+    Args:
+        text: the text to tokenize with :func:`tokenize`.
+        spans: character-offset entity spans.
+
+    Returns:
+        ``(tokens, tags)``: the tokens and one BIO tag per token (``"O"`` outside every span).
     """
     toks = tokenize(text)
     tags = ["O"] * len(toks)
@@ -71,7 +91,15 @@ def spans_to_bio(text: str, spans: Sequence[Span]) -> tuple[list[str], list[str]
 
 @dataclass(frozen=True)
 class Record:
-    """One private text written by ``user_id``, with gold PII spans."""
+    """One private text written by ``user_id``, with gold PII spans.
+
+    Attributes:
+        id: unique record id.
+        user_id: the author (the unit of user-level privacy).
+        kind: ``"email"``, ``"note"`` or ``"chat"`` in the generated corpus.
+        text: the text.
+        spans: the gold PII spans in ``text``.
+    """
 
     id: str
     user_id: str
@@ -99,7 +127,15 @@ class Record:
 
 @dataclass(frozen=True)
 class PrivateCorpus:
-    """A frozen collection of :class:`Record` (ordered by user, then record)."""
+    """A frozen collection of :class:`Record` (ordered by user, then record).
+
+    Attributes:
+        records: the records, ordered by user, then record.
+        seed: the generator seed (``None`` for a corpus read from a file).
+        config: the generator settings (not part of equality).
+        known_fields: record id -> {label: [values]}, the PII fields an institution holds for each record
+            (see the field comment); not part of equality.
+    """
 
     records: tuple[Record, ...]
     seed: int | None = None
@@ -155,7 +191,19 @@ class PrivateCorpus:
 
 
 def read_jsonl_corpus(path: str | os.PathLike) -> PrivateCorpus:
-    """Read a corpus written by :meth:`PrivateCorpus.to_jsonl`."""
+    """Read a corpus written by :meth:`PrivateCorpus.to_jsonl`.
+
+    Args:
+        path: a JSON Lines file, one record object (``id``, ``user_id``, ``kind``, ``text``, ``spans``) per line;
+            blank lines are skipped.
+
+    Returns:
+        The corpus (``seed=None``, no ``known_fields``).
+
+    Raises:
+        MalformedInput: the file is not UTF-8, or a line is not a record.
+        OSError: the file cannot be read.
+    """
     path = Path(path)
     recs = []
     try:

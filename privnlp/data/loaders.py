@@ -137,7 +137,19 @@ def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -
 
 
 def load_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """Load a Moses-style pair of files (line ``i`` of ``src_path`` translates to line ``i`` of ``tgt_path``)."""
+    """Load a Moses-style pair of files (line ``i`` of ``src_path`` translates to line ``i`` of ``tgt_path``).
+
+    Args:
+        src_path: the source-side file, one sentence per line (UTF-8).
+        tgt_path: the target-side file, same number of lines.
+
+    Returns:
+        ``(source_lines, target_lines)``, trailing blank line pairs dropped.
+
+    Raises:
+        MalformedInput: a file is missing, a directory, empty or not UTF-8; the line counts differ; or a
+            line is empty on one side only.
+    """
     sp, tp = Path(src_path), Path(tgt_path)
     src = _read(sp).splitlines()
     tgt = _read(tp).splitlines()

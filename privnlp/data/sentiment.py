@@ -55,7 +55,12 @@ _NEUTRAL = ("We went there last weekend.", "I tried it for a month.", "This was 
 
 @dataclass(frozen=True)
 class LabeledDataset:
-    """Texts with integer labels (1 = positive, 0 = negative)."""
+    """Texts with integer labels (1 = positive, 0 = negative).
+
+    Attributes:
+        texts: the texts.
+        labels: one label per text (1 = positive, 0 = negative).
+    """
 
     texts: tuple[str, ...]
     labels: tuple[int, ...]
@@ -104,7 +109,18 @@ def _sentence(r: random.Random, label: int) -> str:
 
 
 def generate_sentiment(n: int = 2000, *, seed: int = 0) -> LabeledDataset:
-    """``n`` review-style sentences with balanced binary labels (deterministic per ``seed``)."""
+    """``n`` review-style sentences with balanced binary labels (deterministic per ``seed``).
+
+    Args:
+        n: the number of sentences, an integer in [1, 10**7].
+        seed: the generator seed, an integer in [0, 2**63 - 1] (keyword-only).
+
+    Returns:
+        The dataset, labels balanced (``i % 2``) and shuffled.
+
+    Raises:
+        InvalidArgument: ``n`` or ``seed`` out of range.
+    """
     check_range("n", n, 1, 10**7, integer=True)
     check_range("seed", seed, 0, 2**63 - 1, integer=True)
     r = random.Random(f"privnlp-sentiment-v1:{seed}")
