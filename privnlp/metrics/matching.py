@@ -20,7 +20,13 @@ __all__ = ["Matching", "hungarian_match"]
 @dataclass(frozen=True)
 class Matching:
     """``pairs[i] = (ref_index, hyp_index)``; ``scores[i]`` its score; ``mean_score`` is the sum of
-    matched scores divided by the number of references (unmatched references count 0)."""
+    matched scores divided by the number of references (unmatched references count 0).
+
+    Attributes:
+        pairs: matched ``(ref_index, hyp_index)`` pairs.
+        scores: the score of each pair.
+        mean_score: the sum of matched scores divided by the number of references.
+    """
 
     pairs: tuple[tuple[int, int], ...]
     scores: tuple[float, ...]
@@ -43,7 +49,19 @@ def _rouge_l(ref: str, hyp: str) -> float:
 def hungarian_match(refs: Sequence[str], hyps: Sequence[str],
                     score_fn: Callable[[str, str], float] | None = None) -> Matching:
     """Match ``hyps`` to ``refs`` one-to-one maximising the total ``score_fn(ref, hyp)``
-    (default ROUGE-L F). Works for unequal sizes (extra items stay unmatched)."""
+    (default ROUGE-L F). Works for unequal sizes (extra items stay unmatched).
+
+    Args:
+        refs: the references; not empty.
+        hyps: the hypotheses (may be empty: nothing is matched).
+        score_fn: ``(ref, hyp) -> float``, higher is better; must be finite.
+
+    Returns:
+        The optimal one-to-one matching (scipy's ``linear_sum_assignment``).
+
+    Raises:
+        InvalidArgument: ``refs`` is empty, or ``score_fn`` returned a non-finite score.
+    """
     from scipy.optimize import linear_sum_assignment
 
     refs, hyps = list(refs), list(hyps)

@@ -32,6 +32,14 @@ SCHEMES = ("strict", "exact", "type", "partial")
 
 @dataclass(frozen=True)
 class SpanMetrics:
+    """Entity-span precision / recall / F1 under the four matching schemes of the SemEval-2013 NER evaluation.
+
+    Attributes:
+        strict: exact boundaries and the same label.
+        exact: exact boundaries, any label.
+        type: the same label with overlapping boundaries (half credit unless exact).
+        partial: overlapping boundaries, any label (half credit unless exact boundaries and label).
+    """
     strict: PRF
     exact: PRF
     type: PRF
@@ -47,7 +55,17 @@ class SpanMetrics:
 
 def bio_to_spans(tags: Sequence[str]) -> list[tuple[int, int, str]]:
     """``(start_token, end_token_exclusive, label)`` spans from BIO (or IOB2) tags; a stray
-    ``I-X`` starts a new entity (as in conlleval)."""
+    ``I-X`` starts a new entity (as in conlleval).
+
+    Args:
+        tags: one tag per token: ``"O"``, ``"B-X"`` or ``"I-X"``.
+
+    Returns:
+        ``(start_token, end_token_exclusive, label)`` triples, in order.
+
+    Raises:
+        InvalidArgument: a tag is not ``O`` / ``B-X`` / ``I-X``.
+    """
     spans = []
     cur = None
     for i, t in enumerate(list(tags) + ["O"]):
@@ -123,6 +141,16 @@ def ner_span_metrics(gold: Any, pred: Any) -> SpanMetrics:
     ``gold`` / ``pred``: one document (a list of spans ``(start, end, label)`` / :class:`Span`,
     or a BIO tag list) or a list of documents. ``exact_match`` is the fraction of documents
     whose prediction gets full credit for every gold and predicted entity.
+
+    Args:
+        gold: the gold entities (one document or a list of documents, as above).
+        pred: the predicted entities, in the same shape.
+
+    Returns:
+        P/R/F1/exact match under each scheme; all 1.0 when there is no gold and no predicted entity.
+
+    Raises:
+        InvalidArgument: ``gold`` and ``pred`` hold different numbers of documents, or a tag is not BIO.
     """
     gd, pd = _docs(gold, "gold"), _docs(pred, "pred")
     if len(gd) != len(pd):
@@ -145,7 +173,19 @@ def ner_span_metrics(gold: Any, pred: Any) -> SpanMetrics:
 
 def seqeval_f1(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]], *,
                strict: bool = False) -> float:
-    """Entity-level micro F1 of BIO tag sequences (``seqeval``; ``strict=True`` uses IOB2 mode)."""
+    """Entity-level micro F1 of BIO tag sequences (``seqeval``; ``strict=True`` uses IOB2 mode).
+
+    Args:
+        gold_tags: one BIO tag sequence per sentence.
+        pred_tags: predicted tags, same shape.
+        strict: use seqeval's strict IOB2 mode (entities must start with ``B-``).
+
+    Returns:
+        The micro F1 in [0, 1] (0 when undefined).
+
+    Raises:
+        InvalidArgument: ``gold_tags`` is a single tag sequence, or the shapes differ.
+    """
     from seqeval.metrics import f1_score
 
     gold_tags, pred_tags = [list(x) for x in gold_tags], [list(x) for x in pred_tags]

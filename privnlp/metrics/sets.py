@@ -19,7 +19,14 @@ __all__ = ["PRF", "set_prf", "top_k_accuracy"]
 
 @dataclass(frozen=True)
 class PRF:
-    """Precision, recall, F1 and exact match (1.0 when prediction == gold)."""
+    """Precision, recall, F1 and exact match (1.0 when prediction == gold).
+
+    Attributes:
+        precision: true positives / predicted, in [0, 1].
+        recall: true positives / gold, in [0, 1].
+        f1: harmonic mean of precision and recall (0 when both are 0).
+        exact_match: 1.0 when the prediction equals the gold exactly (or the fraction of such documents).
+    """
 
     precision: float
     recall: float
@@ -69,6 +76,17 @@ def top_k_accuracy(scores: Any, targets: Sequence[int], k: int = 1) -> float:
 
     ``scores``: ``(n, C)`` array-like (a torch tensor works too), or a list of ranked
     candidate lists (then the first ``k`` entries of each list are used).
+
+    Args:
+        scores: an ``(n, C)`` score array, or ``n`` ranked candidate lists.
+        targets: the correct class index (or candidate) of each row.
+        k: how many top entries count, an integer in [1, 10**9] (capped at C).
+
+    Returns:
+        The fraction in [0, 1] (0 for no rows).
+
+    Raises:
+        InvalidArgument: ``k`` out of range, ``scores`` not 2-D, or ``scores`` and ``targets`` of different lengths.
     """
     check_range("k", k, 1, 10**9, integer=True)
     targets = list(targets)

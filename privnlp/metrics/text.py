@@ -22,7 +22,15 @@ _TOK = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 
 def simple_tokens(text: str, *, lowercase: bool = True) -> list[str]:
-    """Words and punctuation marks (the same regex as the corpus tokenizer)."""
+    """Words and punctuation marks (the same regex as the corpus tokenizer).
+
+    Args:
+        text: the text to split.
+        lowercase: lowercase first.
+
+    Returns:
+        The tokens (``\\w+|[^\\w\\s]``).
+    """
     return _TOK.findall(text.lower() if lowercase else text)
 
 
@@ -75,6 +83,9 @@ def bleu(refs: Sequence[str] | str, hyps: Sequence[str] | str) -> float:
 
     Raises:
         InvalidArgument: ``refs`` and ``hyps`` of different lengths, or empty.
+
+    Returns:
+        BLEU in [0, 100].
     """
     import sacrebleu
 
@@ -87,6 +98,13 @@ def chrf(refs: Sequence[str] | str, hyps: Sequence[str] | str) -> float:
 
     Raises:
         InvalidArgument: ``refs`` and ``hyps`` of different lengths, or empty.
+
+    Args:
+        refs: one reference per hypothesis (a single string is one pair).
+        hyps: hypotheses aligned with ``refs``.
+
+    Returns:
+        chrF in [0, 100].
     """
     import sacrebleu
 
@@ -112,6 +130,17 @@ def nerr(entities, reconstructions, *, case_sensitive: bool = False) -> float:
     list of entity strings / ``(text, label)`` pairs; ``reconstructions``: one string per
     example. A single example may be passed unwrapped (record / entity list and a string).
     Counts are pooled over examples (micro average); with no gold entity the rate is 0.
+
+    Args:
+        entities: per example, a :class:`~privnlp.data.Record` or a list of entity strings / ``(text, label)`` pairs.
+        reconstructions: one reconstructed string per example.
+        case_sensitive: compare case-sensitively.
+
+    Returns:
+        The recovery rate in [0, 1].
+
+    Raises:
+        InvalidArgument: ``entities`` and ``reconstructions`` of different lengths.
     """
     if isinstance(reconstructions, str):
         entities, reconstructions = [entities], [reconstructions]
@@ -131,7 +160,13 @@ def nerr(entities, reconstructions, *, case_sensitive: bool = False) -> float:
 
 @dataclass(frozen=True)
 class TokenPR:
-    """Token-multiset precision and recall (and their F1)."""
+    """Token-multiset precision and recall (and their F1).
+
+    Attributes:
+        precision: overlap / number of hypothesis tokens, in [0, 1].
+        recall: overlap / number of reference tokens, in [0, 1].
+        f1: their harmonic mean.
+    """
 
     precision: float
     recall: float
@@ -140,7 +175,16 @@ class TokenPR:
 
 def token_precision_recall(ref: str | Sequence[str], hyp: str | Sequence[str], *, lowercase: bool = True) -> TokenPR:
     """Clipped token overlap: precision = |ref ∩ hyp| / |hyp|, recall = |ref ∩ hyp| / |ref|
-    (multisets; strings are tokenized with :func:`simple_tokens`)."""
+    (multisets; strings are tokenized with :func:`simple_tokens`).
+
+    Args:
+        ref: the reference, a string or a token sequence.
+        hyp: the hypothesis, a string or a token sequence.
+        lowercase: lowercase strings before tokenizing (token sequences are used as they are).
+
+    Returns:
+        Precision, recall and F1 (0 for an empty side).
+    """
     r = simple_tokens(ref, lowercase=lowercase) if isinstance(ref, str) else list(ref)
     h = simple_tokens(hyp, lowercase=lowercase) if isinstance(hyp, str) else list(hyp)
     ov = sum((Counter(r) & Counter(h)).values())
@@ -154,6 +198,18 @@ def edit_distance(a: str | Sequence, b: str | Sequence, *, level: str = "token",
     ``"char"``; sequences are used as they are. ``normalized`` divides by ``max(len)``.
 
     Hand-written (tiny DP) so no extra dependency is needed.
+
+    Args:
+        a: the first string or sequence.
+        b: the second string or sequence.
+        level: ``"token"`` or ``"char"`` (how strings are split).
+        normalized: divide by the longer length (0 when both are empty).
+
+    Returns:
+        The number of insertions, deletions and substitutions (or that number normalized to [0, 1]).
+
+    Raises:
+        InvalidArgument: ``level`` is not ``"token"`` or ``"char"``.
     """
     if level not in ("token", "char"):
         raise InvalidArgument(f"level must be 'token' or 'char'; got {level!r}")

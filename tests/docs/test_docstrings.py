@@ -33,7 +33,11 @@ def _documented_parameters(obj) -> list[str]:
 
 
 def _doc(obj) -> str:
-    doc = inspect.getdoc(obj) or ""
+    # ``__doc__`` itself, not ``inspect.getdoc`` (which inherits a base class's docstring); a dataclass
+    # without a docstring gets its signature as ``__doc__``, which documents nothing
+    doc = inspect.cleandoc(obj.__doc__ or "")
+    if inspect.isclass(obj) and doc.startswith(obj.__name__ + "("):
+        doc = ""
     if inspect.isclass(obj) and obj.__init__ is not object.__init__:
         init_doc = obj.__init__.__doc__ or ""   # merge_init_into_class: the reference shows both
         if init_doc and init_doc is not object.__init__.__doc__:
