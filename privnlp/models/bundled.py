@@ -118,6 +118,17 @@ def bundled_bert_classifier(preset: str = "quick", *, seed: int = 0, progress: b
 
     WordPiece tokenizer trained on the training split; held-out accuracy on the remaining 20% is
     recorded in ``privnlp-train.json``. Cached like :func:`bundled_lm`; returned in eval mode.
+
+    Args:
+        preset: ``"quick"`` (CI, seconds) or ``"full"`` (bigger model and corpus).
+        seed: data and initialisation seed, in [0, 2**63 - 1]; part of the cache key.
+        progress: show a progress bar while training on a cache miss.
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode.
+
+    Raises:
+        InvalidArgument: unknown ``preset`` or ``seed`` out of range.
     """
     cfg = _preset(CLASSIFIER_PRESETS, preset)
     check_range("seed", seed, 0, 2**63 - 1, integer=True)

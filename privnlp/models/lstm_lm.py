@@ -45,6 +45,18 @@ class LSTMLanguageModel(nn.Module):
 
     With ``tie_word_embeddings`` the output projection reuses the embedding matrix; when
     ``hidden != emb_dim`` a linear map hidden -> emb_dim is inserted before it.
+
+    Args:
+        vocab_size: the number of token ids, an integer in [2, 10**7].
+        emb_dim: embedding width, an integer in [1, 10**5].
+        hidden: LSTM hidden width, an integer in [1, 10**5].
+        num_layers: stacked LSTM layers, an integer in [1, 16].
+        tie_word_embeddings: reuse the embedding matrix as the output projection.
+        n_positions: the longest sequence it is meant for (recorded in ``config``; the LSTM itself has no
+            limit), an integer in [2, 10**6].
+
+    Raises:
+        InvalidArgument: an argument out of range; (``forward``) ``input_ids`` not ``[batch, time]``.
     """
 
     def __init__(self, vocab_size: int, *, emb_dim: int = 64, hidden: int = 128, num_layers: int = 1,
@@ -100,7 +112,23 @@ class LSTMLanguageModel(nn.Module):
 
 def tiny_lstm_lm(vocab_size: int, *, emb_dim: int = 64, hidden: int = 128, num_layers: int = 1,
                  tie_word_embeddings: bool = False, n_positions: int = 128, seed: int = 0) -> LSTMLanguageModel:
-    """A :class:`LSTMLanguageModel` initialized from ``seed`` (no global RNG side effects)."""
+    """A :class:`LSTMLanguageModel` initialized from ``seed`` (no global RNG side effects).
+
+    Args:
+        vocab_size: the number of token ids, an integer in [2, 10**7].
+        emb_dim: embedding width, an integer in [1, 10**5].
+        hidden: LSTM hidden width, an integer in [1, 10**5].
+        num_layers: stacked LSTM layers, an integer in [1, 16].
+        tie_word_embeddings: reuse the embedding matrix as the output projection.
+        n_positions: recorded in ``config``, an integer in [2, 10**6].
+        seed: the initialisation seed.
+
+    Returns:
+        The model (in training mode, as ``nn.Module`` constructs it).
+
+    Raises:
+        InvalidArgument: an argument out of range.
+    """
     with seeded(int(seed)):
         return LSTMLanguageModel(vocab_size, emb_dim=emb_dim, hidden=hidden, num_layers=num_layers,
                                  tie_word_embeddings=tie_word_embeddings, n_positions=n_positions)

@@ -80,12 +80,40 @@ def load_lm(name_or_path: str | os.PathLike, *, with_tokenizer: bool = True, loc
 
     ``local_files_only`` defaults to whether ``HF_HUB_OFFLINE`` is set; a local folder never hits
     the network. The model is returned in eval mode; a tokenizer without pad token gets eos as pad.
+
+    Args:
+        name_or_path: a folder written by ``save_pretrained``, or a Hugging Face Hub model name.
+        with_tokenizer: also load the tokenizer (otherwise the second element is ``None``).
+        local_files_only: never download; ``None`` = whether ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` is set.
+        **kwargs: passed to ``from_pretrained``.
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode.
+
+    Raises:
+        InvalidArgument: ``name_or_path`` is empty or not a string / path.
+        CheckpointNotFound: the folder is not a complete checkpoint, or the name cannot be loaded
+            (offline and not cached, or not on the Hub); the message says how to provide the weights.
     """
     return _load("AutoModelForCausalLM", name_or_path, "causal LM", with_tokenizer, local_files_only, **kwargs)
 
 
 def load_classifier(name_or_path: str | os.PathLike, *, with_tokenizer: bool = True,
                     local_files_only: bool | None = None, **kwargs: Any) -> tuple[Any, Any]:
-    """``(AutoModelForSequenceClassification, AutoTokenizer | None)``; same rules as :func:`load_lm`."""
+    """``(AutoModelForSequenceClassification, AutoTokenizer | None)``; same rules as :func:`load_lm`.
+
+    Args:
+        name_or_path: a folder written by ``save_pretrained``, or a Hugging Face Hub model name.
+        with_tokenizer: also load the tokenizer (otherwise the second element is ``None``).
+        local_files_only: never download; ``None`` = whether ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` is set.
+        **kwargs: passed to ``from_pretrained`` (e.g. ``num_labels``).
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode.
+
+    Raises:
+        InvalidArgument: ``name_or_path`` is empty or not a string / path.
+        CheckpointNotFound: the checkpoint cannot be loaded (see :func:`load_lm`).
+    """
     return _load("AutoModelForSequenceClassification", name_or_path, "sequence classifier", with_tokenizer,
                  local_files_only, **kwargs)

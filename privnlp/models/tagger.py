@@ -103,6 +103,22 @@ class BiLSTMTagger(nn.Module):
     ``loss(input_ids, tags, lengths=None)`` (tags padded with -100 where there is no token);
     ``decode(input_ids, lengths=None) -> list[list[int]]``. Token id 0 is padding.
     Weights are seeded by ``seed`` without touching the global RNG.
+
+    Args:
+        vocab_size: the number of token ids, an integer in [1, 2**24].
+        num_tags: the number of tags, an integer in [1, 2**16].
+        emb_dim: embedding width, an integer in [1, 2**16].
+        hidden: hidden width of each LSTM direction, an integer in [1, 2**16].
+        num_layers: stacked BiLSTM layers, an integer in [1, 64].
+        dropout: dropout probability on embeddings and LSTM outputs (and between LSTM layers), in [0, 1).
+        crf: use a linear-chain CRF on top of the emissions instead of a per-token softmax.
+        dp_compatible: use opacus' ``DPLSTM`` (per-sample gradients for DP-SGD) instead of ``nn.LSTM``.
+        pad_id: the padding token id, in [0, vocab_size - 1].
+        seed: the initialisation seed (the global RNG is left untouched).
+
+    Raises:
+        InvalidArgument: an argument out of range; (``forward``) ``input_ids`` not 2-D or bad ``lengths``.
+        MissingDependency: ``dp_compatible=True`` without opacus.
     """
 
     def __init__(self, vocab_size: int, num_tags: int, *, emb_dim: int = 64, hidden: int = 64, num_layers: int = 1,

@@ -179,6 +179,19 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, m
     post-processor ``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B [SEP]`` with token type ids.
     ``vocab_size`` allowed range [len(special)+1, 2**20]; characters never seen in training map
     to ``[UNK]``.
+
+    Args:
+        texts: the training texts.
+        vocab_size: the vocabulary size including the 5 special tokens, an integer in [6, 2**20].
+        min_frequency: the least count of a pair to be merged, an integer in [1, 2**31].
+        lowercase: lowercase in the normalizer.
+        model_max_length: the tokenizer's ``model_max_length``, an integer in [1, 2**31].
+
+    Returns:
+        A ``PreTrainedTokenizerFast``.
+
+    Raises:
+        InvalidArgument: an argument out of range, or ``texts`` without a single word.
     """
     check_range("vocab_size", vocab_size, len(BERT_SPECIAL_TOKENS) + 1, 2**20, integer=True)
     check_range("min_frequency", min_frequency, 1, 2**31, integer=True)

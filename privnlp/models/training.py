@@ -34,7 +34,13 @@ IGNORE_INDEX = -100
 
 @dataclass(frozen=True)
 class TrainLog:
-    """What a training loop did: the loss of every step, the number of steps, wall seconds."""
+    """What a training loop did: the loss of every step, the number of steps, wall seconds.
+
+    Attributes:
+        losses: the training loss of every step, in order.
+        steps: the number of optimizer steps.
+        seconds: wall-clock seconds of the loop.
+    """
 
     losses: tuple[float, ...]
     steps: int
@@ -169,7 +175,21 @@ def lm_batch(tokenizer: Any, texts: Sequence[str], max_length: int = 64, *, add_
 
 def classifier_batch(tokenizer: Any, texts: Sequence[str], labels: Sequence[int] | None = None,
                      max_length: int = 64) -> ClassifierBatch:
-    """Tokenize ``texts`` (with the tokenizer's special tokens, e.g. ``[CLS] ... [SEP]``) into a padded batch."""
+    """Tokenize ``texts`` (with the tokenizer's special tokens, e.g. ``[CLS] ... [SEP]``) into a padded batch.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (called with ``padding=True, truncation=True``).
+        texts: the texts; a non-empty sequence of strings.
+        labels: one class index per text, or ``None``.
+        max_length: truncation length in tokens, an integer in [2, 2**20].
+
+    Returns:
+        ``ClassifierBatch(input_ids, attention_mask, labels, token_type_ids)`` tensors.
+
+    Raises:
+        InvalidArgument: ``texts`` empty or holding a non-string, ``max_length`` out of range, or ``labels`` of
+            another length.
+    """
     texts = _check_texts(texts)
     check_range("max_length", max_length, 2, 2**20, integer=True)
     enc = tokenizer(texts, padding=True, truncation=True, max_length=int(max_length), return_tensors="pt")
@@ -183,7 +203,19 @@ def classifier_batch(tokenizer: Any, texts: Sequence[str], labels: Sequence[int]
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], *, pad: int = 0, name: str = "token_ids") -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad integer sequences -> ``(padded (B, T) long tensor, lengths (B,))``."""
+    """Right-pad integer sequences -> ``(padded (B, T) long tensor, lengths (B,))``.
+
+    Args:
+        seqs: non-empty integer sequences; not empty.
+        pad: the padding value.
+        name: the argument name used in error messages.
+
+    Returns:
+        ``(padded, lengths)``.
+
+    Raises:
+        InvalidArgument: ``seqs`` is empty or holds an empty sequence.
+    """
     if len(seqs) == 0:
         raise InvalidArgument(f"{name} must not be empty")
     lengths = [len(s) for s in seqs]
@@ -246,6 +278,24 @@ def train_lm(model: Any, tokenizer: Any, texts: Sequence[str], *, steps: int, ba
 
     Batches come from :func:`lm_batch` (explicit per-row ``position_ids``); the order is drawn from
     ``rng`` (numpy Generator / int seed / torch Generator). The model is left in its previous mode.
+
+    Args:
+        model: a causal LM returning ``.loss`` when called with ``labels``.
+        tokenizer: its tokenizer.
+        texts: the training texts; a non-empty sequence of strings.
+        steps: the number of optimizer steps, an integer in [1, 10**9].
+        batch_size: texts per step, an integer in [1, 10**7] (capped at the number of texts).
+        lr: the AdamW learning rate; > 0.
+        max_length: truncation length in tokens, an integer in [2, 2**20].
+        weight_decay: AdamW weight decay.
+        rng: the data-order randomness (keyword-only; also seeds dropout).
+        progress: show a progress bar.
+
+    Returns:
+        The per-step losses and the time taken.
+
+    Raises:
+        InvalidArgument: an argument out of range, ``texts`` empty, or a model without trainable parameters.
     """
     texts = _check_texts(texts)
     _check_loop(steps, batch_size, lr)
@@ -263,7 +313,27 @@ def train_lm(model: Any, tokenizer: Any, texts: Sequence[str], *, steps: int, ba
 def train_classifier(model: Any, tokenizer: Any, texts: Sequence[str], labels: Sequence[int], *, steps: int,
                      batch_size: int = 16, lr: float = 3e-3, max_length: int = 64, weight_decay: float = 0.0,
                      rng: Any, progress: bool = False) -> TrainLog:
-    """Train a sequence classifier (e.g. :func:`~privnlp.models.tiny_bert_classifier`) with cross-entropy."""
+    """Train a sequence classifier (e.g. :func:`~privnlp.models.tiny_bert_classifier`) with cross-entropy.
+
+    Args:
+        model: a sequence classifier returning ``.loss`` when called with ``labels``.
+        tokenizer: its tokenizer.
+        texts: the training texts; a non-empty sequence of strings.
+        labels: one class index per text, in [0, num_labels).
+        steps: the number of optimizer steps, an integer in [1, 10**9].
+        batch_size: texts per step, an integer in [1, 10**7].
+        lr: the AdamW learning rate; > 0.
+        max_length: truncation length in tokens (see :func:`classifier_batch`).
+        weight_decay: AdamW weight decay.
+        rng: the data-order randomness (keyword-only; also seeds dropout).
+        progress: show a progress bar.
+
+    Returns:
+        The per-step losses and the time taken.
+
+    Raises:
+        InvalidArgument: an argument out of range, a label out of range, or ``labels`` of another length.
+    """
     texts = _check_texts(texts)
     if len(labels) != len(texts):
         raise InvalidArgument(f"labels must have one entry per text ({len(texts)}); got {len(labels)}")
@@ -285,7 +355,25 @@ def train_classifier(model: Any, tokenizer: Any, texts: Sequence[str], labels: S
 def train_tagger(model: Any, token_ids: Sequence[Sequence[int]], tag_ids: Sequence[Sequence[int]], *, steps: int,
                  batch_size: int = 16, lr: float = 1e-2, weight_decay: float = 0.0, rng: Any,
                  progress: bool = False) -> TrainLog:
-    """Train a :class:`~privnlp.models.BiLSTMTagger` on id sequences (``tag_ids[i]`` aligned with ``token_ids[i]``)."""
+    """Train a :class:`~privnlp.models.BiLSTMTagger` on id sequences (``tag_ids[i]`` aligned with ``token_ids[i]``).
+
+    Args:
+        model: a :class:`~privnlp.models.BiLSTMTagger` (anything with ``loss(x, y, lengths)`` and ``pad_id``).
+        token_ids: one token-id sequence per sentence.
+        tag_ids: the tag ids, aligned with ``token_ids``.
+        steps: the number of optimizer steps, an integer in [1, 10**9].
+        batch_size: sentences per step, an integer in [1, 10**7].
+        lr: the AdamW learning rate; > 0.
+        weight_decay: AdamW weight decay.
+        rng: the data-order randomness (keyword-only).
+        progress: show a progress bar.
+
+    Returns:
+        The per-step losses and the time taken.
+
+    Raises:
+        InvalidArgument: misaligned sequences or an argument out of range.
+    """
     if len(token_ids) != len(tag_ids):
         raise InvalidArgument(f"tag_ids must have one sequence per token_ids row ({len(token_ids)}); got {len(tag_ids)}")
     for i, (a, b) in enumerate(zip(token_ids, tag_ids)):
