@@ -14,11 +14,19 @@ register = ATTACKS.register
 
 
 def get(name: str) -> Any:
-    """The registered attack class called ``name``."""
+    """The registered attack class called ``name``.
+
+    Args:
+        name: the registry name (see :func:`names`).
+
+    Raises:
+        InvalidArgument: no attack of that name is registered.
+    """
     return ATTACKS.get(name)
 
 
 def names() -> list[str]:
+    """Every registered attack name, sorted (importing the modules that register them)."""
     return ATTACKS.names()
 
 

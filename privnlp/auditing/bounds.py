@@ -140,7 +140,19 @@ def cp_lower(k: int, n: int, alpha: float) -> float:
 
 
 def clopper_pearson(k: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
-    """Two-sided Clopper-Pearson interval (``(1-confidence)/2`` in each tail)."""
+    """Two-sided Clopper-Pearson interval (``(1-confidence)/2`` in each tail).
+
+    Args:
+        k: the number of successes, in [0, n].
+        n: the number of trials, >= 0.
+        confidence: two-sided confidence level, in (0, 1).
+
+    Returns:
+        ``(lower, upper)`` bounds on the success probability.
+
+    Raises:
+        InvalidArgument: not ``0 <= k <= n``.
+    """
     a = (1.0 - confidence) / 2.0
     return cp_lower(k, n, a), cp_upper(k, n, a)
 
@@ -164,7 +176,23 @@ def epsilon_lower_bound(tp: int, fp: int, tn: int, fn: int, *, delta: float = 0.
                         confidence: float = DEFAULT_CONFIDENCE) -> EpsilonBound:
     """Jagielski et al. 2020: ``eps >= log((1 - delta - FNR_hi) / FPR_hi)`` (and the symmetric form),
     with one-sided Clopper-Pearson bounds at ``(1 - confidence)/2`` each. ``tp, fn`` count the runs on the
-    dataset with the canary (positives), ``fp, tn`` those without."""
+    dataset with the canary (positives), ``fp, tn`` those without.
+
+    Args:
+        tp: runs on the dataset with the canary that the test called positive (>= 0).
+        fp: runs without the canary called positive (>= 0).
+        tn: runs without the canary called negative (>= 0).
+        fn: runs with the canary called negative (>= 0).
+        delta: the delta of the claim being audited, in [0, 1).
+        confidence: the probability that the bound holds, in (0, 1).
+
+    Returns:
+        The bound (``method="clopper_pearson"``; the counts and rate bounds in ``details``); 0 when the
+        test does no better than chance.
+
+    Raises:
+        InvalidArgument: ``delta`` or ``confidence`` out of range, or a negative count.
+    """
     _check_conf(confidence, delta)
     a = (1.0 - confidence) / 2.0
     fpr_hi = cp_upper(fp, fp + tn, a)
@@ -187,7 +215,15 @@ def gdp_delta(mu: float, epsilon: float) -> float:
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
-    """The epsilon of mu-GDP at ``delta`` (the Gaussian mechanism with sensitivity/sigma = mu)."""
+    """The epsilon of mu-GDP at ``delta`` (the Gaussian mechanism with sensitivity/sigma = mu).
+
+    Args:
+        mu: the GDP parameter (sensitivity / sigma); <= 0 gives 0, ``inf`` gives ``inf``.
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        Epsilon at ``delta``.
+    """
     if mu <= 0:
         return 0.0
     if math.isinf(mu):
@@ -209,7 +245,23 @@ def gdp_mu_lower_bound(tp: int, fp: int, tn: int, fn: int, *, confidence: float 
 
 def epsilon_lower_bound_gdp(tp: int, fp: int, tn: int, fn: int, *, delta: float,
                             confidence: float = DEFAULT_CONFIDENCE) -> EpsilonBound:
-    """:func:`gdp_mu_lower_bound`, converted to epsilon at ``delta`` (see the module docstring)."""
+    """:func:`gdp_mu_lower_bound`, converted to epsilon at ``delta`` (see the module docstring).
+
+    Args:
+        tp: runs with the canary called positive (>= 0).
+        fp: runs without the canary called positive (>= 0).
+        tn: runs without the canary called negative (>= 0).
+        fn: runs with the canary called negative (>= 0).
+        delta: the delta at which mu is converted to epsilon, in [0, 1).
+        confidence: the probability that the bound holds, in (0, 1).
+
+    Returns:
+        The bound (``method="gdp_clopper_pearson"``, ``mu`` set); a lower bound on epsilon only for a
+        mechanism with a Gaussian-shaped privacy curve.
+
+    Raises:
+        InvalidArgument: ``delta`` or ``confidence`` out of range, or a negative count.
+    """
     _check_conf(confidence, delta)
     mu = gdp_mu_lower_bound(tp, fp, tn, fn, confidence=confidence)
     return EpsilonBound(gdp_epsilon(mu, delta), "gdp_clopper_pearson", float(delta), float(confidence),
@@ -259,7 +311,21 @@ def _bisect_increasing(pred_rejects, hi0: float, hi_max: float, iters: int = 60)
 
 def one_run_epsilon_lower_bound(m: int, r: int, v: int, *, delta: float = 0.0,
                                 confidence: float = DEFAULT_CONFIDENCE) -> EpsilonBound:
-    """The largest epsilon whose Steinke et al. p-value for ``v`` correct of ``r`` guesses is ``<= 1-confidence``."""
+    """The largest epsilon whose Steinke et al. p-value for ``v`` correct of ``r`` guesses is ``<= 1-confidence``.
+
+    Args:
+        m: the number of canaries (each included with probability 1/2), >= 1.
+        r: the number of guesses made, in [0, m].
+        v: the number of correct guesses, in [0, r].
+        delta: the delta of the claim being audited, in [0, 1).
+        confidence: the probability that the bound holds, in (0, 1).
+
+    Returns:
+        The bound (``method="steinke_one_run"``); ``inf`` beyond epsilon 1000.
+
+    Raises:
+        InvalidArgument: the counts violate ``0 <= v <= r <= m, m >= 1``, or ``delta`` / ``confidence`` out of range.
+    """
     _check_conf(confidence, delta)
     _check_game(m, r, v)
     beta = 1.0 - confidence
@@ -326,7 +392,21 @@ def fdp_one_run_mu_lower_bound(m: int, r: int, v: int, *, confidence: float = DE
 
 def one_run_epsilon_lower_bound_gdp(m: int, r: int, v: int, *, delta: float,
                                     confidence: float = DEFAULT_CONFIDENCE) -> EpsilonBound:
-    """:func:`fdp_one_run_mu_lower_bound` converted to epsilon at ``delta``."""
+    """:func:`fdp_one_run_mu_lower_bound` converted to epsilon at ``delta``.
+
+    Args:
+        m: the number of canaries (each included with probability 1/2), >= 1.
+        r: the number of guesses made, in [0, m].
+        v: the number of correct guesses, in [0, r].
+        delta: the delta at which mu is converted to epsilon, in [0, 1).
+        confidence: the probability that the bound holds, in (0, 1).
+
+    Returns:
+        The bound (``method="fdp_gaussian_one_run"``, ``mu`` set).
+
+    Raises:
+        InvalidArgument: the counts violate ``0 <= v <= r <= m, m >= 1``, or ``delta`` / ``confidence`` out of range.
+    """
     _check_conf(confidence, delta)
     mu = fdp_one_run_mu_lower_bound(m, r, v, confidence=confidence)
     return EpsilonBound(gdp_epsilon(mu, delta), "fdp_gaussian_one_run", float(delta), float(confidence), int(m),
@@ -348,7 +428,24 @@ def threshold_audit(neg_scores: Sequence[float], pos_scores: Sequence[float], *,
     """Repeated-runs audit from test statistics: ``neg_scores`` from runs on ``D`` (no canary),
     ``pos_scores`` from runs on ``D'``. The threshold and its direction are chosen on a random
     ``selection_fraction`` of each (maximising each method's bound there), and the bound is computed on
-    the other part only, so the threshold search costs no confidence. Returns method -> bound."""
+    the other part only, so the threshold search costs no confidence. Returns method -> bound.
+
+    Args:
+        neg_scores: the test statistic of each run on ``D`` (at least 2).
+        pos_scores: the test statistic of each run on ``D'`` (at least 2).
+        delta: the delta of the claim being audited, in [0, 1).
+        confidence: the probability that each bound holds, in (0, 1).
+        selection_fraction: the share of each side used to choose the threshold, in (0, 1).
+        rng: randomness of the selection / evaluation split (keyword-only).
+        methods: ``"gdp_clopper_pearson"`` and/or ``"clopper_pearson"``.
+        n_thresholds: the number of quantiles tried as thresholds.
+
+    Returns:
+        Method -> bound; ``details`` hold the chosen threshold, its direction and the run counts.
+
+    Raises:
+        InvalidArgument: fewer than 2 scores on a side, an unknown method, or an argument out of range.
+    """
     from privnlp.core.rng import as_numpy
 
     check_range("selection_fraction", selection_fraction, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False)
@@ -398,7 +495,22 @@ def one_run_audit(scores: Sequence[float], included: Sequence[bool], *, delta: f
     """One-run audit from per-canary scores (higher = "more likely included") and the true inclusion bits:
     for each pre-declared number of guesses ``r`` (``guess_fractions`` of ``m``), guess "in" for the
     ``r/2`` highest scores and "out" for the ``r/2`` lowest; both analyses (Steinke et al.; Mahloujifar
-    et al. with the Gaussian curve), Bonferroni over the grid; the best bound of each is returned."""
+    et al. with the Gaussian curve), Bonferroni over the grid; the best bound of each is returned.
+
+    Args:
+        scores: one score per canary, higher = more likely included (at least 2).
+        included: whether each canary was included in the run.
+        delta: the delta of the claim being audited, in [0, 1).
+        confidence: the overall probability that the bounds hold, in (0, 1) (split over the grid).
+        guess_fractions: the pre-declared fractions of the canaries guessed on, each in (0, 1].
+
+    Returns:
+        ``{"steinke_one_run": ..., "fdp_gaussian_one_run": ...}``, the best bound of each analysis.
+
+    Raises:
+        InvalidArgument: ``scores`` and ``included`` not 1-D of the same length >= 2, or ``delta`` /
+            ``confidence`` out of range.
+    """
     s = np.asarray(scores, dtype=np.float64)
     inc = np.asarray(included, dtype=bool)
     if s.shape != inc.shape or s.ndim != 1 or s.size < 2:

@@ -79,7 +79,15 @@ class DPAuditResult:
 
 @dataclass(frozen=True)
 class DPAuditSuite:
-    """Every audit of one registered defense (and of its leaky twin) for one preset and seed."""
+    """Every audit of one registered defense (and of its leaky twin) for one preset and seed.
+
+    Attributes:
+        mechanism: the audited defense's registry name.
+        preset: ``"quick"`` or ``"full"``.
+        seed: the audit's seed.
+        results: every audit result, the defense's first (``system="defense"``), then its leaky twin's.
+        seconds: total wall-clock seconds of the audits.
+    """
 
     mechanism: str
     preset: str

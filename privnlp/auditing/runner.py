@@ -28,6 +28,11 @@ CACHE_VERSION = "dp-audit-v1"
 
 
 def has_audit(name: str) -> bool:
+    """Whether a DP audit is registered for the defense ``name`` (a defense without a DP claim has none).
+
+    Args:
+        name: the mechanism's registry name.
+    """
     return name in AUDITS.load_all()
 
 
@@ -79,7 +84,25 @@ def _run_system(name: str, system: str, cls: Any, *, preset: str, seed: int, con
 
 def run_dp_audit(name: str, *, preset: str = "quick", seed: int = 0, confidence: float = DEFAULT_CONFIDENCE,
                  twin: bool = True, cache_dir: str | os.PathLike | None = None) -> DPAuditSuite:
-    """Audit the registered DP defense ``name`` (and its registered leaky twin with ``twin=True``)."""
+    """Audit the registered DP defense ``name`` (and its registered leaky twin with ``twin=True``).
+
+    The audits are cached under ``cache_dir`` (keyed by the source of the audit and of the audited
+    classes), so an unchanged defense is not re-audited.
+
+    Args:
+        name: the registry name of a defense with a registered audit.
+        preset: ``"quick"`` (CI-sized) or ``"full"``.
+        seed: the audit's seed.
+        confidence: the probability that each lower bound holds, in (0, 1).
+        twin: also audit the registered leaky twin (a sanity check: its bound should exceed its claim).
+        cache_dir: where audit results are cached (``None`` = no cache).
+
+    Returns:
+        Every audit result of the defense (and its twin).
+
+    Raises:
+        InvalidArgument: ``name`` is not a registered mechanism or has no registered audit.
+    """
     cache = Path(cache_dir) if cache_dir else None
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
@@ -95,7 +118,18 @@ def audit_report(report: Any, name: str, *, preset: str = "quick", seed: int = 0
                  cache_dir: str | os.PathLike | None = None) -> Any:
     """``report`` with the DP audit of ``name`` attached (``config["dp_audit"]``) and
     ``empirical_epsilon_lower_bound`` set to the headline audit of the defense; unchanged when no audit
-    is registered for ``name`` (a defense without a DP claim)."""
+    is registered for ``name`` (a defense without a DP claim).
+
+    Args:
+        report: the defense's :class:`~privnlp.core.report.LeakageReport`.
+        name: the defense's registry name.
+        preset: ``"quick"`` or ``"full"``.
+        seed: the audit's seed.
+        cache_dir: where audit results are cached (``None`` = no cache).
+
+    Returns:
+        A new report (``dataclasses.replace``); ``report`` itself when no audit is registered for ``name``.
+    """
     if not has_audit(name):
         return report
     suite = run_dp_audit(name, preset=preset, seed=seed, cache_dir=cache_dir)

@@ -15,11 +15,19 @@ register = MECHANISMS.register
 
 
 def get(name: str) -> Any:
-    """The registered mechanism class called ``name``."""
+    """The registered mechanism class called ``name``.
+
+    Args:
+        name: the registry name (see :func:`names`).
+
+    Raises:
+        InvalidArgument: no mechanism of that name is registered.
+    """
     return MECHANISMS.get(name)
 
 
 def names() -> list[str]:
+    """Every registered mechanism name, sorted (importing the modules that register them)."""
     return MECHANISMS.names()
 
 
