@@ -6,12 +6,17 @@ such as PII extraction"). Two measurements on held-out records whose PII the red
 
 * residual PII recall: the fraction of gold PII mentions (and of their word tokens) still readable
   verbatim in the redacted text (the redactor's miss rate, a lower bound on what a reader sees);
+* repeated-mention residual recall (the headline): the same, per mention, over the entities a document
+  names more than once (the same string k >= 2 times) — a reader who finds one surviving copy can
+  cross-reference it with the rest of the document, and a redactor that stops at the first hit of each
+  entity leaves k-1 of the k copies;
 * re-identification: each redacted document is linked to its author by TF-IDF nearest neighbour
   (word uni+bigrams, scikit-learn) against the users' other documents, which the adversary holds as
   background knowledge; accuracy is reported next to chance (1 / number of candidate users).
 
 Threat model: a data recipient of the redacted documents with background documents of the same users.
-Headline: ``residual_pii_recall`` (higher = more leakage).
+Headline: ``residual_repeated_recall`` (higher = more leakage); ``residual_pii_recall`` over all mentions is
+reported next to it.
 """
 from __future__ import annotations
 
@@ -38,10 +43,13 @@ RESIDUAL_THREAT = ThreatModel(
 def residual_recall(redacted: Sequence[str], mentions: Sequence[Sequence[str]]) -> dict[str, float]:
     """Fraction of gold mentions (and of their word tokens of >= 3 characters) still in the redacted texts.
 
-    A mention string occurring k times in the original counts min(k, occurrences in the redacted text)."""
+    A mention string occurring k times in the original counts min(k, occurrences in the redacted text).
+    ``residual_repeated_recall``: the same over the mention strings a document holds k >= 2 times (0 when no
+    document repeats a mention)."""
     if len(redacted) != len(mentions):
         raise InvalidArgument(f"redacted and mentions must have the same length; got {len(redacted)}, {len(mentions)}")
     n = left = 0
+    nr = left_r = 0
     nt = left_t = 0
     for text, ms in zip(redacted, mentions):
         need: dict[str, int] = {}
@@ -51,12 +59,16 @@ def residual_recall(redacted: Sequence[str], mentions: Sequence[Sequence[str]]) 
             found = len(re.findall(r"(?<!\w)" + re.escape(m) + r"(?!\w)", text))
             n += k
             left += min(k, found)
+            if k >= 2:
+                nr += k
+                left_r += min(k, found)
         words = set(re.findall(r"\w+", text))
         for m in ms:
             for w in re.findall(r"\w{3,}", m):
                 nt += 1
                 left_t += w in words
-    return {"residual_pii_recall": left / n if n else 0.0, "residual_token_recall": left_t / nt if nt else 0.0}
+    return {"residual_repeated_recall": left_r / nr if nr else 0.0, "residual_pii_recall": left / n if n else 0.0,
+            "residual_token_recall": left_t / nt if nt else 0.0}
 
 
 def reidentify(targets: Sequence[str], aux_texts: Sequence[str], aux_users: Sequence[str]) -> list[str]:
@@ -87,7 +99,8 @@ def _score(result: AttackResult, ground_truth: Any) -> dict[str, float]:
 
 @ATTACKS.register("pii_residual")
 class ResidualPII(Attack):
-    """Residual PII recall and TF-IDF re-identification on redacted documents
+    """Residual PII recall (headline: over the entities a document names more than once) and TF-IDF
+    re-identification on redacted documents
     (``wikipii-pii-extraction-federated.txt``; threat model: a recipient of the redacted data holding other
     documents of the same users). Observation: :class:`PerturbedText` whose ``texts`` are the redacted
     documents and whose ``meta`` holds ``aux_texts`` / ``aux_users`` (background documents); ground truth:
@@ -96,7 +109,7 @@ class ResidualPII(Attack):
     paper = "wikipii-pii-extraction-federated.txt (PII extraction; residual PII after redaction)"
     observation_type = PerturbedText
     threat_model = RESIDUAL_THREAT
-    headline_metric = "residual_pii_recall"
+    headline_metric = "residual_repeated_recall"
 
     def run(self, observation: PerturbedText, *, rng: Any) -> AttackResult:
         if not isinstance(observation, PerturbedText):
