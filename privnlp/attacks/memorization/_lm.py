@@ -28,7 +28,12 @@ LN2 = float(np.log(2.0))
 
 @dataclass(frozen=True)
 class TextScores:
-    """``total[i]`` = sum of natural-log token probabilities of text ``i``; ``n_tokens[i]`` = scored tokens."""
+    """``total[i]`` = sum of natural-log token probabilities of text ``i``; ``n_tokens[i]`` = scored tokens.
+
+    Attributes:
+        total: per text, the sum of natural-log token probabilities (<= 0).
+        n_tokens: per text, the number of scored tokens.
+    """
 
     total: np.ndarray
     n_tokens: np.ndarray
@@ -61,6 +66,19 @@ def causal_log_probs(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_
     """Log-probability of every text under a causal LM (Eq. 2 of the record paper), batched.
 
     ``texts`` are tokenized without special tokens; token ``t >= 1`` is scored given tokens ``< t``.
+
+    Args:
+        model: a causal LM (Hugging Face style: ``model(input_ids, attention_mask, position_ids).logits``).
+        tokenizer: its tokenizer.
+        texts: the texts (a sequence, not a single string).
+        batch_size: texts per forward pass, an integer in [1, 10**6].
+        max_length: truncation length in tokens (default: the model's ``n_positions``, else 1024).
+
+    Returns:
+        Per-text totals and token counts (in the order of ``texts``).
+
+    Raises:
+        InvalidArgument: ``texts`` is a single string, or ``batch_size`` out of range.
     """
     if isinstance(texts, str):
         raise InvalidArgument("texts must be a sequence of strings, not a single string")
@@ -97,12 +115,32 @@ def causal_log_probs(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_
 
 
 def log_perplexity_bits(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:
-    """Carlini et al.'s log-perplexity ``-log2 Pr(text)`` (bits; lower = more likely)."""
+    """Carlini et al.'s log-perplexity ``-log2 Pr(text)`` (bits; lower = more likely).
+
+    Args:
+        model: a causal LM.
+        tokenizer: its tokenizer.
+        texts: the texts.
+        batch_size: texts per forward pass, an integer in [1, 10**6].
+
+    Returns:
+        One log-perplexity per text, in bits.
+    """
     return -causal_log_probs(model, tokenizer, texts, batch_size=batch_size).total / LN2
 
 
 def exposure_rates(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:
-    """Exposure rate of each text: mean token log-probability (record paper, Definition 2)."""
+    """Exposure rate of each text: mean token log-probability (record paper, Definition 2).
+
+    Args:
+        model: a causal LM.
+        tokenizer: its tokenizer.
+        texts: the texts.
+        batch_size: texts per forward pass, an integer in [1, 10**6].
+
+    Returns:
+        One mean natural-log probability per scored token, per text.
+    """
     return causal_log_probs(model, tokenizer, texts, batch_size=batch_size).mean
 
 
@@ -113,6 +151,19 @@ def masked_pll(model: Any, tokenizer: Any, texts: Sequence[str], spans: Sequence
     Each token overlapping the span is masked on its own and its log-probability read at the
     masked position; the span's score is the sum over its tokens (Salazar et al.'s PLL). Used to
     rank a secret word S among candidates in HS / HSH / HHSHH sentences.
+
+    Args:
+        model: a masked LM (``model(input_ids, attention_mask).logits``).
+        tokenizer: its tokenizer, with a mask token and offset mappings (a fast tokenizer).
+        texts: the texts.
+        spans: one ``(start, end)`` character span per text.
+        batch_size: masked queries per forward pass.
+
+    Returns:
+        One pseudo-log-likelihood per text.
+
+    Raises:
+        InvalidArgument: ``spans`` of another length, a tokenizer without ``[MASK]``, or a span covering no token.
     """
     if len(texts) != len(spans):
         raise InvalidArgument(f"spans must have one (start, end) per text ({len(texts)}); got {len(spans)}")

@@ -64,7 +64,18 @@ WATERMARK_TM = ThreatModel(
 # ----------------------------------------------------------------------------- statistics
 def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     """Spearman's rank correlation; NaN when either vector is constant (no correlation defined)
-    or has fewer than 2 finite pairs."""
+    or has fewer than 2 finite pairs.
+
+    Args:
+        a: the first vector.
+        b: the second vector, same length (pairs with a non-finite entry are dropped).
+
+    Returns:
+        The correlation in [-1, 1], or NaN.
+
+    Raises:
+        InvalidArgument: the vectors have different shapes.
+    """
     from scipy import stats
 
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -78,7 +89,14 @@ def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -
 
 
 def rank_desc(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Rank 1 = the highest value (average ranks for ties); NaN values all share the last ranks."""
+    """Rank 1 = the highest value (average ranks for ties); NaN values all share the last ranks.
+
+    Args:
+        values: the values to rank.
+
+    Returns:
+        Float ranks in [1, n].
+    """
     from scipy import stats
 
     v = np.asarray(values, dtype=float)
@@ -93,7 +111,18 @@ def rank_desc(values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 def combined_rank(corr: Sequence[float], final_exposure: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """``r(x) = rank(corr) + rank(final exposure)`` (Eqs. 10 / 12) and the candidate order
-    (ascending ``r``, ties broken by higher final exposure, then by index)."""
+    (ascending ``r``, ties broken by higher final exposure, then by index).
+
+    Args:
+        corr: each candidate's correlation (ECorr or WCorr; NaN ranks last).
+        final_exposure: each candidate's exposure rate under the final model.
+
+    Returns:
+        ``(r, order)``: the combined rank of each candidate and the candidate indices, best first.
+
+    Raises:
+        InvalidArgument: the two vectors have different lengths.
+    """
     c, e = np.asarray(corr, dtype=float), np.asarray(final_exposure, dtype=float)
     if c.shape != e.shape:
         raise InvalidArgument("corr and final_exposure must have the same length")
@@ -104,7 +133,19 @@ def combined_rank(corr: Sequence[float], final_exposure: Sequence[float]) -> tup
 
 
 def selection_indicator(snapshots: ModelSnapshots, victim: Any) -> np.ndarray:
-    """s_t = +1 if ``victim`` was selected in round t, else -1 (t = 1..T)."""
+    """s_t = +1 if ``victim`` was selected in round t, else -1 (t = 1..T).
+
+    Args:
+        snapshots: the snapshots with their selection log (one entry per round, or per snapshot with the
+            initial model's first).
+        victim: the victim client's id.
+
+    Returns:
+        A ``[T]`` array of +1 / -1.
+
+    Raises:
+        InvalidArgument: the selection log has neither ``T`` nor ``T + 1`` entries.
+    """
     sel = list(snapshots.selection)
     t = snapshots.num_rounds
     if len(sel) == t + 1:
@@ -119,13 +160,29 @@ def _diffs(traj: np.ndarray) -> np.ndarray:
 
 
 def ecorr(trajectories: np.ndarray, s: Sequence[float]) -> np.ndarray:
-    """ECorr of every candidate: ``trajectories`` is ``[T+1, n]`` exposure rates; ``s`` is ``[T]`` of +-1."""
+    """ECorr of every candidate: ``trajectories`` is ``[T+1, n]`` exposure rates; ``s`` is ``[T]`` of +-1.
+
+    Args:
+        trajectories: ``[T+1, n]`` exposure rates of ``n`` candidates under the ``T+1`` snapshots.
+        s: ``[T]`` selection indicator (see :func:`selection_indicator`).
+
+    Returns:
+        ``[n]`` Spearman correlations of each candidate's exposure changes with ``s`` (NaN when undefined).
+    """
     d = _diffs(trajectories)
     return np.asarray([spearman(d[:, j], s) for j in range(d.shape[1])])
 
 
 def wcorr(trajectories: np.ndarray, watermark: Sequence[float]) -> np.ndarray:
-    """WCorr of every candidate with the watermark's exposure trajectory (``[T+1]``)."""
+    """WCorr of every candidate with the watermark's exposure trajectory (``[T+1]``).
+
+    Args:
+        trajectories: ``[T+1, n]`` exposure rates of ``n`` candidates under the ``T+1`` snapshots.
+        watermark: ``[T+1]`` exposure rates of the watermark.
+
+    Returns:
+        ``[n]`` Spearman correlations of exposure changes (NaN when undefined).
+    """
     d = _diffs(trajectories)
     w = np.diff(np.asarray(watermark, dtype=float))
     return np.asarray([spearman(d[:, j], w) for j in range(d.shape[1])])
@@ -155,7 +212,17 @@ def exposure_trajectories(snapshots: ModelSnapshots, texts: Sequence[str], *, ba
 
     Loads each snapshot once. Results are memoized per (snapshot files, text) for the process:
     both correlation attacks and all victims of one training run share the candidate pool and the
-    watermarks' trajectories, so only texts not seen before are scored."""
+    watermarks' trajectories, so only texts not seen before are scored.
+
+    Args:
+        snapshots: the global models, one per round (plus the initial one).
+        texts: the texts to score.
+        batch_size: texts per forward pass, an integer in [1, 10**6].
+        progress: show a progress bar over snapshots.
+
+    Returns:
+        ``[T+1, len(texts)]`` mean token log-probabilities.
+    """
     from ._lm import exposure_rates
 
     key = _files_key(snapshots.paths)
@@ -189,7 +256,25 @@ def generate_candidates(model: Any, tokenizer: Any, pattern: str, *, beam_width:
 
     The beam search is deterministic: with ``cache_key`` (an identity of ``model``'s weights, e.g.
     the final snapshot file) its result is memoized for the process, so every victim of one
-    training run and both correlation attacks share one search (all records share the prefix)."""
+    training run and both correlation attacks share one search (all records share the prefix).
+
+    Args:
+        model: the causal LM to search (the final global model).
+        tokenizer: its tokenizer.
+        pattern: the record's known format, a canary pattern such as ``"my social security number is {ssn}"``.
+        beam_width: beam width; 0 = no beam search.
+        n_samples: the number of constrained samples; 0 = no sampling.
+        temperature: sampling temperature; > 0.
+        vocabulary: the words of ``{words:N}`` placeholders.
+        cache_key: identity of the model's weights for memoizing the beam search (``None`` = no cache).
+        rng: the sampling randomness (keyword-only).
+
+    Returns:
+        The de-duplicated candidate texts.
+
+    Raises:
+        InvalidArgument: ``pattern`` has no known placeholder.
+    """
     from ._lm import causal_log_probs
     from .exposure import canary_template
     from .extraction import _flat_alphabets, _split, beam_extract, render_partial
@@ -229,7 +314,16 @@ def generate_candidates(model: Any, tokenizer: Any, pattern: str, *, beam_width:
 # ----------------------------------------------------------------------------- attacks
 @dataclass(frozen=True)
 class CorrelationResult:
-    """Ranked candidates of a correlation attack with the quantities behind the ranking."""
+    """Ranked candidates of a correlation attack with the quantities behind the ranking.
+
+    Attributes:
+        candidates: the candidate records, in generation order.
+        corr: ``[n]`` ECorr / WCorr of each candidate (NaN when undefined).
+        final_exposure: ``[n]`` exposure rate under the final model.
+        rank_score: ``[n]`` combined rank ``rank(corr) + rank(final exposure)`` (lower = better).
+        order: candidate indices by the attack's ranking, best first.
+        baseline_order: candidate indices by final exposure only (the Carlini et al. baseline).
+    """
 
     candidates: tuple[str, ...]
     corr: np.ndarray
@@ -353,6 +447,19 @@ class EavesdroppingAttack(_CorrelationAttack):
     or an explicit ``meta['candidates']``. Ranking: rank(ECorr) + rank(final exposure).
     Scores: top-K accuracy / smallest edit distance for K in 1, 5, 10, 20, 50, and the same for
     the Carlini baseline (``baseline_*``, final exposure only). Headline ``top1_accuracy``.
+
+    Threat model: an eavesdropper that snapshots the global model after every aggregation and knows when
+    the victim was selected (paper Sec. IV-B, Eqs. 9-10).
+
+    Args:
+        beam_width: beam width of the candidate search, an integer in [0, 10**6].
+        n_samples: constrained samples added to the candidates, an integer in [0, 10**6] (not both 0).
+        batch_size: texts per forward pass when scoring, an integer in [1, 10**6].
+
+    Raises:
+        InvalidArgument: an argument out of range; (``run``) an observation that is not
+            :class:`ModelSnapshots`, has fewer than 3 rounds, or lacks ``meta['victim']`` /
+            ``meta['record_pattern']``.
     """
 
     threat_model = EAVESDROPPER_TM
@@ -371,6 +478,19 @@ class WatermarkAttack(_CorrelationAttack):
     injected into the victim's data) and ``meta['record_pattern']`` (or ``meta['candidates']``);
     the selection log is *not* used. Ranking: rank(WCorr) + rank(final exposure). Scores as for
     :class:`EavesdroppingAttack`. Headline ``top1_accuracy``.
+
+    Threat model: a malicious client that injected a watermark record into the victim's data once and
+    snapshots the global model after every aggregation (paper Sec. IV-C, Eqs. 11-12).
+
+    Args:
+        beam_width: beam width of the candidate search, an integer in [0, 10**6].
+        n_samples: constrained samples added to the candidates, an integer in [0, 10**6] (not both 0).
+        batch_size: texts per forward pass when scoring, an integer in [1, 10**6].
+
+    Raises:
+        InvalidArgument: an argument out of range; (``run``) an observation that is not
+            :class:`ModelSnapshots`, has fewer than 3 rounds, or lacks ``meta['watermark']`` /
+            ``meta['record_pattern']``.
     """
 
     threat_model = WATERMARK_TM

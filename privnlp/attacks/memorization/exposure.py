@@ -56,6 +56,13 @@ def rank_with_ties(canary_score: float, reference: Sequence[float] | np.ndarray)
 
     ``reference`` are the *other* candidates of the space (the canary itself excluded).
     NaN scores (a broken model) count against the canary too.
+
+    Args:
+        canary_score: the canary's log-perplexity (lower = more likely).
+        reference: the other candidates' log-perplexities.
+
+    Returns:
+        The rank, in [1, len(reference) + 1].
     """
     ref = np.asarray(reference, dtype=float)
     c = float(canary_score)
@@ -65,14 +72,35 @@ def rank_with_ties(canary_score: float, reference: Sequence[float] | np.ndarray)
 
 
 def exposure_from_rank(rank: int, space_size: int) -> float:
-    """``log2 |R| - log2 rank`` (rank in ``[1, |R|]``)."""
+    """``log2 |R| - log2 rank`` (rank in ``[1, |R|]``).
+
+    Args:
+        rank: the canary's rank, an integer in [1, space_size].
+        space_size: |R|, the size of the randomness space, an integer >= 1.
+
+    Returns:
+        Exposure in bits, in [0, log2 |R|].
+
+    Raises:
+        InvalidArgument: ``rank`` or ``space_size`` out of range.
+    """
     check_range("space_size", space_size, 1, math.inf, integer=True)
     check_range("rank", rank, 1, space_size, integer=True)
     return float(math.log2(space_size) - math.log2(rank))
 
 
 def skewnorm_log_cdf(x: float, a: float, loc: float, scale: float) -> float:
-    """``log P(X <= x)`` for a skew-normal, stable deep in the lower tail."""
+    """``log P(X <= x)`` for a skew-normal, stable deep in the lower tail.
+
+    Args:
+        x: the point.
+        a: skewness parameter (``scipy.stats.skewnorm``).
+        loc: location.
+        scale: scale; > 0.
+
+    Returns:
+        The natural-log CDF at ``x`` (``-inf`` when even the integral underflows).
+    """
     from scipy import stats
     from scipy.special import logsumexp
 
@@ -92,7 +120,18 @@ def skewnorm_log_cdf(x: float, a: float, loc: float, scale: float) -> float:
 @dataclass(frozen=True)
 class ExposureEstimate:
     """An exposure measurement. ``exposure`` is capped to ``[0, log2 |R|]``; ``raw_exposure`` is
-    the uncapped extrapolated value (equal to ``exposure`` for the exact method)."""
+    the uncapped extrapolated value (equal to ``exposure`` for the exact method).
+
+    Attributes:
+        exposure: exposure in bits, in [0, log2 |R|].
+        rank: the canary's rank (estimated as ``2^(log2 |R| - exposure)`` when extrapolated).
+        space_size: |R|, the size of the randomness space.
+        method: ``"exact"`` or ``"extrapolated"``.
+        canary_log_perplexity: the canary's log-perplexity in bits.
+        raw_exposure: the uncapped value.
+        fit: the skew-normal ``(a, loc, scale)`` of an extrapolation (``None`` when exact or constant).
+        n_reference: the number of other candidates scored.
+    """
 
     exposure: float
     rank: float
@@ -109,7 +148,19 @@ class ExposureEstimate:
 
 
 def exact_exposure(canary_score: float, reference: Sequence[float], space_size: int | None = None) -> ExposureEstimate:
-    """Exposure from the full enumeration: ``reference`` = every other candidate's log-perplexity."""
+    """Exposure from the full enumeration: ``reference`` = every other candidate's log-perplexity.
+
+    Args:
+        canary_score: the canary's log-perplexity.
+        reference: the log-perplexities of all other candidates (``space_size - 1`` of them).
+        space_size: |R| (default: ``len(reference) + 1``).
+
+    Returns:
+        The exact estimate.
+
+    Raises:
+        InvalidArgument: ``reference`` does not hold ``space_size - 1`` scores.
+    """
     ref = np.asarray(reference, dtype=float)
     size = int(ref.size + 1 if space_size is None else space_size)
     if ref.size + 1 != size:
@@ -121,7 +172,19 @@ def exact_exposure(canary_score: float, reference: Sequence[float], space_size: 
 
 def extrapolated_exposure(canary_score: float, sample: Sequence[float], space_size: int) -> ExposureEstimate:
     """Exposure from a uniform sample of the space: skew-normal fit of the sampled log-perplexities,
-    ``exposure = -log2 P(X <= canary)`` (Carlini et al. 2019, Sec. 4.3), capped to ``[0, log2 |R|]``."""
+    ``exposure = -log2 P(X <= canary)`` (Carlini et al. 2019, Sec. 4.3), capped to ``[0, log2 |R|]``.
+
+    Args:
+        canary_score: the canary's log-perplexity.
+        sample: log-perplexities of candidates drawn uniformly from the space (at least 10 finite).
+        space_size: |R|, an integer >= 2.
+
+    Returns:
+        The extrapolated estimate.
+
+    Raises:
+        InvalidArgument: fewer than 10 finite sample scores, or ``space_size`` < 2.
+    """
     from scipy import stats
 
     s = np.asarray(sample, dtype=float)
@@ -146,7 +209,18 @@ def extrapolated_exposure(canary_score: float, sample: Sequence[float], space_si
 
 # ----------------------------------------------------------------------------- canaries
 def canary_template(pattern: str, vocabulary: Sequence[str] | None = None) -> Canary:
-    """The public part of a canary: pattern + randomness space, secret blanked (what the attacker knows)."""
+    """The public part of a canary: pattern + randomness space, secret blanked (what the attacker knows).
+
+    Args:
+        pattern: the canary pattern (see :func:`~privnlp.data.make_canary`).
+        vocabulary: the words of ``{words:N}`` placeholders.
+
+    Returns:
+        A :class:`~privnlp.data.Canary` with ``secret``, ``text`` and ``values`` empty.
+
+    Raises:
+        InvalidArgument: a pattern without a known placeholder.
+    """
     c = make_canary(pattern, rng=np.random.default_rng(0), vocabulary=vocabulary)
     return replace(c, secret="", text="", values=())
 
@@ -154,7 +228,20 @@ def canary_template(pattern: str, vocabulary: Sequence[str] | None = None) -> Ca
 def make_masked_secret(fmt: str = "HSH", *, rng: Any, generic_words: Sequence[str] | None = None,
                        secret_words: Sequence[str] | None = None) -> Canary:
     """A DP-BERT style secret: ``fmt`` in HS / HSH / HHSHH, H = a generic word (fixed, drawn from
-    ``generic_words``), S = the secret word drawn uniformly from ``secret_words``."""
+    ``generic_words``), S = the secret word drawn uniformly from ``secret_words``.
+
+    Args:
+        fmt: ``"HS"``, ``"HSH"`` or ``"HHSHH"``.
+        rng: randomness of the generic words and the secret (keyword-only).
+        generic_words: the H words (default: a fixed list of common words).
+        secret_words: the S vocabulary (default: ``DEFAULT_WORDS``).
+
+    Returns:
+        The canary (one ``{words:1}`` slot).
+
+    Raises:
+        InvalidArgument: unknown ``fmt``.
+    """
     if fmt not in MASKED_FORMATS:
         raise InvalidArgument(f"fmt must be one of {MASKED_FORMATS}; got {fmt!r}")
     g = as_numpy(rng)
@@ -175,7 +262,23 @@ def _secret_span(canary: Canary, text: str) -> tuple[int, int]:
 
 def score_candidates(model: Any, tokenizer: Any, canary: Canary, texts: Sequence[str], *, kind: str = "causal",
                      batch_size: int = 256) -> np.ndarray:
-    """Log-perplexity (bits; lower = more likely) of candidate texts of ``canary``'s space."""
+    """Log-perplexity (bits; lower = more likely) of candidate texts of ``canary``'s space.
+
+    Args:
+        model: the LM.
+        tokenizer: its tokenizer.
+        canary: the canary (or template) the texts come from; a masked LM needs exactly one placeholder.
+        texts: candidate texts.
+        kind: ``"causal"`` (log-probability of the whole text) or ``"masked"`` (pseudo-log-likelihood of the
+            secret span).
+        batch_size: texts per forward pass.
+
+    Returns:
+        One log-perplexity per text, in bits.
+
+    Raises:
+        InvalidArgument: unknown ``kind``, or a masked-LM canary with other than one placeholder.
+    """
     from ._lm import LN2, causal_log_probs, masked_pll
 
     if kind == "causal":
@@ -189,7 +292,24 @@ def score_candidates(model: Any, tokenizer: Any, canary: Canary, texts: Sequence
 def canary_exposure(model: Any, tokenizer: Any, canary: Canary, *, kind: str = "causal", method: str = "auto",
                     n_samples: int = 2000, exact_limit: int = 20000, rng: Any) -> ExposureEstimate:
     """Exposure of ``canary`` (which holds the secret) in ``model``: exact when ``|R| <= exact_limit``
-    (or ``method="exact"``), else sampled + skew-normal extrapolation (``method="extrapolated"``)."""
+    (or ``method="exact"``), else sampled + skew-normal extrapolation (``method="extrapolated"``).
+
+    Args:
+        model: the LM.
+        tokenizer: its tokenizer.
+        canary: the canary, with its secret.
+        kind: ``"causal"`` or ``"masked"``.
+        method: ``"auto"``, ``"exact"`` or ``"extrapolated"``.
+        n_samples: candidates sampled for an extrapolation.
+        exact_limit: the largest space enumerated by ``"auto"``.
+        rng: sampling randomness (keyword-only).
+
+    Returns:
+        The exposure estimate.
+
+    Raises:
+        InvalidArgument: unknown ``method`` or ``kind``, or too few finite samples.
+    """
     if method not in ("auto", "exact", "extrapolated"):
         raise InvalidArgument(f"method must be 'auto', 'exact' or 'extrapolated'; got {method!r}")
     c_score = float(score_candidates(model, tokenizer, canary, [canary.text], kind=kind)[0])
@@ -244,6 +364,19 @@ class CanaryExposure(Attack):
     space; public). ``run`` scores the whole space (``|R| <= exact_limit``) or ``n_samples`` draws
     of it; the scorer ranks the secret (ground truth: the :class:`~privnlp.data.Canary`).
     Headline ``exposure`` (bits, higher = more memorized, max ``log2 |R|``).
+
+    Threat model: a black-box querier of the released model's log-probabilities who knows the canary's
+    format and randomness space, not the secret.
+
+    Args:
+        n_samples: candidates sampled when the space is larger than ``exact_limit``, an integer in [10, 10**8].
+        exact_limit: the largest space scored in full, an integer in [1, 10**7].
+        top_k: how many best-scored candidates are returned as reconstructions, an integer in [1, 10**6].
+        batch_size: texts per forward pass, an integer in [1, 10**6].
+
+    Raises:
+        InvalidArgument: an argument out of range; (``run``) not a :class:`BlackBoxLM` or no
+            ``meta['canary_pattern']``.
     """
 
     paper = ("unintended-memorization-under-fl.txt (secret sharer, Carlini et al. 2019); "

@@ -58,7 +58,18 @@ def _split(canary: Canary, symbols: Sequence[str]) -> list[list[str]]:
 
 
 def render_partial(canary: Canary, symbols: Sequence[str]) -> str:
-    """The canary text up to (and including) the first ``len(symbols)`` secret symbols."""
+    """The canary text up to (and including) the first ``len(symbols)`` secret symbols.
+
+    Args:
+        canary: the canary (or template).
+        symbols: the first secret symbols, at most the canary's total number of symbols.
+
+    Returns:
+        The canary text cut after the last given symbol (the full text when all are given).
+
+    Raises:
+        InvalidArgument: more symbols than the canary has.
+    """
     n = sum(s.length for s in canary.slots)
     if len(symbols) > n:
         raise InvalidArgument(f"symbols must hold at most {n} symbols; got {len(symbols)}")
@@ -77,7 +88,23 @@ def random_sampling_test(model: Any, tokenizer: Any, canary: Canary, *, n_sample
                          prefix_symbols: int = 2, kind: str = "causal", rng: Any) -> tuple[bool, int]:
     """RS: the canary's first ``prefix_symbols`` symbols are known; ``n_samples`` random completions
     are drawn. Returns ``(memorized, rank)``: memorized iff the canary's log-perplexity is strictly
-    lower than every sampled suffix's (ties count against it)."""
+    lower than every sampled suffix's (ties count against it).
+
+    Args:
+        model: the LM.
+        tokenizer: its tokenizer.
+        canary: the canary, with its secret.
+        n_samples: random completions drawn, an integer in [1, 10**8] (draws equal to the secret are dropped).
+        prefix_symbols: how many leading secret symbols are known, in [0, number of symbols - 1].
+        kind: ``"causal"`` or ``"masked"``.
+        rng: sampling randomness (keyword-only).
+
+    Returns:
+        ``(memorized, rank)``.
+
+    Raises:
+        InvalidArgument: an argument out of range or unknown ``kind``.
+    """
     check_range("n_samples", n_samples, 1, 10**8, integer=True)
     sym = _symbols(canary)
     check_range("prefix_symbols", prefix_symbols, 0, len(sym) - 1, integer=True)
@@ -118,7 +145,23 @@ def _masked_partial(model: Any, tokenizer: Any, canary: Canary, cands: list[tupl
 def beam_search_test(model: Any, tokenizer: Any, canary: Canary, *, prefix_symbols: int = 1, beam_width: int = 5,
                      top_k: int = 5, kind: str = "causal") -> tuple[bool, list[str]]:
     """BS: from a ``prefix_symbols``-symbol prefix, beam search (width ``beam_width``) over the
-    alphabet; memorized iff the canary is among the ``top_k`` final continuations."""
+    alphabet; memorized iff the canary is among the ``top_k`` final continuations.
+
+    Args:
+        model: the LM.
+        tokenizer: its tokenizer.
+        canary: the canary, with its secret.
+        prefix_symbols: how many leading secret symbols are known, in [0, number of symbols].
+        beam_width: beam width, an integer in [1, 10**6].
+        top_k: how many final continuations count, in [1, beam_width].
+        kind: ``"causal"`` or ``"masked"`` (a masked LM needs single-symbol secrets).
+
+    Returns:
+        ``(memorized, the top_k continuations)``.
+
+    Raises:
+        InvalidArgument: an argument out of range.
+    """
     check_range("beam_width", beam_width, 1, 10**6, integer=True)
     check_range("top_k", top_k, 1, beam_width, integer=True)
     sym = _symbols(canary)
@@ -130,7 +173,12 @@ def beam_search_test(model: Any, tokenizer: Any, canary: Canary, *, prefix_symbo
 
 @dataclass(frozen=True)
 class ExtractionResult:
-    """Ranked full candidates of a Carlini-style extraction (best first) with their log-perplexities (bits)."""
+    """Ranked full candidates of a Carlini-style extraction (best first) with their log-perplexities (bits).
+
+    Attributes:
+        candidates: the full candidate texts, best (lowest log-perplexity) first.
+        log_perplexities: their log-perplexities in bits.
+    """
 
     candidates: tuple[str, ...]
     log_perplexities: tuple[float, ...]
@@ -139,7 +187,22 @@ class ExtractionResult:
 def beam_extract(model: Any, tokenizer: Any, template: Canary, *, beam_width: int = 32, kind: str = "causal",
                  known_symbols: Sequence[str] = ()) -> ExtractionResult:
     """Carlini-style extraction: search the secret symbol by symbol from the pattern prefix,
-    keeping the ``beam_width`` most likely partial secrets; returns the final beam ranked."""
+    keeping the ``beam_width`` most likely partial secrets; returns the final beam ranked.
+
+    Args:
+        model: the LM.
+        tokenizer: its tokenizer.
+        template: the canary template (pattern and randomness space; no secret needed).
+        beam_width: beam width, an integer in [1, 10**6].
+        kind: ``"causal"`` or ``"masked"``.
+        known_symbols: leading secret symbols assumed known.
+
+    Returns:
+        The final beam, ranked by full-text log-perplexity.
+
+    Raises:
+        InvalidArgument: ``beam_width`` out of range.
+    """
     check_range("beam_width", beam_width, 1, 10**6, integer=True)
     beams = _beam(model, tokenizer, template, list(known_symbols), beam_width, kind)
     texts = [template.render(_split(template, b)) for b, _ in beams]
@@ -153,7 +216,18 @@ def federated_secret_sharer(records: Sequence[Record], canary: Canary, *, p_u: f
                             rng: Any) -> tuple[list[Record], tuple[str, ...], int]:
     """Figure 1 of the FL secret-sharer paper: every user is a secret sharer with probability ``p_u``
     (Poisson), every example of a sharer is *replaced* by the canary with probability ``p_e``.
-    Returns ``(records, sharer user ids, number of insertions)``."""
+    Returns ``(records, sharer user ids, number of insertions)``.
+
+    Args:
+        records: the users' records.
+        canary: the canary whose text replaces the chosen examples.
+        p_u: probability that a user is a secret sharer, in [0, 1].
+        p_e: probability that each of a sharer's examples is replaced, in [0, 1].
+        rng: randomness (keyword-only).
+
+    Raises:
+        InvalidArgument: ``p_u`` or ``p_e`` outside [0, 1].
+    """
     check_probability("p_u", p_u)
     check_probability("p_e", p_e)
     g = as_numpy(rng)
@@ -171,7 +245,18 @@ def federated_secret_sharer(records: Sequence[Record], canary: Canary, *, p_u: f
 
 def count_memorized(model: Any, tokenizer: Any, canaries: Sequence[Canary], *, n_samples: int = 2000,
                     rng: Any) -> dict[str, int]:
-    """Table 1's counts: how many ``canaries`` RS and BS classify as memorized."""
+    """Table 1's counts: how many ``canaries`` RS and BS classify as memorized.
+
+    Args:
+        model: the LM.
+        tokenizer: its tokenizer.
+        canaries: the inserted canaries, with their secrets.
+        n_samples: random completions per RS test.
+        rng: randomness (keyword-only).
+
+    Returns:
+        ``{"RS": count, "BS": count, "total": len(canaries)}``.
+    """
     g = as_numpy(rng)
     rs = sum(random_sampling_test(model, tokenizer, c, n_samples=n_samples, rng=g)[0] for c in canaries)
     bs = sum(beam_search_test(model, tokenizer, c)[0] for c in canaries)
@@ -212,6 +297,18 @@ class CanaryExtraction(Attack):
     (top-1 guess == the secret; headline), ``in_top_k``, the smallest character ``edit_distance`` of
     the top-k guesses, and ``rs_memorized`` / ``bs_memorized`` (those tests need the secret's prefix,
     which the scorer takes from the ground-truth canary).
+
+    Threat model: a black-box querier who knows the canary's format (and, for RS / BS, a prefix of the
+    secret).
+
+    Args:
+        beam_width: beam width of the extraction, an integer in [1, 10**6].
+        top_k: how many guesses count for ``in_top_k`` / ``edit_distance``, an integer in [1, 10**6].
+        n_samples: random completions of the RS test, an integer in [1, 10**8].
+
+    Raises:
+        InvalidArgument: an argument out of range; (``run``) not a :class:`BlackBoxLM` or no
+            ``meta['canary_pattern']``.
     """
 
     paper = "unintended-memorization-under-fl.txt (RS / BS memorization tests; Carlini et al. 2019 extraction)"
