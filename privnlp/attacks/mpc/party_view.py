@@ -39,7 +39,17 @@ def _unsigned_top32(v: np.ndarray) -> np.ndarray:
 
 
 def uniformity_stats(values: Any) -> dict[str, float]:
-    """KS distance / p-value of the top 32 bits vs U(0,1) and the max per-bit |z| of 64 bits."""
+    """KS distance / p-value of the top 32 bits vs U(0,1) and the max per-bit |z| of 64 bits.
+
+    Args:
+        values: ring elements (int64; the 0/1 case is tested as fair coin flips instead).
+
+    Returns:
+        ``n``, ``ks_d``, ``ks_p``, ``bit_z_max`` and ``binary`` (1.0 for 0/1 values).
+
+    Raises:
+        InvalidArgument: ``values`` is empty.
+    """
     from scipy import stats
 
     v = np.asarray(values).astype(np.int64).ravel()

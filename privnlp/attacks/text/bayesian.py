@@ -43,6 +43,12 @@ class Channel:
 
     ``probs[i, c]`` = P[M(support[i]) = outputs[c]]; rows sum to 1. ``outputs`` are the vocabulary
     ids that occurred (all others have estimated probability 0).
+
+    Attributes:
+        support: the input vocabulary ids, sorted as given.
+        outputs: the output vocabulary ids that occurred, sorted.
+        probs: ``[len(support), len(outputs)]`` estimated probabilities; each row sums to 1.
+        n_samples: Monte Carlo draws per input word.
     """
 
     support: np.ndarray
@@ -70,7 +76,22 @@ def _accumulate(support_rows: np.ndarray, cand: np.ndarray, probs: np.ndarray, n
 
 def estimate_channel(mechanism: Any, support: Sequence[int] | np.ndarray, n_samples: int = 500, *, rng: Any,
                      chunk: int = 200_000) -> Channel:
-    """Monte Carlo estimate of ``f_M(.|w)`` for every ``w`` in ``support`` (vocabulary row ids)."""
+    """Monte Carlo estimate of ``f_M(.|w)`` for every ``w`` in ``support`` (vocabulary row ids).
+
+    Args:
+        mechanism: a metric-DP word mechanism (``resolve_embeddings``, ``perturb_ids`` or
+            ``sample_noise`` + ``selection_probs``).
+        support: the input vocabulary ids; at least one.
+        n_samples: draws per input word, an integer in [1, 10**9].
+        rng: the Monte Carlo randomness (keyword-only).
+        chunk: draws per vectorised batch (memory bound).
+
+    Returns:
+        The estimated channel.
+
+    Raises:
+        InvalidArgument: ``n_samples`` out of range or empty ``support``.
+    """
     return estimate_channels(mechanism, [mechanism], support, n_samples, rng=rng, chunk=chunk)[0]
 
 
@@ -134,7 +155,19 @@ def _prior_vec(channel: Channel, prior: np.ndarray | None) -> np.ndarray:
 def expected_inference_error(channel: Channel, prior: np.ndarray | None = None, *,
                              distances: np.ndarray | None = None) -> float:
     """``E_M`` (eq. 4) of the informative adversary that samples its guess from the posterior.
-    ``distances``: ``d_E`` between support words (``None`` = indicator ``1(w_hat != w)``)."""
+    ``distances``: ``d_E`` between support words (``None`` = indicator ``1(w_hat != w)``).
+
+    Args:
+        channel: the estimated channel.
+        prior: the adversary's prior over ``channel.support`` (non-negative, normalized here; ``None`` = uniform).
+        distances: ``[n, n]`` distances between support words (``None`` = indicator).
+
+    Returns:
+        ``E_M``; with the indicator distance, in [0, 1] (1 - the attack's inference accuracy).
+
+    Raises:
+        InvalidArgument: ``prior`` is not a non-negative vector of length ``len(support)`` with a positive sum.
+    """
     pi = _prior_vec(channel, prior)
     J = pi[:, None] * channel.probs           # joint P[w, w']
     m = J.sum(axis=0)
@@ -179,7 +212,19 @@ def map_inference_error(channel: Channel, prior: np.ndarray | None = None) -> fl
 def expected_utility_loss(channel: Channel, loss: np.ndarray | Callable[[np.ndarray, np.ndarray], np.ndarray],
                           prior: np.ndarray | None = None) -> float:
     """``L_M`` (eq. 2). ``loss``: a callable ``d_L(in_ids[:, None], out_ids[None, :])`` returning a
-    matrix, or a full ``(V, V)`` matrix indexed by vocabulary ids."""
+    matrix, or a full ``(V, V)`` matrix indexed by vocabulary ids.
+
+    Args:
+        channel: the estimated channel.
+        loss: ``d_L`` as a callable on id arrays (broadcast) or a ``(V, V)`` matrix.
+        prior: the prior over ``channel.support`` (``None`` = uniform).
+
+    Returns:
+        ``L_M``, in the units of ``loss``.
+
+    Raises:
+        InvalidArgument: a bad ``prior``.
+    """
     pi = _prior_vec(channel, prior)
     if callable(loss):
         L = np.asarray(loss(channel.support[:, None], channel.outputs[None, :]), dtype=np.float64)
@@ -190,7 +235,15 @@ def expected_utility_loss(channel: Channel, loss: np.ndarray | Callable[[np.ndar
 
 def sentiment_flip_loss(words: Sequence[str], lexicon: Mapping[str, Sequence[str]]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """``d_L(w, w') = 1(sentiment(w) != sentiment(w'))`` over vocabulary ids (the paper's Product
-    Reviews utility); words outside the lexicon are neutral (0)."""
+    Reviews utility); words outside the lexicon are neutral (0).
+
+    Args:
+        words: the vocabulary, indexed by id.
+        lexicon: ``{"positive": words, "negative": words}``.
+
+    Returns:
+        ``d_L(a, b)`` on id arrays: 1.0 where the polarities differ, else 0.0.
+    """
     pos, neg = set(lexicon.get("positive", ())), set(lexicon.get("negative", ()))
     pol = np.array([1 if w in pos else (-1 if w in neg else 0) for w in words], dtype=np.int8)
 
@@ -370,7 +423,19 @@ def metric_dp_audit(mechanism: Any, pairs: Sequence[tuple[int, int]], n_samples:
                     alpha: float = 1e-4, distance: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> AuditResult:
     """Empirical metric-DP audit on vocabulary id pairs: estimate the output distributions of both
     inputs and check ``log P[M(w)=o] - log P[M(w')=o] <= eps * d(w, w')`` with one-sided
-    Clopper-Pearson bounds (level ``alpha`` per test, Bonferroni over outputs and directions)."""
+    Clopper-Pearson bounds (level ``alpha`` per test, Bonferroni over outputs and directions).
+
+    Args:
+        mechanism: a metric-DP word mechanism (``epsilon``, ``resolve_embeddings``, ``perturb_ids``).
+        pairs: ``(w, w')`` vocabulary id pairs to test.
+        n_samples: draws per input word.
+        rng: randomness (keyword-only).
+        alpha: the overall false-alarm level, split over outputs, directions and pairs (Bonferroni).
+        distance: ``d(x, y)`` on embedding vectors (default: the mechanism's ``metric``, else Euclidean).
+
+    Returns:
+        ``passed`` (no violation detected), the largest excess and the worst ``(w, w', output)``.
+    """
     g = as_numpy(rng)
     emb = mechanism.resolve_embeddings()
     eps = float(mechanism.epsilon)

@@ -173,7 +173,16 @@ def release_order_contigs(fragments: Sequence[str | Sequence[str]], *, ordered_t
 
 
 def assemble(fragments: Iterable[str | Sequence[str]], *, min_overlap: int = 2, max_rounds: int = 10) -> list[tuple[str, ...]]:
-    """Reassemble token sequences from fragments by unambiguous overlap merging."""
+    """Reassemble token sequences from fragments by unambiguous overlap merging.
+
+    Args:
+        fragments: released fragments, as strings (tokenized on whitespace / punctuation) or token sequences.
+        min_overlap: the least number of tokens two fragments must share to be merged.
+        max_rounds: the most merge rounds.
+
+    Returns:
+        The contigs (token tuples), fragments contained in others dropped.
+    """
     frags = [(_tokens(f) if isinstance(f, str) else tuple(f)) for f in fragments]
     frags = _drop_contained(frags)
     for _ in range(max_rounds):
@@ -204,7 +213,17 @@ def _pair_linked(seqs: Sequence[Sequence[str]], by_word: Mapping[str, list[int]]
 
 
 def score_reconstruction(result: AttackResult, ground_truth: Any) -> dict[str, float]:
-    """Score contigs (``result.reconstructions``) against a :class:`FragmentGroundTruth`."""
+    """Score contigs (``result.reconstructions``) against a :class:`FragmentGroundTruth`.
+
+    Args:
+        result: the attack's result (contigs as strings or token tuples; ``raw["fragments"]`` for link rates).
+        ground_truth: a :class:`FragmentGroundTruth`, or a parallel corpus to build one from.
+
+    Returns:
+        ``full_reconstruction_rate``, ``longest_span_mean``, ``rougeL_mean``, ``n_contigs`` and, when sensitive
+        word pairs were planted, ``sensitive_link_rate`` (in the fragments) and
+        ``sensitive_link_rate_reconstructed`` (in the contigs).
+    """
     if not isinstance(ground_truth, FragmentGroundTruth):
         ground_truth = FragmentGroundTruth.from_corpus(ground_truth)
     contigs = [tuple(c.split()) if isinstance(c, str) else tuple(c) for c in result.reconstructions]

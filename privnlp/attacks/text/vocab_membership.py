@@ -28,7 +28,16 @@ __all__ = ["VocabMembership", "score_vocab_membership"]
 
 
 def score_vocab_membership(result: AttackResult, ground_truth: Mapping[str, int]) -> dict[str, float]:
-    """``ground_truth``: candidate word -> number of documents it was planted in (0 = decoy)."""
+    """``ground_truth``: candidate word -> number of documents it was planted in (0 = decoy).
+
+    Args:
+        result: the attack's result (the flagged words as reconstructions).
+        ground_truth: candidate word -> number of documents it was planted in (0 = decoy).
+
+    Returns:
+        ``inclusion_rate`` (planted words flagged), ``false_positive_rate`` (decoys flagged), ``advantage``
+        (their difference) and ``inclusion_rate@n=N`` per planting count.
+    """
     flagged = set(result.reconstructions)
     planted = [w for w, n in ground_truth.items() if n > 0]
     decoys = [w for w, n in ground_truth.items() if n <= 0]
