@@ -56,7 +56,19 @@ def accountant_noise_multiplier(noise_multiplier: float, sampling: str) -> float
 
 
 def round_event(sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float) -> Any:
-    """The dp_accounting event of one DP-FedAvg round (see the module docstring)."""
+    """The dp_accounting event of one DP-FedAvg round (see the module docstring).
+
+    Args:
+        sampling: ``"fixed"`` (m of N users without replacement, replace-one neighbours) or ``"poisson"``
+            (each user with probability m/N, add/remove-one neighbours).
+        num_users: N, the population size.
+        clients_per_round: m, the (expected) number of users per round.
+        noise_multiplier: z, the noise std relative to the clip norm S (halved for the accountant under
+            ``"fixed"``: the sum's replace-one sensitivity is 2S).
+
+    Returns:
+        A ``dp_accounting`` ``DpEvent``.
+    """
     from dp_accounting import dp_event as de
 
     z = accountant_noise_multiplier(noise_multiplier, sampling)
@@ -107,7 +119,19 @@ def _eps_from_runs(runs: tuple[tuple[str, int, float, float, int], ...], delta: 
 
 def user_epsilon(sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float, rounds: int,
                  delta: float) -> float:
-    """User-level epsilon of ``rounds`` identical DP-FedAvg rounds (dp_accounting RDP)."""
+    """User-level epsilon of ``rounds`` identical DP-FedAvg rounds (dp_accounting RDP).
+
+    Args:
+        sampling: ``"fixed"`` or ``"poisson"`` (see :func:`round_event`).
+        num_users: N, the population size.
+        clients_per_round: m, the (expected) number of users per round.
+        noise_multiplier: z, relative to the clip norm; <= 0 gives ``inf``.
+        rounds: the number of rounds.
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        The user-level epsilon at ``delta``.
+    """
     return _eps_from_runs(((sampling, int(num_users), float(clients_per_round), float(noise_multiplier), int(rounds)),),
                           float(delta))
 
@@ -116,7 +140,24 @@ def calibrate_user_noise(target_epsilon: float, delta: float, *, sampling: str, 
                          clients_per_round: float, rounds: int, tolerance: float = 0.02) -> float:
     """Smallest noise multiplier z (up to ``tolerance`` relative in epsilon) with ``rounds`` rounds
     within ``target_epsilon``. The search uses a subset of RDP orders (conservative: the returned z
-    gives epsilon <= target with all of dp_accounting's default orders too)."""
+    gives epsilon <= target with all of dp_accounting's default orders too).
+
+    Args:
+        target_epsilon: the user-level epsilon to stay within; > 0 and finite.
+        delta: the target delta, in (0, 1).
+        sampling: ``"fixed"`` or ``"poisson"`` (see :func:`round_event`).
+        num_users: N, the population size.
+        clients_per_round: m, the (expected) number of users per round.
+        rounds: the number of rounds, an integer >= 1.
+        tolerance: relative slack in epsilon at which the search stops.
+
+    Returns:
+        The noise multiplier z.
+
+    Raises:
+        InvalidPrivacyParameter: ``target_epsilon`` not > 0, or unreachable with z <= 1e4.
+        InvalidArgument: ``rounds`` not an integer >= 1.
+    """
     check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
     check_range("rounds", rounds, 1, math.inf, integer=True)
 
@@ -157,6 +198,15 @@ class FedLedger:
     Mutable (appended to during training); ``to_dict``/``from_dict`` round-trip exactly, so a resumed
     run reports the same epsilon. One sampling scheme per ledger (fixed-size and Poisson rounds use
     different neighbouring relations and cannot be composed in one RDP accountant).
+
+    Attributes:
+        runs: the user-level rounds, consecutive identical rounds merged.
+        client_ledgers: client id -> :class:`~privnlp.accounting.DPLedger` of its local DP-SGD steps.
+
+    Raises:
+        InvalidArgument: a round with an unknown sampling scheme or one other than the ledger's; (``from_dict``)
+            a dict not in the ``privnlp.fed_ledger/1`` format.
+        PrivacyBudgetExceeded: (``check_round``) the next round would exceed the target.
     """
 
     runs: list[RoundRun] = field(default_factory=list)

@@ -21,7 +21,14 @@ Delta = Mapping[str, torch.Tensor]
 
 
 def global_norm(delta: Delta) -> float:
-    """L2 norm of all tensors concatenated (float64 accumulation)."""
+    """L2 norm of all tensors concatenated (float64 accumulation).
+
+    Args:
+        delta: parameter name -> tensor.
+
+    Returns:
+        The L2 norm (0 for an empty mapping).
+    """
     if not delta:
         return 0.0
     return float(torch.sqrt(sum((v.detach().double() ** 2).sum() for v in delta.values())))
@@ -30,7 +37,18 @@ def global_norm(delta: Delta) -> float:
 def clip_delta(delta: Delta, clip_norm: float) -> tuple[dict[str, torch.Tensor], float]:
     """Scale ``delta`` to L2 norm <= ``clip_norm``: ``delta * min(1, S / ||delta||)``; returns (clipped, norm).
 
-    Non-finite updates (NaN / inf) are refused: a client must not be able to poison the average."""
+    Non-finite updates (NaN / inf) are refused: a client must not be able to poison the average.
+
+    Args:
+        delta: parameter name -> update tensor.
+        clip_norm: S, the L2 bound; > 0.
+
+    Returns:
+        ``(clipped delta, norm before clipping)``.
+
+    Raises:
+        ProtocolError: the update's norm is NaN or infinite.
+    """
     norm = global_norm(delta)
     if not math.isfinite(norm):
         raise ProtocolError("a client update has a non-finite norm (NaN/inf); refusing to aggregate")
@@ -62,7 +80,19 @@ class AggregateInfo:
 
 def weighted_average(deltas: Sequence[Delta], weights: Sequence[float], reference: Mapping[str, torch.Tensor]
                      ) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
-    """Non-private FedAvg: ``sum_k n_k Delta_k / sum_k n_k``."""
+    """Non-private FedAvg: ``sum_k n_k Delta_k / sum_k n_k``.
+
+    Args:
+        deltas: the clients' updates (parameter name -> tensor).
+        weights: n_k, each client's number of examples (>= 0, positive total).
+        reference: the global model's parameters (names and shapes the updates must match).
+
+    Returns:
+        ``(average, AggregateInfo)``.
+
+    Raises:
+        ProtocolError: no replies, mismatched parameter names or shapes, or bad weights.
+    """
     if not deltas:
         raise ProtocolError("no client replied; nothing to aggregate")
     _check_same_keys(deltas, reference)
@@ -78,7 +108,23 @@ def dp_average(deltas: Sequence[Delta], reference: Mapping[str, torch.Tensor], *
                noise_multiplier: float, denominator: float, generator: torch.Generator
                ) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
     """DP-FedAvg: clip every delta to S, sum, divide by the *fixed* denominator m (never the number of
-    replies), add N(0, (z S / m)^2) once to every coordinate. ``noise_multiplier=0`` is "clip only"."""
+    replies), add N(0, (z S / m)^2) once to every coordinate. ``noise_multiplier=0`` is "clip only".
+
+    Args:
+        deltas: the replies' updates (parameter name -> tensor).
+        reference: the global model's parameters (names and shapes the updates must match).
+        clip_norm: S, the per-user L2 bound; > 0.
+        noise_multiplier: z, noise std relative to S (>= 0).
+        denominator: m, the planned number of users per round; > 0.
+        generator: the torch generator the noise is drawn from (a secure one unless simulating).
+
+    Returns:
+        ``(noisy average, AggregateInfo)``.
+
+    Raises:
+        InvalidArgument: ``denominator`` <= 0.
+        ProtocolError: mismatched parameter names / shapes, or a non-finite update.
+    """
     if denominator <= 0:
         raise InvalidArgument(f"denominator must be > 0; got {denominator}")
     _check_same_keys(deltas, reference)

@@ -27,7 +27,13 @@ __all__ = ["FitIns", "FitRes", "Task", "ClientData", "trainable_state", "local_u
 
 @dataclass(frozen=True)
 class FitIns:
-    """Server -> client (Flower: ``RecordDict({"arrays": ArrayRecord, "config": ConfigRecord})``)."""
+    """Server -> client (Flower: ``RecordDict({"arrays": ArrayRecord, "config": ConfigRecord})``).
+
+    Attributes:
+        arrays: the global model's trainable parameters (name -> tensor).
+        config: the fit instructions (``local-epochs``, ``batch-size``, ``lr``, ``local-steps``, ``seed``, the
+            ``dp-*`` keys; see :func:`local_update`).
+    """
 
     arrays: Mapping[str, torch.Tensor]
     config: Mapping[str, Any]
@@ -39,6 +45,10 @@ class FitRes:
 
     ``arrays`` is the model delta (local - global) of the trainable parameters; ``metrics`` holds at
     least ``num-examples``; with client DP-SGD also ``dp-steps``, ``dp-sample-rate``, ``dp-noise-multiplier``.
+
+    Attributes:
+        arrays: the model delta, parameter name -> tensor.
+        metrics: ``num-examples``, ``loss``, ``local-steps`` and, with client DP-SGD, the ``dp-*`` values.
     """
 
     arrays: Mapping[str, torch.Tensor]
@@ -47,7 +57,14 @@ class FitRes:
 
 @dataclass(frozen=True)
 class ClientData:
-    """One client's examples as aligned tensors (first dimension = examples)."""
+    """One client's examples as aligned tensors (first dimension = examples).
+
+    Attributes:
+        tensors: aligned tensors whose first dimension indexes the client's examples.
+
+    Raises:
+        InvalidArgument: ``tensors`` is empty or the first dimensions differ.
+    """
 
     tensors: tuple[torch.Tensor, ...]
 
@@ -66,6 +83,12 @@ class Task:
 
     ``loss_fn(model, batch) -> per-sample losses [B]`` where ``batch`` is a tuple of tensors (a
     :class:`ClientData` slice). ``model_factory`` must build identical architectures on every call.
+
+    Attributes:
+        model_factory: builds a fresh model (same architecture on every call).
+        loss_fn: ``(model, batch) -> per-sample losses [B]``.
+        tokenizer: the tokenizer of a text task (``None`` for id-level tasks).
+        evaluate: ``model -> metrics`` on held-out data, or ``None``.
     """
 
     model_factory: Callable[[], nn.Module]
@@ -108,6 +131,21 @@ def local_update(task: Task, data: ClientData, ins: FitIns, *, model: nn.Module 
     ``dedup`` (default: the config's ``dp-dedup``, else False): client DP-SGD on one copy of each
     duplicated example; duplicates are always counted (``dp-max-copies`` in the metrics, and a
     :class:`~privnlp.accounting.duplicates.DuplicateExamplesWarning`).
+
+    Args:
+        task: what is trained.
+        data: the client's examples.
+        ins: the global weights and the fit instructions; ``local-epochs`` and ``lr`` must be > 0,
+            ``batch-size`` an integer in [1, 10**7].
+        model: a model to reuse (rebuilt from ``task.model_factory`` when ``None`` or with client DP-SGD).
+        rng: the client DP-SGD noise source (``None`` = OS entropy; a seed only for a single-process simulation).
+        dedup: train client DP-SGD on one copy of each duplicated example (``None`` = the config's ``dp-dedup``).
+
+    Returns:
+        The delta of the trainable parameters and the metrics.
+
+    Raises:
+        InvalidArgument: a config value out of range, or ``ins.arrays`` not matching the model's parameters.
     """
     cfg = dict(ins.config)
     epochs = float(cfg.get("local-epochs", 1))
@@ -230,7 +268,20 @@ def _lm_loss(model: nn.Module, batch: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def lm_task(tokenizer: Any, *, n_layer: int = 1, n_embd: int = 32, n_head: int = 2, n_positions: int = 64,
             seed: int = 0, evaluate: Callable | None = None) -> Task:
-    """Tiny GPT-2 next-word prediction (untied embeddings, so client DP-SGD keeps the parameter set)."""
+    """Tiny GPT-2 next-word prediction (untied embeddings, so client DP-SGD keeps the parameter set).
+
+    Args:
+        tokenizer: the tokenizer (its size fixes the vocabulary; eos serves as bos / pad).
+        n_layer: transformer layers.
+        n_embd: embedding width.
+        n_head: attention heads (must divide ``n_embd``).
+        n_positions: the longest sequence in tokens.
+        seed: the initialisation seed (the same architecture and weights on every call).
+        evaluate: ``model -> metrics`` on held-out data, or ``None``.
+
+    Returns:
+        The task (per-sample next-token loss on ``(input_ids, attention_mask)`` batches).
+    """
     from privnlp.models import tiny_gpt2
 
     tok_id = tokenizer.eos_token_id
@@ -245,7 +296,19 @@ def lm_task(tokenizer: Any, *, n_layer: int = 1, n_embd: int = 32, n_head: int =
 
 def lm_client_data(tokenizer: Any, texts_by_client: Mapping[str, Sequence[str]], *, max_length: int = 48
                    ) -> dict[str, ClientData]:
-    """Tokenize each client's texts once into right-padded ``(input_ids, attention_mask)``."""
+    """Tokenize each client's texts once into right-padded ``(input_ids, attention_mask)``.
+
+    Args:
+        tokenizer: the tokenizer.
+        texts_by_client: client id -> that client's texts (not empty).
+        max_length: truncation length in tokens.
+
+    Returns:
+        Client id -> :class:`ClientData` of ``(input_ids, attention_mask)``.
+
+    Raises:
+        InvalidArgument: a client without texts.
+    """
     from privnlp.models.training import lm_batch
 
     out = {}
@@ -267,7 +330,20 @@ def _tag_loss(model: nn.Module, batch: Sequence[torch.Tensor]) -> torch.Tensor:
 def tagger_task(vocab_size: int, num_tags: int, *, emb_dim: int = 32, hidden: int = 32, seed: int = 0,
                 evaluate: Callable | None = None, dp_compatible: bool = True) -> Task:
     """BiLSTM tagger with a softmax head; ``dp_compatible=True`` builds it with opacus' DPLSTM so client
-    DP-SGD works (per-sample gradients); ``False`` uses ``nn.LSTM`` (several times faster, no client DP-SGD)."""
+    DP-SGD works (per-sample gradients); ``False`` uses ``nn.LSTM`` (several times faster, no client DP-SGD).
+
+    Args:
+        vocab_size: the number of token ids.
+        num_tags: the number of tags.
+        emb_dim: embedding width.
+        hidden: hidden width of each LSTM direction.
+        seed: the initialisation seed.
+        evaluate: ``model -> metrics`` on held-out data, or ``None``.
+        dp_compatible: use opacus' DPLSTM (needed for client DP-SGD).
+
+    Returns:
+        The task (per-token loss on ``(token_ids, tag_ids)`` batches; tags padded with -100).
+    """
     from privnlp.models import BiLSTMTagger
 
     def factory() -> nn.Module:

@@ -153,6 +153,27 @@ class FedAvg(_FedBase):
     example counts. Threat model: honest-but-curious server / eavesdropper on snapshots / querier of
     the final model. Claim: heuristic (no formal guarantee). Audited on ``fl.rare_canary`` (the
     4-digit canary of ``fl.dp_fedavg`` saturates plain FedAvg's exposure).
+
+    Args:
+    clients_per_round: m, users per round (``"fixed"``: an integer in [1, N]; ``"poisson"``: the expected
+        number, > 0 and <= N).
+    sampling: ``"fixed"`` (m of N without replacement) or ``"poisson"`` (each user with probability m/N).
+    local_epochs: E, local passes over a client's data; > 0 (fractions allowed).
+    local_batch_size: B, local batch size, an integer in [1, 10**7].
+    local_lr: eta, the local SGD learning rate; > 0.
+    local_steps: a cap on local steps per round, an integer in [0, 10**9] (0 = no cap).
+    fedsgd: one full-batch gradient step per round instead of local epochs (not with client DP-SGD).
+    server_lr: the server learning rate applied to the aggregate; > 0.
+    server_momentum: server momentum, in [0, 1) (post-processing).
+        weighted: weight the average by the clients' example counts (``False`` = unweighted).
+    client_noise_multiplier: client DP-SGD noise multiplier (>= 0), with ``client_max_grad_norm``; ``None`` =
+        no client DP-SGD.
+    client_max_grad_norm: client DP-SGD per-example clip norm (> 0), with ``client_noise_multiplier``.
+    client_delta: the record-level delta of client DP-SGD, in (0, 1).
+
+    Raises:
+        InvalidArgument: an argument out of range, an unknown ``sampling``, or ``fedsgd`` with client DP-SGD.
+        InvalidPrivacyParameter: client DP-SGD parameters out of range or only one of the two given.
     """
 
     scenario = "fl.rare_canary"
@@ -227,6 +248,40 @@ class DPFedAvg(_FedBase):
     adds a record-level guarantee in the same ledger. Threat model: honest-but-curious server seeing
     every aggregate, eavesdropper on snapshots, querier of the final model. Claim: (epsilon, delta)-DP
     per user (dp_accounting RDP), record-level epsilon in ``extra``.
+
+    Claim: (epsilon, delta)-DP per user (the paper's App. A.3), see above.
+
+    Args:
+        clip_norm: S, the L2 bound of each user's model delta; > 0.
+        noise_multiplier: z, the server noise std relative to S, >= 0 (0 = clip only, epsilon = inf);
+            ``None`` = calibrate z from ``target_epsilon`` and ``rounds``.
+        target_epsilon: the user-level budget, > 0; a round that would exceed it is refused
+            (``PrivacyBudgetExceeded``) when ``enforce_budget``.
+        delta: the user-level delta, in (0, 1/N) (``None`` = ``min(1e-5, N^-1.1)``).
+        rounds: the planned number of rounds, an integer >= 1 (needed to calibrate z; used by ``claim()``).
+        num_users: N, the population size, an integer >= 1 (used by ``claim()``; 100 assumed when ``None``).
+    clients_per_round: m, users per round (``"fixed"``: an integer in [1, N]; ``"poisson"``: the expected
+        number, > 0 and <= N).
+    sampling: ``"fixed"`` (m of N without replacement) or ``"poisson"`` (each user with probability m/N).
+    local_epochs: E, local passes over a client's data; > 0 (fractions allowed).
+    local_batch_size: B, local batch size, an integer in [1, 10**7].
+    local_lr: eta, the local SGD learning rate; > 0.
+    local_steps: a cap on local steps per round, an integer in [0, 10**9] (0 = no cap).
+    fedsgd: one full-batch gradient step per round instead of local epochs (not with client DP-SGD).
+    server_lr: the server learning rate applied to the aggregate; > 0.
+    server_momentum: server momentum, in [0, 1) (post-processing).
+    client_noise_multiplier: client DP-SGD noise multiplier (>= 0), with ``client_max_grad_norm``; ``None`` =
+        no client DP-SGD.
+    client_max_grad_norm: client DP-SGD per-example clip norm (> 0), with ``client_noise_multiplier``.
+    client_delta: the record-level delta of client DP-SGD, in (0, 1).
+        enforce_budget: refuse a round that would exceed ``target_epsilon``.
+
+    Raises:
+        InvalidPrivacyParameter: ``clip_norm``, ``noise_multiplier``, ``target_epsilon``, ``delta`` or the client
+            DP-SGD parameters out of range, neither ``noise_multiplier`` nor ``target_epsilon`` given, or
+            ``target_epsilon`` without ``rounds`` when z is calibrated.
+        InvalidArgument: another argument out of range, or ``fedsgd`` with client DP-SGD.
+        ProtocolError: (``aggregate``) a round with fewer replies than planned users (fails closed).
     """
 
     def __init__(self, clip_norm: float = 1.0, noise_multiplier: float | None = 1.0, target_epsilon: float | None = None,
@@ -384,7 +439,39 @@ class LeakyDPFedAvgWeighted(DPFedAvg):
     """Deliberately broken DP-FedAvg (a Flower-default-style aggregation): same claim, but the server
     averages *unclipped* updates weighted by example counts and divides by the number of replies, so one
     user (a large or malicious client) moves the model arbitrarily far; missing replies are tolerated.
-    Caught by ``tests/federated/test_dp_fedavg.py::test_leaky_twin_is_caught``."""
+    Caught by ``tests/federated/test_dp_fedavg.py::test_leaky_twin_is_caught``.
+
+    Args:
+        clip_norm: S, the L2 bound of each user's model delta; > 0.
+        noise_multiplier: z, the server noise std relative to S, >= 0 (0 = clip only, epsilon = inf);
+            ``None`` = calibrate z from ``target_epsilon`` and ``rounds``.
+        target_epsilon: the user-level budget, > 0; a round that would exceed it is refused
+            (``PrivacyBudgetExceeded``) when ``enforce_budget``.
+        delta: the user-level delta, in (0, 1/N) (``None`` = ``min(1e-5, N^-1.1)``).
+        rounds: the planned number of rounds, an integer >= 1 (needed to calibrate z; used by ``claim()``).
+        num_users: N, the population size, an integer >= 1 (used by ``claim()``; 100 assumed when ``None``).
+    clients_per_round: m, users per round (``"fixed"``: an integer in [1, N]; ``"poisson"``: the expected
+        number, > 0 and <= N).
+    sampling: ``"fixed"`` (m of N without replacement) or ``"poisson"`` (each user with probability m/N).
+    local_epochs: E, local passes over a client's data; > 0 (fractions allowed).
+    local_batch_size: B, local batch size, an integer in [1, 10**7].
+    local_lr: eta, the local SGD learning rate; > 0.
+    local_steps: a cap on local steps per round, an integer in [0, 10**9] (0 = no cap).
+    fedsgd: one full-batch gradient step per round instead of local epochs (not with client DP-SGD).
+    server_lr: the server learning rate applied to the aggregate; > 0.
+    server_momentum: server momentum, in [0, 1) (post-processing).
+    client_noise_multiplier: client DP-SGD noise multiplier (>= 0), with ``client_max_grad_norm``; ``None`` =
+        no client DP-SGD.
+    client_max_grad_norm: client DP-SGD per-example clip norm (> 0), with ``client_noise_multiplier``.
+    client_delta: the record-level delta of client DP-SGD, in (0, 1).
+        enforce_budget: refuse a round that would exceed ``target_epsilon``.
+
+    Raises:
+        InvalidPrivacyParameter: ``clip_norm``, ``noise_multiplier``, ``target_epsilon``, ``delta`` or the client
+            DP-SGD parameters out of range, neither ``noise_multiplier`` nor ``target_epsilon`` given, or
+            ``target_epsilon`` without ``rounds`` when z is calibrated.
+        InvalidArgument: another argument out of range, or ``fedsgd`` with client DP-SGD.
+    """
 
     def require_all_replies(self) -> bool:
         return False

@@ -34,7 +34,15 @@ PAD, UNK = "<pad>", "<unk>"
 
 @dataclass(frozen=True)
 class NERData:
-    """Encoded train / test sentences (train grouped by natural user), the vocabulary and tag set."""
+    """Encoded train / test sentences (train grouped by natural user), the vocabulary and tag set.
+
+    Attributes:
+        train: ``(user id, (tokens, tags))`` per training sentence.
+        test: ``(tokens, tags)`` per test sentence (held-out users).
+        vocab: lowercased word -> id (``<pad>`` = 0, ``<unk>`` = 1), from the training users only.
+        tags: the tag set, ``"O"`` first.
+        max_len: sentences are truncated / padded to this many tokens.
+    """
 
     train: tuple[tuple[str, tuple[list[str], list[str]]], ...]  # (user id, (tokens, tags))
     test: tuple[tuple[list[str], list[str]], ...]
@@ -55,7 +63,21 @@ class NERData:
 
 def ner_data(n_users: int = 24, records_per_user: int = 10, *, heldout_users: int = 4, max_len: int = 48,
              seed: int = 0) -> NERData:
-    """The bundled PII-tagged corpus as tagging data; the last ``heldout_users`` users are the test set."""
+    """The bundled PII-tagged corpus as tagging data; the last ``heldout_users`` users are the test set.
+
+    Args:
+        n_users: users in the generated corpus.
+        records_per_user: records per user.
+        heldout_users: users kept for the test set, an integer in [1, n_users - 1].
+        max_len: the encoded length in tokens.
+        seed: the corpus seed.
+
+    Returns:
+        The encoded data.
+
+    Raises:
+        InvalidArgument: ``heldout_users`` out of range.
+    """
     from privnlp.data import generate_corpus
 
     check_range("heldout_users", heldout_users, 1, n_users - 1, integer=True)
@@ -73,7 +95,15 @@ def ner_data(n_users: int = 24, records_per_user: int = 10, *, heldout_users: in
 
 
 def evaluate_tagger(model: torch.nn.Module, data: NERData) -> dict[str, float]:
-    """Strict and partial span P/R/F1 (``privnlp.metrics.ner_span_metrics``) on the test users."""
+    """Strict and partial span P/R/F1 (``privnlp.metrics.ner_span_metrics``) on the test users.
+
+    Args:
+        model: a tagger returning ``[B, T, num_tags]`` logits.
+        data: the data whose test users are scored.
+
+    Returns:
+        ``{strict,partial}_{precision,recall,f1}``.
+    """
     from privnlp.metrics import ner_span_metrics
 
     ids, _ = data.encode(data.test)
@@ -98,6 +128,17 @@ def evaluate_tagger(model: torch.nn.Module, data: NERData) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class NERRow:
+    """One configuration of the federated NER table.
+
+    Attributes:
+        clients: the number of clients (all take part in every round).
+        dp: whether clients ran DP-SGD.
+        metrics: the test metrics of :func:`evaluate_tagger`.
+        record_epsilon: the record-level epsilon of client DP-SGD (``None`` without it).
+        record_delta: its delta (``None`` without DP).
+        rounds: the number of FedAvg rounds.
+        seconds: wall-clock seconds of the run.
+    """
     clients: int
     dp: bool
     metrics: Mapping[str, float]
@@ -109,6 +150,12 @@ class NERRow:
 
 @dataclass(frozen=True)
 class NERTable:
+    """The federated NER table (rows per number of clients, without and with client DP-SGD).
+
+    Attributes:
+        rows: one row per configuration.
+        config: the data and training settings.
+    """
     rows: tuple[NERRow, ...]
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -138,7 +185,31 @@ def federated_ner(data: NERData, n_clients: int, *, rounds: int = 5, dp: bool = 
                   local_epochs: float = 5.0, batch_size: int = 8, lr: float = 3.0, emb_dim: int = 32,
                   hidden: int = 32, rng: Any) -> NERRow:
     """FedAvg (all n clients every round, weighted by examples) of a BiLSTM softmax tagger; with ``dp``
-    every client runs DP-SGD (record level) instead of SGD."""
+    every client runs DP-SGD (record level) instead of SGD.
+
+    Args:
+        data: the encoded NER data.
+        n_clients: clients the training sentences are split across equally, an integer in [1, number of
+            training sentences].
+        rounds: FedAvg rounds.
+        dp: run client DP-SGD (record level).
+        client_noise_multiplier: client DP-SGD noise multiplier (with ``dp``).
+        client_max_grad_norm: client DP-SGD clip norm (with ``dp``).
+        client_delta: the record-level delta (with ``dp``).
+        local_epochs: local epochs per round.
+        batch_size: local batch size.
+        lr: local learning rate.
+        emb_dim: tagger embedding width.
+        hidden: tagger hidden width per direction.
+        rng: split / initialisation / simulation randomness (keyword-only).
+
+    Returns:
+        The row (test metrics, record epsilon with ``dp``).
+
+    Raises:
+        InvalidArgument: ``n_clients`` out of range (or another argument, from :class:`FedAvg`).
+        InvalidPrivacyParameter: client DP-SGD parameters out of range.
+    """
     import time
 
     check_range("n_clients", n_clients, 1, max(1, len(data.train)), integer=True)
@@ -166,7 +237,25 @@ def federated_ner_table(client_counts: Sequence[int] = (1, 2, 4, 8), *, dp: Sequ
                         n_users: int = 24, records_per_user: int = 10, heldout_users: int = 4, rounds: int = 5,
                         rng: Any, progress: bool = False, **kw: Any) -> NERTable:
     """The NER paper's table: strict / partial P, R, F1 per number of clients, without and with client
-    DP-SGD. ``kw`` goes to :func:`federated_ner` (``client_noise_multiplier``, ``lr``, ...)."""
+    DP-SGD. ``kw`` goes to :func:`federated_ner` (``client_noise_multiplier``, ``lr``, ...).
+
+    Args:
+        client_counts: the numbers of clients (not empty).
+        dp: the client DP-SGD settings to run.
+        n_users: users in the generated corpus.
+        records_per_user: records per user.
+        heldout_users: users kept for the test set.
+        rounds: FedAvg rounds.
+        rng: randomness (keyword-only).
+        progress: show a progress bar over configurations.
+        **kw: passed to :func:`federated_ner`.
+
+    Returns:
+        The table.
+
+    Raises:
+        InvalidArgument: empty ``client_counts`` (or an argument out of range).
+    """
     if not client_counts:
         raise InvalidArgument("client_counts must not be empty")
     g = as_numpy(rng)

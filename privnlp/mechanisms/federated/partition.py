@@ -21,7 +21,12 @@ __all__ = ["Partition", "partition_natural", "partition_iid", "partition_dirichl
 
 @dataclass(frozen=True)
 class Partition:
-    """``clients[id] = tuple of records`` (insertion order = client order)."""
+    """``clients[id] = tuple of records`` (insertion order = client order).
+
+    Attributes:
+        clients: client id -> its records.
+        scheme: ``"natural"``, ``"iid"`` or ``"dirichlet(alpha=...)"``.
+    """
 
     clients: Mapping[str, tuple[Any, ...]]
     scheme: str
@@ -35,7 +40,18 @@ class Partition:
 
 
 def partition_natural(records: Sequence[Any], *, key: Callable[[Any], str] = lambda r: r.user_id) -> Partition:
-    """One client per natural user (``record.user_id``): the non-IID setting."""
+    """One client per natural user (``record.user_id``): the non-IID setting.
+
+    Args:
+        records: the records (not empty).
+        key: record -> user id.
+
+    Returns:
+        One client per user.
+
+    Raises:
+        InvalidArgument: ``records`` is empty.
+    """
     out: dict[str, list[Any]] = {}
     for r in records:
         out.setdefault(str(key(r)), []).append(r)
@@ -47,7 +63,20 @@ def partition_natural(records: Sequence[Any], *, key: Callable[[Any], str] = lam
 def partition_iid(records: Sequence[Any], *, rng: Any, sizes: Sequence[int] | None = None,
                   key: Callable[[Any], str] = lambda r: r.user_id) -> Partition:
     """Shuffle the records and assign them sequentially to synthetic users with the natural users'
-    sizes (or ``sizes``): IID users, same size distribution."""
+    sizes (or ``sizes``): IID users, same size distribution.
+
+    Args:
+        records: the records.
+        rng: shuffling randomness (keyword-only).
+        sizes: client sizes summing to ``len(records)`` (default: the natural users' sizes).
+        key: record -> user id (for the default sizes).
+
+    Returns:
+        Clients ``iid-0000``, ``iid-0001``, ...
+
+    Raises:
+        InvalidArgument: ``sizes`` do not sum to the number of records.
+    """
     if sizes is None:
         sizes = partition_natural(records, key=key).sizes()
     if sum(sizes) != len(records):
@@ -64,7 +93,22 @@ def partition_dirichlet(records: Sequence[Any], num_clients: int, *, alpha: floa
                         label: Callable[[Any], str] = lambda r: r.kind, min_size: int = 1) -> Partition:
     """Label-skewed partition: for every label, split its records among clients with proportions drawn
     from Dirichlet(alpha); small ``alpha`` = very non-IID. Every client gets at least ``min_size``
-    records (redrawn up to 100 times)."""
+    records (redrawn up to 100 times).
+
+    Args:
+        records: the records.
+        num_clients: the number of clients, an integer in [1, len(records)].
+        alpha: the Dirichlet concentration; > 0.
+        rng: randomness (keyword-only).
+        label: record -> label (default: ``record.kind``).
+        min_size: the least number of records per client.
+
+    Returns:
+        Clients ``dir-0000``, ``dir-0001``, ...
+
+    Raises:
+        InvalidArgument: an argument out of range, or no draw in 100 gave every client ``min_size`` records.
+    """
     check_range("num_clients", num_clients, 1, max(1, len(records)), integer=True)
     check_positive("alpha", alpha)
     g = as_numpy(rng)
@@ -91,7 +135,21 @@ def partition_dirichlet(records: Sequence[Any], num_clients: int, *, alpha: floa
 
 def partition(records: Sequence[Any], scheme: str = "natural", *, rng: Any = None, num_clients: int | None = None,
               alpha: float = 0.5) -> Partition:
-    """Dispatch: ``natural`` | ``iid`` | ``dirichlet``."""
+    """Dispatch: ``natural`` | ``iid`` | ``dirichlet``.
+
+    Args:
+        records: the records.
+        scheme: ``"natural"``, ``"iid"`` or ``"dirichlet"``.
+        rng: randomness (``iid`` / ``dirichlet``).
+        num_clients: the number of clients for ``dirichlet`` (default: the number of natural users).
+        alpha: the Dirichlet concentration for ``dirichlet``; > 0.
+
+    Returns:
+        The partition.
+
+    Raises:
+        InvalidArgument: unknown ``scheme`` (or an argument of the chosen scheme out of range).
+    """
     if scheme == "natural":
         return partition_natural(records)
     if scheme == "iid":

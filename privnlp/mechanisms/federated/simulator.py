@@ -53,7 +53,19 @@ __all__ = ["RoundRecord", "FedRunResult", "FedSimulator", "select_clients", "rou
 
 @dataclass(frozen=True)
 class RoundRecord:
-    """One round: who was selected, how many replied, client loss, update norms, noise, epsilon so far."""
+    """One round: who was selected, how many replied, client loss, update norms, noise, epsilon so far.
+
+    Attributes:
+        round: the round number, from 1.
+        selected: the ids of the selected clients.
+        num_replies: how many replied.
+        loss: the mean local training loss of the replies.
+        update_norms: the L2 norm of each reply's update before clipping.
+        clipped: how many updates were clipped.
+        noise_std: the std of the noise added to the average.
+        epsilon: the user-level epsilon spent after the round (``None`` without a DP mechanism).
+        seconds: wall-clock seconds of the round.
+    """
 
     round: int
     selected: tuple[str, ...]
@@ -69,7 +81,17 @@ class RoundRecord:
 @dataclass(frozen=True)
 class FedRunResult:
     """The trained global model, the snapshots (``None`` without ``snapshot_dir``), the claim, the
-    ledger (``FedLedger.to_dict()``), the per-round history and the final evaluation."""
+    ledger (``FedLedger.to_dict()``), the per-round history and the final evaluation.
+
+    Attributes:
+        model: the trained global model.
+        snapshots: the global model after every round (``None`` without ``snapshot_dir``).
+        claim: the run's privacy claim (from its ledger).
+        ledger: ``FedLedger.to_dict()`` of the run.
+        history: one record per round.
+        metrics: ``task.evaluate`` on the final model.
+        checkpoint: the path of the last checkpoint, where checkpoints were written.
+    """
 
     model: Any
     snapshots: ModelSnapshots | None
@@ -81,7 +103,12 @@ class FedRunResult:
 
 
 def round_seeds(base_seed: int, server_round: int) -> tuple[np.random.Generator, int, int]:
-    """(selection generator, client seed base, noise seed) of a round, independent of earlier rounds."""
+    """(selection generator, client seed base, noise seed) of a round, independent of earlier rounds.
+
+    Args:
+        base_seed: the run's seed.
+        server_round: the round number.
+    """
     ss = np.random.SeedSequence(int(base_seed), spawn_key=(int(server_round),))
     a, b, c = ss.spawn(3)
     return (np.random.default_rng(a), int(b.generate_state(1)[0]), int(c.generate_state(2, np.uint64)[0] >> 1))
@@ -94,7 +121,17 @@ def client_noise_rng(base_seed: int, server_round: int, j: int) -> np.random.Gen
 
 
 def select_clients(ids: Sequence[str], clients_per_round: float, sampling: str, g: np.random.Generator) -> list[str]:
-    """Fixed-size: ``m`` of ``N`` without replacement; Poisson: each with probability ``m/N``."""
+    """Fixed-size: ``m`` of ``N`` without replacement; Poisson: each with probability ``m/N``.
+
+    Args:
+        ids: the population's client ids.
+        clients_per_round: m (an integer for ``"fixed"``, the expected number for ``"poisson"``).
+        sampling: ``"fixed"`` or ``"poisson"``.
+        g: the selection generator (non-private randomness).
+
+    Returns:
+        The selected ids, in population order.
+    """
     n = len(ids)
     if sampling == "fixed":
         idx = np.sort(g.choice(n, size=int(clients_per_round), replace=False))
