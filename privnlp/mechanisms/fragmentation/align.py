@@ -36,7 +36,15 @@ ALIGNERS = ("eflomal", "fast_align_py", "auto")
 
 @dataclass(frozen=True)
 class AlignmentResult:
-    """Directional and symmetrised alignments (``(src_i, tgt_j)`` links per sentence)."""
+    """Directional and symmetrised alignments (``(src_i, tgt_j)`` links per sentence).
+
+    Attributes:
+        forward: per sentence, the source -> target links ``(src_i, tgt_j)`` (each target word picks a source word).
+        reverse: per sentence, the target -> source direction's links, as ``(src_i, tgt_j)``.
+        symmetric: per sentence, the symmetrised links.
+        aligner: the aligner used (``"eflomal"`` or ``"fast_align_py"``).
+        symmetrization: the symmetrisation heuristic.
+    """
 
     forward: tuple[frozenset, ...]     # source -> target direction (each target word picks a source word)
     reverse: tuple[frozenset, ...]     # target -> source direction
@@ -70,7 +78,21 @@ _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1,
 
 def symmetrize(forward: Iterable[tuple[int, int]], reverse: Iterable[tuple[int, int]], src_len: int,
                tgt_len: int, method: str = "union") -> frozenset:
-    """Combine two directional alignments of one sentence pair (Koehn et al. 2003)."""
+    """Combine two directional alignments of one sentence pair (Koehn et al. 2003).
+
+    Args:
+        forward: the source -> target links ``(i, j)``.
+        reverse: the target -> source links, as ``(i, j)``.
+        src_len: the source sentence length in tokens.
+        tgt_len: the target sentence length in tokens.
+        method: one of :data:`SYMMETRIZATIONS`.
+
+    Returns:
+        The symmetrised links.
+
+    Raises:
+        InvalidArgument: unknown ``method``.
+    """
     if method not in SYMMETRIZATIONS:
         raise InvalidArgument(f"symmetrization must be one of {', '.join(SYMMETRIZATIONS)}; got {method!r}")
     f2e, e2f = set(forward), set(reverse)
@@ -209,7 +231,21 @@ def align_fast_align_py(source: Sequence[Sequence[str]], target: Sequence[Sequen
 
 def align(source: Sequence[Sequence[str]], target: Sequence[Sequence[str]], *, aligner: str = "eflomal",
           symmetrization: str = "union") -> AlignmentResult:
-    """Align both directions and symmetrise. ``aligner="auto"`` = eflomal if installed else the fallback."""
+    """Align both directions and symmetrise. ``aligner="auto"`` = eflomal if installed else the fallback.
+
+    Args:
+        source: tokenised source sentences.
+        target: tokenised target sentences, aligned with ``source``.
+        aligner: ``"eflomal"``, ``"fast_align_py"`` (deterministic numpy IBM2) or ``"auto"``.
+        symmetrization: one of :data:`SYMMETRIZATIONS`.
+
+    Returns:
+        Both directions and the symmetrised links.
+
+    Raises:
+        InvalidArgument: unknown ``aligner`` or ``symmetrization``.
+        MissingDependency: ``aligner="eflomal"`` without eflomal installed.
+    """
     if aligner not in ALIGNERS:
         raise InvalidArgument(f"aligner must be one of {', '.join(ALIGNERS)}; got {aligner!r}")
     if symmetrization not in SYMMETRIZATIONS:
@@ -226,7 +262,16 @@ def align(source: Sequence[Sequence[str]], target: Sequence[Sequence[str]], *, a
 
 def aer(predicted: Sequence[Iterable[tuple[int, int]]], sure: Sequence[Iterable[tuple[int, int]]],
         possible: Sequence[Iterable[tuple[int, int]]] | None = None) -> float:
-    """Alignment error rate (Och & Ney 2003): 1 - (|A∩S| + |A∩P|) / (|A| + |S|); P ⊇ S (default P = S)."""
+    """Alignment error rate (Och & Ney 2003): 1 - (|A∩S| + |A∩P|) / (|A| + |S|); P ⊇ S (default P = S).
+
+    Args:
+        predicted: predicted links per sentence.
+        sure: sure gold links per sentence.
+        possible: possible gold links per sentence (``None`` = ``sure``).
+
+    Returns:
+        AER in [0, 1] (0 when there are no links at all).
+    """
     a_s = a_p = n_a = n_s = 0
     possible = possible if possible is not None else sure
     for a, s, p in zip(predicted, sure, possible):

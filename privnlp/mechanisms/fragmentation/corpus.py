@@ -27,7 +27,17 @@ __all__ = ["ParallelText", "read_parallel", "tokenize_lines", "from_corpus", "de
 
 @dataclass(frozen=True)
 class ParallelText:
-    """Tokenised parallel text: per sentence a tuple of source / target tokens, plus doc ids."""
+    """Tokenised parallel text: per sentence a tuple of source / target tokens, plus doc ids.
+
+    Attributes:
+        source: per sentence, the source tokens (at least one).
+        target: per sentence, the target tokens (at least one).
+        doc_ids: per sentence, its document id (``None`` = sentences are independent).
+
+    Raises:
+        MalformedInput: the sides have different numbers of sentences, ``doc_ids`` has another length, or a
+            sentence is empty.
+    """
 
     source: tuple[tuple[str, ...], ...]
     target: tuple[tuple[str, ...], ...]
@@ -84,7 +94,17 @@ class ParallelText:
 
 
 def from_corpus(corpus) -> ParallelText:
-    """Convert a :class:`privnlp.data.parallel.ParallelCorpus` (already tokenised)."""
+    """Convert a :class:`privnlp.data.parallel.ParallelCorpus` (already tokenised).
+
+    Args:
+        corpus: an object with whitespace-tokenised ``source`` / ``target`` strings and optional ``doc_ids``.
+
+    Returns:
+        The tokenised parallel text.
+
+    Raises:
+        MalformedInput: the sides differ in length or a sentence is empty.
+    """
     return ParallelText(tuple(tuple(s.split()) for s in corpus.source), tuple(tuple(t.split()) for t in corpus.target),
                         tuple(corpus.doc_ids) if corpus.doc_ids else None)
 
@@ -132,7 +152,25 @@ def _read_lines(path: Path) -> list[str]:
 
 def read_parallel(src: str | Path, tgt: str | Path | None = None, *, fmt: str | None = None,
                   tokenize: bool = True, src_lang: str = "en", tgt_lang: str = "en") -> ParallelText:
-    """Read a parallel corpus (Moses pair ``src``+``tgt``, or one TSV / JSONL file ``src``)."""
+    """Read a parallel corpus (Moses pair ``src``+``tgt``, or one TSV / JSONL file ``src``).
+
+    Args:
+        src: the source file (Moses), or the single TSV (``source<TAB>target[<TAB>doc_id]``) / JSONL
+            (``{"source", "target", "doc_id"}``) file.
+        tgt: the target file of a Moses pair (``None`` for TSV / JSONL).
+        fmt: ``"moses"``, ``"tsv"`` or ``"jsonl"`` (default: from the suffix, or ``"moses"`` when ``tgt`` is given).
+        tokenize: tokenise with the Moses tokenizer (sacremoses) instead of splitting on whitespace.
+        src_lang: the source language code for the tokenizer.
+        tgt_lang: the target language code for the tokenizer.
+
+    Returns:
+        The tokenised parallel text (with doc ids when the file has them).
+
+    Raises:
+        InvalidArgument: unknown ``fmt``, or a Moses pair without ``tgt``.
+        MalformedInput: a missing or non-UTF-8 file, mismatched line counts, a malformed line, an empty
+            sentence, doc ids on only some lines, or no sentences.
+    """
     src = Path(src)
     fmt = fmt or (detect_format(src) if tgt is None else "moses")
     if fmt not in ("moses", "tsv", "jsonl"):

@@ -41,6 +41,20 @@ def extract_sentence(src_len: int, tgt_len: int, alignment: Iterable[tuple[int, 
 
     ``max_length``/``min_length`` bound the source side; ``max_target_length`` the target side
     (default: ``max_length``, like Moses' ``extract``).
+
+    Args:
+        src_len: the source sentence length in tokens.
+        tgt_len: the target sentence length in tokens.
+        alignment: the links ``(i, j)``, inside the sentence pair.
+        max_length: the longest source phrase in tokens, an integer >= 1.
+        max_target_length: the longest target phrase in tokens, an integer >= 1 (default: ``max_length``).
+        min_length: the shortest source phrase in tokens, in [1, max_length].
+
+    Returns:
+        ``(s0, s1, t0, t1)`` spans.
+
+    Raises:
+        InvalidArgument: a length out of range, or a link outside the sentence pair.
     """
     max_s, max_t, min_s = check_lengths(max_length, max_target_length, min_length)
     return _extract(src_len, tgt_len, alignment, max_s, max_t, min_s)
@@ -105,7 +119,24 @@ def _extract(src_len: int, tgt_len: int, alignment: Iterable[tuple[int, int]], m
 def extract_phrases(source: Sequence[Sequence[str]], target: Sequence[Sequence[str]],
                     alignments: Sequence[Iterable[tuple[int, int]]], *, max_length: int = 4,
                     max_target_length: int | None = None, min_length: int = 1, progress: bool = False) -> np.ndarray:
-    """All phrase-pair occurrences of a corpus: ``int32`` rows ``(sentence, s0, s1, t0, t1)``."""
+    """All phrase-pair occurrences of a corpus: ``int32`` rows ``(sentence, s0, s1, t0, t1)``.
+
+    Args:
+        source: tokenised source sentences.
+        target: tokenised target sentences.
+        alignments: the links of each sentence pair.
+        max_length: the longest source phrase in tokens, an integer >= 1.
+        max_target_length: the longest target phrase in tokens, an integer >= 1 (default: ``max_length``).
+        min_length: the shortest source phrase in tokens, in [1, max_length].
+        progress: show a progress bar.
+
+    Returns:
+        An ``(n, 5)`` ``int32`` array (``(0, 5)`` when there is none).
+
+    Raises:
+        InvalidArgument: the three sequences differ in length, a length is out of range, or a link lies
+            outside its sentence pair.
+    """
     max_s, max_t, min_s = check_lengths(max_length, max_target_length, min_length)
     if not (len(source) == len(target) == len(alignments)):
         raise InvalidArgument(f"source, target and alignments must have the same length; got "

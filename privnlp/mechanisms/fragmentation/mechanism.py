@@ -51,11 +51,30 @@ THREAT_MODEL = ThreatModel(
 
 
 def check_discard_fraction(discard_fraction: float) -> float:
+    """Validate ``discard_fraction``.
+
+    Args:
+        discard_fraction: the fraction of phrase occurrences discarded, in [0, 1).
+
+    Returns:
+        It, as a float.
+
+    Raises:
+        InvalidArgument: outside [0, 1).
+    """
     check_range("discard_fraction", discard_fraction, 0.0, 1.0, lo_inclusive=True, hi_inclusive=False)
     return float(discard_fraction)
 
 
 def strip_tags(tokens: Sequence[str]) -> list[str]:
+    """Drop a leading ``<P>`` and a trailing ``</P>`` tag from a fragment's tokens.
+
+    Args:
+        tokens: the fragment's tokens.
+
+    Returns:
+        The tokens without the tags (unchanged when untagged).
+    """
     toks = list(tokens)
     if toks and toks[0] == OPEN_TAG:
         toks = toks[1:]
@@ -71,6 +90,15 @@ class FragmentRelease:
     ``source``/``target`` are what gets published. ``occurrences`` (rows ``sentence, s0, s1,
     t0, t1`` aligned with the release order) and ``alignment`` stay with the data owner; they
     are used by tests and utility metrics only.
+
+    Attributes:
+        source: the released source fragments, in release order.
+        target: the released target fragments, aligned with ``source``.
+        settings: the release settings (what the claim is computed from).
+        n_extracted: the number of phrase occurrences extracted before discarding.
+        occurrences: ``(n, 5)`` rows ``(sentence, s0, s1, t0, t1)`` of the released fragments (kept private).
+        alignment: the word alignments used (kept private).
+        timings: seconds per stage (``align_s``, ``extract_s``, ``release_s``).
     """
 
     source: tuple[str, ...]
@@ -149,6 +177,13 @@ class PhraseFragmentation(Mechanism):
         aligner: ``"eflomal"`` (default), ``"fast_align_py"`` (numpy fallback) or ``"auto"``.
         symmetrization: ``"union"`` (paper), ``"intersection"``, ``"grow-diag"``,
             ``"grow-diag-final"``, ``"grow-diag-final-and"``.
+
+    Claim: heuristic (no formal guarantee; paper Sec. 3.1, threat model Sec. 2; leakage measured by
+    ``fragment_reconstruction``).
+
+    Raises:
+        InvalidArgument: a length out of range (``max_length``, ``max_target_length`` >= 1, ``min_length`` in
+            [1, max_length]), ``discard_fraction`` outside [0, 1), or an unknown ``aligner`` / ``symmetrization``.
     """
 
     paper = PAPER
@@ -258,7 +293,20 @@ class PhraseFragmentation(Mechanism):
 class LeakyPhraseFragmentation(PhraseFragmentation):
     """Deliberately leaky twin: ignores ``discard_fraction`` (releases every occurrence) and does
     not shuffle (fragments come out in sentence order) while claiming the same settings.
-    The ``fragment_reconstruction`` attack must catch it (tests/fragmentation)."""
+    The ``fragment_reconstruction`` attack must catch it (tests/fragmentation).
+
+    Args:
+        max_length: maximum source phrase length.
+        discard_fraction: claimed (and ignored) discarded fraction, in [0, 1).
+        tag: wrap every released phrase in ``<P> ... </P>``.
+        max_target_length: maximum target phrase length (default: ``max_length``).
+        min_length: minimum source phrase length.
+        aligner: ``"eflomal"``, ``"fast_align_py"`` or ``"auto"``.
+        symmetrization: one of :data:`~privnlp.mechanisms.fragmentation.align.SYMMETRIZATIONS`.
+
+    Raises:
+        InvalidArgument: as for :class:`PhraseFragmentation`.
+    """
 
     def _select(self, occ: np.ndarray, g: np.random.Generator) -> np.ndarray:
         return np.arange(len(occ))

@@ -22,6 +22,15 @@ def ngram_coverage(fragments: Iterable[Sequence[str] | str], test_sentences: Ite
 
     Fragments/sentences are token sequences or space-separated strings; ``<P>``/``</P>`` tags are ignored.
     Returns ``{f"{prefix}_{n}": ..., f"{prefix}_mean": ...}``.
+
+    Args:
+        fragments: the released fragments.
+        test_sentences: held-out sentences.
+        orders: the n-gram orders.
+        prefix: the key prefix.
+
+    Returns:
+        Coverage per order in [0, 1] (NaN when a test sentence set has no n-gram of that order) and their mean.
     """
     from .mechanism import strip_tags
 
