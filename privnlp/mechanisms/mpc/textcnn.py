@@ -39,7 +39,16 @@ THREAT_ALICE = ThreatModel(adversary=Adversary.MPC_PARTY, observes=("Alice's sha
 
 @dataclass(frozen=True)
 class MPCResult:
-    """Output of one private classification run."""
+    """Output of one private classification run.
+
+    Attributes:
+        labels: the predicted labels (what Bob learns).
+        logits: the opened logits, only with ``reveal="logits"`` (testing).
+        views: what each party received, when recorded (``record=True``).
+        comm: per party, rounds and bytes communicated.
+        seconds: the protocol's wall time inside the parties.
+        batch_seconds: Bob's wall time per batch (per text in ``"sequential"`` mode).
+    """
 
     labels: np.ndarray                      # what Bob learns
     logits: np.ndarray | None = None        # only with reveal="logits" (testing)
@@ -72,7 +81,24 @@ def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, ep
 
     ``embeddings``: the public encoder's output for ``texts`` if already computed (skips encoding).
 
-    Returns ``(AliceModel, x_test, y_test)`` (held-out embeddings for Bob)."""
+    Returns ``(AliceModel, x_test, y_test)`` (held-out embeddings for Bob).
+
+    Args:
+        n: the number of generated sentiment texts (when ``texts`` is not given).
+        encoder: the public sentence encoder: ``"auto"`` (MiniLM if available, else hashed), ``"minilm"`` or
+            ``"hashed"``.
+        dim: the output dimension of the hashed encoder.
+        epochs: training epochs.
+        seed: data, initialisation and training seed.
+        texts: Alice's training texts (default: generated).
+        labels: their labels (required with ``texts``).
+        held_out: the fraction of the data kept as Bob's test texts.
+        preset: ``"paper"`` or ``"fast"``.
+        embeddings: precomputed encoder outputs for ``texts``.
+
+    Raises:
+        InvalidArgument: unknown ``preset`` or ``encoder``, or embeddings and labels of different lengths.
+    """
     import torch
 
     from privnlp.models.cnn import PRESETS, TextCNN, train_textcnn
@@ -104,7 +130,12 @@ def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, ep
 
 
 def save_alice_model(model: Any, path: str) -> None:
-    """Save a TextCNN (config + state dict) atomically."""
+    """Save a TextCNN (config + state dict) atomically.
+
+    Args:
+        model: the TextCNN.
+        path: the destination file.
+    """
     import torch
 
     tmp = f"{path}.tmp{os.getpid()}"
@@ -113,6 +144,14 @@ def save_alice_model(model: Any, path: str) -> None:
 
 
 def load_alice_model(path: str) -> Any:
+    """Load a TextCNN written by :func:`save_alice_model`, in eval mode.
+
+    Args:
+        path: the file (loaded with ``weights_only=True``).
+
+    Returns:
+        The model.
+    """
     import torch
 
     from privnlp.models.cnn import TextCNN
@@ -136,6 +175,13 @@ class CryptenTextCNN(Mechanism):
         mode: ``"batched"`` (all texts in one run) or ``"sequential"`` (one text at a time).
         pool_method: ``"tournament"`` or ``"max_pool2d"`` (CrypTen's, with a (1, k) kernel).
         timeout: seconds before a run is aborted and all parties killed.
+
+    Implements pi_TEXT (paper Sec. 3). Claim: cryptographic (semi-honest, one corrupted party out of Alice
+    and Bob, a non-colluding trusted
+    third party with ``provider="TTP"``); see ``claim()`` for what stays public.
+
+    Raises:
+        InvalidArgument: an unknown ``provider``, ``mode`` or ``pool_method``, or ``timeout`` not > 0.
     """
 
     paper: ClassVar[str] = PAPER
@@ -208,7 +254,18 @@ class CryptenTextCNN(Mechanism):
 class LeakyCryptenTextCNN(CryptenTextCNN):
     """Deliberately broken pi_TEXT for the tests: ``leak="unmasked_shares"`` (Bob hands Alice
     his fixed-point input as her "share") or ``"open_intermediate"`` (the conv activations are
-    opened to Alice). Same predictions; the party-view audit must catch it."""
+    opened to Alice). Same predictions; the party-view audit must catch it.
+
+    Args:
+        provider: ``"TTP"`` or ``"TFP"`` (see :class:`CryptenTextCNN`).
+        mode: ``"batched"`` or ``"sequential"``.
+        pool_method: ``"tournament"`` or ``"max_pool2d"``.
+        timeout: seconds before a run is aborted; > 0.
+        leak: ``"unmasked_shares"`` or ``"open_intermediate"``.
+
+    Raises:
+        InvalidArgument: an argument out of range or an unknown ``leak``.
+    """
 
     leak = "unmasked_shares"
 
