@@ -177,8 +177,8 @@ class CryptenTextCNN(Mechanism):
         timeout: seconds before a run is aborted and all parties killed.
 
     Implements pi_TEXT (paper Sec. 3). Claim: cryptographic (semi-honest, one corrupted party out of Alice
-    and Bob, a non-colluding trusted
-    third party with ``provider="TTP"``); see ``claim()`` for what stays public.
+    and Bob, a non-colluding trusted third party with ``provider="TTP"``); see ``claim()`` for what stays
+    public.
 
     Raises:
         InvalidArgument: an unknown ``provider``, ``mode`` or ``pool_method``, or ``timeout`` not > 0.
