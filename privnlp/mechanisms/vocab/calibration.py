@@ -93,7 +93,21 @@ def _sens(k: int, neighbouring: str) -> tuple[int, float, float]:
 
 
 def laplace_threshold(epsilon: float, delta: float, k: int = 1, neighbouring: str = "add/remove") -> NoiseCalibration:
-    """Laplace scale and threshold for ``(epsilon, delta)``-DP (see the module docstring)."""
+    """Laplace scale and threshold for ``(epsilon, delta)``-DP (see the module docstring).
+
+    Args:
+        epsilon: the target epsilon; > 0 and finite.
+        delta: the target delta (noise and threshold together), in (0, 1).
+        k: the maximum number of distinct words per contributor, an integer >= 1.
+        neighbouring: ``"add/remove"`` or ``"replace-one"`` contributors.
+
+    Returns:
+        The calibration.
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` or ``delta`` out of range.
+        InvalidArgument: ``k`` out of range or unknown ``neighbouring``.
+    """
     _check_common(epsilon, delta, k, neighbouring)
     l0, l1, l2 = _sens(int(k), neighbouring)
     b = l1 / epsilon
@@ -107,7 +121,16 @@ def laplace_threshold(epsilon: float, delta: float, k: int = 1, neighbouring: st
 
 
 def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
-    """delta(eps) of the Gaussian mechanism (Balle & Wang 2018, Theorem 8), exact."""
+    """delta(eps) of the Gaussian mechanism (Balle & Wang 2018, Theorem 8), exact.
+
+    Args:
+        sigma: the Gaussian std; > 0.
+        epsilon: the epsilon; >= 0.
+        sensitivity: the L2 sensitivity; > 0.
+
+    Returns:
+        delta(epsilon).
+    """
     from scipy.stats import norm
 
     a = sensitivity / (2.0 * sigma)
@@ -117,7 +140,16 @@ def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) ->
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """Smallest sigma (to 1e-10 relative) with ``analytic_gaussian_delta(sigma, eps, s) <= delta``."""
+    """Smallest sigma (to 1e-10 relative) with ``analytic_gaussian_delta(sigma, eps, s) <= delta``.
+
+    Args:
+        epsilon: the target epsilon; > 0.
+        delta: the target delta, in (0, 1).
+        sensitivity: the L2 sensitivity; > 0.
+
+    Returns:
+        The Gaussian std sigma.
+    """
     lo, hi = 1e-6 * sensitivity, sensitivity
     while analytic_gaussian_delta(hi, epsilon, sensitivity) > delta:
         hi *= 2.0
@@ -133,7 +165,21 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
 
 
 def gaussian_threshold(epsilon: float, delta: float, k: int = 1, neighbouring: str = "add/remove") -> NoiseCalibration:
-    """Gaussian sigma (analytic, delta/2) and threshold (delta/2 over k bins)."""
+    """Gaussian sigma (analytic, delta/2) and threshold (delta/2 over k bins).
+
+    Args:
+        epsilon: the target epsilon; > 0 and finite.
+        delta: the target delta (noise and threshold together), in (0, 1).
+        k: the maximum number of distinct words per contributor, an integer >= 1.
+        neighbouring: ``"add/remove"`` or ``"replace-one"`` contributors.
+
+    Returns:
+        The calibration.
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` or ``delta`` out of range.
+        InvalidArgument: ``k`` out of range or unknown ``neighbouring``.
+    """
     from scipy.stats import norm
 
     _check_common(epsilon, delta, k, neighbouring)
@@ -144,6 +190,22 @@ def gaussian_threshold(epsilon: float, delta: float, k: int = 1, neighbouring: s
 
 
 def calibrate(noise: str, epsilon: float, delta: float, k: int = 1, neighbouring: str = "add/remove") -> NoiseCalibration:
+    """Laplace or Gaussian calibration with thresholding (:func:`laplace_threshold` / :func:`gaussian_threshold`).
+
+    Args:
+        noise: ``"laplace"`` or ``"gaussian"``.
+        epsilon: the target epsilon; > 0 and finite.
+        delta: the target delta (noise and threshold together), in (0, 1).
+        k: the maximum number of distinct words per contributor, an integer >= 1.
+        neighbouring: ``"add/remove"`` or ``"replace-one"`` contributors.
+
+    Returns:
+        The calibration.
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` or ``delta`` out of range.
+        InvalidArgument: unknown ``noise``, ``k`` out of range or unknown ``neighbouring``.
+    """
     if noise == "laplace":
         return laplace_threshold(epsilon, delta, k, neighbouring)
     if noise == "gaussian":
@@ -153,14 +215,32 @@ def calibrate(noise: str, epsilon: float, delta: float, k: int = 1, neighbouring
 
 def paper_calibration(epsilon: float, delta: float) -> NoiseCalibration:
     """The paper's parameters (Section 3.2): Lap(2/eps), threshold 1 + 2 ln(2/delta)/eps, k = 1,
-    replace-one *word* neighbours."""
+    replace-one *word* neighbours.
+
+    Args:
+        epsilon: the target epsilon; > 0 and finite.
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        The calibration (``k=1``, ``"replace-one"``).
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` or ``delta`` out of range.
+    """
     _check_common(epsilon, delta, 1, "replace-one")
     return NoiseCalibration("laplace", 2.0 / epsilon, 1.0 + 2.0 * math.log(2.0 / delta) / epsilon,
                             float(epsilon), float(delta), 1, "replace-one", 2, 2.0, math.sqrt(2.0))
 
 
 def single_contributor_release_probability(cal: NoiseCalibration) -> float:
-    """P[a word with exactly one contributor is released] = P[1 + noise >= threshold]."""
+    """P[a word with exactly one contributor is released] = P[1 + noise >= threshold].
+
+    Args:
+        cal: the calibration.
+
+    Returns:
+        The probability in [0, 1].
+    """
     t = cal.threshold - 1.0
     if cal.noise == "laplace":
         return 0.5 * math.exp(-t / cal.scale) if t >= 0 else 1.0 - 0.5 * math.exp(t / cal.scale)

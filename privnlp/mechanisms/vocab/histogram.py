@@ -26,7 +26,11 @@ __all__ = ["WordSplitter", "bound_contributions", "contributor_histogram", "Nois
 
 
 class WordSplitter:
-    """BERT-style normalizer + pre-tokenizer (HF ``tokenizers``) used to cut texts into words."""
+    """BERT-style normalizer + pre-tokenizer (HF ``tokenizers``) used to cut texts into words.
+
+    Args:
+        lowercase: lowercase (and strip accents) before splitting, as an uncased BERT does.
+    """
 
     def __init__(self, lowercase: bool = True) -> None:
         self.lowercase = lowercase
@@ -41,7 +45,18 @@ class WordSplitter:
 
 def group_by_contributor(texts: Sequence[str], contributor_ids: Sequence[Any] | None) -> list[list[str]]:
     """Group texts by contributor (one group per text when ``contributor_ids`` is None), in
-    first-appearance order so that seeded runs are reproducible."""
+    first-appearance order so that seeded runs are reproducible.
+
+    Args:
+        texts: the texts.
+        contributor_ids: one contributor id per text, or ``None`` (every text is its own contributor).
+
+    Returns:
+        One list of texts per contributor.
+
+    Raises:
+        InvalidArgument: ``contributor_ids`` of another length.
+    """
     if contributor_ids is None:
         return [[t] for t in texts]
     if len(contributor_ids) != len(texts):
@@ -54,7 +69,19 @@ def group_by_contributor(texts: Sequence[str], contributor_ids: Sequence[Any] | 
 
 def bound_contributions(word_sets: Iterable[Iterable[str]], k: int, *, rng: Any) -> list[list[str]]:
     """Keep at most ``k`` distinct words per contributor, sampled uniformly without replacement
-    (sorted first, so a seeded ``rng`` gives the same result whatever the set order)."""
+    (sorted first, so a seeded ``rng`` gives the same result whatever the set order).
+
+    Args:
+        word_sets: per contributor, the words it uses.
+        k: the maximum number of distinct words kept per contributor, an integer >= 1.
+        rng: the sampling randomness (keyword-only).
+
+    Returns:
+        Per contributor, at most ``k`` distinct words (sorted).
+
+    Raises:
+        InvalidArgument: ``k`` out of range.
+    """
     check_range("max_words_per_contributor (k)", k, 1, math.inf, integer=True, hi_inclusive=False)
     g = as_numpy(rng)
     out = []
@@ -68,7 +95,14 @@ def bound_contributions(word_sets: Iterable[Iterable[str]], k: int, *, rng: Any)
 
 
 def contributor_histogram(bounded: Iterable[Sequence[str]]) -> Counter:
-    """Number of distinct contributors per word (each contributor counted once per word)."""
+    """Number of distinct contributors per word (each contributor counted once per word).
+
+    Args:
+        bounded: per contributor, its (bounded) words.
+
+    Returns:
+        Word -> number of distinct contributors.
+    """
     c: Counter = Counter()
     for ws in bounded:
         c.update(set(ws))
@@ -84,6 +118,7 @@ class NoisyHistogram:
         calibration: the noise/threshold used (``None`` for a non-private histogram).
         n_contributors: number of contributors (documents/users) in the input.
         secure: whether the noise came from OpenDP's hardened samplers.
+        meta: release details (e.g. the integer threshold OpenDP used).
     """
 
     counts: Mapping[str, float]
@@ -104,6 +139,21 @@ def release_histogram(hist: Mapping[str, int], cal: NoiseCalibration, *, rng: An
     hardened against floating-point attacks, Mironov 2012). ``secure=True``: OpenDP's
     ``make_laplace_threshold`` / ``make_gaussian_threshold`` on integer counts (discrete noise from
     a CSPRNG; ``rng`` unused); the threshold is rounded up (counts are integers).
+
+    Args:
+        hist: word -> contributor count (from :func:`contributor_histogram`).
+        cal: the noise and threshold.
+        rng: the noise source: ``None`` = OS entropy; a seed / Generator only for a reproducible simulation
+            (refused when ``PRIVNLP_REFUSE_SEEDED_NOISE`` is set).
+        secure: draw discrete noise with OpenDP (Laplace only).
+        n_contributors: the number of contributors, recorded in the result.
+
+    Returns:
+        The released histogram.
+
+    Raises:
+        InvalidArgument: a seeded ``rng`` while seeded noise is refused, or ``secure=True`` with Gaussian noise.
+        MissingDependency: ``secure=True`` without OpenDP installed.
     """
     words = sorted(w for w, c in hist.items() if c > 0)
     if secure:

@@ -12,7 +12,16 @@ __all__ = ["tokenizer_utility"]
 def tokenizer_utility(tokenizer: Any, texts: Sequence[str], reference: Any | None = None) -> dict[str, float]:
     """``fertility`` (WordPieces per word), ``unk_rate`` (fraction of words mapped to ``[UNK]``),
     and, with a ``reference`` tokenizer (the non-private one), ``vocab_overlap`` = |V ∩ V_ref| / |V_ref|.
-    Works on ``tokenizers.Tokenizer`` objects."""
+    Works on ``tokenizers.Tokenizer`` objects.
+
+    Args:
+        tokenizer: a ``tokenizers.Tokenizer`` with an ``[UNK]`` token.
+        texts: held-out texts.
+        reference: the reference ``tokenizers.Tokenizer`` for ``vocab_overlap`` (optional).
+
+    Returns:
+        ``fertility``, ``unk_rate`` and, with ``reference``, ``vocab_overlap`` (in [0, 1]).
+    """
     pieces = words = unk = 0
     unk_id = tokenizer.token_to_id("[UNK]")
     for enc in tokenizer.encode_batch(list(texts), add_special_tokens=False):

@@ -78,7 +78,16 @@ def min_vocab_size(words: Sequence[str], alphabet: str = PUBLIC_ALPHABET,
 
 def histogram_iterator(counts: Mapping[str, float], count_scale: float = 1.0, chunk: int = 512) -> Iterator[str]:
     """Yield each word ``max(1, round(count * count_scale))`` times (space-joined chunks), words in
-    sorted order. This is everything the WordPiece trainer sees."""
+    sorted order. This is everything the WordPiece trainer sees.
+
+    Args:
+        counts: word -> (noisy) count.
+        count_scale: multiplier applied to each count before rounding.
+        chunk: the most repetitions joined into one yielded string.
+
+    Yields:
+        Space-joined repetitions of one word.
+    """
     for w in sorted(counts):
         n = max(1, int(round(counts[w] * count_scale)))
         while n > 0:
@@ -105,6 +114,21 @@ def train_wordpiece_from_histogram(counts: Mapping[str, float], vocab_size: int,
     During training the tokenizer has no normalizer and a plain whitespace pre-tokenizer, so the
     trainer counts exactly the words of ``counts``; the BERT normalizer / pre-tokenizer and the
     ``[CLS] $A [SEP]`` post-processor are attached afterwards.
+
+    Args:
+        counts: word -> (noisy) count; the only data the trainer sees.
+        vocab_size: the vocabulary size, an integer >= the special tokens + the alphabet of ``counts`` and of
+            ``alphabet`` with their ``##`` forms.
+        count_scale: multiplier applied to counts (see :func:`histogram_iterator`).
+        alphabet: public characters always in the vocabulary (with their ``##`` forms).
+        special_tokens: the special tokens, first in id order.
+        lowercase: BERT uncased normalization of the final tokenizer.
+
+    Returns:
+        A ``tokenizers.Tokenizer``.
+
+    Raises:
+        InvalidArgument: ``vocab_size`` too small.
     """
     from tokenizers import models, pre_tokenizers, trainers
 
@@ -145,7 +169,14 @@ def train_wordpiece_from_histogram(counts: Mapping[str, float], vocab_size: int,
 class VocabBuild:
     """A built vocabulary: the ``tokenizers.Tokenizer``, the released histogram it was trained on,
     and the claim. ``save(dir)`` writes ``tokenizer.json``, ``vocab.txt``, ``histogram.json`` and
-    ``claim.json`` (each atomically)."""
+    ``claim.json`` (each atomically).
+
+    Attributes:
+        tokenizer: the trained ``tokenizers.Tokenizer``.
+        histogram: the released histogram it was trained on.
+        claim: the privacy claim of the release.
+        config: the mechanism's hyperparameters.
+    """
 
     tokenizer: Any
     histogram: NoisyHistogram
@@ -211,6 +242,17 @@ class DPWordPiece(Mechanism):
         secure: draw the noise with OpenDP's hardened discrete Laplace (``rng`` then only drives
             the contribution sampling).
         lowercase: BERT uncased normalization.
+
+    Implements the paper's Section 3.2 (DP vocabulary), generalised to k words per contributor and to
+    user-level contributors. Claim: (epsilon, delta)-DP at ``unit`` (``"document"`` or ``"user"``) for the
+    histogram; the vocabulary and tokenizer are post-processing.
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` not > 0 and finite, or ``delta`` outside (0, 1); (``build``)
+            ``delta >= 1/n_contributors``.
+        InvalidArgument: another argument out of range, an unknown ``unit`` / ``noise`` / ``neighbouring``,
+            ``secure=True`` with Gaussian noise; (``build``) ``unit="user"`` without ``contributor_ids``.
+        MalformedInput: (``build``) an empty corpus.
     """
 
     paper = PAPER
@@ -324,7 +366,20 @@ class DPWordPiece(Mechanism):
 
 
 def build_nonprivate_wordpiece(texts: Sequence[str], vocab_size: int, *, lowercase: bool = True) -> VocabBuild:
-    """The non-private baseline: WordPiece on the raw occurrence histogram (no cap, no noise)."""
+    """The non-private baseline: WordPiece on the raw occurrence histogram (no cap, no noise).
+
+    Args:
+        texts: the documents.
+        vocab_size: the vocabulary size (see :func:`train_wordpiece_from_histogram`).
+        lowercase: BERT uncased normalization.
+
+    Returns:
+        The build, with claim ``none``.
+
+    Raises:
+        InvalidArgument: ``texts`` is a single string or ``vocab_size`` too small.
+        MalformedInput: an empty corpus.
+    """
     from collections import Counter
 
     word_sets = _split_corpus(texts, None, lowercase)
@@ -340,7 +395,24 @@ def build_nonprivate_wordpiece(texts: Sequence[str], vocab_size: int, *, lowerca
 class LeakyOccurrenceWordPiece(DPWordPiece):
     """DELIBERATELY LEAKY twin of ``dp_wordpiece`` (for tests): counts word *occurrences* with no
     contribution cap and thresholds at 1 (forgets the ``ln(k/2delta)`` term), yet claims the same
-    guarantee. A word used by a single document is released about half the time."""
+    guarantee. A word used by a single document is released about half the time.
+
+    Args:
+        epsilon: the claimed epsilon; > 0 and finite.
+        delta: the claimed delta, in (0, 1).
+        max_words_per_contributor: the claimed k (ignored by the histogram), an integer >= 1.
+        unit: ``"document"`` or ``"user"``.
+        noise: ``"laplace"`` or ``"gaussian"``.
+        neighbouring: ``"add/remove"`` or ``"replace-one"``.
+        vocab_size: WordPiece vocabulary size.
+        count_scale: count multiplier fed to the trainer; > 0.
+        secure: claimed OpenDP noise (the leaky histogram always uses numpy noise).
+        lowercase: BERT uncased normalization.
+
+    Raises:
+        InvalidPrivacyParameter: as for :class:`DPWordPiece`.
+        InvalidArgument: as for :class:`DPWordPiece`.
+    """
 
     def _histogram(self, word_sets: list[list[str]], *, rng: Any) -> NoisyHistogram:
         from collections import Counter
