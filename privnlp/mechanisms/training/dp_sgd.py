@@ -65,7 +65,17 @@ def per_sample_lm_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_ind
                        shift: bool = True) -> torch.Tensor:
     """Causal-LM loss per sequence: mean token cross-entropy of each row (shape ``[B]``).
 
-    The privacy unit is the sequence (one training example)."""
+    The privacy unit is the sequence (one training example).
+
+    Args:
+        logits: ``[B, T, V]`` logits.
+        labels: ``[B, T]`` token ids, ``ignore_index`` where nothing is scored.
+        ignore_index: the label of unscored positions.
+        shift: predict token ``t+1`` from position ``t`` (causal LM); ``False`` for tagging.
+
+    Returns:
+        ``[B]`` mean cross-entropy (nats) over each row's scored tokens.
+    """
     if shift:
         logits, labels = logits[:, :-1, :], labels[:, 1:]
     b, t, v = logits.shape
@@ -76,12 +86,29 @@ def per_sample_lm_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_ind
 
 
 def per_sample_token_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:
-    """Token-classification (tagging) loss per sequence, shape ``[B]``."""
+    """Token-classification (tagging) loss per sequence, shape ``[B]``.
+
+    Args:
+        logits: ``[B, T, num_tags]`` logits.
+        labels: ``[B, T]`` tag ids, ``ignore_index`` at padding.
+        ignore_index: the label of unscored positions.
+
+    Returns:
+        ``[B]`` mean cross-entropy (nats) per sequence.
+    """
     return per_sample_lm_loss(logits, labels, ignore_index=ignore_index, shift=False)
 
 
 def per_sample_classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Sequence-classification cross-entropy per example, shape ``[B]``."""
+    """Sequence-classification cross-entropy per example, shape ``[B]``.
+
+    Args:
+        logits: ``[B, C]`` logits.
+        labels: ``[B]`` class indices.
+
+    Returns:
+        ``[B]`` cross-entropy (nats).
+    """
     return nn.functional.cross_entropy(logits, labels, reduction="none")
 
 
@@ -720,6 +747,20 @@ def private_training(model: nn.Module, optimizer: torch.optim.Optimizer, data_lo
 
     >>> with private_training(model, opt, loader, noise_multiplier=1.0, max_grad_norm=1.0, rng=0) as pt:  # doctest: +SKIP
     ...     ...
+
+    Args:
+        model: the model to train.
+        optimizer: its optimizer.
+        data_loader: a DataLoader over a sized dataset.
+        **kwargs: the keyword arguments of :func:`make_private` (``noise_multiplier``, ``target_epsilon``,
+            ``max_grad_norm``, ``delta``, ``rng``, ...).
+
+    Yields:
+        The ``PrivateTraining`` handle.
+
+    Raises:
+        InvalidArgument: as :func:`make_private`.
+        InvalidPrivacyParameter: as :func:`make_private`.
     """
     pt = make_private(model, optimizer, data_loader, **kwargs)
     try:

@@ -233,6 +233,14 @@ def freeze_embeddings(model: nn.Module, *, word: bool = True, position: bool = F
     Sets ``requires_grad=False`` on their weights; for GPT-2 with tied weights this also freezes
     the output projection (same tensor). Returns the names of the frozen parameters. Build the
     optimizer *after* freezing (or it keeps the tensors with ``grad=None``, which is harmless).
+
+    Args:
+        model: a Hugging Face style model (GPT-2 / BERT / any with ``get_input_embeddings``).
+        word: freeze the word embeddings.
+        position: freeze the absolute position embeddings (``wpe`` / ``position_embeddings``).
+
+    Raises:
+        InvalidArgument: both flags ``False``, or the model has no input / position embedding.
     """
     if not (word or position):
         raise InvalidArgument("freeze_embeddings: at least one of word / position must be True")

@@ -33,7 +33,22 @@ def clip_per_example(per_example: torch.Tensor, max_grad_norm: float) -> torch.T
 def sharded_dp_mean(per_example: torch.Tensor, *, num_shards: int, noise_multiplier: float, max_grad_norm: float,
                     rng: Any = None) -> torch.Tensor:
     """Simulate TF-Privacy + CrossShardOptimizer: P shards of B/P examples each clip, sum, add
-    N(0, sigma^2 C^2), divide by B/P; the shard results are averaged. Returns the [D] update."""
+    N(0, sigma^2 C^2), divide by B/P; the shard results are averaged. Returns the [D] update.
+
+    Paper: ``dp-bert-and-dp-wordpiece.txt`` Eq. (3) (see :func:`~privnlp.accounting.effective_noise_multiplier`).
+
+    Args:
+        per_example: ``[B, D]`` per-example gradients.
+        num_shards: P, an integer in [1, B] that divides B.
+        noise_multiplier: sigma per shard, relative to ``max_grad_norm``; >= 0.
+        max_grad_norm: C, the per-example L2 clip norm; > 0.
+        rng: the noise source (``None`` = OS entropy; a seed only for a simulation).
+
+    Raises:
+        InvalidArgument: ``per_example`` not 2-D, ``num_shards`` out of range or not a divisor of B, or a
+            seeded ``rng`` while seeded noise is refused.
+        InvalidPrivacyParameter: ``noise_multiplier`` or ``max_grad_norm`` out of range.
+    """
     if per_example.dim() != 2:
         raise InvalidArgument(f"per_example must have shape [B, D]; got {tuple(per_example.shape)}")
     b = per_example.shape[0]

@@ -25,7 +25,15 @@ __all__ = ["TrainResult", "train_private", "batch_len", "DPTrainer"]
 @dataclass(frozen=True)
 class TrainResult:
     """Outcome of :func:`train_private`: mean per-sample loss of every physical batch, logical steps
-    taken, epsilon spent, the claim, and whether the budget stopped training."""
+    taken, epsilon spent, the claim, and whether the budget stopped training.
+
+    Attributes:
+        losses: the mean per-sample loss of every physical batch.
+        steps: the number of logical (optimizer) steps taken.
+        epsilon: the epsilon spent at the run's delta.
+        claim: the privacy claim of the run.
+        stopped_by_budget: whether training stopped because the next step would exceed the budget.
+    """
 
     losses: tuple[float, ...]
     steps: int

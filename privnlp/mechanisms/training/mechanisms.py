@@ -48,6 +48,29 @@ class DPSGD(Mechanism):
     (dp_accounting PLD / wide-order RDP; opacus as a diagnostic). Noise from OS entropy unless ``rng`` seeds a
     simulation (the claim then says "noise seeded").
     Operation: :meth:`make_private` -> :class:`~privnlp.mechanisms.training.dp_sgd.PrivateTraining`.
+
+    Args:
+        noise_multiplier: sigma, the noise std relative to ``max_grad_norm``, >= 0; ``None`` = calibrated from
+            ``target_epsilon`` and ``epochs`` / ``steps``.
+        target_epsilon: the hard budget, > 0: the step that would exceed it raises ``PrivacyBudgetExceeded``
+            before it is taken.
+        max_grad_norm: C, the per-example L2 clip norm; > 0.
+        delta: the target delta, in (0, 1/N) (``None`` = ``min(1e-5, N^-1.1)``).
+        accountant: ``"prv"`` (reported: min of dp_accounting PLD and wide-order RDP) or ``"rdp"``.
+        epochs: the planned number of epochs (> 0; for calibration).
+        steps: the planned number of steps (an integer >= 1; for calibration).
+        poisson_sampling: Poisson sampling (the accountants' assumption); ``False`` keeps the loader and the
+            claim also states the no-amplification epsilon.
+        grad_sample_mode: ``"auto"``, ``"bookkeeping"``, ``"ghost"``, ``"hooks"`` or ``"functorch"``.
+        tied_embeddings: ``"untie"``, ``"freeze"`` or ``"error"`` for shared input/output embeddings.
+        freeze_embeddings: freeze the word embeddings before wrapping.
+        unit: the privacy unit of one dataset element (``"example"``, ``"record"``, ``"user"``, ...).
+        dedup: train on one copy of each duplicated example.
+
+    Raises:
+        InvalidPrivacyParameter: ``max_grad_norm``, ``noise_multiplier``, ``target_epsilon`` or ``delta`` out of
+            range, or neither ``noise_multiplier`` nor ``target_epsilon`` given. Other arguments are checked by
+            :meth:`make_private` (``InvalidArgument``).
     """
 
     paper = "dp-bert-and-dp-wordpiece.txt (DP-SGD; Abadi et al. 2016); film-recovering-private-text-in-fl.txt"
@@ -129,7 +152,26 @@ class DPSGD(Mechanism):
 class LeakyDPSGDNoClipping(DPSGD):
     """Deliberately broken DP-SGD: claims the same (epsilon, delta) but skips per-example clipping
     (every clip factor is 1), so one example can move the update arbitrarily. Caught by the
-    per-sample clipping test (``sigma=0``, one example => update norm must equal C)."""
+    per-sample clipping test (``sigma=0``, one example => update norm must equal C).
+
+    Args:
+        noise_multiplier: as for :class:`DPSGD`.
+        target_epsilon: as for :class:`DPSGD`.
+        max_grad_norm: the claimed clip norm C (not applied); > 0.
+        delta: as for :class:`DPSGD`.
+        accountant: as for :class:`DPSGD`.
+        epochs: as for :class:`DPSGD`.
+        steps: as for :class:`DPSGD`.
+        poisson_sampling: as for :class:`DPSGD`.
+        grad_sample_mode: as for :class:`DPSGD`.
+        tied_embeddings: as for :class:`DPSGD`.
+        freeze_embeddings: as for :class:`DPSGD`.
+        unit: as for :class:`DPSGD`.
+        dedup: as for :class:`DPSGD`.
+
+    Raises:
+        InvalidPrivacyParameter: as for :class:`DPSGD`.
+    """
 
     def make_private(self, model: Any, optimizer: Any, data_loader: Any, *, rng: Any = None) -> Any:
         pt = super().make_private(model, optimizer, data_loader, rng=rng)
@@ -160,6 +202,13 @@ class FrozenEmbeddings(Mechanism):
     word-embedding gradient that are non-zero reveal the batch's bag of words; freezing means they
     are never computed nor transmitted. Best when starting from a public pre-trained LM.
     Threat model: eavesdropper on the transmitted gradients. Claim: heuristic.
+
+    Args:
+        word: freeze the word embeddings (and a tied output layer).
+        position: freeze the position embeddings.
+
+    Raises:
+        InvalidArgument: both ``word`` and ``position`` are ``False``.
     """
 
     paper = "film-recovering-private-text-in-fl.txt"
@@ -213,7 +262,16 @@ class GradientPruningDefense(TransformMechanism):
     """Gradient pruning: keep the top ``keep_fraction`` entries by magnitude (Zhu et al. 2019).
 
     Paper: ``../shared/papers/film-recovering-private-text-in-fl.txt`` (Table 4a: FILM still recovers
-    >90% of tokens at prune ratio 0.9999). Claim: heuristic."""
+    >90% of tokens at prune ratio 0.9999). Claim: heuristic.
+
+    Args:
+        keep_fraction: the fraction of entries kept, in [0, 1] (prune ratio = 1 - keep_fraction).
+        scope: ``"per_tensor"`` (a threshold per parameter tensor) or ``"global"`` (checked when the
+            transform is built).
+
+    Raises:
+        InvalidArgument: ``keep_fraction`` outside [0, 1]; (``apply``) an unknown ``scope``.
+    """
 
     paper = "film-recovering-private-text-in-fl.txt (gradient pruning, Zhu et al. 2019)"
 
@@ -239,7 +297,14 @@ class SignSGDDefense(TransformMechanism):
     """Sign-SGD: transmit only the sign of each gradient entry.
 
     Paper: ``../shared/papers/rlg-revealing-labels-from-gradients.txt`` (Sec. 4: mitigates RLG,
-    0% exact match on EfficientNetB0). Claim: heuristic."""
+    0% exact match on EfficientNetB0). Claim: heuristic.
+
+    Args:
+        scale: the magnitude sent for every non-zero entry; > 0.
+
+    Raises:
+        InvalidArgument: ``scale`` not > 0.
+    """
 
     paper = "rlg-revealing-labels-from-gradients.txt (Sign-SGD)"
 
@@ -258,7 +323,16 @@ class GradDropDefense(TransformMechanism):
     """GradDrop: zero the ``drop_fraction`` smallest entries by absolute value (Aji & Heafield 2017).
 
     Paper: ``../shared/papers/rlg-revealing-labels-from-gradients.txt`` (50% / 90%; weak against RLG
-    when the update is already sparse). Claim: heuristic."""
+    when the update is already sparse). Claim: heuristic.
+
+    Args:
+        drop_fraction: the fraction of entries zeroed, in [0, 1].
+        scope: ``"global"`` (one threshold over the whole update) or ``"per_tensor"`` (checked when the
+            transform is built).
+
+    Raises:
+        InvalidArgument: ``drop_fraction`` outside [0, 1]; (``apply``) an unknown ``scope``.
+    """
 
     paper = "rlg-revealing-labels-from-gradients.txt (GradDrop)"
 
@@ -285,7 +359,14 @@ class GaussianNoiseUpdate(TransformMechanism):
     """Add N(0, std^2) noise to the transmitted gradient (no clipping, no accounting).
 
     Paper: ``../shared/papers/lamp-extracting-text-from-gradients.txt`` (Table 5: most text still
-    recoverable at sigma <= 0.01 while MCC drops). Claim: heuristic (use ``dp_sgd`` for DP)."""
+    recoverable at sigma <= 0.01 while MCC drops). Claim: heuristic (use ``dp_sgd`` for DP).
+
+    Args:
+        std: the noise std, in the units of the gradient entries; >= 0.
+
+    Raises:
+        InvalidArgument: ``std`` negative.
+    """
 
     paper = "lamp-extracting-text-from-gradients.txt (Gaussian noise defense)"
     paired_attacks = ("lamp", "film", "rlg")
@@ -305,7 +386,15 @@ class RandomMaskingDefense(TransformMechanism):
     """Zero each gradient entry independently with probability ``mask_fraction``.
 
     Paper: ``../shared/papers/lamp-extracting-text-from-gradients.txt`` (App. C.2, masking defense).
-    Claim: heuristic."""
+    Claim: heuristic.
+
+    Args:
+        mask_fraction: the probability that each entry is zeroed, in [0, 1] ([0, 1) with ``rescale``).
+        rescale: divide the survivors by ``1 - mask_fraction`` (unbiased update).
+
+    Raises:
+        InvalidArgument: ``mask_fraction`` out of range.
+    """
 
     paper = "lamp-extracting-text-from-gradients.txt (gradient masking)"
     # LAMP (its paper's attack) is not paired: in the quick scenario it costs ~6 s per system and
@@ -336,7 +425,14 @@ class NoisedEmbeddingDefense(_EmbeddingObfuscation):
     """Gaussian noise N(0, sigma^2) on the embedding output during (local) training.
 
     Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (sigma in {1e-2, 1e-3, 1e-4};
-    strong protection only with a large utility loss). Claim: heuristic."""
+    strong protection only with a large utility loss). Claim: heuristic.
+
+    Args:
+        sigma: the std of the noise added to each embedding output entry; >= 0.
+
+    Raises:
+        InvalidArgument: ``sigma`` negative.
+    """
 
     def __init__(self, sigma: float = 0.01) -> None:
         check_range("sigma", sigma, 0.0, math.inf)
@@ -369,7 +465,14 @@ class DropoutEmbeddingDefense(_EmbeddingObfuscation):
     """Dropout with rate ``p`` on the embedding outputs during (local) training.
 
     Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (the only countermeasure that
-    partially helps at little utility cost; attacks keep ~50% success). Claim: heuristic."""
+    partially helps at little utility cost; attacks keep ~50% success). Claim: heuristic.
+
+    Args:
+        p: the dropout rate on embedding outputs, in [0, 1).
+
+    Raises:
+        InvalidArgument: ``p`` out of range.
+    """
 
     def __init__(self, p: float = 0.2) -> None:
         check_probability("p", p, open_high=True)
@@ -397,7 +500,16 @@ class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
     """Virtual adversarial training on the embedding output (Miyato et al. 2017).
 
     Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (does not reduce eavesdropping
-    leakage and can increase watermark leakage). Operation: :meth:`loss_terms`. Claim: heuristic."""
+    leakage and can increase watermark leakage). Operation: :meth:`loss_terms`. Claim: heuristic.
+
+    Args:
+        epsilon: the L2 norm of the adversarial perturbation of the embedding output; > 0.
+        xi: the finite-difference step of the power iteration; > 0.
+        alpha: the weight of the VAT term in the loss; >= 0.
+
+    Raises:
+        InvalidArgument: an argument out of range.
+    """
 
     scenario = "fl.snapshots"  # its async FedAvg engine adds loss_terms() to every local loss
 
@@ -441,7 +553,14 @@ class LSTMDropoutDefense(_EmbeddingObfuscation):
     """Dropout with rate ``p`` on the outputs of every LSTM layer (against overfitting).
 
     Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Table X: little effect on the
-    eavesdropping / watermark attacks). Claim: heuristic."""
+    eavesdropping / watermark attacks). Claim: heuristic.
+
+    Args:
+        p: the dropout rate on every LSTM layer's outputs, in [0, 1).
+
+    Raises:
+        InvalidArgument: ``p`` out of range.
+    """
 
     scenario = "fl.snapshots.lstm"  # fl.snapshots on the tiny LSTM LM, baseline included
     requires_model = "lstm"  # fl.snapshots(model=None) trains the LSTM LM for this mechanism

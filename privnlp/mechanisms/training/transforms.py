@@ -110,7 +110,15 @@ class UpdateTransform(abc.ABC):
 
 @dataclass(frozen=True)
 class GradientPruning(UpdateTransform):
-    """Keep the ``keep_fraction`` largest entries by magnitude, zero the rest (prune ratio = 1 - keep)."""
+    """Keep the ``keep_fraction`` largest entries by magnitude, zero the rest (prune ratio = 1 - keep).
+
+    Attributes:
+        keep_fraction: the fraction of entries kept, in [0, 1].
+        scope: ``"per_tensor"`` or ``"global"`` (where the magnitude threshold is computed).
+
+    Raises:
+        InvalidArgument: ``keep_fraction`` outside [0, 1] or an unknown ``scope``.
+    """
 
     keep_fraction: float = 0.1
     scope: str = "per_tensor"
@@ -127,7 +135,15 @@ class GradientPruning(UpdateTransform):
 @dataclass(frozen=True)
 class GradDrop(UpdateTransform):
     """Zero the ``drop_fraction`` smallest entries by absolute value (Aji & Heafield 2017; RLG paper
-    uses 0.5 and 0.9). Global threshold by default (the original drops across the whole update)."""
+    uses 0.5 and 0.9). Global threshold by default (the original drops across the whole update).
+
+    Attributes:
+        drop_fraction: the fraction of entries zeroed, in [0, 1].
+        scope: ``"global"`` or ``"per_tensor"``.
+
+    Raises:
+        InvalidArgument: ``drop_fraction`` outside [0, 1] or an unknown ``scope``.
+    """
 
     drop_fraction: float = 0.9
     scope: str = "global"
@@ -143,7 +159,14 @@ class GradDrop(UpdateTransform):
 
 @dataclass(frozen=True)
 class SignSGD(UpdateTransform):
-    """Send ``scale * sign(g)`` (zeros stay zero)."""
+    """Send ``scale * sign(g)`` (zeros stay zero).
+
+    Attributes:
+        scale: the magnitude of every non-zero entry; > 0.
+
+    Raises:
+        InvalidArgument: ``scale`` not > 0.
+    """
 
     scale: float = 1.0
 
@@ -156,7 +179,14 @@ class SignSGD(UpdateTransform):
 
 @dataclass(frozen=True)
 class GaussianNoise(UpdateTransform):
-    """Add i.i.d. N(0, std^2) noise to every entry (no clipping, no accounting: heuristic)."""
+    """Add i.i.d. N(0, std^2) noise to every entry (no clipping, no accounting: heuristic).
+
+    Attributes:
+        std: the noise std, in gradient units; >= 0 (stochastic: needs ``rng``).
+
+    Raises:
+        InvalidArgument: ``std`` negative; (call) no ``rng``.
+    """
 
     std: float = 0.01
     stochastic: ClassVar[bool] = True
@@ -176,7 +206,15 @@ class GaussianNoise(UpdateTransform):
 @dataclass(frozen=True)
 class RandomMasking(UpdateTransform):
     """Zero each entry independently with probability ``mask_fraction``; ``rescale`` divides the
-    survivors by (1 - mask_fraction) to keep the update unbiased."""
+    survivors by (1 - mask_fraction) to keep the update unbiased.
+
+    Attributes:
+        mask_fraction: the probability that an entry is zeroed, in [0, 1] ([0, 1) with ``rescale``).
+        rescale: divide survivors by ``1 - mask_fraction``.
+
+    Raises:
+        InvalidArgument: ``mask_fraction`` out of range; (call) no ``rng``.
+    """
 
     mask_fraction: float = 0.5
     rescale: bool = False
@@ -197,7 +235,14 @@ class RandomMasking(UpdateTransform):
 
 @dataclass(frozen=True)
 class ClipUpdate(UpdateTransform):
-    """Scale the whole update so that its global L2 norm is at most ``max_norm``."""
+    """Scale the whole update so that its global L2 norm is at most ``max_norm``.
+
+    Attributes:
+        max_norm: the L2 bound of the whole update; > 0.
+
+    Raises:
+        InvalidArgument: ``max_norm`` not > 0.
+    """
 
     max_norm: float = 1.0
 
@@ -254,7 +299,19 @@ class Compose(UpdateTransform):
 
 def apply_to_model_grads(model: torch.nn.Module, transform: UpdateTransform, *, rng: Any = None) -> dict[str, torch.Tensor]:
     """Apply ``transform`` to the ``.grad`` of every trainable parameter of ``model`` in place
-    (parameters without a gradient are treated as zero and left ``None``); returns the sent dict."""
+    (parameters without a gradient are treated as zero and left ``None``); returns the sent dict.
+
+    Args:
+        model: the model whose gradients are transformed.
+        transform: the transform.
+        rng: randomness of a stochastic transform (keyword-only; required for one).
+
+    Returns:
+        Parameter name -> the transformed gradient.
+
+    Raises:
+        InvalidArgument: a stochastic transform without ``rng``.
+    """
     named = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
     sent = transform({n: p.grad.detach() for n, p in named.items()}, rng=rng)
     with torch.no_grad():
