@@ -332,7 +332,11 @@ def _task_and_data(cfg: Mapping[str, Any], partition_id: int, num_partitions: in
         cid = list(part.clients)[partition_id % len(part.clients)]
         data = lm_client_data(tok, {cid: [r.text for r in part.clients[cid]]}, max_length=32)[cid]
         return lm_task(tok), data
-    raise InvalidArgument(f"run config task must be 'linear' or 'lm'; got {cfg.get('task')!r}")
+    if cfg.get("task") == "pii_tagger":  # the PII tagger (issue #19): privnlp.mechanisms.pii.federated
+        from privnlp.mechanisms.pii.federated import flower_task_and_data
+
+        return flower_task_and_data(cfg, partition_id, num_partitions)
+    raise InvalidArgument(f"run config task must be 'linear', 'lm' or 'pii_tagger'; got {cfg.get('task')!r}")
 
 
 def _mechanism(cfg: Mapping[str, Any]) -> Any:

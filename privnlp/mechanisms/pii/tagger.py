@@ -82,20 +82,27 @@ class TagVocab:
     def chunks(self, n: int) -> list[tuple[int, int]]:
         return [(a, min(n, a + self.max_len)) for a in range(0, max(n, 1), self.max_len)]
 
-    def encode(self, sentences: Sequence[tuple[Sequence[str], Sequence[str]]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded ``(ids, tags)``; documents longer than ``max_len`` are cut into chunks."""
+    def encode(self, sentences: Sequence[tuple[Sequence[str], Sequence[str]]], *,
+               with_unk: bool = False) -> tuple[torch.Tensor, ...]:
+        """Right-padded ``(ids, tags)``; documents longer than ``max_len`` are cut into chunks.
+
+        ``with_unk=True`` adds a third tensor: the unknown-word id each token would get (``<Unk>`` for a
+        capitalised token, ``<unk>`` otherwise), used by word dropout."""
         t2i = {t: i for i, t in enumerate(self.tags)}
         rows = []
         for toks, tags in sentences:
             for a, b in self.chunks(len(toks)):
                 if b > a:
-                    rows.append((self.ids(toks[a:b]), [t2i.get(t, 0) for t in tags[a:b]]))
+                    rows.append((self.ids(toks[a:b]), [t2i.get(t, 0) for t in tags[a:b]],
+                                 [self.words[UNK_CAP] if t[:1].isupper() else self.words[UNK] for t in toks[a:b]]))
         ids = torch.zeros(len(rows), self.max_len, dtype=torch.long)
         tg = torch.full((len(rows), self.max_len), -100, dtype=torch.long)
-        for r, (i, t) in enumerate(rows):
+        unk = torch.zeros(len(rows), self.max_len, dtype=torch.long)
+        for r, (i, t, u) in enumerate(rows):
             ids[r, : len(i)] = torch.tensor(i, dtype=torch.long)
             tg[r, : len(t)] = torch.tensor(t, dtype=torch.long)
-        return ids, tg
+            unk[r, : len(u)] = torch.tensor(u, dtype=torch.long)
+        return (ids, tg, unk) if with_unk else (ids, tg)
 
     def to_dict(self) -> dict[str, Any]:
         return {"words": dict(self.words), "tags": list(self.tags), "max_len": self.max_len}
@@ -210,6 +217,36 @@ def split_sites(sentences: Sequence[Any], groups: Sequence[str], n_sites: int, *
     return out
 
 
+# ------------------------------------------------------------------------------------------------ BiLSTM task
+def bilstm_task(vocab_size: int, num_tags: int, *, emb_dim: int = 48, hidden: int = 48, seed: int = 0,
+                dp_compatible: bool = False, word_dropout: float = 0.0) -> Any:
+    """The federated :class:`~privnlp.mechanisms.federated.client.Task` of the BiLSTM tagger.
+
+    ``word_dropout``: during training every in-vocabulary token is replaced by its unknown-word id
+    (``<Unk>`` / ``<unk>``, the third :class:`ClientData` tensor from ``TagVocab.encode(with_unk=True)``) with
+    this probability, drawn fresh at every step (a ``torch.Generator`` seeded by ``seed``: non-private
+    randomness). Without it the tagger memorises the training users' names (frequent words) and only ever
+    sees ``<Unk>`` in unlabelled positions, so it cannot tag a held-out user's unseen name from its context.
+    """
+    from privnlp.mechanisms.federated.client import Task, tagger_task
+    from privnlp.mechanisms.training.dp_sgd import per_sample_token_loss
+
+    check_range("word_dropout", word_dropout, 0.0, 1.0)
+    base = tagger_task(vocab_size, num_tags, emb_dim=emb_dim, hidden=hidden, seed=seed, dp_compatible=dp_compatible)
+    if word_dropout <= 0:
+        return base
+    gen = torch.Generator().manual_seed(int(seed) + 1)
+
+    def loss(model: Any, batch: Sequence[torch.Tensor]) -> torch.Tensor:
+        ids = batch[0]
+        if model.training and len(batch) > 2:
+            drop = (torch.rand(ids.shape, generator=gen) < word_dropout) & (ids > 2)
+            ids = torch.where(drop, batch[2], ids)
+        return per_sample_token_loss(model(ids), batch[1])
+
+    return Task(base.model_factory, loss, None, None)
+
+
 # ------------------------------------------------------------------------------------------------ MiniLM
 def _minilm_path() -> str:
     try:
@@ -274,7 +311,7 @@ def _minilm_task(tags: Sequence[str], seed: int) -> Any:
 def train_tagger(sentences: Sequence[tuple[Sequence[str], Sequence[str]]], *, groups: Sequence[str] | None = None,
                  sites: int = 1, rounds: int = 4, local_epochs: float = 1.0, batch_size: int = 8, lr: float = 2.0,
                  model: str = "bilstm", dp: DPConfig | None = None, emb_dim: int = 48, hidden: int = 48,
-                 min_count: int = 2, max_len: int = 64, vocab: TagVocab | None = None,
+                 min_count: int = 2, max_len: int = 64, vocab: TagVocab | None = None, word_dropout: float = 0.0,
                  site_data: Sequence[Sequence[Any]] | None = None, rng: Any) -> TaggerRun:
     """Train a PII tagger on (noisy) BIO ``sentences`` over ``sites`` sites with FedAvg (1 = central).
 
@@ -283,7 +320,7 @@ def train_tagger(sentences: Sequence[tuple[Sequence[str], Sequence[str]]], *, gr
     One round = every site trains ``local_epochs`` over its data, then the server averages (weighted).
     """
     from privnlp.mechanisms.federated import FedAvg, FedSimulator
-    from privnlp.mechanisms.federated.client import ClientData, tagger_task
+    from privnlp.mechanisms.federated.client import ClientData
 
     if model not in ("bilstm", "minilm"):
         raise InvalidArgument(f"model must be 'bilstm' or 'minilm'; got {model!r}")
@@ -307,9 +344,10 @@ def train_tagger(sentences: Sequence[tuple[Sequence[str], Sequence[str]]], *, gr
         vocab = TagVocab.build(sentences, min_count=min_count, max_len=max_len)
     tokenizer = None
     if model == "bilstm":
-        task = tagger_task(len(vocab.words), len(vocab.tags), emb_dim=emb_dim, hidden=hidden, seed=seed,
-                           dp_compatible=dp is not None)
-        clients = {f"site-{k:02d}": ClientData(vocab.encode(part)) for k, part in enumerate(site_data)}
+        task = bilstm_task(len(vocab.words), len(vocab.tags), emb_dim=emb_dim, hidden=hidden, seed=seed,
+                           dp_compatible=dp is not None, word_dropout=word_dropout)
+        clients = {f"site-{k:02d}": ClientData(vocab.encode(part, with_unk=word_dropout > 0))
+                   for k, part in enumerate(site_data)}
     else:
         from transformers import AutoTokenizer
 
