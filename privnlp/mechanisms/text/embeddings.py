@@ -164,7 +164,21 @@ _FORMATS = ("glove", "word2vec", "word2vec-binary", "fasttext", "keyedvectors")
 def load_embeddings(path: str | os.PathLike, fmt: str | None = None, *, limit: int | None = None) -> Embeddings:
     """Load vectors with gensim. ``fmt``: ``glove`` (text, no header), ``word2vec`` (text with a
     header), ``word2vec-binary``, ``fasttext`` (Facebook ``.bin``), ``keyedvectors`` (gensim
-    ``.kv``). Guessed from the suffix when ``None``. ``limit`` keeps the first N (most frequent) words."""
+    ``.kv``). Guessed from the suffix when ``None``. ``limit`` keeps the first N (most frequent) words.
+
+    Args:
+        path: the vectors file.
+        fmt: one of ``"glove"``, ``"word2vec"``, ``"word2vec-binary"``, ``"fasttext"``, ``"keyedvectors"``, or
+            ``None`` to guess.
+        limit: keep only the first ``limit`` words (``None`` = all).
+
+    Returns:
+        The embeddings (word counts kept where the file has them).
+
+    Raises:
+        InvalidArgument: a missing path or unknown ``fmt``.
+        MalformedInput: the file cannot be read in that format.
+    """
     from gensim.models import KeyedVectors
 
     p = Path(path)
@@ -222,7 +236,16 @@ def tokenize_for_embeddings(text: str, lowercase: bool = True) -> list[str]:
 
 
 def bundled_texts(seed: int = 0, preset: str = "quick") -> list[str]:
-    """Texts of the bundled synthetic corpus (private records + sentiment sentences)."""
+    """Texts of the bundled synthetic corpus (private records + sentiment sentences).
+
+    Args:
+        seed: the generators' seed.
+        preset: ``"quick"`` (20 users x 10 records + 2,000 sentences); anything else gives the full size
+            (60 x 20 + 6,000).
+
+    Returns:
+        The texts.
+    """
     from privnlp.data import generate_corpus  # noqa: WPS433
     n_users, rpu, n_sent = (20, 10, 2000) if preset == "quick" else (60, 20, 6000)
     texts = list(generate_corpus(n_users=n_users, records_per_user=rpu, seed=seed).texts())
@@ -241,6 +264,22 @@ def bundled_embeddings(kind: str = "word2vec", *, dim: int = 50, seed: int = 0, 
 
     Deterministic: seeded, ``workers=1``; cached under ``cache_dir()/embeddings`` keyed by the
     config, the seed and a hash of the training texts.
+
+    Args:
+        kind: ``"word2vec"`` or ``"fasttext"``.
+        dim: vector dimension.
+        seed: training seed.
+        epochs: training epochs.
+        min_count: the least count of a word to get a vector.
+        preset: the bundled corpus size (see :func:`bundled_texts`).
+        texts: train on these texts instead of the bundled corpus.
+        cache: read / write the on-disk cache (and memoize in the process).
+
+    Returns:
+        The embeddings.
+
+    Raises:
+        InvalidArgument: unknown ``kind``.
     """
     if kind not in ("word2vec", "fasttext"):
         raise InvalidArgument(f"kind must be 'word2vec' or 'fasttext'; got {kind!r}")

@@ -73,15 +73,22 @@ class WordMetricDP(Mechanism):
             for the default vectors: GloVe 6B 50-d (``privnlp[vectors]``, memory-mapped), else the
             bundled word2vec model (trained on the bundled corpus; with a warning).
         vocab_limit: keep only the N most frequent vocabulary words (the paper's setting); ``None`` = all.
-        index: ``"exact"`` (default) or ``"hnsw"`` (approximate, post-processing of the noisy vector).
+        index: ``"exact"`` (default), ``"hnsw"`` or ``"faiss"`` (approximate, post-processing of the noisy
+            vector).
         oov: out-of-vocabulary policy: ``"random"`` (a uniformly random vocabulary word),
             ``"mask"`` (``mask_token``) or ``"keep"`` (verbatim; opt-in, recorded in the claim).
         mask_token: the token used by ``oov="mask"``.
         redactable: only these words are perturbed (e.g. the IMDb redactable set); ``None`` = all.
         skip_stopwords: release stop words verbatim (recorded in the claim).
         lowercase: look words up lower-cased (outputs are vocabulary words).
-        ann_ef: hnswlib query breadth for ``index="hnsw"``.
-        batch_tokens: tokens per noise/search batch.
+        ann_ef: hnswlib query breadth for ``index="hnsw"``, an integer in [1, 100000].
+        batch_tokens: tokens per noise/search batch, an integer in [1, 2**24].
+        ann_nprobe: faiss IVF lists scanned per query for ``index="faiss"``, an integer in [1, 2**20].
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
+        InvalidArgument: an unknown ``index`` / ``oov``, an argument out of range, or ``embeddings`` of
+            another type; (at use) a vocabulary of fewer than 2 words.
     """
 
     paper: ClassVar[str] = PAPER
@@ -529,14 +536,51 @@ class WordMetricDP(Mechanism):
 
 @MECHANISMS.register("laplace_metric")
 class LaplaceMetric(WordMetricDP):
-    """Multivariate Laplace noise + nearest neighbour (Feyisetan et al. 2020): ``t = 0`` of Vickrey."""
+    """Multivariate Laplace noise + nearest neighbour (Feyisetan et al. 2020): ``t = 0`` of Vickrey.
+
+    Paper: Feyisetan et al. 2020, as the ``t = 0`` case of ``vickrey-mechanism-metric-dp.txt`` Sec. 2
+    (Algorithm 1). Claim: epsilon-metric-DP per word (Euclidean metric).
+
+    Args:
+        epsilon: the privacy parameter per word, > 0, in units of the embedding metric (Euclidean distance).
+        embeddings: an :class:`Embeddings`, a path loadable by :func:`load_embeddings`, or ``None`` (default vectors).
+        index: ``"exact"``, ``"hnsw"`` or ``"faiss"`` (approximate search is post-processing of the noisy vector).
+        oov: ``"random"``, ``"mask"`` or ``"keep"`` (opt-in, recorded in the claim).
+        mask_token: the token used by ``oov="mask"``.
+        redactable: only these words are perturbed; ``None`` = all.
+        skip_stopwords: release stop words verbatim (recorded in the claim).
+        lowercase: look words up lower-cased.
+        ann_ef: hnswlib query breadth, an integer in [1, 100000].
+        batch_tokens: tokens per noise / search batch, an integer in [1, 2**24].
+        ann_nprobe: faiss IVF lists scanned per query, an integer in [1, 2**20].
+        vocab_limit: keep only the N most frequent words, an integer >= 2; ``None`` = all.
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
+        InvalidArgument: an unknown ``index`` / ``oov`` or another argument out of range.
+    """
 
 
 @MECHANISMS.register("vickrey")
 class Vickrey(WordMetricDP):
     """The Vickrey mechanism (Algorithm 1): choose between the first and second nearest neighbours
     of the noisy vector with ``p(first) = (1-t) d2 / (t d1 + (1-t) d2)``; ``t = 0`` is Laplace,
-    ``t = 1`` always returns the second neighbour. epsilon-metric-DP for every t (Theorem 1)."""
+    ``t = 1`` always returns the second neighbour. epsilon-metric-DP for every t (Theorem 1).
+
+    Paper: ``vickrey-mechanism-metric-dp.txt`` Sec. 2 (Algorithm 1, Theorem 1). Claim: epsilon-metric-DP per
+    word (Euclidean metric); ``claim(n_words)`` gives the composed claim of a text.
+
+    Args:
+        epsilon: the privacy parameter per word, > 0, in units of the Euclidean embedding distance.
+        t: the tuning parameter, in [0, 1].
+    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+        ``ann_nprobe``, ``batch_tokens``).
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
+        InvalidArgument: ``t`` outside [0, 1], or a keyword argument of :class:`WordMetricDP` out of range.
+    """
 
     n_candidates = 2
 
@@ -566,7 +610,21 @@ class Vickrey(WordMetricDP):
 @MECHANISMS.register("vickrey_k")
 class VickreyK(WordMetricDP):
     """Generalized Vickrey mechanism (Algorithm 3): among the k nearest neighbours of the noisy
-    vector choose the r-th with probability ∝ exp(-t_r d_r). epsilon-metric-DP (Theorem 2)."""
+    vector choose the r-th with probability ∝ exp(-t_r d_r). epsilon-metric-DP (Theorem 2).
+
+    Paper: ``vickrey-mechanism-metric-dp.txt`` Sec. 5 (Algorithm 3, Theorem 2). Claim: epsilon-metric-DP per word.
+
+    Args:
+        epsilon: the privacy parameter per word, > 0, in units of the Euclidean embedding distance.
+        ts: ``t_1 .. t_k`` (k >= 1 candidates), each in [0, inf); a single number means k = 1.
+    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+        ``ann_nprobe``, ``batch_tokens``).
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
+        InvalidArgument: ``ts`` empty or an entry outside [0, inf); (at use) k larger than the vocabulary, or a keyword argument of :class:`WordMetricDP` out of range.
+    """
 
     def __init__(self, epsilon: float = 10.0, ts: Sequence[float] = (0.0, 0.0, 0.0), **kw: Any) -> None:
         ts = tuple(float(x) for x in ts) if not isinstance(ts, (int, float)) else (float(ts),)
@@ -614,7 +672,22 @@ class Mahalanobis(WordMetricDP):
     """Regularized Mahalanobis mechanism (Xu et al. 2020): noise density ∝ exp(-eps ||Sigma_l^{-1/2} z||)
     with ``Sigma_l = lam * Sigma + (1 - lam) * I`` (Sigma = sample covariance of the embeddings,
     normalised to trace d), then the Euclidean nearest neighbour. Metric DP w.r.t. the
-    regularized Mahalanobis metric ``||Sigma_l^{-1/2}(x - y)||``."""
+    regularized Mahalanobis metric ``||Sigma_l^{-1/2}(x - y)||``.
+
+    Paper: Xu et al. 2020 (the regularized Mahalanobis mechanism; cited by ``vickrey-mechanism-metric-dp.txt``).
+    Claim: epsilon-metric-DP per word w.r.t. the regularized Mahalanobis metric.
+
+    Args:
+        epsilon: the privacy parameter per word, > 0, in units of the regularized Mahalanobis distance.
+        lam: lambda, the weight of the sample covariance in ``Sigma_l``, in [0, 1].
+    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+        ``ann_nprobe``, ``batch_tokens``).
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
+        InvalidArgument: ``lam`` outside [0, 1], or a keyword argument of :class:`WordMetricDP` out of range.
+    """
 
     metric_name = "mahalanobis"
 
@@ -666,7 +739,19 @@ class Mahalanobis(WordMetricDP):
 class LeakyVickreyWrongRadius(Vickrey):
     """LEAKY TWIN: a frequent implementation bug — the 1-D Laplace radius Gamma(1, 1/eps) used in d
     dimensions instead of Gamma(d, 1/eps), i.e. about d times too little noise, under the same claim.
-    The Bayesian adversary's inference accuracy and the metric-DP audit both catch it."""
+    The Bayesian adversary's inference accuracy and the metric-DP audit both catch it.
+
+    Args:
+        epsilon: the claimed privacy parameter per word; > 0.
+        t: the tuning parameter, in [0, 1].
+    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+        ``ann_nprobe``, ``batch_tokens``).
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
+        InvalidArgument: ``t`` outside [0, 1], or a keyword argument of :class:`WordMetricDP` out of range.
+    """
 
     def sample_noise(self, n: int, *, rng: Any = None, dtype: Any = np.float32) -> np.ndarray:
         g = _noise_rng(rng)
@@ -680,7 +765,19 @@ class LeakyVickreyWrongRadius(Vickrey):
 class LeakyVickreyExcludesInput(Vickrey):
     """LEAKY TWIN (tests only): the literal reading of Algorithm 1 step 5 that excludes the input
     word from the candidates. ``P[M(w) = w] = 0`` breaks metric DP; the metric-DP audit catches it
-    (a MAP adversary's accuracy does not: it even drops, so the registered twin is the wrong-radius one)."""
+    (a MAP adversary's accuracy does not: it even drops, so the registered twin is the wrong-radius one).
+
+    Args:
+        epsilon: the claimed privacy parameter per word; > 0.
+        t: the tuning parameter, in [0, 1].
+    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+        ``ann_nprobe``, ``batch_tokens``).
+
+    Raises:
+        InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
+        InvalidArgument: ``t`` outside [0, 1], or a keyword argument of :class:`WordMetricDP` out of range.
+    """
 
     def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
         nb = self._nn().query(noisy, 3)

@@ -26,7 +26,12 @@ __all__ = ["NeighborResult", "ExactIndex", "HnswIndex", "FaissIndex", "make_inde
 
 @dataclass(frozen=True)
 class NeighborResult:
-    """``ids[i, r]`` = the (r+1)-th nearest vocabulary row of query i; ``dists`` = Euclidean distances."""
+    """``ids[i, r]`` = the (r+1)-th nearest vocabulary row of query i; ``dists`` = Euclidean distances.
+
+    Attributes:
+        ids: ``[B, k]`` vocabulary row ids, nearest first.
+        dists: ``[B, k]`` Euclidean distances (float64, exact for the ids returned).
+    """
 
     ids: np.ndarray
     dists: np.ndarray
@@ -139,6 +144,21 @@ class ExactIndex:
     vocabularies and moderate noise: most of it); a query whose cells would cover more than
     ``max_scan_fraction`` of the vocabulary is answered by the full certified scan instead, so
     the worst case costs about one extra centre GEMM. ``strategy="scan"`` always scans.
+
+    Args:
+        embeddings: the public vocabulary vectors.
+        block_bytes: memory budget of one prescreen block, in bytes.
+        precision: ``"auto"``, ``"bf16"`` or ``"fp32"`` (prescreen GEMM precision).
+        group: rows per prescreen group, an integer in [2, 2**20].
+        strategy: ``"auto"`` (pruned from 2,048 rows), ``"scan"`` or ``"pruned"``.
+        cell_size: the target number of rows per k-means cell, an integer in [1, 2**30].
+        max_scan_fraction: above this fraction of the vocabulary a pruned query falls back to the full scan,
+            in [0, 1].
+        seed: the k-means seed (the result does not depend on it, only the speed).
+
+    Raises:
+        InvalidArgument: an unknown ``precision`` / ``strategy`` or an argument out of range; (``query``) bad
+            queries or ``k`` outside [1, vocabulary size].
     """
 
     def __init__(self, embeddings: Embeddings, block_bytes: int = 48 << 20, precision: str = "auto",
@@ -559,7 +579,20 @@ def _cell_means(v: np.ndarray, assign: np.ndarray, C: int) -> np.ndarray:
 
 class HnswIndex:
     """Approximate k-NN with hnswlib (``pip install 'privnlp[ann]'``), built once per vocabulary
-    and parameter set from the public vectors (post-processing: the claim is unchanged)."""
+    and parameter set from the public vectors (post-processing: the claim is unchanged).
+
+    Args:
+        embeddings: the public vocabulary vectors.
+        ef: the hnswlib search breadth (``max(ef, k)`` at query time), an integer in [1, 100000].
+        M: hnswlib graph degree.
+        ef_construction: hnswlib build breadth.
+        num_threads: threads used to build and query.
+        seed: hnswlib's build seed.
+
+    Raises:
+        InvalidArgument: ``ef`` out of range.
+        MissingDependency: hnswlib is not installed (on the first query).
+    """
 
     def __init__(self, embeddings: Embeddings, ef: int = 64, M: int = 16, ef_construction: int = 100,
                  num_threads: int = 2, seed: int = 0) -> None:
@@ -826,7 +859,15 @@ def make_index(embeddings: Embeddings, index: str = "exact", **kw: Any) -> Any:
 
 
 def topk_recall(approx: NeighborResult, exact: NeighborResult) -> float:
-    """Fraction of the exact top-k ids found in the approximate top-k (set recall per query)."""
+    """Fraction of the exact top-k ids found in the approximate top-k (set recall per query).
+
+    Args:
+        approx: the approximate result.
+        exact: the exact result for the same queries and k.
+
+    Returns:
+        The recall in [0, 1].
+    """
     k = exact.ids.shape[1]
     hit = (approx.ids[:, :, None] == exact.ids[:, None, :]).any(axis=1)
     return float(hit.sum() / (exact.ids.shape[0] * k))

@@ -18,7 +18,14 @@ WORD_RE = re.compile(r"\w+(?:(?:['’\-]|(?<=\d)[.,](?=\d))\w+)*")
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of the word tokens of ``text``."""
+    """(start, end) character spans of the word tokens of ``text``.
+
+    Args:
+        text: the text.
+
+    Returns:
+        ``(start, end)`` character offsets, in order.
+    """
     return [m.span() for m in WORD_RE.finditer(text)]
 
 
