@@ -45,7 +45,18 @@ def residual_recall(redacted: Sequence[str], mentions: Sequence[Sequence[str]]) 
 
     A mention string occurring k times in the original counts min(k, occurrences in the redacted text).
     ``residual_repeated_recall``: the same over the mention strings a document holds k >= 2 times (0 when no
-    document repeats a mention)."""
+    document repeats a mention).
+
+    Args:
+        redacted: the redacted documents.
+        mentions: per document, its gold PII mention strings (repeated once per occurrence).
+
+    Returns:
+        ``residual_pii_recall``, ``residual_repeated_recall`` and ``residual_token_recall``, each in [0, 1].
+
+    Raises:
+        InvalidArgument: ``redacted`` and ``mentions`` of different lengths.
+    """
     if len(redacted) != len(mentions):
         raise InvalidArgument(f"redacted and mentions must have the same length; got {len(redacted)}, {len(mentions)}")
     n = left = 0
@@ -72,7 +83,19 @@ def residual_recall(redacted: Sequence[str], mentions: Sequence[Sequence[str]]) 
 
 
 def reidentify(targets: Sequence[str], aux_texts: Sequence[str], aux_users: Sequence[str]) -> list[str]:
-    """The author guessed for each target: TF-IDF (word 1-2 grams) cosine nearest user profile."""
+    """The author guessed for each target: TF-IDF (word 1-2 grams) cosine nearest user profile.
+
+    Args:
+        targets: the redacted documents to attribute.
+        aux_texts: background documents of the candidate users (not empty).
+        aux_users: the author of each background document.
+
+    Returns:
+        One guessed user id per target.
+
+    Raises:
+        InvalidArgument: ``aux_texts`` empty or of another length than ``aux_users``.
+    """
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     if len(aux_texts) != len(aux_users) or not aux_texts:

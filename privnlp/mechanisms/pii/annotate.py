@@ -123,7 +123,17 @@ def _split_name(value: str) -> tuple[str, tuple[str, ...], str]:
 
 def name_variants(value: str, *, nicknames: bool = True, initials: bool = True,
                   partial: bool = True) -> list[tuple[str, float]]:
-    """``(variant, score)`` for a known name: full, reordered, initial + last, first / last alone, nicknames."""
+    """``(variant, score)`` for a known name: full, reordered, initial + last, first / last alone, nicknames.
+
+    Args:
+        value: a known name (``"First Middle Last"`` or ``"Last, First"``).
+        nicknames: add nickname forms of the first name (score 0.9).
+        initials: add ``"J. Doe"``-style forms.
+        partial: add the first or last name alone.
+
+    Returns:
+        Distinct ``(variant, score)`` pairs, score in (0, 1] (how sure a match of the variant is).
+    """
     first, middle, last = _split_name(value)
     firsts = [first] + (sorted(_NICK_INDEX.get(first.lower(), set()) - {first}) if nicknames else [])
     out: list[tuple[str, float]] = []
@@ -150,7 +160,13 @@ def _word_re(variant: str, ignore_case: bool) -> re.Pattern:
 
 @dataclass(frozen=True)
 class AnnotatedDoc:
-    """A document's automatically located PII and the known values found nowhere in it."""
+    """A document's automatically located PII and the known values found nowhere in it.
+
+    Attributes:
+        text: the document.
+        spans: the located PII spans.
+        unmatched: ``(label, value)`` known values found nowhere in the text.
+    """
 
     text: str
     spans: tuple[PIISpan, ...]
@@ -383,7 +399,20 @@ def _spans_of(d: Any) -> list[tuple[int, int, str]]:
 def evaluate_annotation(records: Sequence[Any], known_fields: Mapping[str, Any],
                         annotator: AutoAnnotator | None = None, *, docs: Sequence[AnnotatedDoc] | None = None
                         ) -> AnnotationEval:
-    """Score the auto-annotation of ``records`` against their gold ``spans`` (strict / exact / type / partial)."""
+    """Score the auto-annotation of ``records`` against their gold ``spans`` (strict / exact / type / partial).
+
+    Args:
+        records: records with gold ``spans`` (``.id``, ``.text``).
+        known_fields: record id -> {label: [values]}.
+        annotator: the annotator (default: ``AutoAnnotator()``).
+        docs: already annotated documents, aligned with ``records`` (skips annotation).
+
+    Returns:
+        Span metrics overall and strict F1 per label, the counts, and the fraction of known values found nowhere.
+
+    Raises:
+        MalformedInput: ``known_fields`` entries that are not label -> list of strings.
+    """
     from privnlp.metrics import ner_span_metrics
 
     annotator = annotator or AutoAnnotator()
@@ -429,7 +458,22 @@ def degrade_fields(known_fields: Mapping[str, Mapping[str, Sequence[str]]], *, p
                    rng: Any) -> dict[str, dict[str, list[str]]]:
     """A noisier copy of the known fields, as real databases hold them: nicknames (``Bill`` for ``William``)
     and typos in names and addresses, reordered names (``Doe, Jane``), dates and phones in other formats.
-    The documents and their gold spans are unchanged; only what the annotator is told degrades."""
+    The documents and their gold spans are unchanged; only what the annotator is told degrades.
+
+    Args:
+        known_fields: record id -> {label: [values]}.
+        p_typo: the probability of a typo in a last name, address or organisation, in [0, 1].
+        p_nickname: the probability that a first name with a nickname is replaced by it, in [0, 1].
+        p_reorder: the probability that a name is written ``"Last, First"``, in [0, 1].
+        p_reformat: the probability that a date / phone is written in another format, in [0, 1].
+        rng: randomness (keyword-only).
+
+    Returns:
+        The degraded copy (record id -> {label: [values]}).
+
+    Raises:
+        MalformedInput: malformed ``known_fields``.
+    """
     g = as_numpy(rng)
     out: dict[str, dict[str, list[str]]] = {}
     for rid in sorted(known_fields):

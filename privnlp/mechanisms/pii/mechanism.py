@@ -41,6 +41,22 @@ class PIIRedaction(Mechanism):
     mention by a typed placeholder or a consistent surrogate. Threat model: a recipient of the redacted
     data with background documents of the same users. Claim: heuristic (no formal guarantee; the paired
     attacks measure residual PII, re-identification and canary exposure).
+
+    Args:
+        mode: ``"placeholder"`` (typed ``[PERSON]``-style placeholders) or ``"surrogate"`` (consistent fake values).
+        sites: the number of sites the tagger is trained across, an integer in [1, 10**4] (1 = central, more =
+            FedAvg).
+        rounds: training rounds, an integer in [0, 10**5] (0 = no tagger, regex recognizers only).
+        local_epochs: local epochs per round; > 0.
+        lr: the tagger's learning rate; > 0.
+        min_count: the least count of a word to enter the tagger's vocabulary, an integer in [1, 10**6].
+        patterns: the auto-annotator also tags every date / phone / SSN / e-mail the regex recognizers find.
+        regex: the redactor also applies the regex recognizers.
+        fuzzy_threshold: the rapidfuzz ratio a phrase needs to match a known field, in [50, 100] (checked when
+            the annotator is built, in ``fit``).
+
+    Raises:
+        InvalidArgument: an unknown ``mode`` or an argument out of range.
     """
 
     paper = "wikipii-pii-extraction-federated.txt (auto-annotation from known fields, PII tagger on noisy labels)"
@@ -106,7 +122,24 @@ class PIIRedaction(Mechanism):
 class LeakyPIIRedactionFirstMention(PIIRedaction):
     """Leaky twin of ``pii_redaction``: same tagger and claim, but it replaces only the *first* mention of each
     entity in a document (a bug seen in find-and-replace redaction loops that stop at the first hit), so a
-    name or phone number repeated later in the document survives. ``pii_residual`` must catch it."""
+    name or phone number repeated later in the document survives. ``pii_residual`` must catch it.
+
+    Args:
+        mode: ``"placeholder"`` (typed ``[PERSON]``-style placeholders) or ``"surrogate"`` (consistent fake values).
+        sites: the number of sites the tagger is trained across, an integer in [1, 10**4] (1 = central, more =
+            FedAvg).
+        rounds: training rounds, an integer in [0, 10**5] (0 = no tagger, regex recognizers only).
+        local_epochs: local epochs per round; > 0.
+        lr: the tagger's learning rate; > 0.
+        min_count: the least count of a word to enter the tagger's vocabulary, an integer in [1, 10**6].
+        patterns: the auto-annotator also tags every date / phone / SSN / e-mail the regex recognizers find.
+        regex: the redactor also applies the regex recognizers.
+        fuzzy_threshold: the rapidfuzz ratio a phrase needs to match a known field, in [50, 100] (checked when
+            the annotator is built, in ``fit``).
+
+    Raises:
+        InvalidArgument: an unknown ``mode`` or an argument out of range.
+    """
 
     def _redactor(self, tagger: Any) -> PIIRedactor:
         red = super()._redactor(tagger)

@@ -31,7 +31,15 @@ DATE_FORMATS = ("%B %d, %Y", "%m/%d/%Y", "%Y-%m-%d", "%d %B %Y", "%b %d, %Y", "%
 
 @dataclass(frozen=True)
 class PIISpan:
-    """A PII mention ``text[start:end]`` of type ``label`` (Presidio: ``entity_type``) with a ``score``."""
+    """A PII mention ``text[start:end]`` of type ``label`` (Presidio: ``entity_type``) with a ``score``.
+
+    Attributes:
+        start: first character offset (inclusive).
+        end: last character offset (exclusive).
+        label: the PII type (``PERSON``, ``EMAIL``, ``PHONE``, ``SSN``, ``CREDIT_CARD``, ``DATE``, ...).
+        score: confidence in [0, 1].
+        source: what found it (``"regex"``, ``"known_field"``, ``"tagger"``, ...).
+    """
 
     start: int
     end: int
@@ -74,7 +82,14 @@ _DATE_PATTERNS = (
 
 
 def luhn_ok(number: str) -> bool:
-    """The Luhn checksum of the digits of ``number`` (card numbers)."""
+    """The Luhn checksum of the digits of ``number`` (card numbers).
+
+    Args:
+        number: a string holding the card number (non-digits ignored).
+
+    Returns:
+        ``True`` when it has at least 13 digits and the checksum holds.
+    """
     ds = [int(c) for c in digits(number)]
     if len(ds) < 13:
         return False
@@ -151,7 +166,16 @@ _FINDERS = {"EMAIL": find_emails, "PHONE": find_phones, "SSN": find_ssns, "CREDI
 
 
 def recognize(text: str, labels: Iterable[str] = tuple(_FINDERS)) -> list[PIISpan]:
-    """All regex recognizers in ``labels``; overlaps resolved (longer, then higher score, wins)."""
+    """All regex recognizers in ``labels``; overlaps resolved (longer, then higher score, wins).
+
+    Args:
+        text: the text.
+        labels: the recognizers to run, among ``EMAIL``, ``PHONE``, ``SSN``, ``CREDIT_CARD``, ``DATE`` (an unknown
+            label raises ``KeyError``).
+
+    Returns:
+        Non-overlapping spans, in text order.
+    """
     from .spans import resolve_overlaps
 
     out: list[PIISpan] = []

@@ -41,7 +41,13 @@ REGEX_LABELS = ("EMAIL", "PHONE", "SSN", "CREDIT_CARD", "DATE")
 
 @dataclass(frozen=True)
 class RedactionResult:
-    """The redacted text, the detected spans (offsets in the *input* text) and what replaced each."""
+    """The redacted text, the detected spans (offsets in the *input* text) and what replaced each.
+
+    Attributes:
+        text: the redacted text.
+        spans: the detected PII spans, offsets in the input text.
+        replacements: ``(original, replacement, label)`` per replaced mention.
+    """
 
     text: str
     spans: tuple[PIISpan, ...]
@@ -321,6 +327,26 @@ def redact_file(input: str | os.PathLike, output: str | os.PathLike, *, field: s
     and, with ``spans_path``, one JSON line per document with its spans in Presidio's shape.
     ``known_fields``: ``{doc id: {LABEL: [values]}}``; documents are matched by ``id_field`` (JSONL / CSV) or by
     line number (``"1"``, ``"2"``, ... for txt). Documents without an entry are still redacted (tagger + regex).
+
+    Args:
+        input: the file to redact.
+        output: where the redacted file is written (must differ from ``input``).
+        field: the JSONL key / CSV column holding the text.
+        fmt: ``"txt"``, ``"jsonl"`` or ``"csv"`` (default: from the extension).
+        redactor: the redactor (default: ``PIIRedactor()``, regex recognizers only).
+        known_fields: ``{doc id: {LABEL: [values]}}`` (see above).
+        id_field: the JSONL key / CSV column holding the document id.
+        spans_path: also write the spans of every document here (JSON Lines).
+        seed: the seed of the surrogate choices (not privacy noise).
+        progress: show a progress bar.
+
+    Returns:
+        The summary (counts per type, warnings, paths).
+
+    Raises:
+        InvalidArgument: ``output`` equals ``input``, an unknown ``fmt``, a missing ``input``, or ``field``
+            given for txt / missing for JSONL and CSV.
+        MalformedInput: the input cannot be parsed (a record without ``field``, bad JSON / CSV, not UTF-8).
     """
     import warnings
 
