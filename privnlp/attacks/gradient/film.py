@@ -52,7 +52,15 @@ __all__ = ["BagOfWords", "recover_bag", "beam_search", "reorder", "FILM"]
 
 @dataclass(frozen=True)
 class BagOfWords:
-    """Token ids the batch contains (no frequencies), the max sequence length, and the test used."""
+    """Token ids the batch contains (no frequencies), the max sequence length, and the test used.
+
+    Attributes:
+        token_ids: the recovered token ids, sorted (no frequencies).
+        max_length: the batch's maximum sequence length, from the position-embedding gradient rows (``None``
+            when unavailable).
+        method: the test that selected the rows (e.g. non-zero rows, or a threshold under noise).
+        threshold: the norm threshold a row had to exceed.
+    """
 
     token_ids: tuple[int, ...]
     max_length: int | None
@@ -197,7 +205,27 @@ def beam_search(model: Any, tokenizer: Any, bag: Sequence[int], *, max_length: i
     minus ``rho`` per repeated n-gram inside the beam and ``rho_previous`` per n-gram already
     produced by an earlier repetition. A beam that emits eos is finished (not before ``min_length``
     tokens: with b = 1 the position-embedding rows give the exact length); the winner maximises the
-    length-normalised score."""
+    length-normalised score.
+
+    Args:
+        model: the causal LM the client trained (the attacker has its weights).
+        tokenizer: its tokenizer (needs ``eos_token_id``).
+        bag: the recovered bag of words (token ids).
+        max_length: the longest sequence in tokens, an integer in [1, 100000].
+        beam_size: beam width, an integer in [1, 4096].
+        ngram: the n of the repeated-n-gram penalty, an integer in [1, 16].
+        rho: the penalty per repeated n-gram inside a beam.
+        previous: sequences produced earlier; their n-grams are penalised by ``rho_previous``.
+        rho_previous: the penalty per n-gram already produced.
+        use_cache: reuse the model's key/value cache between steps.
+        min_length: eos is not accepted before this many tokens.
+
+    Returns:
+        The best token sequence (empty for an empty bag).
+
+    Raises:
+        InvalidArgument: an argument out of range.
+    """
     import torch
 
     check_range("beam_size", beam_size, 1, 4096, integer=True)
@@ -346,7 +374,23 @@ def _punct_cut(tokenizer: Any, seq: list[int]) -> list[int] | None:
 def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int = 200, n_candidates: int = 8,
             rng: np.random.Generator, tokenizer: Any = None, max_phrases: int = 4, punct_cut: bool = False, patience: int | None = 50) -> list[int]:
     """Prior-guided reordering (Sec. 4.4): phrase-wise then token-wise hill climbing on ``scorer``
-    (``steps`` per stage; a stage stops early after ``patience`` steps without improvement)."""
+    (``steps`` per stage; a stage stops early after ``patience`` steps without improvement).
+
+    Args:
+        seq: the token sequence to reorder.
+        scorer: ``list of sequences -> scores`` (lower = better, e.g. the model's loss).
+        bag: the recovered bag of words.
+        steps: hill-climbing steps per stage (<= 0 = no reordering).
+        n_candidates: candidate moves scored per step.
+        rng: the move randomness (keyword-only).
+        tokenizer: the tokenizer (eos handling and the sentence-end cut).
+        max_phrases: the most phrases a phrase-wise move splits the sequence into.
+        punct_cut: try dropping what follows the first sentence end (footnote 7).
+        patience: stop a stage after this many steps without improvement (``None`` = never).
+
+    Returns:
+        The reordered sequence (unchanged when shorter than 3 tokens).
+    """
     seq = list(seq)
     if len(seq) < 3 or steps <= 0:
         return seq

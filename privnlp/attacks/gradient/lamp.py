@@ -41,7 +41,17 @@ _AUX: dict[tuple[str, int, int], Any] = {}
 
 def aux_lm(tokenizer: Any, *, steps: int = 300, seed: int = 0, n_texts: int = 2000) -> Any:
     """The auxiliary causal LM on the victim's tokenizer: a tiny GPT-2 trained on public synthetic
-    sentiment text (``generate_sentiment(seed=1000+seed)``, disjoint from the client's data). Cached per process."""
+    sentiment text (``generate_sentiment(seed=1000+seed)``, disjoint from the client's data). Cached per process.
+
+    Args:
+        tokenizer: the victim's tokenizer (the LM shares its vocabulary).
+        steps: training steps.
+        seed: model, data and training seed.
+        n_texts: public training texts generated.
+
+    Returns:
+        The trained tiny GPT-2, in eval mode.
+    """
     import torch
 
     from privnlp.data import generate_sentiment
@@ -276,7 +286,28 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
                 loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
                 n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
                 lr: float = 0.01, lm: Any = None, batched: bool = True) -> tuple[list[list[int]], dict[str, Any]]:
-    """Run the engine; returns (token ids per sequence, raw numbers)."""
+    """Run the engine; returns (token ids per sequence, raw numbers).
+
+    Args:
+        model: the client's model (weights known to the attacker).
+        gradients: the observed gradients (parameter name -> tensor).
+        labels: the batch's labels.
+        lengths: each sequence's length in tokens.
+        tokenizer: the tokenizer (``[CLS]`` / ``[SEP]`` kept fixed when it has them).
+        rng: the attack's randomness (keyword-only).
+        loss: ``"cos"``, ``"tag"`` or ``"l2"``.
+        alpha_tag: weight of the L1 term, >= 0.
+        alpha_reg: weight of the embedding-norm regulariser, >= 0.
+        alpha_lm: weight of the LM perplexity in the discrete steps, >= 0.
+        n_init: Gaussian initialisations tried.
+        n_perm: permutations of the best initialisation tried.
+        iterations: optimisation rounds.
+        n_c: Adam steps per round.
+        n_d: discrete candidates per round.
+        lr: Adam learning rate.
+        lm: the auxiliary LM (``None`` = no prior).
+        batched: score candidates in one vmapped call.
+    """
     import torch
 
     from privnlp.core.rng import as_numpy, as_torch
@@ -443,6 +474,26 @@ class LAMP(_GradientMatching):
     engine (``_GradientMatching``, listed in the module docstring): ``loss``, ``alpha_tag``, ``alpha_reg``,
     ``alpha_lm``, ``n_init``, ``n_perm``, ``iterations``, ``n_c``, ``n_d``, ``lr``, ``batched``,
     ``aux_lm_steps``.
+
+    Paper: ``lamp-extracting-text-from-gradients.txt`` Sec. 4 (Algorithm 1). Threat model: an honest-but-curious
+    server seeing a client's FedSGD gradient, knowing the model, labels and sequence lengths.
+
+    Args:
+        loss: gradient distance: ``"cos"`` (LAMP_cos), ``"tag"`` (L2 + ``alpha_tag`` * L1) or ``"l2"`` (DLG).
+        alpha_tag: weight of the L1 term of ``loss="tag"``, >= 0.
+        alpha_reg: weight of the embedding-norm regulariser, >= 0.
+        alpha_lm: weight of the auxiliary LM's perplexity in the discrete steps, >= 0 (0: no prior).
+        n_init: Gaussian initialisations tried, in [1, 10**6].
+        n_perm: permutations of the best initialisation tried, in [0, 10**6].
+        iterations: rounds of continuous + discrete optimisation, in [1, 10**6].
+        n_c: Adam steps per round, in [1, 10**6].
+        n_d: discrete candidates per round, in [0, 10**6].
+        lr: Adam learning rate, > 0.
+        batched: score candidates in one vmapped call.
+        aux_lm_steps: training steps of the auxiliary LM, in [0, 10**6].
+
+    Raises:
+        InvalidArgument: an unknown ``loss`` or an argument outside its range.
     """
 
     @classmethod
@@ -453,7 +504,18 @@ class LAMP(_GradientMatching):
 
 @ATTACKS.register("tag")
 class TAG(_GradientMatching):
-    """TAG (Deng et al. 2021): L2 + alpha*L1 gradient distance, no prior, no discrete steps."""
+    """TAG (Deng et al. 2021): L2 + alpha*L1 gradient distance, no prior, no discrete steps.
+
+    Args:
+        alpha_tag: weight of the L1 term of ``loss="tag"``, >= 0.
+        iterations: rounds of continuous + discrete optimisation, in [1, 10**6].
+        n_c: Adam steps per round, in [1, 10**6].
+        lr: Adam learning rate, > 0.
+        **kw: further arguments of the engine (``batched``, ``aux_lm_steps``).
+
+    Raises:
+        InvalidArgument: an argument outside its range.
+    """
 
     paper = ("Deng et al., TAG: Gradient Attack on Transformer-based Language Models, EMNLP Findings 2021; "
              "as evaluated in shared/papers/lamp-extracting-text-from-gradients.txt")
@@ -469,7 +531,17 @@ class TAG(_GradientMatching):
 
 @ATTACKS.register("dlg")
 class DLG(_GradientMatching):
-    """DLG (Zhu et al. 2019): squared L2 gradient distance, no prior, no discrete steps."""
+    """DLG (Zhu et al. 2019): squared L2 gradient distance, no prior, no discrete steps.
+
+    Args:
+        iterations: rounds of continuous + discrete optimisation, in [1, 10**6].
+        n_c: Adam steps per round, in [1, 10**6].
+        lr: Adam learning rate, > 0.
+        **kw: further arguments of the engine (``alpha_tag``, ``batched``, ``aux_lm_steps``).
+
+    Raises:
+        InvalidArgument: an argument outside its range.
+    """
 
     paper = ("Zhu et al., Deep Leakage from Gradients, NeurIPS 2019; as evaluated in "
              "shared/papers/lamp-extracting-text-from-gradients.txt")

@@ -82,7 +82,15 @@ class LabelSet:
 
 def estimate_num_labels(singular_values: Sequence[float], *, rtol: float = 1e-4) -> int:
     """``S = rank(dW)`` (Remark 2): singular values above ``rtol`` times the largest one, cut at the
-    largest log-gap among those (float32 gradients leave a noise floor around 1e-7 relative)."""
+    largest log-gap among those (float32 gradients leave a noise floor around 1e-7 relative).
+
+    Args:
+        singular_values: the singular values of the output layer's gradient, in decreasing order.
+        rtol: the relative cut below which a singular value counts as zero.
+
+    Returns:
+        The estimated number of distinct labels in the batch (0 for a zero gradient).
+    """
     s = np.asarray(singular_values, dtype=float)
     if s.size == 0 or s[0] <= 0:
         return 0
@@ -127,7 +135,14 @@ def output_layer_gradient(gradients: Any, name: str | None = None, *, include_bi
 
 def sign_baseline(dW: np.ndarray) -> LabelSet:
     """Yin et al. (the paper's Eq. 5): labels whose gradient column has a negative entry.
-    ``dW`` is ``(C, d)`` (PyTorch layout: one row per label)."""
+    ``dW`` is ``(C, d)`` (PyTorch layout: one row per label).
+
+    Args:
+        dW: ``(C, d)`` gradient of the output layer, one row per label.
+
+    Returns:
+        The labels found (``method="sign"``).
+    """
     labels = np.nonzero(dW.min(axis=1) < 0)[0]
     return LabelSet(tuple(int(i) for i in labels), int(labels.size), method="sign")
 
