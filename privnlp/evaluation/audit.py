@@ -37,6 +37,17 @@ class FunctionMechanism(Mechanism):
     The scenario decides how the callable is applied (each scenario documents the method it
     calls on a mechanism; ``FunctionMechanism`` forwards every such method to ``fn``). The
     claim is whatever the user states: privnlp measures, it does not certify.
+
+    Args:
+        fn: the user's callable; every method a scenario calls on the mechanism is forwarded to it.
+        claim: the privacy claim the user states (stored as ``claim_``; returned by ``claim()``).
+        name: the name shown in the report.
+        paired_attacks: registry names of the attacks to run against it.
+        scenario: the registry name of the scenario to run it in (``None`` = pass one to :func:`audit`).
+        threat_models: the threat models the claim is about.
+
+    Raises:
+        InvalidArgument: ``fn`` is not callable.
     """
 
     name = "user_function"

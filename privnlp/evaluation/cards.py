@@ -59,7 +59,18 @@ def card_text(name: str, report: LeakageReport, folder: Path) -> str:
 
 def render_mechanism_card(report: LeakageReport, *, description: str = "", paper: str = "",
                           command: str = "", notes_md: str = "") -> str:
-    """Markdown card for a mechanism, from its report only (plus static class text)."""
+    """Markdown card for a mechanism, from its report only (plus static class text).
+
+    Args:
+        report: the defense's report.
+        description: the card's first paragraph (the class docstring's).
+        paper: the paper line.
+        command: the command that reproduces the report.
+        notes_md: extra Markdown appended (the folder's ``NOTES.md``).
+
+    Returns:
+        The card, as Markdown.
+    """
     name = report.mechanism
     cfg = report.config
     lines = [f"# `{name}`", ""]
@@ -137,7 +148,25 @@ def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path
                      cards_dir: str | Path | None = None, seeds: Sequence[int] | None = None,
                      cache_dir: str | Path | None = None, progress: bool = True, sweeps: bool = True,
                      audit_dp: bool = False) -> EvaluationOutcome:
-    """Audit one registered defense (with baseline and leaky twin) and write its report (+ card)."""
+    """Audit one registered defense (with baseline and leaky twin) and write its report (+ card).
+
+    Args:
+        name: the defense's registry name.
+        preset: a key of :data:`PRESETS` (``"quick"``, ``"full"``, ``"realistic"``).
+        report_dir: where ``<name>/report.json`` (and HTML / Markdown) is written.
+        cards_dir: where the card is written (``None`` = no card).
+        seeds: the seeds (default: the preset's).
+        cache_dir: the attack / audit result cache (``None`` = no cache).
+        progress: show progress bars.
+        sweeps: add the privacy-utility sweep where the defense defines one (not for ``"realistic"``).
+        audit_dp: also run the registered DP audit (``privnlp evaluate --audit-dp``).
+
+    Returns:
+        The outcome (report, paths, seconds).
+
+    Raises:
+        InvalidArgument: an unknown ``preset`` or defense name.
+    """
     if preset not in PRESETS:
         raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
     cls = MECHANISMS.get(name)
@@ -230,7 +259,21 @@ def evaluate_all(*, preset: str = "quick", report_dir: str | Path = "reports", c
                  names: Sequence[str] | None = None, cache_dir: str | Path | None = None,
                  progress: bool = True, keep_going: bool = False,
                  audit_dp: bool = False) -> tuple[list[EvaluationOutcome], dict[str, str]]:
-    """Evaluate every registered defense (or ``names``); returns outcomes and failures."""
+    """Evaluate every registered defense (or ``names``); returns outcomes and failures.
+
+    Args:
+        preset: a key of :data:`PRESETS`.
+        report_dir: where the reports and ``index.html`` are written.
+        cards_dir: where the cards are written (``None`` = no cards).
+        names: the defenses to evaluate (default: every registered one).
+        cache_dir: the attack / audit result cache.
+        progress: show progress bars.
+        keep_going: record a failing defense in the failures and continue (otherwise re-raise).
+        audit_dp: also run the registered DP audits.
+
+    Returns:
+        ``(outcomes, failures)``, failures mapping a name to its error.
+    """
     names = list(names) if names else MECHANISMS.names()
     outcomes, failures = [], {}
     for n in names:

@@ -32,6 +32,20 @@ __all__ = ["SecretSharerCell", "SecretSharerGrid", "secret_sharer_run", "secret_
 
 @dataclass(frozen=True)
 class SecretSharerCell:
+    """One federated secret-sharer run (Table 1 of ``unintended-memorization-under-fl.txt``).
+
+    Attributes:
+        p_u: the probability that a user is a secret sharer.
+        p_e: the probability that each of a sharer's examples is replaced by the canary.
+        seed: the run's seed (corpus, canary, training).
+        sharers: the number of secret sharers drawn.
+        insertions: the number of examples replaced by the canary.
+        exposure: the canary's exposure in bits under the final model.
+        log2_space: log2 of the canary's randomness space (the maximal exposure).
+        extracted: whether the canary has rank 1 (scores best among its space).
+        heldout_loss: the final model's loss on held-out users.
+        epsilon: the run's finite epsilon, where the mechanism claims one.
+    """
     p_u: float
     p_e: float
     seed: int
@@ -46,6 +60,12 @@ class SecretSharerCell:
 
 @dataclass(frozen=True)
 class SecretSharerGrid:
+    """Every cell of a secret-sharer grid.
+
+    Attributes:
+        cells: one cell per (p_u, p_e, seed).
+        config: the grid's settings.
+    """
     cells: tuple[SecretSharerCell, ...]
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -62,7 +82,23 @@ class SecretSharerGrid:
 def secret_sharer_run(p_u: float, p_e: float, *, mechanism: Any = None, preset: str = "quick",
                       rounds: int | None = None, n_users: int | None = None, rng: Any) -> SecretSharerCell:
     """One federated secret-sharer run (``mechanism=None``: plain weighted FedAvg with the
-    ``fl.dp_fedavg`` preset's client hyperparameters)."""
+    ``fl.dp_fedavg`` preset's client hyperparameters).
+
+    Args:
+        p_u: the probability that a user is a secret sharer, in [0, 1].
+        p_e: the probability that each of a sharer's examples is replaced, in [0, 1].
+        mechanism: a federated mechanism (``FedAvg`` / ``DPFedAvg``); ``None`` = the preset's FedAvg.
+        preset: a key of the ``fl.dp_fedavg`` scenario presets (``"quick"``, ``"full"``).
+        rounds: training rounds (default: the preset's).
+        n_users: users in the generated corpus (default: the preset's).
+        rng: randomness (keyword-only).
+
+    Returns:
+        The cell.
+
+    Raises:
+        InvalidArgument: ``p_u`` / ``p_e`` outside [0, 1] or an unknown ``preset``.
+    """
     from privnlp.attacks.memorization import canary_exposure, federated_secret_sharer
     from privnlp.data import generate_corpus, make_canary
     from privnlp.evaluation.scenarios.federated import FL_DP_FEDAVG_PRESETS
@@ -110,7 +146,25 @@ def secret_sharer_grid(p_us: Sequence[float] = (0.1, 0.3, 1.0), p_es: Sequence[f
                        n_users: int | None = None, seeds: Sequence[int] = (0,), progress: bool = False,
                        rng: Any = None) -> SecretSharerGrid:
     """Exposure for every (p_u, p_e, seed) (Poisson user and example selection). ``rng`` (optional)
-    is mixed into every seed."""
+    is mixed into every seed.
+
+    Args:
+        p_us: the p_u values (not empty).
+        p_es: the p_e values (not empty).
+        mechanism: as for :func:`secret_sharer_run`.
+        preset: as for :func:`secret_sharer_run`.
+        rounds: as for :func:`secret_sharer_run`.
+        n_users: as for :func:`secret_sharer_run`.
+        seeds: the seeds (not empty); a seed gives the same corpus and canary in every cell.
+        progress: show a progress bar.
+        rng: optional randomness mixed into every seed.
+
+    Returns:
+        The grid.
+
+    Raises:
+        InvalidArgument: an empty ``p_us`` / ``p_es`` / ``seeds``, or as :func:`secret_sharer_run`.
+    """
     if not p_us or not p_es or not seeds:
         raise InvalidArgument("p_us, p_es and seeds must not be empty")
     base = 0 if rng is None else int(as_numpy(rng).integers(0, 2**31 - 1))

@@ -15,7 +15,18 @@ __all__ = ["SweepCurve", "SweepResult", "sweep", "with_params"]
 
 def with_params(mechanism: Any, **changes: Any) -> Any:
     """A copy of ``mechanism`` with some constructor arguments changed (constructors store
-    every argument as an attribute of the same name, so this is exact)."""
+    every argument as an attribute of the same name, so this is exact).
+
+    Args:
+        mechanism: the mechanism to copy.
+        **changes: constructor arguments to change.
+
+    Returns:
+        A new instance of the same class.
+
+    Raises:
+        InvalidArgument: a name in ``changes`` is not a constructor argument (or the constructor rejects a value).
+    """
     params = {k: v for k, v in vars(mechanism).items() if not k.startswith("_")}
     unknown = set(changes) - set(params)
     if unknown:
@@ -27,6 +38,13 @@ def with_params(mechanism: Any, **changes: Any) -> Any:
 
 @dataclass(frozen=True)
 class SweepCurve:
+    """One family's points of a sweep.
+
+    Attributes:
+        label: the family's label in the plot.
+        param: the swept constructor argument.
+        points: per value, ``{"param": value, <leakage metric>: mean, <utility metric>: mean}``.
+    """
     label: str
     param: str
     points: tuple[Mapping[str, Any], ...]
@@ -34,6 +52,15 @@ class SweepCurve:
 
 @dataclass(frozen=True)
 class SweepResult:
+    """Privacy-utility curves of a sweep.
+
+    Attributes:
+        curves: one curve per family.
+        leakage: the leakage metric (y axis).
+        utility: the utility metric (x axis).
+        figure: the rendered trade-off plot.
+        extra: free-form details.
+    """
     curves: tuple[SweepCurve, ...]
     leakage: str
     utility: str
