@@ -20,6 +20,12 @@ SEEDED_NOISE_NOTE = "noise seeded: not private against anyone who knows the seed
 
 
 class ClaimKind(str, enum.Enum):
+    """What kind of guarantee a :class:`PrivacyClaim` states.
+
+    ``DP``: (epsilon, delta)-DP at the claim's unit; ``METRIC_DP``: epsilon * d(x, x') metric DP w.r.t. the
+    claim's metric; ``CRYPTOGRAPHIC``: secure computation (the notes say under which assumptions);
+    ``HEURISTIC``: no formal guarantee (pruning, fragmentation, freezing); ``NONE``: the undefended baseline.
+    """
     DP = "dp"                       # (epsilon, delta)-DP at ``unit``
     METRIC_DP = "metric_dp"         # epsilon * d(x, x') metric DP w.r.t. ``metric``
     CRYPTOGRAPHIC = "cryptographic"  # secure computation (semi-honest etc.), see notes
@@ -28,6 +34,9 @@ class ClaimKind(str, enum.Enum):
 
 
 class PrivacyUnit(str, enum.Enum):
+    """What one "neighbouring" change of the data is: a token, a word, a record, a training example, a
+    document, a user, a metric-DP input (``METRIC``) or a whole text.
+    """
     TOKEN = "token"
     WORD = "word"
     RECORD = "record"
@@ -155,6 +164,7 @@ class PrivacyClaim:
 
 
 class Adversary(str, enum.Enum):
+    """Who the adversary of a :class:`ThreatModel` is (the value is the wording shown on the cards)."""
     EAVESDROPPER = "eavesdropper"
     HONEST_BUT_CURIOUS_SERVER = "honest-but-curious server"
     MALICIOUS_CLIENT = "malicious client"

@@ -132,6 +132,9 @@ class MechanismProtocol(Protocol):
 
 @runtime_checkable
 class AttackProtocol(Protocol):
+    """Structural protocol for user-supplied attacks: an ``observation_type`` and ``run(observation, *, rng)``
+    returning an :class:`AttackResult`.
+    """
     observation_type: type
 
     def run(self, observation: Observation, *, rng: Any) -> AttackResult: ...
