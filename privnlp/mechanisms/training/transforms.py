@@ -256,7 +256,15 @@ class ClipUpdate(UpdateTransform):
 
 
 class Compose(UpdateTransform):
-    """Apply ``transforms`` in order; each stochastic one gets its own child rng."""
+    """Apply ``transforms`` in order; each stochastic one gets its own child rng.
+
+    Args:
+        *transforms: the transforms, applied left to right (nested ``Compose`` objects are flattened);
+            ``a >> b`` builds the same.
+
+    Raises:
+        InvalidArgument: an element is not an :class:`UpdateTransform`; (call) a stochastic part without ``rng``.
+    """
 
     def __init__(self, *transforms: UpdateTransform) -> None:
         for i, t in enumerate(transforms):
