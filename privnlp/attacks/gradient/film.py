@@ -58,8 +58,9 @@ class BagOfWords:
         token_ids: the recovered token ids, sorted (no frequencies).
         max_length: the batch's maximum sequence length, from the position-embedding gradient rows (``None``
             when unavailable).
-        method: the test that selected the rows (e.g. non-zero rows, or a threshold under noise).
-        threshold: the norm threshold a row had to exceed.
+        method: the test that selected the rows: ``"nonzero"``, ``"norm"``, ``"norm-gap"``, ``"dp"``, or
+            ``"absent"`` (no word-embedding gradient).
+        threshold: what a row's statistic had to reach (its norm; its largest absolute entry for ``"dp"``).
     """
 
     token_ids: tuple[int, ...]
