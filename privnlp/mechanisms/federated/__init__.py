@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from . import mechanisms as _mechanisms  # noqa: F401  (registers fedavg, dp_fedavg + leaky twin)
 from . import twins as _twins  # noqa: F401  (leaky twin of fedavg)
-from .accounting import FedLedger, calibrate_user_noise, round_event, user_epsilon
-from .aggregation import clip_delta, dp_average, global_norm, weighted_average
+from .accounting import FedLedger, RoundRun, calibrate_user_noise, round_event, user_epsilon
+from .aggregation import AggregateInfo, clip_delta, dp_average, global_norm, weighted_average
 from .client import ClientData, FitIns, FitRes, Task, lm_client_data, lm_task, local_update, tagger_task
 from .mechanisms import DPFedAvg, FedAvg, LeakyDPFedAvgWeighted
 from .ner import NERData, NERRow, NERTable, evaluate_tagger, federated_ner, federated_ner_table, ner_data
@@ -25,5 +25,5 @@ __all__ = ["FedAvg", "DPFedAvg", "LeakyDPFedAvgWeighted", "FedSimulator", "FedRu
            "select_clients", "Partition", "partition", "partition_iid", "partition_dirichlet",
            "partition_natural", "ClientData", "FitIns", "FitRes", "Task", "lm_client_data", "lm_task",
            "tagger_task", "local_update", "clip_delta", "dp_average", "global_norm", "weighted_average",
-           "FedLedger", "calibrate_user_noise", "round_event", "user_epsilon", "NERData", "NERRow",
+           "AggregateInfo", "FedLedger", "RoundRun", "calibrate_user_noise", "round_event", "user_epsilon", "NERData", "NERRow",
            "NERTable", "evaluate_tagger", "federated_ner", "federated_ner_table", "ner_data"]

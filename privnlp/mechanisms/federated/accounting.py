@@ -175,7 +175,15 @@ def calibrate_user_noise(target_epsilon: float, delta: float, *, sampling: str, 
 
 @dataclass(frozen=True)
 class RoundRun:
-    """``rounds`` consecutive DP-FedAvg rounds with the same parameters."""
+    """``rounds`` consecutive DP-FedAvg rounds with the same parameters.
+
+    Attributes:
+        sampling: ``"fixed"`` or ``"poisson"``.
+        num_users: N, the population size.
+        clients_per_round: m, the (expected) number of users per round.
+        noise_multiplier: z, the noise std relative to the clip norm.
+        rounds: how many consecutive rounds used these parameters.
+    """
 
     sampling: str
     num_users: int

@@ -69,7 +69,15 @@ def _check_same_keys(deltas: Sequence[Delta], reference: Mapping[str, torch.Tens
 
 @dataclass(frozen=True)
 class AggregateInfo:
-    """What the aggregation did (norms before clipping, how many were clipped, the noise std)."""
+    """What the aggregation did (norms before clipping, how many were clipped, the noise std).
+
+    Attributes:
+        num_replies: the number of updates aggregated.
+        denominator: what the sum was divided by (m for DP-FedAvg; the number of replies otherwise).
+        update_norms: the L2 norm of each update before clipping.
+        clipped: how many updates were clipped.
+        noise_std: the std of the Gaussian noise added to each coordinate of the average (0 without noise).
+    """
 
     num_replies: int
     denominator: float
