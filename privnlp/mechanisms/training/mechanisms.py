@@ -41,8 +41,9 @@ _RECORD_LEAKAGE = ThreatModel(
 class DPSGD(Mechanism):
     """DP-SGD (Abadi et al. 2016) on opacus with a hard budget, a dp_accounting ledger and checkpoints.
 
-    Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt``; evaluated against FILM
-    (``film-recovering-private-text-in-fl.txt``, DP threshold variant), LAMP and canary exposure.
+    Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` (Sec. 2.1 and 3.3: DP-SGD and its large-batch
+    training); evaluated against FILM (``film-recovering-private-text-in-fl.txt`` Sec. 6.3, DP threshold
+    variant), LAMP and canary exposure.
     Threat model: a server / eavesdropper seeing every noised update, or anyone querying the final
     model. Claim: (epsilon, delta)-DP per example (add/remove), reported by the tightest sound accountant
     (dp_accounting PLD / wide-order RDP; opacus as a diagnostic). Noise from OS entropy unless ``rng`` seeds a
@@ -261,8 +262,8 @@ class TransformMechanism(Mechanism):
 class GradientPruningDefense(TransformMechanism):
     """Gradient pruning: keep the top ``keep_fraction`` entries by magnitude (Zhu et al. 2019).
 
-    Paper: ``../shared/papers/film-recovering-private-text-in-fl.txt`` (Table 4a: FILM still recovers
-    >90% of tokens at prune ratio 0.9999). Claim: heuristic.
+    Paper: ``../shared/papers/film-recovering-private-text-in-fl.txt`` (Sec. 6.3, Table 4a: FILM still
+    recovers >90% of tokens at prune ratio 0.9999). Claim: heuristic.
 
     Args:
         keep_fraction: the fraction of entries kept, in [0, 1] (prune ratio = 1 - keep_fraction).
@@ -296,7 +297,7 @@ class GradientPruningDefense(TransformMechanism):
 class SignSGDDefense(TransformMechanism):
     """Sign-SGD: transmit only the sign of each gradient entry.
 
-    Paper: ``../shared/papers/rlg-revealing-labels-from-gradients.txt`` (Sec. 4: mitigates RLG,
+    Paper: ``../shared/papers/rlg-revealing-labels-from-gradients.txt`` (Sec. 3: mitigates RLG,
     0% exact match on EfficientNetB0). Claim: heuristic.
 
     Args:
@@ -322,7 +323,7 @@ class SignSGDDefense(TransformMechanism):
 class GradDropDefense(TransformMechanism):
     """GradDrop: zero the ``drop_fraction`` smallest entries by absolute value (Aji & Heafield 2017).
 
-    Paper: ``../shared/papers/rlg-revealing-labels-from-gradients.txt`` (50% / 90%; weak against RLG
+    Paper: ``../shared/papers/rlg-revealing-labels-from-gradients.txt`` (Sec. 3; 50% / 90%; weak against RLG
     when the update is already sparse). Claim: heuristic.
 
     Args:
@@ -424,7 +425,7 @@ class _EmbeddingObfuscation(Mechanism):
 class NoisedEmbeddingDefense(_EmbeddingObfuscation):
     """Gaussian noise N(0, sigma^2) on the embedding output during (local) training.
 
-    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (sigma in {1e-2, 1e-3, 1e-4};
+    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Sec. VI-A; sigma in {1e-2, 1e-3, 1e-4};
     strong protection only with a large utility loss). Claim: heuristic.
 
     Args:
@@ -464,7 +465,7 @@ class NoisedEmbeddingDefense(_EmbeddingObfuscation):
 class DropoutEmbeddingDefense(_EmbeddingObfuscation):
     """Dropout with rate ``p`` on the embedding outputs during (local) training.
 
-    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (the only countermeasure that
+    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Sec. VI-A; the only countermeasure that
     partially helps at little utility cost; attacks keep ~50% success). Claim: heuristic.
 
     Args:
@@ -499,7 +500,7 @@ class DropoutEmbeddingDefense(_EmbeddingObfuscation):
 class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
     """Virtual adversarial training on the embedding output (Miyato et al. 2017).
 
-    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (does not reduce eavesdropping
+    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Sec. VI-A; does not reduce eavesdropping
     leakage and can increase watermark leakage). Operation: :meth:`loss_terms`. Claim: heuristic.
 
     Args:
@@ -552,7 +553,7 @@ class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
 class LSTMDropoutDefense(_EmbeddingObfuscation):
     """Dropout with rate ``p`` on the outputs of every LSTM layer (against overfitting).
 
-    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Table X: little effect on the
+    Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Sec. VI-B, Table X: little effect on the
     eavesdropping / watermark attacks). Claim: heuristic.
 
     Args:
