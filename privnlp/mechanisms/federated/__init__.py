@@ -22,8 +22,8 @@ from .partition import Partition, partition, partition_dirichlet, partition_iid,
 from .simulator import FedRunResult, FedSimulator, RoundRecord, select_clients
 
 __all__ = ["FedAvg", "DPFedAvg", "LeakyDPFedAvgWeighted", "FedSimulator", "FedRunResult", "RoundRecord",
-           "select_clients", "Partition", "partition", "partition_iid", "partition_dirichlet",
-           "partition_natural", "ClientData", "FitIns", "FitRes", "Task", "lm_client_data", "lm_task",
-           "tagger_task", "local_update", "clip_delta", "dp_average", "global_norm", "weighted_average",
-           "AggregateInfo", "FedLedger", "RoundRun", "calibrate_user_noise", "round_event", "user_epsilon", "NERData", "NERRow",
-           "NERTable", "evaluate_tagger", "federated_ner", "federated_ner_table", "ner_data"]
+           "select_clients", "Partition", "partition", "partition_iid", "partition_dirichlet", "partition_natural",
+           "ClientData", "FitIns", "FitRes", "Task", "lm_client_data", "lm_task", "tagger_task", "local_update",
+           "clip_delta", "dp_average", "global_norm", "weighted_average", "AggregateInfo", "FedLedger", "RoundRun",
+           "calibrate_user_noise", "round_event", "user_epsilon", "NERData", "NERRow", "NERTable", "evaluate_tagger",
+           "federated_ner", "federated_ner_table", "ner_data"]

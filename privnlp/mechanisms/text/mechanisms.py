@@ -623,7 +623,8 @@ class VickreyK(WordMetricDP):
 
     Raises:
         InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
-        InvalidArgument: ``ts`` empty or an entry outside [0, inf); (at use) k larger than the vocabulary, or a keyword argument of :class:`WordMetricDP` out of range.
+        InvalidArgument: ``ts`` empty or an entry outside [0, inf); (at use) k larger than the vocabulary; or
+            a keyword argument of :class:`WordMetricDP` out of range.
     """
 
     def __init__(self, epsilon: float = 10.0, ts: Sequence[float] = (0.0, 0.0, 0.0), **kw: Any) -> None:
