@@ -7,7 +7,8 @@ import logging
 import pytest
 import torch
 
-from privnlp.core.errors import PrivacyBudgetExceeded
+from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded
+from privnlp.mechanisms.federated.accounting import calibrate_user_noise, round_event, user_epsilon
 from privnlp.mechanisms.federated import (DPFedAvg, FedAvg, FedLedger, FedSimulator, partition_dirichlet,
                                           partition_iid, partition_natural)
 
@@ -127,3 +128,16 @@ def test_partitions():
     assert any(len({r.user_id for r in v}) > 1 for v in iid.clients.values())
     d = partition_dirichlet(recs, 4, alpha=0.3, rng=0)
     assert sum(d.sizes()) == len(recs) and min(d.sizes()) >= 1
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: user_epsilon(s, 100, 10, 1.0, 5, 1e-5),
+    lambda s: calibrate_user_noise(4.0, 1e-5, sampling=s, num_users=100, clients_per_round=10, rounds=5),
+    lambda s: round_event(s, 100, 10, 1.0),
+])
+def test_an_unknown_sampling_scheme_is_refused_not_accounted_as_poisson(call):
+    # "Fixed" (a typo) used to fall through to the Poisson event with the full z: a smaller epsilon than the
+    # fixed-size rounds that actually ran
+    with pytest.raises(InvalidArgument, match="sampling must be one of"):
+        call("Fixed")
+    assert user_epsilon("fixed", 100, 10, 1.0, 5, 1e-5) > user_epsilon("poisson", 100, 10, 1.0, 5, 1e-5)

@@ -298,3 +298,13 @@ def test_cli_build(tmp_path):
     r = CliRunner().invoke(app, ["vocab", "build", str(corpus), "--out", str(tmp_path / "p"), "--epsilon", "0"])
     assert r.exit_code == 2 and "epsilon" in r.output
     assert not (tmp_path / "p" / "tokenizer.json").exists()
+
+
+def test_laplace_threshold_large_delta_branch_releases_a_singleton_with_probability_delta():
+    # delta/k > 1/2 takes the other branch of the Laplace tail; the release probability of a count of 1 must
+    # still be exactly delta/k (closed form of the Laplace survival function)
+    import math
+    cal = laplace_threshold(1.0, 0.6, 1)
+    x = cal.threshold - 1.0
+    p_release = 1.0 - 0.5 * math.exp(x / cal.scale) if x < 0 else 0.5 * math.exp(-x / cal.scale)
+    assert abs(p_release - 0.6) < 1e-12

@@ -51,8 +51,19 @@ def _quiet_absl():
 
 def accountant_noise_multiplier(noise_multiplier: float, sampling: str) -> float:
     """The noise multiplier handed to the accountant: ``z/2`` for fixed-size (replace-one: sensitivity
-    of the sum is 2S), ``z`` for Poisson (add/remove: sensitivity S)."""
+    of the sum is 2S), ``z`` for Poisson (add/remove: sensitivity S).
+
+    Raises:
+        InvalidArgument: ``sampling`` is neither ``"fixed"`` nor ``"poisson"`` (a typo must never be accounted
+            as the other scheme).
+    """
+    _check_scheme(sampling)
     return float(noise_multiplier) / 2.0 if sampling == "fixed" else float(noise_multiplier)
+
+
+def _check_scheme(sampling: Any) -> None:
+    if sampling not in SAMPLINGS:
+        raise InvalidArgument(f"sampling must be one of {SAMPLINGS}; got {sampling!r}")
 
 
 def round_event(sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float) -> Any:
@@ -68,6 +79,9 @@ def round_event(sampling: str, num_users: int, clients_per_round: float, noise_m
 
     Returns:
         A ``dp_accounting`` ``DpEvent``.
+
+    Raises:
+        InvalidArgument: an unknown ``sampling``.
     """
     from dp_accounting import dp_event as de
 
@@ -156,10 +170,11 @@ def calibrate_user_noise(target_epsilon: float, delta: float, *, sampling: str, 
 
     Raises:
         InvalidPrivacyParameter: ``target_epsilon`` not > 0, or unreachable with z <= 1e4.
-        InvalidArgument: ``rounds`` not an integer >= 1.
+        InvalidArgument: ``rounds`` not an integer >= 1, or an unknown ``sampling``.
     """
     check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
     check_range("rounds", rounds, 1, math.inf, integer=True)
+    _check_scheme(sampling)
 
     def eps(z: float) -> float:
         return _eps_from_runs(((sampling, int(num_users), float(clients_per_round), z, int(rounds)),), float(delta),

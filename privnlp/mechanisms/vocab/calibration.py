@@ -115,7 +115,7 @@ def laplace_threshold(epsilon: float, delta: float, k: int = 1, neighbouring: st
     p_bin = delta / k
     if p_bin <= 0.5:
         tau = 1.0 - b * math.log(2.0 * p_bin)
-    else:  # pragma: no cover - only for delta > k/2, which the range check excludes
+    else:  # delta > k/2 (e.g. k = 1, delta = 0.6): P[1 + Lap(b) >= tau] = p_bin still holds on this side
         tau = 1.0 + b * math.log(2.0 * (1.0 - p_bin))
     return NoiseCalibration("laplace", b, tau, float(epsilon), float(delta), int(k), neighbouring, l0, l1, l2)
 
