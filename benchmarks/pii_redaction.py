@@ -51,7 +51,7 @@ def main() -> None:
 
     t_tok = _best(lambda: [tokenize(t) for t in texts])
     print(f"baseline tokenize: {len(texts) / t_tok:,.0f} docs/s ({len(texts)} docs, {t_tok * 1e3:.1f} ms)")
-    central = train_tagger(sents, groups=groups, sites=1, rounds=2, lr=3.0, min_count=4, rng=0)
+    central = train_tagger(sents, groups=groups, sites=1, rounds=2, lr=3.0, min_count=4, word_dropout=0.25, rng=0)
     t_epoch = min(h.seconds for h in central.history)
     red_regex = PIIRedactor(tagger=None)
     red_tag = PIIRedactor(tagger=central.tagger)
@@ -60,7 +60,8 @@ def main() -> None:
                      ("regex + tagger + known fields", lambda: red_tag.redact_many(texts, fields))):
         t = _best(fn, repeat=2)
         print(f"redact [{name}]: {len(texts) / t:,.0f} docs/s; ratio to tokenizing = {t / t_tok:.1f}x slower")
-    fed = train_tagger(sents, groups=groups, sites=a.sites, rounds=2, lr=3.0, min_count=4, rng=0)
+    fed = train_tagger(sents, groups=groups, sites=a.sites, rounds=2, lr=3.0, min_count=4, word_dropout=0.25,
+                      rng=0)
     t_round = min(h.seconds for h in fed.history)
     print(f"central epoch ({len(sents)} docs): {t_epoch:.2f} s")
     print(f"FedAvg round over {a.sites} sites: {t_round:.2f} s = {t_round / t_epoch:.2f}x one central epoch; "

@@ -23,8 +23,25 @@ def test_noisy_label_effect_and_regex_baseline():
     print(json.dumps({k: {m: v[m] for m in ("strict_f1", "partial_f1")} for k, v in res.items() if isinstance(v, dict)}))
     # the tagger works on documents *without* known fields: far above the regex recognizers alone
     assert res["tagger"]["strict_f1"] > res["regex_only"]["strict_f1"] + 0.1
-    # measured: the tagger does NOT beat the noisy labels here (the paper's Table 4 -> 5 effect): within 0.1
-    assert res["tagger"]["strict_f1"] > res["noisy_labels"]["strict_f1"] - 0.1
+    # measured (seed 0, word dropout 0.25, 10 epochs): tagger strict F1 0.80 vs noisy labels 0.84 on held-out
+    # users: the paper's Table 4 -> 5 effect does NOT reproduce with this annotator, whose misses are systematic
+    # (the same kinds of mention are unlabelled in every training document); within 0.06
+    assert res["tagger"]["strict_f1"] > res["noisy_labels"]["strict_f1"] - 0.06
+    assert res["tagger"]["strict_f1"] < res["noisy_labels"]["strict_f1"] + 0.02  # stated as not reproduced
+
+
+def test_tagger_beats_labels_with_random_boundary_noise():
+    """The paper's effect where its noise is (fuzzy noun-chunk matches: boundaries off at random): with half the
+    labels' entities one token short or long, training and held-out alike, the tagger learns the majority
+    boundary of each context. Measured (seed 0): labels strict 0.48 / partial 0.71, tagger 0.67 / 0.78."""
+    from privnlp.mechanisms.pii.experiments import noisy_label_effect
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = noisy_label_effect(patterns=True, boundary_noise=0.5, rng=0)
+    print(json.dumps({k: {m: res[k][m] for m in ("strict_f1", "partial_f1")} for k in ("noisy_labels", "tagger")}))
+    assert res["tagger"]["strict_f1"] > res["noisy_labels"]["strict_f1"] + 0.1
+    assert res["tagger"]["partial_f1"] > res["noisy_labels"]["partial_f1"]
 
 
 def test_f1_grows_with_sites():

@@ -51,3 +51,40 @@ def test_dp_training_claim_from_ledger(pii_split):
     assert c.noise_seeded  # an explicit seed was passed: the claim says so
     assert "record" in c.statement()
     assert run.ledger  # per-site DP-SGD steps are in the ledger
+
+
+def test_word_dropout_only_in_training_mode():
+    import torch
+
+    from privnlp.mechanisms.pii.tagger import TagVocab, bilstm_task
+
+    sents = [(["Call", "Jane", "at", "home", "Jane"], ["O", "B-PERSON", "O", "O", "B-PERSON"])]
+    vocab = TagVocab.build(sents, min_count=1)
+    ids, tags, unk = vocab.encode(sents, with_unk=True)
+    assert unk[0, :5].tolist() == [2, 2, 1, 1, 2]  # <Unk> for capitalised words, <unk> otherwise
+    task = bilstm_task(len(vocab.words), len(vocab.tags), emb_dim=8, hidden=8, seed=0, word_dropout=1.0)
+    model = task.model_factory()
+    from privnlp.mechanisms.training.dp_sgd import per_sample_token_loss
+
+    all_unk = torch.where(ids > 2, unk, ids)
+    model.train()
+    assert torch.allclose(task.loss_fn(model, (ids, tags, unk)), per_sample_token_loss(model(all_unk), tags))
+    model.eval()
+    assert torch.allclose(task.loss_fn(model, (ids, tags, unk)), per_sample_token_loss(model(ids), tags))
+    with pytest.raises(InvalidArgument, match="word_dropout"):
+        bilstm_task(10, 3, word_dropout=1.5)
+
+
+def test_jitter_boundaries_moves_one_token_and_keeps_types():
+    from privnlp.mechanisms.pii.experiments import jitter_boundaries, union_tags
+    from privnlp.metrics.ner import bio_to_spans
+
+    tags = ["O", "B-PERSON", "I-PERSON", "O", "B-DATE", "O", "O"]
+    assert jitter_boundaries(tags, 0.0, rng=0) == tags
+    for s in range(20):
+        out = jitter_boundaries(tags, 1.0, rng=s)
+        spans = bio_to_spans(out)
+        assert [lab for _, _, lab in spans] == ["PERSON", "DATE"]
+        assert spans[0][1] - spans[0][0] == 1 and spans[1][1] - spans[1][0] == 2  # PERSON shrinks, DATE grows
+    # union: tagger entities are added only where the labels are all O
+    assert union_tags(["B-PERSON", "O", "O"], ["B-LOC", "B-ORG", "I-ORG"]) == ["B-PERSON", "B-ORG", "I-ORG"]

@@ -66,7 +66,7 @@ class PIIRedaction(Mechanism):
 
     def __init__(self, mode: str = "placeholder", sites: int = 1, rounds: int = 10, local_epochs: float = 1.0,
                  lr: float = 3.0, min_count: int = 4, patterns: bool = True, regex: bool = True,
-                 fuzzy_threshold: float = 85.0) -> None:
+                 fuzzy_threshold: float = 85.0, word_dropout: float = 0.25) -> None:
         if mode not in MODES:
             raise InvalidArgument(f"mode must be one of {MODES}; got {mode!r}")
         check_range("sites", sites, 1, 10**4, integer=True)
@@ -74,6 +74,7 @@ class PIIRedaction(Mechanism):
         check_positive("local_epochs", local_epochs)
         check_positive("lr", lr)
         check_range("min_count", min_count, 1, 10**6, integer=True)
+        check_range("word_dropout", word_dropout, 0.0, 1.0)
         self.mode = mode
         self.sites = sites
         self.rounds = rounds
@@ -83,6 +84,7 @@ class PIIRedaction(Mechanism):
         self.patterns = patterns
         self.regex = regex
         self.fuzzy_threshold = fuzzy_threshold
+        self.word_dropout = word_dropout
 
     def claim(self) -> PrivacyClaim:
         return PrivacyClaim.heuristic(
@@ -106,7 +108,7 @@ class PIIRedaction(Mechanism):
             sents = [d.tokens_and_tags() for d in docs]
             run = train_tagger(sents, groups=[getattr(r, "user_id", str(i)) for i, r in enumerate(records)],
                                sites=self.sites, rounds=self.rounds, local_epochs=self.local_epochs, lr=self.lr,
-                               min_count=self.min_count, rng=rng)
+                               min_count=self.min_count, word_dropout=self.word_dropout, rng=rng)
             tagger = run.tagger
         return self._redactor(tagger)
 
