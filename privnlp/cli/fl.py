@@ -97,8 +97,9 @@ def server(port: int = typer.Option(9093, help="SuperLink HTTP port (Fleet + Con
                                              "against anyone who knows the seed)"),
            round_timeout: float = typer.Option(60.0, help="seconds a round waits for every selected node; a missing "
                                                "reply fails the DP-FedAvg round closed"),
-           round_retries: int = typer.Option(0, help="re-run a failed round (nothing released) after waiting up to "
-                                             "--node-wait for replacement SuperNodes; 0 = stop with an error"),
+           round_retries: int = typer.Option(0, help="re-run a failed round (nothing released) with the same "
+                                             "selected users after waiting up to --node-wait for replacement "
+                                             "SuperNodes; 0 = stop with an error"),
            node_wait: float = typer.Option(600.0, help="seconds to wait for a live SuperNode per partition"),
            resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from out/server_checkpoint.pt "
                                        "(rounds and privacy ledger); --no-resume refuses an out/ that holds one"),

@@ -29,7 +29,8 @@ import pytest
 pytest.importorskip("flwr")
 pytestmark = pytest.mark.integration
 
-ROUND_TIMEOUT = 15.0  # the stated bound: a round waits this long for a missing node, then fails closed
+ROUND_TIMEOUT = 25.0  # the stated bound: a round waits this long for a missing node, then fails closed (a healthy
+                      # round takes ~5-7 s on 2 cores; at load ~10 the first one took > 15 s)
 SLACK = 25.0          # one more round in flight + process start-up on a loaded 2-core machine
 SEEDED = {"round-timeout": ROUND_TIMEOUT, "node-wait": 60.0, "seeded-noise": True, "lr": 1e-9, "seed": 7}
 STD = 1.0 * 0.5 / 3   # z * S / m of the default run config (noise-multiplier 1, clip-norm 0.5, 3 of 3 users)
@@ -109,7 +110,7 @@ def killed(dep):
 def test_killed_supernode_fails_the_round_closed_within_the_timeout(killed):
     err = killed.res.get("error", "")
     assert "fails closed" in err and "missing users ['2']" in err, killed.res
-    assert "round-timeout=15.0s" in err
+    assert "round-timeout=25.0s" in err
     assert killed.waited <= ROUND_TIMEOUT + SLACK, killed.waited
     ck = killed.ck
     assert ck is not None and ck["round"] >= 1

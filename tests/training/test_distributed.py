@@ -153,7 +153,13 @@ def _worker(out: Path) -> None:
     torch.distributed.destroy_process_group()
 
 
-def _trainer(out: Path, rank: int) -> dict:
+def _trainer(out: Path, rank: int, per_device: int = 8, mode: str | None = None, noise_steps: int = 0,
+             ddp_backend: str | None = "gloo") -> dict:
+    """DPTrainer on a tiny BERT, 64 examples, 2 epochs (``per_device`` x world size = the expected global batch).
+    ``ddp_backend``: ``None`` lets accelerate pick (gloo on CPU unless torch has MPI); it must be ``None`` in a
+    single process (accelerate 1.15 then calls ``get_world_size()`` on a process group that does not exist).
+    ``noise_steps``: afterwards, that many zero-gradient steps through the Trainer's DP optimizer (collective;
+    their aggregated noise is returned, they are charged to the ledger after it was recorded above)."""
     import torch
     from transformers import TrainingArguments
 
@@ -170,21 +176,104 @@ def _trainer(out: Path, rank: int) -> dict:
         def __getitem__(self, i):
             return {"input_ids": self.x[i], "labels": int(self.x[i, 0] % 2)}
 
-    args = TrainingArguments(output_dir=str(out / "hf"), per_device_train_batch_size=8, num_train_epochs=2,
+    args = TrainingArguments(output_dir=str(out / "hf"), per_device_train_batch_size=per_device, num_train_epochs=2,
                              learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
-                             ddp_backend="gloo")
+                             ddp_backend=ddp_backend)
     model = tiny_bert_classifier(40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                  max_position_embeddings=16, seed=rank)  # rank 0's init is broadcast
-    t = DPTrainer(model=model, args=args, train_dataset=DS(),
-                  dp=dict(noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp"))
+    dp = dict(noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp")
+    if mode:
+        dp["grad_sample_mode"] = mode
+    t = DPTrainer(model=model, args=args, train_dataset=DS(), dp=dp)
     t.train()
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double()
     c = t.private.claim()
-    return {"steps": t.private.steps, "epsilon": t.private.epsilon(), "ledger": t.private.ledger.to_dict(),
-            "expected_batch_size": t.private.expected_batch_size, "sample_rate": t.private.sample_rate,
-            "wrapped": type(t.model_wrapped).__name__, "mode": t.private.grad_sample_mode,
-            "model_hash": [float(flat.sum()), float((flat * torch.arange(flat.numel(), dtype=torch.float64)).sum())],
-            "distributed_note": any("distributed: 2 ranks" in n for n in c.notes)}
+    res = {"steps": t.private.steps, "epsilon": t.private.epsilon(), "ledger": t.private.ledger.to_dict(),
+           "expected_batch_size": t.private.expected_batch_size, "sample_rate": t.private.sample_rate,
+           "wrapped": type(t.model_wrapped).__name__, "mode": t.private.grad_sample_mode,
+           "model_hash": [float(flat.sum()), float((flat * torch.arange(flat.numel(), dtype=torch.float64)).sum())],
+           "distributed_note": any("distributed: 2 ranks" in n for n in c.notes),
+           "claim": {"kind": str(c.kind), "epsilon": c.epsilon, "delta": c.delta, "unit": c.unit,
+                     "noise_seeded": bool(getattr(c, "noise_seeded", False))}}
+    if noise_steps:
+        draws = []
+        for _ in range(noise_steps):
+            t.private.optimizer.zero_grad(set_to_none=True)
+            t.private.noise_only_step()
+            draws.append(torch.cat([p.grad.reshape(-1) for p in t.private.optimizer.params]))
+        noise = torch.cat(draws).double()
+        res.update(noise_std=float(noise.std()), noise_mean=float(noise.mean()), noise_n=int(noise.numel()),
+                   noise_hash=float((noise * torch.arange(noise.numel(), dtype=torch.float64)).sum()))
+    return res
+
+
+def _trainer_signal(out: Path, rank: int, mode: str) -> float:
+    """One DP-SGD step of DPTrainer under the Trainer's DDP on fixed per-rank batches (6 examples each), SGD lr 1,
+    noise 1e-4: returns the relative distance of the update from the single-process clipped sum of the union batch
+    over the expected global batch (computed example by example on rank 0; other ranks return 0). Checks that
+    the Trainer's own DDP all-reduce does not double or halve the signal (ghost runs a second backward through
+    DDP)."""
+    import torch
+    from transformers import TrainingArguments
+
+    from privnlp.mechanisms.training.loop import DPTrainer
+    from privnlp.models import tiny_bert_classifier
+
+    def build():
+        return tiny_bert_classifier(40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                    max_position_embeddings=16, seed=0)
+
+    class DS(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            return {"input_ids": torch.full((12,), 1 + i % 39), "labels": i % 2}
+
+    args = TrainingArguments(output_dir=str(out / f"sig_{mode}"), per_device_train_batch_size=8, max_steps=1,
+                             learning_rate=1.0, optim="sgd", weight_decay=0.0, lr_scheduler_type="constant",
+                             report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True)
+    model = build()
+    t = DPTrainer(model=model, args=args, train_dataset=DS(),
+                  dp=dict(noise_multiplier=1e-4, max_grad_norm=1.0, accountant="rdp", grad_sample_mode=mode))
+    t.train()  # one step: the Trainer builds its DDP wrapper and the DP optimizer
+    xs = torch.randint(1, 40, (2, 6, 12), generator=torch.Generator().manual_seed(123))
+    ys = xs[:, :, 0] % 2
+    params = [p for p in model.parameters() if p.requires_grad]
+    ref = build()
+    ref.load_state_dict({k: v.detach().clone() for k, v in model.state_dict().items()})
+    w0 = [p.detach().clone() for p in params]
+    t.private.optimizer.zero_grad(set_to_none=True)
+    logits = t.model_wrapped(input_ids=xs[rank]).logits
+    t.private.loss(torch.nn.functional.cross_entropy(logits, ys[rank], reduction="none")).backward()
+    t.private.optimizer.step()
+    upd = torch.cat([(a - p.detach()).reshape(-1) for a, p in zip(w0, params)])
+    if rank != 0:
+        return 0.0
+    rp = [p for p in ref.parameters() if p.requires_grad]
+    want = torch.zeros_like(upd)
+    for r in range(2):
+        for i in range(6):
+            ref.zero_grad()
+            torch.nn.functional.cross_entropy(ref(input_ids=xs[r, i:i + 1]).logits, ys[r, i:i + 1]).backward()
+            g = torch.cat([p.grad.reshape(-1) for p in rp])
+            want += g * min(1.0, 1.0 / float(g.norm()))
+    want /= t.private.expected_batch_size
+    return float((upd - want).norm() / want.norm())
+
+
+def _trainer_worker(out: Path) -> None:
+    """Under ``accelerate launch``: the Trainer alone (it initializes the process group itself, through accelerate's
+    PartialState, from the WORLD_SIZE / RANK / MASTER_* that accelerate's launcher -- torch.distributed.run -- set)."""
+    import torch
+
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    res = {"trainer": _trainer(out, rank, noise_steps=ZERO_STEPS, ddp_backend=None),  # as in the README's train_hf.py
+           "launcher_env": {k: os.environ.get(k) for k in ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_MIXED_PRECISION")},
+           "world_size": torch.distributed.get_world_size(), "backend": torch.distributed.get_backend(),
+           "ghost_signal_error": _trainer_signal(out, rank, "ghost")}
+    (out / f"rank{rank}.json").write_text(json.dumps(res))
 
 
 # ----------------------------------------------------------------------------- the tests
@@ -337,3 +426,58 @@ def test_hf_trainer_under_torchrun(two_ranks):
 
 if __name__ == "__main__" and "--worker" in sys.argv:
     _worker(Path(sys.argv[sys.argv.index("--worker") + 1]))
+elif __name__ == "__main__" and "--trainer-worker" in sys.argv:
+    _trainer_worker(Path(sys.argv[sys.argv.index("--trainer-worker") + 1]))
+
+
+# ----------------------------------------------------------------------------- accelerate launch (HF Trainer)
+ACCELERATE_TIMEOUT = 150  # 2 processes importing transformers + accelerate's launcher, on 2 loaded cores
+
+
+def _accelerate_launch(args: list[str], cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    """``accelerate launch --multi_gpu --num_processes 2`` on CPU: accelerate's multi-process launcher is
+    torch.distributed.run whatever the device (``--cpu`` instead starts ONE process unless an MPI hostfile is
+    given), and the Trainer (``use_cpu=True, ddp_backend="gloo"``) builds a gloo group from its environment."""
+    exe = Path(sys.executable).parent / "accelerate"
+    launcher = [str(exe), "launch"] if exe.exists() else [sys.executable, "-m", "accelerate.commands.launch"]
+    cmd = [*launcher, "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+           "--dynamo_backend", "no", "--main_process_port", "0", *args]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return p, time.perf_counter() - t
+
+
+@pytest.mark.integration
+def test_dp_trainer_under_accelerate_launch(tmp_path):
+    """DPTrainer with DDP under ``accelerate launch`` on 2 CPU processes (gloo, loopback): the ledger and the claim
+    equal the single-process DPTrainer's with the same expected global batch (16), both ranks end with the
+    identical model, and the aggregated noise of zero-gradient steps has std sigma*C/16."""
+    pytest.importorskip("accelerate")
+    import torch
+
+    torch.set_num_threads(1)
+    ref = _trainer(tmp_path / "single", 0, per_device=16, ddp_backend=None)  # one process: batch 16 = the global one
+    assert ref["expected_batch_size"] == 16 and ref["steps"] == 8
+    out = tmp_path / "acc"
+    out.mkdir()
+    p, wall = _accelerate_launch([str(Path(__file__).resolve()), "--trainer-worker", str(out)], out,
+                                 ACCELERATE_TIMEOUT)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
+    assert wall < ACCELERATE_TIMEOUT
+    r0, r1 = (json.loads((out / f"rank{r}.json").read_text()) for r in range(2))
+    assert r0["world_size"] == r1["world_size"] == 2 and r0["backend"] == "gloo"
+    t0, t1 = r0["trainer"], r1["trainer"]
+    assert t0["wrapped"] == "DistributedDataParallel" and t0["distributed_note"]
+    assert t0["expected_batch_size"] == 16 and t0["sample_rate"] == pytest.approx(ref["sample_rate"])
+    assert t0["steps"] == t1["steps"] == ref["steps"] == 8
+    assert t0["ledger"] == t1["ledger"] == ref["ledger"]
+    assert t0["epsilon"] == pytest.approx(ref["epsilon"], rel=1e-12)
+    assert t0["claim"] == t1["claim"] == ref["claim"] and not t0["claim"]["noise_seeded"]
+    assert t0["model_hash"] == t1["model_hash"]
+    want = SIGMA * C / 16
+    assert t0["noise_hash"] == t1["noise_hash"]
+    assert abs(t0["noise_std"] - want) <= NOISE_RTOL * want, (t0["noise_std"], want)
+    assert abs(t0["noise_mean"]) <= 6 * want / math.sqrt(t0["noise_n"])
+    # ghost clipping (what `auto` takes under DDP for large models): the update of fixed per-rank batches is the
+    # single-process clipped sum of their union / 16 (noise 1e-4; a doubled or halved signal would be 100% / 50%)
+    assert r0["ghost_signal_error"] < 0.02, r0["ghost_signal_error"]

@@ -17,9 +17,10 @@ Processes (all on 127.0.0.1 here; across machines replace the address, see the R
 
 Faults (issue #20): users are partitions, mapped to live SuperNodes by a ``query`` probe (a restarted
 SuperNode rejoins under a new node id); a selected node that does not reply within ``round-timeout`` fails the
-DP-FedAvg round closed (``round-retries`` re-runs it after waiting ``node-wait`` for a replacement); the server
-checkpoints round, model and ledger to ``out-dir/server_checkpoint.pt`` before each new model leaves it, and a
-restarted ServerApp resumes from there (epsilon continues). Privacy noise and client selection come from OS
+DP-FedAvg round closed (``round-retries`` re-runs it with the same selected users after waiting ``node-wait`` for
+a replacement; client-DP replies of the discarded attempt are charged); the server checkpoints round, model and
+ledger to ``out-dir/server_checkpoint.pt`` before each new model leaves it, and a restarted ServerApp resumes from
+there (epsilon continues; take-over and writes hold one flock, so a stale ServerApp cannot release a round). Privacy noise and client selection come from OS
 entropy; the run-config ``seed`` reaches every SuperNode and seeds only non-private randomness (issue #15).
 :class:`LoopbackDeployment` runs the processes on 127.0.0.1 for tests and demos; :func:`stop` ends a process,
 its process group and its descendants.
@@ -479,34 +480,36 @@ def _server_main(grid: Any, context: Any) -> None:
     from .accounting import FedLedger
     from .aggregation import ServerOptimizer, global_norm
     from .client import FitRes, trainable_state
+    from .mechanisms import _require_client_dp_metrics
     from .simulator import round_seeds, select_clients
 
     cfg = dict(DEFAULT_RUN_CONFIG, **dict(context.run_config))
     out = Path(str(cfg["out-dir"]) or ".")
     out.mkdir(parents=True, exist_ok=True)
 
+    owner = _Owner(out)
+
     def log(msg: str) -> None:
         with open(out / "server.log", "a") as f:
-            f.write(f"{time.strftime('%H:%M:%S')} [{token[:6]}] {msg}\n")
-
-    # Only the newest ServerApp of an out-dir writes there: an older one (orphaned when its SuperLink died) must
-    # never overwrite the resumed run's checkpoint, result or error.
-    token = os.urandom(8).hex()
-    (out / ".owner").write_text(token)
-
-    def owned() -> bool:
-        try:
-            return (out / ".owner").read_text() == token
-        except OSError:
-            return False
-
-    def write_guard() -> None:
-        if not owned():
-            raise _Superseded(f"{out} was taken over by a newer ServerApp; this one stops without writing")
+            f.write(f"{time.strftime('%H:%M:%S')} [{owner.token[:6]}] {msg}\n")
 
     try:
+        ck_path = out / CHECKPOINT_NAME
+
+        def _take_over() -> dict[str, Any] | None:
+            clear_result(out)  # a previous run's result must not be read as this run's
+            if not ck_path.exists():
+                return None
+            if not bool(cfg.get("resume", True)):
+                raise ProtocolError(f"{ck_path} holds the checkpoint (and the spent privacy budget) of an earlier "
+                                    "run; resume it (resume=true) or use a fresh out-dir: a private run never "
+                                    "restarts its accounting at epsilon 0")
+            return load_checkpoint(ck_path)
+
+        # the newest ServerApp of an out-dir owns it from here on; the checkpoint is read under the same lock as an
+        # older ServerApp's commits (see _Owner): no round can be released that this one did not load
+        ck = owner.take_over(_take_over)
         log("server app started")
-        clear_result(out)  # a previous run's result must not be read as this run's
         mech = _mechanism(cfg)
         n = int(cfg["num-clients"])
         rounds = int(cfg["num-server-rounds"])
@@ -520,13 +523,7 @@ def _server_main(grid: Any, context: Any) -> None:
         server = ServerOptimizer(mech.server_lr, mech.server_momentum)
         history: list[dict[str, Any]] = []
         start = 1
-        ck_path = out / CHECKPOINT_NAME
-        if ck_path.exists():
-            if not bool(cfg.get("resume", True)):
-                raise ProtocolError(f"{ck_path} holds the checkpoint (and the spent privacy budget) of an earlier run; "
-                                    "resume it (resume=true) or use a fresh out-dir: a private run never restarts "
-                                    "its accounting at epsilon 0")
-            ck = load_checkpoint(ck_path)
+        if ck is not None:
             diff = sorted(k for k, v in _fingerprint(cfg).items() if ck["config"].get(k) != v)
             if diff:
                 raise ProtocolError(f"{ck_path} was written with a different run config ({diff}); resume with the "
@@ -539,11 +536,33 @@ def _server_main(grid: Any, context: Any) -> None:
             log(f"resumed from {ck_path.name} after round {ck['round']} (ledger: {ledger.rounds} rounds)")
         nodes = _Nodes()
         node_of = _discover(grid, cfg, n, nodes, deadline=time.monotonic() + float(cfg["node-wait"]), log=log)
-        r, attempt = start, 0
+
+        def checkpoint(done: int) -> None:
+            with owner.commit():
+                _save_checkpoint(ck_path, {"format": "privnlp.flower_checkpoint/1", "round": done, "params": params,
+                                           "init": init, "server_opt": server.state_dict(),
+                                           "ledger": json.dumps(ledger.to_dict()), "history": json.dumps(history),
+                                           "config": json.dumps(_fingerprint(cfg))})
+
+        def charge_clients(ok: list) -> None:
+            """Record-level ledger of client DP-SGD: every reply the server received is charged, the replies of a
+            discarded attempt included (the server saw them; against it, that is what client DP protects)."""
+            _require_client_dp_metrics(mech, [f for _, f in ok])
+            for u, f in ok:
+                if "dp-steps" in f.metrics:
+                    ledger.record_client_steps(u, f.metrics["dp-noise-multiplier"], f.metrics["dp-sample-rate"],
+                                               int(f.metrics["dp-steps"]))
+
+        r, attempt, selected = start, 0, None
         while r <= rounds:
             mech.account(ledger, plan, n, check=True)
             g_sel, cseed, nseed = round_seeds(int(cfg["seed"]), r)
-            selected = select_clients(users, mech.clients_per_round, mech.sampling, _selection_generator(cfg, g_sel))
+            if selected is None:
+                # drawn once per round: a retry re-asks the same users. Re-drawing after a failure would release the
+                # first draw that succeeded, a sample conditioned on who failed (a node that refuses whenever it is
+                # selected would bias every user's inclusion probability away from the accounted m/N).
+                selected = select_clients(users, mech.clients_per_round, mech.sampling,
+                                          _selection_generator(cfg, g_sel))
             user_of = {node_of[int(u)]: u for u in selected}
             msgs = []
             for j, u in enumerate(selected):
@@ -568,10 +587,13 @@ def _server_main(grid: Any, context: Any) -> None:
                 msg = (f"round {r}: {len(ok)} of {len(selected)} selected users replied within round-timeout="
                        f"{cfg['round-timeout']}s (missing users {missing}); DP-FedAvg fails closed: no round with "
                        "fewer clients and the same noise")
+                charge_clients(ok)  # their (client-DP) updates reached the server although the round is discarded
+                checkpoint(r - 1)   # ... and that charge survives a server restart
                 if attempt < int(cfg["round-retries"]):
                     attempt += 1
                     log(msg + f"; discarded (nothing released), waiting up to node-wait={cfg['node-wait']}s for "
-                              f"replacement SuperNodes, then retry {attempt} of {cfg['round-retries']}")
+                              f"replacement SuperNodes, then retry {attempt} of {cfg['round-retries']} with the same "
+                              f"selected users {selected}")
                     node_of = _discover(grid, cfg, n, nodes, deadline=time.monotonic() + float(cfg["node-wait"]),
                                         log=log)
                     continue
@@ -582,40 +604,33 @@ def _server_main(grid: Any, context: Any) -> None:
                                               generator=_server_noise_generator(cfg, nseed))
                 params = server.step(params, update)
             mech.account(ledger, plan, n, check=False)
-            for u, f in ok:
-                if "dp-steps" in f.metrics:
-                    ledger.record_client_steps(u, f.metrics["dp-noise-multiplier"], f.metrics["dp-sample-rate"],
-                                               int(f.metrics["dp-steps"]))
+            charge_clients(ok)
             history.append({"round": r, "selected": selected, "replies": len(ok), "attempts": attempt + 1,
                             "loss": float(sum(f.metrics.get("loss", 0.0) for _, f in ok) / max(1, len(ok)))})
             # checkpoint (ledger first-class) *before* the new model is released (next round's messages / result)
-            write_guard()
-            _save_checkpoint(ck_path, {"format": "privnlp.flower_checkpoint/1", "round": r, "params": params,
-                                       "init": init, "server_opt": server.state_dict(),
-                                       "ledger": json.dumps(ledger.to_dict()), "history": json.dumps(history),
-                                       "config": json.dumps(_fingerprint(cfg))})
+            checkpoint(r)
             log(f"round {r} done; checkpoint written (ledger: {ledger.rounds} rounds)")
-            r, attempt = r + 1, 0
+            r, attempt, selected = r + 1, 0, None
         log("computing the claim")
         claim = mech.claim_for(ledger, n, plan)
         if bool(cfg.get("seeded-noise", False)) and getattr(claim, "kind", None) is not None:
             import dataclasses
             if "noise_seeded" in {f.name for f in dataclasses.fields(claim)}:
                 claim = dataclasses.replace(claim, noise_seeded=True)
-        write_guard()
-        torch.save(params, out / "final.pt")
         result = {"claim": claim.to_dict(), "history": history, "ledger": ledger.to_dict(),
                   "model_change": global_norm({k: params[k] - init[k] for k in params}),
                   "nodes": {u: node_of.get(int(u)) for u in users}, "resumed_from_round": start - 1}
-        tmp = out / ".result.json.tmp"
-        tmp.write_text(json.dumps(result, default=str))
-        os.replace(tmp, out / "result.json")
+        with owner.commit():
+            torch.save(params, out / "final.pt")
+            tmp = out / ".result.json.tmp"
+            tmp.write_text(json.dumps(result, default=str))
+            os.replace(tmp, out / "result.json")
     except _Superseded as e:
         log(str(e))
         raise
     except Exception as e:  # noqa: BLE001 - report the failure to the launcher, then re-raise
         log(f"failed: {type(e).__name__}: {e}")
-        if owned():
+        if owner.owned():
             tmp = out / ".error.json.tmp"
             tmp.write_text(json.dumps({"error": f"{type(e).__name__}: {e}"}))
             os.replace(tmp, out / "error.json")
@@ -624,6 +639,51 @@ def _server_main(grid: Any, context: Any) -> None:
 
 class _Superseded(ProtocolError):
     """A newer ServerApp resumed this out-dir."""
+
+
+class _Owner:
+    """Only the newest ServerApp of an out-dir writes there: an older one (orphaned when its SuperLink died, or
+    still running when the run was resubmitted) must never write a checkpoint or a result, and so never release
+    a model (a new model leaves the server only after its checkpoint is committed).
+
+    :meth:`take_over` (write this server's token, read the checkpoint) and :meth:`commit` (check the token, write)
+    hold one ``flock`` on ``out-dir/.owner.lock``: without it an older server could pass its token check, the newer
+    one take over and load checkpoint r-1, and the older one then write checkpoint r and release round r's model;
+    the newer one would re-run round r with new noise, and its ledger would miss a released round.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.token = os.urandom(8).hex()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Any:
+        import fcntl
+
+        with open(self.out / ".owner.lock", "a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def take_over(self, load: Any) -> Any:
+        with self._locked():
+            (self.out / ".owner").write_text(self.token)
+            return load()
+
+    def owned(self) -> bool:
+        try:
+            return (self.out / ".owner").read_text() == self.token
+        except OSError:
+            return False
+
+    @contextlib.contextmanager
+    def commit(self) -> Any:
+        with self._locked():
+            if not self.owned():
+                raise _Superseded(f"{self.out} was taken over by a newer ServerApp; this one stops without writing")
+            yield
 
 
 def _selection_generator(cfg: Mapping[str, Any], seeded: Any) -> Any:
