@@ -198,37 +198,46 @@ class ExactIndex:
             return cache[key]
         import torch
 
-        v = self.embeddings.vectors
+        v = self.embeddings.vectors          # float32, possibly a read-only memory map: never copied whole
         n, d = v.shape
-        v64 = v.astype(np.float64)
-        half_sq = 0.5 * np.einsum("ij,ij->i", v64, v64)
         G = int(self.group)
         W = -(-n // G)
         n_pad = W * G
         K = d + 6
         if prec == "bf16":
             K = -(-K // 32) * 32                   # AMX tile width
-            vt = torch.from_numpy(np.require(v, np.float32, ["C", "W"])).bfloat16()   # memmaps are read-only
-            vr = vt.float().numpy().astype(np.float64)       # e~ exactly
-        else:
-            vr = v64
-        sq_parts = _split3_bf16(half_sq) if prec == "bf16" else _split3_f32(half_sq)
-        A = np.zeros((n_pad, K), dtype=np.float32)
-        A[:n, :d] = -vr
-        A[:n, d:d + 3] = sq_parts
-        A[:n, d + 3:d + 6] = 1.0
-        A[n:, d] = 2.0 ** 100                      # padding rows: a huge score, never a candidate
-        stats = {
-            "max_e": float(np.sqrt(np.einsum("ij,ij->i", v64, v64).max())),
-            "max_r": float(np.sqrt(((v64 - vr) ** 2).sum(axis=1).max())),
-            "max_et": float(np.sqrt((vr ** 2).sum(axis=1).max())),
-            "max_hsq": float(half_sq.max()),
-            "max_sq_res": float(np.abs(half_sq - sq_parts.sum(axis=1)).max()),
-        }
-        if prec == "bf16":
-            AT = torch.from_numpy(A).bfloat16().T.contiguous()     # exact: A holds bf16 values
-        else:
-            AT = torch.from_numpy(np.ascontiguousarray(A.T))
+        # the transposed prescreen matrix is filled in row chunks: no (n, d) float64 copy and no
+        # (n, K) float32 temporary (on GloVe-400k these temporaries were ~0.6 GiB of peak memory)
+        tdt = torch.bfloat16 if prec == "bf16" else torch.float32
+        AT = torch.zeros((K, n_pad), dtype=tdt)
+        if n_pad > n:
+            AT[d, n:] = 2.0 ** 100                 # padding rows: a huge score, never a candidate
+        max_e2 = max_r2 = max_et2 = max_hsq = max_sq_res = 0.0
+        step = 1 << 15
+        for a in range(0, n, step):
+            vc = np.asarray(v[a:a + step], dtype=np.float32)
+            v64 = vc.astype(np.float64)
+            half_sq = 0.5 * np.einsum("ij,ij->i", v64, v64)
+            if prec == "bf16":
+                vr = torch.from_numpy(np.require(vc, np.float32, ["C", "W"])).bfloat16().float().numpy().astype(np.float64)
+                sq_parts = _split3_bf16(half_sq)
+            else:
+                vr = v64
+                sq_parts = _split3_f32(half_sq)
+            A = np.zeros((len(vc), K), dtype=np.float32)
+            A[:, :d] = -vr
+            A[:, d:d + 3] = sq_parts
+            A[:, d + 3:d + 6] = 1.0
+            AT[:, a:a + len(vc)] = torch.from_numpy(A).to(tdt).T   # exact: A holds values of the GEMM precision
+            max_e2 = max(max_e2, float((2.0 * half_sq).max()))
+            max_r2 = max(max_r2, float(((v64 - vr) ** 2).sum(axis=1).max()))
+            max_et2 = max(max_et2, float((vr ** 2).sum(axis=1).max()))
+            max_hsq = max(max_hsq, float(half_sq.max()))
+            max_sq_res = max(max_sq_res, float(np.abs(half_sq - sq_parts.sum(axis=1)).max()))
+            del vc, v64, vr, A, sq_parts, half_sq
+        AT = AT.contiguous()
+        stats = {"max_e": math.sqrt(max_e2), "max_r": math.sqrt(max_r2), "max_et": math.sqrt(max_et2),
+                 "max_hsq": max_hsq, "max_sq_res": max_sq_res}
         cache[key] = {"prec": prec, "AT": AT, "n": n, "d": d, "K": K, "W": W, "G": G, **stats}
         return cache[key]
 
@@ -241,7 +250,8 @@ class ExactIndex:
         if B == 0:
             return NeighborResult(ids, dists)
         if self.resolved_strategy() == "pruned" and k <= len(emb):
-            step = 8192
+            # blocks sized so that the (block, cells) float32 centre scores stay within block_bytes
+            step = max(1024, min(8192, int(self.block_bytes) // (4 * self._cells()["C"])))
             for s in range(0, B, step):
                 i, dd = self._pruned_block(q[s:s + step], k)
                 ids[s:s + step] = i
@@ -270,34 +280,54 @@ class ExactIndex:
         cache = self.embeddings._cache
         if key in cache:
             return cache[key]
-        v = np.ascontiguousarray(self.embeddings.vectors, dtype=np.float32)
-        assign = _cached_assign(self.embeddings, v, int(self.cell_size), seed=int(self.seed))
+        v = self.embeddings.vectors          # float32 (memory map): read in chunks, never copied to float64
+        v = v if v.dtype == np.float32 else np.asarray(v, dtype=np.float32)
+        assign = _cached_assign(self.embeddings, np.ascontiguousarray(v), int(self.cell_size), seed=int(self.seed))
         C = int(assign.max()) + 1
         mu = _cell_means(v, assign, C)
-        rad0 = np.sqrt(((v.astype(np.float64) - mu[assign]) ** 2).sum(axis=1))
+        n = v.shape[0]
+        step = 1 << 15
+        rad0 = np.empty(n, dtype=np.float64)
+        for s in range(0, n, step):
+            diff = v[s:s + step].astype(np.float64) - mu[assign[s:s + step]]
+            rad0[s:s + step] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
         order = np.lexsort((rad0, assign))          # by cell, then by distance to the cell's centre
         counts = np.bincount(assign, minlength=C)
         starts = np.concatenate([[0], np.cumsum(counts)])
-        vs = v[order].astype(np.float64)
+        vs32 = np.ascontiguousarray(v[order], dtype=np.float32)   # rows by cell (float32: exact in float64)
         rad = rad0[order]
+        del rad0
         R = np.zeros(C, dtype=np.float64)
         ne = counts > 0
         R[ne] = np.maximum.reduceat(rad, starts[:-1][ne])
         R = R * (1 + 1e-12) + 1e-300
-        en = np.einsum("ij,ij->i", vs, vs)
+        en = np.empty(n, dtype=np.float64)
+        for s in range(0, n, step):
+            x = vs32[s:s + step].astype(np.float64)
+            en[s:s + step] = np.einsum("ij,ij->i", x, x)
         mun = np.einsum("ij,ij->i", mu, mu)
         R32 = (R * (1 + 1e-6)).astype(np.float32)
         R32 = np.nextafter(R32, np.float32(np.inf))
+        # the per-cell float64 blocks (-2 e_j^T) are made when a cell is scanned, from vs32 (exact):
+        # keeping them all would cost 8 n d bytes (157 MB on GloVe-400k)
         cache[key] = {"C": C, "order": order, "starts": starts, "counts": counts, "en": en,
                       "mu": mu, "mun": mun, "R": R, "R32": R32,
                       "muA": np.ascontiguousarray(np.vstack([-2.0 * mu.T, mun[None, :]]).astype(np.float32)),
-                      "vs32": vs.astype(np.float32), "maxR": float(R.max()),
-                      "blocksT2": [np.ascontiguousarray(-2.0 * vs[starts[c]:starts[c + 1]].T) for c in range(C)],
-                      "enb": [en[starts[c]:starts[c + 1]] for c in range(C)],
+                      "vs32": vs32, "maxR": float(R.max()),
                       "max_en": float(en.max()) if en.size else 0.0, "max_mun": float(mun.max())}
         return cache[key]
 
-    def _pruned_block(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _prune_pays(self, q: np.ndarray, k: int) -> bool:
+        """Whether pruning pays for this block, decided on 256 of its queries *before* the block's
+        centre GEMM (large noise relative to the cells, e.g. GloVe at epsilon = 10: it does not, and
+        the block goes to the full scan at the cost of a 256-query probe, not of a (b, cells) GEMM).
+        Only the speed depends on this decision; both paths return the exact answer."""
+        b = q.shape[0]
+        smp = np.linspace(0, b - 1, 256).astype(np.int64)
+        r = self._pruned_block(q[smp], k, reach_only=True)
+        return bool(np.median(r) <= self.max_scan_fraction * len(self.embeddings))
+
+    def _pruned_block(self, q: np.ndarray, k: int, reach_only: bool = False) -> Any:
         Pc = self._cells()
         C, counts, starts, R = Pc["C"], Pc["counts"], Pc["starts"], Pc["R"]
         n = len(self.embeddings)
@@ -313,6 +343,9 @@ class ExactIndex:
         Xq = np.empty((b, d + 1), dtype=np.float32)
         Xq[:, :d] = q
         Xq[:, d] = 1.0
+        if b > 512 and not self._prune_pays(q, k):
+            r = self._scan(q, k)
+            return r.ids, r.dists
         G = Xq @ Pc["muA"]
         # an upper bound U of the k-th neighbour distance: the k-th smallest exact distance to the
         # (up to 4) most central rows of the nearest cell holding >= k rows (rows are stored by
@@ -322,6 +355,8 @@ class ExactIndex:
         if small.any():
             hk = counts >= k
             if not hk.any():                                     # no cell holds k rows: full scan
+                if reach_only:
+                    return np.full(b, float(n))
                 r = self._scan(q, k)
                 return r.ids, r.dists
             probe[small] = np.where(hk[None, :], G[small], np.inf).argmin(axis=1)
@@ -344,11 +379,8 @@ class ExactIndex:
             T += (2.0 * mq[rows] - qn[rows]).astype(np.float32)[:, None]
             return G[rows] <= T
 
-        if b > 512:   # a sample decides whether pruning pays for this block (large noise: it does not)
-            smp = np.linspace(0, b - 1, 256).astype(np.int64)
-            if np.median(need_mask(smp) @ counts) > self.max_scan_fraction * n:
-                r = self._scan(q, k)
-                return r.ids, r.dists
+        if reach_only:   # rows each query would scan (the decision of _prune_pays)
+            return need_mask(slice(None)) @ counts
         pq, pc = np.nonzero(need_mask(slice(None)))
         scan_rows = np.bincount(pq, weights=counts[pc], minlength=b)
         full = scan_rows > self.max_scan_fraction * n
@@ -361,8 +393,8 @@ class ExactIndex:
         cand_q, cand_j, cand_s = [], [], []
         for c in np.nonzero(cs[1:] > cs[:-1])[0]:
             Q = pq[cs[c]:cs[c + 1]]
-            S = q64[Q] @ Pc["blocksT2"][c]
-            S += Pc["enb"][c][None, :]
+            S = q64[Q] @ (-2.0 * Pc["vs32"][starts[c]:starts[c + 1]].T.astype(np.float64))
+            S += Pc["en"][starts[c]:starts[c + 1]][None, :]
             S += qn[Q, None]
             m = S.shape[1]
             if m > k:   # keep rows within 2 tol of the cell's k-th best score (near-ties included)
@@ -573,7 +605,7 @@ def _cell_means(v: np.ndarray, assign: np.ndarray, C: int) -> np.ndarray:
     starts = np.concatenate([[0], np.cumsum(cnt)])[:-1]
     out = np.zeros((C, v.shape[1]), dtype=np.float64)
     ne = cnt > 0
-    out[ne] = np.add.reduceat(v[order].astype(np.float64), starts[ne], axis=0) / cnt[ne][:, None]
+    out[ne] = np.add.reduceat(v[order], starts[ne], axis=0, dtype=np.float64) / cnt[ne][:, None]
     return out
 
 
