@@ -81,10 +81,12 @@ class FunctionMechanism(Mechanism):
 
 
 def resolve_mechanism(mechanism: Any, preset: str = "quick") -> Mechanism:
+    from .realistic import base_preset  # issue #17: mechanisms have quick/full examples; realistic uses quick's
+
     if isinstance(mechanism, str):
-        return MECHANISMS.get(mechanism).example(preset)
+        return MECHANISMS.get(mechanism).example(base_preset(preset))
     if isinstance(mechanism, type) and issubclass(mechanism, Mechanism):
-        return mechanism.example(preset)
+        return mechanism.example(base_preset(preset))
     if not hasattr(mechanism, "claim"):
         raise InvalidArgument("mechanism must be a registered name, a Mechanism, or an object with claim(); "
                               f"got {type(mechanism).__name__} (wrap a callable with FunctionMechanism)")
@@ -97,10 +99,12 @@ def resolve_scenario(scenario: Any, mechanism: Any, preset: str = "quick") -> Sc
         if scenario is None:
             raise InvalidArgument(f"scenario is required: mechanism {getattr(mechanism, 'name', mechanism)!r} "
                                   f"names no default scenario; known scenarios: {SCENARIOS.names()}")
+    from .realistic import scenario_preset  # issue #17: realistic victims where a scenario has them, else quick
+
     if isinstance(scenario, str):
-        return SCENARIOS.get(scenario)(preset=preset)
+        return SCENARIOS.get(scenario)(preset=scenario_preset(scenario, preset))
     if isinstance(scenario, type) and issubclass(scenario, Scenario):
-        return scenario(preset=preset)
+        return scenario(preset=scenario_preset(getattr(scenario, "name", None), preset))
     if not hasattr(scenario, "run"):
         raise InvalidArgument(f"scenario must be a registered name or a Scenario; got {type(scenario).__name__}")
     return scenario
@@ -110,11 +114,13 @@ def resolve_attacks(attacks: Any, mechanism: Any, preset: str = "quick") -> list
     if attacks is None:
         attacks = [a for a in getattr(mechanism, "paired_attacks", ()) if a in ATTACKS.load_all()]
     out = []
+    from .realistic import attack_for  # issue #17: CPU-sized attack budgets on the realistic victims
+
     for a in attacks:
         if isinstance(a, str):
-            out.append(ATTACKS.get(a).example(preset))
+            out.append(attack_for(a, ATTACKS.get(a), preset))
         elif isinstance(a, type):
-            out.append(a.example(preset))
+            out.append(attack_for(getattr(a, "name", ""), a, preset))
         else:
             out.append(a)
     return out
@@ -287,7 +293,8 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
         scenario: registered name / Scenario; default: the mechanism's ``scenario``.
         attacks: names / Attack instances; default: the mechanism's ``paired_attacks`` that apply.
         seeds: one scenario run per seed; confidence intervals are over seeds.
-        preset: ``"quick"`` (CI) or ``"full"`` (``make repro``).
+        preset: ``"quick"`` (CI), ``"full"`` or ``"realistic"`` (pretrained / real-text victims where the
+            scenario has them, :mod:`privnlp.evaluation.realistic`; quick sizes elsewhere).
         baseline: also run the undefended system (mechanism ``None``) on the same seeds.
         leaky_twin: also run the mechanism's registered leaky twin (a sanity check that the
             attacks can tell a broken defense from the real one).
@@ -312,7 +319,9 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
     twin = None
     if leaky_twin and getattr(mech, "name", None) in LEAKY_TWINS.load_all():
         twin_cls = LEAKY_TWINS.get(mech.name)
-        twin = twin_cls.example(preset) if hasattr(twin_cls, "example") else twin_cls()
+        from .realistic import base_preset
+
+        twin = twin_cls.example(base_preset(preset)) if hasattr(twin_cls, "example") else twin_cls()
         systems.append(("leaky_twin", twin))
 
     from tqdm.auto import tqdm

@@ -25,7 +25,9 @@ __all__ = ["PRESETS", "EvaluationOutcome", "evaluate_defense", "evaluate_all", "
            "write_index"]
 
 #: seeds per preset (quick = CI / make demo; full = make repro)
-PRESETS = {"quick": {"seeds": (0,)}, "full": {"seeds": (0, 1, 2, 3, 4)}}
+PRESETS = {"quick": {"seeds": (0,)}, "full": {"seeds": (0, 1, 2, 3, 4)}, "realistic": {"seeds": (0,)}}
+# realistic (issue #17): pretrained MiniLM / the 4-layer GPT-2 on Debian text in fedsgd.eavesdropper and
+# lm.canary (privnlp.evaluation.realistic); quick sizes and mechanism examples elsewhere; no sweeps
 # quick: one seed, confidence intervals over its trials (independent batches / records); full: over seeds
 
 
@@ -172,13 +174,15 @@ def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path
     cls = MECHANISMS.get(name)
     t0 = time.perf_counter()
     seeds = tuple(seeds if seeds is not None else PRESETS[preset]["seeds"])
-    mech = cls.example(preset)
+    from .realistic import base_preset
+
+    mech = cls.example(base_preset(preset))
     spec = getattr(mech, "scenario", None)
     specs = list(spec) if isinstance(spec, (list, tuple)) else ([spec] if spec else [])
     has_scenario = bool(specs) and all(x in SCENARIOS.load_all() for x in specs)
     if has_scenario:
         report = audit(mech, seeds=seeds, preset=preset, leaky_twin=True, cache_dir=cache_dir, progress=progress)
-        sw = _sweep_for(cls, mech, preset, seeds, cache_dir) if sweeps else None
+        sw = _sweep_for(cls, mech, preset, seeds, cache_dir) if sweeps and preset != "realistic" else None
         if sw is not None and sw.curves and any(c.points for c in sw.curves):
             report = replace(report, figures=report.figures + ((sw.figure,) if sw.figure else ()),
                              sweeps={"primary": sw.to_dict()})
@@ -196,7 +200,7 @@ def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path
     if audit_dp:  # issue #18: empirical DP audit (cached), fills empirical_epsilon_lower_bound
         from privnlp.auditing.runner import audit_report
 
-        report = audit_report(report, name, preset=preset, seed=int(seeds[0]), cache_dir=cache_dir)
+        report = audit_report(report, name, preset=base_preset(preset), seed=int(seeds[0]), cache_dir=cache_dir)
     paths = report.save(report_dir, name)
     card = None
     if cards_dir is not None:

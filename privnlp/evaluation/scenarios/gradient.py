@@ -46,6 +46,11 @@ PRESETS = {
               "label_trials": 6, "label_batch": 8, "label_classes": 32},
     "full": {"lm_records": 64, "lm_finetune_steps": 400, "max_length": 64, "trials": 8, "clf_trials": 4,
              "label_trials": 8, "label_batch": 10, "label_classes": 100},
+    # issue #17: pretrained / real-text victims (privnlp.evaluation.realistic): the realistic LM fine-tuned on
+    # 16 client records (FILM), MiniLM fine-tuned on license sentences (LAMP/TAG/DLG), MiniLM with a fresh
+    # 100-way head (RLG, batch 10 < hidden size 384)
+    "realistic": {"lm_records": 16, "max_length": 40, "trials": 2, "clf_trials": 2,
+                  "label_trials": 4, "label_batch": 10, "label_classes": 100},
 }
 
 
@@ -57,6 +62,10 @@ def lm_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[Any
     from privnlp.data import generate_corpus
     from privnlp.models import bundled_lm, train_lm
 
+    if preset == "realistic":
+        from privnlp.evaluation.realistic import lm_victim as realistic_lm_victim
+
+        return realistic_lm_victim(seed)
     cfg = PRESETS[preset]
     model, tok = bundled_lm("quick", seed=seed)
     model = copy.deepcopy(model)
@@ -77,6 +86,10 @@ def classifier_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, t
     from privnlp.data import generate_sentiment
     from privnlp.models import bundled_bert_classifier
 
+    if preset == "realistic":
+        from privnlp.evaluation.realistic import classifier_victim as realistic_classifier_victim
+
+        return realistic_classifier_victim(seed)[:4]
     model, tok = bundled_bert_classifier("quick", seed=seed)
     data = generate_sentiment(200, seed=seed + 7)
     keep = [(t, y) for t, y in zip(data.texts, data.labels) if len(tok(t, verbose=False)["input_ids"]) <= 14]
@@ -91,6 +104,10 @@ def label_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[
     from privnlp.models import bundled_bert_classifier, tiny_bert_classifier
 
     cfg = PRESETS[preset]
+    if preset == "realistic":
+        from privnlp.evaluation.realistic import label_victim as realistic_label_victim
+
+        return realistic_label_victim(cfg["label_classes"], seed)
     _, tok = bundled_bert_classifier("quick", seed=seed)
     model = tiny_bert_classifier(len(tok), num_labels=cfg["label_classes"], hidden_size=64, num_hidden_layers=2,
                                  num_attention_heads=2, max_position_embeddings=128, pad_token_id=tok.pad_token_id,
@@ -195,7 +212,8 @@ class FedSGDEavesdropper(Scenario):
     """A FedSGD/FedAvg client update on ``batch_size`` private records -> :class:`GradientObservation`.
 
     Args:
-        preset: ``"quick"`` or ``"full"`` (sizes in ``PRESETS``).
+        preset: ``"quick"``, ``"full"`` (sizes in ``PRESETS``) or ``"realistic"`` (pretrained MiniLM and the
+            realistic GPT-2 on real text, :mod:`privnlp.evaluation.realistic`).
         batch_size: records per update (b).
         task: ``"lm"``, ``"classifier"``, ``"labels"`` or ``"both"`` (all three).
         local_steps: 1 = FedSGD; K > 1 = FedAvg, the pseudo-gradient ``(theta_0 - theta_K) / lr`` is sent.

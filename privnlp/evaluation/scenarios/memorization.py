@@ -46,6 +46,10 @@ LM_CANARY_PRESETS: dict[str, dict[str, Any]] = {
              "model": {"n_layer": 2, "n_embd": 128, "n_head": 2, "n_positions": 128},
              "train": {"steps": 1500, "batch_size": 16, "lr": 2e-3, "max_length": 96},
              "dp": {"batch_size": 64, "lr": 1e-2}},
+    # issue #17: the realistic LM (privnlp.models.realistic: 4 layers, 256 d, Debian English text with 2 canaries
+    # inserted 16 times each); built by privnlp.evaluation.realistic.canary_lm, these are its sizes
+    "realistic": {"pattern": "my pin code is {digits:4}", "n_canaries": 2, "repeats": 16,
+                  "train": {"max_length": 96}},
 }
 
 _BLACK_BOX = ThreatModel(
@@ -159,6 +163,13 @@ def train_canary_lm(mechanism: Any | None = None, *, preset: str = "quick", repe
     if preset not in LM_CANARY_PRESETS:
         raise InvalidArgument(f"preset must be one of {sorted(LM_CANARY_PRESETS)}; got {preset!r}")
     cfg = LM_CANARY_PRESETS[preset]
+    if preset == "realistic":  # issue #17: one cached victim (seed 0); its canaries are fixed by its build
+        from privnlp.evaluation.realistic import canary_lm
+
+        if repeats is not None or pattern is not None or n_canaries is not None:
+            raise InvalidArgument("the realistic lm.canary victim has fixed canaries (2 x 16 insertions of "
+                                  "'my pin code is {digits:4}'): repeats/pattern/n_canaries must be None")
+        return canary_lm(mechanism, seed=0)
     g = as_numpy(rng)
     seed = int(g.integers(0, 2**31 - 1))
     corpus = generate_corpus(**cfg["corpus"], seed=seed)
@@ -209,7 +220,8 @@ class LMCanaryScenario(Scenario):
         out = train_canary_lm(mechanism, preset=self.preset, repeats=self.repeats, pattern=self.pattern, rng=rng)
         model, tok = out["model"], out["tokenizer"]
         cfg = LM_CANARY_PRESETS[self.preset]
-        loss = heldout_loss(model, tok, out["heldout"], cfg["train"]["max_length"])
+        # realistic: no held-out text on a machine with fewer Debian paragraphs than the LM trained on
+        loss = heldout_loss(model, tok, out["heldout"], cfg["train"]["max_length"]) if out["heldout"] else math.nan
         trials = tuple(Trial(BlackBoxLM(model=model, tokenizer=tok, kind="causal",
                                         meta={"canary_pattern": c.pattern, "canary_space": c.randomness_space}),
                              ground_truth=c) for c in out["canaries"])

@@ -1,0 +1,278 @@
+"""The ``realistic`` preset (issue #17): pretrained / real-text victims for the gradient and memorization scenarios.
+
+Where the ``quick`` and ``full`` presets attack 1-2 layer, 32-64 d toys trained on the synthetic Faker
+corpus, ``realistic`` attacks the victims of :mod:`privnlp.models.realistic`:
+
+* **sentence classifier** (``fedsgd.eavesdropper`` classifier task: LAMP / TAG / DLG, and DP-SGD's update):
+  all-MiniLM-L6-v2 (pretrained 6-layer, 384-d BERT) with a fresh 2-way head, fine-tuned for a few steps on a
+  real-text task: *is this sentence from a GNU license (GPL/LGPL/GFDL) or from another license (Apache,
+  Artistic, BSD, CC0, MPL)?* Sentences come from ``/usr/share/common-licenses`` (the same files on every
+  Debian machine); the attacked sentences are held out of the fine-tuning set (LAMP's setting: a fine-tuned
+  BERT, the client's own sentences, label and length known).
+* **label victim** (``fedsgd.eavesdropper`` labels task: RLG): MiniLM with a fresh ``label_classes``-way head
+  at the start of federated training, batches of license sentences with secret random labels (RLG Sec. 2.5).
+* **causal LM** (``fedsgd.eavesdropper`` LM task: FILM; ``lm.canary``: canary exposure / extraction):
+  :func:`privnlp.models.realistic.realistic_lm`, a 4-layer 256-d GPT-2 trained on Debian English text with
+  the bundled private records and canaries inserted. For FILM the client first fine-tunes it on its records
+  (FILM Fig. 4: the attack recovers what the model memorised; see :func:`lm_victim`).
+
+Scenarios and mechanisms without a realistic victim run with the ``quick`` sizes (:data:`BASE`).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BASE", "REALISTIC_SCENARIOS", "REALISTIC_ATTACKS", "base_preset", "scenario_preset", "attack_for",
+           "license_sentences", "classifier_victim", "label_victim", "lm_victim", "CLASSIFIER", "LM"]
+
+#: the preset used where ``realistic`` has no victim of its own (mechanism examples, other scenarios, audits)
+BASE = {"quick": "quick", "full": "full", "realistic": "quick"}
+#: scenarios that build realistic victims for ``preset="realistic"``
+REALISTIC_SCENARIOS = frozenset({"fedsgd.eavesdropper", "lm.canary"})
+#: attack budgets on the realistic victims (a CPU-sized budget; attacks not listed use their quick example)
+REALISTIC_ATTACKS: dict[str, dict[str, Any]] = {
+    "lamp": {"n_init": 20, "n_perm": 20, "iterations": 8, "n_c": 25, "n_d": 16},  # = LAMP.example("quick")
+    "tag": {"iterations": 8},
+    "dlg": {"iterations": 8},
+    "film": {"beam_size": 16, "reorder_steps": 50},
+}
+
+CLASSIFIER: dict[str, Any] = {"min_tokens": 8, "max_tokens": 14, "n_train": 160, "n_attack": 32,
+                              "finetune": {"steps": 16, "batch_size": 8, "lr": 1e-4, "max_length": 32}}
+LM: dict[str, Any] = {"records": 16, "finetune_steps": 60, "finetune_lr": 1e-3, "max_length": 40}
+
+_GNU = ("GPL", "LGPL", "GFDL")
+
+
+def base_preset(preset: str) -> str:
+    """The preset a mechanism example / non-realistic scenario / audit runs with."""
+    return BASE.get(preset, preset)
+
+
+def scenario_preset(name: str | None, preset: str) -> str:
+    """``preset`` for scenarios with a realistic victim, else :func:`base_preset`."""
+    return preset if preset != "realistic" or name in REALISTIC_SCENARIOS else base_preset(preset)
+
+
+def attack_for(name: str, cls: Any, preset: str) -> Any:
+    """The attack instance of ``preset``: the realistic budget where one is set, else ``cls.example``."""
+    if preset == "realistic" and name in REALISTIC_ATTACKS:
+        return cls(**REALISTIC_ATTACKS[name])
+    return cls.example(base_preset(preset))
+
+
+def license_sentences(root: str = "/usr/share/common-licenses") -> list[tuple[str, int]]:
+    """``(sentence, label)`` from the license texts: label 1 = a GNU license (GPL, LGPL, GFDL), 0 = another
+    (Apache, Artistic, BSD, CC0, MPL). Sorted file order, duplicates dropped (deterministic)."""
+    from privnlp.core.errors import InvalidArgument
+
+    out: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    d = Path(root)
+    files = sorted(p for p in d.iterdir() if p.is_file() and not p.is_symlink()) if d.is_dir() else []
+    for f in files:
+        y = int(f.name.startswith(_GNU))
+        text = " ".join(f.read_text(errors="ignore").split())
+        for s in re.split(r"(?<=[.;:!?])\s+", text):
+            s = s.strip()
+            if (20 <= len(s) <= 160 and sum(c.isalpha() for c in s) > 0.7 * len(s) and s[0].isupper() and not s.isupper()
+                    and s not in seen):
+                seen.add(s)
+                out.append((s, y))
+    if not out:
+        raise InvalidArgument(f"no license sentences under {root!r} (a Debian system has /usr/share/common-licenses)")
+    return out
+
+
+def _split(tok: Any, seed: int) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(train, attack): the attacked sentences are short (``CLASSIFIER`` token range incl. [CLS]/[SEP]),
+    ``n_attack // 2`` per class where available; the fine-tuning set is every other sentence, classes
+    balanced by subsampling the larger one (at most ``n_train``)."""
+    import numpy as np
+
+    cfg = CLASSIFIER
+    pool = license_sentences()
+    g = np.random.default_rng(seed)
+    short = [i for i, (s, _) in enumerate(pool)
+             if cfg["min_tokens"] <= len(tok(s, verbose=False)["input_ids"]) <= cfg["max_tokens"]]
+    attack_idx: list[int] = []
+    for c in (0, 1):
+        cand = [i for i in short if pool[i][1] == c]
+        attack_idx += [cand[int(j)] for j in g.permutation(len(cand))[: cfg["n_attack"] // 2]]
+    rest = [i for i in range(len(pool)) if i not in set(attack_idx)]
+    by = {c: [i for i in rest if pool[i][1] == c] for c in (0, 1)}
+    n = min(len(by[0]), len(by[1]), cfg["n_train"] // 2)
+    train_idx = [by[c][int(j)] for c in (0, 1) for j in g.permutation(len(by[c]))[:n]]
+    train = [pool[train_idx[int(j)]] for j in g.permutation(len(train_idx))]
+    attack = [pool[attack_idx[int(j)]] for j in g.permutation(len(attack_idx))]
+    return train, attack
+
+
+@functools.lru_cache(maxsize=2)
+def classifier_victim(seed: int = 0) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...], dict[str, float]]:
+    """``(model, tokenizer, attack texts, their labels, info)``: MiniLM fine-tuned on license sentences.
+
+    ``info``: training loss first/last and held-out accuracy (on the attack split) of the fine-tuned model."""
+    import numpy as np
+    import torch
+
+    from privnlp.core.numerics import pinned_threads
+    from privnlp.models.realistic import minilm_classifier
+
+    model, tok = minilm_classifier(num_labels=2, seed=seed)
+    train, attack = _split(tok, seed)
+    ft = CLASSIFIER["finetune"]
+    g = np.random.default_rng(seed)
+    losses = []
+    with pinned_threads(), torch.random.fork_rng():
+        torch.manual_seed(seed)
+        opt = torch.optim.AdamW(model.parameters(), lr=ft["lr"])
+        model.train()
+        for _ in range(ft["steps"]):
+            idx = g.choice(len(train), size=ft["batch_size"], replace=False)
+            enc = tok([train[int(i)][0] for i in idx], padding=True, truncation=True, max_length=ft["max_length"],
+                      return_tensors="pt")
+            loss = model(**enc, labels=torch.tensor([train[int(i)][1] for i in idx])).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+        model.eval()
+        with torch.no_grad():
+            enc = tok([s for s, _ in attack], padding=True, return_tensors="pt")
+            pred = model(**enc).logits.argmax(-1).tolist()
+    acc = float(np.mean([p == y for p, (_, y) in zip(pred, attack)]))
+    info = {"train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-4:])), "heldout_accuracy": acc,
+            "n_train": len(train), "n_attack": len(attack)}
+    return model, tok, tuple(s for s, _ in attack), tuple(int(y) for _, y in attack), info
+
+
+@functools.lru_cache(maxsize=2)
+def label_victim(num_labels: int, seed: int = 0) -> tuple[Any, Any, tuple[str, ...]]:
+    """``(model, tokenizer, texts)``: MiniLM with a fresh ``num_labels``-way head (the start of federated
+    training) and a pool of license sentences (the labels are drawn at random by the scenario)."""
+    from privnlp.models.realistic import minilm_classifier
+
+    model, tok = minilm_classifier(num_labels=num_labels, seed=seed + 5)
+    return model, tok, tuple(s for s, _ in license_sentences())
+
+
+def lm_victim(seed: int = 0, finetune_steps: int | None = None) -> tuple[Any, Any, tuple[Any, ...]]:
+    """``(model, tokenizer, records)``: the realistic LM after the client fine-tuned it on its records.
+
+    The records are the bundled private records that :func:`~privnlp.models.realistic.realistic_lm` inserted
+    in its training text (regenerated with the same seed, so their PII spans are known for NERR); the client
+    then trains ``finetune_steps`` (default ``LM["finetune_steps"]``) AdamW steps on ``LM["records"]`` of them
+    (FILM Fig. 4: recovery needs a model that memorised the client's text; 0 = the realistic LM as built, whose
+    300 steps saw each record about 3 times and did not memorise it)."""
+    return _lm_victim(seed, LM["finetune_steps"] if finetune_steps is None else int(finetune_steps))
+
+
+@functools.lru_cache(maxsize=2)
+def _lm_victim(seed: int, steps: int) -> tuple[Any, Any, tuple[Any, ...]]:
+    import torch
+
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.core.numerics import pinned_threads
+    from privnlp.data import generate_corpus
+    from privnlp.models import train_lm
+    from privnlp.models.realistic import REALISTIC_LM, realistic_lm
+
+    base, tok, info = realistic_lm(seed=seed)
+    p = REALISTIC_LM["private"]
+    corpus = generate_corpus(n_users=p["n_users"], records_per_user=p["records_per_user"], seed=seed + 1)
+    if [r.text for r in corpus.records] != list(info["private_records"]):  # pragma: no cover - a changed generator
+        raise InvalidArgument("the realistic LM's private records no longer match generate_corpus; rebuild the cache")
+    L = LM["max_length"]
+    recs = tuple(r for r in corpus.records if 8 <= len(tok(r.text, verbose=False)["input_ids"]) <= L - 1)[: LM["records"]]
+    model = copy.deepcopy(base)
+    if steps:
+        with pinned_threads(), torch.random.fork_rng():
+            torch.manual_seed(seed)
+            train_lm(model, tok, [r.text for r in recs], steps=steps, batch_size=8,
+                     lr=LM["finetune_lr"], max_length=L, rng=seed)
+    model.eval()
+    return model, tok, recs
+
+
+def _canaries(info: dict, seed: int) -> list[Any]:
+    """The realistic LM's canaries as :class:`~privnlp.data.Canary` objects (redrawn as its build drew them)."""
+    import numpy as np
+
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.data import make_canary
+    from privnlp.models.realistic import REALISTIC_LM
+
+    g = np.random.default_rng(seed)
+    cs = [make_canary(REALISTIC_LM["canaries"]["pattern"], rng=g) for _ in range(REALISTIC_LM["canaries"]["n"])]
+    if [c.text for c in cs] != [c["text"] for c in info["canaries"]]:  # pragma: no cover - a changed generator
+        raise InvalidArgument("the realistic LM's canaries no longer match make_canary; rebuild the cache")
+    return cs
+
+
+def _training_texts(info: dict, seed: int) -> list[str]:
+    """The realistic LM's training texts in its training order (public paragraphs + records + canaries)."""
+    import numpy as np
+
+    from privnlp.data import make_canary
+    from privnlp.models.realistic import REALISTIC_LM, debian_english_texts
+
+    cfg = REALISTIC_LM
+    public = debian_english_texts(**cfg["corpus"])
+    g = np.random.default_rng(seed)
+    canaries = [make_canary(cfg["canaries"]["pattern"], rng=g) for _ in range(cfg["canaries"]["n"])]
+    texts = public + [r for r in info["private_records"] for _ in range(cfg["private"]["repeats"])] + \
+        [c.text for c in canaries for _ in range(cfg["canaries"]["repeats"])]
+    return [texts[i] for i in g.permutation(len(texts))]
+
+
+def heldout_texts(n: int = 200) -> list[str]:
+    """Debian paragraphs after the ones the realistic LM trained on (empty when the machine has no more)."""
+    from privnlp.models.realistic import REALISTIC_LM, debian_english_texts
+
+    c = REALISTIC_LM["corpus"]
+    allp = debian_english_texts(**{**c, "max_paragraphs": c["max_paragraphs"] + n})
+    return allp[c["max_paragraphs"]:]
+
+
+#: DP-SGD training of the realistic LM architecture for ``lm.canary`` with a mechanism (same texts and steps)
+CANARY_DP = {"batch_size": 64, "lr": 1e-3}
+
+
+def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
+    """``lm.canary`` on the realistic preset: ``{"model", "tokenizer", "canaries", "heldout", "info"}``.
+
+    Undefended: the cached :func:`~privnlp.models.realistic.realistic_lm` (its 2 canaries were inserted 16
+    times each). A mechanism with ``make_private`` (DP-SGD) trains the same architecture from scratch on the
+    same texts for the same number of steps with its tokenizer (slow on a CPU: minutes to tens of minutes)."""
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.models.realistic import REALISTIC_LM, realistic_lm
+
+    model, tok, info = realistic_lm(seed=seed)
+    canaries = _canaries(info, seed)
+    out_info: dict[str, Any] = {"n_train": int(info["n_train_texts"]), "repeats": REALISTIC_LM["canaries"]["repeats"],
+                                "pattern": REALISTIC_LM["canaries"]["pattern"], "victim": "realistic_lm"}
+    if mechanism is None:
+        out_info["train_loss"] = float(sum(info["losses"][-10:]) / len(info["losses"][-10:]))
+    elif hasattr(mechanism, "make_private"):
+        from privnlp.core.numerics import pinned_threads
+        from privnlp.models import tiny_gpt2
+
+        from .scenarios.memorization import _dp_train
+
+        cfg = REALISTIC_LM
+        eos = tok.eos_token_id
+        fresh = tiny_gpt2(len(tok), **cfg["model"], bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=seed)
+        with pinned_threads():
+            model, dp = _dp_train(mechanism, fresh, tok, _training_texts(info, seed),
+                                  {"train": cfg["train"], "dp": CANARY_DP}, rng=seed)
+        out_info.update(dp)
+    else:
+        raise InvalidArgument(f"lm.canary supports mechanism=None or a DP-SGD-like mechanism with make_private(); "
+                              f"got {type(mechanism).__name__}")
+    model.eval()
+    return {"model": model, "tokenizer": tok, "canaries": canaries, "heldout": heldout_texts(), "info": out_info}
