@@ -45,14 +45,18 @@ def test_tagger_beats_labels_with_random_boundary_noise():
 
 
 def test_f1_grows_with_sites():
+    """Figure 5 in the paper's federated/central setting: 80 training users (10 per site) divided at random among
+    8 sites, the first K pooled, 12 epochs. Measured (seed 0, 3 divisions): strict F1 0.681 / 0.722 / 0.763 /
+    0.777 for 1 / 2 / 4 / 8 sites (sd 0.04 / 0.01 / 0.02 / 0.01)."""
     from privnlp.mechanisms.pii.experiments import sites_curve
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = sites_curve((1, 2, 4, 8), repeats=3, rng=0)
+        rows = sites_curve((1, 2, 4, 8), setting="central", repeats=3, rng=0)
     print(json.dumps(rows))
     f1 = [r["strict_f1"] for r in rows]
-    assert f1[-1] > f1[0] + 0.03  # 8 sites (all the data) vs 1 site (1/8 of it)
+    assert f1[-1] > f1[0] + 0.05  # 8 sites (all the data) vs 1 site (1/8 of it)
+    assert all(b > a - 0.01 for a, b in zip(f1, f1[1:]))  # no step down beyond noise
 
 
 def test_minilm_token_classifier_trains():
