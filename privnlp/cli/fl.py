@@ -90,7 +90,7 @@ def server(port: int = typer.Option(9093, help="SuperLink HTTP port (Fleet + Con
            num_clients: int = typer.Option(3), clients_per_round: int = typer.Option(3), rounds: int = typer.Option(2),
            mechanism: str = typer.Option("dp_fedavg"), clip_norm: float = typer.Option(0.5),
            noise_multiplier: float = typer.Option(1.0), delta: float = typer.Option(1e-3),
-           task: str = typer.Option("linear", help="linear | lm"),
+           task: str = typer.Option("linear", help="linear | lm | pii_tagger (the federated PII tagger, issue #19)"),
            seed: int = typer.Option(0, help="non-private randomness only (model init, data order); sent to every node"),
            seeded_noise: bool = typer.Option(False, "--seeded-noise", help="reproducible simulation: DP noise and "
                                              "client selection from --seed (the claim says 'noise seeded': not private "
