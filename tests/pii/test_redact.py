@@ -102,3 +102,12 @@ def test_cli_redact(tmp_path):
     assert "PERSON=3" in res.output and "Jane" not in (tmp_path / "o.jsonl").read_text()
     bad = CliRunner().invoke(app, ["redact", str(src), "-o", str(tmp_path / "o2.jsonl"), "--tagger", "none"])
     assert bad.exit_code == 2 and "--field is required" in bad.output
+
+
+def test_recognize_names_an_unknown_label():
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.mechanisms.pii.recognizers import recognize
+
+    with pytest.raises(InvalidArgument, match="EMIAL"):
+        recognize("mail me at a@b.org", labels=["EMIAL"])
+    assert [s.label for s in recognize("mail me at a@b.org", labels=["EMAIL"])] == ["EMAIL"]

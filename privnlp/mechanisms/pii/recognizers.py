@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from privnlp.core.errors import InvalidArgument
+
 __all__ = ["PIISpan", "find_emails", "find_phones", "find_ssns", "find_cards", "find_dates", "luhn_ok",
            "parse_date", "recognize", "DATE_FORMATS", "digits"]
 
@@ -170,14 +172,20 @@ def recognize(text: str, labels: Iterable[str] = tuple(_FINDERS)) -> list[PIISpa
 
     Args:
         text: the text.
-        labels: the recognizers to run, among ``EMAIL``, ``PHONE``, ``SSN``, ``CREDIT_CARD``, ``DATE`` (an unknown
-            label raises ``KeyError``).
+        labels: the recognizers to run, among ``EMAIL``, ``PHONE``, ``SSN``, ``CREDIT_CARD``, ``DATE``.
 
     Returns:
         Non-overlapping spans, in text order.
+
+    Raises:
+        InvalidArgument: an unknown label (named, with the allowed ones).
     """
     from .spans import resolve_overlaps
 
+    labels = tuple(labels)
+    unknown = sorted(set(labels) - set(_FINDERS))
+    if unknown:
+        raise InvalidArgument(f"labels must be among {sorted(_FINDERS)}; got unknown {unknown}")
     out: list[PIISpan] = []
     for lab in labels:
         out.extend(_FINDERS[lab](text))
