@@ -35,10 +35,11 @@ BASE = {"quick": "quick", "full": "full", "realistic": "quick"}
 REALISTIC_SCENARIOS = frozenset({"fedsgd.eavesdropper", "lm.canary"})
 #: attack budgets on the realistic victims (a CPU-sized budget; attacks not listed use their quick example)
 REALISTIC_ATTACKS: dict[str, dict[str, Any]] = {
-    "lamp": {"n_init": 20, "n_perm": 20, "iterations": 8, "n_c": 25, "n_d": 16},  # = LAMP.example("quick")
+    # LAMP.example("quick") with a prior trained on real English (not on the synthetic reviews of the toys)
+    "lamp": {"n_init": 20, "n_perm": 20, "iterations": 8, "n_c": 25, "n_d": 16, "aux_corpus": "debian"},
     "tag": {"iterations": 8},
     "dlg": {"iterations": 8},
-    "film": {"beam_size": 16, "reorder_steps": 50},
+    "film": {"beam_size": 16, "reorder_steps": 20},
 }
 
 CLASSIFIER: dict[str, Any] = {"min_tokens": 8, "max_tokens": 14, "n_train": 160, "n_attack": 32,

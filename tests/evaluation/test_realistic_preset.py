@@ -82,3 +82,14 @@ def test_realistic_classifier_and_lm_tasks_build():
     assert lm.observation.model.config.n_layer >= 4 and lm.observation.model.config.n_embd >= 256
     assert len(lm.ground_truth["texts"]) == 2 and all(len(t) > 10 for t in lm.ground_truth["texts"])
     assert lm.observation.gradients["transformer.wpe.weight"].shape[0] >= LM["max_length"]
+
+
+def test_lamp_prior_corpus_is_validated_and_the_debian_prior_has_no_license_text():
+    from privnlp.attacks.gradient.lamp import LAMP, _debian_prior_texts
+    from privnlp.core.errors import InvalidArgument
+
+    assert LAMP().aux_corpus == "synthetic"  # the quick / full behaviour
+    with pytest.raises(InvalidArgument, match="aux_corpus"):
+        LAMP(aux_corpus="wiki")
+    texts = _debian_prior_texts(200)
+    assert len(texts) == 200 and not any("licen" in t.lower() or "warrant" in t.lower() for t in texts)

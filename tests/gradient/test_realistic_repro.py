@@ -162,15 +162,15 @@ def test_realistic_lamp_tag_dlg():
                       "all": res, "trend_holds": holds, "per_sentence": per[name], "victim": info,
                       "attack_config": {k: getattr(attacks[name], k) for k in (
                           "loss", "alpha_tag", "alpha_reg", "alpha_lm", "n_init", "n_perm", "iterations", "n_c", "n_d",
-                          "lr", "aux_lm_steps")},
+                          "lr", "aux_lm_steps", "aux_corpus")},
                       "command": CMD + " -k lamp_tag_dlg", "seconds": seconds, "machine": _machine()}, table)
     assert all(len(per[n]) == len(trials) for n in per) and all(0.0 <= r["rouge2"] <= 1.0 for r in res.values())
 
 
 N_SENTENCES = 2
-REALISTIC_REPRO_GM = {  # the quick preset's budget (LAMP.example("quick") and 8 x 25 Adam steps for all three)
+REALISTIC_REPRO_GM = {  # the quick budget (LAMP.example("quick"), 8 x 25 Adam steps for all three); LAMP's prior on real English
     "steps": {"iterations": 8, "n_c": 25, "lr": 0.01},
-    "lamp": {"n_init": 20, "n_perm": 20, "n_d": 16, "aux_lm_steps": 300},
+    "lamp": {"n_init": 20, "n_perm": 20, "n_d": 16, "aux_lm_steps": 300, "aux_corpus": "debian"},
 }
 
 
@@ -231,7 +231,13 @@ def test_realistic_film():
     assert all(0.0 <= r["rougeL"] <= 1.0 for r in rows) and rows[0]["n_updates"] == 4
 
 
-FILM_BUDGET = {"beam_size": 16, "reorder_steps": 20}
+def _film_budget():
+    from privnlp.evaluation.realistic import REALISTIC_ATTACKS
+
+    return dict(REALISTIC_ATTACKS["film"])  # what `privnlp evaluate --preset realistic` runs
+
+
+FILM_BUDGET = _film_budget()
 
 
 # ------------------------------------------------------------------------------------------------ canaries

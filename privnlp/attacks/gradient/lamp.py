@@ -39,15 +39,37 @@ __all__ = ["LAMP", "DLG", "TAG", "aux_lm", "reconstruct"]
 _AUX: dict[tuple[str, int, int], Any] = {}
 
 
-def aux_lm(tokenizer: Any, *, steps: int = 300, seed: int = 0, n_texts: int = 2000) -> Any:
-    """The auxiliary causal LM on the victim's tokenizer: a tiny GPT-2 trained on public synthetic
-    sentiment text (``generate_sentiment(seed=1000+seed)``, disjoint from the client's data). Cached per process.
+#: corpora the auxiliary LM can be trained on (``aux_corpus``)
+AUX_CORPORA = ("synthetic", "debian")
+
+
+def _debian_prior_texts(n_texts: int) -> list[str]:
+    """Public English prose found offline (Debian README / changelog / Python docs under ``/usr/share/doc``) with
+    every paragraph that mentions a license, warranty or copyright dropped, so the prior never saw license text."""
+    from privnlp.models.realistic import debian_english_texts
+
+    out = []
+    for t in debian_english_texts(max_paragraphs=4 * n_texts, roots=("/usr/share/doc",)):
+        low = t.lower()
+        if not any(w in low for w in ("licen", "warrant", "copyright")):
+            out.append(t)
+            if len(out) == n_texts:
+                break
+    return out
+
+
+def aux_lm(tokenizer: Any, *, steps: int = 300, seed: int = 0, n_texts: int = 2000, corpus: str = "synthetic") -> Any:
+    """The auxiliary causal LM on the victim's tokenizer: a tiny GPT-2 trained on public text disjoint from the
+    client's data. ``corpus="synthetic"``: synthetic sentiment reviews (``generate_sentiment(seed=1000+seed)``, the
+    bundled victims' domain); ``"debian"``: real English prose found offline, license text filtered out
+    (:func:`_debian_prior_texts`; the realistic preset, whose client sentences are license text). Cached per process.
 
     Args:
         tokenizer: the victim's tokenizer (the LM shares its vocabulary).
         steps: training steps.
         seed: model, data and training seed.
         n_texts: public training texts generated.
+        corpus: ``"synthetic"`` or ``"debian"`` (see above).
 
     Returns:
         The trained tiny GPT-2, in eval mode.
@@ -57,10 +79,14 @@ def aux_lm(tokenizer: Any, *, steps: int = 300, seed: int = 0, n_texts: int = 20
     from privnlp.data import generate_sentiment
     from privnlp.models import tiny_gpt2
 
-    key = (str(sorted(tokenizer.get_vocab().items())[:50]) + str(len(tokenizer)), steps, seed)
+    if corpus not in AUX_CORPORA:
+        raise InvalidArgument(f"aux_corpus must be one of {AUX_CORPORA}; got {corpus!r}")
+    key = (str(sorted(tokenizer.get_vocab().items())[:50]) + str(len(tokenizer)), steps, seed) + (
+        () if corpus == "synthetic" else (corpus,))
     if key in _AUX:
         return _AUX[key]
-    texts = list(generate_sentiment(n_texts, seed=1000 + seed).texts)
+    texts = list(generate_sentiment(n_texts, seed=1000 + seed).texts) if corpus == "synthetic" else \
+        _debian_prior_texts(n_texts)
     rows = [r for r in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if len(r) >= 2]
     model = tiny_gpt2(len(tokenizer), n_layer=2, n_embd=64, n_head=2, n_positions=128, seed=seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -404,6 +430,8 @@ class _GradientMatching(Attack):
         lr: Adam learning rate, > 0.
         batched: score candidates in one vmapped call (``False``: a loop; same result).
         aux_lm_steps: training steps of the auxiliary LM (:func:`aux_lm`), in [0, 10**6].
+        aux_corpus: the auxiliary LM's public training text, ``"synthetic"`` (sentiment reviews) or ``"debian"``
+            (real English prose without license text), see :func:`aux_lm`.
 
     Raises:
         InvalidArgument: an unknown ``loss`` or an argument outside its range.
@@ -420,9 +448,11 @@ class _GradientMatching(Attack):
 
     def __init__(self, loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
                  n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
-                 lr: float = 0.01, batched: bool = True, aux_lm_steps: int = 300) -> None:
+                 lr: float = 0.01, batched: bool = True, aux_lm_steps: int = 300, aux_corpus: str = "synthetic") -> None:
         if loss not in ("cos", "tag", "l2"):
             raise InvalidArgument(f"loss must be 'cos', 'tag' (L2+L1) or 'l2'; got {loss!r}")
+        if aux_corpus not in AUX_CORPORA:
+            raise InvalidArgument(f"aux_corpus must be one of {AUX_CORPORA}; got {aux_corpus!r}")
         for nm, v in (("n_init", n_init), ("iterations", iterations), ("n_c", n_c)):
             check_range(nm, v, 1, 10**6, integer=True)
         for nm, v in (("n_perm", n_perm), ("n_d", n_d), ("aux_lm_steps", aux_lm_steps)):
@@ -442,6 +472,7 @@ class _GradientMatching(Attack):
         self.lr = lr
         self.batched = batched
         self.aux_lm_steps = aux_lm_steps
+        self.aux_corpus = aux_corpus
 
     def applies_to(self, observation: Any) -> bool:
         return (isinstance(observation, GradientObservation) and observation.labels is not None
@@ -455,7 +486,7 @@ class _GradientMatching(Attack):
                                   "observation (the paper's threat model grants them)")
         lm = None
         if self.alpha_lm > 0 and self.n_d > 0 and self.aux_lm_steps > 0:
-            lm = aux_lm(observation.tokenizer, steps=self.aux_lm_steps)
+            lm = aux_lm(observation.tokenizer, steps=self.aux_lm_steps, corpus=self.aux_corpus)
         ids, raw = reconstruct(observation.model, observation.gradients, observation.labels, observation.lengths,
                                observation.tokenizer, rng=rng, loss=self.loss, alpha_tag=self.alpha_tag,
                                alpha_reg=self.alpha_reg, alpha_lm=self.alpha_lm, n_init=self.n_init,
