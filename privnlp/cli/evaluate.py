@@ -15,7 +15,7 @@ def evaluate(
     ctx: typer.Context,
     all_: bool = typer.Option(False, "--all", help="Evaluate every registered defense."),
     defense: Optional[List[str]] = typer.Option(None, "--defense", "-d", help="Defense name (repeatable)."),
-    preset: str = typer.Option("quick", "--preset", help="quick (CI, minutes) or full (make repro)."),
+    preset: str = typer.Option("quick", "--preset", help="quick (CI, minutes), full (make repro) or realistic (pretrained MiniLM and a Debian-text LM as victims where a scenario has one)."),
     report_dir: Path = typer.Option(Path("reports"), "--report-dir", help="Where reports are written."),
     cards: bool = typer.Option(False, "--cards/--no-cards", help="Also (re)write mechanisms/<name>/README.md cards."),
     cards_dir: Path = typer.Option(Path("mechanisms"), "--cards-dir", help="Folder of the mechanism cards."),
