@@ -111,3 +111,13 @@ def test_recognize_names_an_unknown_label():
     with pytest.raises(InvalidArgument, match="EMIAL"):
         recognize("mail me at a@b.org", labels=["EMIAL"])
     assert [s.label for s in recognize("mail me at a@b.org", labels=["EMAIL"])] == ["EMAIL"]
+
+
+@pytest.mark.parametrize("bad", [49.9, 101, float("nan")])
+def test_pii_redaction_checks_fuzzy_threshold_at_construction(bad):
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.mechanisms.pii import PIIRedaction
+
+    with pytest.raises(InvalidArgument, match="fuzzy_threshold"):
+        PIIRedaction(fuzzy_threshold=bad)
+    assert PIIRedaction(fuzzy_threshold=90).fuzzy_threshold == 90

@@ -183,3 +183,14 @@ def test_registered_mechanisms_have_claims(name):
     assert c.kind == (ClaimKind.DP if name == "dp_sgd" else ClaimKind.HEURISTIC)
     assert cls.paired_attacks and cls.threat_models and cls.paper.split()[0].endswith(".txt")
     assert ".txt" in (cls.__doc__ or "")
+
+
+@pytest.mark.parametrize("cls, frac", [("GradientPruningDefense", "keep_fraction"), ("GradDropDefense", "drop_fraction")])
+def test_update_transform_defenses_check_scope_at_construction(cls, frac):
+    import privnlp.mechanisms.training as T
+    from privnlp.core.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="scope must be 'global' or 'per_tensor'; got 'layer'"):
+        getattr(T, cls)(**{frac: 0.5, "scope": "layer"})
+    for scope in ("global", "per_tensor"):
+        assert getattr(T, cls)(**{frac: 0.5, "scope": scope}).scope == scope

@@ -180,7 +180,7 @@ class AutoAnnotator:
     """Locate known PII fields in a document (paper §2.2) and return non-overlapping spans.
 
     Args:
-        fuzzy_threshold: rapidfuzz ratio (0-100) a candidate phrase needs to match a field variant.
+        fuzzy_threshold: rapidfuzz ratio a candidate phrase needs to match a field variant, in [50, 100].
         nicknames / initials / partial_names: which name variants are searched.
         patterns: also tag every date / phone / SSN / e-mail the regex recognizers find, known or not
             (structured PII that the fields do not list; off in the paper's setting).

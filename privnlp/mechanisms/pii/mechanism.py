@@ -52,8 +52,7 @@ class PIIRedaction(Mechanism):
         min_count: the least count of a word to enter the tagger's vocabulary, an integer in [1, 10**6].
         patterns: the auto-annotator also tags every date / phone / SSN / e-mail the regex recognizers find.
         regex: the redactor also applies the regex recognizers.
-        fuzzy_threshold: the rapidfuzz ratio a phrase needs to match a known field, in [50, 100] (checked when
-            the annotator is built, in ``fit``).
+        fuzzy_threshold: the rapidfuzz ratio a phrase needs to match a known field, in [50, 100].
 
     Raises:
         InvalidArgument: an unknown ``mode`` or an argument out of range.
@@ -75,6 +74,7 @@ class PIIRedaction(Mechanism):
         check_positive("lr", lr)
         check_range("min_count", min_count, 1, 10**6, integer=True)
         check_range("word_dropout", word_dropout, 0.0, 1.0)
+        check_range("fuzzy_threshold", fuzzy_threshold, 50.0, 100.0)
         self.mode = mode
         self.sites = sites
         self.rounds = rounds
@@ -136,8 +136,7 @@ class LeakyPIIRedactionFirstMention(PIIRedaction):
         min_count: the least count of a word to enter the tagger's vocabulary, an integer in [1, 10**6].
         patterns: the auto-annotator also tags every date / phone / SSN / e-mail the regex recognizers find.
         regex: the redactor also applies the regex recognizers.
-        fuzzy_threshold: the rapidfuzz ratio a phrase needs to match a known field, in [50, 100] (checked when
-            the annotator is built, in ``fit``).
+        fuzzy_threshold: the rapidfuzz ratio a phrase needs to match a known field, in [50, 100].
 
     Raises:
         InvalidArgument: an unknown ``mode`` or an argument out of range.

@@ -238,6 +238,11 @@ class FrozenEmbeddings(Mechanism):
 
 
 # ============================================================================ update transforms
+def _check_scope(scope: Any) -> None:
+    if scope not in ("global", "per_tensor"):
+        raise InvalidArgument(f"scope must be 'global' or 'per_tensor'; got {scope!r}")
+
+
 class TransformMechanism(Mechanism):
     """Base of the mechanisms that transform a gradient / update before it is sent."""
 
@@ -267,17 +272,17 @@ class GradientPruningDefense(TransformMechanism):
 
     Args:
         keep_fraction: the fraction of entries kept, in [0, 1] (prune ratio = 1 - keep_fraction).
-        scope: ``"per_tensor"`` (a threshold per parameter tensor) or ``"global"`` (checked when the
-            transform is built).
+        scope: ``"per_tensor"`` (a threshold per parameter tensor) or ``"global"``.
 
     Raises:
-        InvalidArgument: ``keep_fraction`` outside [0, 1]; (``apply``) an unknown ``scope``.
+        InvalidArgument: ``keep_fraction`` outside [0, 1] or an unknown ``scope``.
     """
 
     paper = "film-recovering-private-text-in-fl.txt (gradient pruning, Zhu et al. 2019)"
 
     def __init__(self, keep_fraction: float = 0.1, scope: str = "per_tensor") -> None:
         check_probability("keep_fraction", keep_fraction)
+        _check_scope(scope)
         self.keep_fraction = keep_fraction
         self.scope = scope
 
@@ -328,17 +333,17 @@ class GradDropDefense(TransformMechanism):
 
     Args:
         drop_fraction: the fraction of entries zeroed, in [0, 1].
-        scope: ``"global"`` (one threshold over the whole update) or ``"per_tensor"`` (checked when the
-            transform is built).
+        scope: ``"global"`` (one threshold over the whole update) or ``"per_tensor"``.
 
     Raises:
-        InvalidArgument: ``drop_fraction`` outside [0, 1]; (``apply``) an unknown ``scope``.
+        InvalidArgument: ``drop_fraction`` outside [0, 1] or an unknown ``scope``.
     """
 
     paper = "rlg-revealing-labels-from-gradients.txt (GradDrop)"
 
     def __init__(self, drop_fraction: float = 0.9, scope: str = "global") -> None:
         check_probability("drop_fraction", drop_fraction)
+        _check_scope(scope)
         self.drop_fraction = drop_fraction
         self.scope = scope
 
