@@ -139,15 +139,9 @@ def troubleshooting_page() -> str:
 
 def short_claim(claim: Any) -> str:
     """A one-cell summary of a PrivacyClaim (the card states it in full)."""
-    kind = getattr(claim.kind, "value", str(claim.kind))
-    unit = getattr(claim.unit, "value", claim.unit)
-    eps = claim.epsilon
-    e = "∞" if eps is not None and math.isinf(eps) else (f"{eps:.3g}" if eps is not None else "?")
-    if kind == "dp":
-        return f"({e}, {claim.delta:.0e})-DP per {unit}"
-    if kind == "metric_dp":
-        return f"{e}·d metric DP per {unit}"
-    return {"cryptographic": "cryptographic", "heuristic": "heuristic (no formal guarantee)"}.get(kind, "none")
+    from privnlp.cli._summary import short_claim as one_line
+
+    return one_line(claim, long=True)
 
 
 def _num(v: Any) -> str:

@@ -15,3 +15,19 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 from pathlib import Path as _Path
 
 os.environ.setdefault("PRIVNLP_CACHE_DIR", str(_Path(__file__).resolve().parents[1] / ".privnlp-cache" / "tests"))
+
+
+import shutil as _shutil
+
+import pytest as _pytest
+
+
+@_pytest.fixture
+def chromium() -> str:
+    """The headless browser for the render tests; skips with a message where none is installed (``.ci/run``
+    installs Debian's ``chromium``)."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = _shutil.which(name)
+        if found:
+            return found
+    _pytest.skip("Chromium is not installed (the CI script installs Debian's `chromium`); cannot render HTML")

@@ -12,17 +12,28 @@ def _num(v: Any) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
 
 
-def short_claim(claim: Any) -> str:
-    """One line: ``(7.96, 1e-05)-DP / example``, ``10·d metric DP / word``, ``cryptographic``, ``heuristic``."""
+def short_claim(claim: Any, *, long: bool = False) -> str:
+    """One line for a :class:`~privnlp.core.claims.PrivacyClaim` (the card states it in full).
+
+    Args:
+        claim: the claim.
+        long: the README / site wording (``(7.96, 1e-05)-DP per example``, ``heuristic (no formal guarantee)``)
+            instead of the terminal's (``(7.96, 1e-05)-DP / example``, ``heuristic``).
+
+    Returns:
+        ``(eps, delta)-DP``, ``eps·d metric DP``, ``cryptographic``, ``heuristic`` or ``none``.
+    """
     kind = getattr(claim.kind, "value", str(claim.kind))
     unit = getattr(claim.unit, "value", claim.unit)
+    per = "per" if long else "/"
     eps = claim.epsilon
     e = "∞" if eps is not None and math.isinf(eps) else (f"{eps:.3g}" if eps is not None else "?")
     if kind == "dp":
-        return f"({e}, {claim.delta:.0e})-DP / {unit}"
+        return f"({e}, {claim.delta:.0e})-DP {per} {unit}"
     if kind == "metric_dp":
-        return f"{e}·d metric DP / {unit}"
-    return {"cryptographic": "cryptographic", "heuristic": "heuristic"}.get(kind, "none")
+        return f"{e}·d metric DP {per} {unit}"
+    heuristic = "heuristic (no formal guarantee)" if long else "heuristic"
+    return {"cryptographic": "cryptographic", "heuristic": heuristic}.get(kind, "none")
 
 
 def summary_table(outcomes: Sequence[Any], failures: Mapping[str, str] | None = None, *,

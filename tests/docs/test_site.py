@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,14 +17,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def _chromium():
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        p = shutil.which(name)
-        if p:
-            return p
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +69,8 @@ def _probe(page: Path, js: str) -> Path:
 
 @pytest.mark.parametrize("page,min_tables,min_images", [("index.html", 1, 0), ("cards/dp_sgd/index.html", 2, 1)],
                          ids=["home", "card"])
-def test_site_pages_render_in_chromium(site, tmp_path, page, min_tables, min_images):
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("Chromium is not installed (the CI script installs Debian's `chromium`); cannot render the site")
+def test_site_pages_render_in_chromium(site, tmp_path, page, min_tables, min_images, chromium):
+    exe = chromium
     flags = [*FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     target = site / page
     # 1) the DOM after rendering: the theme's stylesheet applied, tables present, images decoded

@@ -1,7 +1,6 @@
 """Render a report's HTML page in headless Chromium and check it shows the tables and images."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
@@ -10,18 +9,8 @@ from privnlp.core import AttackMetrics, LeakageReport, PrivacyClaim, summarize
 from privnlp.evaluation.plots import headline_bar_figure
 
 
-def _chromium():
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        p = shutil.which(name)
-        if p:
-            return p
-    return None
-
-
-def test_html_report_renders_tables_and_images_in_chromium(tmp_path):
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("Chromium is not installed (the CI script installs Debian's `chromium`); cannot render HTML")
+def test_html_report_renders_tables_and_images_in_chromium(tmp_path, chromium):
+    exe = chromium
     rep = LeakageReport(mechanism="demo", claim=PrivacyClaim.dp(2.0, 1e-5, "record"), threat_models=(),
                         attacks=(AttackMetrics("film", "rougeL", {"rougeL": summarize([0.2, 0.3])},
                                                {"rougeL": summarize([0.9, 0.95])}),),
@@ -58,7 +47,7 @@ def test_html_report_renders_tables_and_images_in_chromium(tmp_path):
     assert r.returncode == 0 and shot.exists() and shot.stat().st_size > 10_000
 
 
-def test_index_overview_heatmap_and_scatter_render_in_chromium(tmp_path):
+def test_index_overview_heatmap_and_scatter_render_in_chromium(tmp_path, request):
     """Issue #17: the index page's defenses x attacks heatmap and privacy-utility scatter (also PNG + SVG)."""
     from privnlp.evaluation.cards import EvaluationOutcome, write_index
 
@@ -76,9 +65,7 @@ def test_index_overview_heatmap_and_scatter_render_in_chromium(tmp_path):
     for stem in ("overview-heatmap", "overview-tradeoff"):
         assert (tmp_path / f"{stem}.png").read_bytes().startswith(b"\x89PNG")
         assert b"<svg" in (tmp_path / f"{stem}.svg").read_bytes()[:2000]
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("Chromium is not installed (the CI script installs Debian's `chromium`); cannot render HTML")
+    exe = request.getfixturevalue("chromium")  # skips here, after the file checks, where Chromium is missing
     probe = tmp_path / "probe.html"
     probe.write_text(index.read_text().replace(
         "</body>", "<script>window.onload=()=>{const s=[...document.querySelectorAll('figure img')]"
