@@ -5,6 +5,9 @@ sees output probabilities only).
 * :func:`causal_log_probs` — total and per-token natural-log probability of each text under a causal
   LM (texts sorted by length and batched; the first token is conditioned on nothing and is not
   scored, exactly as in training where texts carry no bos token).
+* :func:`prefix_log_probs` — probability that a causal LM's text *starts with* a string, summed over every
+  tokenization of it (a partial secret "4" of a BPE that merged the whole secret "4821" into one token is
+  scored by the tokens that start with it, not by the rare token "4"): what a symbol-by-symbol search needs.
 * :func:`masked_pll` — pseudo-log-likelihood of the tokens of a marked span (masked LMs, the
   HS / HSH / HHSHH secrets of ``../shared/papers/dp-bert-and-dp-wordpiece.txt``).
 
@@ -21,7 +24,7 @@ import torch
 
 from privnlp.core.errors import InvalidArgument, check_range
 
-__all__ = ["TextScores", "causal_log_probs", "log_perplexity_bits", "exposure_rates", "masked_pll"]
+__all__ = ["TextScores", "causal_log_probs", "prefix_log_probs", "log_perplexity_bits", "exposure_rates", "masked_pll"]
 
 LN2 = float(np.log(2.0))
 
@@ -112,6 +115,120 @@ def causal_log_probs(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_
             total[idx] = tok.sum(1).double().numpy()
             count[idx] = valid.sum(1).numpy()
     return TextScores(total, count)
+
+
+_TOKEN_STRINGS: dict[int, tuple[Any, list[str]]] = {}
+
+
+def token_strings(tokenizer: Any) -> list[str] | None:
+    """The surface string of every vocabulary id (``decode([i])``), or ``None`` when single-token decodes do not
+    concatenate back to the text (a tokenizer that inserts spaces between tokens, e.g. word-level or WordPiece)."""
+    key = id(tokenizer)
+    if key in _TOKEN_STRINGS and _TOKEN_STRINGS[key][0] is tokenizer:
+        return _TOKEN_STRINGS[key][1]
+    strs = [tokenizer.decode([i]) for i in range(len(tokenizer))]
+    probe = "my pin code is 4821, call 555-0199 at 10:30 now."
+    ids = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    ok = "".join(strs[i] for i in ids) == probe
+    _TOKEN_STRINGS[key] = (tokenizer, strs if ok else None)
+    return strs if ok else None
+
+
+def _next_log_probs(model: Any, contexts: Sequence[tuple[int, ...]], pad: int, batch_size: int) -> dict:
+    """``{context: log-softmax of the next token}`` for non-empty token contexts, batched."""
+    out: dict[tuple[int, ...], torch.Tensor] = {}
+    ctx = sorted(set(contexts), key=len)
+    for s in range(0, len(ctx), batch_size):
+        rows = ctx[s:s + batch_size]
+        t = max(len(r) for r in rows)
+        x = torch.full((len(rows), t), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), t), dtype=torch.long)
+        for j, r in enumerate(rows):
+            x[j, :len(r)] = torch.as_tensor(r, dtype=torch.long)
+            mask[j, :len(r)] = 1
+        pos = torch.arange(t, dtype=torch.long).unsqueeze(0).repeat(len(rows), 1)
+        logits = model(input_ids=x, attention_mask=mask, position_ids=pos).logits.float()
+        last = torch.tensor([len(r) - 1 for r in rows])
+        lp = torch.log_softmax(logits[torch.arange(len(rows)), last], dim=-1)
+        for j, r in enumerate(rows):
+            out[r] = lp[j]
+    return out
+
+
+def prefix_log_probs(model: Any, tokenizer: Any, context: str, continuations: Sequence[str], *,
+                     batch_size: int = 256) -> np.ndarray:
+    """``log P(the text after `context` starts with c)`` for each ``c``, summed over tokenizations (nats).
+
+    ``P(c) = sum_{v: s(v) starts with c} p(v) + sum_{v: s(v) a proper prefix of c} p(v) P(c[len s(v):] | v)``,
+    ``s(v)`` the token's surface string: a partial secret is scored by every token path that can produce it
+    (BPE merges of the secret included), not by its own canonical tokenization, which a merged secret makes
+    rare. Exact for tokenizers whose single-token decodes concatenate back to the text (byte-level BPE);
+    otherwise (:func:`token_strings` is ``None``) the canonical tokenization of ``context + c`` is scored.
+
+    Args:
+        model: a causal LM.
+        tokenizer: its tokenizer.
+        context: the known text before the continuation (tokenized canonically; must be non-empty).
+        continuations: the strings whose prefix probability is wanted.
+        batch_size: contexts per forward pass, an integer in [1, 10**6].
+
+    Returns:
+        One natural-log probability per continuation (the context's own probability not included).
+
+    Raises:
+        InvalidArgument: an empty ``context`` or ``batch_size`` out of range.
+    """
+    check_range("batch_size", batch_size, 1, 10**6, integer=True)
+    if not context:
+        raise InvalidArgument("context must be a non-empty string (the first token is not scored)")
+    conts = list(continuations)
+    strs = token_strings(tokenizer)
+    if strs is None:
+        base = float(causal_log_probs(model, tokenizer, [context]).total[0])
+        return causal_log_probs(model, tokenizer, [context + c for c in conts], batch_size=batch_size).total - base
+    anchor = tuple(tokenizer(context, add_special_tokens=False)["input_ids"])
+    by_first: dict[str, list[int]] = {}
+    for i, st in enumerate(strs):
+        if st:
+            by_first.setdefault(st[0], []).append(i)
+    pad = _pad_id(tokenizer)
+    memo: dict[tuple[tuple[int, ...], str], float] = {}
+    # expand the search tree level by level: each node (token context, remaining string) needs the context's
+    # next-token distribution; all contexts of a level go through the model in one batched call
+    level = {(anchor, c) for c in conts if c}
+    tree: dict[tuple[tuple[int, ...], str], tuple[list[int], list[tuple[int, tuple[tuple[int, ...], str]]]]] = {}
+    with _eval(model):
+        while level:
+            lps = _next_log_probs(model, [ctx for ctx, _ in level], pad, batch_size)
+            nxt = set()
+            for ctx, rem in level:
+                ends, steps = [], []
+                for v in by_first.get(rem[0], ()):
+                    st = strs[v]
+                    if st.startswith(rem):
+                        ends.append(v)
+                    elif rem.startswith(st):
+                        child = (ctx + (v,), rem[len(st):])
+                        steps.append((v, child))
+                        if child not in tree:
+                            nxt.add(child)
+                tree[(ctx, rem)] = (ends, steps)
+                memo[(ctx, rem)] = lps[ctx]  # type: ignore[assignment]
+            level = {n for n in nxt if n not in tree}
+
+    vals: dict[tuple[tuple[int, ...], str], float] = {}
+
+    def value(node: tuple[tuple[int, ...], str]) -> float:
+        if node in vals:
+            return vals[node]
+        ends, steps = tree[node]
+        lp = memo[node]
+        terms = [float(torch.logsumexp(lp[ends], 0))] if ends else []
+        terms += [float(lp[v]) + value(child) for v, child in steps]
+        vals[node] = float(np.logaddexp.reduce(terms)) if terms else float("-inf")
+        return vals[node]
+
+    return np.array([value((anchor, c)) if c else 0.0 for c in conts], dtype=np.float64)
 
 
 def log_perplexity_bits(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:

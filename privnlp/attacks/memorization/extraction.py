@@ -16,8 +16,13 @@ the alphabet (digits / the word list) symbol by symbol, keeping the ``beam_width
 partial secrets (a beam approximation of their shortest-path search): the secret is *extracted*
 if it is the top-ranked full candidate.
 
-The search space is the canary's alphabet (its randomness space), scored with full-text
-log-probabilities, so it is tokenization-agnostic (BPE merges of digits do not matter).
+The search space is the canary's alphabet (its randomness space). A partial secret is scored by the
+probability that the text continues with it, summed over every tokenization
+(:func:`~privnlp.attacks.memorization._lm.prefix_log_probs`): a BPE that merged a repeated secret into one
+token ("4821") still gives the partial "48" the mass of the tokens that start with it, where the canonical
+tokenization's rare single-digit tokens would lose the secret in the first steps. Full candidates are ranked
+by full-text log-perplexity. (Exact for byte-level BPE; tokenizers whose tokens do not concatenate back to the
+text fall back to canonical scoring.)
 Threat model: black-box querier who knows the format, a prefix of the secret (RS/BS) or nothing
 of it (Carlini extraction).
 """
@@ -37,6 +42,7 @@ from privnlp.core.rng import as_numpy
 from privnlp.data.canaries import Canary
 from privnlp.data.corpus import Record
 
+from ._lm import LN2, prefix_log_probs
 from .exposure import BLACK_BOX_CANARY, _truth_canary, canary_template, score_candidates
 
 __all__ = ["render_partial", "random_sampling_test", "beam_search_test", "beam_extract", "ExtractionResult",
@@ -125,11 +131,18 @@ def _beam(model: Any, tokenizer: Any, canary: Canary, start: Sequence[str], widt
           batch_size: int = 512) -> list[tuple[tuple[str, ...], float]]:
     alph = _flat_alphabets(canary)
     beams: list[tuple[tuple[str, ...], float]] = [(tuple(start), 0.0)]
+    context = canary.prefix.rstrip()
     for pos in range(len(start), len(alph)):
         cands = [b + (a,) for b, _ in beams for a in alph[pos]]
         texts = [render_partial(canary, c) for c in cands]
-        scores = score_candidates(model, tokenizer, canary, texts, kind=kind, batch_size=batch_size) \
-            if kind == "causal" else _masked_partial(model, tokenizer, canary, cands)
+        if kind != "causal":
+            scores = _masked_partial(model, tokenizer, canary, cands)
+        elif pos + 1 < len(alph) and context and all(t.startswith(context) for t in texts):
+            # a partial secret: the probability that the text continues with it, over every tokenization
+            scores = -prefix_log_probs(model, tokenizer, context, [t[len(context):] for t in texts],
+                                       batch_size=batch_size) / LN2
+        else:
+            scores = score_candidates(model, tokenizer, canary, texts, kind=kind, batch_size=batch_size)
         order = np.lexsort((np.arange(len(cands)), scores))[:width]
         beams = [(cands[i], float(scores[i])) for i in order]
     return beams
