@@ -35,10 +35,13 @@ BASE = {"quick": "quick", "full": "full", "realistic": "quick"}
 REALISTIC_SCENARIOS = frozenset({"fedsgd.eavesdropper", "lm.canary"})
 #: attack budgets on the realistic victims (a CPU-sized budget; attacks not listed use their quick example)
 REALISTIC_ATTACKS: dict[str, dict[str, Any]] = {
-    # LAMP.example("quick") with a prior trained on real English (not on the synthetic reviews of the toys)
-    "lamp": {"n_init": 20, "n_perm": 20, "iterations": 8, "n_c": 25, "n_d": 16, "aux_corpus": "debian"},
-    "tag": {"iterations": 8},
-    "dlg": {"iterations": 8},
+    # LAMP.example("quick")'s budget (200 Adam steps) with the reference code's hyperparameters (eth-sri/lamp
+    # lamp_cos.sh, tag.sh, dlg.sh) and a prior on real English: a Kneser-Ney bigram on ~100k Debian paragraphs
+    # without license text (a tiny GPT-2 trained on CPU on BERT's 30k vocabulary overfits: NLL 15 on unseen text)
+    "lamp": {"n_init": 20, "n_perm": 20, "iterations": 8, "n_c": 25, "n_d": 16, "lr": 0.01, "lr_decay": 0.89,
+             "alpha_lm": 0.2, "alpha_reg": 1.0, "prior": "kn-bigram", "aux_corpus": "debian"},
+    "tag": {"iterations": 8, "n_c": 25, "alpha_tag": 0.01, "lr": 0.1, "lr_decay": 1.0},
+    "dlg": {"iterations": 8, "n_c": 25, "lr": 0.1, "lr_decay": 1.0},
     "film": {"beam_size": 16, "reorder_steps": 20},
 }
 

@@ -41,6 +41,8 @@ def test_presets_run_and_score(tiny_bert_obs):
         assert set(s) >= {"rouge1", "rouge2", "rougeL"} and len(res.reconstructions) == 1
     res = get("lamp")(n_init=4, n_perm=4, iterations=2, n_c=10, n_d=4, aux_lm_steps=0).run(obs, rng=0)
     assert len(res.reconstructions[0].split()) <= 4
+    kn = get("lamp")(n_init=4, n_perm=4, iterations=2, n_c=10, n_d=4, prior="kn-bigram").run(obs, rng=0)
+    assert len(kn.raw["token_ids"][0]) == obs.lengths[0]
 
 
 def test_batched_scoring_equals_loop(tiny_bert_obs):

@@ -33,7 +33,7 @@ from privnlp.core.registry import ATTACKS
 
 from ._common import hungarian_rouge
 
-__all__ = ["LAMP", "DLG", "TAG", "aux_lm", "reconstruct"]
+__all__ = ["LAMP", "DLG", "TAG", "aux_lm", "kn_prior", "KneserNeyBigram", "reconstruct"]
 
 
 _AUX: dict[tuple[str, int, int], Any] = {}
@@ -114,9 +114,104 @@ def aux_lm(tokenizer: Any, *, steps: int = 300, seed: int = 0, n_texts: int = 20
     return model
 
 
+#: auxiliary LM kinds (``prior``): the paper's neural LM (a tiny GPT-2 trained here) or a Kneser-Ney bigram
+PRIORS = ("gpt2", "kn-bigram")
+
+
+class KneserNeyBigram:
+    """Interpolated Kneser-Ney bigram LM over the victim's token ids (Chen & Goodman 1998, absolute discount
+    ``D``): ``P(w|v) = max(c(v,w) - D, 0) / c(v) + D N1+(v.) / c(v) * P_cont(w)``, ``P_cont(w)`` the share of
+    distinct left contexts of ``w`` (add-1/2 smoothed over the vocabulary, so no token has probability 0).
+
+    Counts come from texts tokenized without special tokens. :meth:`nll` is the mean NLL of a sequence's
+    transitions (the first token is not scored, as in the neural prior's ``_lm_nll``).
+
+    Args:
+        rows: token-id sequences of the public training text.
+        vocab_size: the tokenizer's vocabulary size.
+        discount: the absolute discount ``D``, in (0, 1).
+
+    Raises:
+        InvalidArgument: ``discount`` outside (0, 1) or no bigram in ``rows``.
+    """
+
+    def __init__(self, rows: Sequence[Sequence[int]], vocab_size: int, discount: float = 0.75) -> None:
+        check_range("discount", discount, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False)
+        V = int(vocab_size)
+        left = np.concatenate([np.asarray(r[:-1], dtype=np.int64) for r in rows if len(r) >= 2] or [np.zeros(0, np.int64)])
+        right = np.concatenate([np.asarray(r[1:], dtype=np.int64) for r in rows if len(r) >= 2] or [np.zeros(0, np.int64)])
+        if not len(left):
+            raise InvalidArgument("the prior's training text has no bigram")
+        keys, counts = np.unique(left * V + right, return_counts=True)
+        self.V, self.D = V, float(discount)
+        self.keys, self.counts = keys, counts.astype(np.float64)
+        v_of, w_of = keys // V, keys % V
+        self.c_v = np.bincount(left, minlength=V).astype(np.float64)       # c(v) as a left context
+        self.n1_v = np.bincount(v_of, minlength=V).astype(np.float64)      # N1+(v .)
+        n1_w = np.bincount(w_of, minlength=V).astype(np.float64)           # N1+(. w)
+        self.p_cont = (n1_w + 0.5) / (n1_w.sum() + 0.5 * V)
+        self.n_tokens = int(len(left) + sum(1 for r in rows if len(r) >= 2))
+
+    def log_prob(self, v: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``log P(w | v)`` elementwise (natural log)."""
+        v, w = np.asarray(v, dtype=np.int64), np.asarray(w, dtype=np.int64)
+        k = v * self.V + w
+        i = np.clip(np.searchsorted(self.keys, k), 0, len(self.keys) - 1)
+        c = np.where(self.keys[i] == k, self.counts[i], 0.0)
+        cv = self.c_v[v]
+        safe = np.maximum(cv, 1.0)
+        p = np.where(cv > 0, np.maximum(c - self.D, 0.0) / safe + self.D * self.n1_v[v] / safe * self.p_cont[w],
+                     self.p_cont[w])
+        return np.log(p)
+
+    def nll(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        """Mean NLL per sequence over its transitions (0 for sequences shorter than 2)."""
+        out = np.zeros(len(seqs))
+        for j, s in enumerate(seqs):
+            if len(s) >= 2:
+                a = np.asarray(s, dtype=np.int64)
+                out[j] = -float(self.log_prob(a[:-1], a[1:]).mean())
+        return out
+
+
+_KN: dict[tuple, KneserNeyBigram] = {}
+
+
+def kn_prior(tokenizer: Any, *, corpus: str = "debian", n_texts: int | None = None, seed: int = 0) -> KneserNeyBigram:
+    """The Kneser-Ney bigram prior on the victim's tokenizer, counted on ``n_texts`` public texts of ``corpus``
+    (see :func:`aux_lm`; ``"debian"``: up to 100k paragraphs, ~19 MB, of Debian READMEs / changelogs without
+    license text). Cached per process.
+
+    Args:
+        tokenizer: the victim's tokenizer.
+        corpus: ``"synthetic"`` or ``"debian"``.
+        n_texts: public texts counted, in [1, 10**7] (default: 100,000 Debian paragraphs, 2,000 synthetic reviews).
+        seed: the synthetic corpus' seed.
+
+    Returns:
+        The bigram LM.
+    """
+    from privnlp.data import generate_sentiment
+
+    if corpus not in AUX_CORPORA:
+        raise InvalidArgument(f"aux_corpus must be one of {AUX_CORPORA}; got {corpus!r}")
+    n_texts = (100_000 if corpus == "debian" else 2000) if n_texts is None else n_texts
+    check_range("n_texts", n_texts, 1, 10**7, integer=True)
+    key = (str(sorted(tokenizer.get_vocab().items())[:50]) + str(len(tokenizer)), corpus, n_texts, seed)
+    if key not in _KN:
+        texts = list(generate_sentiment(n_texts, seed=1000 + seed).texts) if corpus == "synthetic" else \
+            _debian_prior_texts(n_texts)
+        rows = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+        _KN[key] = KneserNeyBigram(rows, len(tokenizer))
+    return _KN[key]
+
+
 def _lm_nll(lm: Any, seqs: Sequence[Sequence[int]]) -> np.ndarray:
     """Mean NLL per sequence (the paper's L_lm), batched."""
     import torch
+
+    if hasattr(lm, "nll"):  # a count-based prior (KneserNeyBigram)
+        return lm.nll(seqs)
 
     T = max(len(s) for s in seqs)
     if T < 2:
@@ -311,7 +406,8 @@ def _transform(x, lengths: Sequence[int], fixed_first: bool, rng: np.random.Gene
 def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int], tokenizer: Any, *, rng: Any,
                 loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
                 n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
-                lr: float = 0.01, lm: Any = None, batched: bool = True) -> tuple[list[list[int]], dict[str, Any]]:
+                lr: float = 0.01, lm: Any = None, batched: bool = True,
+                lr_decay: float = 0.89) -> tuple[list[list[int]], dict[str, Any]]:
     """Run the engine; returns (token ids per sequence, raw numbers).
 
     Args:
@@ -333,6 +429,7 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
         lr: Adam learning rate.
         lm: the auxiliary LM (``None`` = no prior).
         batched: score candidates in one vmapped call.
+        lr_decay: the learning rate is multiplied by this every 50 Adam steps (the reference code's StepLR; 1 = none).
     """
     import torch
 
@@ -367,7 +464,7 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
         x0 = P[int(np.argmin(sc))]
     x = x0.clone().requires_grad_(True)
     opt = torch.optim.Adam([x], lr=lr)
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=50, gamma=0.89)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=50, gamma=lr_decay)
     history = []
     for it in range(iterations):
         for _ in range(n_c):
@@ -432,6 +529,11 @@ class _GradientMatching(Attack):
         aux_lm_steps: training steps of the auxiliary LM (:func:`aux_lm`), in [0, 10**6].
         aux_corpus: the auxiliary LM's public training text, ``"synthetic"`` (sentiment reviews) or ``"debian"``
             (real English prose without license text), see :func:`aux_lm`.
+        lr_decay: learning-rate factor every 50 Adam steps, in (0, 1] (the reference code: 0.89 for LAMP, 1 for
+            its DLG / TAG baselines at ``lr=0.1``).
+        prior: the auxiliary LM: ``"gpt2"`` (the paper's kind: a tiny GPT-2 trained for ``aux_lm_steps``, see
+            :func:`aux_lm`) or ``"kn-bigram"`` (:func:`kn_prior`: a Kneser-Ney bigram counted on ~100k public
+            paragraphs; the realistic preset's, where a CPU-trained neural LM on BERT's 30k vocabulary overfits).
 
     Raises:
         InvalidArgument: an unknown ``loss`` or an argument outside its range.
@@ -448,7 +550,10 @@ class _GradientMatching(Attack):
 
     def __init__(self, loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
                  n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
-                 lr: float = 0.01, batched: bool = True, aux_lm_steps: int = 300, aux_corpus: str = "synthetic") -> None:
+                 lr: float = 0.01, batched: bool = True, aux_lm_steps: int = 300, aux_corpus: str = "synthetic",
+                 prior: str = "gpt2", lr_decay: float = 0.89) -> None:
+        if prior not in PRIORS:
+            raise InvalidArgument(f"prior must be one of {PRIORS}; got {prior!r}")
         if loss not in ("cos", "tag", "l2"):
             raise InvalidArgument(f"loss must be 'cos', 'tag' (L2+L1) or 'l2'; got {loss!r}")
         if aux_corpus not in AUX_CORPORA:
@@ -460,6 +565,8 @@ class _GradientMatching(Attack):
         for nm, v in (("alpha_tag", alpha_tag), ("alpha_reg", alpha_reg), ("alpha_lm", alpha_lm)):
             check_range(nm, v, 0, float("inf"))
         check_range("lr", lr, 0, float("inf"), lo_inclusive=False)
+        check_range("lr_decay", lr_decay, 0, 1, lo_inclusive=False)
+        self.lr_decay = lr_decay
         self.loss = loss
         self.alpha_tag = alpha_tag
         self.alpha_reg = alpha_reg
@@ -473,6 +580,7 @@ class _GradientMatching(Attack):
         self.batched = batched
         self.aux_lm_steps = aux_lm_steps
         self.aux_corpus = aux_corpus
+        self.prior = prior
 
     def applies_to(self, observation: Any) -> bool:
         return (isinstance(observation, GradientObservation) and observation.labels is not None
@@ -485,13 +593,15 @@ class _GradientMatching(Attack):
             raise InvalidArgument(f"{self.name or 'lamp'} needs labels, lengths and the tokenizer in the "
                                   "observation (the paper's threat model grants them)")
         lm = None
-        if self.alpha_lm > 0 and self.n_d > 0 and self.aux_lm_steps > 0:
+        if self.alpha_lm > 0 and self.n_d > 0 and self.prior == "kn-bigram":
+            lm = kn_prior(observation.tokenizer, corpus=self.aux_corpus)
+        elif self.alpha_lm > 0 and self.n_d > 0 and self.aux_lm_steps > 0:
             lm = aux_lm(observation.tokenizer, steps=self.aux_lm_steps, corpus=self.aux_corpus)
         ids, raw = reconstruct(observation.model, observation.gradients, observation.labels, observation.lengths,
                                observation.tokenizer, rng=rng, loss=self.loss, alpha_tag=self.alpha_tag,
                                alpha_reg=self.alpha_reg, alpha_lm=self.alpha_lm, n_init=self.n_init,
                                n_perm=self.n_perm, iterations=self.iterations, n_c=self.n_c, n_d=self.n_d,
-                               lr=self.lr, lm=lm, batched=self.batched)
+                               lr=self.lr, lm=lm, batched=self.batched, lr_decay=self.lr_decay)
         texts = tuple(_decode(observation.tokenizer, s) for s in ids)
         raw["token_ids"] = ids
         return AttackResult(attack=self.name or "lamp", reconstructions=texts, raw=raw, scorer=_score)
@@ -522,9 +632,12 @@ class LAMP(_GradientMatching):
         lr: Adam learning rate, > 0.
         batched: score candidates in one vmapped call.
         aux_lm_steps: training steps of the auxiliary LM, in [0, 10**6].
+        aux_corpus: the prior's public text, ``"synthetic"`` or ``"debian"``.
+        prior: ``"gpt2"`` or ``"kn-bigram"`` (the realistic preset's).
+        lr_decay: learning-rate factor every 50 Adam steps, in (0, 1].
 
     Raises:
-        InvalidArgument: an unknown ``loss`` or an argument outside its range.
+        InvalidArgument: an unknown ``loss`` or ``prior``, or an argument outside its range.
     """
 
     @classmethod
