@@ -64,6 +64,18 @@ def _pad_id(tokenizer: Any) -> int:
     return int(getattr(tokenizer, "eos_token_id", 0) or 0)
 
 
+def _padded(rows: Sequence[Sequence[int]], pad: int, min_len: int = 1) -> tuple:
+    """Right-padded ``(input_ids, attention_mask, position_ids)`` of token rows."""
+    t = max(min_len, max(len(r) for r in rows))
+    x = torch.full((len(rows), t), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), t), dtype=torch.long)
+    for j, r in enumerate(rows):
+        x[j, :len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+        mask[j, :len(r)] = 1
+    pos = torch.arange(t, dtype=torch.long).unsqueeze(0).repeat(len(rows), 1)
+    return x, mask, pos
+
+
 def causal_log_probs(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256,
                      max_length: int | None = None) -> TextScores:
     """Log-probability of every text under a causal LM (Eq. 2 of the record paper), batched.
@@ -100,13 +112,7 @@ def causal_log_probs(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_
         for s in range(0, n, batch_size):
             idx = order[s:s + batch_size]
             rows = [ids[i] for i in idx]
-            t = max(2, max(len(r) for r in rows))
-            x = torch.full((len(rows), t), pad, dtype=torch.long)
-            mask = torch.zeros((len(rows), t), dtype=torch.long)
-            for j, r in enumerate(rows):
-                x[j, :len(r)] = torch.as_tensor(r, dtype=torch.long)
-                mask[j, :len(r)] = 1
-            pos = torch.arange(t, dtype=torch.long).unsqueeze(0).repeat(len(rows), 1)
+            x, mask, pos = _padded(rows, pad, min_len=2)
             logits = model(input_ids=x, attention_mask=mask, position_ids=pos).logits.float()
             lp = torch.log_softmax(logits[:, :-1, :], dim=-1)
             tok = lp.gather(-1, x[:, 1:].unsqueeze(-1)).squeeze(-1)
@@ -140,13 +146,7 @@ def _next_log_probs(model: Any, contexts: Sequence[tuple[int, ...]], pad: int, b
     ctx = sorted(set(contexts), key=len)
     for s in range(0, len(ctx), batch_size):
         rows = ctx[s:s + batch_size]
-        t = max(len(r) for r in rows)
-        x = torch.full((len(rows), t), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), t), dtype=torch.long)
-        for j, r in enumerate(rows):
-            x[j, :len(r)] = torch.as_tensor(r, dtype=torch.long)
-            mask[j, :len(r)] = 1
-        pos = torch.arange(t, dtype=torch.long).unsqueeze(0).repeat(len(rows), 1)
+        x, mask, pos = _padded(rows, pad)
         logits = model(input_ids=x, attention_mask=mask, position_ids=pos).logits.float()
         last = torch.tensor([len(r) - 1 for r in rows])
         lp = torch.log_softmax(logits[torch.arange(len(rows)), last], dim=-1)
