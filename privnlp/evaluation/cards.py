@@ -49,14 +49,16 @@ def _first_paragraph(doc: str | None) -> str:
 
 def card_text(name: str, report: LeakageReport, folder: Path) -> str:
     """The card of registered defense ``name``: :func:`render_mechanism_card` of ``report`` with the
-    class's docstring and paper and the hand-written ``folder/NOTES.md`` (the one rendering used by
-    ``privnlp evaluate --cards``, ``scripts/render_cards.py`` and the conformance test)."""
+    class's docstring and paper, the hand-written ``folder/NOTES.md`` and, where the realistic reproduction wrote
+    one, ``folder/REALISTIC.md`` (issue #17: ``tests/gradient/test_realistic_repro.py``, numbers from the
+    ``results_realistic.json`` next to it) -- the one rendering used by ``privnlp evaluate --cards``,
+    ``scripts/render_cards.py`` and the conformance test."""
     cls = MECHANISMS.get(name)
-    notes = Path(folder) / "NOTES.md"
+    extra = [p.read_text() for p in (Path(folder) / "NOTES.md", Path(folder) / "REALISTIC.md") if p.exists()]
     return render_mechanism_card(report, description=_first_paragraph(cls.__doc__), paper=getattr(cls, "paper", ""),
                                  command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset', 'quick')}"
                                  + (" --audit-dp" if "dp_audit" in report.config else ""),
-                                 notes_md=notes.read_text() if notes.exists() else "")
+                                 notes_md="\n\n".join(t.strip() for t in extra) + ("\n" if extra else ""))
 
 
 def render_mechanism_card(report: LeakageReport, *, description: str = "", paper: str = "",

@@ -11,7 +11,8 @@ corpus, ``realistic`` attacks the victims of :mod:`privnlp.models.realistic`:
   BERT, the client's own sentences, label and length known).
 * **label victim** (``fedsgd.eavesdropper`` labels task: RLG): MiniLM with a fresh ``label_classes``-way head
   at the start of federated training, batches of license sentences with secret random labels (RLG Sec. 2.5).
-* **causal LM** (``fedsgd.eavesdropper`` LM task: FILM; ``lm.canary``: canary exposure / extraction):
+* **causal LM** (``fedsgd.eavesdropper`` LM task: FILM; ``lm.canary``: canary exposure / extraction;
+  ``fl.snapshots``: the eavesdropping / watermark correlation attacks, the LM as the initial global model):
   :func:`privnlp.models.realistic.realistic_lm`, a 4-layer 256-d GPT-2 trained on Debian English text with
   the bundled private records and canaries inserted. For FILM the client first fine-tunes it on its records
   (FILM Fig. 4: the attack recovers what the model memorised; see :func:`lm_victim`).
@@ -27,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["BASE", "REALISTIC_SCENARIOS", "REALISTIC_ATTACKS", "base_preset", "scenario_preset", "attack_for",
-           "license_sentences", "classifier_victim", "label_victim", "lm_victim", "CLASSIFIER", "LM"]
+           "license_sentences", "classifier_victim", "dp_classifier", "label_victim", "lm_victim", "fl_clients",
+           "CLASSIFIER", "DP_CLASSIFIER", "LM"]
 
 #: the preset used where ``realistic`` has no victim of its own (mechanism examples, other scenarios, audits)
 BASE = {"quick": "quick", "full": "full", "realistic": "quick"}
 #: scenarios that build realistic victims for ``preset="realistic"``
-REALISTIC_SCENARIOS = frozenset({"fedsgd.eavesdropper", "lm.canary"})
+REALISTIC_SCENARIOS = frozenset({"fedsgd.eavesdropper", "lm.canary", "fl.snapshots"})
 #: attack budgets on the realistic victims (a CPU-sized budget; attacks not listed use their quick example)
 REALISTIC_ATTACKS: dict[str, dict[str, Any]] = {
     # LAMP.example("quick")'s budget (200 Adam steps) with the reference code's hyperparameters (eth-sri/lamp
@@ -45,8 +47,10 @@ REALISTIC_ATTACKS: dict[str, dict[str, Any]] = {
     "film": {"beam_size": 16, "reorder_steps": 20},
 }
 
+#: 60 AdamW steps of 16 (6 epochs of the 160 sentences, 34 s on one core): held-out accuracy 0.82 on a balanced
+#: sample (16 steps of 8 gave 0.77 there and 0.53 on the attacked sentences, close to chance)
 CLASSIFIER: dict[str, Any] = {"min_tokens": 8, "max_tokens": 14, "n_train": 160, "n_attack": 32,
-                              "finetune": {"steps": 16, "batch_size": 8, "lr": 1e-4, "max_length": 32}}
+                              "finetune": {"steps": 60, "batch_size": 16, "lr": 1e-4, "max_length": 32}}
 LM: dict[str, Any] = {"records": 16, "finetune_steps": 60, "finetune_lr": 1e-3, "max_length": 40}
 
 _GNU = ("GPL", "LGPL", "GFDL")
@@ -120,7 +124,9 @@ def _split(tok: Any, seed: int) -> tuple[list[tuple[str, int]], list[tuple[str, 
 def classifier_victim(seed: int = 0) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...], dict[str, float]]:
     """``(model, tokenizer, attack texts, their labels, info)``: MiniLM fine-tuned on license sentences.
 
-    ``info``: training loss first/last and held-out accuracy (on the attack split) of the fine-tuned model."""
+    ``info``: training loss first/last; the fine-tuned model's accuracy on every sentence not trained on
+    (``heldout_accuracy``; the classes are unbalanced, so also ``heldout_balanced_accuracy``, the mean
+    per-class recall) and on the attacked sentences (``attack_accuracy``)."""
     import numpy as np
     import torch
 
@@ -145,14 +151,102 @@ def classifier_victim(seed: int = 0) -> tuple[Any, Any, tuple[str, ...], tuple[i
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
-        model.eval()
-        with torch.no_grad():
-            enc = tok([s for s, _ in attack], padding=True, return_tensors="pt")
-            pred = model(**enc).logits.argmax(-1).tolist()
-    acc = float(np.mean([p == y for p, (_, y) in zip(pred, attack)]))
-    info = {"train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-4:])), "heldout_accuracy": acc,
+        scores = _heldout_scores(model, tok, train, attack)
+    info = {"train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-4:])), **scores,
             "n_train": len(train), "n_attack": len(attack)}
     return model, tok, tuple(s for s, _ in attack), tuple(int(y) for _, y in attack), info
+
+
+#: DP-SGD fine-tuning of the MiniLM license classifier (:func:`dp_classifier`): opacus through
+#: :class:`~privnlp.mechanisms.training.mechanisms.DPSGD` (Poisson sampling, hard budget), word embeddings frozen
+#: (the DP-BERT paper's setting: fewer noised coordinates), a larger batch and learning rate than the
+#: non-private fine-tune (noise averages out over the batch)
+#: ``trainable="head"``: only the pooler and the classification head are trained (DP linear probing of the
+#: pretrained encoder, 148k parameters instead of 11M: less noise in total, the usual remedy at small data sizes)
+DP_CLASSIFIER: dict[str, Any] = {"target_epsilon": 8.0, "delta": 1e-5, "max_grad_norm": 1.0, "steps": 60,
+                                 "batch_size": 64, "lr": 1e-3, "freeze_embeddings": True, "max_length": 32,
+                                 "trainable": "all"}
+
+
+def _heldout_scores(model: Any, tok: Any, train: list[tuple[str, int]], attack: list[tuple[str, int]]
+                    ) -> dict[str, float]:
+    """Accuracy / balanced accuracy on every license sentence not trained on, and on the attacked ones."""
+    import numpy as np
+
+    seen = {s for s, _ in train}
+    held = [p for p in license_sentences() if p[0] not in seen]
+    model.eval()
+    y, p = np.array([y for _, y in held]), np.array(_predict(model, tok, [s for s, _ in held]))
+    att = {s for s, _ in attack}
+    in_att = np.array([s in att for s, _ in held])
+    return {"heldout_accuracy": float(np.mean(p == y)),
+            "heldout_balanced_accuracy": float(np.mean([np.mean(p[y == c] == c) for c in (0, 1)])),
+            "attack_accuracy": float(np.mean(p[in_att] == y[in_att])), "n_heldout": len(held)}
+
+
+def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
+    """MiniLM fine-tuned with DP-SGD on the same license sentences as :func:`classifier_victim`.
+
+    ``overrides`` replace :data:`DP_CLASSIFIER` entries. Returns ``{"model", "tokenizer", "claim", "info"}``;
+    ``info`` has the held-out scores of :func:`classifier_victim` plus the spent epsilon, sigma and steps.
+    The noise comes from opacus' generator (not seeded: DP noise nobody can recompute)."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.core.numerics import pinned_threads
+    from privnlp.mechanisms.training.dp_sgd import per_sample_classification_loss
+    from privnlp.mechanisms.training.loop import train_private
+    from privnlp.mechanisms.training.mechanisms import DPSGD
+    from privnlp.models.realistic import minilm_classifier
+
+    unknown = set(overrides) - set(DP_CLASSIFIER)
+    if unknown:
+        raise InvalidArgument(f"dp_classifier: unknown settings {sorted(unknown)} (allowed: {sorted(DP_CLASSIFIER)})")
+    cfg = {**DP_CLASSIFIER, **overrides}
+    if cfg["trainable"] not in ("all", "head"):
+        raise InvalidArgument(f"dp_classifier: trainable must be 'all' or 'head'; got {cfg['trainable']!r}")
+    model, tok = minilm_classifier(num_labels=2, seed=seed)
+    if cfg["trainable"] == "head":
+        for name, p in model.named_parameters():
+            p.requires_grad_(name.startswith(("classifier.", "bert.pooler.")))
+    train, attack = _split(tok, seed)
+    enc = tok([s for s, _ in train], padding="max_length", truncation=True, max_length=int(cfg["max_length"]),
+              return_tensors="pt")
+    ds = TensorDataset(enc["input_ids"], enc["attention_mask"], torch.tensor([y for _, y in train]))
+    loader = DataLoader(ds, batch_size=int(cfg["batch_size"]), shuffle=True,
+                        generator=torch.Generator().manual_seed(seed))
+    mech = DPSGD(target_epsilon=float(cfg["target_epsilon"]), delta=float(cfg["delta"]),
+                 max_grad_norm=float(cfg["max_grad_norm"]), steps=int(cfg["steps"]),
+                 freeze_embeddings=bool(cfg["freeze_embeddings"]) and cfg["trainable"] == "all")
+
+    def loss_fn(m: Any, batch: Any) -> Any:
+        ids, mask, y = batch
+        return per_sample_classification_loss(m(input_ids=ids, attention_mask=mask).logits, y)
+
+    with pinned_threads():
+        model.train()  # opacus wraps a model in training mode (dropout stays on: the usual DP fine-tune)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(cfg["lr"]))
+        pt = mech.make_private(model, opt, loader)
+        res = train_private(pt, loss_fn, steps=int(cfg["steps"]), stop_at_budget=True)
+        trained = getattr(pt, "original_model", model)
+        info = {**_heldout_scores(trained, tok, train, attack), "epsilon": float(res.epsilon),
+                "noise_multiplier": float(pt.optimizer.noise_multiplier), "dp_steps": int(res.steps),
+                "stopped_by_budget": bool(res.stopped_by_budget), "n_train": len(train), "config": cfg,
+                "trained_parameters": int(sum(p.numel() for p in trained.parameters() if p.requires_grad))}
+    return {"model": trained, "tokenizer": tok, "claim": pt.claim(), "info": info}
+
+
+def _predict(model: Any, tok: Any, texts: list[str], batch_size: int = 64) -> list[int]:
+    """Argmax class of a sequence classifier for each text (eval mode, no gradients)."""
+    import torch
+
+    out: list[int] = []
+    with torch.no_grad():
+        for i in range(0, len(texts), batch_size):
+            enc = tok(texts[i:i + batch_size], padding=True, truncation=True, max_length=64, return_tensors="pt")
+            out += model(**enc).logits.argmax(-1).tolist()
+    return out
 
 
 @functools.lru_cache(maxsize=2)
@@ -241,6 +335,33 @@ def heldout_texts(n: int = 200) -> list[str]:
     c = REALISTIC_LM["corpus"]
     allp = debian_english_texts(**{**c, "max_paragraphs": c["max_paragraphs"] + n})
     return allp[c["max_paragraphs"]:]
+
+
+def fl_clients(n_clients: int, per_client: int, n_heldout: int, seed: int = 0
+               ) -> tuple[list[list[str]], list[str], Any, Any]:
+    """``fl.snapshots`` on the realistic preset: ``(client paragraphs, held-out paragraphs, tokenizer, factory)``.
+
+    The initial global model is the realistic LM (``factory()`` returns a fresh copy of it); the clients' public
+    text is ``per_client`` Debian paragraphs each that the LM did not train on (:func:`heldout_texts`, in order),
+    the utility is measured on the ``n_heldout`` paragraphs after them. The scenario adds the records and
+    watermarks. Raises :class:`InvalidArgument` when the machine has too few Debian paragraphs."""
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.models.realistic import realistic_lm
+
+    base, tok, _ = realistic_lm(seed=seed)
+    need = n_clients * per_client + n_heldout
+    paras = heldout_texts(need)
+    if len(paras) < need:
+        raise InvalidArgument(f"the realistic fl.snapshots preset needs {need} Debian paragraphs beyond the realistic "
+                              f"LM's training text; this machine has {len(paras)} (install documentation packages "
+                              "such as python3-doc)")
+    clients = [paras[i * per_client:(i + 1) * per_client] for i in range(n_clients)]
+    base = copy.deepcopy(base).eval()
+
+    def factory() -> Any:
+        return copy.deepcopy(base)
+
+    return clients, paras[n_clients * per_client:], tok, factory
 
 
 #: DP-SGD training of the realistic LM architecture for ``lm.canary`` with a mechanism (same texts and steps)

@@ -16,7 +16,8 @@ def test_realistic_is_a_preset_and_maps_the_rest_to_quick():
     # scenarios with realistic victims keep the preset, the others run with quick sizes
     assert resolve_scenario("fedsgd.eavesdropper", None, "realistic").preset == "realistic"
     assert resolve_scenario("lm.canary", None, "realistic").preset == "realistic"
-    assert resolve_scenario("fl.snapshots", None, "realistic").preset == "quick"
+    assert resolve_scenario("fl.snapshots", None, "realistic").preset == "realistic"
+    assert resolve_scenario("vocab.membership", None, "realistic").preset == "quick"
     # mechanism examples: quick's
     assert resolve_mechanism("dp_sgd", "realistic").params() == resolve_mechanism("dp_sgd", "quick").params()
     # attacks: the realistic budget where one is set, else the quick example
@@ -93,3 +94,39 @@ def test_lamp_prior_corpus_is_validated_and_the_debian_prior_has_no_license_text
         LAMP(aux_corpus="wiki")
     texts = _debian_prior_texts(200)
     assert len(texts) == 200 and not any("licen" in t.lower() or "warrant" in t.lower() for t in texts)
+
+
+def test_realistic_fl_snapshots_refuses_the_lstm_and_dp_classifier_checks_its_settings():
+    """fl.snapshots realistic trains the realistic GPT-2 only; dp_classifier names the bad setting (before any
+    model is loaded or trained)."""
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.evaluation.realistic import dp_classifier
+    from privnlp.evaluation.scenarios.memorization import FLSnapshotsScenario
+
+    with pytest.raises(InvalidArgument, match="model='lstm'"):
+        FLSnapshotsScenario("realistic", model="lstm").run(None, rng=0)
+    with pytest.raises(InvalidArgument, match="unknown settings.*epsilon"):
+        dp_classifier(0, epsilon=8)
+    with pytest.raises(InvalidArgument, match="trainable must be 'all' or 'head'"):
+        dp_classifier(0, trainable="body")
+
+
+def test_a_mechanism_card_appends_the_realistic_block(tmp_path):
+    """The realistic reproduction writes mechanisms/<name>/REALISTIC.md; the one card renderer appends it after
+    the developer notes (and renders as before without it)."""
+    import shutil
+    from pathlib import Path
+
+    from privnlp.core.report import LeakageReport
+    from privnlp.evaluation.cards import card_text
+
+    src = Path(__file__).resolve().parents[2] / "mechanisms" / "dp_sgd"
+    d = tmp_path / "dp_sgd"
+    d.mkdir()
+    shutil.copy(src / "report.json", d / "report.json")
+    rep = LeakageReport.load(d / "report.json")
+    plain = card_text("dp_sgd", rep, d)
+    (d / "NOTES.md").write_text("hand-written note\n")
+    (d / "REALISTIC.md").write_text("### Realistic preset\n\nMiniLM numbers\n")
+    card = card_text("dp_sgd", rep, d)
+    assert "MiniLM numbers" not in plain and card.index("hand-written note") < card.index("MiniLM numbers")

@@ -27,14 +27,31 @@ END = "<!-- realistic:end -->"
 CMD = "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m pytest -m slow -q tests/gradient/test_realistic_repro.py"
 
 
+def _block(payload: dict, table: str) -> str:
+    return (f"{BEGIN}\n### Realistic preset (pretrained / real-text victims)\n\n{table.strip()}\n\n"
+            f"Took {payload['seconds']:.0f} s on this machine ({payload['machine']}). "
+            f"Regenerate: `{payload['command']}`\n{END}")
+
+
+def _write_mechanism(name: str, payload: dict, table: str) -> None:
+    """A mechanism card is rendered from its report only (``privnlp.evaluation.cards.card_text``): the block goes
+    to ``mechanisms/<name>/REALISTIC.md``, which the renderer appends, and the card is re-rendered."""
+    from privnlp.core.report import LeakageReport
+    from privnlp.evaluation.cards import card_text
+
+    folder = ROOT.parent / "mechanisms" / name
+    atomic_write_text(folder / "results_realistic.json", json.dumps(payload, indent=2, sort_keys=True, default=float)
+                      + "\n")
+    atomic_write_text(folder / "REALISTIC.md", _block(payload, table) + "\n")
+    atomic_write_text(folder / "README.md", card_text(name, LeakageReport.load(folder / "report.json"), folder))
+
+
 def _write(name: str, payload: dict, table: str) -> None:
     atomic_write_text(ROOT / name / "results_realistic.json", json.dumps(payload, indent=2, sort_keys=True, default=float)
                       + "\n")
     card = ROOT / name / "README.md"
     text = card.read_text()
-    block = (f"{BEGIN}\n### Realistic preset (pretrained / real-text victims)\n\n{table.strip()}\n\n"
-             f"Took {payload['seconds']:.0f} s on this machine ({payload['machine']}). "
-             f"Regenerate: `{payload['command']}`\n{END}")
+    block = _block(payload, table)
     if BEGIN in text and END in text:
         text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
     else:
@@ -153,7 +170,8 @@ def test_realistic_lamp_tag_dlg():
     cfg = {label[n]: {k: v for k, v in kw.items()} for n, (_, kw) in REALISTIC_REPRO_GM.items()}
     setup = (f"all-MiniLM-L6-v2 fine-tuned on {info['n_train']} license sentences x "
              f"{CLASSIFIER['finetune']['steps']} AdamW steps of batch {CLASSIFIER['finetune']['batch_size']} (held-out "
-             f"accuracy {info['heldout_accuracy']:.2f}); FedSGD B = 1; the {len(trials)} shortest held-out sentences "
+             f"accuracy {info['heldout_accuracy']:.2f}, balanced {info['heldout_balanced_accuracy']:.2f}, on "
+             f"{info['n_heldout']} sentences); FedSGD B = 1; the {len(trials)} shortest held-out sentences "
              f"({min(lengths)}-{max(lengths)} tokens incl. [CLS]/[SEP]); known label and length; 8 x 25 = 200 Adam "
              "steps for every attack (the paper: 2000 for LAMP, 2500 for DLG / TAG); LAMP's prior a Kneser-Ney bigram "
              "on ~100k Debian README / changelog paragraphs without license text (the paper: GPT-2)")
@@ -301,3 +319,134 @@ def test_realistic_canaries():
         _write(name, {**base, "paper": paper, "command": CMD + " -k canaries"},
                f"**Paper:** {paper}.\n\n**Ours** ({setup}; `results_realistic.json`):\n\n" + "\n".join(lines))
     assert len(rows) == 2 and all(np.isfinite(r["exposure"]) and r["exposure"] >= 0.0 for r in rows)
+
+
+# ------------------------------------------------------------------------------------------------ correlation
+def test_realistic_correlation():
+    """The record-level paper's eavesdropping / watermark attacks on ``fl.snapshots`` realistic: the realistic LM
+    as the initial global model, 4 clients with Debian paragraphs + an SSN record x4 + a watermark x1, 2 clients
+    per round (one training run: the 4 clients are the 4 victims); the attacks' ``full`` budget (beam 128 +
+    256 constrained samples)."""
+    from privnlp.attacks.memorization import EavesdroppingAttack, WatermarkAttack
+    from privnlp.core.numerics import pinned_threads
+    from privnlp.evaluation.scenarios.memorization import FL_PRESETS, FLSnapshotsScenario
+
+    t0 = time.perf_counter()
+    cfg = FL_PRESETS["realistic"]
+    with pinned_threads():
+        run = FLSnapshotsScenario("realistic").run(None, rng=np.random.default_rng(0))
+        per = {}
+        for name, cls in (("eavesdropping", EavesdroppingAttack), ("watermark", WatermarkAttack)):
+            scores = [cls.example("full").run(tr.observation, rng=0).score(tr.ground_truth) for tr in run.trials]
+            per[name] = {"per_victim": scores, **{k: float(np.mean([s[k] for s in scores])) for k in scores[0]}}
+    seconds = time.perf_counter() - t0
+    setup = (f"fl.snapshots realistic: the realistic LM (4 layers, 256 d, pretrained on Debian text) as the initial "
+             f"global model; {cfg['n_clients']} clients x {cfg['paragraphs_per_client']} Debian paragraphs it did not "
+             f"train on + one SSN record x{cfg['record_repeats']} + one watermark x{cfg['watermark_repeats']}; "
+             f"{cfg['per_round']} clients per round, {run.config['rounds']} rounds of {cfg['local']['steps']} local Adam "
+             f"steps (batch {cfg['local']['batch_size']}, lr {cfg['local']['lr']}); one training run, every client a "
+             f"victim ({len(run.trials)} trials); attack budget beam 128 + 256 constrained samples")
+    papers = {"eavesdropping": "Yuan et al. Table I/II (PTB, 3-layer char LSTM, 400 rounds): top-1 accuracy 0.98 vs "
+                               "baseline 0.25; top-1 edit distance 0.08 vs 5.85",
+              "watermark": "Yuan et al. Table I/II (PTB): top-1 accuracy 0.80 vs baseline 0.25; top-1 edit distance "
+                           "1.40 vs 5.85"}
+    for name, paper in papers.items():
+        r = per[name]
+        lines = ["| metric | " + name + " | Carlini baseline |", "|---|---|---|"]
+        for k, label in (("top1_accuracy", "top-1 accuracy"), ("top5_accuracy", "top-5 accuracy"),
+                         ("top50_accuracy", "top-50 accuracy"), ("top1_edit_distance", "top-1 edit distance (chars)")):
+            lines.append(f"| {label} | {_f(r[k])} | {_f(r['baseline_' + k])} |")
+        lines.append(f"| candidate recall (the true record among the candidates) | {_f(r['candidate_recall'])} | same |")
+        table = (f"**Paper:** {paper}.\n\n**Ours** ({setup}; held-out loss of the final global model "
+                 f"{_f(run.utility['heldout_loss'])} nats/token; `results_realistic.json`):\n\n" + "\n".join(lines)
+                 + f"\n\nCeiling: the attack ranks candidates; a record missing from the candidates cannot be "
+                 f"found (candidate recall {_f(r['candidate_recall'])}). {len(run.trials)} victims of one run: an "
+                 "indication, not an interval.")
+        _write(name, {"setup": setup, "paper": paper, "metrics": {k: v for k, v in r.items() if k != "per_victim"},
+                      "per_victim": r["per_victim"], "utility": dict(run.utility), "config": dict(run.config),
+                      "command": CMD + " -k correlation", "seconds": seconds, "machine": _machine()}, table)
+    assert all(0.0 <= per[n]["top1_accuracy"] <= 1.0 for n in per) and len(run.trials) == cfg["n_clients"]
+
+
+# ------------------------------------------------------------------------------------------------ DP-SGD
+def test_realistic_dp_sgd():
+    """DP-SGD on the MiniLM license classifier. Utility: the DP fine-tune (:func:`dp_classifier`: opacus, target
+    epsilon 8, delta 1e-5, C = 1) against the non-private victim, held-out accuracy. Leakage: LAMP_cos (the
+    realistic budget) on the client's B = 1 update of the ``N_SENTENCES`` shortest held-out sentences, undefended
+    and through DP-SGD with the DP fine-tune's sigma and C (one clipped, noised per-example gradient)."""
+    import torch
+
+    from privnlp.attacks import get
+    from privnlp.core.numerics import pinned_threads
+    from privnlp.core.observations import GradientObservation
+    from privnlp.core.rng import secure_torch
+    from privnlp.evaluation.realistic import CLASSIFIER, DP_CLASSIFIER, classifier_victim, dp_classifier
+    from privnlp.evaluation.scenarios.gradient import client_update
+    from privnlp.mechanisms.training.mechanisms import DPSGD
+
+    t0 = time.perf_counter()
+    model, tok, texts, labels, info = classifier_victim(0)
+    dp = dp_classifier(0)
+    dp_head = dp_classifier(0, trainable="head", lr=5e-3)
+    sigma, C = dp["info"]["noise_multiplier"], DP_CLASSIFIER["max_grad_norm"]
+    order = sorted(range(len(texts)), key=lambda i: (len(tok(texts[i])["input_ids"]), texts[i]))[:N_SENTENCES]
+    kind, kw = REALISTIC_REPRO_GM["lamp_cos"]
+    attack = get(kind)(**kw)
+    rows = {}
+    with pinned_threads():
+        for label, mech in (("undefended", None), (f"DP-SGD (sigma {sigma:.2f}, C {C:g})",
+                                                   DPSGD(noise_multiplier=sigma, max_grad_norm=C))):
+            per = []
+            for i in order:
+                enc = tok([texts[i]], return_tensors="pt")
+                # the DP noise from the OS entropy pool (secure_torch): nobody can recompute it
+                g, _ = client_update(model, {**enc, "labels": torch.tensor([labels[i]])}, mech,
+                                     rng=secure_torch() if mech is not None else 0)
+                obs = GradientObservation(model=model, gradients=g, batch_size=1, tokenizer=tok, labels=[labels[i]],
+                                          lengths=[int(enc["input_ids"].shape[1])], meta={"task": "classifier"})
+                r = attack.run(obs, rng=0)
+                per.append({"reference": texts[i], "reconstruction": r.reconstructions[0],
+                            **r.score({"texts": [texts[i]]})})
+            rows[label] = {"per_sentence": per, **{k: float(np.mean([p[k] for p in per]))
+                                                   for k in ("rouge1", "rouge2", "rougeL")}}
+    seconds = time.perf_counter() - t0
+    claim = dp["claim"]
+    ft = CLASSIFIER["finetune"]
+    util = ["| model | held-out accuracy | balanced accuracy | privacy |", "|---|---|---|---|",
+            f"| MiniLM fine-tuned, non-private ({ft['steps']} AdamW steps of {ft['batch_size']}, lr {ft['lr']:g}) | "
+            f"{_f(info['heldout_accuracy'])} | {_f(info['heldout_balanced_accuracy'])} | none |",
+            f"| MiniLM fine-tuned with DP-SGD ({DP_CLASSIFIER['steps']} steps, Poisson q = "
+            f"{DP_CLASSIFIER['batch_size']}/{dp['info']['n_train']}, lr {DP_CLASSIFIER['lr']:g}, sigma {sigma:.2f}, "
+            f"C {C:g}, word embeddings frozen) | {_f(dp['info']['heldout_accuracy'])} | "
+            f"{_f(dp['info']['heldout_balanced_accuracy'])} | ({dp['info']['epsilon']:.2f}, {claim.delta:g})-DP, "
+            f"example level |",
+            f"| the same, only the pooler and the head trained ({dp_head['info']['trained_parameters']:,} parameters "
+            f"instead of {dp['info']['trained_parameters']:,}; lr {dp_head['info']['config']['lr']:g}) | "
+            f"{_f(dp_head['info']['heldout_accuracy'])} | {_f(dp_head['info']['heldout_balanced_accuracy'])} | "
+            f"({dp_head['info']['epsilon']:.2f}, {dp_head['claim'].delta:g})-DP, example level |"]
+    leak = ["| client update | LAMP_cos ROUGE-1 | ROUGE-2 | ROUGE-L |", "|---|---|---|---|"]
+    leak += [f"| {k} | {_f(100 * r['rouge1'])} | {_f(100 * r['rouge2'])} | {_f(100 * r['rougeL'])} |"
+             for k, r in rows.items()]
+    lengths = [len(tok(texts[i])["input_ids"]) for i in order]
+    setup = (f"all-MiniLM-L6-v2 as a license-sentence classifier (GNU vs other licenses, {info['n_train']} training "
+             f"sentences, {info['n_heldout']} held-out, {100 * (1 - np.mean([y for y in labels])):.0f}% of the "
+             "attacked ones non-GNU)")
+    paper = ("DP-BERT (dp-bert-and-dp-wordpiece.txt): DP-SGD fine-tuning of BERT loses a few accuracy points at "
+             "epsilon ~ 1-8 with large batches and datasets of 10^5+ examples; LAMP Sec. 6: with DP-SGD noise the "
+             "attack's ROUGE falls with the noise")
+    undef, defd = list(rows.values())
+    table = (f"**Paper:** {paper}.\n\n**Ours** ({setup}; `results_realistic.json`).\n\nUtility of DP fine-tuning "
+             "(held-out license sentences; the classes are unbalanced, so the balanced accuracy — the mean per-class "
+             "recall — is the one to read):\n\n" + "\n".join(util)
+             + f"\n\nLeakage of one FedSGD update (B = 1, the {len(order)} shortest held-out sentences, {min(lengths)}-"
+             f"{max(lengths)} tokens, label and length known; LAMP_cos with the realistic budget; x 100):\n\n"
+             + "\n".join(leak)
+             + f"\n\nLAMP's ROUGE-2 {_f(100 * undef['rouge2'])} undefended vs {_f(100 * defd['rouge2'])} through "
+             f"DP-SGD. The utility row is the honest cost at this data size: {dp['info']['n_train']} training "
+             "examples are far fewer than DP fine-tuning needs (the paper's datasets are 1000x larger); the audited "
+             "epsilon of the implementation is in the *Empirical DP audit* section above.")
+    _write_mechanism("dp_sgd", {"setup": setup, "paper": paper, "utility": {"non_private": info, "dp": dp["info"],
+                                                                        "dp_head": dp_head["info"]},
+                                "claim": claim.statement(), "leakage": rows, "attack_config": kw,
+                                "command": CMD + " -k dp_sgd", "seconds": seconds, "machine": _machine()}, table)
+    assert 0.0 <= dp["info"]["heldout_accuracy"] <= 1.0 and dp["info"]["epsilon"] <= DP_CLASSIFIER["target_epsilon"] + 1e-6

@@ -250,6 +250,13 @@ FL_PRESETS: dict[str, dict[str, Any]] = {
              "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
              "lstm": {"emb_dim": 64, "hidden": 128, "num_layers": 2, "n_positions": 64},
              "local": {"steps": 10, "batch_size": 8, "lr": 3e-3, "max_length": 48}},
+    # issue #17: the realistic LM (privnlp.models.realistic: 4 layers, 256 d, pretrained on Debian English text)
+    # is the initial global model; every client holds Debian paragraphs the LM did not train on
+    # (privnlp.evaluation.realistic.fl_clients) + its SSN record x4 + its watermark x1 (the paper's setting:
+    # PTB + inserted SSNs); local Adam at the LM's own learning rate. Tokenizer = the LM's byte-level BPE.
+    "realistic": {"n_clients": 4, "per_round": 2, "rounds": 20, "paragraphs_per_client": 40, "heldout": 100,
+                  "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
+                  "model": "gpt2", "local": {"steps": 10, "batch_size": 8, "lr": 1e-3, "max_length": 64}},
     # plumbing only (fast tests): too short to memorize anything
     "smoke": {"n_clients": 4, "per_round": 2, "rounds": 4, "users_per_client": 1, "records_per_user": 2,
               "record_pattern": "my social security number is {ssn}", "record_repeats": 2, "watermark_repeats": 1,
@@ -490,16 +497,25 @@ class FLSnapshotsScenario(Scenario):
         g = as_numpy(rng)
         seed = int(g.integers(0, 2**31 - 1))
         n = int(cfg["n_clients"])
-        corpus = generate_corpus(n_users=n * cfg["users_per_client"] + 1, records_per_user=cfg["records_per_user"],
-                                 seed=seed)
-        users = list(corpus.users)
-        by_user = corpus.by_user()
-        heldout = [r.text for r in by_user[users[-1]]]
-        clients = [[r.text for u in users[i * cfg["users_per_client"]:(i + 1) * cfg["users_per_client"]]
-                    for r in by_user[u]] for i in range(n)]
-        public = [t for c in clients for t in c]
-        n_pos = int(cfg[kind]["n_positions"])
-        tok = digit_bpe_tokenizer(public, cfg["vocab_size"], model_max_length=n_pos)
+        if self.preset == "realistic":
+            if kind != "gpt2":
+                raise InvalidArgument(f"the realistic fl.snapshots preset trains the realistic GPT-2 LM; model={kind!r} "
+                                      "is not available on it (use preset='quick' or 'full' for the LSTM)")
+            from privnlp.evaluation.realistic import fl_clients
+
+            clients, heldout, tok, factory = fl_clients(n, int(cfg["paragraphs_per_client"]), int(cfg["heldout"]))
+        else:
+            corpus = generate_corpus(n_users=n * cfg["users_per_client"] + 1, records_per_user=cfg["records_per_user"],
+                                     seed=seed)
+            users = list(corpus.users)
+            by_user = corpus.by_user()
+            heldout = [r.text for r in by_user[users[-1]]]
+            clients = [[r.text for u in users[i * cfg["users_per_client"]:(i + 1) * cfg["users_per_client"]]
+                        for r in by_user[u]] for i in range(n)]
+            public = [t for c in clients for t in c]
+            n_pos = int(cfg[kind]["n_positions"])
+            tok = digit_bpe_tokenizer(public, cfg["vocab_size"], model_max_length=n_pos)
+            factory = _fl_factory(kind, cfg, len(tok), tok.eos_token_id, seed)
         reps = int(cfg["record_repeats"] if self.record_repeats is None else self.record_repeats)
         records = [make_canary(cfg["record_pattern"], rng=g).text for _ in range(n)]
         marks = [_watermark(g) for _ in range(n)]
@@ -507,7 +523,6 @@ class FLSnapshotsScenario(Scenario):
         for i in range(n):
             texts = clients[i] + [records[i]] * reps + [marks[i]] * int(cfg["watermark_repeats"])
             client_texts.append([texts[j] for j in g.permutation(len(texts))])
-        factory = _fl_factory(kind, cfg, len(tok), tok.eos_token_id, seed)
 
         parent = os.environ.get("PRIVNLP_SNAPSHOT_DIR")
         if parent:
