@@ -218,7 +218,8 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
                         generator=torch.Generator().manual_seed(seed))
     mech = DPSGD(target_epsilon=float(cfg["target_epsilon"]), delta=float(cfg["delta"]),
                  max_grad_norm=float(cfg["max_grad_norm"]), steps=int(cfg["steps"]),
-                 freeze_embeddings=bool(cfg["freeze_embeddings"]) and cfg["trainable"] == "all")
+                 freeze_embeddings=bool(cfg["freeze_embeddings"]) and cfg["trainable"] == "all",
+                 dedup=True)  # sentences that agree on their first max_length tokens are one example
 
     def loss_fn(m: Any, batch: Any) -> Any:
         ids, mask, y = batch
@@ -228,12 +229,13 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
         model.train()  # opacus wraps a model in training mode (dropout stays on: the usual DP fine-tune)
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(cfg["lr"]))
         pt = mech.make_private(model, opt, loader)
+        n_trained = int(sum(p.numel() for p in model.parameters() if p.requires_grad))
         res = train_private(pt, loss_fn, steps=int(cfg["steps"]), stop_at_budget=True)
         trained = getattr(pt, "original_model", model)
         info = {**_heldout_scores(trained, tok, train, attack), "epsilon": float(res.epsilon),
                 "noise_multiplier": float(pt.optimizer.noise_multiplier), "dp_steps": int(res.steps),
                 "stopped_by_budget": bool(res.stopped_by_budget), "n_train": len(train), "config": cfg,
-                "trained_parameters": int(sum(p.numel() for p in trained.parameters() if p.requires_grad))}
+                "trained_parameters": n_trained}
     return {"model": trained, "tokenizer": tok, "claim": pt.claim(), "info": info}
 
 

@@ -198,7 +198,7 @@ def test_realistic_lamp_tag_dlg():
     assert all(len(per[n]) == len(trials) for n in per) and all(0.0 <= r["rouge2"] <= 1.0 for r in res.values())
 
 
-N_SENTENCES = 4
+N_SENTENCES = 8
 _STEPS = {"iterations": 8, "n_c": 25}
 #: each attack with the reference code's hyperparameters (eth-sri/lamp *.sh) at a tenth of its step budget
 REALISTIC_REPRO_GM = {
@@ -369,6 +369,14 @@ def test_realistic_correlation():
 
 
 # ------------------------------------------------------------------------------------------------ DP-SGD
+DP_REPEATS = 2
+
+
+def _spread(runs: list[dict], k: str) -> str:
+    v = [r["info"][k] for r in runs]
+    return f"{_f(float(np.mean(v)))} [{_f(min(v))}, {_f(max(v))}]"
+
+
 def test_realistic_dp_sgd():
     """DP-SGD on the MiniLM license classifier. Utility: the DP fine-tune (:func:`dp_classifier`: opacus, target
     epsilon 8, delta 1e-5, C = 1) against the non-private victim, held-out accuracy. Leakage: LAMP_cos (the
@@ -382,20 +390,26 @@ def test_realistic_dp_sgd():
     from privnlp.core.rng import secure_torch
     from privnlp.evaluation.realistic import CLASSIFIER, DP_CLASSIFIER, classifier_victim, dp_classifier
     from privnlp.evaluation.scenarios.gradient import client_update
-    from privnlp.mechanisms.training.mechanisms import DPSGD
+    from privnlp.mechanisms.training.mechanisms import DPSGD, GaussianNoiseUpdate
 
     t0 = time.perf_counter()
     model, tok, texts, labels, info = classifier_victim(0)
-    dp = dp_classifier(0)
-    dp_head = dp_classifier(0, trainable="head", lr=5e-3)
+    # the DP noise is not seeded (nobody can recompute it), so the DP utility varies between runs: DP_REPEATS
+    # runs each, every run's numbers in the JSON, the mean and the range in the card
+    runs = [dp_classifier(0) for _ in range(DP_REPEATS)]
+    runs_head = [dp_classifier(0, trainable="head", lr=5e-3) for _ in range(DP_REPEATS)]
+    dp, dp_head = runs[0], runs_head[0]
     sigma, C = dp["info"]["noise_multiplier"], DP_CLASSIFIER["max_grad_norm"]
     order = sorted(range(len(texts)), key=lambda i: (len(tok(texts[i])["input_ids"]), texts[i]))[:N_SENTENCES]
     kind, kw = REALISTIC_REPRO_GM["lamp_cos"]
     attack = get(kind)(**kw)
     rows = {}
     with pinned_threads():
-        for label, mech in (("undefended", None), (f"DP-SGD (sigma {sigma:.2f}, C {C:g})",
-                                                   DPSGD(noise_multiplier=sigma, max_grad_norm=C))):
+        for label, mech in (("undefended", None),
+                            ("Gaussian noise std 0.01, no clipping (LAMP Table 5's largest; not DP)",
+                             GaussianNoiseUpdate(std=0.01)),
+                            (f"DP-SGD (sigma {sigma:.2f}, C {C:g}: noise std {sigma * C:.2f})",
+                             DPSGD(noise_multiplier=sigma, max_grad_norm=C))):
             per = []
             for i in order:
                 enc = tok([texts[i]], return_tensors="pt")
@@ -417,12 +431,12 @@ def test_realistic_dp_sgd():
             f"{_f(info['heldout_accuracy'])} | {_f(info['heldout_balanced_accuracy'])} | none |",
             f"| MiniLM fine-tuned with DP-SGD ({DP_CLASSIFIER['steps']} steps, Poisson q = "
             f"{DP_CLASSIFIER['batch_size']}/{dp['info']['n_train']}, lr {DP_CLASSIFIER['lr']:g}, sigma {sigma:.2f}, "
-            f"C {C:g}, word embeddings frozen) | {_f(dp['info']['heldout_accuracy'])} | "
-            f"{_f(dp['info']['heldout_balanced_accuracy'])} | ({dp['info']['epsilon']:.2f}, {claim.delta:g})-DP, "
-            f"example level |",
-            f"| the same, only the pooler and the head trained ({dp_head['info']['trained_parameters']:,} parameters "
-            f"instead of {dp['info']['trained_parameters']:,}; lr {dp_head['info']['config']['lr']:g}) | "
-            f"{_f(dp_head['info']['heldout_accuracy'])} | {_f(dp_head['info']['heldout_balanced_accuracy'])} | "
+            f"C {C:g}, word embeddings frozen: {dp['info']['trained_parameters']:,} parameters) | "
+            f"{_spread(runs, 'heldout_accuracy')} | {_spread(runs, 'heldout_balanced_accuracy')} | "
+            f"({dp['info']['epsilon']:.2f}, {claim.delta:g})-DP, example level |",
+            f"| the same, only the pooler and the head trained ({dp_head['info']['trained_parameters']:,} parameters; "
+            f"lr {dp_head['info']['config']['lr']:g}) | {_spread(runs_head, 'heldout_accuracy')} | "
+            f"{_spread(runs_head, 'heldout_balanced_accuracy')} | "
             f"({dp_head['info']['epsilon']:.2f}, {dp_head['claim'].delta:g})-DP, example level |"]
     leak = ["| client update | LAMP_cos ROUGE-1 | ROUGE-2 | ROUGE-L |", "|---|---|---|---|"]
     leak += [f"| {k} | {_f(100 * r['rouge1'])} | {_f(100 * r['rouge2'])} | {_f(100 * r['rougeL'])} |"
@@ -431,22 +445,26 @@ def test_realistic_dp_sgd():
     setup = (f"all-MiniLM-L6-v2 as a license-sentence classifier (GNU vs other licenses, {info['n_train']} training "
              f"sentences, {info['n_heldout']} held-out, {100 * (1 - np.mean([y for y in labels])):.0f}% of the "
              "attacked ones non-GNU)")
-    paper = ("DP-BERT (dp-bert-and-dp-wordpiece.txt): DP-SGD fine-tuning of BERT loses a few accuracy points at "
-             "epsilon ~ 1-8 with large batches and datasets of 10^5+ examples; LAMP Sec. 6: with DP-SGD noise the "
-             "attack's ROUGE falls with the noise")
-    undef, defd = list(rows.values())
+    paper = ("DP-BERT (dp-bert-and-dp-wordpiece.txt) Table 1: BERT-M entity extraction F1 86.8% non-private, 84.5% "
+             "at epsilon 3.2, 83.7% at epsilon 1 (DP-SGD on MIMIC-III pre-training, batch size 128K, 1M steps); "
+             "LAMP Table 5 (BERT-base, CoLA, B = 1): Gaussian noise on the gradient, LAMP_cos ROUGE-2 42.7 at std "
+             "0.001, 2.0 at std 0.01 (MCC 0.551 -> 0.364)")
+    undef, defd = rows["undefended"], list(rows.values())[-1]
     table = (f"**Paper:** {paper}.\n\n**Ours** ({setup}; `results_realistic.json`).\n\nUtility of DP fine-tuning "
              "(held-out license sentences; the classes are unbalanced, so the balanced accuracy — the mean per-class "
-             "recall — is the one to read):\n\n" + "\n".join(util)
+             f"recall — is the one to read; DP rows: mean [min, max] of {DP_REPEATS} runs, the noise is not "
+             "seeded):\n\n" + "\n".join(util)
              + f"\n\nLeakage of one FedSGD update (B = 1, the {len(order)} shortest held-out sentences, {min(lengths)}-"
              f"{max(lengths)} tokens, label and length known; LAMP_cos with the realistic budget; x 100):\n\n"
              + "\n".join(leak)
              + f"\n\nLAMP's ROUGE-2 {_f(100 * undef['rouge2'])} undefended vs {_f(100 * defd['rouge2'])} through "
              f"DP-SGD. The utility row is the honest cost at this data size: {dp['info']['n_train']} training "
-             "examples are far fewer than DP fine-tuning needs (the paper's datasets are 1000x larger); the audited "
+             "examples and 60 steps of 64 are far from the paper's batches of 128K; the audited "
              "epsilon of the implementation is in the *Empirical DP audit* section above.")
-    _write_mechanism("dp_sgd", {"setup": setup, "paper": paper, "utility": {"non_private": info, "dp": dp["info"],
-                                                                        "dp_head": dp_head["info"]},
+    _write_mechanism("dp_sgd", {"setup": setup, "paper": paper, "utility": {"non_private": info,
+                                                                        "dp": [r["info"] for r in runs],
+                                                                        "dp_head": [r["info"] for r in runs_head]},
                                 "claim": claim.statement(), "leakage": rows, "attack_config": kw,
                                 "command": CMD + " -k dp_sgd", "seconds": seconds, "machine": _machine()}, table)
-    assert 0.0 <= dp["info"]["heldout_accuracy"] <= 1.0 and dp["info"]["epsilon"] <= DP_CLASSIFIER["target_epsilon"] + 1e-6
+    assert all(0.0 <= r["info"]["heldout_accuracy"] <= 1.0 and r["info"]["epsilon"] <= DP_CLASSIFIER["target_epsilon"] + 1e-6
+               for r in runs + runs_head)

@@ -254,7 +254,9 @@ FL_PRESETS: dict[str, dict[str, Any]] = {
     # is the initial global model; every client holds Debian paragraphs the LM did not train on
     # (privnlp.evaluation.realistic.fl_clients) + its SSN record x4 + its watermark x1 (the paper's setting:
     # PTB + inserted SSNs); local Adam at the LM's own learning rate. Tokenizer = the LM's byte-level BPE.
-    "realistic": {"n_clients": 4, "per_round": 2, "rounds": 20, "paragraphs_per_client": 40, "heldout": 100,
+    # Measured (seed 0): 40 paragraphs x 20 rounds memorised 1 of the 4 SSNs (candidate recall 0.25, the beam finds
+    # every memorised one), lr 5e-4 x 30 rounds also 1; 20 paragraphs x 30 rounds memorise 2 (recall 0.5).
+    "realistic": {"n_clients": 4, "per_round": 2, "rounds": 30, "paragraphs_per_client": 20, "heldout": 100,
                   "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
                   "model": "gpt2", "local": {"steps": 10, "batch_size": 8, "lr": 1e-3, "max_length": 64}},
     # plumbing only (fast tests): too short to memorize anything
