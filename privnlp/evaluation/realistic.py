@@ -229,7 +229,8 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
         model.train()  # opacus wraps a model in training mode (dropout stays on: the usual DP fine-tune)
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(cfg["lr"]))
         pt = mech.make_private(model, opt, loader)
-        n_trained = int(sum(p.numel() for p in model.parameters() if p.requires_grad))
+        # the optimizer's parameters (opacus' bookkeeping mode turns requires_grad off on the model's own)
+        n_trained = int(sum(p.numel() for p in pt.optimizer.params))
         res = train_private(pt, loss_fn, steps=int(cfg["steps"]), stop_at_budget=True)
         trained = getattr(pt, "original_model", model)
         info = {**_heldout_scores(trained, tok, train, attack), "epsilon": float(res.epsilon),

@@ -175,9 +175,10 @@ def test_realistic_lamp_tag_dlg():
              f"({min(lengths)}-{max(lengths)} tokens incl. [CLS]/[SEP]); known label and length; 8 x 25 = 200 Adam "
              "steps for every attack (the paper: 2000 for LAMP, 2500 for DLG / TAG); LAMP's prior a Kneser-Ney bigram "
              "on ~100k Debian README / changelog paragraphs without license text (the paper: GPT-2)")
-    paper = ("LAMP Table 1 (BERT-base, B = 1, R-1/R-2/R-L x 100): CoLA LAMP_cos 89.6/51.9/76.2, TAG 78.9/10.2/53.3, "
-             "DLG 59.3/7.7/46.2 (LAMP: 500 inits + 500 permutations, 2000 continuous steps, GPT-2 prior; "
-             "DLG / TAG: 2500 steps)")
+    paper = ("LAMP Table 1 (B = 1, R-1/R-2/R-L x 100, CoLA): BERT-base LAMP_cos 89.6/51.9/76.2, TAG 78.9/10.2/53.3, "
+             "DLG 59.3/7.7/46.2; BERT-base fine-tuned for 2 epochs (FT, the setting of our victim) LAMP_cos "
+             "85.8/46.2/73.1, LAMP_L2+L1 40.3/9.3/35.2, TAG 40.2/3.1/32.3, DLG 36.2/2.0/30.4 (LAMP: 500 inits + 500 "
+             "permutations, 2000 continuous steps, GPT-2 prior; DLG / TAG: 2500 steps)")
     def _ok(a: str, b: str, k: str = "rouge2") -> str:
         return (f"{label[a]} > {label[b]} {'holds' if res[a][k] > res[b][k] else 'does not hold'} "
                 f"({_f(100 * res[a][k])} vs {_f(100 * res[b][k])})")
