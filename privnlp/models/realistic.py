@@ -25,7 +25,7 @@ from privnlp.core.errors import InvalidArgument, MissingDependency
 from ._seed import hf_quiet, seeded
 from .cache import get_or_build
 
-__all__ = ["minilm_classifier", "debian_english_texts", "realistic_lm", "REALISTIC_LM"]
+__all__ = ["minilm_classifier", "debian_english_texts", "corpus_fingerprint", "realistic_lm", "REALISTIC_LM"]
 
 REALISTIC_LM: dict[str, Any] = {
     "corpus": {"max_paragraphs": 6000, "min_chars": 80, "max_chars": 600},
@@ -106,15 +106,32 @@ def _load_lm(path: Path) -> tuple[Any, Any, dict]:
     return model, tok, json.loads((path / "privnlp-realistic.json").read_text())
 
 
+def corpus_fingerprint(texts: list[str]) -> str:
+    """SHA-256 of ``texts`` in order (length-prefixed, so no two lists collide by concatenation), first 16 hex."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()[:16]
+
+
 def realistic_lm(*, seed: int = 0, steps: int | None = None, progress: bool = False) -> tuple[Any, Any, dict]:
     """``(GPT2LMHeadModel, tokenizer, info)`` trained on Debian English text + private records + canaries.
 
     ``info`` holds the inserted private records and canaries (the ground truth of FILM / canary
-    attacks), the corpus size, the losses and the seconds. Cached on disk (key: config + seed + numerics).
+    attacks), the corpus size, the losses and the seconds. Cached on disk (key: config + seed + numerics +
+    :func:`corpus_fingerprint` of the Debian paragraphs read on this machine).
     """
     cfg = json.loads(json.dumps(REALISTIC_LM))
     if steps is not None:
         cfg["train"]["steps"] = int(steps)
+    # the training text depends on the Debian packages installed (documentation packages add paragraphs):
+    # its fingerprint is part of the cache key, so another corpus never loads a model trained on this one
+    public = debian_english_texts(**cfg["corpus"])
+    cfg["corpus_sha256"] = corpus_fingerprint(public)
 
     def build(out: Path) -> None:
         import numpy as np
@@ -125,7 +142,6 @@ def realistic_lm(*, seed: int = 0, steps: int | None = None, progress: bool = Fa
         from .tokenization import train_bpe_tokenizer
         from .training import train_lm
 
-        public = debian_english_texts(**cfg["corpus"])
         private = generate_corpus(**{k: v for k, v in cfg["private"].items() if k != "repeats"}, seed=seed + 1)
         g = np.random.default_rng(seed)
         canaries = [make_canary(cfg["canaries"]["pattern"], rng=g) for _ in range(cfg["canaries"]["n"])]

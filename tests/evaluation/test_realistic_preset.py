@@ -130,3 +130,24 @@ def test_a_mechanism_card_appends_the_realistic_block(tmp_path):
     (d / "REALISTIC.md").write_text("### Realistic preset\n\nMiniLM numbers\n")
     card = card_text("dp_sgd", rep, d)
     assert "MiniLM numbers" not in plain and card.index("hand-written note") < card.index("MiniLM numbers")
+
+
+def test_realistic_lm_cache_key_changes_with_the_debian_corpus(monkeypatch):
+    """A machine with other documentation packages reads other paragraphs: the realistic LM's cache key must
+    change with them (a stale model trained on another corpus is never loaded)."""
+    import privnlp.models.realistic as R
+
+    assert R.corpus_fingerprint(["ab", "c"]) != R.corpus_fingerprint(["a", "bc"])  # length-prefixed
+    keys = []
+
+    def fake_get_or_build(kind, config, seed, build, load):
+        keys.append(config["corpus_sha256"])
+        return None, None, {}
+
+    monkeypatch.setattr(R, "get_or_build", fake_get_or_build)
+    monkeypatch.setattr(R, "debian_english_texts", lambda **kw: ["one paragraph of English text"] * 3)
+    R.realistic_lm(seed=0)
+    R.realistic_lm(seed=0)
+    monkeypatch.setattr(R, "debian_english_texts", lambda **kw: ["one paragraph of English text"] * 3 + ["python3-doc"])
+    R.realistic_lm(seed=0)
+    assert keys[0] == keys[1] != keys[2]
