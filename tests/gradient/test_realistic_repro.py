@@ -507,7 +507,7 @@ def test_realistic_tag_dlg_paper_budget(kind):
     seconds = time.perf_counter() - t0
     label = kind.upper()
     payload = {"attack": label, "steps": 2500, "config": kw, "n_sentences": len(per), **res, "per_sentence": per,
-               "command": CMD + f" -k 'paper_budget and {kind}'", "seconds": seconds, "machine": _machine()}
+               "command": CMD.replace(".py", f".py::test_realistic_tag_dlg_paper_budget[{kind}]"), "seconds": seconds, "machine": _machine()}
     folder = ROOT / kind
     atomic_write_text(folder / "results_realistic_paper_budget.json",
                       json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n")
