@@ -172,6 +172,7 @@ def _heldout_scores(model: Any, tok: Any, train: list[tuple[str, int]], attack: 
                     ) -> dict[str, float]:
     """Accuracy / balanced accuracy on every license sentence not trained on, and on the attacked ones."""
     import numpy as np
+    from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
     seen = {s for s, _ in train}
     held = [p for p in license_sentences() if p[0] not in seen]
@@ -179,9 +180,9 @@ def _heldout_scores(model: Any, tok: Any, train: list[tuple[str, int]], attack: 
     y, p = np.array([y for _, y in held]), np.array(_predict(model, tok, [s for s, _ in held]))
     att = {s for s, _ in attack}
     in_att = np.array([s in att for s, _ in held])
-    return {"heldout_accuracy": float(np.mean(p == y)),
-            "heldout_balanced_accuracy": float(np.mean([np.mean(p[y == c] == c) for c in (0, 1)])),
-            "attack_accuracy": float(np.mean(p[in_att] == y[in_att])), "n_heldout": len(held)}
+    return {"heldout_accuracy": float(accuracy_score(y, p)),
+            "heldout_balanced_accuracy": float(balanced_accuracy_score(y, p)),  # mean per-class recall
+            "attack_accuracy": float(accuracy_score(y[in_att], p[in_att])), "n_heldout": len(held)}
 
 
 def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:

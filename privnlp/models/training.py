@@ -134,11 +134,12 @@ def _pad_id(tokenizer: Any) -> int:
     return int(tokenizer.eos_token_id or 0)
 
 
-def lm_batch_from_ids(rows: Sequence[Sequence[int]], pad_id: int) -> LMBatch:
-    """Right-pad already tokenized rows into an :class:`LMBatch` (labels -100 on padding)."""
+def lm_batch_from_ids(rows: Sequence[Sequence[int]], pad_id: int, *, min_length: int = 1) -> LMBatch:
+    """Right-pad already tokenized rows into an :class:`LMBatch` (labels -100 on padding), at least
+    ``min_length`` positions wide."""
     if len(rows) == 0:
         raise InvalidArgument("rows must not be empty")
-    t = max(1, max(len(r) for r in rows))
+    t = max(int(min_length), max(len(r) for r in rows))
     ids = torch.full((len(rows), t), int(pad_id), dtype=torch.long)
     mask = torch.zeros((len(rows), t), dtype=torch.long)
     for i, r in enumerate(rows):

@@ -46,17 +46,51 @@ def _write_mechanism(name: str, payload: dict, table: str) -> None:
     atomic_write_text(folder / "README.md", card_text(name, LeakageReport.load(folder / "report.json"), folder))
 
 
-def _write(name: str, payload: dict, table: str) -> None:
-    atomic_write_text(ROOT / name / "results_realistic.json", json.dumps(payload, indent=2, sort_keys=True, default=float)
-                      + "\n")
-    card = ROOT / name / "README.md"
+def _put_block(card: Path, begin: str, end: str, block: str) -> None:
+    """Replace the text between ``begin`` and ``end`` in ``card`` by ``block`` (appended when absent)."""
     text = card.read_text()
-    block = _block(payload, table)
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     atomic_write_text(card, text)
+
+
+def _write(name: str, payload: dict, table: str) -> None:
+    atomic_write_text(ROOT / name / "results_realistic.json", json.dumps(payload, indent=2, sort_keys=True, default=float)
+                      + "\n")
+    _put_block(ROOT / name / "README.md", BEGIN, END, _block(payload, table))
+
+
+def _classifier_trials(model, tok, texts, labels, mechanism=None) -> list:
+    """``(text, GradientObservation)`` of the client's B = 1 update for each of the ``N_SENTENCES`` shortest
+    attacked sentences (label and length known, as in LAMP); a mechanism's noise comes from the OS entropy pool
+    (``secure_torch``: nobody can recompute it)."""
+    import torch
+
+    from privnlp.core.observations import GradientObservation
+    from privnlp.core.rng import secure_torch
+    from privnlp.evaluation.scenarios.gradient import client_update
+
+    order = sorted(range(len(texts)), key=lambda i: (len(tok(texts[i])["input_ids"]), texts[i]))[:N_SENTENCES]
+    out = []
+    for i in order:
+        enc = tok([texts[i]], return_tensors="pt")
+        g, _ = client_update(model, {**enc, "labels": torch.tensor([labels[i]])}, mechanism,
+                             rng=secure_torch() if mechanism is not None else 0)
+        out.append((texts[i], GradientObservation(model=model, gradients=g, batch_size=1, tokenizer=tok,
+                                                  labels=[labels[i]], lengths=[int(enc["input_ids"].shape[1])],
+                                                  meta={"task": "classifier"})))
+    return out
+
+
+def _attack_trials(attack, trials: list) -> tuple[list[dict], dict]:
+    """Per-sentence reconstructions and scores of ``attack`` on ``trials``, and the mean ROUGE-1/2/L."""
+    per = []
+    for text, obs in trials:
+        r = attack.run(obs, rng=0)
+        per.append({"reference": text, "reconstruction": r.reconstructions[0], **r.score({"texts": [text]})})
+    return per, {k: float(np.mean([p[k] for p in per])) for k in ("rouge1", "rouge2", "rougeL")}
 
 
 def _machine() -> str:
@@ -132,32 +166,18 @@ def test_realistic_lamp_tag_dlg():
     """LAMP Table 1 in miniature on MiniLM fine-tuned as a license classifier: B = 1, the ``N_SENTENCES`` shortest
     held-out sentences, known label and length; 200 Adam steps for all (``REALISTIC_REPRO_GM``), each attack with
     the reference code's hyperparameters (eth-sri/lamp ``lamp_cos.sh`` / ``lamp_l1l2.sh`` / ``tag.sh`` / ``dlg.sh``)."""
-    import torch
-
     from privnlp.attacks import get
     from privnlp.core.numerics import pinned_threads
-    from privnlp.core.observations import GradientObservation
     from privnlp.evaluation.realistic import CLASSIFIER, classifier_victim
-    from privnlp.evaluation.scenarios.gradient import client_update
 
     t0 = time.perf_counter()
     model, tok, texts, labels, info = classifier_victim(0)
-    order = sorted(range(len(texts)), key=lambda i: (len(tok(texts[i])["input_ids"]), texts[i]))[:N_SENTENCES]
     attacks = {name: get(kind)(**kw) for name, (kind, kw) in REALISTIC_REPRO_GM.items()}
-    res, per = {}, {n: [] for n in attacks}
+    res, per = {}, {}
     with pinned_threads():
-        trials = []
-        for i in order:
-            enc = tok([texts[i]], return_tensors="pt")
-            L = int(enc["input_ids"].shape[1])
-            g, _ = client_update(model, {**enc, "labels": torch.tensor([labels[i]])}, None, rng=0)
-            trials.append((texts[i], GradientObservation(model=model, gradients=g, batch_size=1, tokenizer=tok,
-                                                         labels=[labels[i]], lengths=[L], meta={"task": "classifier"})))
+        trials = _classifier_trials(model, tok, texts, labels)
         for name, a in attacks.items():
-            for text, obs in trials:
-                r = a.run(obs, rng=0)
-                per[name].append({"reference": text, "reconstruction": r.reconstructions[0], **r.score({"texts": [text]})})
-            res[name] = {k: float(np.mean([p[k] for p in per[name]])) for k in ("rouge1", "rouge2", "rougeL")}
+            per[name], res[name] = _attack_trials(a, trials)
     r2 = {n: r["rouge2"] for n, r in res.items()}
     trends = {v: r2[v] > r2["tag"] > r2["dlg"] for v in ("lamp_cos", "lamp_l2l1")}
     holds = all(trends.values())
@@ -383,14 +403,9 @@ def test_realistic_dp_sgd():
     epsilon 8, delta 1e-5, C = 1) against the non-private victim, held-out accuracy. Leakage: LAMP_cos (the
     realistic budget) on the client's B = 1 update of the ``N_SENTENCES`` shortest held-out sentences, undefended
     and through DP-SGD with the DP fine-tune's sigma and C (one clipped, noised per-example gradient)."""
-    import torch
-
     from privnlp.attacks import get
     from privnlp.core.numerics import pinned_threads
-    from privnlp.core.observations import GradientObservation
-    from privnlp.core.rng import secure_torch
     from privnlp.evaluation.realistic import CLASSIFIER, DP_CLASSIFIER, classifier_victim, dp_classifier
-    from privnlp.evaluation.scenarios.gradient import client_update
     from privnlp.mechanisms.training.mechanisms import DPSGD, GaussianNoiseUpdate
 
     t0 = time.perf_counter()
@@ -401,7 +416,6 @@ def test_realistic_dp_sgd():
     runs_head = [dp_classifier(0, trainable="head", lr=5e-3) for _ in range(DP_REPEATS)]
     dp, dp_head = runs[0], runs_head[0]
     sigma, C = dp["info"]["noise_multiplier"], DP_CLASSIFIER["max_grad_norm"]
-    order = sorted(range(len(texts)), key=lambda i: (len(tok(texts[i])["input_ids"]), texts[i]))[:N_SENTENCES]
     kind, kw = REALISTIC_REPRO_GM["lamp_cos"]
     attack = get(kind)(**kw)
     rows = {}
@@ -411,19 +425,8 @@ def test_realistic_dp_sgd():
                              GaussianNoiseUpdate(std=0.01)),
                             (f"DP-SGD (sigma {sigma:.2f}, C {C:g}: noise std {sigma * C:.2f})",
                              DPSGD(noise_multiplier=sigma, max_grad_norm=C))):
-            per = []
-            for i in order:
-                enc = tok([texts[i]], return_tensors="pt")
-                # the DP noise from the OS entropy pool (secure_torch): nobody can recompute it
-                g, _ = client_update(model, {**enc, "labels": torch.tensor([labels[i]])}, mech,
-                                     rng=secure_torch() if mech is not None else 0)
-                obs = GradientObservation(model=model, gradients=g, batch_size=1, tokenizer=tok, labels=[labels[i]],
-                                          lengths=[int(enc["input_ids"].shape[1])], meta={"task": "classifier"})
-                r = attack.run(obs, rng=0)
-                per.append({"reference": texts[i], "reconstruction": r.reconstructions[0],
-                            **r.score({"texts": [texts[i]]})})
-            rows[label] = {"per_sentence": per, **{k: float(np.mean([p[k] for p in per]))
-                                                   for k in ("rouge1", "rouge2", "rougeL")}}
+            per, mean = _attack_trials(attack, _classifier_trials(model, tok, texts, labels, mech))
+            rows[label] = {"per_sentence": per, **mean}
     seconds = time.perf_counter() - t0
     claim = dp["claim"]
     ft = CLASSIFIER["finetune"]
@@ -442,7 +445,7 @@ def test_realistic_dp_sgd():
     leak = ["| client update | LAMP_cos ROUGE-1 | ROUGE-2 | ROUGE-L |", "|---|---|---|---|"]
     leak += [f"| {k} | {_f(100 * r['rouge1'])} | {_f(100 * r['rouge2'])} | {_f(100 * r['rougeL'])} |"
              for k, r in rows.items()]
-    lengths = [len(tok(texts[i])["input_ids"]) for i in order]
+    lengths = [len(tok(q["reference"])["input_ids"]) for q in rows["undefended"]["per_sentence"]]
     setup = (f"all-MiniLM-L6-v2 as a license-sentence classifier (GNU vs other licenses, {info['n_train']} training "
              f"sentences, {info['n_heldout']} held-out, {100 * (1 - np.mean([y for y in labels])):.0f}% of the "
              "attacked ones non-GNU)")
@@ -455,7 +458,7 @@ def test_realistic_dp_sgd():
              "(held-out license sentences; the classes are unbalanced, so the balanced accuracy — the mean per-class "
              f"recall — is the one to read; DP rows: mean [min, max] of {DP_REPEATS} runs, the noise is not "
              "seeded):\n\n" + "\n".join(util)
-             + f"\n\nLeakage of one FedSGD update (B = 1, the {len(order)} shortest held-out sentences, {min(lengths)}-"
+             + f"\n\nLeakage of one FedSGD update (B = 1, the {len(lengths)} shortest held-out sentences, {min(lengths)}-"
              f"{max(lengths)} tokens, label and length known; LAMP_cos with the realistic budget; x 100):\n\n"
              + "\n".join(leak)
              + f"\n\nLAMP's ROUGE-2 {_f(100 * undef['rouge2'])} undefended vs {_f(100 * defd['rouge2'])} through "
@@ -481,29 +484,15 @@ def test_realistic_tag_dlg_paper_budget(kind):
     """TAG / DLG with the paper's 2500 Adam steps (100 x 25; the reference code's lr 0.1 without decay) on the
     same fine-tuned MiniLM and the same ``N_SENTENCES`` sentences as ``test_realistic_lamp_tag_dlg`` (there: 200
     steps). One attack per test so the two can run in parallel (about 35 min each on one core)."""
-    import torch
-
     from privnlp.attacks import get
     from privnlp.core.numerics import pinned_threads
-    from privnlp.core.observations import GradientObservation
     from privnlp.evaluation.realistic import classifier_victim
-    from privnlp.evaluation.scenarios.gradient import client_update
 
     t0 = time.perf_counter()
     model, tok, texts, labels, info = classifier_victim(0)
-    order = sorted(range(len(texts)), key=lambda i: (len(tok(texts[i])["input_ids"]), texts[i]))[:N_SENTENCES]
     kw = {**REALISTIC_REPRO_GM[kind][1], "iterations": 100, "n_c": 25}
-    attack = get(kind)(**kw)
-    per = []
     with pinned_threads():
-        for i in order:
-            enc = tok([texts[i]], return_tensors="pt")
-            g, _ = client_update(model, {**enc, "labels": torch.tensor([labels[i]])}, None, rng=0)
-            obs = GradientObservation(model=model, gradients=g, batch_size=1, tokenizer=tok, labels=[labels[i]],
-                                      lengths=[int(enc["input_ids"].shape[1])], meta={"task": "classifier"})
-            r = attack.run(obs, rng=0)
-            per.append({"reference": texts[i], "reconstruction": r.reconstructions[0], **r.score({"texts": [texts[i]]})})
-    res = {k: float(np.mean([p[k] for p in per])) for k in ("rouge1", "rouge2", "rougeL")}
+        per, res = _attack_trials(get(kind)(**kw), _classifier_trials(model, tok, texts, labels))
     seconds = time.perf_counter() - t0
     label = kind.upper()
     payload = {"attack": label, "steps": 2500, "config": kw, "n_sentences": len(per), **res, "per_sentence": per,
@@ -524,11 +513,5 @@ def test_realistic_tag_dlg_paper_budget(kind):
              f"x 100 = {_f(100 * res['rouge1'])} / {_f(100 * res['rouge2'])} / {_f(100 * res['rougeL'])} "
              f"(`results_realistic_paper_budget.json`).{cmp}\n\nTook {seconds:.0f} s ({payload['machine']}). "
              f"Regenerate: `{payload['command']}`\n{PB_END}")
-    card = folder / "README.md"
-    text = card.read_text()
-    if PB_BEGIN in text and PB_END in text:
-        text = text[: text.index(PB_BEGIN)] + block + text[text.index(PB_END) + len(PB_END):]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    atomic_write_text(card, text)
-    assert len(per) == len(order) and 0.0 <= res["rouge2"] <= 1.0
+    _put_block(folder / "README.md", PB_BEGIN, PB_END, block)
+    assert len(per) == N_SENTENCES and 0.0 <= res["rouge2"] <= 1.0

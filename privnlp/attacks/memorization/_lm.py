@@ -66,14 +66,10 @@ def _pad_id(tokenizer: Any) -> int:
 
 def _padded(rows: Sequence[Sequence[int]], pad: int, min_len: int = 1) -> tuple:
     """Right-padded ``(input_ids, attention_mask, position_ids)`` of token rows."""
-    t = max(min_len, max(len(r) for r in rows))
-    x = torch.full((len(rows), t), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), t), dtype=torch.long)
-    for j, r in enumerate(rows):
-        x[j, :len(r)] = torch.as_tensor(list(r), dtype=torch.long)
-        mask[j, :len(r)] = 1
-    pos = torch.arange(t, dtype=torch.long).unsqueeze(0).repeat(len(rows), 1)
-    return x, mask, pos
+    from privnlp.models.training import lm_batch_from_ids
+
+    b = lm_batch_from_ids(rows, pad, min_length=min_len)
+    return b.input_ids, b.attention_mask, b.position_ids
 
 
 def causal_log_probs(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256,
