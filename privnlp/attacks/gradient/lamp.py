@@ -8,7 +8,8 @@ paper's baselines; here they are presets of the LAMP engine without the prior an
 Algorithm 1: ``n_init`` Gaussian initialisations of the (unknown) token embeddings, the best by
 gradient distance, then ``n_perm`` permutations of it; then ``iterations`` rounds of ``n_c`` Adam
 steps on ``L_rec = L_grad + alpha_reg * (mean |x_i| - mean |e_j|)^2`` (``L_grad`` = cosine or
-L2 + alpha_tag * L1 over layers) alternating with ``n_d`` discrete candidates (swap, move token,
+squared L2 + alpha_tag * L1 over layers: the paper's equation writes the L2 norm, the reference code that
+produced its tables squares it, and so do we) alternating with ``n_d`` discrete candidates (swap, move token,
 move subsequence, move prefix) accepted when ``L_rec + alpha_lm * L_lm`` improves, ``L_lm`` the
 perplexity (mean NLL) of the nearest-token projection under an auxiliary causal LM on the victim's
 tokenizer (a tiny GPT-2 trained here on public synthetic sentiment text: :func:`aux_lm`).
@@ -227,6 +228,16 @@ def _lm_nll(lm: Any, seqs: Sequence[Sequence[int]]) -> np.ndarray:
         return (nll.sum(1) / att[:, 1:].sum(1).clamp(min=1)).numpy()
 
 
+def unused_token_ids(tokenizer: Any, vocab_size: int) -> list[int]:
+    """Ids of the vocabulary's placeholder entries (BERT's ``[unusedN]``, never produced by the tokenizer): the
+    reference code excludes them (ids 1-99 and 104-998 of ``bert-base-uncased``) from the nearest-token projection."""
+    import re
+
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    pat = re.compile(r"^\[unused\d+\]$")
+    return sorted(i for t, i in vocab.items() if i < vocab_size and pat.match(t))
+
+
 class _Engine:
     def __init__(self, model: Any, gradients: Any, labels: Any, lengths: Sequence[int], tokenizer: Any, *, loss: str,
                  alpha_tag: float, alpha_reg: float) -> None:
@@ -279,6 +290,7 @@ class _Engine:
                    if t is not None]
         self.allowed = torch.ones(self.E.shape[0], dtype=torch.bool)
         self.allowed[special] = False
+        self.allowed[unused_token_ids(tokenizer, self.E.shape[0])] = False
 
     def full(self, x):
         import torch
@@ -318,8 +330,8 @@ class _Engine:
             d = g - t
             if self.loss_kind == "l2":
                 tot = tot + (d ** 2).sum()
-            else:  # tag: L2 + alpha * L1
-                tot = tot + d.norm() + self.alpha_tag * d.abs().sum()
+            else:  # tag: squared L2 + alpha * L1, as the reference code (utilities.grad_dist) computes it
+                tot = tot + (d ** 2).sum() + self.alpha_tag * d.abs().sum()
         return tot
 
     def reg(self, x):
@@ -407,7 +419,8 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
                 loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
                 n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
                 lr: float = 0.01, lm: Any = None, batched: bool = True,
-                lr_decay: float = 0.89) -> tuple[list[list[int]], dict[str, Any]]:
+                lr_decay: float = 0.89, init_std: float | None = None,
+                keep_best: bool = True) -> tuple[list[list[int]], dict[str, Any]]:
     """Run the engine; returns (token ids per sequence, raw numbers).
 
     Args:
@@ -430,6 +443,10 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
         lm: the auxiliary LM (``None`` = no prior).
         batched: score candidates in one vmapped call.
         lr_decay: the learning rate is multiplied by this every 50 Adam steps (the reference code's StepLR; 1 = none).
+        init_std: standard deviation of the Gaussian initialisations; ``None``: the real embeddings' scale (mean
+            row norm / sqrt(d), LAMP); 1.0: the reference code's baselines (``randn``, not rescaled).
+        keep_best: return the iterate with the lowest ``L_rec`` seen during the continuous steps (the reference
+            code's ``best_final_x``), not the last one.
     """
     import torch
 
@@ -443,7 +460,7 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
     # initialisation: Gaussian samples, then permutations of the best (scored by L_grad + reg)
     # Gaussian inits at the scale of the real embeddings (norm ~ mean row norm): a unit-variance
     # init (norm ~ sqrt(d)) swamps the position embeddings before the embedding LayerNorm
-    std = eng.mean_norm / np.sqrt(d)
+    std = eng.mean_norm / np.sqrt(d) if init_std is None else float(init_std)
     cands = torch.randn((max(1, n_init), B, T, d), generator=tg) * std
     if n_init > 1:
         sc = eng.rec_batched(cands) if batched else np.array([float(eng.rec(c, create_graph=False)) for c in cands])
@@ -466,10 +483,14 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
     opt = torch.optim.Adam([x], lr=lr)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=50, gamma=lr_decay)
     history = []
+    best_val, best_x = float("inf"), x.detach().clone()
     for it in range(iterations):
         for _ in range(n_c):
             opt.zero_grad()
             val = eng.rec(x)
+            v = float(val.detach())
+            if keep_best and v <= best_val:  # the iterate this loss belongs to, before the step
+                best_val, best_x = v, x.detach().clone()
             val.backward()
             opt.step()
             sched.step()
@@ -489,8 +510,12 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
                 best = int(np.argmin(tot))
                 if best != 0:
                     x.data.copy_(cand[best])
+    returned = float(eng.rec(x.detach(), create_graph=False))
+    if keep_best and returned > best_val:
+        x, returned = best_x, best_val
     ids = eng.project(x.detach())
-    return ids, {"final_rec_loss": history[-1] if history else None, "history": history}
+    return ids, {"final_rec_loss": history[-1] if history else None, "history": history,
+                 "best_rec_loss": best_val if keep_best else None, "returned_rec_loss": returned}
 
 
 def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
@@ -534,6 +559,10 @@ class _GradientMatching(Attack):
         prior: the auxiliary LM: ``"gpt2"`` (the paper's kind: a tiny GPT-2 trained for ``aux_lm_steps``, see
             :func:`aux_lm`) or ``"kn-bigram"`` (:func:`kn_prior`: a Kneser-Ney bigram counted on ~100k public
             paragraphs; the realistic preset's, where a CPU-trained neural LM on BERT's 30k vocabulary overfits).
+        init_std: standard deviation of the Gaussian initialisations, > 0; ``None`` (LAMP): the real embeddings'
+            scale; TAG / DLG: 1.0 (the reference code's baselines draw ``randn`` and do not rescale).
+        keep_best: return the continuous iterate with the lowest reconstruction loss (the reference code's
+            ``best_final_x``), not the last one.
 
     Raises:
         InvalidArgument: an unknown ``loss`` or an argument outside its range.
@@ -551,7 +580,8 @@ class _GradientMatching(Attack):
     def __init__(self, loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
                  n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
                  lr: float = 0.01, batched: bool = True, aux_lm_steps: int = 300, aux_corpus: str = "synthetic",
-                 prior: str = "gpt2", lr_decay: float = 0.89) -> None:
+                 prior: str = "gpt2", lr_decay: float = 0.89, init_std: float | None = None,
+                 keep_best: bool = True) -> None:
         if prior not in PRIORS:
             raise InvalidArgument(f"prior must be one of {PRIORS}; got {prior!r}")
         if loss not in ("cos", "tag", "l2"):
@@ -566,7 +596,11 @@ class _GradientMatching(Attack):
             check_range(nm, v, 0, float("inf"))
         check_range("lr", lr, 0, float("inf"), lo_inclusive=False)
         check_range("lr_decay", lr_decay, 0, 1, lo_inclusive=False)
+        if init_std is not None:
+            check_range("init_std", init_std, 0, float("inf"), lo_inclusive=False)
         self.lr_decay = lr_decay
+        self.init_std = init_std
+        self.keep_best = bool(keep_best)
         self.loss = loss
         self.alpha_tag = alpha_tag
         self.alpha_reg = alpha_reg
@@ -601,7 +635,8 @@ class _GradientMatching(Attack):
                                observation.tokenizer, rng=rng, loss=self.loss, alpha_tag=self.alpha_tag,
                                alpha_reg=self.alpha_reg, alpha_lm=self.alpha_lm, n_init=self.n_init,
                                n_perm=self.n_perm, iterations=self.iterations, n_c=self.n_c, n_d=self.n_d,
-                               lr=self.lr, lm=lm, batched=self.batched, lr_decay=self.lr_decay)
+                               lr=self.lr, lm=lm, batched=self.batched, lr_decay=self.lr_decay,
+                               init_std=self.init_std, keep_best=self.keep_best)
         texts = tuple(_decode(observation.tokenizer, s) for s in ids)
         raw["token_ids"] = ids
         return AttackResult(attack=self.name or "lamp", reconstructions=texts, raw=raw, scorer=_score)
@@ -650,11 +685,16 @@ class LAMP(_GradientMatching):
 class TAG(_GradientMatching):
     """TAG (Deng et al. 2021): L2 + alpha*L1 gradient distance, no prior, no discrete steps.
 
+    Defaults are the LAMP reference code's TAG baseline (``tag.sh`` + ``--baseline``): squared L2 + 0.01 * L1,
+    one ``randn`` initialisation, Adam lr 0.1 without decay, the best iterate kept.
+
     Args:
         alpha_tag: weight of the L1 term of ``loss="tag"``, >= 0.
         iterations: rounds of continuous + discrete optimisation, in [1, 10**6].
         n_c: Adam steps per round, in [1, 10**6].
         lr: Adam learning rate, > 0.
+        lr_decay: learning-rate factor every 50 Adam steps, in (0, 1].
+        init_std: standard deviation of the initialisation, > 0 (``None``: the embeddings' scale).
         **kw: further arguments of the engine (``batched``, ``aux_lm_steps``).
 
     Raises:
@@ -664,9 +704,10 @@ class TAG(_GradientMatching):
     paper = ("Deng et al., TAG: Gradient Attack on Transformer-based Language Models, EMNLP Findings 2021; "
              "as evaluated in shared/papers/lamp-extracting-text-from-gradients.txt")
 
-    def __init__(self, alpha_tag: float = 0.01, iterations: int = 10, n_c: int = 25, lr: float = 0.01, **kw: Any) -> None:
+    def __init__(self, alpha_tag: float = 0.01, iterations: int = 10, n_c: int = 25, lr: float = 0.1,
+                 lr_decay: float = 1.0, init_std: float | None = 1.0, **kw: Any) -> None:
         super().__init__(loss="tag", alpha_tag=alpha_tag, alpha_reg=0.0, alpha_lm=0.0, n_init=1, n_perm=0,
-                         iterations=iterations, n_c=n_c, n_d=0, lr=lr, **kw)
+                         iterations=iterations, n_c=n_c, n_d=0, lr=lr, lr_decay=lr_decay, init_std=init_std, **kw)
 
     @classmethod
     def example(cls, preset: str = "quick") -> "TAG":
@@ -677,10 +718,15 @@ class TAG(_GradientMatching):
 class DLG(_GradientMatching):
     """DLG (Zhu et al. 2019): squared L2 gradient distance, no prior, no discrete steps.
 
+    Defaults are the LAMP reference code's DLG baseline (``dlg.sh`` + ``--baseline``): one ``randn``
+    initialisation, Adam lr 0.1 without decay, the best iterate kept.
+
     Args:
         iterations: rounds of continuous + discrete optimisation, in [1, 10**6].
         n_c: Adam steps per round, in [1, 10**6].
         lr: Adam learning rate, > 0.
+        lr_decay: learning-rate factor every 50 Adam steps, in (0, 1].
+        init_std: standard deviation of the initialisation, > 0 (``None``: the embeddings' scale).
         **kw: further arguments of the engine (``alpha_tag``, ``batched``, ``aux_lm_steps``).
 
     Raises:
@@ -690,9 +736,10 @@ class DLG(_GradientMatching):
     paper = ("Zhu et al., Deep Leakage from Gradients, NeurIPS 2019; as evaluated in "
              "shared/papers/lamp-extracting-text-from-gradients.txt")
 
-    def __init__(self, iterations: int = 10, n_c: int = 25, lr: float = 0.01, **kw: Any) -> None:
+    def __init__(self, iterations: int = 10, n_c: int = 25, lr: float = 0.1, lr_decay: float = 1.0,
+                 init_std: float | None = 1.0, **kw: Any) -> None:
         super().__init__(loss="l2", alpha_reg=0.0, alpha_lm=0.0, n_init=1, n_perm=0, iterations=iterations,
-                         n_c=n_c, n_d=0, lr=lr, **kw)
+                         n_c=n_c, n_d=0, lr=lr, lr_decay=lr_decay, init_std=init_std, **kw)
 
     @classmethod
     def example(cls, preset: str = "quick") -> "DLG":
