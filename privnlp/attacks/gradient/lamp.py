@@ -458,8 +458,9 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
     B, T, d = len(lengths), max(lengths), eng.E.shape[1]
     fixed_first = tokenizer.cls_token_id is not None
     # initialisation: Gaussian samples, then permutations of the best (scored by L_grad + reg)
-    # Gaussian inits at the scale of the real embeddings (norm ~ mean row norm): a unit-variance
-    # init (norm ~ sqrt(d)) swamps the position embeddings before the embedding LayerNorm
+    # LAMP: Gaussian inits at the scale of the real embeddings (norm ~ mean row norm; the reference code rescales
+    # to 1.4, BERT-base's); a unit-variance init (norm ~ sqrt(d)) swamps the position embeddings before the
+    # embedding LayerNorm, yet it is the reference code's TAG / DLG baseline (init_std=1.0)
     std = eng.mean_norm / np.sqrt(d) if init_std is None else float(init_std)
     cands = torch.randn((max(1, n_init), B, T, d), generator=tg) * std
     if n_init > 1:
