@@ -43,7 +43,7 @@ repro: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --timeout=7200 tests
 	$(BIN)/privnlp evaluate --all --preset full --report-dir reports
 
-# the realistic preset's reproductions only (issue #17; about 1 h on one core, the first run also builds the LM)
+# the realistic preset's reproductions only (issue #17; about 2.5 h on one core, 80 min of it TAG / DLG at 2500 steps; the first run also builds the LM)
 repro-realistic: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m slow --timeout=7200 tests/gradient/test_realistic_repro.py
 
