@@ -8,13 +8,11 @@ from privnlp.core.errors import InvalidArgument
 from privnlp.core.observations import GradientObservation
 
 
-@pytest.fixture(scope="module")
-def tiny_bert_obs():
+def _tiny_bert(vocab: list[str]):
+    """(tokenizer, 1-layer 32-d BERT classifier in eval mode) on a word-level ``vocab``."""
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
     import tempfile, os
 
-    words = "the movie was great awful plot acting good bad boring fun".split()
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
     d = tempfile.mkdtemp()
     with open(os.path.join(d, "vocab.txt"), "w") as f:
         f.write("\n".join(vocab))
@@ -22,7 +20,13 @@ def tiny_bert_obs():
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=16, num_labels=2)
-    model = BertForSequenceClassification(cfg).eval()
+    return tok, BertForSequenceClassification(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_obs():
+    words = "the movie was great awful plot acting good bad boring fun".split()
+    tok, model = _tiny_bert(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words)
     text = "the movie was great"
     enc = tok([text], return_tensors="pt")
     out = model(**enc, labels=torch.tensor([1]))
@@ -151,23 +155,11 @@ def test_keep_best_returns_the_lowest_loss_iterate(tiny_bert_obs):
 def test_unused_vocabulary_entries_never_projected_to():
     """BERT's [unusedN] placeholders are excluded from the nearest-token projection (the reference code drops
     ids 1-99 and 104-998 of bert-base-uncased): an iterate sitting exactly on one projects elsewhere."""
-    import os
-    import tempfile
-
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
-
     from privnlp.attacks.gradient.lamp import _Engine, unused_token_ids
 
     vocab = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film"]
-    d = tempfile.mkdtemp()
-    with open(os.path.join(d, "vocab.txt"), "w") as f:
-        f.write("\n".join(vocab))
-    tok = BertTokenizerFast(os.path.join(d, "vocab.txt"))
+    tok, model = _tiny_bert(vocab)
     assert unused_token_ids(tok, len(vocab)) == [1, 2]
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
-                                                     num_attention_heads=2, intermediate_size=32,
-                                                     max_position_embeddings=8, num_labels=2)).eval()
     enc = tok(["good film"], return_tensors="pt")
     out = model(**enc, labels=torch.tensor([1]))
     names = [n for n, _ in model.named_parameters()]
