@@ -6,6 +6,7 @@ DP-FedAvg aggregation, one DP word-histogram release / one full DP WordPiece bui
 
 Prints absolute times and the ratios; states the machine load (``os.getloadavg``) next to them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,13 +36,16 @@ def baseline_dp_sgd() -> tuple[str, float]:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pt = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5).make_private(model, opt, T._loader(X), rng=0)
+        pt = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5).make_private(
+            model, opt, T._loader(X), rng=0
+        )
 
         def step():
             for (xb,) in pt.data_loader:
                 pt.optimizer.zero_grad()
                 pt.loss(model(xb).squeeze(-1)).backward()
                 pt.optimizer.step()
+
         return "one DP-SGD training step (same tiny model)", _time(step, 300)
 
 
@@ -55,7 +59,8 @@ def baseline_dp_fedavg() -> tuple[str, float]:
     replies = F._replies(np.random.default_rng(0).standard_normal((4, F.DIM)))
     ref, g = {"w": torch.zeros(F.DIM)}, torch.Generator().manual_seed(0)
     return "one DP-FedAvg aggregation (4 users)", _time(
-        lambda: mech.aggregate(ref, replies, num_selected=4, plan=plan, generator=g), 2000)
+        lambda: mech.aggregate(ref, replies, num_selected=4, plan=plan, generator=g), 2000
+    )
 
 
 def baseline_dp_wordpiece() -> list[tuple[str, float]]:
@@ -64,8 +69,13 @@ def baseline_dp_wordpiece() -> list[tuple[str, float]]:
     mech = DPWordPiece(epsilon=1.0, delta=1e-5, max_words_per_contributor=1, vocab_size=600)
     texts = ["commonaa"] * 40
     g = np.random.default_rng(0)
-    return [("one DP histogram release (40 docs)", _time(lambda: mech.release_histogram(texts, rng=g), 500)),
-            ("one full DP WordPiece build (40 docs)", _time(lambda: mech.build(texts, rng=g), 20))]
+    return [
+        (
+            "one DP histogram release (40 docs)",
+            _time(lambda: mech.release_histogram(texts, rng=g), 500),
+        ),
+        ("one full DP WordPiece build (40 docs)", _time(lambda: mech.build(texts, rng=g), 20)),
+    ]
 
 
 def baseline_text(name: str) -> tuple[str, float]:
@@ -77,7 +87,9 @@ def baseline_text(name: str) -> tuple[str, float]:
     extra = {k: getattr(ex, k) for k in ("t", "ts", "lam") if k in vars(ex)}
     mech = type(ex)(ex.epsilon, embeddings=emb, **extra)
     g = np.random.default_rng(0)
-    return "one word sanitized (perturb_words)", _time(lambda: mech.perturb_words(["g4"], rng=g), 300)
+    return "one word sanitized (perturb_words)", _time(
+        lambda: mech.perturb_words(["g4"], rng=g), 300
+    )
 
 
 def main() -> None:
@@ -88,8 +100,12 @@ def main() -> None:
     from privnlp.core.registry import AUDITS, MECHANISMS
 
     names = args.only or AUDITS.names()
-    print(f"load average {os.getloadavg()}, cpus {os.cpu_count()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
-    print(f"{'defense':15s} {'audit s':>8s} {'trials':>8s} {'ms/trial':>9s}  baseline (ms/call) -> ratio")
+    print(
+        f"load average {os.getloadavg()}, cpus {os.cpu_count()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
+    )
+    print(
+        f"{'defense':15s} {'audit s':>8s} {'trials':>8s} {'ms/trial':>9s}  baseline (ms/call) -> ratio"
+    )
     for n in names:
         fn = AUDITS.get(n)
         t0 = time.perf_counter()

@@ -14,6 +14,7 @@ machine the W=2 numbers are bounded by the cores and noisy). Paper: Abadi et al.
 Multi-node: the library code is the same; launch the training script (or ``-m privnlp.cli.main train``) with
 ``torchrun --nnodes 2 --nproc_per_node G --rdzv_backend c10d --rdzv_endpoint HOST:29400 ...`` on every node.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,14 @@ def _data():
 def _model():
     from privnlp.models import tiny_bert_classifier
 
-    return tiny_bert_classifier(V, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                max_position_embeddings=T, seed=0)
+    return tiny_bert_classifier(
+        V,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=T,
+        seed=0,
+    )
 
 
 def _loss(m, x, y):
@@ -56,9 +63,17 @@ def run_dp(world: int, rank: int, steps: int, batch: int, mode: str) -> tuple[fl
     x, y = _data()
     m = _model()
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
-    pt = make_private(m, opt, DataLoader(TensorDataset(x, y), batch_size=batch), noise_multiplier=1.0,
-                      max_grad_norm=1.0, accountant="rdp", grad_sample_mode=mode, dedup=False,
-                      distributed=world > 1)
+    pt = make_private(
+        m,
+        opt,
+        DataLoader(TensorDataset(x, y), batch_size=batch),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        accountant="rdp",
+        grad_sample_mode=mode,
+        dedup=False,
+        distributed=world > 1,
+    )
     it = iter(pt.data_loader)
 
     def step() -> int:
@@ -117,7 +132,9 @@ def run_ddp(world: int, rank: int, steps: int, batch: int) -> tuple[float, int]:
     return time.perf_counter() - t, n
 
 
-def _worker(rank: int, world: int, port: int, kind: str, steps: int, batch: int, mode: str, q) -> None:
+def _worker(
+    rank: int, world: int, port: int, kind: str, steps: int, batch: int, mode: str, q
+) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -125,7 +142,11 @@ def _worker(rank: int, world: int, port: int, kind: str, steps: int, batch: int,
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        dt, n = run_dp(world, rank, steps, batch, mode) if kind == "dp" else run_ddp(world, rank, steps, batch)
+        dt, n = (
+            run_dp(world, rank, steps, batch, mode)
+            if kind == "dp"
+            else run_ddp(world, rank, steps, batch)
+        )
         if rank == 0:
             q.put((dt, n))
     finally:
@@ -146,8 +167,10 @@ def measure(kind: str, world: int, steps: int, batch: int, mode: str = "hooks") 
         return n / dt
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(r, world, PORT, kind, steps, batch, mode, q))
-             for r in range(world)]
+    procs = [
+        ctx.Process(target=_worker, args=(r, world, PORT, kind, steps, batch, mode, q))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     dt, n = q.get(timeout=600)
@@ -171,8 +194,10 @@ def main() -> None:
     ap.add_argument("--mode", default="hooks", help="grad_sample_mode of the DP runs")
     a = ap.parse_args()
     load0 = os.getloadavg()
-    print(f"tiny BERT (hidden 64, 2 layers), N={N}, seq_len={T}, global batch {a.batch}, {a.steps} steps, "
-          f"gloo on loopback, 1 thread per process, cores={os.cpu_count()}, mode={a.mode}")
+    print(
+        f"tiny BERT (hidden 64, 2 layers), N={N}, seq_len={T}, global batch {a.batch}, {a.steps} steps, "
+        f"gloo on loopback, 1 thread per process, cores={os.cpu_count()}, mode={a.mode}"
+    )
     print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
     dp1 = measure("dp", 1, a.steps, a.batch, a.mode)
     PORT = _free_port()
@@ -187,10 +212,14 @@ def main() -> None:
     print(f"{'DP-SGD, %d processes' % a.world:34} {dpw:10.1f}")
     print(f"{'non-private, 1 process':34} {ddp1:10.1f}")
     print(f"{'non-private DDP, %d processes' % a.world:34} {ddpw:10.1f}")
-    print(f"DP-SGD scaling {a.world} vs 1 process: {dpw / dp1:.2f}x (ideal {a.world}x; bounded by {os.cpu_count()} "
-          "shared cores)")
-    print(f"DP vs non-private DDP at {a.world} processes: {dpw / ddpw:.2f}x the samples/s "
-          f"(= {ddpw / dpw:.2f}x the time)")
+    print(
+        f"DP-SGD scaling {a.world} vs 1 process: {dpw / dp1:.2f}x (ideal {a.world}x; bounded by {os.cpu_count()} "
+        "shared cores)"
+    )
+    print(
+        f"DP vs non-private DDP at {a.world} processes: {dpw / ddpw:.2f}x the samples/s "
+        f"(= {ddpw / dpw:.2f}x the time)"
+    )
     print(f"non-private scaling {a.world} vs 1 process: {ddpw / ddp1:.2f}x")
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
 

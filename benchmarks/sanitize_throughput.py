@@ -30,6 +30,7 @@ Prints absolute tokens/s and the speed-up ratios.
     python benchmarks/sanitize_throughput.py [--threads 2] [--tokens 8192] [--ef 16 24 48]
         [--faiss "IVF250,Flat:1" "IVF250,Flat:2" ...]   (factory:nprobe; "native:" prefix = faiss search)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,10 +45,14 @@ def synthetic_vocab(n: int, d: int, seed: int = 0) -> np.ndarray:
     n_clusters = max(1, n // 100)
     centers = g.standard_normal((n_clusters, d)).astype(np.float32)
     assign = g.integers(0, n_clusters, n)
-    return (centers[assign] + 0.35 * g.standard_normal((n, d)).astype(np.float32)).astype(np.float32)
+    return (centers[assign] + 0.35 * g.standard_normal((n, d)).astype(np.float32)).astype(
+        np.float32
+    )
 
 
-def reference_vickrey(E: np.ndarray, ids: np.ndarray, eps: float, t: float, g: np.random.Generator) -> np.ndarray:
+def reference_vickrey(
+    E: np.ndarray, ids: np.ndarray, eps: float, t: float, g: np.random.Generator
+) -> np.ndarray:
     """Faithful per-word loop (what a direct reading of Algorithm 1 gives)."""
     n, d = E.shape
     out = np.empty_like(ids)
@@ -71,12 +76,12 @@ def baseline_top2(E: np.ndarray, q: np.ndarray, block: int = 512) -> np.ndarray:
     out = np.empty((q.shape[0], 2), dtype=np.int64)
     buf = np.empty((block, E.shape[0]), dtype=np.float32)
     for s in range(0, q.shape[0], block):
-        S = buf[: len(q[s:s + block])]
-        np.matmul(q[s:s + block], ET, out=S)
+        S = buf[: len(q[s : s + block])]
+        np.matmul(q[s : s + block], ET, out=S)
         S += sq
         i1 = S.argmin(axis=1)
         S[np.arange(len(S)), i1] = np.inf
-        out[s:s + block] = np.stack([i1, S.argmin(axis=1)], axis=1)
+        out[s : s + block] = np.stack([i1, S.argmin(axis=1)], axis=1)
     return out
 
 
@@ -85,9 +90,15 @@ def interleaved(fn, base, reps: int) -> tuple[float, float, float]:
     base/fn (robust to the load drifting on a shared machine)."""
     tf, tb, r = [], [], []
     for _ in range(reps):
-        t0 = time.perf_counter(); base(); b = time.perf_counter() - t0
-        t0 = time.perf_counter(); fn(); f = time.perf_counter() - t0
-        tf.append(f); tb.append(b); r.append(b / f)
+        t0 = time.perf_counter()
+        base()
+        b = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        fn()
+        f = time.perf_counter() - t0
+        tf.append(f)
+        tb.append(b)
+        r.append(b / f)
     return float(np.median(tf)), float(np.median(tb)), float(np.median(r))
 
 
@@ -104,12 +115,27 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-hnsw", action="store_true")
     ap.add_argument("--no-faiss", action="store_true")
-    ap.add_argument("--faiss", nargs="+", default=["default:1", "default:2", "IVF512,Flat:2",
-                                                   "native:default:1", "native:HNSW32,Flat:32"],
-                    help="factory:nprobe (HNSW: factory:efSearch); 'default' = FaissIndex's default factory")
-    ap.add_argument("--ann-batch", type=int, default=8192, help="batch_tokens of the ANN mechanisms")
-    ap.add_argument("--glove", type=int, default=0, help="GloVe 6B 50-d with this vocab_limit, real-text tokens")
-    ap.add_argument("--rss-child", default="", help=argparse.SUPPRESS)   # internal: fresh-process peak RSS
+    ap.add_argument(
+        "--faiss",
+        nargs="+",
+        default=[
+            "default:1",
+            "default:2",
+            "IVF512,Flat:2",
+            "native:default:1",
+            "native:HNSW32,Flat:32",
+        ],
+        help="factory:nprobe (HNSW: factory:efSearch); 'default' = FaissIndex's default factory",
+    )
+    ap.add_argument(
+        "--ann-batch", type=int, default=8192, help="batch_tokens of the ANN mechanisms"
+    )
+    ap.add_argument(
+        "--glove", type=int, default=0, help="GloVe 6B 50-d with this vocab_limit, real-text tokens"
+    )
+    ap.add_argument(
+        "--rss-child", default="", help=argparse.SUPPRESS
+    )  # internal: fresh-process peak RSS
     args = ap.parse_args()
     if args.glove and "--epsilon" not in " ".join(os.sys.argv):
         args.epsilon = 10.0
@@ -126,6 +152,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     import resource
+
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     g = np.random.default_rng(0)
     if args.glove:
@@ -133,24 +160,32 @@ def main() -> None:
         from privnlp.mechanisms.text import LaplaceMetric
         from privnlp.mechanisms.text.embeddings import glove_embeddings
         from privnlp.mechanisms.text.textio import WORD_RE
+
         t0 = time.perf_counter()
         emb = glove_embeddings(None if args.glove >= 400_000 else args.glove)
         load_s = time.perf_counter() - t0
         E = emb.vectors
         args.vocab, args.dim = len(emb), emb.dim
         sp = LaplaceMetric(1.0, embeddings=emb)
-        toks = [sp._key(m.group()[a:b]) for t in license_texts() for m in WORD_RE.finditer(t) for a, b in sp.pieces(m.group())]
+        toks = [
+            sp._key(m.group()[a:b])
+            for t in license_texts()
+            for m in WORD_RE.finditer(t)
+            for a, b in sp.pieces(m.group())
+        ]
         real = emb.ids(toks)
         real = real[real >= 0]
         ids = real[g.integers(0, len(real), args.tokens)]
-        print(f"GloVe: {emb.source}, {len(emb)} words, loaded (memory-mapped) in {load_s:.2f}s; tokens drawn from "
-              f"{len(real)} in-vocabulary units of the Debian license texts")
+        print(
+            f"GloVe: {emb.source}, {len(emb)} words, loaded (memory-mapped) in {load_s:.2f}s; tokens drawn from "
+            f"{len(real)} in-vocabulary units of the Debian license texts"
+        )
     else:
         E = synthetic_vocab(args.vocab, args.dim)
         emb = Embeddings(tuple(f"w{i}" for i in range(args.vocab)), E)
         ids = g.integers(0, args.vocab, args.tokens)
     T = args.tokens
-    flop = 2.0 * args.vocab * args.dim * T               # one float32 matmul pass per token batch
+    flop = 2.0 * args.vocab * args.dim * T  # one float32 matmul pass per token batch
     load = os.getloadavg()[0]
     with threadpool_limits(limits=args.threads):
         exact = Vickrey(args.epsilon, t=args.t, embeddings=emb)
@@ -170,17 +205,25 @@ def main() -> None:
         ex = scan.query(q, 2)
         assert (idx.query(q, 2).ids == ex.ids).all(), "pruned exact search != full scan"
         base_ids = base()
-        print(f"vocabulary {args.vocab} x {args.dim}, {T} tokens, epsilon={args.epsilon}, t={args.t}, "
-              f"threads={args.threads}, prescreen={idx.resolved_precision()}, load average at start {load:.1f}")
-        print(f"exact search strategy: {idx.resolved_strategy()} ({idx._cells()['C']} cells built in {cells_s:.1f}s, "
-              f"cached on disk); pruned result == full scan on all {T} queries")
-        print(f"exact top-2 == float32 baseline top-2 on {np.mean((ex.ids == base_ids).all(axis=1)):.4f} of queries "
-              f"(the baseline is not certified; the exact path is)")
+        print(
+            f"vocabulary {args.vocab} x {args.dim}, {T} tokens, epsilon={args.epsilon}, t={args.t}, "
+            f"threads={args.threads}, prescreen={idx.resolved_precision()}, load average at start {load:.1f}"
+        )
+        print(
+            f"exact search strategy: {idx.resolved_strategy()} ({idx._cells()['C']} cells built in {cells_s:.1f}s, "
+            f"cached on disk); pruned result == full scan on all {T} queries"
+        )
+        print(
+            f"exact top-2 == float32 baseline top-2 on {np.mean((ex.ids == base_ids).all(axis=1)):.4f} of queries "
+            f"(the baseline is not certified; the exact path is)"
+        )
         print(f"reference per-word loop       : {ref_tps:9.0f} tokens/s")
         rows = []
         tf, tb, r = interleaved(lambda: idx.query(q, 2), base, args.reps)
         rows.append(("exact index query (top-2)", tf, tb, r))
-        tf, tb, r = interleaved(lambda: exact.perturb_ids(ids, rng=np.random.default_rng(2)), base, args.reps)
+        tf, tb, r = interleaved(
+            lambda: exact.perturb_ids(ids, rng=np.random.default_rng(2)), base, args.reps
+        )
         rows.append(("exact Vickrey perturb_ids", tf, tb, r))
         tf, tb, r = interleaved(lambda: scan.query(q, 2), base, args.reps)
         rows.append(("exact full scan (no pruning)", tf, tb, r))
@@ -189,28 +232,34 @@ def main() -> None:
         tf, tb, r = interleaved(lambda: fp32.query(q, 2), base, args.reps)
         rows.append(("full scan, fp32 prescreen", tf, tb, r))
         for name, tf, tb, r in rows:
-            print(f"{name:30s}: {T / tf:9.0f} tokens/s  ({T / tb:6.0f} baseline, ratio {r:5.2f}x; "
-                  f"{flop / tf / 1e9:5.0f} fp32-matmul-equivalent GFLOP/s, baseline {flop / tb / 1e9:4.0f}; "
-                  f"vs reference {T / tf / ref_tps:6.0f}x)")
+            print(
+                f"{name:30s}: {T / tf:9.0f} tokens/s  ({T / tb:6.0f} baseline, ratio {r:5.2f}x; "
+                f"{flop / tf / 1e9:5.0f} fp32-matmul-equivalent GFLOP/s, baseline {flop / tb / 1e9:4.0f}; "
+                f"vs reference {T / tf / ref_tps:6.0f}x)"
+            )
         if args.glove:
             # why the exact path cannot go much faster here: (a) the triangle bounds of the cells reach
             # most of the vocabulary (nothing to skip), (b) even the bf16 matrix product alone, with no
             # reduction at all, is only a few times the baseline (every exact full scan does at least that)
             reach = idx._pruned_block(q[:256], 2, reach_only=True)
-            print(f"cells: a query's triangle bounds reach a median {np.median(reach) / args.vocab:.1%} of the "
-                  f"vocabulary (pruning pays below {idx.max_scan_fraction:.0%}); "
-                  f"{'pruned' if idx._prune_pays(q[:1024], 2) else 'full scan'} chosen")
+            print(
+                f"cells: a query's triangle bounds reach a median {np.median(reach) / args.vocab:.1%} of the "
+                f"vocabulary (pruning pays below {idx.max_scan_fraction:.0%}); "
+                f"{'pruned' if idx._prune_pays(q[:1024], 2) else 'full scan'} chosen"
+            )
             P = scan._prep()
             out = torch.empty((256, P["AT"].shape[1]), dtype=P["AT"].dtype)
             X = torch.zeros((T, P["K"]), dtype=P["AT"].dtype)
 
             def raw() -> None:
                 for s in range(0, T, 256):
-                    torch.mm(X[s:s + 256], P["AT"], out=out[: min(256, T - s)])
+                    torch.mm(X[s : s + 256], P["AT"], out=out[: min(256, T - s)])
 
             tf, tb, r = interleaved(raw, base, args.reps)
-            print(f"ceiling: the {P['prec']} prescreen matrix product alone (no reduction): {T / tf:9.0f} tokens/s "
-                  f"(ratio {r:5.2f}x the baseline) - an upper bound for any exact full scan with this GEMM")
+            print(
+                f"ceiling: the {P['prec']} prescreen matrix product alone (no reduction): {T / tf:9.0f} tokens/s "
+                f"(ratio {r:5.2f}x the baseline) - an upper bound for any exact full scan with this GEMM"
+            )
             exact_ratio = rows[0][3]
         if not args.no_hnsw:
             t0 = time.perf_counter()
@@ -221,38 +270,70 @@ def main() -> None:
                 rec = topk_recall(hn.query(q, 2), ex)
                 ann = Vickrey(args.epsilon, t=args.t, embeddings=emb, index="hnsw", ann_ef=ef)
                 ann.perturb_ids(ids[:512], rng=0)
-                tf, tb, r = interleaved(lambda: ann.perturb_ids(ids, rng=np.random.default_rng(2)), base, args.reps)
-                print(f"hnsw Vickrey (ef={ef:3d}, M=16)  : {T / tf:9.0f} tokens/s  ({T / tb:6.0f} baseline, ratio "
-                      f"{r:5.2f}x; vs reference {T / tf / ref_tps:6.0f}x)  top-2 recall on the noisy vectors "
-                      f"{rec:.4f}  (index build {build:.0f}s)")
+                tf, tb, r = interleaved(
+                    lambda: ann.perturb_ids(ids, rng=np.random.default_rng(2)), base, args.reps
+                )
+                print(
+                    f"hnsw Vickrey (ef={ef:3d}, M=16)  : {T / tf:9.0f} tokens/s  ({T / tb:6.0f} baseline, ratio "
+                    f"{r:5.2f}x; vs reference {T / tf / ref_tps:6.0f}x)  top-2 recall on the noisy vectors "
+                    f"{rec:.4f}  (index build {build:.0f}s)"
+                )
         rss_exact = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"peak RSS of this process so far: {rss_exact:.0f} MiB (at start {rss0:.0f} MiB: Python + numpy)")
+        print(
+            f"peak RSS of this process so far: {rss_exact:.0f} MiB (at start {rss0:.0f} MiB: Python + numpy)"
+        )
         faiss_rows = []
         if not args.no_faiss:
             faiss_rows = run_faiss(args, emb, ids, q, ex, base, ref_tps, Vickrey)
     if args.glove:
         import subprocess
         import sys
+
         rss = {}
         for what in ("exact", "faiss"):
             if what == "faiss" and args.no_faiss:
                 continue
-            cmd = [sys.executable, __file__, "--glove", str(args.glove), "--tokens", str(args.tokens),
-                   "--threads", str(args.threads), "--epsilon", str(args.epsilon), "--rss-child", what]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--glove",
+                str(args.glove),
+                "--tokens",
+                str(args.tokens),
+                "--threads",
+                str(args.threads),
+                "--epsilon",
+                str(args.epsilon),
+                "--rss-child",
+                what,
+            ]
+            out = (
+                subprocess.run(cmd, capture_output=True, text=True, check=True)
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             rss[what] = float(out.split()[-2])
             print(out)
         print("targets (issue #16 item 5, 2 cores):")
-        print(f"  exact >= 10x the full-scan GEMM       : {exact_ratio:5.2f}x  {'met' if exact_ratio >= 10 else 'NOT met'}")
+        print(
+            f"  exact >= 10x the full-scan GEMM       : {exact_ratio:5.2f}x  {'met' if exact_ratio >= 10 else 'NOT met'}"
+        )
         ok = [(r, rec, name) for name, r, rec in faiss_rows if rec >= 0.99]
         if faiss_rows:
             best = max(ok) if ok else None
-            print(f"  faiss >= 50x at top-2 recall >= 0.99  : "
-                  + (f"{best[0]:5.1f}x at recall {best[1]:.4f} ({best[2]})  {'met' if best[0] >= 50 else 'NOT met'}"
-                     if best else "no setting reached recall 0.99  NOT met"))
-        print(f"  loaded 400k index peak RSS <= 1 GiB    : exact {rss['exact']:.0f} MiB"
-              + (f", faiss {rss['faiss']:.0f} MiB" if "faiss" in rss else "")
-              + f"  {'met' if max(rss.values()) <= 1024 else 'NOT met'}")
+            print(
+                f"  faiss >= 50x at top-2 recall >= 0.99  : "
+                + (
+                    f"{best[0]:5.1f}x at recall {best[1]:.4f} ({best[2]})  {'met' if best[0] >= 50 else 'NOT met'}"
+                    if best
+                    else "no setting reached recall 0.99  NOT met"
+                )
+            )
+        print(
+            f"  loaded 400k index peak RSS <= 1 GiB    : exact {rss['exact']:.0f} MiB"
+            + (f", faiss {rss['faiss']:.0f} MiB" if "faiss" in rss else "")
+            + f"  {'met' if max(rss.values()) <= 1024 else 'NOT met'}"
+        )
     print(f"peak RSS at end: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     print(f"load average at end {os.getloadavg()[0]:.1f}")
 
@@ -267,6 +348,7 @@ def rss_child(args) -> None:
     from privnlp.mechanisms.text import Vickrey
     from privnlp.mechanisms.text.embeddings import glove_embeddings
     from privnlp.mechanisms.text.neighbors import ExactIndex, FaissIndex
+
     torch.set_num_threads(args.threads)
     emb = glove_embeddings(None if args.glove >= 400_000 else args.glove)
     g = np.random.default_rng(0)
@@ -284,8 +366,10 @@ def rss_child(args) -> None:
             peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
     except (OSError, StopIteration):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"fresh process, {len(emb)} words, {args.rss_child} index built + {len(ids)} noisy queries: "
-          f"peak RSS {peak:.0f} MiB")
+    print(
+        f"fresh process, {len(emb)} words, {args.rss_child} index built + {len(ids)} noisy queries: "
+        f"peak RSS {peak:.0f} MiB"
+    )
 
 
 def run_faiss(args, emb, ids, q, ex, base, ref_tps, Vickrey) -> None:
@@ -307,17 +391,23 @@ def run_faiss(args, emb, ids, q, ex, base, ref_tps, Vickrey) -> None:
         build = time.perf_counter() - t0
         rec = topk_recall(fi.query(q, 2), ex)
         try:
-            ann = Vickrey(args.epsilon, t=args.t, embeddings=emb, index="faiss", batch_tokens=args.ann_batch)
-        except InvalidArgument:   # mechanisms.py not wired for index="faiss" yet: inject the index
+            ann = Vickrey(
+                args.epsilon, t=args.t, embeddings=emb, index="faiss", batch_tokens=args.ann_batch
+            )
+        except InvalidArgument:  # mechanisms.py not wired for index="faiss" yet: inject the index
             ann = Vickrey(args.epsilon, t=args.t, embeddings=emb, batch_tokens=args.ann_batch)
         ann.__dict__["_nn_index"] = fi
         ann.perturb_ids(ids[:512], rng=0)
         tq, _, rq = interleaved(lambda: fi.query(q, 2), base, args.reps)
-        tf, tb, r = interleaved(lambda: ann.perturb_ids(ids, rng=np.random.default_rng(2)), base, args.reps)
+        tf, tb, r = interleaved(
+            lambda: ann.perturb_ids(ids, rng=np.random.default_rng(2)), base, args.reps
+        )
         name = f"faiss {'native ' if native else ''}{fi.resolved_factory()} {'efSearch' if 'ef_search' in kw else 'nprobe'}={par}"
-        print(f"{name:36s}: Vickrey {T / tf:7.0f} tokens/s ({T / tb:5.0f} baseline, ratio {r:5.1f}x; vs reference "
-              f"{T / tf / ref_tps:6.0f}x); index query alone {T / tq:7.0f}/s (ratio {rq:5.1f}x); top-2 recall on "
-              f"the noisy vectors {rec:.4f}; build {build:.0f}s")
+        print(
+            f"{name:36s}: Vickrey {T / tf:7.0f} tokens/s ({T / tb:5.0f} baseline, ratio {r:5.1f}x; vs reference "
+            f"{T / tf / ref_tps:6.0f}x); index query alone {T / tq:7.0f}/s (ratio {rq:5.1f}x); top-2 recall on "
+            f"the noisy vectors {rec:.4f}; build {build:.0f}s"
+        )
         rows.append((name, rq, rec))
     return rows
 

@@ -9,6 +9,7 @@ Importing ``privnlp`` is light (no torch); subpackages load on first use::
     privnlp.mechanisms.get("vickrey")
     privnlp.attacks.get("film")
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,11 +17,32 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("core", "accounting", "data", "models", "metrics", "mechanisms", "attacks", "auditing", "evaluation",
-                "cli")
+_SUBPACKAGES = (
+    "core",
+    "accounting",
+    "data",
+    "models",
+    "metrics",
+    "mechanisms",
+    "attacks",
+    "auditing",
+    "evaluation",
+    "cli",
+)
 
-__all__ = ["__version__", "core", "accounting", "data", "models", "metrics", "mechanisms", "attacks", "auditing",
-           "evaluation", "cli"]
+__all__ = [
+    "__version__",
+    "core",
+    "accounting",
+    "data",
+    "models",
+    "metrics",
+    "mechanisms",
+    "attacks",
+    "auditing",
+    "evaluation",
+    "cli",
+]
 
 
 def __getattr__(name: str) -> Any:

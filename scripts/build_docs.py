@@ -26,6 +26,7 @@ The how-to guides are the section files ``docs/readme/NN-*.md`` themselves (each
 them up to date); the hook lists them in the navigation in file order and lifts their headings one level
 (a section starts with ``##`` because the same files used to be concatenated into README.md).
 """
+
 from __future__ import annotations
 
 import html
@@ -43,26 +44,53 @@ DOCS = ROOT / "docs"
 SECTIONS = DOCS / "readme"
 
 #: docs/readme sections that are not how-to guides (used by other pages or by README.md)
-NOT_HOWTO = {"00-header.md": "README.md / getting-started", "10-tour.md": "Getting started",
-             "95-troubleshooting.md": "Troubleshooting", "97-limitations.md": "Known limitations",
-             "98-development.md": "Development"}
+NOT_HOWTO = {
+    "00-header.md": "README.md / getting-started",
+    "10-tour.md": "Getting started",
+    "95-troubleshooting.md": "Troubleshooting",
+    "97-limitations.md": "Known limitations",
+    "98-development.md": "Development",
+}
 
 #: subpackages documented in the API reference, in layer order (see tests/docs/test_layering.py)
-REFERENCE = ["core", "accounting", "data", "models", "metrics", "mechanisms", "mechanisms.training",
-             "mechanisms.federated", "mechanisms.text", "mechanisms.vocab", "mechanisms.fragmentation",
-             "mechanisms.mpc", "mechanisms.pii", "mechanisms.testing", "attacks", "attacks.gradient",
-             "attacks.memorization", "attacks.text", "attacks.mpc", "attacks.pii", "auditing", "evaluation",
-             "evaluation.scenarios"]
+REFERENCE = [
+    "core",
+    "accounting",
+    "data",
+    "models",
+    "metrics",
+    "mechanisms",
+    "mechanisms.training",
+    "mechanisms.federated",
+    "mechanisms.text",
+    "mechanisms.vocab",
+    "mechanisms.fragmentation",
+    "mechanisms.mpc",
+    "mechanisms.pii",
+    "mechanisms.testing",
+    "attacks",
+    "attacks.gradient",
+    "attacks.memorization",
+    "attacks.text",
+    "attacks.mpc",
+    "attacks.pii",
+    "auditing",
+    "evaluation",
+    "evaluation.scenarios",
+]
 
-TUTORIALS = {"a_private_training": "Train privately and read ε",
-             "b_sanitize_with_vickrey": "Sanitize a dataset",
-             "c_evaluate_a_defense": "Evaluate a defense",
-             "d_redact_pii_from_your_records": "Redact PII from your records"}
+TUTORIALS = {
+    "a_private_training": "Train privately and read ε",
+    "b_sanitize_with_vickrey": "Sanitize a dataset",
+    "c_evaluate_a_defense": "Evaluate a defense",
+    "d_redact_pii_from_your_records": "Redact PII from your records",
+}
 
 FENCE = re.compile(r"^(\s*)(```|~~~)")
 
 
 # ------------------------------------------------------------------------------------------ how-to pages
+
 
 def _outside_fences(lines: Iterable[str]) -> Iterable[tuple[bool, str]]:
     """(inside a code fence?, line) for every line of a Markdown text."""
@@ -121,21 +149,37 @@ def troubleshooting_lists(path: Path) -> str:
 
 
 def troubleshooting_page() -> str:
-    parts = ["# Troubleshooting", "",
-             "The traps that bite across parts first, then each how-to guide's own list (the same text as on "
-             "the guide's page; each part's developers keep it next to the code they describe).", ""]
+    parts = [
+        "# Troubleshooting",
+        "",
+        "The traps that bite across parts first, then each how-to guide's own list (the same text as on "
+        "the guide's page; each part's developers keep it next to the code they describe).",
+        "",
+    ]
     common = SECTIONS / "95-troubleshooting.md"
     if common.exists():
-        parts += [lift_headings(common.read_text()).replace("# Troubleshooting (the stack)",
-                                                            "## Across the stack", 1), ""]
+        parts += [
+            lift_headings(common.read_text()).replace(
+                "# Troubleshooting (the stack)", "## Across the stack", 1
+            ),
+            "",
+        ]
     for p in howto_sections():
         body = troubleshooting_lists(p)
         if body:
-            parts += [f"## {section_title(p)}", "", f"From [the how-to guide](readme/{p.name}).", "", body, ""]
+            parts += [
+                f"## {section_title(p)}",
+                "",
+                f"From [the how-to guide](readme/{p.name}).",
+                "",
+                body,
+                "",
+            ]
     return "\n".join(parts)
 
 
 # ------------------------------------------------------------------------------------- headline table
+
 
 def short_claim(claim: Any) -> str:
     """A one-cell summary of a PrivacyClaim (the card states it in full)."""
@@ -158,22 +202,32 @@ def headline_rows(mechanisms_dir: Path = ROOT / "mechanisms") -> list[tuple[str,
         cells = []
         for atk, v in rep.headline().items():
             twin = f" (twin {_num(v['leaky_twin'])})" if "leaky_twin" in v else ""
-            cells.append(f"{atk.split(' (')[0]} {v['metric']}: {_num(v.get('undefended'))} → "
-                         f"**{_num(v.get('defended'))}**{twin}")
-        rows.append((rep_path.parent.name, short_claim(rep.claim), "<br>".join(cells) or "not measured yet"))
+            cells.append(
+                f"{atk.split(' (')[0]} {v['metric']}: {_num(v.get('undefended'))} → "
+                f"**{_num(v.get('defended'))}**{twin}"
+            )
+        rows.append(
+            (rep_path.parent.name, short_claim(rep.claim), "<br>".join(cells) or "not measured yet")
+        )
     return rows
 
 
-def headline_table(link: str = "cards/{name}.md", mechanisms_dir: Path = ROOT / "mechanisms") -> str:
+def headline_table(
+    link: str = "cards/{name}.md", mechanisms_dir: Path = ROOT / "mechanisms"
+) -> str:
     """Markdown table: every defense, its claim, and each paired attack's headline metric undefended →
     defended (leaky twin), from ``mechanisms/*/report.json``. ``link`` formats the defense's link."""
-    lines = ["| defense | claim | attack metric: undefended → **defended** (leaky twin) |", "|---|---|---|"]
+    lines = [
+        "| defense | claim | attack metric: undefended → **defended** (leaky twin) |",
+        "|---|---|---|",
+    ]
     for name, claim, cell in headline_rows(mechanisms_dir):
         lines.append(f"| [`{name}`]({link.format(name=name)}) | {claim} | {cell} |")
     return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ cards
+
 
 def card_pages() -> dict[str, str | Path]:
     """``cards/<name>.md`` (rendered by the cards' own renderer) and their figures."""
@@ -188,24 +242,33 @@ def card_pages() -> dict[str, str | Path]:
         if name not in registered:
             continue
         text = card_text(name, LeakageReport.load(rep_path), rep_path.parent)
-        out[f"cards/{name}.md"] = text + (f"\n*Source: `mechanisms/{name}/report.json` rendered by "
-                                          "`privnlp.evaluation.cards.card_text`, the renderer of the card "
-                                          f"`mechanisms/{name}/README.md`.*\n")
+        out[f"cards/{name}.md"] = text + (
+            f"\n*Source: `mechanisms/{name}/report.json` rendered by "
+            "`privnlp.evaluation.cards.card_text`, the renderer of the card "
+            f"`mechanisms/{name}/README.md`.*\n"
+        )
         for png in sorted(rep_path.parent.glob("*.png")):
             out[f"cards/{png.name}"] = png
-    out["cards/index.md"] = "\n".join([
-        "# Leakage cards", "",
-        "Every bundled defense with its claim and its *measured* leakage: the headline metric of each paired "
-        "attack on the undefended system, on the defense, and on the defense's deliberately leaky twin "
-        "(higher = more leakage). Generated from `mechanisms/*/report.json` (quick preset; `make demo` / "
-        "`privnlp evaluate --all --cards` regenerates them). Open a defense for its threat models, confidence "
-        "intervals, utility cost and figures.", "",
-        headline_table("{name}.md"), ""])
+    out["cards/index.md"] = "\n".join(
+        [
+            "# Leakage cards",
+            "",
+            "Every bundled defense with its claim and its *measured* leakage: the headline metric of each paired "
+            "attack on the undefended system, on the defense, and on the defense's deliberately leaky twin "
+            "(higher = more leakage). Generated from `mechanisms/*/report.json` (quick preset; `make demo` / "
+            "`privnlp evaluate --all --cards` regenerates them). Open a defense for its threat models, confidence "
+            "intervals, utility cost and figures.",
+            "",
+            headline_table("{name}.md"),
+            "",
+        ]
+    )
     return out
 
 
 def _json_table(obj: Any) -> str | None:
     """A Markdown table for a list of flat dicts or a dict of scalars, else None."""
+
     def flat(v: Any) -> bool:
         return isinstance(v, (int, float, str, bool)) or v is None
 
@@ -221,7 +284,9 @@ def _json_table(obj: Any) -> str | None:
             lines += ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in obj]
             return "\n".join(lines)
     if isinstance(obj, dict) and obj and all(flat(v) for v in obj.values()):
-        return "\n".join(["| key | value |", "|---|---|"] + [f"| {fmt(k)} | {fmt(v)} |" for k, v in obj.items()])
+        return "\n".join(
+            ["| key | value |", "|---|---|"] + [f"| {fmt(k)} | {fmt(v)} |" for k, v in obj.items()]
+        )
     return None
 
 
@@ -231,7 +296,10 @@ def render_json(obj: Any, depth: int = 3) -> str:
     if t is not None:
         return t
     if isinstance(obj, dict):
-        parts, scalars = [], {k: v for k, v in obj.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        parts, scalars = (
+            [],
+            {k: v for k, v in obj.items() if isinstance(v, (int, float, str, bool)) or v is None},
+        )
         if scalars:
             parts.append(_json_table(scalars) or "")
         for k, v in obj.items():
@@ -252,29 +320,44 @@ def attack_pages() -> dict[str, str]:
         text = card.read_text().rstrip() + "\n"
         first = next((ln for ln in text.splitlines() if ln.startswith("# ")), f"# {name}")
         rows.append(f"| [`{name}`]({name}.md) | {first[2:].split('—', 1)[-1].strip()} |")
-        for fname, title in (("expected.json", "Expected behaviour (`expected.json`)"),
-                             ("results.json", "Reproduction results (`results.json`)")):
+        for fname, title in (
+            ("expected.json", "Expected behaviour (`expected.json`)"),
+            ("results.json", "Reproduction results (`results.json`)"),
+        ):
             f = card.parent / fname
             if f.exists():
                 text += f"\n## {title}\n\n" + render_json(json.loads(f.read_text())) + "\n"
-        out[f"attack-cards/{name}.md"] = text + (f"\n*Source: `attacks/{name}/` (card, `expected.json`, "
-                                                 "`results.json`).*\n")
-    out["attack-cards/index.md"] = "\n".join([
-        "# Attack cards", "",
-        "The attacks from the literature, built in as evaluators: paper, threat model, what the paper reports, "
-        "and our reproduction on the bundled setup. The reproductions (`make repro`) write `results.json`; the "
-        "tables on each page are generated from it.", "", "| attack | what it is |", "|---|---|", *rows, ""])
+        out[f"attack-cards/{name}.md"] = text + (
+            f"\n*Source: `attacks/{name}/` (card, `expected.json`, `results.json`).*\n"
+        )
+    out["attack-cards/index.md"] = "\n".join(
+        [
+            "# Attack cards",
+            "",
+            "The attacks from the literature, built in as evaluators: paper, threat model, what the paper reports, "
+            "and our reproduction on the bundled setup. The reproductions (`make repro`) write `results.json`; the "
+            "tables on each page are generated from it.",
+            "",
+            "| attack | what it is |",
+            "|---|---|",
+            *rows,
+            "",
+        ]
+    )
     return out
 
 
 # ------------------------------------------------------------------------------------------ API reference
+
 
 def _api_entries(modname: str) -> list[tuple[str, str]]:
     """(public name, identifier for mkdocstrings) for every name in ``modname.__all__``."""
     mod = importlib.import_module(modname)
     names = getattr(mod, "__all__", None)
     if names is None:
-        raise SystemExit(f"{modname} has no __all__: the API reference lists exactly the names in __all__")
+        raise SystemExit(
+            f"{modname} has no __all__: the API reference lists exactly the names in __all__"
+        )
     out = []
     for name in names:
         obj = getattr(mod, name)
@@ -282,8 +365,13 @@ def _api_entries(modname: str) -> list[tuple[str, str]]:
             out.append((name, obj.__name__))
             continue
         owner, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-        if isinstance(owner, str) and owner.startswith("privnlp") and isinstance(qual, str) and "<" not in qual \
-                and (inspect.isclass(obj) or inspect.isfunction(obj) or inspect.isroutine(obj)):
+        if (
+            isinstance(owner, str)
+            and owner.startswith("privnlp")
+            and isinstance(qual, str)
+            and "<" not in qual
+            and (inspect.isclass(obj) or inspect.isfunction(obj) or inspect.isroutine(obj))
+        ):
             out.append((name, f"{owner}.{qual}"))
         else:
             out.append((name, f"{modname}.{name}"))
@@ -292,14 +380,27 @@ def _api_entries(modname: str) -> list[tuple[str, str]]:
 
 def reference_page(sub: str) -> str:
     modname = f"privnlp.{sub}"
-    lines = [f"# `{modname}`", "",
-             f"::: {modname}", "    options:", "      members: false", "      show_root_heading: false", ""]
+    lines = [
+        f"# `{modname}`",
+        "",
+        f"::: {modname}",
+        "    options:",
+        "      members: false",
+        "      show_root_heading: false",
+        "",
+    ]
     entries = _api_entries(modname)
     if not entries:
         lines += ["This package exports no names of its own (see its subpackages)."]
     for name, ident in entries:
-        lines += [f"::: {ident}", "    options:", "      show_root_heading: true",
-                  f"      heading: \"{name}\"", "      heading_level: 2", ""]
+        lines += [
+            f"::: {ident}",
+            "    options:",
+            "      show_root_heading: true",
+            f'      heading: "{name}"',
+            "      heading_level: 2",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -311,16 +412,31 @@ def cli_page() -> str:
     from privnlp.cli.main import app
 
     root = typer.main.get_command(app)
-    lines = ["# The `privnlp` command", "",
-             "Generated from the command's own `--help` (`privnlp COMMAND --help` prints the same).", ""]
+    lines = [
+        "# The `privnlp` command",
+        "",
+        "Generated from the command's own `--help` (`privnlp COMMAND --help` prints the same).",
+        "",
+    ]
 
     def walk(cmd: click.Command, path: list[str], parent: click.Context | None) -> None:
-        ctx = click.Context(cmd, info_name=" ".join(path), parent=None, terminal_width=100, max_content_width=100)
+        ctx = click.Context(
+            cmd, info_name=" ".join(path), parent=None, terminal_width=100, max_content_width=100
+        )
         with ctx:
             formatter = ctx.make_formatter()
             click.Command.format_help(cmd, ctx, formatter)
             text = formatter.getvalue()
-        lines.extend([f"{'#' * min(len(path) + 1, 4)} `{' '.join(path)}`", "", "```text", text.rstrip(), "```", ""])
+        lines.extend(
+            [
+                f"{'#' * min(len(path) + 1, 4)} `{' '.join(path)}`",
+                "",
+                "```text",
+                text.rstrip(),
+                "```",
+                "",
+            ]
+        )
         if isinstance(cmd, click.Group):
             for sub in sorted(cmd.list_commands(ctx)):
                 c = cmd.get_command(ctx, sub)
@@ -335,12 +451,21 @@ def reference_pages() -> dict[str, str]:
     out = {f"reference/{sub}.md": reference_page(sub) for sub in REFERENCE}
     out["reference/cli.md"] = cli_page()
     rows = [f"| [`privnlp.{s}`]({s}.md) | {_first_line(f'privnlp.{s}')} |" for s in REFERENCE]
-    out["reference/index.md"] = "\n".join([
-        "# API reference", "",
-        "Generated from the docstrings: exactly the names each subpackage lists in its `__all__`. The layers "
-        "point down (a test enforces it): `core` ← `accounting` / `data` / `models` / `metrics` ← `mechanisms` / "
-        "`attacks` ← `auditing` ← `evaluation` ← `cli`.", "", "| package | |", "|---|---|", *rows,
-        "| [`privnlp` (command line)](cli.md) | the `privnlp` command |", ""])
+    out["reference/index.md"] = "\n".join(
+        [
+            "# API reference",
+            "",
+            "Generated from the docstrings: exactly the names each subpackage lists in its `__all__`. The layers "
+            "point down (a test enforces it): `core` ← `accounting` / `data` / `models` / `metrics` ← `mechanisms` / "
+            "`attacks` ← `auditing` ← `evaluation` ← `cli`.",
+            "",
+            "| package | |",
+            "|---|---|",
+            *rows,
+            "| [`privnlp` (command line)](cli.md) | the `privnlp` command |",
+            "",
+        ]
+    )
     return out
 
 
@@ -350,6 +475,7 @@ def _first_line(modname: str) -> str:
 
 
 # --------------------------------------------------------------------------------------- all generated
+
 
 def generated_pages() -> dict[str, str | Path]:
     """uri -> Markdown text (or the Path of a binary/notebook file) of every generated page."""
@@ -376,14 +502,21 @@ def on_config(config: Any) -> Any:
     _PAGES.update(generated_pages())
     dynamic = {
         "How-to guides": [{section_title(p): f"readme/{p.name}"} for p in howto_sections()],
-        "Leakage cards": [{"Overview": "cards/index.md"}] + [
-            {k.split("/")[1][:-3]: k} for k in sorted(_PAGES) if k.startswith("cards/") and k.endswith(".md")
-            and k != "cards/index.md"],
-        "Attack cards": [{"Overview": "attack-cards/index.md"}] + [
-            {k.split("/")[1][:-3]: k} for k in sorted(_PAGES) if k.startswith("attack-cards/")
-            and k != "attack-cards/index.md"],
-        "API reference": [{"Overview": "reference/index.md"}] + [
-            {f"privnlp.{s}": f"reference/{s}.md"} for s in REFERENCE] + [{"privnlp (CLI)": "reference/cli.md"}],
+        "Leakage cards": [{"Overview": "cards/index.md"}]
+        + [
+            {k.split("/")[1][:-3]: k}
+            for k in sorted(_PAGES)
+            if k.startswith("cards/") and k.endswith(".md") and k != "cards/index.md"
+        ],
+        "Attack cards": [{"Overview": "attack-cards/index.md"}]
+        + [
+            {k.split("/")[1][:-3]: k}
+            for k in sorted(_PAGES)
+            if k.startswith("attack-cards/") and k != "attack-cards/index.md"
+        ],
+        "API reference": [{"Overview": "reference/index.md"}]
+        + [{f"privnlp.{s}": f"reference/{s}.md"} for s in REFERENCE]
+        + [{"privnlp (CLI)": "reference/cli.md"}],
     }
     for entry in config["nav"] or []:
         if isinstance(entry, dict):
@@ -396,6 +529,7 @@ def on_config(config: Any) -> Any:
 try:  # run before mkdocs-jupyter's on_files, so the notebooks added here are rendered as notebooks
     from mkdocs.plugins import event_priority
 except ImportError:  # pragma: no cover - script use without mkdocs
+
     def event_priority(_p: int):  # type: ignore[no-redef]
         return lambda f: f
 
@@ -405,8 +539,15 @@ def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
 
     for uri, content in _PAGES.items():
-        if uri.startswith("notebooks/"):  # a real file at the same path in the repository (mkdocs-jupyter reads it)
-            f = File(uri, src_dir=str(ROOT), dest_dir=config.site_dir, use_directory_urls=config.use_directory_urls)
+        if uri.startswith(
+            "notebooks/"
+        ):  # a real file at the same path in the repository (mkdocs-jupyter reads it)
+            f = File(
+                uri,
+                src_dir=str(ROOT),
+                dest_dir=config.site_dir,
+                use_directory_urls=config.use_directory_urls,
+            )
         elif isinstance(content, Path):
             f = File.generated(config, uri, abs_src_path=str(content))
         else:
@@ -432,7 +573,7 @@ _ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|data|mod|exc|obj|const):`~
 def rst_to_markdown(doc: str) -> str:
     """The docstrings use a few reST constructs; render them as Markdown code (``:func:`x``` -> `x`)."""
     doc = _ROLE.sub(lambda m: f"`{m.group(1).lstrip('.')}`", doc)
-    doc = re.sub(r"(?m)(\S)::$", r"\1:", doc)          # "Usage::" (a literal block follows, indented)
+    doc = re.sub(r"(?m)(\S)::$", r"\1:", doc)  # "Usage::" (a literal block follows, indented)
     doc = re.sub(r"(?m)^::$", "", doc)
     return doc
 
@@ -452,11 +593,14 @@ except ImportError:  # pragma: no cover
 
 # ------------------------------------------------------------------------------------------------ script
 
+
 def main(argv: list[str]) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder to write the generated pages into")
+    ap.add_argument(
+        "--out", type=Path, required=True, help="folder to write the generated pages into"
+    )
     args = ap.parse_args(argv)
     for uri, content in generated_pages().items():
         dest = args.out / uri

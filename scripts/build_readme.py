@@ -14,6 +14,7 @@ Sources, so nothing is typed twice:
 Links are relative and point at files of the repository (docs/, notebooks/, mechanisms/, attacks/), so they
 resolve on GitHub as well as in a clone; tests/docs/test_readme.py checks every one.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,38 +24,69 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 JOBS = [
-    ("train", "1. Train privately and read ε",
-     "Wrap a training loop (central or [federated](docs/readme/35-federated.md)) with a private optimizer; the "
-     "budget is hard: the step that would exceed it raises `PrivacyBudgetExceeded` before it is taken. "
-     "Tutorial: [notebooks/a_private_training.ipynb](notebooks/a_private_training.ipynb); how-to: "
-     "[private training](docs/readme/30-private-training.md)."),
-    ("sanitize", "2. Sanitize a dataset before sharing it",
-     "Metric-DP word perturbation, a [DP vocabulary](docs/readme/50-dp-vocabulary.md), "
-     "[phrase-pair fragmentation](docs/readme/60-fragmentation.md), [PII redaction](docs/readme/55-pii-redaction.md). "
-     "Tutorial: [notebooks/b_sanitize_with_vickrey.ipynb](notebooks/b_sanitize_with_vickrey.ipynb); how-to: "
-     "[sanitizing text](docs/readme/40-sanitizing-text.md)."),
-    ("evaluate", "3. Evaluate a defense, yours or ours",
-     "Run the bundled attacks against it and get a leakage card. Tutorial: "
-     "[notebooks/c_evaluate_a_defense.ipynb](notebooks/c_evaluate_a_defense.ipynb); how-to: "
-     "[evaluating defenses](docs/readme/15-evaluation.md)."),
+    (
+        "train",
+        "1. Train privately and read ε",
+        "Wrap a training loop (central or [federated](docs/readme/35-federated.md)) with a private optimizer; the "
+        "budget is hard: the step that would exceed it raises `PrivacyBudgetExceeded` before it is taken. "
+        "Tutorial: [notebooks/a_private_training.ipynb](notebooks/a_private_training.ipynb); how-to: "
+        "[private training](docs/readme/30-private-training.md).",
+    ),
+    (
+        "sanitize",
+        "2. Sanitize a dataset before sharing it",
+        "Metric-DP word perturbation, a [DP vocabulary](docs/readme/50-dp-vocabulary.md), "
+        "[phrase-pair fragmentation](docs/readme/60-fragmentation.md), [PII redaction](docs/readme/55-pii-redaction.md). "
+        "Tutorial: [notebooks/b_sanitize_with_vickrey.ipynb](notebooks/b_sanitize_with_vickrey.ipynb); how-to: "
+        "[sanitizing text](docs/readme/40-sanitizing-text.md).",
+    ),
+    (
+        "evaluate",
+        "3. Evaluate a defense, yours or ours",
+        "Run the bundled attacks against it and get a leakage card. Tutorial: "
+        "[notebooks/c_evaluate_a_defense.ipynb](notebooks/c_evaluate_a_defense.ipynb); how-to: "
+        "[evaluating defenses](docs/readme/15-evaluation.md).",
+    ),
 ]
 
 DOCS_LINKS = [
-    ("Getting started", "docs/getting-started.md", "install, the two commands, what `make demo` writes, how to read a card"),
+    (
+        "Getting started",
+        "docs/getting-started.md",
+        "install, the two commands, what `make demo` writes, how to read a card",
+    ),
     ("A 5-minute tour", "docs/readme/10-tour.md", "the three jobs, with the CLI equivalents"),
     ("Tutorials", "notebooks/", "one notebook per job, executed by the test suite"),
-    ("How-to guides", "docs/readme/", "one page per part: training, federated, text, vocabulary, PII, fragmentation, "
-                                      "MPC, gradient attacks, memorization, auditing"),
-    ("Leakage cards", "mechanisms/", "every defense: claim, threat models, measured leakage, utility cost"),
+    (
+        "How-to guides",
+        "docs/readme/",
+        "one page per part: training, federated, text, vocabulary, PII, fragmentation, "
+        "MPC, gradient attacks, memorization, auditing",
+    ),
+    (
+        "Leakage cards",
+        "mechanisms/",
+        "every defense: claim, threat models, measured leakage, utility cost",
+    ),
     ("Attack cards", "attacks/", "every attack: paper, threat model, reproduction"),
-    ("Troubleshooting", "docs/readme/95-troubleshooting.md", "the traps that bite across parts (each guide lists its own)"),
+    (
+        "Troubleshooting",
+        "docs/readme/95-troubleshooting.md",
+        "the traps that bite across parts (each guide lists its own)",
+    ),
     ("Known limitations", "docs/readme/97-limitations.md", "measured, not hidden"),
-    ("Development", "docs/readme/98-development.md", "layout, rules, regenerating cards, README and site"),
+    (
+        "Development",
+        "docs/readme/98-development.md",
+        "layout, rules, regenerating cards, README and site",
+    ),
 ]
 
 
 def _build_docs():
-    spec = importlib.util.spec_from_file_location("privnlp_build_docs", ROOT / "scripts" / "build_docs.py")
+    spec = importlib.util.spec_from_file_location(
+        "privnlp_build_docs", ROOT / "scripts" / "build_docs.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -62,23 +94,38 @@ def _build_docs():
 
 def build() -> str:
     header = (ROOT / "docs" / "readme" / "00-header.md").read_text().strip()
-    out = [header, "",
-           "The documentation site (tutorials, how-to guides, leakage and attack cards, API reference) is built "
-           "from [docs/](docs/) with `make docs` and served locally with `make docs-serve` "
-           "(http://127.0.0.1:8000). Every link below also works on GitHub.", "",
-           "## Three jobs", ""]
+    out = [
+        header,
+        "",
+        "The documentation site (tutorials, how-to guides, leakage and attack cards, API reference) is built "
+        "from [docs/](docs/) with `make docs` and served locally with `make docs-serve` "
+        "(http://127.0.0.1:8000). Every link below also works on GitHub.",
+        "",
+        "## Three jobs",
+        "",
+    ]
     for stem, title, text in JOBS:
         code = (ROOT / "docs" / "snippets" / f"{stem}.py").read_text().rstrip()
         out += [f"### {title}", "", text, "", "```python", code, "```", ""]
-    out += ["## Every defense, measured", "",
-            "The headline metric of each paired attack (higher = more leakage) on the undefended system, on the "
-            "defense, and on its deliberately leaky twin, generated from `mechanisms/*/report.json` (quick preset; "
-            "`make demo` recomputes them into `reports/`). Each name opens its leakage card.", "",
-            _build_docs().headline_table("mechanisms/{name}/README.md"), "",
-            "## Documentation", ""]
+    out += [
+        "## Every defense, measured",
+        "",
+        "The headline metric of each paired attack (higher = more leakage) on the undefended system, on the "
+        "defense, and on its deliberately leaky twin, generated from `mechanisms/*/report.json` (quick preset; "
+        "`make demo` recomputes them into `reports/`). Each name opens its leakage card.",
+        "",
+        _build_docs().headline_table("mechanisms/{name}/README.md"),
+        "",
+        "## Documentation",
+        "",
+    ]
     out += [f"- [{title}]({path}): {what}" for title, path, what in DOCS_LINKS]
-    out += ["", "License: Apache-2.0. This file is generated by `python scripts/build_readme.py`; edit its "
-                "sources (`docs/readme/00-header.md`, `docs/snippets/`, the reports), not README.md.", ""]
+    out += [
+        "",
+        "License: Apache-2.0. This file is generated by `python scripts/build_readme.py`; edit its "
+        "sources (`docs/readme/00-header.md`, `docs/snippets/`, the reports), not README.md.",
+        "",
+    ]
     return "\n".join(out)
 
 

@@ -6,6 +6,7 @@ without re-running any audit — after editing a NOTES.md or a mechanism's docst
 The numbers still come only from the report files (`privnlp evaluate --all --cards` regenerates those);
 the conformance test checks every card equals this rendering.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

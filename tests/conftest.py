@@ -1,4 +1,5 @@
 """Suite-wide settings: offline, deterministic, lean on 2 cores."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # empty, so CI builds each bundled artifact exactly once.
 from pathlib import Path as _Path
 
-os.environ.setdefault("PRIVNLP_CACHE_DIR", str(_Path(__file__).resolve().parents[1] / ".privnlp-cache" / "tests"))
+os.environ.setdefault(
+    "PRIVNLP_CACHE_DIR", str(_Path(__file__).resolve().parents[1] / ".privnlp-cache" / "tests")
+)
 
 
 import shutil as _shutil
@@ -30,4 +33,6 @@ def chromium() -> str:
         found = _shutil.which(name)
         if found:
             return found
-    _pytest.skip("Chromium is not installed (the CI script installs Debian's `chromium`); cannot render HTML")
+    _pytest.skip(
+        "Chromium is not installed (the CI script installs Debian's `chromium`); cannot render HTML"
+    )

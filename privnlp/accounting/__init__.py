@@ -13,14 +13,39 @@ relation sigma*sqrt(P)), Abadi et al. 2016 (moments accountant) via opacus / dp_
 
 This package does not import torch at import time (opacus / dp_accounting are imported lazily).
 """
+
 from __future__ import annotations
 
 from .duplicates import DuplicateReport, find_duplicates, group_epsilon
-from .ledger import (ACCOUNTANTS, REPORTED, BudgetGuard, DPLedger, LedgerRun, calibrate_noise_multiplier,
-                     check_accounting_configuration, check_delta, default_delta, effective_noise_multiplier,
-                     epsilon_for, epsilon_no_amplification)
+from .ledger import (
+    ACCOUNTANTS,
+    REPORTED,
+    BudgetGuard,
+    DPLedger,
+    LedgerRun,
+    calibrate_noise_multiplier,
+    check_accounting_configuration,
+    check_delta,
+    default_delta,
+    effective_noise_multiplier,
+    epsilon_for,
+    epsilon_no_amplification,
+)
 
-__all__ = ["ACCOUNTANTS", "REPORTED", "BudgetGuard", "DPLedger", "DuplicateReport", "LedgerRun",
-           "calibrate_noise_multiplier", "check_accounting_configuration", "check_delta", "default_delta",
-           "effective_noise_multiplier", "epsilon_for", "epsilon_no_amplification", "find_duplicates",
-           "group_epsilon"]
+__all__ = [
+    "ACCOUNTANTS",
+    "REPORTED",
+    "BudgetGuard",
+    "DPLedger",
+    "DuplicateReport",
+    "LedgerRun",
+    "calibrate_noise_multiplier",
+    "check_accounting_configuration",
+    "check_delta",
+    "default_delta",
+    "effective_noise_multiplier",
+    "epsilon_for",
+    "epsilon_no_amplification",
+    "find_duplicates",
+    "group_epsilon",
+]

@@ -16,6 +16,7 @@ PLD / RDP) at the same delta. Without Poisson sampling the no-amplification boun
 is used. Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` (DP-SGD); group privacy: Dwork &
 Roth 2014, Sec. 2.3. Written by hand: counting and the event transformation (no library does it).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,8 +27,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 from privnlp.core.errors import InvalidArgument, check_range
 
-__all__ = ["DuplicateExamplesWarning", "DuplicateReport", "find_duplicates", "row_keys", "normalize_text", "group_epsilon", "group_runs",
-           "duplicate_message"]
+__all__ = [
+    "DuplicateExamplesWarning",
+    "DuplicateReport",
+    "find_duplicates",
+    "row_keys",
+    "normalize_text",
+    "group_epsilon",
+    "group_runs",
+    "duplicate_message",
+]
 
 
 class DuplicateExamplesWarning(UserWarning):
@@ -96,12 +105,22 @@ class DuplicateReport:
         return self.max_copies > 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "n_unique": self.n_unique, "max_copies": self.max_copies,
-                "duplicated_examples": self.duplicated_examples, "groups": self.groups, "method": self.method}
+        return {
+            "n": self.n,
+            "n_unique": self.n_unique,
+            "max_copies": self.max_copies,
+            "duplicated_examples": self.duplicated_examples,
+            "groups": self.groups,
+            "method": self.method,
+        }
 
 
-def find_duplicates(items: Iterable[Any], *, normalize: Callable[[Any], Any] | None = None,
-                    method: str | None = None) -> DuplicateReport:
+def find_duplicates(
+    items: Iterable[Any],
+    *,
+    normalize: Callable[[Any], Any] | None = None,
+    method: str | None = None,
+) -> DuplicateReport:
     """Count duplicates among ``items`` (strings, bytes or any hashables; ``normalize`` maps each item to
     its key first, e.g. :func:`normalize_text` for near-duplicate texts).
 
@@ -122,11 +141,16 @@ def find_duplicates(items: Iterable[Any], *, normalize: Callable[[Any], Any] | N
             seen.add(k)
             keep.append(i)
     multi = [c for c in counts.values() if c > 1]
-    return DuplicateReport(n=len(keys), n_unique=len(counts), max_copies=max(counts.values(), default=1),
-                           duplicated_examples=sum(multi), groups=len(multi),
-                           method=method or ("normalized (whitespace/case)" if normalize is normalize_text
-                                             else "exact"),
-                           keep=tuple(keep))
+    return DuplicateReport(
+        n=len(keys),
+        n_unique=len(counts),
+        max_copies=max(counts.values(), default=1),
+        duplicated_examples=sum(multi),
+        groups=len(multi),
+        method=method
+        or ("normalized (whitespace/case)" if normalize is normalize_text else "exact"),
+        keep=tuple(keep),
+    )
 
 
 def group_runs(runs: Iterable[Any], k: int) -> list[tuple[float, float, int]]:
@@ -149,8 +173,14 @@ def group_runs(runs: Iterable[Any], k: int) -> list[tuple[float, float, int]]:
     return [(s / k, 1.0 - (1.0 - q) ** k, n) for s, q, n in _normalise_runs(runs)]
 
 
-def group_epsilon(runs: Iterable[Any], k: int, delta: float, accountant: str = "prv", *,
-                  poisson_sampling: bool = True) -> float:
+def group_epsilon(
+    runs: Iterable[Any],
+    k: int,
+    delta: float,
+    accountant: str = "prv",
+    *,
+    poisson_sampling: bool = True,
+) -> float:
     """Epsilon at ``delta`` of ``k`` identical records (group privacy) for DP-SGD ``runs``, with the same
     accountant as the example-level epsilon (sensitivity-k Gaussian, see the module docstring).
 
@@ -181,8 +211,14 @@ def group_epsilon(runs: Iterable[Any], k: int, delta: float, accountant: str = "
     return epsilon_for(group_runs(runs, k), delta, accountant).epsilon
 
 
-def duplicate_message(rep: DuplicateReport, *, epsilon: float | None = None, group_eps: float | None = None,
-                      delta: float | None = None, where: str = "the training data") -> str:
+def duplicate_message(
+    rep: DuplicateReport,
+    *,
+    epsilon: float | None = None,
+    group_eps: float | None = None,
+    delta: float | None = None,
+    where: str = "the training data",
+) -> str:
     """The warning text: the count, the effective group epsilon, and the two ways out.
 
     Args:
@@ -197,14 +233,21 @@ def duplicate_message(rep: DuplicateReport, *, epsilon: float | None = None, gro
     """
     if not rep.has_duplicates:
         return f"{where}: no duplicate examples ({rep.method})"
-    s = (f"{where}: {rep.duplicated_examples} of {rep.n} examples are {rep.method} duplicates "
-         f"({rep.groups} distinct records repeated, up to k={rep.max_copies} copies)")
+    s = (
+        f"{where}: {rep.duplicated_examples} of {rep.n} examples are {rep.method} duplicates "
+        f"({rep.groups} distinct records repeated, up to k={rep.max_copies} copies)"
+    )
     if group_eps is not None:
-        s += (f"; a record with k={rep.max_copies} copies is only protected at group size k: epsilon "
-              f"{group_eps:.4g}" + (f" instead of {epsilon:.4g}" if epsilon is not None else "")
-              + (f" at delta={delta:.3g}" if delta is not None else "")
-              + " (sensitivity-k Gaussian, sigma/k, same accountant)")
-    s += "; pass dedup=True to train on one copy of each, or account at the user level (unit='user')"
+        s += (
+            f"; a record with k={rep.max_copies} copies is only protected at group size k: epsilon "
+            f"{group_eps:.4g}"
+            + (f" instead of {epsilon:.4g}" if epsilon is not None else "")
+            + (f" at delta={delta:.3g}" if delta is not None else "")
+            + " (sensitivity-k Gaussian, sigma/k, same accountant)"
+        )
+    s += (
+        "; pass dedup=True to train on one copy of each, or account at the user level (unit='user')"
+    )
     return s
 
 

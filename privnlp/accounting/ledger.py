@@ -22,6 +22,7 @@ by :func:`check_accounting_configuration`.
 Written by hand here: only the run-length ledger, the min() of the two dp_accounting accountants, the
 caching of one-step RDP curves and the step-budget search (neither library has a hard budget).
 """
+
 from __future__ import annotations
 
 import math
@@ -29,25 +30,77 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
-from privnlp.core.errors import (InvalidArgument, InvalidPrivacyParameter, PrivacyBudgetExceeded, PrivnlpError,
-                                 check_positive, check_range)
+from privnlp.core.errors import (
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    PrivacyBudgetExceeded,
+    PrivnlpError,
+    check_positive,
+    check_range,
+)
 
-__all__ = ["ACCOUNTANTS", "REPORTED", "RDP_ORDERS", "check_accounting_configuration", "bisect_noise_multiplier", "LedgerRun", "DPLedger", "EpsilonEstimate", "epsilon_for", "epsilon_no_amplification", "gaussian_epsilon",
-           "calibrate_noise_multiplier", "default_delta", "check_delta", "effective_noise_multiplier",
-           "BudgetGuard"]
+__all__ = [
+    "ACCOUNTANTS",
+    "REPORTED",
+    "RDP_ORDERS",
+    "check_accounting_configuration",
+    "bisect_noise_multiplier",
+    "LedgerRun",
+    "DPLedger",
+    "EpsilonEstimate",
+    "epsilon_for",
+    "epsilon_no_amplification",
+    "gaussian_epsilon",
+    "calibrate_noise_multiplier",
+    "default_delta",
+    "check_delta",
+    "effective_noise_multiplier",
+    "BudgetGuard",
+]
 
 #: accountant name -> what is reported (dp_accounting); the opacus accountant of the same name is a diagnostic
 ACCOUNTANTS = {"prv": "pld", "rdp": "rdp"}
 #: the reported accountant, spelled out (claims / statements)
-REPORTED = {"prv": "dp_accounting min(PLD, RDP wide orders)", "rdp": "dp_accounting RDP (wide orders)"}
+REPORTED = {
+    "prv": "dp_accounting min(PLD, RDP wide orders)",
+    "rdp": "dp_accounting RDP (wide orders)",
+}
 #: relative disagreement between the reported epsilon and opacus' above which the cross-check adds a
 #: diagnostic note (never an error: opacus' RDP orders stop at 63 and are loose at large sigma)
 CROSS_CHECK_RTOL = {"prv": 0.10, "rdp": 0.10}
 #: wide RDP order range: dp_accounting's default fractional orders plus integer orders up to 8192 (the
 #: optimal order grows like sigma * sqrt(log(1/delta) / steps) / q: ~2000 at sigma=50, q=1/64, 20 steps)
-RDP_ORDERS = tuple(sorted(set([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) +
-                              [64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536, 2048,
-                               2560, 3072, 4096, 6144, 8192])))
+RDP_ORDERS = tuple(
+    sorted(
+        set(
+            [1 + x / 10.0 for x in range(1, 100)]
+            + list(range(11, 64))
+            + [
+                64,
+                80,
+                96,
+                128,
+                160,
+                192,
+                256,
+                320,
+                384,
+                512,
+                640,
+                768,
+                1024,
+                1280,
+                1536,
+                2048,
+                2560,
+                3072,
+                4096,
+                6144,
+                8192,
+            ]
+        )
+    )
+)
 _RDP_ORDERS = RDP_ORDERS
 
 
@@ -80,11 +133,20 @@ def check_delta(delta: float, n: int | None) -> float:
     Raises:
         InvalidPrivacyParameter: ``delta`` is outside (0, 1), or ``delta >= 1/n``.
     """
-    check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
+    check_range(
+        "delta",
+        delta,
+        0.0,
+        1.0,
+        lo_inclusive=False,
+        hi_inclusive=False,
+        error=InvalidPrivacyParameter,
+    )
     if n is not None and delta >= 1.0 / n:
         raise InvalidPrivacyParameter(
             f"delta must be in (0, 1/N) = (0, {1.0 / n:.3g}) for a dataset of N={n} records "
-            f"(delta >= 1/N permits publishing a whole record); got {delta!r}; the default is min(1e-5, N^-1.1)")
+            f"(delta >= 1/N permits publishing a whole record); got {delta!r}; the default is min(1e-5, N^-1.1)"
+        )
     return float(delta)
 
 
@@ -103,7 +165,13 @@ def effective_noise_multiplier(per_shard_noise_multiplier: float, num_shards: in
         InvalidPrivacyParameter: ``per_shard_noise_multiplier`` is negative or not a number.
         InvalidArgument: ``num_shards`` is not an integer >= 1.
     """
-    check_range("per_shard_noise_multiplier", per_shard_noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
+    check_range(
+        "per_shard_noise_multiplier",
+        per_shard_noise_multiplier,
+        0.0,
+        math.inf,
+        error=InvalidPrivacyParameter,
+    )
     check_range("num_shards", num_shards, 1, math.inf, integer=True)
     return float(per_shard_noise_multiplier) * math.sqrt(int(num_shards))
 
@@ -123,7 +191,11 @@ class LedgerRun:
     steps: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate, "steps": self.steps}
+        return {
+            "noise_multiplier": self.noise_multiplier,
+            "sample_rate": self.sample_rate,
+            "steps": self.steps,
+        }
 
 
 @dataclass(frozen=True)
@@ -156,14 +228,19 @@ class EpsilonEstimate:
 
 def _check_accountant(accountant: str) -> str:
     if accountant not in ACCOUNTANTS:
-        raise InvalidArgument(f"accountant must be one of {sorted(ACCOUNTANTS)}; got {accountant!r}")
+        raise InvalidArgument(
+            f"accountant must be one of {sorted(ACCOUNTANTS)}; got {accountant!r}"
+        )
     return accountant
 
 
 def _dp_event(runs: tuple[tuple[float, float, int], ...]):
     from dp_accounting import dp_event as de
 
-    events = [de.SelfComposedDpEvent(de.PoissonSampledDpEvent(q, de.GaussianDpEvent(s)), n) for s, q, n in runs]
+    events = [
+        de.SelfComposedDpEvent(de.PoissonSampledDpEvent(q, de.GaussianDpEvent(s)), n)
+        for s, q, n in runs
+    ]
     return de.ComposedDpEvent(events)
 
 
@@ -182,7 +259,9 @@ class _QuietAbsl:
 
         self.lg = logging.getLogger("absl")
         self.level = self.lg.level
-        self.lg.setLevel(logging.ERROR)  # "_compute_log_a_frac failed to converge" just drops an order
+        self.lg.setLevel(
+            logging.ERROR
+        )  # "_compute_log_a_frac failed to converge" just drops an order
 
     def __exit__(self, *exc):
         self.lg.setLevel(self.level)
@@ -225,7 +304,9 @@ def _eps_pld(runs: tuple[tuple[float, float, int], ...], delta: float) -> float:
         return float(acc.get_epsilon(delta))
 
 
-def _eps_dp_accounting(runs: tuple[tuple[float, float, int], ...], delta: float, accountant: str) -> float:
+def _eps_dp_accounting(
+    runs: tuple[tuple[float, float, int], ...], delta: float, accountant: str
+) -> float:
     """The reported epsilon (see the module docstring)."""
     rdp = _eps_rdp_wide(runs, delta)
     if accountant == "rdp":
@@ -242,7 +323,9 @@ def _normalise_runs(runs: Iterable[Any]) -> tuple[tuple[float, float, int], ...]
     return tuple(out)
 
 
-def _diagnostics(rt: tuple[tuple[float, float, int], ...], delta: float, accountant: str) -> dict[str, Any]:
+def _diagnostics(
+    rt: tuple[tuple[float, float, int], ...], delta: float, accountant: str
+) -> dict[str, Any]:
     """opacus' value of ``accountant`` plus the dp_accounting values (errors are recorded, never raised). With
     ``accountant="rdp"`` the PLD value is not computed (it costs ~1 s per distinct ledger, e.g. on every
     federated client update); ``prv`` computes it anyway."""
@@ -260,8 +343,9 @@ def _diagnostics(rt: tuple[tuple[float, float, int], ...], delta: float, account
     return out
 
 
-def epsilon_for(runs: Iterable[Any], delta: float, accountant: str = "prv", *,
-                diagnostics: bool = False) -> EpsilonEstimate:
+def epsilon_for(
+    runs: Iterable[Any], delta: float, accountant: str = "prv", *, diagnostics: bool = False
+) -> EpsilonEstimate:
     """Epsilon of a sequence of runs ``(noise_multiplier, sample_rate, steps)`` at ``delta``.
 
     ``epsilon`` is the reported (dp_accounting) value; with ``diagnostics=True`` opacus' value of the
@@ -282,7 +366,15 @@ def epsilon_for(runs: Iterable[Any], delta: float, accountant: str = "prv", *,
         InvalidPrivacyParameter: ``delta`` outside (0, 1).
     """
     _check_accountant(accountant)
-    check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
+    check_range(
+        "delta",
+        delta,
+        0.0,
+        1.0,
+        lo_inclusive=False,
+        hi_inclusive=False,
+        error=InvalidPrivacyParameter,
+    )
     rt = _normalise_runs(runs)
     src = REPORTED[accountant]
     if not rt:
@@ -296,8 +388,13 @@ def epsilon_for(runs: Iterable[Any], delta: float, accountant: str = "prv", *,
     return EpsilonEstimate(b, diag[f"opacus.{accountant}"], b, accountant, float(delta), src, diag)
 
 
-def check_accounting_configuration(noise_multiplier: float, sample_rate: float, steps: int | None, delta: float,
-                                   accountant: str = "prv") -> float | None:
+def check_accounting_configuration(
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int | None,
+    delta: float,
+    accountant: str = "prv",
+) -> float | None:
     """Fail *before* training on an inconsistent accounting configuration: sigma not a finite number
     >= 0, q outside (0, 1], delta outside (0, 1), an unknown accountant, or a planned run whose epsilon
     the reported accountant cannot evaluate (returns that planned epsilon; ``None`` without ``steps``).
@@ -318,24 +415,44 @@ def check_accounting_configuration(noise_multiplier: float, sample_rate: float, 
             on the planned run.
     """
     _check_accountant(accountant)
-    if not (isinstance(noise_multiplier, (int, float)) and math.isfinite(noise_multiplier) and noise_multiplier >= 0):
-        raise InvalidPrivacyParameter(f"noise_multiplier must be a finite number >= 0; got {noise_multiplier!r}")
+    if not (
+        isinstance(noise_multiplier, (int, float))
+        and math.isfinite(noise_multiplier)
+        and noise_multiplier >= 0
+    ):
+        raise InvalidPrivacyParameter(
+            f"noise_multiplier must be a finite number >= 0; got {noise_multiplier!r}"
+        )
     if not (0.0 < float(sample_rate) <= 1.0):
         raise InvalidPrivacyParameter(f"sample_rate must be in (0, 1]; got {sample_rate!r}")
-    check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
+    check_range(
+        "delta",
+        delta,
+        0.0,
+        1.0,
+        lo_inclusive=False,
+        hi_inclusive=False,
+        error=InvalidPrivacyParameter,
+    )
     if steps is None:
         return None
     try:
-        eps = epsilon_for([(float(noise_multiplier), float(sample_rate), int(steps))], delta, accountant).epsilon
+        eps = epsilon_for(
+            [(float(noise_multiplier), float(sample_rate), int(steps))], delta, accountant
+        ).epsilon
     except PrivnlpError:
         raise
     except Exception as e:  # noqa: BLE001
-        raise InvalidPrivacyParameter(f"the accountant ({REPORTED[accountant]}) cannot evaluate the planned run "
-                                      f"(sigma={noise_multiplier}, q={sample_rate}, steps={steps}, delta={delta}): "
-                                      f"{type(e).__name__}: {e}") from e
+        raise InvalidPrivacyParameter(
+            f"the accountant ({REPORTED[accountant]}) cannot evaluate the planned run "
+            f"(sigma={noise_multiplier}, q={sample_rate}, steps={steps}, delta={delta}): "
+            f"{type(e).__name__}: {e}"
+        ) from e
     if math.isnan(eps):
-        raise InvalidPrivacyParameter(f"the accountant returned nan for sigma={noise_multiplier}, q={sample_rate}, "
-                                      f"steps={steps}, delta={delta}")
+        raise InvalidPrivacyParameter(
+            f"the accountant returned nan for sigma={noise_multiplier}, q={sample_rate}, "
+            f"steps={steps}, delta={delta}"
+        )
     return eps
 
 
@@ -398,8 +515,15 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     return hi
 
 
-def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int,
-                               accountant: str = "prv", *, tolerance: float = 0.01) -> float:
+def calibrate_noise_multiplier(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str = "prv",
+    *,
+    tolerance: float = 0.01,
+) -> float:
     """The smallest noise multiplier (up to ``tolerance`` relative in epsilon) such that ``steps``
     Poisson-subsampled Gaussian steps at ``sample_rate`` stay within ``target_epsilon`` under the
     reported accountant (see the module docstring).
@@ -421,20 +545,35 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
         InvalidArgument: ``steps`` is not an integer >= 1, or unknown ``accountant``.
     """
     check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
-    check_range("sample_rate", sample_rate, 0.0, 1.0, lo_inclusive=False, error=InvalidPrivacyParameter)
+    check_range(
+        "sample_rate", sample_rate, 0.0, 1.0, lo_inclusive=False, error=InvalidPrivacyParameter
+    )
     check_range("steps", steps, 1, math.inf, integer=True)
 
     def eps(s: float) -> float:
         return epsilon_for([(s, sample_rate, int(steps))], delta, accountant).epsilon
 
     return bisect_noise_multiplier(
-        eps, target_epsilon, tolerance=tolerance, max_sigma=1e5, iters=60,
+        eps,
+        target_epsilon,
+        tolerance=tolerance,
+        max_sigma=1e5,
+        iters=60,
         unreachable=f"target_epsilon={target_epsilon} is unreachable for delta={delta}, sample_rate={sample_rate}, "
-                    f"steps={steps} (noise multiplier > 1e5)")
+        f"steps={steps} (noise multiplier > 1e5)",
+    )
 
 
-def bisect_noise_multiplier(eps: Any, target_epsilon: float, *, tolerance: float, max_sigma: float, iters: int,
-                            unreachable: str, rel_width: float = 0.0) -> float:
+def bisect_noise_multiplier(
+    eps: Any,
+    target_epsilon: float,
+    *,
+    tolerance: float,
+    max_sigma: float,
+    iters: int,
+    unreachable: str,
+    rel_width: float = 0.0,
+) -> float:
     """The smallest noise multiplier ``s`` (up to ``tolerance`` relative in epsilon, or a bracket
     narrower than ``rel_width * s``) with ``eps(s) <= target_epsilon``, for a decreasing ``eps``:
     doubling to bracket, then bisection. Raises :class:`InvalidPrivacyParameter` (``unreachable``)
@@ -513,13 +652,17 @@ class DPLedger:
         """The dp_accounting ``DpEvent`` of everything recorded."""
         return _dp_event(self.as_tuple())
 
-    def epsilon(self, delta: float, accountant: str = "prv", *, diagnostics: bool = False) -> EpsilonEstimate:
+    def epsilon(
+        self, delta: float, accountant: str = "prv", *, diagnostics: bool = False
+    ) -> EpsilonEstimate:
         return epsilon_for(self.as_tuple(), delta, accountant, diagnostics=diagnostics)
 
     def epsilon_no_amplification(self, delta: float) -> float:
         return epsilon_no_amplification(self.as_tuple(), delta)
 
-    def cross_check(self, delta: float, accountant: str = "prv", *, rtol: float | None = None) -> EpsilonEstimate:
+    def cross_check(
+        self, delta: float, accountant: str = "prv", *, rtol: float | None = None
+    ) -> EpsilonEstimate:
         """The reported epsilon plus every accountant as a diagnostic. Never raises on disagreement (a
         finished run is never thrown away): a gap above ``rtol`` between opacus and the reported value is
         recorded in ``diagnostics["cross_check"]`` (and logged)."""
@@ -529,17 +672,24 @@ class DPLedger:
         gap = est.relative_gap
         diag["relative_gap"] = gap
         if gap > rtol:
-            msg = (f"opacus.{accountant} epsilon={est.opacus:.6g} vs reported {est.source} epsilon="
-                   f"{est.epsilon:.6g} (relative gap {gap:.3g} > {rtol}); diagnostic only: opacus' RDP orders stop "
-                   "at 63 (loose at large noise) and PRV/PLD discretise differently")
+            msg = (
+                f"opacus.{accountant} epsilon={est.opacus:.6g} vs reported {est.source} epsilon="
+                f"{est.epsilon:.6g} (relative gap {gap:.3g} > {rtol}); diagnostic only: opacus' RDP orders stop "
+                "at 63 (loose at large noise) and PRV/PLD discretise differently"
+            )
             diag["cross_check"] = msg
             import logging
 
             logging.getLogger("privnlp.accounting").info(msg)
-        return EpsilonEstimate(est.epsilon, est.opacus, est.dp_accounting, est.accountant, est.delta, est.source, diag)
+        return EpsilonEstimate(
+            est.epsilon, est.opacus, est.dp_accounting, est.accountant, est.delta, est.source, diag
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"format": "privnlp.dp_ledger/1", "runs": [r.to_dict() for r in self.runs]}
+        d: dict[str, Any] = {
+            "format": "privnlp.dp_ledger/1",
+            "runs": [r.to_dict() for r in self.runs],
+        }
         try:
             d["dp_event"] = repr(self.dp_event().to_named_tuple())
         except Exception:  # pragma: no cover - older dp_accounting
@@ -549,8 +699,15 @@ class DPLedger:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DPLedger":
         if d.get("format") != "privnlp.dp_ledger/1":
-            raise InvalidArgument(f"ledger format must be 'privnlp.dp_ledger/1'; got {d.get('format')!r}")
-        return cls([LedgerRun(float(r["noise_multiplier"]), float(r["sample_rate"]), int(r["steps"])) for r in d["runs"]])
+            raise InvalidArgument(
+                f"ledger format must be 'privnlp.dp_ledger/1'; got {d.get('format')!r}"
+            )
+        return cls(
+            [
+                LedgerRun(float(r["noise_multiplier"]), float(r["sample_rate"]), int(r["steps"]))
+                for r in d["runs"]
+            ]
+        )
 
 
 @dataclass
@@ -584,7 +741,10 @@ class BudgetGuard:
             return self._cache[key]
 
         def ok(k: int) -> bool:
-            return epsilon_for(base + ((s, q, k),), self.delta, self.accountant).epsilon <= self.target_epsilon
+            return (
+                epsilon_for(base + ((s, q, k),), self.delta, self.accountant).epsilon
+                <= self.target_epsilon
+            )
 
         if not ok(1):
             res = 0
@@ -633,7 +793,10 @@ class BudgetGuard:
             return False
 
         def ok(k: int) -> bool:
-            return epsilon_for(base + ((s, q, k),), self.delta, self.accountant).epsilon <= self.target_epsilon
+            return (
+                epsilon_for(base + ((s, q, k),), self.delta, self.accountant).epsilon
+                <= self.target_epsilon
+            )
 
         probe = n if lo == 0 else max(n, 2 * lo)
         if probe < hi and ok(probe):
@@ -660,7 +823,9 @@ class BudgetGuard:
             f"refusing DP-SGD step {self.ledger.steps + 1}: it would exceed the target epsilon "
             f"{self.target_epsilon} at delta={self.delta:.3g} (spent so far: {spent:.4g} after "
             f"{self.ledger.steps} steps, {REPORTED[self.accountant]})",
-            spent=spent, target=self.target_epsilon)
+            spent=spent,
+            target=self.target_epsilon,
+        )
 
     def record(self, noise_multiplier: float, sample_rate: float) -> None:
         self.ledger.record(noise_multiplier, sample_rate, 1)

@@ -4,6 +4,7 @@ Subpackages: ``gradient`` (FILM, RLG, LAMP/DLG/TAG), ``memorization`` (canary ex
 extraction, eavesdropping/watermark correlation attacks), ``text`` (perturbation inversion,
 fragment reconstruction, vocabulary membership), ``mpc`` (party-view audit).
 """
+
 from __future__ import annotations
 
 from typing import Any

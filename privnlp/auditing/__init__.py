@@ -19,13 +19,36 @@ Importing this package does not import torch.
     for r in suite.results:
         print(r.system, r.claimed_epsilon, r.audited.epsilon, r.violated)
 """
+
 from __future__ import annotations
 
-from .bounds import (EpsilonBound, clopper_pearson, epsilon_lower_bound, epsilon_lower_bound_gdp, gdp_epsilon,
-                     one_run_audit, one_run_epsilon_lower_bound, one_run_epsilon_lower_bound_gdp, threshold_audit)
+from .bounds import (
+    EpsilonBound,
+    clopper_pearson,
+    epsilon_lower_bound,
+    epsilon_lower_bound_gdp,
+    gdp_epsilon,
+    one_run_audit,
+    one_run_epsilon_lower_bound,
+    one_run_epsilon_lower_bound_gdp,
+    threshold_audit,
+)
 from .result import DPAuditResult, DPAuditSuite
 from .runner import audit_report, has_audit, run_dp_audit
 
-__all__ = ["EpsilonBound", "clopper_pearson", "epsilon_lower_bound", "epsilon_lower_bound_gdp", "gdp_epsilon",
-           "one_run_audit", "one_run_epsilon_lower_bound", "one_run_epsilon_lower_bound_gdp", "threshold_audit",
-           "DPAuditResult", "DPAuditSuite", "run_dp_audit", "audit_report", "has_audit"]
+__all__ = [
+    "EpsilonBound",
+    "clopper_pearson",
+    "epsilon_lower_bound",
+    "epsilon_lower_bound_gdp",
+    "gdp_epsilon",
+    "one_run_audit",
+    "one_run_epsilon_lower_bound",
+    "one_run_epsilon_lower_bound_gdp",
+    "threshold_audit",
+    "DPAuditResult",
+    "DPAuditSuite",
+    "run_dp_audit",
+    "audit_report",
+    "has_audit",
+]

@@ -4,6 +4,7 @@ Each entry is ``fn(cls, *, name, system, preset, seed, confidence) -> list[DPAud
 the registered defense class or its leaky twin (same constructor, same claim). The audit modules import
 torch / the mechanisms only inside their functions, so importing this module stays light.
 """
+
 from __future__ import annotations
 
 from functools import partial

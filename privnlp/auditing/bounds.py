@@ -58,6 +58,7 @@ the Gaussian mechanism is checked by simulation in ``tests/auditing/test_bounds.
 below the true mu and above the Steinke et al. bound). All bounds are *lower* bounds: a small audited
 epsilon is never evidence that a mechanism is private.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,10 +69,25 @@ import numpy as np
 
 from privnlp.core.errors import InvalidArgument, check_range
 
-__all__ = ["EpsilonBound", "cp_upper", "cp_lower", "clopper_pearson", "epsilon_lower_bound", "gdp_mu_lower_bound",
-           "gdp_epsilon", "gdp_delta", "epsilon_lower_bound_gdp", "one_run_p_value", "one_run_epsilon_lower_bound",
-           "fdp_one_run_consistent", "fdp_one_run_mu_lower_bound", "one_run_epsilon_lower_bound_gdp",
-           "threshold_audit", "one_run_audit", "DEFAULT_CONFIDENCE"]
+__all__ = [
+    "EpsilonBound",
+    "cp_upper",
+    "cp_lower",
+    "clopper_pearson",
+    "epsilon_lower_bound",
+    "gdp_mu_lower_bound",
+    "gdp_epsilon",
+    "gdp_delta",
+    "epsilon_lower_bound_gdp",
+    "one_run_p_value",
+    "one_run_epsilon_lower_bound",
+    "fdp_one_run_consistent",
+    "fdp_one_run_mu_lower_bound",
+    "one_run_epsilon_lower_bound_gdp",
+    "threshold_audit",
+    "one_run_audit",
+    "DEFAULT_CONFIDENCE",
+]
 
 DEFAULT_CONFIDENCE = 0.95
 
@@ -102,15 +118,30 @@ class EpsilonBound:
     def to_dict(self) -> dict[str, Any]:
         from privnlp.core.claims import _jsonable
 
-        return _jsonable({"epsilon": self.epsilon, "method": self.method, "delta": self.delta,
-                          "confidence": self.confidence, "trials": self.trials, "mu": self.mu,
-                          "details": dict(self.details)})
+        return _jsonable(
+            {
+                "epsilon": self.epsilon,
+                "method": self.method,
+                "delta": self.delta,
+                "confidence": self.confidence,
+                "trials": self.trials,
+                "mu": self.mu,
+                "details": dict(self.details),
+            }
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EpsilonBound":
         f = lambda x: None if x is None else float(x)  # noqa: E731  ("inf" strings parse too)
-        return cls(float(d["epsilon"]), d["method"], float(d["delta"]), float(d["confidence"]), int(d["trials"]),
-                   f(d.get("mu")), dict(d.get("details", {})))
+        return cls(
+            float(d["epsilon"]),
+            d["method"],
+            float(d["delta"]),
+            float(d["confidence"]),
+            int(d["trials"]),
+            f(d.get("mu")),
+            dict(d.get("details", {})),
+        )
 
 
 # ----------------------------------------------------------------------------- Clopper-Pearson
@@ -172,8 +203,15 @@ def _eps_from_rates(fpr_hi: float, fnr_hi: float, delta: float) -> float:
     return best
 
 
-def epsilon_lower_bound(tp: int, fp: int, tn: int, fn: int, *, delta: float = 0.0,
-                        confidence: float = DEFAULT_CONFIDENCE) -> EpsilonBound:
+def epsilon_lower_bound(
+    tp: int,
+    fp: int,
+    tn: int,
+    fn: int,
+    *,
+    delta: float = 0.0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> EpsilonBound:
     """Jagielski et al. 2020: ``eps >= log((1 - delta - FNR_hi) / FPR_hi)`` (and the symmetric form),
     with one-sided Clopper-Pearson bounds at ``(1 - confidence)/2`` each. ``tp, fn`` count the runs on the
     dataset with the canary (positives), ``fp, tn`` those without.
@@ -198,8 +236,14 @@ def epsilon_lower_bound(tp: int, fp: int, tn: int, fn: int, *, delta: float = 0.
     fpr_hi = cp_upper(fp, fp + tn, a)
     fnr_hi = cp_upper(fn, fn + tp, a)
     eps = _eps_from_rates(fpr_hi, fnr_hi, delta)
-    return EpsilonBound(eps, "clopper_pearson", float(delta), float(confidence), tp + fp + tn + fn,
-                        details={"tp": tp, "fp": fp, "tn": tn, "fn": fn, "fpr_hi": fpr_hi, "fnr_hi": fnr_hi})
+    return EpsilonBound(
+        eps,
+        "clopper_pearson",
+        float(delta),
+        float(confidence),
+        tp + fp + tn + fn,
+        details={"tp": tp, "fp": fp, "tn": tn, "fn": fn, "fpr_hi": fpr_hi, "fnr_hi": fnr_hi},
+    )
 
 
 # ----------------------------------------------------------------------------- Gaussian DP
@@ -211,7 +255,9 @@ def gdp_delta(mu: float, epsilon: float) -> float:
         return 0.0
     if math.isinf(mu):
         return 1.0
-    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2)))
+    return float(
+        norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2))
+    )
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
@@ -233,7 +279,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     return float(gaussian_epsilon(1.0 / mu, delta))
 
 
-def gdp_mu_lower_bound(tp: int, fp: int, tn: int, fn: int, *, confidence: float = DEFAULT_CONFIDENCE) -> float:
+def gdp_mu_lower_bound(
+    tp: int, fp: int, tn: int, fn: int, *, confidence: float = DEFAULT_CONFIDENCE
+) -> float:
     """``mu >= Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi)`` (one-sided CP bounds at ``(1-confidence)/2`` each)."""
     from scipy.stats import norm
 
@@ -243,8 +291,9 @@ def gdp_mu_lower_bound(tp: int, fp: int, tn: int, fn: int, *, confidence: float 
     return max(0.0, float(norm.isf(fpr_hi) - norm.ppf(fnr_hi)))
 
 
-def epsilon_lower_bound_gdp(tp: int, fp: int, tn: int, fn: int, *, delta: float,
-                            confidence: float = DEFAULT_CONFIDENCE) -> EpsilonBound:
+def epsilon_lower_bound_gdp(
+    tp: int, fp: int, tn: int, fn: int, *, delta: float, confidence: float = DEFAULT_CONFIDENCE
+) -> EpsilonBound:
     """:func:`gdp_mu_lower_bound`, converted to epsilon at ``delta`` (see the module docstring).
 
     Args:
@@ -264,15 +313,24 @@ def epsilon_lower_bound_gdp(tp: int, fp: int, tn: int, fn: int, *, delta: float,
     """
     _check_conf(confidence, delta)
     mu = gdp_mu_lower_bound(tp, fp, tn, fn, confidence=confidence)
-    return EpsilonBound(gdp_epsilon(mu, delta), "gdp_clopper_pearson", float(delta), float(confidence),
-                        tp + fp + tn + fn, mu=mu, details={"tp": tp, "fp": fp, "tn": tn, "fn": fn})
+    return EpsilonBound(
+        gdp_epsilon(mu, delta),
+        "gdp_clopper_pearson",
+        float(delta),
+        float(confidence),
+        tp + fp + tn + fn,
+        mu=mu,
+        details={"tp": tp, "fp": fp, "tn": tn, "fn": fn},
+    )
 
 
 # ----------------------------------------------------------------------------- one run (Steinke et al.)
 def _check_game(m: int, r: int, v: int) -> None:
     if not (0 <= v <= r <= m) or m < 1:
-        raise InvalidArgument(f"one-run counts must satisfy 0 <= v (correct) <= r (guesses) <= m (canaries), m >= 1; "
-                              f"got m={m}, r={r}, v={v}")
+        raise InvalidArgument(
+            f"one-run counts must satisfy 0 <= v (correct) <= r (guesses) <= m (canaries), m >= 1; "
+            f"got m={m}, r={r}, v={v}"
+        )
 
 
 def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) -> float:
@@ -309,8 +367,9 @@ def _bisect_increasing(pred_rejects, hi0: float, hi_max: float, iters: int = 60)
     return lo
 
 
-def one_run_epsilon_lower_bound(m: int, r: int, v: int, *, delta: float = 0.0,
-                                confidence: float = DEFAULT_CONFIDENCE) -> EpsilonBound:
+def one_run_epsilon_lower_bound(
+    m: int, r: int, v: int, *, delta: float = 0.0, confidence: float = DEFAULT_CONFIDENCE
+) -> EpsilonBound:
     """The largest epsilon whose Steinke et al. p-value for ``v`` correct of ``r`` guesses is ``<= 1-confidence``.
 
     Args:
@@ -329,14 +388,23 @@ def one_run_epsilon_lower_bound(m: int, r: int, v: int, *, delta: float = 0.0,
     _check_conf(confidence, delta)
     _check_game(m, r, v)
     beta = 1.0 - confidence
-    eps = _bisect_increasing(lambda e: one_run_p_value(m, r, v, e, delta) <= beta, 1.0, 1e3, iters=40)
-    return EpsilonBound(eps, "steinke_one_run", float(delta), float(confidence), int(m),
-                        details={"m": m, "r": r, "v": v})
+    eps = _bisect_increasing(
+        lambda e: one_run_p_value(m, r, v, e, delta) <= beta, 1.0, 1e3, iters=40
+    )
+    return EpsilonBound(
+        eps,
+        "steinke_one_run",
+        float(delta),
+        float(confidence),
+        int(m),
+        details={"m": m, "r": r, "v": v},
+    )
 
 
 # ----------------------------------------------------------------------------- one run, f-DP (Mahloujifar et al.)
-def fdp_one_run_consistent(inv_blowup, m: int, r: int, v: int, *, confidence: float = DEFAULT_CONFIDENCE,
-                           k: int = 2) -> Any:
+def fdp_one_run_consistent(
+    inv_blowup, m: int, r: int, v: int, *, confidence: float = DEFAULT_CONFIDENCE, k: int = 2
+) -> Any:
     """Whether ``v`` correct of ``r`` guesses (``m`` canaries) is consistent, at level ``1-confidence``,
     with an f-DP mechanism whose inverse blow-up function is ``inv_blowup`` (recursion in the module
     docstring; ``k`` = size of the guess alphabet, 2 for in/out). ``inv_blowup`` may be vectorised over
@@ -363,19 +431,23 @@ def _gauss_inv_blowup(mu: Any):
     def inv(y: Any) -> Any:
         y = np.clip(y, 0.0, 1.0)
         return ndtr(ndtri(y) - mu)
+
     return inv
 
 
-def fdp_one_run_mu_lower_bound(m: int, r: int, v: int, *, confidence: float = DEFAULT_CONFIDENCE,
-                               resolution: float = 1e-3) -> float:
+def fdp_one_run_mu_lower_bound(
+    m: int, r: int, v: int, *, confidence: float = DEFAULT_CONFIDENCE, resolution: float = 1e-3
+) -> float:
     """The largest mu (on a grid of step <= ``resolution``, i.e. rounded down: conservative) for which
     the one-run outcome is *inconsistent* with mu-GDP (Mahloujifar et al.); 0 if even mu = 0 is
     consistent. Assumes, as the paper's search does, that the rejected mu form an interval ``[0, mu*)``."""
     _check_game(m, r, v)
 
     def rejected(mus: np.ndarray) -> np.ndarray:
-        return ~np.asarray(fdp_one_run_consistent(_gauss_inv_blowup(mus), m, r, v, confidence=confidence),
-                           dtype=bool) & np.ones(mus.shape, dtype=bool)
+        return ~np.asarray(
+            fdp_one_run_consistent(_gauss_inv_blowup(mus), m, r, v, confidence=confidence),
+            dtype=bool,
+        ) & np.ones(mus.shape, dtype=bool)
 
     if not rejected(np.array([0.0]))[0]:
         return 0.0
@@ -390,8 +462,9 @@ def fdp_one_run_mu_lower_bound(m: int, r: int, v: int, *, confidence: float = DE
     return lo
 
 
-def one_run_epsilon_lower_bound_gdp(m: int, r: int, v: int, *, delta: float,
-                                    confidence: float = DEFAULT_CONFIDENCE) -> EpsilonBound:
+def one_run_epsilon_lower_bound_gdp(
+    m: int, r: int, v: int, *, delta: float, confidence: float = DEFAULT_CONFIDENCE
+) -> EpsilonBound:
     """:func:`fdp_one_run_mu_lower_bound` converted to epsilon at ``delta``.
 
     Args:
@@ -409,8 +482,15 @@ def one_run_epsilon_lower_bound_gdp(m: int, r: int, v: int, *, delta: float,
     """
     _check_conf(confidence, delta)
     mu = fdp_one_run_mu_lower_bound(m, r, v, confidence=confidence)
-    return EpsilonBound(gdp_epsilon(mu, delta), "fdp_gaussian_one_run", float(delta), float(confidence), int(m),
-                        mu=mu, details={"m": m, "r": r, "v": v})
+    return EpsilonBound(
+        gdp_epsilon(mu, delta),
+        "fdp_gaussian_one_run",
+        float(delta),
+        float(confidence),
+        int(m),
+        mu=mu,
+        details={"m": m, "r": r, "v": v},
+    )
 
 
 # ----------------------------------------------------------------------------- from scores
@@ -421,10 +501,17 @@ def _counts_at(neg: np.ndarray, pos: np.ndarray, t: float, sign: int) -> tuple[i
     return p, f, neg.size - f, pos.size - p
 
 
-def threshold_audit(neg_scores: Sequence[float], pos_scores: Sequence[float], *, delta: float,
-                    confidence: float = DEFAULT_CONFIDENCE, selection_fraction: float = 0.3, rng: Any,
-                    methods: Sequence[str] = ("gdp_clopper_pearson", "clopper_pearson"),
-                    n_thresholds: int = 64) -> dict[str, EpsilonBound]:
+def threshold_audit(
+    neg_scores: Sequence[float],
+    pos_scores: Sequence[float],
+    *,
+    delta: float,
+    confidence: float = DEFAULT_CONFIDENCE,
+    selection_fraction: float = 0.3,
+    rng: Any,
+    methods: Sequence[str] = ("gdp_clopper_pearson", "clopper_pearson"),
+    n_thresholds: int = 64,
+) -> dict[str, EpsilonBound]:
     """Repeated-runs audit from test statistics: ``neg_scores`` from runs on ``D`` (no canary),
     ``pos_scores`` from runs on ``D'``. The threshold and its direction are chosen on a random
     ``selection_fraction`` of each (maximising each method's bound there), and the bound is computed on
@@ -448,7 +535,9 @@ def threshold_audit(neg_scores: Sequence[float], pos_scores: Sequence[float], *,
     """
     from privnlp.core.rng import as_numpy
 
-    check_range("selection_fraction", selection_fraction, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False)
+    check_range(
+        "selection_fraction", selection_fraction, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False
+    )
     g = as_numpy(rng)
     neg = np.asarray(neg_scores, dtype=np.float64)
     pos = np.asarray(pos_scores, dtype=np.float64)
@@ -459,13 +548,25 @@ def threshold_audit(neg_scores: Sequence[float], pos_scores: Sequence[float], *,
     sel_n, ev_n, sel_p, ev_p = neg[:k0], neg[k0:], pos[:k1], pos[k1:]
     both = np.concatenate([sel_n, sel_p])
     both = both[np.isfinite(both)]
-    qs = np.unique(np.quantile(both, np.linspace(0.0, 1.0, n_thresholds))) if both.size else np.array([0.0])
+    qs = (
+        np.unique(np.quantile(both, np.linspace(0.0, 1.0, n_thresholds)))
+        if both.size
+        else np.array([0.0])
+    )
     cands = np.unique(np.concatenate([qs, np.nextafter(qs, np.inf)]))
-    fns = {"clopper_pearson": lambda c: epsilon_lower_bound(*c, delta=delta, confidence=confidence),
-           "gdp_clopper_pearson": lambda c: epsilon_lower_bound_gdp(*c, delta=delta, confidence=confidence)}
+    fns = {
+        "clopper_pearson": lambda c: epsilon_lower_bound(*c, delta=delta, confidence=confidence),
+        "gdp_clopper_pearson": lambda c: epsilon_lower_bound_gdp(
+            *c, delta=delta, confidence=confidence
+        ),
+    }
     # selection criterion: the bound itself (mu for the GDP bound: epsilon(mu) is increasing, and cheaper)
-    keys = {"clopper_pearson": lambda c: epsilon_lower_bound(*c, delta=delta, confidence=confidence).epsilon,
-            "gdp_clopper_pearson": lambda c: gdp_mu_lower_bound(*c, confidence=confidence)}
+    keys = {
+        "clopper_pearson": lambda c: (
+            epsilon_lower_bound(*c, delta=delta, confidence=confidence).epsilon
+        ),
+        "gdp_clopper_pearson": lambda c: gdp_mu_lower_bound(*c, confidence=confidence),
+    }
     out = {}
     for meth in methods:
         if meth not in fns:
@@ -478,9 +579,21 @@ def threshold_audit(neg_scores: Sequence[float], pos_scores: Sequence[float], *,
                     best, best_key = key, (float(t), sign)
         t, sign = best_key
         b = fns[meth](_counts_at(ev_n, ev_p, t, sign))
-        out[meth] = EpsilonBound(b.epsilon, b.method, b.delta, b.confidence, int(neg.size + pos.size), b.mu,
-                                 {**b.details, "threshold": t, "direction": "high" if sign > 0 else "low",
-                                  "selection_runs": k0 + k1, "evaluation_runs": int(ev_n.size + ev_p.size)})
+        out[meth] = EpsilonBound(
+            b.epsilon,
+            b.method,
+            b.delta,
+            b.confidence,
+            int(neg.size + pos.size),
+            b.mu,
+            {
+                **b.details,
+                "threshold": t,
+                "direction": "high" if sign > 0 else "low",
+                "selection_runs": k0 + k1,
+                "evaluation_runs": int(ev_n.size + ev_p.size),
+            },
+        )
     return out
 
 
@@ -489,9 +602,14 @@ def threshold_audit(neg_scores: Sequence[float], pos_scores: Sequence[float], *,
 ONE_RUN_GUESS_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
-def one_run_audit(scores: Sequence[float], included: Sequence[bool], *, delta: float,
-                  confidence: float = DEFAULT_CONFIDENCE,
-                  guess_fractions: Sequence[float] = ONE_RUN_GUESS_FRACTIONS) -> dict[str, EpsilonBound]:
+def one_run_audit(
+    scores: Sequence[float],
+    included: Sequence[bool],
+    *,
+    delta: float,
+    confidence: float = DEFAULT_CONFIDENCE,
+    guess_fractions: Sequence[float] = ONE_RUN_GUESS_FRACTIONS,
+) -> dict[str, EpsilonBound]:
     """One-run audit from per-canary scores (higher = "more likely included") and the true inclusion bits:
     for each pre-declared number of guesses ``r`` (``guess_fractions`` of ``m``), guess "in" for the
     ``r/2`` highest scores and "out" for the ``r/2`` lowest; both analyses (Steinke et al.; Mahloujifar
@@ -514,7 +632,9 @@ def one_run_audit(scores: Sequence[float], included: Sequence[bool], *, delta: f
     s = np.asarray(scores, dtype=np.float64)
     inc = np.asarray(included, dtype=bool)
     if s.shape != inc.shape or s.ndim != 1 or s.size < 2:
-        raise InvalidArgument(f"scores and included must be 1-D of the same length >= 2; got {s.shape}, {inc.shape}")
+        raise InvalidArgument(
+            f"scores and included must be 1-D of the same length >= 2; got {s.shape}, {inc.shape}"
+        )
     m = s.size
     order = np.argsort(-s, kind="stable")
     conf = 1.0 - (1.0 - confidence) / len(guess_fractions)
@@ -522,13 +642,25 @@ def one_run_audit(scores: Sequence[float], included: Sequence[bool], *, delta: f
     for frac in guess_fractions:
         half = max(1, int(round(frac * m / 2)))
         half = min(half, m // 2)
-        top, bottom = order[:half], order[m - half:]
+        top, bottom = order[:half], order[m - half :]
         r = 2 * half
         v = int(inc[top].sum() + (~inc[bottom]).sum())
-        for b in (one_run_epsilon_lower_bound(m, r, v, delta=delta, confidence=conf),
-                  one_run_epsilon_lower_bound_gdp(m, r, v, delta=delta, confidence=conf)):
+        for b in (
+            one_run_epsilon_lower_bound(m, r, v, delta=delta, confidence=conf),
+            one_run_epsilon_lower_bound_gdp(m, r, v, delta=delta, confidence=conf),
+        ):
             if b.method not in best or b.epsilon > best[b.method].epsilon:
-                best[b.method] = EpsilonBound(b.epsilon, b.method, b.delta, float(confidence), m, b.mu,
-                                              {**b.details, "bonferroni_tests": len(guess_fractions),
-                                               "per_test_confidence": conf})
+                best[b.method] = EpsilonBound(
+                    b.epsilon,
+                    b.method,
+                    b.delta,
+                    float(confidence),
+                    m,
+                    b.mu,
+                    {
+                        **b.details,
+                        "bonferroni_tests": len(guess_fractions),
+                        "per_test_confidence": conf,
+                    },
+                )
     return best

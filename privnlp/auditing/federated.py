@@ -22,6 +22,7 @@ part in the round (``clients_per_round = num_users``, fixed-size sampling: no am
 The claim audited is the mechanism's planned claim for that configuration (one round of ``M`` of ``M``
 users; dp_accounting RDP, ``SampledWithoutReplacementDpEvent``, replace-one).
 """
+
 from __future__ import annotations
 
 import time
@@ -37,7 +38,13 @@ __all__ = ["audit_dp_fedavg", "AUDIT_PRESETS"]
 
 AUDIT_PRESETS = {
     "quick": {"epsilons": (4.0,), "trials": 4000, "twin_trials": 500, "canaries": 1000, "users": 4},
-    "full": {"epsilons": (4.0, 1.0), "trials": 40000, "twin_trials": 4000, "canaries": 5000, "users": 4},
+    "full": {
+        "epsilons": (4.0, 1.0),
+        "trials": 40000,
+        "twin_trials": 4000,
+        "canaries": 5000,
+        "users": 4,
+    },
 }
 DELTA = 1e-5
 CLIP = 0.5
@@ -48,8 +55,16 @@ EXAMPLES_PER_USER = 8
 
 def _mechanism(cls: Any, target_epsilon: float, users: int) -> tuple[Any, dict, Any]:
     """The audited instance, its plan and its claim for one round of ``users`` of ``users`` users."""
-    mech = cls(clip_norm=CLIP, noise_multiplier=None, target_epsilon=float(target_epsilon), delta=DELTA, rounds=1,
-               num_users=int(users), clients_per_round=int(users), sampling="fixed")
+    mech = cls(
+        clip_norm=CLIP,
+        noise_multiplier=None,
+        target_epsilon=float(target_epsilon),
+        delta=DELTA,
+        rounds=1,
+        num_users=int(users),
+        clients_per_round=int(users),
+        sampling="fixed",
+    )
     plan = mech.plan(int(users), 1)
     return mech, plan, mech.claim()
 
@@ -59,12 +74,25 @@ def _replies(updates: np.ndarray) -> list:
 
     from privnlp.mechanisms.federated import FitRes
 
-    return [FitRes({"w": torch.from_numpy(u.astype(np.float32))}, {"num-examples": float(EXAMPLES_PER_USER)})
-            for u in updates]
+    return [
+        FitRes(
+            {"w": torch.from_numpy(u.astype(np.float32))},
+            {"num-examples": float(EXAMPLES_PER_USER)},
+        )
+        for u in updates
+    ]
 
 
-def _repeated(cls: Any, name: str, system: str, target_epsilon: float, users: int, trials: int, seed: int,
-              confidence: float) -> DPAuditResult:
+def _repeated(
+    cls: Any,
+    name: str,
+    system: str,
+    target_epsilon: float,
+    users: int,
+    trials: int,
+    seed: int,
+    confidence: float,
+) -> DPAuditResult:
     import torch
 
     t0 = time.perf_counter()
@@ -82,28 +110,54 @@ def _repeated(cls: Any, name: str, system: str, target_epsilon: float, users: in
         gen = torch.Generator().manual_seed(int(s.generate_state(1)[0]))
         vals = np.empty(trials)
         for t in range(trials):
-            out, _ = mech.aggregate(reference, replies, num_selected=users, plan=plan, generator=gen)
+            out, _ = mech.aggregate(
+                reference, replies, num_selected=users, plan=plan, generator=gen
+            )
             vals[t] = float(out["w"][0])
         scores[label] = vals
-    bounds = threshold_audit(scores["out"], scores["in"], delta=float(claim.delta), confidence=confidence,
-                             rng=np.random.default_rng(s_split))
+    bounds = threshold_audit(
+        scores["out"],
+        scores["in"],
+        delta=float(claim.delta),
+        confidence=confidence,
+        rng=np.random.default_rng(s_split),
+    )
     return DPAuditResult(
-        mechanism=name, system=system, implementation=_qualname(cls),
+        mechanism=name,
+        system=system,
+        implementation=_qualname(cls),
         variant="white-box canary client (+/-1000 e_0, replace-one), one DP-FedAvg round, repeated rounds",
-        claimed_epsilon=float(claim.epsilon), claimed_delta=float(claim.delta), unit="user",
-        audited=bounds["gdp_clopper_pearson"], others=(bounds["clopper_pearson"],),
-        config={"noise_multiplier": plan["noise_multiplier"], "clip_norm": CLIP, "users": users,
-                "clients_per_round": users, "rounds": 1, "target_epsilon": target_epsilon, "rounds_per_side": trials,
-                "update_dim": DIM, "statistic": "aggregate projected on the canary coordinate",
-                "accountant": claim.accountant},
-        seconds=time.perf_counter() - t0, calls=2 * trials, seed=seed,
-        notes=("headline: GDP bound (mu from Clopper-Pearson on FPR/FNR, converted at delta); the other bound "
-               "assumes nothing about the mechanism's trade-off curve; the claim comes from the RDP accountant, "
-               "which is loose for one Gaussian round, so audited/claimed < 1 even for a tight audit",))
+        claimed_epsilon=float(claim.epsilon),
+        claimed_delta=float(claim.delta),
+        unit="user",
+        audited=bounds["gdp_clopper_pearson"],
+        others=(bounds["clopper_pearson"],),
+        config={
+            "noise_multiplier": plan["noise_multiplier"],
+            "clip_norm": CLIP,
+            "users": users,
+            "clients_per_round": users,
+            "rounds": 1,
+            "target_epsilon": target_epsilon,
+            "rounds_per_side": trials,
+            "update_dim": DIM,
+            "statistic": "aggregate projected on the canary coordinate",
+            "accountant": claim.accountant,
+        },
+        seconds=time.perf_counter() - t0,
+        calls=2 * trials,
+        seed=seed,
+        notes=(
+            "headline: GDP bound (mu from Clopper-Pearson on FPR/FNR, converted at delta); the other bound "
+            "assumes nothing about the mechanism's trade-off curve; the claim comes from the RDP accountant, "
+            "which is loose for one Gaussian round, so audited/claimed < 1 even for a tight audit",
+        ),
+    )
 
 
-def _one_run(cls: Any, name: str, system: str, target_epsilon: float, m: int, seed: int,
-             confidence: float) -> DPAuditResult:
+def _one_run(
+    cls: Any, name: str, system: str, target_epsilon: float, m: int, seed: int, confidence: float
+) -> DPAuditResult:
     import torch
 
     t0 = time.perf_counter()
@@ -116,30 +170,65 @@ def _one_run(cls: Any, name: str, system: str, target_epsilon: float, m: int, se
     ups = np.zeros((users, dim))
     ups[np.arange(m), np.arange(m)] = np.where(inc, CANARY_SCALE, -CANARY_SCALE)
     ups[m:, m:] = np.random.default_rng(s_data).standard_normal((2, 4)) * 0.1
-    out, _ = mech.aggregate({"w": torch.zeros(dim)}, _replies(ups), num_selected=users, plan=plan,
-                            generator=torch.Generator().manual_seed(int(s_noise.generate_state(1)[0])))
+    out, _ = mech.aggregate(
+        {"w": torch.zeros(dim)},
+        _replies(ups),
+        num_selected=users,
+        plan=plan,
+        generator=torch.Generator().manual_seed(int(s_noise.generate_state(1)[0])),
+    )
     scores = out["w"].numpy().astype(np.float64)[:m]
     bounds = one_run_audit(scores, inc, delta=float(claim.delta), confidence=confidence)
     z = float(plan["noise_multiplier"])
-    ideal = _ideal_gaussian_one_run(2.0 / z if z > 0 else np.inf, m, float(claim.delta), confidence, seed)
+    ideal = _ideal_gaussian_one_run(
+        2.0 / z if z > 0 else np.inf, m, float(claim.delta), confidence, seed
+    )
     return DPAuditResult(
-        mechanism=name, system=system, implementation=_qualname(cls),
+        mechanism=name,
+        system=system,
+        implementation=_qualname(cls),
         variant=f"white-box canary clients, one run (m={m} canary users, one DP-FedAvg round)",
-        claimed_epsilon=float(claim.epsilon), claimed_delta=float(claim.delta), unit="user",
-        audited=bounds["fdp_gaussian_one_run"], others=(bounds["steinke_one_run"],),
-        config={"noise_multiplier": z, "clip_norm": CLIP, "users": users, "clients_per_round": users, "rounds": 1,
-                "target_epsilon": target_epsilon, "canaries": m, "ideal_gaussian_same_setting": ideal},
-        seconds=time.perf_counter() - t0, calls=1, seed=seed,
-        notes=("reference: the same one-run analyses on an ideal Gaussian mechanism with the same mu and m, "
-               f"simulated here: f-DP {ideal['fdp_gaussian_one_run']:.3f}, "
-               f"Steinke et al. {ideal['steinke_one_run']:.3f}",))
+        claimed_epsilon=float(claim.epsilon),
+        claimed_delta=float(claim.delta),
+        unit="user",
+        audited=bounds["fdp_gaussian_one_run"],
+        others=(bounds["steinke_one_run"],),
+        config={
+            "noise_multiplier": z,
+            "clip_norm": CLIP,
+            "users": users,
+            "clients_per_round": users,
+            "rounds": 1,
+            "target_epsilon": target_epsilon,
+            "canaries": m,
+            "ideal_gaussian_same_setting": ideal,
+        },
+        seconds=time.perf_counter() - t0,
+        calls=1,
+        seed=seed,
+        notes=(
+            "reference: the same one-run analyses on an ideal Gaussian mechanism with the same mu and m, "
+            f"simulated here: f-DP {ideal['fdp_gaussian_one_run']:.3f}, "
+            f"Steinke et al. {ideal['steinke_one_run']:.3f}",
+        ),
+    )
 
 
-def audit_dp_fedavg(cls: Any, *, name: str = "dp_fedavg", system: str = "defense", preset: str = "quick",
-                    seed: int = 0, confidence: float = DEFAULT_CONFIDENCE) -> list[DPAuditResult]:
+def audit_dp_fedavg(
+    cls: Any,
+    *,
+    name: str = "dp_fedavg",
+    system: str = "defense",
+    preset: str = "quick",
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> list[DPAuditResult]:
     """Audit ``cls`` (``dp_fedavg``'s class or its leaky twin): repeated rounds, then one run."""
     p = AUDIT_PRESETS[preset]
     trials = p["trials"] if system == "defense" else p["twin_trials"]
-    out = [_repeated(cls, name, system, eps, p["users"], trials, seed, confidence) for eps in p["epsilons"]]
+    out = [
+        _repeated(cls, name, system, eps, p["users"], trials, seed, confidence)
+        for eps in p["epsilons"]
+    ]
     out.append(_one_run(cls, name, system, p["epsilons"][0], p["canaries"], seed, confidence))
     return out

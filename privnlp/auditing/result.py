@@ -1,5 +1,6 @@
 """Results of a DP audit: one :class:`DPAuditResult` per audited configuration and system (the defense or
 its leaky twin), gathered in a :class:`DPAuditSuite` per registered defense."""
+
 from __future__ import annotations
 
 import math
@@ -61,20 +62,45 @@ class DPAuditResult:
         return self.audited.epsilon > self.claimed_epsilon
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({
-            "mechanism": self.mechanism, "system": self.system, "implementation": self.implementation,
-            "variant": self.variant, "claimed_epsilon": self.claimed_epsilon, "claimed_delta": self.claimed_delta,
-            "unit": self.unit, "audited": self.audited.to_dict(), "others": [b.to_dict() for b in self.others],
-            "config": dict(self.config), "seconds": self.seconds, "calls": self.calls, "seed": self.seed,
-            "notes": list(self.notes), "ratio": self.ratio, "violated": self.violated})
+        return _jsonable(
+            {
+                "mechanism": self.mechanism,
+                "system": self.system,
+                "implementation": self.implementation,
+                "variant": self.variant,
+                "claimed_epsilon": self.claimed_epsilon,
+                "claimed_delta": self.claimed_delta,
+                "unit": self.unit,
+                "audited": self.audited.to_dict(),
+                "others": [b.to_dict() for b in self.others],
+                "config": dict(self.config),
+                "seconds": self.seconds,
+                "calls": self.calls,
+                "seed": self.seed,
+                "notes": list(self.notes),
+                "ratio": self.ratio,
+                "violated": self.violated,
+            }
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DPAuditResult":
-        return cls(d["mechanism"], d["system"], d["implementation"], d["variant"], float(d["claimed_epsilon"]),
-                   float(d["claimed_delta"]), d["unit"], EpsilonBound.from_dict(d["audited"]),
-                   tuple(EpsilonBound.from_dict(b) for b in d.get("others", ())), dict(d.get("config", {})),
-                   float(d.get("seconds", 0.0)), int(d.get("calls", 0)), int(d.get("seed", 0)),
-                   tuple(d.get("notes", ())))
+        return cls(
+            d["mechanism"],
+            d["system"],
+            d["implementation"],
+            d["variant"],
+            float(d["claimed_epsilon"]),
+            float(d["claimed_delta"]),
+            d["unit"],
+            EpsilonBound.from_dict(d["audited"]),
+            tuple(EpsilonBound.from_dict(b) for b in d.get("others", ())),
+            dict(d.get("config", {})),
+            float(d.get("seconds", 0.0)),
+            int(d.get("calls", 0)),
+            int(d.get("seed", 0)),
+            tuple(d.get("notes", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -105,10 +131,20 @@ class DPAuditSuite:
         return d[0] if d else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mechanism": self.mechanism, "preset": self.preset, "seed": int(self.seed),
-                "seconds": float(self.seconds), "results": [r.to_dict() for r in self.results]}
+        return {
+            "mechanism": self.mechanism,
+            "preset": self.preset,
+            "seed": int(self.seed),
+            "seconds": float(self.seconds),
+            "results": [r.to_dict() for r in self.results],
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DPAuditSuite":
-        return cls(d["mechanism"], d["preset"], int(d["seed"]),
-                   tuple(DPAuditResult.from_dict(r) for r in d.get("results", ())), float(d.get("seconds", 0.0)))
+        return cls(
+            d["mechanism"],
+            d["preset"],
+            int(d["seed"]),
+            tuple(DPAuditResult.from_dict(r) for r in d.get("results", ())),
+            float(d.get("seconds", 0.0)),
+        )

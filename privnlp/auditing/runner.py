@@ -6,6 +6,7 @@ fingerprint of the source files of the audit and of the audited classes (as the 
 :mod:`privnlp.evaluation.audit` does), so a changed mechanism or audit is re-audited, and an interrupted
 ``evaluate`` resumes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,29 +62,59 @@ def _audit_files(fn: Any) -> list[str]:
     here = Path(__file__).resolve().parent
     mod = getattr(getattr(fn, "func", fn), "__module__", "")
     own = getattr(sys.modules.get(mod), "__file__", None)
-    return [str(here / f) for f in ("bounds.py", "result.py", "training.py")] + ([own] if own else [])
+    return [str(here / f) for f in ("bounds.py", "result.py", "training.py")] + (
+        [own] if own else []
+    )
 
 
-def _run_system(name: str, system: str, cls: Any, *, preset: str, seed: int, confidence: float,
-                cache_dir: Path | None) -> list[DPAuditResult]:
+def _run_system(
+    name: str,
+    system: str,
+    cls: Any,
+    *,
+    preset: str,
+    seed: int,
+    confidence: float,
+    cache_dir: Path | None,
+) -> list[DPAuditResult]:
     fn = AUDITS.get(name)
-    key = hashlib.sha256(json.dumps([CACHE_VERSION, name, system, f"{cls.__module__}.{cls.__qualname__}", preset,
-                                     int(seed), float(confidence), _fingerprint(_audit_files(fn) + _files_of(cls))])
-                         .encode()).hexdigest()[:24]
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                CACHE_VERSION,
+                name,
+                system,
+                f"{cls.__module__}.{cls.__qualname__}",
+                preset,
+                int(seed),
+                float(confidence),
+                _fingerprint(_audit_files(fn) + _files_of(cls)),
+            ]
+        ).encode()
+    ).hexdigest()[:24]
     path = cache_dir / f"dp-audit-{name}-{system}-{key}.json" if cache_dir else None
     if path is not None and path.exists():
         try:
             return [DPAuditResult.from_dict(d) for d in json.loads(path.read_text())]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             path.unlink(missing_ok=True)  # a corrupted entry is recomputed
-    results = fn(cls, name=name, system=system, preset=preset, seed=int(seed), confidence=confidence)
+    results = fn(
+        cls, name=name, system=system, preset=preset, seed=int(seed), confidence=confidence
+    )
     if path is not None:
         atomic_write_text(path, json.dumps([r.to_dict() for r in results]))
     return list(results)
 
 
-def run_dp_audit(name: str, *, preset: str = "quick", seed: int = 0, confidence: float = DEFAULT_CONFIDENCE,
-                 twin: bool = True, cache_dir: str | os.PathLike | None = None) -> DPAuditSuite:
+def run_dp_audit(
+    name: str,
+    *,
+    preset: str = "quick",
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+    twin: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+) -> DPAuditSuite:
     """Audit the registered DP defense ``name`` (and its registered leaky twin with ``twin=True``).
 
     The audits are cached under ``cache_dir`` (keyed by the source of the audit and of the audited
@@ -106,16 +137,38 @@ def run_dp_audit(name: str, *, preset: str = "quick", seed: int = 0, confidence:
     cache = Path(cache_dir) if cache_dir else None
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
-    results = _run_system(name, "defense", MECHANISMS.get(name), preset=preset, seed=seed, confidence=confidence,
-                          cache_dir=cache)
+    results = _run_system(
+        name,
+        "defense",
+        MECHANISMS.get(name),
+        preset=preset,
+        seed=seed,
+        confidence=confidence,
+        cache_dir=cache,
+    )
     if twin and name in LEAKY_TWINS.load_all():
-        results += _run_system(name, "leaky_twin", LEAKY_TWINS.get(name), preset=preset, seed=seed,
-                               confidence=confidence, cache_dir=cache)
-    return DPAuditSuite(name, preset, int(seed), tuple(results), float(sum(r.seconds for r in results)))
+        results += _run_system(
+            name,
+            "leaky_twin",
+            LEAKY_TWINS.get(name),
+            preset=preset,
+            seed=seed,
+            confidence=confidence,
+            cache_dir=cache,
+        )
+    return DPAuditSuite(
+        name, preset, int(seed), tuple(results), float(sum(r.seconds for r in results))
+    )
 
 
-def audit_report(report: Any, name: str, *, preset: str = "quick", seed: int = 0,
-                 cache_dir: str | os.PathLike | None = None) -> Any:
+def audit_report(
+    report: Any,
+    name: str,
+    *,
+    preset: str = "quick",
+    seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
+) -> Any:
     """``report`` with the DP audit of ``name`` attached (``config["dp_audit"]``) and
     ``empirical_epsilon_lower_bound`` set to the headline audit of the defense; unchanged when no audit
     is registered for ``name`` (a defense without a DP claim).
@@ -134,5 +187,8 @@ def audit_report(report: Any, name: str, *, preset: str = "quick", seed: int = 0
         return report
     suite = run_dp_audit(name, preset=preset, seed=seed, cache_dir=cache_dir)
     head = suite.headline
-    return replace(report, empirical_epsilon_lower_bound=head.audited.epsilon if head else None,
-                   config={**dict(report.config), "dp_audit": suite.to_dict()})
+    return replace(
+        report,
+        empirical_epsilon_lower_bound=head.audited.epsilon if head else None,
+        config={**dict(report.config), "dp_audit": suite.to_dict()},
+    )

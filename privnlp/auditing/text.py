@@ -22,6 +22,7 @@ mechanism perturbs ``n`` copies of each word (``perturb_ids``, the vectorised pa
 The (vocabulary, pair, output, direction) with the best bound on the first 30% of the samples is
 selected, and the bound is computed on the other 70% only.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,18 @@ from .bounds import DEFAULT_CONFIDENCE, EpsilonBound, cp_lower, cp_upper
 from .result import DPAuditResult
 from .training import _qualname
 
-__all__ = ["audit_metric_dp", "audit_vocabularies", "metric_dp_bound", "AUDIT_PRESETS", "TEXT_MECHANISMS"]
+__all__ = [
+    "audit_metric_dp",
+    "audit_vocabularies",
+    "metric_dp_bound",
+    "AUDIT_PRESETS",
+    "TEXT_MECHANISMS",
+]
 
-AUDIT_PRESETS = {"quick": {"samples": 20000, "twin_samples": 20000}, "full": {"samples": 200000, "twin_samples": 100000}}
+AUDIT_PRESETS = {
+    "quick": {"samples": 20000, "twin_samples": 20000},
+    "full": {"samples": 200000, "twin_samples": 100000},
+}
 TEXT_MECHANISMS = ("laplace_metric", "vickrey", "vickrey_k", "mahalanobis")
 _EXTRA_PARAMS = ("t", "ts", "lam")
 
@@ -50,17 +60,26 @@ def audit_vocabularies(scale: float = 1.0) -> dict[str, tuple[Any, list[tuple[in
     d = 16
     diag = np.arange(8)[:, None] * np.ones(d) / np.sqrt(d) + 0.05 * g.standard_normal((8, d))
     pts = np.array([[i, j] for i in range(3) for j in range(2)], dtype=float)
-    flat = np.vstack([np.hstack([np.full((6, 1), s * 5.0), pts, 0.1 * g.standard_normal((6, 1))]) for s in (-1, 1)])
+    flat = np.vstack(
+        [
+            np.hstack([np.full((6, 1), s * 5.0), pts, 0.1 * g.standard_normal((6, 1))])
+            for s in (-1, 1)
+        ]
+    )
     gpts = np.array([[i, j] for i in range(4) for j in range(3)], dtype=float)
     grid = np.hstack([gpts, 0.3 * g.standard_normal((12, 4))])
 
     def emb(prefix: str, X: np.ndarray) -> Any:
-        return Embeddings(tuple(f"{prefix}{i}" for i in range(len(X))), X * scale, source=f"audit:{prefix}")
+        return Embeddings(
+            tuple(f"{prefix}{i}" for i in range(len(X))), X * scale, source=f"audit:{prefix}"
+        )
 
-    return {"line1d": (emb("l", line), [(1, 2), (2, 3)]),
-            "diagonal16d": (emb("d", diag), [(0, 1), (3, 4)]),
-            "flat_clusters": (emb("f", flat), [(0, 1), (2, 3), (6, 7)]),
-            "grid": (emb("g", grid), [(0, 1), (4, 5), (4, 7)])}
+    return {
+        "line1d": (emb("l", line), [(1, 2), (2, 3)]),
+        "diagonal16d": (emb("d", diag), [(0, 1), (3, 4)]),
+        "flat_clusters": (emb("f", flat), [(0, 1), (2, 3), (6, 7)]),
+        "grid": (emb("g", grid), [(0, 1), (4, 5), (4, 7)]),
+    }
 
 
 def _distance(mech: Any, x: np.ndarray, y: np.ndarray) -> float:
@@ -70,7 +89,9 @@ def _distance(mech: Any, x: np.ndarray, y: np.ndarray) -> float:
     return float(np.linalg.norm(np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)))
 
 
-def metric_dp_bound(count_a: int, count_b: int, n_a: int, n_b: int, distance: float, confidence: float) -> float:
+def metric_dp_bound(
+    count_a: int, count_b: int, n_a: int, n_b: int, distance: float, confidence: float
+) -> float:
     """``(log P_lo[M(w)=o] - log P_hi[M(w')=o]) / d`` from output counts (``count_a`` of ``n_a`` for ``w``)."""
     a = (1.0 - confidence) / 2.0
     lo = cp_lower(int(count_a), int(n_a), a)
@@ -80,7 +101,9 @@ def metric_dp_bound(count_a: int, count_b: int, n_a: int, n_b: int, distance: fl
     return max(0.0, (math.log(lo) - math.log(hi)) / distance)
 
 
-def _fast_candidates(ca: np.ndarray, cb: np.ndarray, n: int, d: float, confidence: float, top: int = 8) -> list[int]:
+def _fast_candidates(
+    ca: np.ndarray, cb: np.ndarray, n: int, d: float, confidence: float, top: int = 8
+) -> list[int]:
     """Outputs worth a Clopper-Pearson evaluation (largest smoothed log-ratio with enough mass)."""
     with np.errstate(divide="ignore"):
         score = (np.log(ca + 0.5) - np.log(cb + 0.5)) / d
@@ -88,8 +111,15 @@ def _fast_candidates(ca: np.ndarray, cb: np.ndarray, n: int, d: float, confidenc
     return [int(i) for i in np.argsort(-score)[:top] if np.isfinite(score[i])]
 
 
-def audit_metric_dp(cls: Any, *, name: str, system: str = "defense", preset: str = "quick", seed: int = 0,
-                    confidence: float = DEFAULT_CONFIDENCE) -> list[DPAuditResult]:
+def audit_metric_dp(
+    cls: Any,
+    *,
+    name: str,
+    system: str = "defense",
+    preset: str = "quick",
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> list[DPAuditResult]:
     """Audit a word-level metric-DP mechanism class (see the module docstring)."""
     from privnlp.core.registry import MECHANISMS
 
@@ -109,15 +139,19 @@ def audit_metric_dp(cls: Any, *, name: str, system: str = "defense", preset: str
         words = sorted({i for p in pairs for i in p})
         for w, s in zip(words, ss.spawn(len(words))):
             out = mech.perturb_ids(np.full(n, w), rng=np.random.default_rng(s))
-            samples[(vname, w)] = (np.bincount(out[:n_sel], minlength=len(emb)),
-                                   np.bincount(out[n_sel:], minlength=len(emb)))
+            samples[(vname, w)] = (
+                np.bincount(out[:n_sel], minlength=len(emb)),
+                np.bincount(out[n_sel:], minlength=len(emb)),
+            )
             calls += n
-        for (i, j) in pairs:
-            samples[(vname, "d", i, j)] = _distance(mech, emb.vectors[i:i + 1], emb.vectors[j:j + 1])
+        for i, j in pairs:
+            samples[(vname, "d", i, j)] = _distance(
+                mech, emb.vectors[i : i + 1], emb.vectors[j : j + 1]
+            )
     # selection on the first 30% of every word's samples
     best = (-1.0, None)
     for vname, (emb, pairs) in audit_vocabularies(1.0 / eps).items():
-        for (i, j) in pairs:
+        for i, j in pairs:
             d = samples[(vname, "d", i, j)]
             for a, b in ((i, j), (j, i)):
                 ca, cb = samples[(vname, a)][0], samples[(vname, b)][0]
@@ -133,17 +167,47 @@ def audit_metric_dp(cls: Any, *, name: str, system: str = "defense", preset: str
     n_ev = n - n_sel
     bound = metric_dp_bound(ca, cb, n_ev, n_ev, d, confidence)
     emb = audit_vocabularies(1.0 / eps)[vname][0]
-    eb = EpsilonBound(bound, "metric_clopper_pearson", 0.0, float(confidence), int(calls),
-                      details={"vocabulary": vname, "w": emb.words[a], "w_prime": emb.words[b], "output": emb.words[o],
-                               "distance": d, "count_w": int(ca), "count_w_prime": int(cb), "samples_per_word": n_ev,
-                               "selection_samples_per_word": n_sel,
-                               "log_ratio": (math.log(max(ca, 1) / n_ev) - math.log(max(cb, 1) / n_ev))})
-    return [DPAuditResult(
-        mechanism=name, system=system, implementation=_qualname(cls),
-        variant="output frequencies of neighbouring words on a battery of explicit vocabularies (log-ratio / distance)",
-        claimed_epsilon=eps, claimed_delta=0.0, unit=f"word (per unit of the {claim.metric} metric)", audited=eb,
-        config={"epsilon": eps, **{k: (list(v) if isinstance(v, tuple) else v) for k, v in extra.items()},
-                "vocabularies": {k: {"dim": int(v[0].dim), "words": len(v[0]), "pairs": [list(p) for p in v[1]]}
-                                 for k, v in audit_vocabularies(1.0 / eps).items()},
-                "scale": "neighbouring words ~1/epsilon apart", "samples_per_word": n},
-        seconds=time.perf_counter() - t0, calls=calls, seed=seed)]
+    eb = EpsilonBound(
+        bound,
+        "metric_clopper_pearson",
+        0.0,
+        float(confidence),
+        int(calls),
+        details={
+            "vocabulary": vname,
+            "w": emb.words[a],
+            "w_prime": emb.words[b],
+            "output": emb.words[o],
+            "distance": d,
+            "count_w": int(ca),
+            "count_w_prime": int(cb),
+            "samples_per_word": n_ev,
+            "selection_samples_per_word": n_sel,
+            "log_ratio": (math.log(max(ca, 1) / n_ev) - math.log(max(cb, 1) / n_ev)),
+        },
+    )
+    return [
+        DPAuditResult(
+            mechanism=name,
+            system=system,
+            implementation=_qualname(cls),
+            variant="output frequencies of neighbouring words on a battery of explicit vocabularies (log-ratio / distance)",
+            claimed_epsilon=eps,
+            claimed_delta=0.0,
+            unit=f"word (per unit of the {claim.metric} metric)",
+            audited=eb,
+            config={
+                "epsilon": eps,
+                **{k: (list(v) if isinstance(v, tuple) else v) for k, v in extra.items()},
+                "vocabularies": {
+                    k: {"dim": int(v[0].dim), "words": len(v[0]), "pairs": [list(p) for p in v[1]]}
+                    for k, v in audit_vocabularies(1.0 / eps).items()
+                },
+                "scale": "neighbouring words ~1/epsilon apart",
+                "samples_per_word": n,
+            },
+            seconds=time.perf_counter() - t0,
+            calls=calls,
+            seed=seed,
+        )
+    ]

@@ -31,6 +31,7 @@ we therefore keep a zero-gradient placeholder example, so that ``N`` (which the 
 publishes anyway) is the same on both sides and the two noisy *sums* differ exactly as under add/remove
 of the canary. (Without it the noise scale itself differs between ``D`` and ``D'``; see the README.)
 """
+
 from __future__ import annotations
 
 import time
@@ -48,7 +49,13 @@ __all__ = ["audit_dp_sgd", "AUDIT_PRESETS", "calibrated_one_step"]
 
 AUDIT_PRESETS = {
     "quick": {"epsilons": (4.0,), "trials": 4000, "twin_trials": 500, "canaries": 1000},
-    "full": {"epsilons": (4.0, 1.0), "trials": 40000, "twin_trials": 4000, "canaries": 5000, "lm_one_run": True},
+    "full": {
+        "epsilons": (4.0, 1.0),
+        "trials": 40000,
+        "twin_trials": 4000,
+        "canaries": 5000,
+        "lm_one_run": True,
+    },
 }
 DELTA = 1e-5
 CLIP = 1.0
@@ -127,7 +134,9 @@ def calibrated_one_step(target_epsilon: float, dim: int = DIM) -> tuple[float, f
 
         g = np.random.default_rng(0)
         X = _dataset(dim, np.array([True]), N_BENIGN, g)
-        model, pt = _private(MECHANISMS.get("dp_sgd"), X, rng=0, target_epsilon=float(target_epsilon), steps=1)
+        model, pt = _private(
+            MECHANISMS.get("dp_sgd"), X, rng=0, target_epsilon=float(target_epsilon), steps=1
+        )
         _step(model, pt)
         c = pt.claim()
         if c.kind != ClaimKind.DP:  # pragma: no cover
@@ -137,8 +146,15 @@ def calibrated_one_step(target_epsilon: float, dim: int = DIM) -> tuple[float, f
     return _CALIBRATION[key]
 
 
-def _repeated(cls: Any, name: str, system: str, target_epsilon: float, trials: int, seed: int,
-              confidence: float) -> DPAuditResult:
+def _repeated(
+    cls: Any,
+    name: str,
+    system: str,
+    target_epsilon: float,
+    trials: int,
+    seed: int,
+    confidence: float,
+) -> DPAuditResult:
     t0 = time.perf_counter()
     sigma, eps_c, delta_c = calibrated_one_step(target_epsilon)
     ss = np.random.SeedSequence([seed, 0xD9])
@@ -149,24 +165,50 @@ def _repeated(cls: Any, name: str, system: str, target_epsilon: float, trials: i
         model, pt = _private(cls, X, rng=int(s.generate_state(1)[0]), noise_multiplier=sigma)
         scores[label] = np.array([_step(model, pt)[0] for _ in range(trials)])
         pt.close()
-    bounds = threshold_audit(scores["out"], scores["in"], delta=delta_c, confidence=confidence,
-                             rng=np.random.default_rng(s_split))
+    bounds = threshold_audit(
+        scores["out"],
+        scores["in"],
+        delta=delta_c,
+        confidence=confidence,
+        rng=np.random.default_rng(s_split),
+    )
     head, other = bounds["gdp_clopper_pearson"], bounds["clopper_pearson"]
     return DPAuditResult(
-        mechanism=name, system=system, implementation=_qualname(cls),
+        mechanism=name,
+        system=system,
+        implementation=_qualname(cls),
         variant="white-box Dirac gradient canary, one DP-SGD step, repeated runs",
-        claimed_epsilon=eps_c, claimed_delta=delta_c, unit="example", audited=head, others=(other,),
-        config={"noise_multiplier": sigma, "max_grad_norm": CLIP, "sample_rate": 1.0, "steps": 1,
-                "target_epsilon": target_epsilon, "accountant": ACCOUNTANT, "runs_per_side": trials,
-                "model": f"linear, d={DIM}", "benign_examples": N_BENIGN, "canary": f"{CANARY_SCALE:g} * e_0",
-                "statistic": "update projected on the canary coordinate"},
-        seconds=time.perf_counter() - t0, calls=2 * trials, seed=seed,
-        notes=("headline: GDP bound (mu from Clopper-Pearson on FPR/FNR, converted at delta); the other bound "
-               "assumes nothing about the mechanism's trade-off curve",))
+        claimed_epsilon=eps_c,
+        claimed_delta=delta_c,
+        unit="example",
+        audited=head,
+        others=(other,),
+        config={
+            "noise_multiplier": sigma,
+            "max_grad_norm": CLIP,
+            "sample_rate": 1.0,
+            "steps": 1,
+            "target_epsilon": target_epsilon,
+            "accountant": ACCOUNTANT,
+            "runs_per_side": trials,
+            "model": f"linear, d={DIM}",
+            "benign_examples": N_BENIGN,
+            "canary": f"{CANARY_SCALE:g} * e_0",
+            "statistic": "update projected on the canary coordinate",
+        },
+        seconds=time.perf_counter() - t0,
+        calls=2 * trials,
+        seed=seed,
+        notes=(
+            "headline: GDP bound (mu from Clopper-Pearson on FPR/FNR, converted at delta); the other bound "
+            "assumes nothing about the mechanism's trade-off curve",
+        ),
+    )
 
 
-def _one_run(cls: Any, name: str, system: str, target_epsilon: float, m: int, seed: int,
-             confidence: float) -> DPAuditResult:
+def _one_run(
+    cls: Any, name: str, system: str, target_epsilon: float, m: int, seed: int, confidence: float
+) -> DPAuditResult:
     t0 = time.perf_counter()
     sigma, eps_c, delta_c = calibrated_one_step(target_epsilon)
     ss = np.random.SeedSequence([seed, 0x01])
@@ -180,19 +222,40 @@ def _one_run(cls: Any, name: str, system: str, target_epsilon: float, m: int, se
     head, other = bounds["fdp_gaussian_one_run"], bounds["steinke_one_run"]
     ideal = _ideal_gaussian_one_run(1.0 / sigma, m, delta_c, confidence, seed)
     return DPAuditResult(
-        mechanism=name, system=system, implementation=_qualname(cls),
+        mechanism=name,
+        system=system,
+        implementation=_qualname(cls),
         variant=f"white-box Dirac gradient canaries, one run (m={m} canaries, one DP-SGD step)",
-        claimed_epsilon=eps_c, claimed_delta=delta_c, unit="example", audited=head, others=(other,),
-        config={"noise_multiplier": sigma, "max_grad_norm": CLIP, "sample_rate": 1.0, "steps": 1,
-                "target_epsilon": target_epsilon, "canaries": m, "inclusion_probability": 0.5,
-                "model": f"linear, d={m + 4}", "ideal_gaussian_same_setting": ideal},
-        seconds=time.perf_counter() - t0, calls=1, seed=seed,
-        notes=("reference: the same one-run analyses on an ideal Gaussian mechanism with the same mu and m "
-               "(the idealised setting of the papers' figures), simulated here: "
-               f"f-DP {ideal['fdp_gaussian_one_run']:.3f}, Steinke et al. {ideal['steinke_one_run']:.3f}",))
+        claimed_epsilon=eps_c,
+        claimed_delta=delta_c,
+        unit="example",
+        audited=head,
+        others=(other,),
+        config={
+            "noise_multiplier": sigma,
+            "max_grad_norm": CLIP,
+            "sample_rate": 1.0,
+            "steps": 1,
+            "target_epsilon": target_epsilon,
+            "canaries": m,
+            "inclusion_probability": 0.5,
+            "model": f"linear, d={m + 4}",
+            "ideal_gaussian_same_setting": ideal,
+        },
+        seconds=time.perf_counter() - t0,
+        calls=1,
+        seed=seed,
+        notes=(
+            "reference: the same one-run analyses on an ideal Gaussian mechanism with the same mu and m "
+            "(the idealised setting of the papers' figures), simulated here: "
+            f"f-DP {ideal['fdp_gaussian_one_run']:.3f}, Steinke et al. {ideal['steinke_one_run']:.3f}",
+        ),
+    )
 
 
-def _ideal_gaussian_one_run(mu: float, m: int, delta: float, confidence: float, seed: int) -> dict[str, float]:
+def _ideal_gaussian_one_run(
+    mu: float, m: int, delta: float, confidence: float, seed: int
+) -> dict[str, float]:
     g = np.random.default_rng([seed, 0x1DEA])
     inc = g.random(m) < 0.5
     b = one_run_audit(g.standard_normal(m) + mu * inc, inc, delta=delta, confidence=confidence)
@@ -200,13 +263,22 @@ def _ideal_gaussian_one_run(mu: float, m: int, delta: float, confidence: float, 
 
 
 #: black-box one-run audit of DP-SGD fine-tuning the bundled LM (full preset only)
-LM_ONE_RUN = {"canaries": 400, "target_epsilon": 8.0, "epochs": 6, "batch_size": 32, "lr": 1e-2, "max_length": 32,
-              "lm_preset": "quick"}
+LM_ONE_RUN = {
+    "canaries": 400,
+    "target_epsilon": 8.0,
+    "epochs": 6,
+    "batch_size": 32,
+    "lr": 1e-2,
+    "max_length": 32,
+    "lm_preset": "quick",
+}
 
 
 def _canary_texts(m: int, g: np.random.Generator) -> list[str]:
     """``m`` random canary records (8 random 3-digit groups: high-entropy, unlike the corpus)."""
-    return ["account " + " ".join(f"{x:03d}" for x in g.integers(0, 1000, size=8)) for _ in range(m)]
+    return [
+        "account " + " ".join(f"{x:03d}" for x in g.integers(0, 1000, size=8)) for _ in range(m)
+    ]
 
 
 def _per_text_loss(model: Any, tok: Any, texts: list[str], max_length: int) -> np.ndarray:
@@ -219,8 +291,10 @@ def _per_text_loss(model: Any, tok: Any, texts: list[str], max_length: int) -> n
     model.eval()
     with torch.no_grad():
         for i in range(0, len(texts), 64):
-            b = lm_batch(tok, texts[i:i + 64], max_length)
-            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids).logits
+            b = lm_batch(tok, texts[i : i + 64], max_length)
+            logits = model(
+                input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids
+            ).logits
             out.append(per_sample_lm_loss(logits, b.labels).numpy())
     return np.concatenate(out).astype(np.float64)
 
@@ -249,13 +323,21 @@ def _lm_one_run(cls: Any, name: str, system: str, seed: int, confidence: float) 
     canaries = _canary_texts(m, np.random.default_rng(s_can))
     inc = np.random.default_rng(s_inc).random(m) < 0.5
     before = _per_text_loss(model, tok, canaries, cfg["max_length"])
-    texts = generate_corpus(n_users=20, records_per_user=10, seed=0).texts() + [c for c, i in zip(canaries, inc) if i]
+    texts = generate_corpus(n_users=20, records_per_user=10, seed=0).texts() + [
+        c for c, i in zip(canaries, inc) if i
+    ]
     b = lm_batch(tok, texts, cfg["max_length"])
-    loader = DataLoader(TensorDataset(b.input_ids, b.attention_mask, b.labels), batch_size=int(cfg["batch_size"]))
+    loader = DataLoader(
+        TensorDataset(b.input_ids, b.attention_mask, b.labels), batch_size=int(cfg["batch_size"])
+    )
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(cfg["lr"]))
-    mech = cls(target_epsilon=float(cfg["target_epsilon"]), epochs=float(cfg["epochs"]), max_grad_norm=CLIP,
-               accountant=ACCOUNTANT)
+    mech = cls(
+        target_epsilon=float(cfg["target_epsilon"]),
+        epochs=float(cfg["epochs"]),
+        max_grad_norm=CLIP,
+        accountant=ACCOUNTANT,
+    )
     # dropout of the tiny GPT-2 is non-private randomness: seeded without touching the caller's torch RNG
     with warnings.catch_warnings(), seeded(int(s_torch.generate_state(1)[0])):
         warnings.simplefilter("ignore")
@@ -264,7 +346,9 @@ def _lm_one_run(cls: Any, name: str, system: str, seed: int, confidence: float) 
         def loss_fn(mdl: Any, batch: Any) -> Any:
             ids, mask, labels = batch
             pos = torch.arange(ids.shape[1]).unsqueeze(0).repeat(ids.shape[0], 1)
-            return per_sample_lm_loss(mdl(input_ids=ids, attention_mask=mask, position_ids=pos).logits, labels)
+            return per_sample_lm_loss(
+                mdl(input_ids=ids, attention_mask=mask, position_ids=pos).logits, labels
+            )
 
         res = train_private(pt, loss_fn, epochs=float(cfg["epochs"]), stop_at_budget=True)
         claim = pt.claim()
@@ -275,19 +359,35 @@ def _lm_one_run(cls: Any, name: str, system: str, seed: int, confidence: float) 
     mu_ideal = _mu_for_epsilon(float(claim.epsilon), float(claim.delta))
     ideal = _ideal_gaussian_one_run(mu_ideal, m, float(claim.delta), confidence, seed)
     return DPAuditResult(
-        mechanism=name, system=system, implementation=_qualname(cls),
+        mechanism=name,
+        system=system,
+        implementation=_qualname(cls),
         variant=f"black-box canary records, one run on the bundled LM (m={m}, DP-SGD fine-tuning)",
-        claimed_epsilon=float(claim.epsilon), claimed_delta=float(claim.delta), unit="example",
-        audited=bounds["fdp_gaussian_one_run"], others=(bounds["steinke_one_run"],),
-        config={**cfg, "noise_multiplier": float(pt.noise_multiplier), "steps": int(res.steps),
-                "sample_rate": float(pt.sample_rate), "training_examples": len(texts),
-                "score": "canary loss before - after fine-tuning", "ideal_gaussian_same_setting": ideal,
-                "ideal_mu": mu_ideal},
-        seconds=time.perf_counter() - t0, calls=int(res.steps), seed=seed,
-        notes=("the black-box one-run audit of a whole training run is far from tight (Steinke et al. 2023 report "
-               "the same for input-space canaries); reference: the same analyses on an ideal Gaussian mechanism "
-               f"with the claimed epsilon (mu = {mu_ideal:.3f}) and the same m, simulated here: f-DP "
-               f"{ideal['fdp_gaussian_one_run']:.3f}, Steinke et al. {ideal['steinke_one_run']:.3f}",))
+        claimed_epsilon=float(claim.epsilon),
+        claimed_delta=float(claim.delta),
+        unit="example",
+        audited=bounds["fdp_gaussian_one_run"],
+        others=(bounds["steinke_one_run"],),
+        config={
+            **cfg,
+            "noise_multiplier": float(pt.noise_multiplier),
+            "steps": int(res.steps),
+            "sample_rate": float(pt.sample_rate),
+            "training_examples": len(texts),
+            "score": "canary loss before - after fine-tuning",
+            "ideal_gaussian_same_setting": ideal,
+            "ideal_mu": mu_ideal,
+        },
+        seconds=time.perf_counter() - t0,
+        calls=int(res.steps),
+        seed=seed,
+        notes=(
+            "the black-box one-run audit of a whole training run is far from tight (Steinke et al. 2023 report "
+            "the same for input-space canaries); reference: the same analyses on an ideal Gaussian mechanism "
+            f"with the claimed epsilon (mu = {mu_ideal:.3f}) and the same m, simulated here: f-DP "
+            f"{ideal['fdp_gaussian_one_run']:.3f}, Steinke et al. {ideal['steinke_one_run']:.3f}",
+        ),
+    )
 
 
 def _mu_for_epsilon(epsilon: float, delta: float) -> float:
@@ -303,8 +403,15 @@ def _mu_for_epsilon(epsilon: float, delta: float) -> float:
     return lo
 
 
-def audit_dp_sgd(cls: Any, *, name: str = "dp_sgd", system: str = "defense", preset: str = "quick", seed: int = 0,
-                 confidence: float = DEFAULT_CONFIDENCE) -> list[DPAuditResult]:
+def audit_dp_sgd(
+    cls: Any,
+    *,
+    name: str = "dp_sgd",
+    system: str = "defense",
+    preset: str = "quick",
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> list[DPAuditResult]:
     """Audit ``cls`` (``dp_sgd``'s class or its leaky twin): repeated one-step runs at each of the preset's
     target epsilons, then the one-run variant at the first one; in the full preset also the black-box
     one-run audit of DP-SGD fine-tuning the bundled LM (the defense only)."""

@@ -24,6 +24,7 @@ With ``k = 1`` the likelihood-ratio test has ratio exactly ``e^eps``, so the aud
 ``2^-k``), so the audit needs many more builds (the full preset audits k = 1 and k = 4; the card's k = 8 /
 16 is out of reach of a few thousand builds and would report a bound near 0).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,7 +47,9 @@ N_DOCS = 40
 REPEATS = 4
 
 
-def _build_trials(mech: Any, texts: list[str], words: list[str], counts: dict, trials: int, seed: Any) -> np.ndarray:
+def _build_trials(
+    mech: Any, texts: list[str], words: list[str], counts: dict, trials: int, seed: Any
+) -> np.ndarray:
     """(trials, k) released noisy count minus the count without the canary (a missing word: -count)."""
     g = np.random.default_rng(seed)
     out = np.empty((trials, len(words)))
@@ -60,17 +63,23 @@ def _build_trials(mech: Any, texts: list[str], words: list[str], counts: dict, t
 #: Bonferroni): the log-likelihood ratio of the *claimed* Laplace mechanism for a shift of 1 per word
 #: (``sum_j clip(x_j, 0, 1)``, the most powerful test against a correct implementation), and the plain sum
 #: (more powerful against an implementation that counts a contributor more than once)
-STATISTICS = {"laplace_llr": lambda x: np.clip(x, 0.0, 1.0).sum(axis=1), "sum": lambda x: x.sum(axis=1)}
+STATISTICS = {
+    "laplace_llr": lambda x: np.clip(x, 0.0, 1.0).sum(axis=1),
+    "sum": lambda x: x.sum(axis=1),
+}
 
 
-def _repeated(cls: Any, name: str, system: str, k: int, preset: str, trials: int, seed: int,
-              confidence: float) -> DPAuditResult:
+def _repeated(
+    cls: Any, name: str, system: str, k: int, preset: str, trials: int, seed: int, confidence: float
+) -> DPAuditResult:
     from privnlp.core.registry import MECHANISMS
 
     t0 = time.perf_counter()
     ex = MECHANISMS.get(name).example(preset)
     k = int(k or ex.max_words_per_contributor)
-    mech = cls(epsilon=ex.epsilon, delta=ex.delta, max_words_per_contributor=k, vocab_size=ex.vocab_size)
+    mech = cls(
+        epsilon=ex.epsilon, delta=ex.delta, max_words_per_contributor=k, vocab_size=ex.vocab_size
+    )
     claim = mech.claim()
     cal = mech.calibration()
     # enough documents that the common words clear the release threshold on both sides (10 noise scales)
@@ -85,27 +94,66 @@ def _repeated(cls: Any, name: str, system: str, k: int, preset: str, trials: int
     neg = _build_trials(mech, corpus, words, counts, trials, s_out)
     per_stat = {}
     for sname, fn in STATISTICS.items():
-        b = threshold_audit(fn(neg), fn(pos), delta=float(claim.delta), confidence=1.0 - (1.0 - confidence) / 2,
-                            rng=np.random.default_rng(s_split), methods=("clopper_pearson",))["clopper_pearson"]
+        b = threshold_audit(
+            fn(neg),
+            fn(pos),
+            delta=float(claim.delta),
+            confidence=1.0 - (1.0 - confidence) / 2,
+            rng=np.random.default_rng(s_split),
+            methods=("clopper_pearson",),
+        )["clopper_pearson"]
         per_stat[sname] = b
     sname, b = max(per_stat.items(), key=lambda kv: kv[1].epsilon)
-    best = EpsilonBound(b.epsilon, b.method, b.delta, float(confidence), b.trials, b.mu,
-                        {**b.details, "statistic": sname, "bonferroni_tests": len(STATISTICS),
-                         **{f"epsilon_{k}": v.epsilon for k, v in per_stat.items()}})
+    best = EpsilonBound(
+        b.epsilon,
+        b.method,
+        b.delta,
+        float(confidence),
+        b.trials,
+        b.mu,
+        {
+            **b.details,
+            "statistic": sname,
+            "bonferroni_tests": len(STATISTICS),
+            **{f"epsilon_{k}": v.epsilon for k, v in per_stat.items()},
+        },
+    )
     return DPAuditResult(
-        mechanism=name, system=system, implementation=_qualname(cls),
+        mechanism=name,
+        system=system,
+        implementation=_qualname(cls),
         variant=f"canary document (k={k} common words x{REPEATS}), released histogram, repeated builds",
-        claimed_epsilon=float(claim.epsilon), claimed_delta=float(claim.delta), unit=claim.unit.value,
+        claimed_epsilon=float(claim.epsilon),
+        claimed_delta=float(claim.delta),
+        unit=claim.unit.value,
         audited=best,
-        config={"epsilon": ex.epsilon, "delta": ex.delta, "max_words_per_contributor": k, "noise": mech.noise,
-                "documents": n_docs, "release_threshold": cal.threshold, "canary_repeats": REPEATS, "builds_per_side": trials,
-                "statistics": "x_j = released noisy count - count without the canary, per canary word; "
-                              "sum_j clip(x_j, 0, 1) (Laplace log-likelihood ratio) and sum_j x_j, Bonferroni"},
-        seconds=time.perf_counter() - t0, calls=2 * trials, seed=seed)
+        config={
+            "epsilon": ex.epsilon,
+            "delta": ex.delta,
+            "max_words_per_contributor": k,
+            "noise": mech.noise,
+            "documents": n_docs,
+            "release_threshold": cal.threshold,
+            "canary_repeats": REPEATS,
+            "builds_per_side": trials,
+            "statistics": "x_j = released noisy count - count without the canary, per canary word; "
+            "sum_j clip(x_j, 0, 1) (Laplace log-likelihood ratio) and sum_j x_j, Bonferroni",
+        },
+        seconds=time.perf_counter() - t0,
+        calls=2 * trials,
+        seed=seed,
+    )
 
 
-def audit_dp_wordpiece(cls: Any, *, name: str = "dp_wordpiece", system: str = "defense", preset: str = "quick",
-                       seed: int = 0, confidence: float = DEFAULT_CONFIDENCE) -> list[DPAuditResult]:
+def audit_dp_wordpiece(
+    cls: Any,
+    *,
+    name: str = "dp_wordpiece",
+    system: str = "defense",
+    preset: str = "quick",
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> list[DPAuditResult]:
     p = AUDIT_PRESETS[preset]
     trials = p["trials"] if system == "defense" else p["twin_trials"]
     return [_repeated(cls, name, system, k, preset, trials, seed, confidence) for k in p["ks"]]

@@ -4,6 +4,7 @@ The public interface of this package is the ``privnlp`` command itself; :data:`a
 application behind it (``python -m privnlp.cli.main``). Commands import their heavy dependencies
 inside the function body, so importing this package stays light.
 """
+
 from __future__ import annotations
 
 from typing import Any

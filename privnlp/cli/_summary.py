@@ -1,5 +1,6 @@
 """The one summary table that ends ``privnlp evaluate`` (issue #21): every defense, its claim, and each paired
 attack's headline metric undefended / defended / leaky twin, plus the failures."""
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,9 @@ def short_claim(claim: Any, *, long: bool = False) -> str:
     return {"cryptographic": "cryptographic", "heuristic": heuristic}.get(kind, "none")
 
 
-def summary_table(outcomes: Sequence[Any], failures: Mapping[str, str] | None = None, *,
-                  audit_text: Any = None) -> Any:
+def summary_table(
+    outcomes: Sequence[Any], failures: Mapping[str, str] | None = None, *, audit_text: Any = None
+) -> Any:
     """A :class:`rich.table.Table`: one row per (defense, paired attack), one section per defense.
 
     Args:
@@ -52,7 +54,9 @@ def summary_table(outcomes: Sequence[Any], failures: Mapping[str, str] | None = 
     """
     from rich.table import Table
 
-    table = Table(title="privnlp evaluate: headline leakage (higher = more leakage)", title_justify="left")
+    table = Table(
+        title="privnlp evaluate: headline leakage (higher = more leakage)", title_justify="left"
+    )
     table.add_column("defense / claim / time", overflow="fold", min_width=12)
     table.add_column("attack", overflow="fold")
     table.add_column("metric", overflow="fold")
@@ -65,9 +69,23 @@ def summary_table(outcomes: Sequence[Any], failures: Mapping[str, str] | None = 
         head = f"[bold]{o.name}[/bold]\n[dim]{claim}\n{o.seconds:.0f} s[/dim]"
         heads = list(o.report.headline().items()) or [("—", {"metric": "no attack measured"})]
         for i, (atk, v) in enumerate(heads):
-            table.add_row(head if i == 0 else "", atk.split(" (")[0], v.get("metric", ""), _num(v.get("undefended")),
-                          _num(v.get("defended")), _num(v.get("leaky_twin")), end_section=i == len(heads) - 1)
+            table.add_row(
+                head if i == 0 else "",
+                atk.split(" (")[0],
+                v.get("metric", ""),
+                _num(v.get("undefended")),
+                _num(v.get("defended")),
+                _num(v.get("leaky_twin")),
+                end_section=i == len(heads) - 1,
+            )
     for name, err in (failures or {}).items():
-        table.add_row(f"[bold red]{name}[/bold red]\n[red]FAILED[/red]", f"[red]{err}[/red]", "", "", "", "",
-                      end_section=True)
+        table.add_row(
+            f"[bold red]{name}[/bold red]\n[red]FAILED[/red]",
+            f"[red]{err}[/red]",
+            "",
+            "",
+            "",
+            "",
+            end_section=True,
+        )
     return table

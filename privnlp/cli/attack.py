@@ -2,6 +2,7 @@
 (``torch.save`` of a dict with the ``GradientObservation`` fields: ``model``, ``gradients``,
 ``tokenizer``, ``batch_size``, ``labels``, ``lengths``, ``noise_std``, ...; or of a
 ``GradientObservation`` itself) or on the bundled ``fedsgd.eavesdropper`` scenario."""
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,27 @@ from typing import Any, Optional
 
 import typer
 
-app = typer.Typer(help="Run a bundled attack on a saved observation or a bundled scenario.", no_args_is_help=True)
+app = typer.Typer(
+    help="Run a bundled attack on a saved observation or a bundled scenario.", no_args_is_help=True
+)
 
-_OBS = typer.Option(None, "--observation", "-o", help="torch.save'd dict (or GradientObservation); omit to run the bundled scenario")
-_OUT = typer.Option(None, "--out", help="write the result (reconstructions, raw, scores) as JSON here")
+_OBS = typer.Option(
+    None,
+    "--observation",
+    "-o",
+    help="torch.save'd dict (or GradientObservation); omit to run the bundled scenario",
+)
+_OUT = typer.Option(
+    None, "--out", help="write the result (reconstructions, raw, scores) as JSON here"
+)
 _BATCH = typer.Option(1, "--batch-size", "-b", help="scenario: records per client update")
 _SEED = typer.Option(0, "--seed", help="random seed")
-_MECH = typer.Option(None, "--mechanism", "-m", help="scenario: a registered defense (e.g. sign_sgd, frozen_embeddings)")
+_MECH = typer.Option(
+    None,
+    "--mechanism",
+    "-m",
+    help="scenario: a registered defense (e.g. sign_sgd, frozen_embeddings)",
+)
 
 
 def _load_observation(path: Path) -> Any:
@@ -32,14 +47,24 @@ def _load_observation(path: Path) -> Any:
     if isinstance(obj, GradientObservation):
         return obj
     if not isinstance(obj, dict) or "gradients" not in obj or "model" not in obj:
-        raise MalformedInput(f"observation: {path} must hold a GradientObservation or a dict with 'model' and "
-                             "'gradients' (plus optional tokenizer, batch_size, labels, lengths, noise_std)")
+        raise MalformedInput(
+            f"observation: {path} must hold a GradientObservation or a dict with 'model' and "
+            "'gradients' (plus optional tokenizer, batch_size, labels, lengths, noise_std)"
+        )
     fields = set(GradientObservation.__dataclass_fields__)
     return GradientObservation(**{k: v for k, v in obj.items() if k in fields})
 
 
-def _run(name: str, attack: Any, observation: Optional[Path], batch_size: int, seed: int, mechanism: Optional[str],
-         task: str, out: Optional[Path]) -> None:
+def _run(
+    name: str,
+    attack: Any,
+    observation: Optional[Path],
+    batch_size: int,
+    seed: int,
+    mechanism: Optional[str],
+    task: str,
+    out: Optional[Path],
+) -> None:
     import numpy as np
 
     from privnlp.core.report import atomic_write_text
@@ -53,22 +78,41 @@ def _run(name: str, attack: Any, observation: Optional[Path], batch_size: int, s
 
         mech = mget(mechanism)() if mechanism else None
         run = FedSGDEavesdropper(batch_size=batch_size, task=task).run(mech, rng=seed)
-        trials = [(t.observation, t.ground_truth) for t in run.trials if attack.applies_to(t.observation)]
+        trials = [
+            (t.observation, t.ground_truth) for t in run.trials if attack.applies_to(t.observation)
+        ]
     results = []
     for obs, gt in trials:
         res = attack.run(obs, rng=seed)
-        row: dict[str, Any] = {"reconstructions": [r if isinstance(r, (str, int)) else str(r) for r in res.reconstructions],
-                               "raw": {k: v for k, v in res.raw.items() if isinstance(v, (int, float, str, list, type(None)))}}
+        row: dict[str, Any] = {
+            "reconstructions": [
+                r if isinstance(r, (str, int)) else str(r) for r in res.reconstructions
+            ],
+            "raw": {
+                k: v
+                for k, v in res.raw.items()
+                if isinstance(v, (int, float, str, list, type(None)))
+            },
+        }
         if gt is not None:
             row["scores"] = res.score(gt)
             row["ground_truth"] = gt.get("texts") if isinstance(gt, dict) else gt
         results.append(row)
-        typer.echo(json.dumps({"reconstructions": row["reconstructions"][:4], "scores": row.get("scores")}, default=str))
+        typer.echo(
+            json.dumps(
+                {"reconstructions": row["reconstructions"][:4], "scores": row.get("scores")},
+                default=str,
+            )
+        )
     summary: dict[str, Any] = {"attack": name, "params": attack.params(), "trials": results}
     if results and "scores" in results[0]:
         keys = results[0]["scores"].keys()
-        summary["mean_scores"] = {k: float(np.mean([r["scores"][k] for r in results])) for k in keys}
-        typer.echo(f"mean {attack.headline_metric}: {summary['mean_scores'].get(attack.headline_metric)}")
+        summary["mean_scores"] = {
+            k: float(np.mean([r["scores"][k] for r in results])) for k in keys
+        }
+        typer.echo(
+            f"mean {attack.headline_metric}: {summary['mean_scores'].get(attack.headline_metric)}"
+        )
     if out is not None:
         flat = dict(summary)
         if len(results) == 1:
@@ -77,10 +121,16 @@ def _run(name: str, attack: Any, observation: Optional[Path], batch_size: int, s
 
 
 @app.command()
-def film(observation: Optional[Path] = _OBS, batch_size: int = _BATCH, beam_size: int = typer.Option(32, help="beam size k"),
-         reorder_steps: int = typer.Option(200, help="steps of each reordering stage"),
-         repetitions: int = typer.Option(1, help="sentences to recover (repeated beam searches)"),
-         mechanism: Optional[str] = _MECH, seed: int = _SEED, out: Optional[Path] = _OUT) -> None:
+def film(
+    observation: Optional[Path] = _OBS,
+    batch_size: int = _BATCH,
+    beam_size: int = typer.Option(32, help="beam size k"),
+    reorder_steps: int = typer.Option(200, help="steps of each reordering stage"),
+    repetitions: int = typer.Option(1, help="sentences to recover (repeated beam searches)"),
+    mechanism: Optional[str] = _MECH,
+    seed: int = _SEED,
+    out: Optional[Path] = _OUT,
+) -> None:
     """FILM: bag of words -> beam search -> reordering on a GPT-2 style LM's gradient."""
     from privnlp.attacks import get
 
@@ -89,10 +139,16 @@ def film(observation: Optional[Path] = _OBS, batch_size: int = _BATCH, beam_size
 
 
 @app.command()
-def rlg(observation: Optional[Path] = _OBS, layer: Optional[str] = typer.Option(None, help="output layer parameter name"),
-        num_labels: Optional[int] = typer.Option(None, help="known S (default: from the spectrum)"),
-        method: str = typer.Option("rlg", help="rlg | sign (Yin et al. baseline)"), batch_size: int = _BATCH,
-        mechanism: Optional[str] = _MECH, seed: int = _SEED, out: Optional[Path] = _OUT) -> None:
+def rlg(
+    observation: Optional[Path] = _OBS,
+    layer: Optional[str] = typer.Option(None, help="output layer parameter name"),
+    num_labels: Optional[int] = typer.Option(None, help="known S (default: from the spectrum)"),
+    method: str = typer.Option("rlg", help="rlg | sign (Yin et al. baseline)"),
+    batch_size: int = _BATCH,
+    mechanism: Optional[str] = _MECH,
+    seed: int = _SEED,
+    out: Optional[Path] = _OUT,
+) -> None:
     """RLG: the set of labels behind an update, from the output layer's gradient."""
     from privnlp.attacks import get
 
@@ -108,22 +164,40 @@ def _gm(name: str, observation, batch_size, iterations, mechanism, seed, out, **
 
 
 @app.command()
-def lamp(observation: Optional[Path] = _OBS, batch_size: int = _BATCH, iterations: int = typer.Option(10),
-         loss: str = typer.Option("cos", help="cos | tag (L2+L1)"), mechanism: Optional[str] = _MECH,
-         seed: int = _SEED, out: Optional[Path] = _OUT) -> None:
+def lamp(
+    observation: Optional[Path] = _OBS,
+    batch_size: int = _BATCH,
+    iterations: int = typer.Option(10),
+    loss: str = typer.Option("cos", help="cos | tag (L2+L1)"),
+    mechanism: Optional[str] = _MECH,
+    seed: int = _SEED,
+    out: Optional[Path] = _OUT,
+) -> None:
     """LAMP: gradient matching + discrete steps guided by an auxiliary LM (classifier, known labels/lengths)."""
     _gm("lamp", observation, batch_size, iterations, mechanism, seed, out, loss=loss)
 
 
 @app.command()
-def dlg(observation: Optional[Path] = _OBS, batch_size: int = _BATCH, iterations: int = typer.Option(10),
-        mechanism: Optional[str] = _MECH, seed: int = _SEED, out: Optional[Path] = _OUT) -> None:
+def dlg(
+    observation: Optional[Path] = _OBS,
+    batch_size: int = _BATCH,
+    iterations: int = typer.Option(10),
+    mechanism: Optional[str] = _MECH,
+    seed: int = _SEED,
+    out: Optional[Path] = _OUT,
+) -> None:
     """DLG: L2 gradient matching (LAMP engine preset)."""
     _gm("dlg", observation, batch_size, iterations, mechanism, seed, out)
 
 
 @app.command()
-def tag(observation: Optional[Path] = _OBS, batch_size: int = _BATCH, iterations: int = typer.Option(10),
-        mechanism: Optional[str] = _MECH, seed: int = _SEED, out: Optional[Path] = _OUT) -> None:
+def tag(
+    observation: Optional[Path] = _OBS,
+    batch_size: int = _BATCH,
+    iterations: int = typer.Option(10),
+    mechanism: Optional[str] = _MECH,
+    seed: int = _SEED,
+    out: Optional[Path] = _OUT,
+) -> None:
     """TAG: L2 + L1 gradient matching (LAMP engine preset)."""
     _gm("tag", observation, batch_size, iterations, mechanism, seed, out)

@@ -4,6 +4,7 @@ Papers: ``../shared/papers/unintended-memorization-under-fl.txt``, ``dp-bert-and
 (canary exposure / extraction), ``record-level-privacy-leakage-in-fl.txt`` (eavesdropping, watermark).
 Call :func:`register` on a typer app to add the commands; heavy imports happen inside the commands.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,11 +37,17 @@ def register(app: typer.Typer) -> typer.Typer:
 
     @app.command("canary")
     def canary(
-        mechanism: Optional[str] = typer.Option(None, help="registered DP-SGD-like mechanism (e.g. dp_sgd); "
-                                                "default: undefended training"),
+        mechanism: Optional[str] = typer.Option(
+            None,
+            help="registered DP-SGD-like mechanism (e.g. dp_sgd); default: undefended training",
+        ),
         preset: str = typer.Option("quick", help="quick | full"),
-        repeats: Optional[int] = typer.Option(None, min=0, help="canary insertions (default: the preset's)"),
-        pattern: Optional[str] = typer.Option(None, help="canary pattern, e.g. 'my pin code is {digits:4}'"),
+        repeats: Optional[int] = typer.Option(
+            None, min=0, help="canary insertions (default: the preset's)"
+        ),
+        pattern: Optional[str] = typer.Option(
+            None, help="canary pattern, e.g. 'my pin code is {digits:4}'"
+        ),
         seed: int = typer.Option(0, min=0),
         out: Optional[Path] = typer.Option(None, help="write the JSON result here"),
     ) -> None:
@@ -52,18 +59,33 @@ def register(app: typer.Typer) -> typer.Typer:
         from privnlp.mechanisms import get as get_mech
 
         mech = get_mech(mechanism).example(preset) if mechanism else None
-        run = LMCanaryScenario(preset, repeats=repeats, pattern=pattern).run(mech, rng=np.random.default_rng(seed))
+        run = LMCanaryScenario(preset, repeats=repeats, pattern=pattern).run(
+            mech, rng=np.random.default_rng(seed)
+        )
         rows = []
         for tr in run.trials:
             row: dict[str, float] = {}
             for name in ("canary_exposure", "canary_extraction"):
                 atk = get_attack(name).example(preset)
-                row.update(atk.run(tr.observation, rng=np.random.default_rng(seed)).score(tr.ground_truth))
+                row.update(
+                    atk.run(tr.observation, rng=np.random.default_rng(seed)).score(tr.ground_truth)
+                )
             rows.append(row)
-        _emit({"scenario": "lm.canary", "mechanism": mechanism, "seed": seed, "metrics": _mean(rows),
-               "utility": dict(run.utility), "config": dict(run.config)}, out)
+        _emit(
+            {
+                "scenario": "lm.canary",
+                "mechanism": mechanism,
+                "seed": seed,
+                "metrics": _mean(rows),
+                "utility": dict(run.utility),
+                "config": dict(run.config),
+            },
+            out,
+        )
 
-    def _fl(attack: str, preset: str, seed: int, rounds: Optional[int], out: Optional[Path]) -> None:
+    def _fl(
+        attack: str, preset: str, seed: int, rounds: Optional[int], out: Optional[Path]
+    ) -> None:
         import numpy as np
 
         from privnlp.attacks import get as get_attack
@@ -71,19 +93,39 @@ def register(app: typer.Typer) -> typer.Typer:
 
         run = FLSnapshotsScenario(preset, rounds=rounds).run(None, rng=np.random.default_rng(seed))
         atk = get_attack(attack).example(preset)
-        rows = [atk.run(tr.observation, rng=np.random.default_rng(seed)).score(tr.ground_truth) for tr in run.trials]
-        _emit({"scenario": "fl.snapshots", "attack": attack, "seed": seed, "metrics": _mean(rows),
-               "utility": dict(run.utility), "config": dict(run.config)}, out)
+        rows = [
+            atk.run(tr.observation, rng=np.random.default_rng(seed)).score(tr.ground_truth)
+            for tr in run.trials
+        ]
+        _emit(
+            {
+                "scenario": "fl.snapshots",
+                "attack": attack,
+                "seed": seed,
+                "metrics": _mean(rows),
+                "utility": dict(run.utility),
+                "config": dict(run.config),
+            },
+            out,
+        )
 
     @app.command("eavesdrop")
-    def eavesdrop(preset: str = typer.Option("quick"), seed: int = typer.Option(0, min=0),
-                  rounds: Optional[int] = typer.Option(None, min=3), out: Optional[Path] = typer.Option(None)) -> None:
+    def eavesdrop(
+        preset: str = typer.Option("quick"),
+        seed: int = typer.Option(0, min=0),
+        rounds: Optional[int] = typer.Option(None, min=3),
+        out: Optional[Path] = typer.Option(None),
+    ) -> None:
         """Eavesdropping attack (ECorr + final exposure) on the fl.snapshots scenario vs the Carlini baseline."""
         _fl("eavesdropping", preset, seed, rounds, out)
 
     @app.command("watermark")
-    def watermark(preset: str = typer.Option("quick"), seed: int = typer.Option(0, min=0),
-                  rounds: Optional[int] = typer.Option(None, min=3), out: Optional[Path] = typer.Option(None)) -> None:
+    def watermark(
+        preset: str = typer.Option("quick"),
+        seed: int = typer.Option(0, min=0),
+        rounds: Optional[int] = typer.Option(None, min=3),
+        out: Optional[Path] = typer.Option(None),
+    ) -> None:
         """Watermark attack (WCorr + final exposure) on the fl.snapshots scenario vs the Carlini baseline."""
         _fl("watermark", preset, seed, rounds, out)
 

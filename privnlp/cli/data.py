@@ -1,4 +1,5 @@
 """`privnlp data` commands: write the bundled synthetic corpus to a folder."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,9 +13,13 @@ app = typer.Typer(help="Generate the bundled synthetic private corpus.", no_args
 def generate(
     out: Path = typer.Option(..., "--out", help="Output folder (created if missing)."),
     n_users: int = typer.Option(20, "--n-users", min=1, help="Number of synthetic users."),
-    records_per_user: int = typer.Option(10, "--records-per-user", min=1, help="Records written by each user."),
+    records_per_user: int = typer.Option(
+        10, "--records-per-user", min=1, help="Records written by each user."
+    ),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed (same seed, same corpus)."),
-    n_sentiment: int = typer.Option(2000, "--n-sentiment", min=0, help="Sentiment examples (0 to skip)."),
+    n_sentiment: int = typer.Option(
+        2000, "--n-sentiment", min=0, help="Sentiment examples (0 to skip)."
+    ),
 ) -> None:
     """Write corpus.jsonl, corpus.conll (BIO) and sentiment.jsonl to OUT (each file atomically)."""
     import json
@@ -29,9 +34,16 @@ def generate(
     written = ["corpus.jsonl", "corpus.conll"]
     if n_sentiment:
         ds = generate_sentiment(n_sentiment, seed=seed)
-        atomic_write_text(out / "sentiment.jsonl", "".join(
-            json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in zip(ds.texts, ds.labels)))
+        atomic_write_text(
+            out / "sentiment.jsonl",
+            "".join(
+                json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n"
+                for t, y in zip(ds.texts, ds.labels)
+            ),
+        )
         written.append("sentiment.jsonl")
     n_spans = sum(len(r.spans) for r in corpus.records)
-    typer.echo(f"wrote {len(corpus.records)} records by {len(corpus.users)} users ({n_spans} gold PII spans) "
-               f"to {out}: {', '.join(written)}")
+    typer.echo(
+        f"wrote {len(corpus.records)} records by {len(corpus.users)} users ({n_spans} gold PII spans) "
+        f"to {out}: {', '.join(written)}"
+    )

@@ -3,6 +3,7 @@
 Each subcommand group lives in its own module (``privnlp/cli/<group>.py``) exposing a
 ``typer.Typer`` called ``app``; heavy imports happen inside the commands so ``--help`` is fast.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -14,8 +15,12 @@ import privnlp
 
 GROUPS = ("train", "fl", "sanitize", "vocab", "fragment", "mpc", "attack", "evaluate", "data")
 
-app = typer.Typer(help="privnlp — a defense-first privacy toolkit for NLP.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False)
+app = typer.Typer(
+    help="privnlp — a defense-first privacy toolkit for NLP.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
 
 
 def _version_callback(value: bool) -> None:
@@ -25,8 +30,15 @@ def _version_callback(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Optional[bool] = typer.Option(None, "--version", callback=_version_callback, is_eager=True,
-                                                  help="Show the version and exit.")) -> None:
+def _root(
+    version: Optional[bool] = typer.Option(
+        None,
+        "--version",
+        callback=_version_callback,
+        is_eager=True,
+        help="Show the version and exit.",
+    ),
+) -> None:
     """privnlp: private training, text sanitization, and leakage evaluation."""
 
 

@@ -11,6 +11,7 @@ Real deployment (three processes, e.g. on loopback)::
 
 Rendezvous / rank can also come from the environment (``RENDEZVOUS``, ``WORLD_SIZE``=2, ``RANK``).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,16 +31,32 @@ def _fail(msg: str, code: int = 2) -> None:
 
 @app.command()
 def serve(
-    role: str = typer.Option(..., "--role", help="alice (model owner), bob (text owner) or ttp (trusted initializer)"),
-    rendezvous: Optional[str] = typer.Option(None, "--rendezvous", help="tcp://HOST:PORT (default: $RENDEZVOUS)"),
-    model: Optional[str] = typer.Option(None, "--model", help="alice: TextCNN file saved by save_alice_model"),
-    texts: Optional[str] = typer.Option(None, "--texts", help="bob: texts file (txt/jsonl/csv), embedded with the public encoder"),
-    embeddings: Optional[str] = typer.Option(None, "--embeddings", help="bob: .npy embeddings instead of --texts"),
-    encoder: str = typer.Option("auto", "--encoder", help="bob: public encoder (auto, minilm, hashed)"),
+    role: str = typer.Option(
+        ..., "--role", help="alice (model owner), bob (text owner) or ttp (trusted initializer)"
+    ),
+    rendezvous: Optional[str] = typer.Option(
+        None, "--rendezvous", help="tcp://HOST:PORT (default: $RENDEZVOUS)"
+    ),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="alice: TextCNN file saved by save_alice_model"
+    ),
+    texts: Optional[str] = typer.Option(
+        None, "--texts", help="bob: texts file (txt/jsonl/csv), embedded with the public encoder"
+    ),
+    embeddings: Optional[str] = typer.Option(
+        None, "--embeddings", help="bob: .npy embeddings instead of --texts"
+    ),
+    encoder: str = typer.Option(
+        "auto", "--encoder", help="bob: public encoder (auto, minilm, hashed)"
+    ),
     out: Optional[str] = typer.Option(None, "--out", help="bob: write the labels (JSON) here"),
-    provider: str = typer.Option("TTP", "--provider", help="TTP (third process) or TFP (CrypTen's default)"),
+    provider: str = typer.Option(
+        "TTP", "--provider", help="TTP (third process) or TFP (CrypTen's default)"
+    ),
     mode: str = typer.Option("batched", "--mode", help="batched or sequential"),
-    timeout: float = typer.Option(60.0, "--timeout", help="seconds to wait for the other parties / any message"),
+    timeout: float = typer.Option(
+        60.0, "--timeout", help="seconds to wait for the other parties / any message"
+    ),
 ) -> None:
     """Run one party of pi_TEXT as its own process."""
     from privnlp.core.errors import PrivnlpError
@@ -61,7 +78,7 @@ def serve(
         from privnlp.mechanisms.mpc import protocol as P  # light: no torch/crypten at import
 
         if rdv.startswith("tcp://") and role == "alice":  # before the heavy imports: fail fast
-            host, _, port = rdv[len("tcp://"):].rpartition(":")
+            host, _, port = rdv[len("tcp://") :].rpartition(":")
             P.check_port_free(host or "127.0.0.1", int(port))
         from privnlp.mechanisms.mpc._crypten_shim import import_crypten
 
@@ -79,7 +96,10 @@ def serve(
             m = load_alice_model(model)
             from privnlp.mechanisms.mpc.crypten_model import plaintext_state
 
-            kwargs.update(config=m.public_config(), state={k: v.numpy() for k, v in plaintext_state(m).items()})
+            kwargs.update(
+                config=m.public_config(),
+                state={k: v.numpy() for k, v in plaintext_state(m).items()},
+            )
         else:
             import numpy as np
 
@@ -103,7 +123,11 @@ def serve(
             with contextlib.suppress(Exception):
                 crypten.uninit()
         if role == "bob":
-            payload = {"labels": [int(v) for v in res.labels], "seconds": res.seconds, "comm": dict(res.comm)}
+            payload = {
+                "labels": [int(v) for v in res.labels],
+                "seconds": res.seconds,
+                "comm": dict(res.comm),
+            }
             if out:
                 from privnlp.core.report import atomic_write_text
 
@@ -115,7 +139,10 @@ def serve(
     except PrivnlpError as e:
         _fail(str(e))
     except (RuntimeError, ValueError) as e:  # torch.distributed timeouts / connection errors
-        _fail(f"MPC party {role} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 3)
+        _fail(
+            f"MPC party {role} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            3,
+        )
 
 
 @app.command()

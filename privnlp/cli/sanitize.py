@@ -3,6 +3,7 @@
 Paper: ``../shared/papers/vickrey-mechanism-metric-dp.txt``. Heavy imports happen inside the
 commands so ``privnlp --help`` stays fast.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +25,12 @@ class _SanitizeGroup(TyperGroup):
         if args and args[0] in self.commands:
             ctx.meta["privnlp_subcommand"] = True
             for p in self.get_params(ctx):  # fill defaults without consuming the subcommand's args
-                if p.expose_value and p.name and not p.name.startswith("_") and p.name not in ctx.params:
+                if (
+                    p.expose_value
+                    and p.name
+                    and not p.name.startswith("_")
+                    and p.name not in ctx.params
+                ):
                     ctx.params[p.name] = p.get_default(ctx) if not p.multiple else ()
             rest = list(args)
             ctx._protected_args, ctx.args = rest[:1], rest[1:]  # type: ignore[attr-defined]
@@ -32,8 +38,12 @@ class _SanitizeGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-app = typer.Typer(cls=_SanitizeGroup, invoke_without_command=True, no_args_is_help=False,
-                  help="Sanitize text with metric-DP word perturbation (Vickrey, Laplace, Mahalanobis).")
+app = typer.Typer(
+    cls=_SanitizeGroup,
+    invoke_without_command=True,
+    no_args_is_help=False,
+    help="Sanitize text with metric-DP word perturbation (Vickrey, Laplace, Mahalanobis).",
+)
 
 MECHS = ("vickrey", "vickrey_k", "laplace_metric", "mahalanobis")
 
@@ -50,8 +60,9 @@ def _embeddings(path: Optional[Path], fmt: Optional[str], vocab_limit: Optional[
     from privnlp.core.errors import check_range
     from privnlp.mechanisms.text import load_embeddings
     from privnlp.mechanisms.text.embeddings import default_embeddings
+
     if vocab_limit is not None:
-        check_range("--vocab-limit", vocab_limit, 2, 10 ** 9, integer=True)
+        check_range("--vocab-limit", vocab_limit, 2, 10**9, integer=True)
     if path is not None:
         return load_embeddings(path, fmt, limit=vocab_limit)
     with warnings.catch_warnings(record=True) as ws:
@@ -65,23 +76,68 @@ def _embeddings(path: Optional[Path], fmt: Optional[str], vocab_limit: Optional[
 @app.callback()
 def sanitize(
     ctx: typer.Context,
-    input: Optional[Path] = typer.Argument(None, help="Input file: .txt (one record per line), .jsonl or .csv."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file (written atomically) + OUTPUT.privnlp.json sidecar."),
-    mechanism: str = typer.Option("vickrey", "-m", "--mechanism", help=f"One of {', '.join(MECHS)}."),
-    epsilon: float = typer.Option(10.0, "-e", "--epsilon", help="Metric-DP epsilon per word (> 0)."),
-    t: float = typer.Option(0.5, "-t", "--t", help="Vickrey tuning parameter in [0, 1] (0 = Laplace)."),
-    ts: Optional[str] = typer.Option(None, "--ts", help="vickrey_k: comma-separated t_1..t_k (>= 0)."),
-    lam: float = typer.Option(0.2, "--lambda", help="mahalanobis: regularization lambda in [0, 1]."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="txt | jsonl | csv (default: from the suffix)."),
+    input: Optional[Path] = typer.Argument(
+        None, help="Input file: .txt (one record per line), .jsonl or .csv."
+    ),
+    output: Optional[Path] = typer.Option(
+        None,
+        "-o",
+        "--output",
+        help="Output file (written atomically) + OUTPUT.privnlp.json sidecar.",
+    ),
+    mechanism: str = typer.Option(
+        "vickrey", "-m", "--mechanism", help=f"One of {', '.join(MECHS)}."
+    ),
+    epsilon: float = typer.Option(
+        10.0, "-e", "--epsilon", help="Metric-DP epsilon per word (> 0)."
+    ),
+    t: float = typer.Option(
+        0.5, "-t", "--t", help="Vickrey tuning parameter in [0, 1] (0 = Laplace)."
+    ),
+    ts: Optional[str] = typer.Option(
+        None, "--ts", help="vickrey_k: comma-separated t_1..t_k (>= 0)."
+    ),
+    lam: float = typer.Option(
+        0.2, "--lambda", help="mahalanobis: regularization lambda in [0, 1]."
+    ),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", help="txt | jsonl | csv (default: from the suffix)."
+    ),
     field: str = typer.Option("text", "--field", help="JSONL field / CSV column to sanitize."),
-    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Vectors file (GloVe .txt, word2vec .txt/.bin, fastText .vec/.bin, gensim .kv); default: GloVe 6B 50-d (privnlp[vectors]), else the bundled word2vec."),
-    embeddings_format: Optional[str] = typer.Option(None, "--embeddings-format", help="glove | word2vec | word2vec-binary | fasttext | keyedvectors."),
-    vocab_limit: Optional[int] = typer.Option(None, "--vocab-limit", "--top-k", help="Keep the N most frequent vocabulary words (>= 2)."),
-    num_proc: int = typer.Option(1, "--num-proc", help="Worker processes (output identical for every N with --seed)."),
-    oov: str = typer.Option("random", "--oov", help="Out-of-vocabulary policy: random | mask | keep (keep is recorded in the claim)."),
-    skip_stopwords: bool = typer.Option(False, "--skip-stopwords", help="Release stop words verbatim (recorded in the claim)."),
-    index: str = typer.Option("exact", "--index", help="Nearest neighbours: exact | hnsw | faiss (approximate: post-processing, same claim)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed: a reproducible simulation (noise seeded: anyone who knows it can undo the noise); default: OS entropy (secure)."),
+    embeddings: Optional[Path] = typer.Option(
+        None,
+        "--embeddings",
+        help="Vectors file (GloVe .txt, word2vec .txt/.bin, fastText .vec/.bin, gensim .kv); default: GloVe 6B 50-d (privnlp[vectors]), else the bundled word2vec.",
+    ),
+    embeddings_format: Optional[str] = typer.Option(
+        None,
+        "--embeddings-format",
+        help="glove | word2vec | word2vec-binary | fasttext | keyedvectors.",
+    ),
+    vocab_limit: Optional[int] = typer.Option(
+        None, "--vocab-limit", "--top-k", help="Keep the N most frequent vocabulary words (>= 2)."
+    ),
+    num_proc: int = typer.Option(
+        1, "--num-proc", help="Worker processes (output identical for every N with --seed)."
+    ),
+    oov: str = typer.Option(
+        "random",
+        "--oov",
+        help="Out-of-vocabulary policy: random | mask | keep (keep is recorded in the claim).",
+    ),
+    skip_stopwords: bool = typer.Option(
+        False, "--skip-stopwords", help="Release stop words verbatim (recorded in the claim)."
+    ),
+    index: str = typer.Option(
+        "exact",
+        "--index",
+        help="Nearest neighbours: exact | hnsw | faiss (approximate: post-processing, same claim).",
+    ),
+    seed: Optional[int] = typer.Option(
+        None,
+        "--seed",
+        help="Seed: a reproducible simulation (noise seeded: anyone who knows it can undo the noise); default: OS entropy (secure).",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Sanitize INPUT into OUTPUT (record order and count kept, atomic write, claim in a sidecar)."""
@@ -114,33 +170,66 @@ def sanitize(
         if input is not None and not input.is_file():
             _fail(f"INPUT {str(input)!r} is not a file")
         mech.embeddings = _embeddings(embeddings, embeddings_format, vocab_limit)
-        rep = sanitize_file(input, output, mech, fmt=fmt, field=field, progress=progress, seed=seed,
-                            num_proc=num_proc)
+        rep = sanitize_file(
+            input,
+            output,
+            mech,
+            fmt=fmt,
+            field=field,
+            progress=progress,
+            seed=seed,
+            num_proc=num_proc,
+        )
     except PrivnlpError as e:
         _fail(str(e))
-    typer.echo(f"wrote {rep.output} ({rep.records} records, {rep.words} words, {rep.perturbed} perturbed, "
-               f"{rep.changed} changed, {rep.oov} OOV = {100 * rep.oov_rate:.2f}%, policy {oov!r}) and {rep.sidecar}")
+    typer.echo(
+        f"wrote {rep.output} ({rep.records} records, {rep.words} words, {rep.perturbed} perturbed, "
+        f"{rep.changed} changed, {rep.oov} OOV = {100 * rep.oov_rate:.2f}%, policy {oov!r}) and {rep.sidecar}"
+    )
     if rep.oov_rate > 0.05:
-        typer.secho(f"warning: {100 * rep.oov_rate:.1f}% of the words are out of vocabulary (handled by --oov {oov}); "
-                    "the vectors do not fit this text: use --embeddings with vectors of its language/domain",
-                    err=True, fg=typer.colors.YELLOW)
+        typer.secho(
+            f"warning: {100 * rep.oov_rate:.1f}% of the words are out of vocabulary (handled by --oov {oov}); "
+            "the vectors do not fit this text: use --embeddings with vectors of its language/domain",
+            err=True,
+            fg=typer.colors.YELLOW,
+        )
     from privnlp.mechanisms.text.files import _seeded
+
     typer.echo(f"claim: {_seeded(mech.claim(), seed).statement()}")
 
 
 @app.command()
 def tune(
-    max_loss: float = typer.Option(0.05, "--max-loss", "-C", help="Maximum expected utility loss C (sentiment-flip rate by default)."),
+    max_loss: float = typer.Option(
+        0.05,
+        "--max-loss",
+        "-C",
+        help="Maximum expected utility loss C (sentiment-flip rate by default).",
+    ),
     epsilon0: float = typer.Option(1.0, "--epsilon0", help="Initial epsilon of Algorithm 2."),
-    words: str = typer.Option("lexicon", "--words", help="Vocabulary to tune on: 'lexicon' (the bundled sentiment lexicon, "
-                              "d_L = sentiment flip), 'licenses' (200 most frequent words of the Debian license texts, "
-                              "Zipf prior over GloVe rank, d_L = word changed) or a file with one word per line (d_L = word changed)."),
-    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Vectors file; default: GloVe 6B 50-d (privnlp[vectors]), else bundled word2vec."),
+    words: str = typer.Option(
+        "lexicon",
+        "--words",
+        help="Vocabulary to tune on: 'lexicon' (the bundled sentiment lexicon, "
+        "d_L = sentiment flip), 'licenses' (200 most frequent words of the Debian license texts, "
+        "Zipf prior over GloVe rank, d_L = word changed) or a file with one word per line (d_L = word changed).",
+    ),
+    embeddings: Optional[Path] = typer.Option(
+        None,
+        "--embeddings",
+        help="Vectors file; default: GloVe 6B 50-d (privnlp[vectors]), else bundled word2vec.",
+    ),
     embeddings_format: Optional[str] = typer.Option(None, "--embeddings-format"),
-    vocab_limit: Optional[int] = typer.Option(None, "--vocab-limit", help="Keep the N most frequent vocabulary words first."),
+    vocab_limit: Optional[int] = typer.Option(
+        None, "--vocab-limit", help="Keep the N most frequent vocabulary words first."
+    ),
     samples: int = typer.Option(200, "--samples", help="Monte Carlo samples per word."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the privacy-utility plot (Figure 2 style) here."),
-    epsilons: str = typer.Option("5,10,20,40,80,160", "--plot-epsilons", help="Comma-separated epsilons for the plot."),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Write the privacy-utility plot (Figure 2 style) here."
+    ),
+    epsilons: str = typer.Option(
+        "5,10,20,40,80,160", "--plot-epsilons", help="Comma-separated epsilons for the plot."
+    ),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Algorithm 2: pick (epsilon, t) maximising the Bayesian adversary's inference error under L_M <= C."""
@@ -154,17 +243,26 @@ def tune(
         emb = _embeddings(embeddings, embeddings_format, vocab_limit)
         if words == "lexicon":
             from privnlp.data.sentiment import LEXICON
+
             emb = emb.restrict(words=list(LEXICON["positive"]) + list(LEXICON["negative"]))
             loss: Any = sentiment_flip_loss(emb.words, LEXICON)
-        elif words == "licenses":   # real English text: the 200 most frequent units of the Debian license texts
+        elif (
+            words == "licenses"
+        ):  # real English text: the 200 most frequent units of the Debian license texts
             from collections import Counter
 
             from privnlp.evaluation.scenarios.text import license_texts
             from privnlp.mechanisms.text import LaplaceMetric
             from privnlp.mechanisms.text.textio import WORD_RE
+
             sp = LaplaceMetric(1.0, embeddings=emb)
-            freq = Counter(k for t in license_texts() for m in WORD_RE.finditer(t)
-                           for a, b in sp.pieces(m.group()) if (k := sp._key(m.group()[a:b])) in emb)
+            freq = Counter(
+                k
+                for t in license_texts()
+                for m in WORD_RE.finditer(t)
+                for a, b in sp.pieces(m.group())
+                if (k := sp._key(m.group()[a:b])) in emb
+            )
             emb = emb.restrict(words=[w for w, _ in freq.most_common(200)])
             loss = lambda a, b: (a != b).astype(float)  # noqa: E731
         else:
@@ -175,16 +273,27 @@ def tune(
             emb = emb.restrict(words=wl)
             loss = lambda a, b: (a != b).astype(float)  # noqa: E731
         prior = emb.counts / emb.counts.sum() if emb.counts is not None else None
-        res = select_parameters(emb, loss=loss, max_loss=max_loss, prior=prior, epsilon0=epsilon0,
-                                n_samples=samples, rng=np.random.default_rng(seed))
-        typer.echo(f"chosen: epsilon={res.epsilon:g} t={res.t:g}  E_M={res.inference_error:.4f}  "
-                   f"L_M={res.utility_loss:.4f} (C={max_loss:g}, vocabulary {len(emb)} words)")
+        res = select_parameters(
+            emb,
+            loss=loss,
+            max_loss=max_loss,
+            prior=prior,
+            epsilon0=epsilon0,
+            n_samples=samples,
+            rng=np.random.default_rng(seed),
+        )
+        typer.echo(
+            f"chosen: epsilon={res.epsilon:g} t={res.t:g}  E_M={res.inference_error:.4f}  "
+            f"L_M={res.utility_loss:.4f} (C={max_loss:g}, vocabulary {len(emb)} words)"
+        )
         if plot is not None:
             try:
                 eps = [float(x) for x in epsilons.split(",")]
             except ValueError:
                 _fail(f"--plot-epsilons must be comma-separated numbers; got {epsilons!r}")
-            pts = tradeoff_points(emb, eps, loss=loss, prior=prior, n_samples=samples, rng=np.random.default_rng(seed))
+            pts = tradeoff_points(
+                emb, eps, loss=loss, prior=prior, n_samples=samples, rng=np.random.default_rng(seed)
+            )
             plot_tradeoff(pts, str(plot), title=f"Bayesian adversary, {len(emb)} words")
             typer.echo(f"plot: {plot}")
     except PrivnlpError as e:

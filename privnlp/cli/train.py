@@ -3,6 +3,7 @@
 ``privnlp train [OPTIONS]`` runs directly (a callback with ``invoke_without_command=True``);
 ``privnlp train --help`` lists the options. Heavy imports happen inside the command.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +11,10 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(help="Train a bundled tiny model privately (DP-SGD, frozen embeddings, update transforms).",
-                  invoke_without_command=True)
+app = typer.Typer(
+    help="Train a bundled tiny model privately (DP-SGD, frozen embeddings, update transforms).",
+    invoke_without_command=True,
+)
 
 DEFENSES = ("dp_sgd", "frozen_embeddings", "none")
 
@@ -19,40 +22,83 @@ DEFENSES = ("dp_sgd", "frozen_embeddings", "none")
 @app.callback(invoke_without_command=True)
 def train(
     ctx: typer.Context,
-    data: Optional[Path] = typer.Option(None, "--data", help="Text file (.txt: one text per line) or .jsonl/.csv; "
-                                        "default: the bundled synthetic private corpus."),
-    field: Optional[str] = typer.Option(None, "--field", help="Field holding the text in JSONL/CSV (default: text)."),
+    data: Optional[Path] = typer.Option(
+        None,
+        "--data",
+        help="Text file (.txt: one text per line) or .jsonl/.csv; "
+        "default: the bundled synthetic private corpus.",
+    ),
+    field: Optional[str] = typer.Option(
+        None, "--field", help="Field holding the text in JSONL/CSV (default: text)."
+    ),
     defense: str = typer.Option("dp_sgd", "--defense", help=f"One of {', '.join(DEFENSES)}."),
-    epsilon: Optional[float] = typer.Option(None, "--epsilon", help="Target epsilon (hard budget; calibrates sigma "
-                                            "unless --noise-multiplier is given)."),
-    noise_multiplier: Optional[float] = typer.Option(None, "--noise-multiplier", help="DP-SGD noise multiplier sigma."),
-    max_grad_norm: float = typer.Option(1.0, "--max-grad-norm", help="Per-example clipping norm C (> 0)."),
-    delta: Optional[float] = typer.Option(None, "--delta", help="Delta (default min(1e-5, N^-1.1); must be < 1/N)."),
+    epsilon: Optional[float] = typer.Option(
+        None,
+        "--epsilon",
+        help="Target epsilon (hard budget; calibrates sigma unless --noise-multiplier is given).",
+    ),
+    noise_multiplier: Optional[float] = typer.Option(
+        None, "--noise-multiplier", help="DP-SGD noise multiplier sigma."
+    ),
+    max_grad_norm: float = typer.Option(
+        1.0, "--max-grad-norm", help="Per-example clipping norm C (> 0)."
+    ),
+    delta: Optional[float] = typer.Option(
+        None, "--delta", help="Delta (default min(1e-5, N^-1.1); must be < 1/N)."
+    ),
     accountant: str = typer.Option("prv", "--accountant", help="prv (default) or rdp."),
-    freeze_embeddings: bool = typer.Option(False, "--freeze-embeddings", help="Also freeze word embeddings."),
+    freeze_embeddings: bool = typer.Option(
+        False, "--freeze-embeddings", help="Also freeze word embeddings."
+    ),
     epochs: float = typer.Option(1.0, "--epochs", help="Passes over the data (> 0)."),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Expected (logical) batch size."),
-    physical_batch_size: Optional[int] = typer.Option(None, "--physical-batch-size", min=1,
-                                                      help="Split logical batches (BatchMemoryManager)."),
+    batch_size: int = typer.Option(
+        16, "--batch-size", min=1, help="Expected (logical) batch size."
+    ),
+    physical_batch_size: Optional[int] = typer.Option(
+        None, "--physical-batch-size", min=1, help="Split logical batches (BatchMemoryManager)."
+    ),
     lr: float = typer.Option(5e-3, "--lr", help="Learning rate (AdamW)."),
     vocab_size: int = typer.Option(500, "--vocab-size", min=257, help="BPE vocabulary size."),
     max_length: int = typer.Option(48, "--max-length", min=4, help="Max tokens per text."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the non-private randomness (split, tokenizer, model "
-                             "init). The DP noise and Poisson masks do NOT use it (see --noise-seed)."),
-    noise_seed: Optional[int] = typer.Option(None, "--noise-seed", min=0, help="Seed the DP noise and Poisson masks "
-                                             "for a reproducible simulation (the claim then says 'noise seeded: not "
-                                             "private against anyone who knows the seed'). Default: OS entropy."),
-    dedup: bool = typer.Option(False, "--dedup", help="Train on one copy of each duplicated text (exact or equal "
-                               "after normalising whitespace/case). Without it duplicates are counted and the group "
-                               "epsilon of the most repeated text is reported."),
-    steps_opt: Optional[int] = typer.Option(None, "--steps", min=1, help="Total logical steps (default: epochs x "
-                                            "batches per epoch)."),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="Resume from a checkpoint.pt written by an earlier "
-                                          "run with the same data/options: continues to the planned total of steps; "
-                                          "generator states are restored (seeded) or fresh (secure): noise is never "
-                                          "replayed."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder for claim.json, privacy_statement.txt, "
-                                       "utility.json and checkpoint.pt (each written atomically)."),
+    seed: int = typer.Option(
+        0,
+        "--seed",
+        min=0,
+        help="Seed of the non-private randomness (split, tokenizer, model "
+        "init). The DP noise and Poisson masks do NOT use it (see --noise-seed).",
+    ),
+    noise_seed: Optional[int] = typer.Option(
+        None,
+        "--noise-seed",
+        min=0,
+        help="Seed the DP noise and Poisson masks "
+        "for a reproducible simulation (the claim then says 'noise seeded: not "
+        "private against anyone who knows the seed'). Default: OS entropy.",
+    ),
+    dedup: bool = typer.Option(
+        False,
+        "--dedup",
+        help="Train on one copy of each duplicated text (exact or equal "
+        "after normalising whitespace/case). Without it duplicates are counted and the group "
+        "epsilon of the most repeated text is reported.",
+    ),
+    steps_opt: Optional[int] = typer.Option(
+        None, "--steps", min=1, help="Total logical steps (default: epochs x batches per epoch)."
+    ),
+    resume: Optional[Path] = typer.Option(
+        None,
+        "--resume",
+        help="Resume from a checkpoint.pt written by an earlier "
+        "run with the same data/options: continues to the planned total of steps; "
+        "generator states are restored (seeded) or fresh (secure): noise is never "
+        "replayed.",
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        help="Folder for claim.json, privacy_statement.txt, "
+        "utility.json and checkpoint.pt (each written atomically).",
+    ),
 ) -> None:
     """Train the tiny GPT-2 LM on TEXTS with DEFENSE; print the TF-Privacy-style statement and utility."""
     if ctx.invoked_subcommand is not None:  # pragma: no cover
@@ -78,10 +124,15 @@ def train(
         from privnlp.models import lm_batch, tiny_gpt2, train_bpe_tokenizer
         import os
 
-        from privnlp.mechanisms.training.distributed import init_from_env, is_rank_zero  # torchrun (issue #20)
+        from privnlp.mechanisms.training.distributed import (
+            init_from_env,
+            is_rank_zero,
+        )  # torchrun (issue #20)
 
         if defense != "dp_sgd" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise InvalidArgument(f"--defense {defense} runs in one process; under torchrun use --defense dp_sgd")
+            raise InvalidArgument(
+                f"--defense {defense} runs in one process; under torchrun use --defense dp_sgd"
+            )
         dist_ctx = init_from_env()  # None in one process; gloo on CPU (nccl on GPUs) under torchrun
 
         torch.manual_seed(seed)
@@ -102,15 +153,25 @@ def train(
         train_texts = [texts[i] for i in order[n_eval:]]
         tok = train_bpe_tokenizer(train_texts, vocab_size=vocab_size)
         eos = tok.eos_token_id
-        model = tiny_gpt2(len(tok), n_positions=max(max_length, 16), bos_token_id=eos, eos_token_id=eos,
-                          pad_token_id=eos, seed=seed)
+        model = tiny_gpt2(
+            len(tok),
+            n_positions=max(max_length, 16),
+            bos_token_id=eos,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            seed=seed,
+        )
         tr = lm_batch(tok, train_texts, max_length=max_length)
         ev = lm_batch(tok, eval_texts, max_length=max_length)
 
         def perplexity() -> float:
             model.eval()
             with torch.no_grad():
-                out = model(input_ids=ev.input_ids, attention_mask=ev.attention_mask, position_ids=ev.position_ids)
+                out = model(
+                    input_ids=ev.input_ids,
+                    attention_mask=ev.attention_mask,
+                    position_ids=ev.position_ids,
+                )
                 loss = per_sample_lm_loss(out.logits, ev.labels).mean()
             model.train()
             return float(math.exp(float(loss)))
@@ -120,8 +181,12 @@ def train(
         if defense == "frozen_embeddings" or freeze_embeddings:
             notes.append(f"frozen: {list(_freeze(model))}")
         ds = TensorDataset(tr.input_ids, tr.attention_mask, tr.labels)
-        dl = DataLoader(ds, batch_size=min(batch_size, len(ds)), shuffle=defense != "dp_sgd",
-                        generator=torch.Generator().manual_seed(seed))
+        dl = DataLoader(
+            ds,
+            batch_size=min(batch_size, len(ds)),
+            shuffle=defense != "dp_sgd",
+            generator=torch.Generator().manual_seed(seed),
+        )
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
 
         def loss_fn(m, batch):
@@ -137,13 +202,26 @@ def train(
             from privnlp.accounting.duplicates import DuplicateExamplesWarning, normalize_text
 
             if epsilon is None and noise_multiplier is None:
-                raise InvalidArgument("--defense dp_sgd needs --epsilon (> 0) or --noise-multiplier (>= 0)")
+                raise InvalidArgument(
+                    "--defense dp_sgd needs --epsilon (> 0) or --noise-multiplier (>= 0)"
+                )
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", DuplicateExamplesWarning)
-                pt = make_private(model, opt, dl, noise_multiplier=noise_multiplier, target_epsilon=epsilon,
-                                  steps=steps, max_grad_norm=max_grad_norm, delta=delta, accountant=accountant,
-                                  tied_embeddings="freeze" if freeze_embeddings else "untie", rng=noise_seed,
-                                  dedup=dedup, duplicate_keys=[normalize_text(t) for t in train_texts])
+                pt = make_private(
+                    model,
+                    opt,
+                    dl,
+                    noise_multiplier=noise_multiplier,
+                    target_epsilon=epsilon,
+                    steps=steps,
+                    max_grad_norm=max_grad_norm,
+                    delta=delta,
+                    accountant=accountant,
+                    tied_embeddings="freeze" if freeze_embeddings else "untie",
+                    rng=noise_seed,
+                    dedup=dedup,
+                    duplicate_keys=[normalize_text(t) for t in train_texts],
+                )
             for w in caught:
                 if issubclass(w.category, DuplicateExamplesWarning):
                     typer.echo(f"warning: {w.message}", err=True)
@@ -156,9 +234,18 @@ def train(
                     raise InvalidArgument(f"--resume: no checkpoint at {resume}")
                 pt.load_checkpoint(resume)
                 typer.echo(f"resumed from {resume} at step {pt.steps}", err=True)
-            res = train_private(pt, loss_fn, steps=max(0, steps - pt.steps) or 1,
-                                max_physical_batch_size=physical_batch_size, stop_at_budget=True,
-                                progress=is_rank_zero()) if pt.steps < steps else None
+            res = (
+                train_private(
+                    pt,
+                    loss_fn,
+                    steps=max(0, steps - pt.steps) or 1,
+                    max_physical_batch_size=physical_batch_size,
+                    stop_at_budget=True,
+                    progress=is_rank_zero(),
+                )
+                if pt.steps < steps
+                else None
+            )
             if res is None:
                 from privnlp.mechanisms.training.loop import TrainResult
 
@@ -184,16 +271,32 @@ def train(
                     done += 1
                     if done >= steps:
                         break
-            claim = get("frozen_embeddings")().claim() if defense == "frozen_embeddings" else PrivacyClaim.none()
+            claim = (
+                get("frozen_embeddings")().claim()
+                if defense == "frozen_embeddings"
+                else PrivacyClaim.none()
+            )
             statement = claim.statement()
-        utility = {"eval_perplexity_before": ppl_before, "eval_perplexity_after": perplexity(),
-                   "final_train_loss": losses[-1] if losses else float("nan"), "train_texts": len(train_texts),
-                   "eval_texts": len(eval_texts), "steps": len(losses)}
-        rank0 = is_rank_zero()  # under torchrun only rank 0 prints and writes (the checkpoint: rank 0 + barrier)
+        utility = {
+            "eval_perplexity_before": ppl_before,
+            "eval_perplexity_after": perplexity(),
+            "final_train_loss": losses[-1] if losses else float("nan"),
+            "train_texts": len(train_texts),
+            "eval_texts": len(eval_texts),
+            "steps": len(losses),
+        }
+        rank0 = (
+            is_rank_zero()
+        )  # under torchrun only rank 0 prints and writes (the checkpoint: rank 0 + barrier)
         if rank0:
             typer.echo(statement)
-            typer.echo("Utility: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                               for k, v in utility.items()))
+            typer.echo(
+                "Utility: "
+                + ", ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in utility.items()
+                )
+            )
         if out is not None:
             if rank0:
                 out.mkdir(parents=True, exist_ok=True)

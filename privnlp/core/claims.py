@@ -4,6 +4,7 @@ A :class:`PrivacyClaim` says what guarantee a mechanism gives and at which unit.
 silently empty: a mechanism without a formal guarantee says ``kind="heuristic"``; an
 undefended baseline says ``kind="none"``.
 """
+
 from __future__ import annotations
 
 import enum
@@ -13,7 +14,14 @@ from typing import Any, Mapping
 
 from .errors import InvalidPrivacyParameter
 
-__all__ = ["ClaimKind", "PrivacyUnit", "PrivacyClaim", "Adversary", "ThreatModel", "SEEDED_NOISE_NOTE"]
+__all__ = [
+    "ClaimKind",
+    "PrivacyUnit",
+    "PrivacyClaim",
+    "Adversary",
+    "ThreatModel",
+    "SEEDED_NOISE_NOTE",
+]
 
 #: appended to the statement of a claim whose privacy noise came from a user-given seed / Generator
 SEEDED_NOISE_NOTE = "noise seeded: not private against anyone who knows the seed"
@@ -26,17 +34,19 @@ class ClaimKind(str, enum.Enum):
     claim's metric; ``CRYPTOGRAPHIC``: secure computation (the notes say under which assumptions);
     ``HEURISTIC``: no formal guarantee (pruning, fragmentation, freezing); ``NONE``: the undefended baseline.
     """
-    DP = "dp"                       # (epsilon, delta)-DP at ``unit``
-    METRIC_DP = "metric_dp"         # epsilon * d(x, x') metric DP w.r.t. ``metric``
+
+    DP = "dp"  # (epsilon, delta)-DP at ``unit``
+    METRIC_DP = "metric_dp"  # epsilon * d(x, x') metric DP w.r.t. ``metric``
     CRYPTOGRAPHIC = "cryptographic"  # secure computation (semi-honest etc.), see notes
-    HEURISTIC = "heuristic"         # no formal guarantee (pruning, fragmentation, freezing)
-    NONE = "none"                   # undefended baseline
+    HEURISTIC = "heuristic"  # no formal guarantee (pruning, fragmentation, freezing)
+    NONE = "none"  # undefended baseline
 
 
 class PrivacyUnit(str, enum.Enum):
     """What one "neighbouring" change of the data is: a token, a word, a record, a training example, a
     document, a user, a metric-DP input (``METRIC``) or a whole text.
     """
+
     TOKEN = "token"
     WORD = "word"
     RECORD = "record"
@@ -85,7 +95,9 @@ class PrivacyClaim:
         object.__setattr__(self, "notes", tuple(self.notes))
         if kind in (ClaimKind.DP, ClaimKind.METRIC_DP):
             if self.epsilon is None or not (self.epsilon >= 0):
-                raise InvalidPrivacyParameter(f"epsilon must be in [0, inf] for a {kind.value} claim; got {self.epsilon!r}")
+                raise InvalidPrivacyParameter(
+                    f"epsilon must be in [0, inf] for a {kind.value} claim; got {self.epsilon!r}"
+                )
             if self.unit is None:
                 raise InvalidPrivacyParameter(f"unit is required for a {kind.value} claim")
             d = 0.0 if self.delta is None else self.delta
@@ -93,16 +105,29 @@ class PrivacyClaim:
                 raise InvalidPrivacyParameter(f"delta must be in [0, 1); got {self.delta!r}")
             object.__setattr__(self, "delta", float(d))
         if kind == ClaimKind.METRIC_DP and not self.metric:
-            raise InvalidPrivacyParameter("metric is required for a metric_dp claim (e.g. 'euclidean')")
+            raise InvalidPrivacyParameter(
+                "metric is required for a metric_dp claim (e.g. 'euclidean')"
+            )
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
     def dp(cls, epsilon: float, delta: float, unit: str | PrivacyUnit, **kw: Any) -> "PrivacyClaim":
-        return cls(ClaimKind.DP, epsilon=float(epsilon), delta=float(delta), unit=PrivacyUnit(unit), **kw)
+        return cls(
+            ClaimKind.DP, epsilon=float(epsilon), delta=float(delta), unit=PrivacyUnit(unit), **kw
+        )
 
     @classmethod
-    def metric_dp(cls, epsilon: float, metric: str, unit: str | PrivacyUnit = PrivacyUnit.WORD, **kw: Any) -> "PrivacyClaim":
-        return cls(ClaimKind.METRIC_DP, epsilon=float(epsilon), delta=0.0, unit=PrivacyUnit(unit), metric=metric, **kw)
+    def metric_dp(
+        cls, epsilon: float, metric: str, unit: str | PrivacyUnit = PrivacyUnit.WORD, **kw: Any
+    ) -> "PrivacyClaim":
+        return cls(
+            ClaimKind.METRIC_DP,
+            epsilon=float(epsilon),
+            delta=0.0,
+            unit=PrivacyUnit(unit),
+            metric=metric,
+            **kw,
+        )
 
     @classmethod
     def heuristic(cls, *notes: str, **kw: Any) -> "PrivacyClaim":
@@ -120,7 +145,11 @@ class PrivacyClaim:
     def statement(self) -> str:
         """A human-readable, TF-Privacy-style privacy statement."""
         if self.kind == ClaimKind.DP:
-            eps = "inf" if self.epsilon is not None and math.isinf(self.epsilon) else f"{self.epsilon:.4g}"
+            eps = (
+                "inf"
+                if self.epsilon is not None and math.isinf(self.epsilon)
+                else f"{self.epsilon:.4g}"
+            )
             s = f"({eps}, {self.delta:.3g})-DP at the {self.unit.value} level"
             if self.neighbouring:
                 s += f" ({self.neighbouring} neighbours)"
@@ -165,6 +194,7 @@ class PrivacyClaim:
 
 class Adversary(str, enum.Enum):
     """Who the adversary of a :class:`ThreatModel` is (the value is the wording shown on the cards)."""
+
     EAVESDROPPER = "eavesdropper"
     HONEST_BUT_CURIOUS_SERVER = "honest-but-curious server"
     MALICIOUS_CLIENT = "malicious client"
@@ -210,8 +240,14 @@ class ThreatModel:
         return s
 
     def to_dict(self) -> dict[str, Any]:
-        return {"adversary": self.adversary.value, "observes": list(self.observes), "knows": list(self.knows),
-                "goal": self.goal, "notes": list(self.notes), "description": self.describe()}
+        return {
+            "adversary": self.adversary.value,
+            "observes": list(self.observes),
+            "knows": list(self.knows),
+            "goal": self.goal,
+            "notes": list(self.notes),
+            "description": self.describe(),
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ThreatModel":

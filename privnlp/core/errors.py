@@ -3,6 +3,7 @@
 Every error names the offending argument and, where it applies, the allowed range, so
 that a user can fix the call without reading the source.
 """
+
 from __future__ import annotations
 
 import math
@@ -119,22 +120,36 @@ def check_range(
             NaN, a non-number, or a non-integer when ``integer``.
     """
     if isinstance(value, bool) or value is None:
-        raise error(f"{name} must be a number in {_fmt_interval(lo, hi, lo_inclusive, hi_inclusive)}; got {value!r}")
+        raise error(
+            f"{name} must be a number in {_fmt_interval(lo, hi, lo_inclusive, hi_inclusive)}; got {value!r}"
+        )
     if integer and not float(value).is_integer():
-        raise error(f"{name} must be an integer in {_fmt_interval(lo, hi, lo_inclusive, hi_inclusive)}; got {value!r}")
+        raise error(
+            f"{name} must be an integer in {_fmt_interval(lo, hi, lo_inclusive, hi_inclusive)}; got {value!r}"
+        )
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise error(f"{name} must be a number in {_fmt_interval(lo, hi, lo_inclusive, hi_inclusive)}; got {value!r}") from None
+        raise error(
+            f"{name} must be a number in {_fmt_interval(lo, hi, lo_inclusive, hi_inclusive)}; got {value!r}"
+        ) from None
     ok = not math.isnan(v)
     ok = ok and (v >= lo if lo_inclusive else v > lo)
     ok = ok and (v <= hi if hi_inclusive else v < hi)
     if not ok:
-        raise error(f"{name} must be in {_fmt_interval(lo, hi, lo_inclusive, hi_inclusive)}; got {value!r}")
+        raise error(
+            f"{name} must be in {_fmt_interval(lo, hi, lo_inclusive, hi_inclusive)}; got {value!r}"
+        )
     return value
 
 
-def check_positive(name: str, value: Any, *, error: type[InvalidArgument] = InvalidArgument, allow_inf: bool = False) -> Any:
+def check_positive(
+    name: str,
+    value: Any,
+    *,
+    error: type[InvalidArgument] = InvalidArgument,
+    allow_inf: bool = False,
+) -> Any:
     """``value`` must be > 0 (and finite unless ``allow_inf``).
 
     Args:
@@ -149,11 +164,19 @@ def check_positive(name: str, value: Any, *, error: type[InvalidArgument] = Inva
     Raises:
         InvalidArgument: (or ``error``) ``value`` is not a number > 0 (or is infinite without ``allow_inf``).
     """
-    return check_range(name, value, 0.0, math.inf, lo_inclusive=False, hi_inclusive=allow_inf, error=error)
+    return check_range(
+        name, value, 0.0, math.inf, lo_inclusive=False, hi_inclusive=allow_inf, error=error
+    )
 
 
-def check_probability(name: str, value: Any, *, open_low: bool = False, open_high: bool = False,
-                      error: type[InvalidArgument] = InvalidArgument) -> Any:
+def check_probability(
+    name: str,
+    value: Any,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+    error: type[InvalidArgument] = InvalidArgument,
+) -> Any:
     """``value`` must be a probability in [0, 1] (bounds optionally open).
 
     Args:
@@ -169,4 +192,6 @@ def check_probability(name: str, value: Any, *, open_low: bool = False, open_hig
     Raises:
         InvalidArgument: (or ``error``) ``value`` is not a number in the interval.
     """
-    return check_range(name, value, 0.0, 1.0, lo_inclusive=not open_low, hi_inclusive=not open_high, error=error)
+    return check_range(
+        name, value, 0.0, 1.0, lo_inclusive=not open_low, hi_inclusive=not open_high, error=error
+    )

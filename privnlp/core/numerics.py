@@ -11,6 +11,7 @@ Every model build and every audit therefore runs inside :func:`pinned_threads` (
 (``torch.backends.cpu.get_cpu_capability()``) and the library versions go into the cache keys and
 the reports (:func:`environment`). No torch import at module level.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,11 +20,31 @@ import platform
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["eval_threads", "pinned_threads", "environment", "numerics_fingerprint", "source_fingerprint"]
+__all__ = [
+    "eval_threads",
+    "pinned_threads",
+    "environment",
+    "numerics_fingerprint",
+    "source_fingerprint",
+]
 
 #: CPU flags that select different SIMD kernels in torch / oneDNN (others do not change numbers)
-_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-          "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
+_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+)
 
 
 def eval_threads() -> int:
@@ -34,7 +55,9 @@ def eval_threads() -> int:
     except ValueError:
         from privnlp.core.errors import InvalidArgument
 
-        raise InvalidArgument(f"PRIVNLP_TORCH_THREADS must be a positive integer; got {raw!r}") from None
+        raise InvalidArgument(
+            f"PRIVNLP_TORCH_THREADS must be a positive integer; got {raw!r}"
+        ) from None
     if n < 1:
         from privnlp.core.errors import InvalidArgument
 
@@ -88,8 +111,10 @@ def numerics_fingerprint() -> dict[str, Any]:
 
     import torch
 
-    out: dict[str, Any] = {"torch_threads": eval_threads(),
-                           "cpu_capability": str(torch.backends.cpu.get_cpu_capability())}
+    out: dict[str, Any] = {
+        "torch_threads": eval_threads(),
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+    }
     for pkg in ("torch", "transformers", "tokenizers", "numpy"):
         try:
             out[pkg] = version(pkg)
@@ -102,9 +127,16 @@ def environment() -> dict[str, Any]:
     """The environment recorded in every report: :func:`numerics_fingerprint` plus CPU model and
     SIMD flags (from ``/proc/cpuinfo``), core count, ``OMP_NUM_THREADS`` and the Python/OS version."""
     env = numerics_fingerprint()
-    env.update({"cpu_model": _cpu_model(), "cpu_flags": " ".join(_cpu_flags()), "cpu_count": os.cpu_count(),
-                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "unset"),
-                "python": platform.python_version(), "platform": platform.platform(terse=True)})
+    env.update(
+        {
+            "cpu_model": _cpu_model(),
+            "cpu_flags": " ".join(_cpu_flags()),
+            "cpu_count": os.cpu_count(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "unset"),
+            "python": platform.python_version(),
+            "platform": platform.platform(terse=True),
+        }
+    )
     return env
 
 

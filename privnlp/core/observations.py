@@ -6,6 +6,7 @@ mutate them. Observations never carry the ground truth (that travels separately 
 
 Adding a field: append it *with a default* at the end so existing constructors keep working.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

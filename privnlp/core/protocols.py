@@ -11,6 +11,7 @@ Metric convention: an attack declares ``headline_metric``, a key of its ``score(
 for which **higher means more leakage** (ROUGE-L of a reconstruction, exposure, F1 of
 recovered labels, ...). Reports and leaky-twin tests rely on it.
 """
+
 from __future__ import annotations
 
 import abc
@@ -21,8 +22,16 @@ from .claims import PrivacyClaim, ThreatModel
 from .errors import InvalidArgument
 from .observations import Observation
 
-__all__ = ["Mechanism", "Attack", "AttackResult", "Trial", "ScenarioRun", "Scenario",
-           "MechanismProtocol", "AttackProtocol"]
+__all__ = [
+    "Mechanism",
+    "Attack",
+    "AttackResult",
+    "Trial",
+    "ScenarioRun",
+    "Scenario",
+    "MechanismProtocol",
+    "AttackProtocol",
+]
 
 
 @dataclass(frozen=True)
@@ -42,12 +51,16 @@ class AttackResult:
     attack: str
     reconstructions: tuple[Any, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict)
-    scorer: Callable[["AttackResult", Any], Mapping[str, float]] | None = field(default=None, repr=False, compare=False)
+    scorer: Callable[["AttackResult", Any], Mapping[str, float]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def score(self, ground_truth: Any) -> dict[str, float]:
         if self.scorer is None:
-            raise InvalidArgument(f"attack {self.attack!r} produced a result without a scorer: build its "
-                                  "AttackResult with scorer=... (a function (result, ground_truth) -> metrics)")
+            raise InvalidArgument(
+                f"attack {self.attack!r} produced a result without a scorer: build its "
+                "AttackResult with scorer=... (a function (result, ground_truth) -> metrics)"
+            )
         return {k: float(v) for k, v in self.scorer(self, ground_truth).items()}
 
 
@@ -83,7 +96,11 @@ class Mechanism(abc.ABC):
         for k, v in vars(self).items():
             if k.startswith("_"):
                 continue
-            out[k] = v if isinstance(v, (int, float, str, bool, type(None), list, tuple, dict)) else repr(v)
+            out[k] = (
+                v
+                if isinstance(v, (int, float, str, bool, type(None), list, tuple, dict))
+                else repr(v)
+            )
         return out
 
     def __repr__(self) -> str:
@@ -135,6 +152,7 @@ class AttackProtocol(Protocol):
     """Structural protocol for user-supplied attacks: an ``observation_type`` and ``run(observation, *, rng)``
     returning an :class:`AttackResult`.
     """
+
     observation_type: type
 
     def run(self, observation: Observation, *, rng: Any) -> AttackResult: ...

@@ -4,6 +4,7 @@
 >>> @MECHANISMS.register("my_defense")       # doctest: +SKIP
 ... class MyDefense(Mechanism): ...
 """
+
 from __future__ import annotations
 
 import importlib
@@ -41,8 +42,9 @@ class Registry(dict):
         def deco(obj: T) -> T:
             if name in self and self[name] is not obj:
                 prev = self[name]
-                if getattr(prev, "__qualname__", None) != getattr(obj, "__qualname__", None) or \
-                        getattr(prev, "__module__", None) != getattr(obj, "__module__", None):
+                if getattr(prev, "__qualname__", None) != getattr(
+                    obj, "__qualname__", None
+                ) or getattr(prev, "__module__", None) != getattr(obj, "__module__", None):
                     raise InvalidArgument(f"{self.kind} {name!r} is already registered by {prev!r}")
             try:
                 setattr(obj, "name", name)
@@ -52,6 +54,7 @@ class Registry(dict):
                 pass
             dict.__setitem__(self, name, obj)
             return obj
+
         return deco
 
     def load_all(self) -> "Registry":
@@ -83,26 +86,30 @@ class Registry(dict):
 
 
 # Modules that register entries; each issue's code adds its module here.
-MECHANISMS = Registry("mechanism", (
-    "privnlp.mechanisms.testing",
-    "privnlp.mechanisms.training",
-    "privnlp.mechanisms.federated",
-    "privnlp.mechanisms.text",
-    "privnlp.mechanisms.vocab",
-    "privnlp.mechanisms.fragmentation",
-    "privnlp.mechanisms.mpc",
-    "privnlp.mechanisms.pii",
-))
-ATTACKS = Registry("attack", (
-    "privnlp.attacks.gradient",
-    "privnlp.attacks.memorization",
-    "privnlp.attacks.text",
-    "privnlp.attacks.mpc",
-    "privnlp.attacks.pii",
-))
-SCENARIOS = Registry("scenario", (
-    "privnlp.evaluation.scenarios",
-))
+MECHANISMS = Registry(
+    "mechanism",
+    (
+        "privnlp.mechanisms.testing",
+        "privnlp.mechanisms.training",
+        "privnlp.mechanisms.federated",
+        "privnlp.mechanisms.text",
+        "privnlp.mechanisms.vocab",
+        "privnlp.mechanisms.fragmentation",
+        "privnlp.mechanisms.mpc",
+        "privnlp.mechanisms.pii",
+    ),
+)
+ATTACKS = Registry(
+    "attack",
+    (
+        "privnlp.attacks.gradient",
+        "privnlp.attacks.memorization",
+        "privnlp.attacks.text",
+        "privnlp.attacks.mpc",
+        "privnlp.attacks.pii",
+    ),
+)
+SCENARIOS = Registry("scenario", ("privnlp.evaluation.scenarios",))
 # Deliberately leaky twins, keyed by the name of the real mechanism they imitate
 # (registered next to the mechanism, re-exported by privnlp.mechanisms.testing).
 LEAKY_TWINS = Registry("leaky twin", MECHANISMS.modules)

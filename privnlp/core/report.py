@@ -1,6 +1,7 @@
 """Leakage reports: claim + threat model + measured leakage + utility, rendered as
 JSON (versioned schema), Markdown and self-contained HTML (figures embedded as base64 PNG).
 """
+
 from __future__ import annotations
 
 import base64
@@ -19,8 +20,17 @@ import numpy as np
 
 from .claims import PrivacyClaim, ThreatModel, _jsonable
 
-__all__ = ["SCHEMA_VERSION", "MetricSummary", "AttackMetrics", "Figure", "LeakageReport", "summarize",
-           "package_versions", "atomic_write_text", "figure_from_matplotlib"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "MetricSummary",
+    "AttackMetrics",
+    "Figure",
+    "LeakageReport",
+    "summarize",
+    "package_versions",
+    "atomic_write_text",
+    "figure_from_matplotlib",
+]
 
 SCHEMA_VERSION = "privnlp.report/1"
 
@@ -51,13 +61,26 @@ class MetricSummary:
         return f"{self.mean:.{digits}f} ± {(self.ci_high - self.ci_low) / 2:.{digits}f}"
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({"mean": self.mean, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n,
-                          "values": list(self.values)})
+        return _jsonable(
+            {
+                "mean": self.mean,
+                "ci_low": self.ci_low,
+                "ci_high": self.ci_high,
+                "n": self.n,
+                "values": list(self.values),
+            }
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MetricSummary":
         f = lambda x: float(x) if x is not None else math.nan  # noqa: E731
-        return cls(f(d["mean"]), f(d["ci_low"]), f(d["ci_high"]), int(d["n"]), tuple(f(v) for v in d.get("values", ())))
+        return cls(
+            f(d["mean"]),
+            f(d["ci_low"]),
+            f(d["ci_high"]),
+            int(d["n"]),
+            tuple(f(v) for v in d.get("values", ())),
+        )
 
 
 def summarize(values: Sequence[float], confidence: float = 0.95) -> MetricSummary:
@@ -123,10 +146,13 @@ class AttackMetrics:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "AttackMetrics":
         return cls(
-            attack=d["attack"], headline_metric=d["headline_metric"],
+            attack=d["attack"],
+            headline_metric=d["headline_metric"],
             defended={k: MetricSummary.from_dict(v) for k, v in d["defended"].items()},
             undefended={k: MetricSummary.from_dict(v) for k, v in d.get("undefended", {}).items()},
-            threat_model=ThreatModel.from_dict(d["threat_model"]) if d.get("threat_model") else None,
+            threat_model=ThreatModel.from_dict(d["threat_model"])
+            if d.get("threat_model")
+            else None,
             params=d.get("params", {}),
             leaky_twin={k: MetricSummary.from_dict(v) for k, v in d.get("leaky_twin", {}).items()},
         )
@@ -147,7 +173,11 @@ class Figure:
     caption: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "caption": self.caption, "png_base64": base64.b64encode(self.png).decode()}
+        return {
+            "name": self.name,
+            "caption": self.caption,
+            "png_base64": base64.b64encode(self.png).decode(),
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Figure":
@@ -174,8 +204,20 @@ def figure_from_matplotlib(fig: Any, name: str, caption: str = "", dpi: int = 11
     return Figure(name, buf.getvalue(), caption)
 
 
-def package_versions(names: Sequence[str] = ("privnlp", "torch", "numpy", "opacus", "dp-accounting", "transformers",
-                                             "tokenizers", "gensim", "flwr", "crypten")) -> dict[str, str]:
+def package_versions(
+    names: Sequence[str] = (
+        "privnlp",
+        "torch",
+        "numpy",
+        "opacus",
+        "dp-accounting",
+        "transformers",
+        "tokenizers",
+        "gensim",
+        "flwr",
+        "crypten",
+    ),
+) -> dict[str, str]:
     """Installed versions of ``names`` (``"not installed"`` for a missing one), recorded in every report so
     its numbers can be traced to the library versions that produced them.
 
@@ -233,7 +275,9 @@ class LeakageReport:
     figures: tuple[Figure, ...] = ()
     sweeps: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
-    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    created: str = field(
+        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    )
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -258,18 +302,27 @@ class LeakageReport:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LeakageReport":
         if d.get("schema") != SCHEMA_VERSION:
-            raise ValueError(f"unsupported report schema {d.get('schema')!r}; expected {SCHEMA_VERSION!r}")
+            raise ValueError(
+                f"unsupported report schema {d.get('schema')!r}; expected {SCHEMA_VERSION!r}"
+            )
         eps_lb = d.get("empirical_epsilon_lower_bound")
         return cls(
-            mechanism=d["mechanism"], claim=PrivacyClaim.from_dict(d["claim"]),
+            mechanism=d["mechanism"],
+            claim=PrivacyClaim.from_dict(d["claim"]),
             threat_models=tuple(ThreatModel.from_dict(t) for t in d.get("threat_models", [])),
             attacks=tuple(AttackMetrics.from_dict(a) for a in d.get("attacks", [])),
             utility={k: MetricSummary.from_dict(v) for k, v in d.get("utility", {}).items()},
-            utility_undefended={k: MetricSummary.from_dict(v) for k, v in d.get("utility_undefended", {}).items()},
+            utility_undefended={
+                k: MetricSummary.from_dict(v) for k, v in d.get("utility_undefended", {}).items()
+            },
             empirical_epsilon_lower_bound=float(eps_lb) if eps_lb is not None else None,
-            config=d.get("config", {}), seeds=tuple(d.get("seeds", ())), versions=d.get("versions", {}),
-            figures=tuple(Figure.from_dict(f) for f in d.get("figures", [])), sweeps=d.get("sweeps", {}),
-            notes=tuple(d.get("notes", ())), created=d.get("created", ""),
+            config=d.get("config", {}),
+            seeds=tuple(d.get("seeds", ())),
+            versions=d.get("versions", {}),
+            figures=tuple(Figure.from_dict(f) for f in d.get("figures", [])),
+            sweeps=d.get("sweeps", {}),
+            notes=tuple(d.get("notes", ())),
+            created=d.get("created", ""),
         )
 
     def to_json(self) -> str:
@@ -296,7 +349,12 @@ class LeakageReport:
             for m in metrics:
                 und = a.undefended.get(m)
                 star = " (headline)" if m == a.headline_metric else ""
-                row = [self._attack_label(a), m + star, und.fmt() if und else "—", a.defended[m].fmt()]
+                row = [
+                    self._attack_label(a),
+                    m + star,
+                    und.fmt() if und else "—",
+                    a.defended[m].fmt(),
+                ]
                 if self.has_twin:
                     tw = a.leaky_twin.get(m)
                     row.append(tw.fmt() if tw else "—")
@@ -309,7 +367,11 @@ class LeakageReport:
         for a in self.attacks:
             m = a.headline_metric
             row = {"metric": m}
-            for key, src in (("undefended", a.undefended), ("defended", a.defended), ("leaky_twin", a.leaky_twin)):
+            for key, src in (
+                ("undefended", a.undefended),
+                ("defended", a.defended),
+                ("leaky_twin", a.leaky_twin),
+            ):
                 if m in src:
                     row[key] = src[m].mean
             out[self._attack_label(a)] = row
@@ -324,20 +386,32 @@ class LeakageReport:
 
     def to_markdown(self, figure_dir: str | os.PathLike | None = None) -> str:
         """Markdown rendering. With ``figure_dir`` the figures are written there as PNG and linked."""
-        lines = [f"# Leakage report: `{self.mechanism}`", "",
-                 f"**Claim:** {self.claim.statement()}", ""]
+        lines = [
+            f"# Leakage report: `{self.mechanism}`",
+            "",
+            f"**Claim:** {self.claim.statement()}",
+            "",
+        ]
         if self.threat_models:
             lines.append("**Threat models:**")
             lines += [f"- {t.describe()}" for t in self.threat_models]
             lines.append("")
         if self.attacks:
-            lines += ["## Measured leakage", "",
-                      "Higher = more leakage for the headline metric. Mean ± 95% CI half-width over seeds.", "",
-                      "| " + " | ".join(self._attack_header()) + " |", "|" + "---|" * len(self._attack_header())]
+            lines += [
+                "## Measured leakage",
+                "",
+                "Higher = more leakage for the headline metric. Mean ± 95% CI half-width over seeds.",
+                "",
+                "| " + " | ".join(self._attack_header()) + " |",
+                "|" + "---|" * len(self._attack_header()),
+            ]
             lines += ["| " + " | ".join(r) + " |" for r in self._attack_rows()]
             lines.append("")
         if self.empirical_epsilon_lower_bound is not None:
-            lines += [f"**Empirical epsilon lower bound:** {self.empirical_epsilon_lower_bound:.3f}", ""]
+            lines += [
+                f"**Empirical epsilon lower bound:** {self.empirical_epsilon_lower_bound:.3f}",
+                "",
+            ]
         if self.utility:
             lines += ["## Utility", "", "| metric | undefended | defended |", "|---|---|---|"]
             lines += ["| " + " | ".join(r) + " |" for r in self._utility_rows()]
@@ -355,10 +429,15 @@ class LeakageReport:
             lines.append("")
         if self.notes:
             lines += ["## Notes", ""] + [f"- {n}" for n in self.notes] + [""]
-        lines += ["## Reproducibility", "", f"- seeds: {list(self.seeds)}",
-                  f"- config: `{json.dumps(_jsonable(dict(self.config)), sort_keys=True)}`",
-                  "- versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()),
-                  f"- created: {self.created}", ""]
+        lines += [
+            "## Reproducibility",
+            "",
+            f"- seeds: {list(self.seeds)}",
+            f"- config: `{json.dumps(_jsonable(dict(self.config)), sort_keys=True)}`",
+            "- versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()),
+            f"- created: {self.created}",
+            "",
+        ]
         return "\n".join(lines)
 
     def to_html(self) -> str:
@@ -382,25 +461,44 @@ class LeakageReport:
             f"<p class='claim'><b>Claim:</b> {e(self.claim.statement())}</p>",
         ]
         if self.threat_models:
-            parts.append("<h2>Threat models</h2><ul>" + "".join(f"<li>{e(t.describe())}</li>" for t in self.threat_models) + "</ul>")
+            parts.append(
+                "<h2>Threat models</h2><ul>"
+                + "".join(f"<li>{e(t.describe())}</li>" for t in self.threat_models)
+                + "</ul>"
+            )
         if self.attacks:
-            parts.append("<h2>Measured leakage</h2><p>Higher = more leakage for the headline metric; mean ± 95% CI half-width.</p>")
+            parts.append(
+                "<h2>Measured leakage</h2><p>Higher = more leakage for the headline metric; mean ± 95% CI half-width.</p>"
+            )
             parts.append(table(self._attack_header(), self._attack_rows()))
         if self.empirical_epsilon_lower_bound is not None:
-            parts.append(f"<p><b>Empirical epsilon lower bound:</b> {self.empirical_epsilon_lower_bound:.3f}</p>")
+            parts.append(
+                f"<p><b>Empirical epsilon lower bound:</b> {self.empirical_epsilon_lower_bound:.3f}</p>"
+            )
         if self.utility:
-            parts.append("<h2>Utility</h2>" + table(["metric", "undefended", "defended"], self._utility_rows()))
+            parts.append(
+                "<h2>Utility</h2>"
+                + table(["metric", "undefended", "defended"], self._utility_rows())
+            )
         if self.figures:
             parts.append("<h2>Figures</h2>")
             for f in self.figures:
                 b64 = base64.b64encode(f.png).decode()
-                parts.append(f"<figure><img alt='{e(f.name)}' src='data:image/png;base64,{b64}'>"
-                             f"<figcaption>{e(f.caption or f.name)}</figcaption></figure>")
+                parts.append(
+                    f"<figure><img alt='{e(f.name)}' src='data:image/png;base64,{b64}'>"
+                    f"<figcaption>{e(f.caption or f.name)}</figcaption></figure>"
+                )
         if self.notes:
-            parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in self.notes) + "</ul>")
+            parts.append(
+                "<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in self.notes) + "</ul>"
+            )
         parts.append("<h2>Reproducibility</h2>")
-        parts.append(f"<p>seeds: {e(str(list(self.seeds)))}</p><pre>{e(json.dumps(_jsonable(dict(self.config)), indent=1, sort_keys=True))}</pre>")
-        parts.append("<p>versions: " + e(", ".join(f"{k} {v}" for k, v in self.versions.items())) + "</p>")
+        parts.append(
+            f"<p>seeds: {e(str(list(self.seeds)))}</p><pre>{e(json.dumps(_jsonable(dict(self.config)), indent=1, sort_keys=True))}</pre>"
+        )
+        parts.append(
+            "<p>versions: " + e(", ".join(f"{k} {v}" for k, v in self.versions.items())) + "</p>"
+        )
         parts.append(f"<p>created: {e(self.created)}</p></body></html>")
         return "".join(parts)
 

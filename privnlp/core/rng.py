@@ -12,6 +12,7 @@ user explicitly passes ``rng=`` a seed or Generator for a reproducible simulatio
 :func:`secure_torch` generator -> fresh OS entropy; anything else -> seeded, and the claim must then
 set ``noise_seeded=True``). A seed that crosses a party boundary never seeds privacy noise.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,10 +28,22 @@ if TYPE_CHECKING:  # pragma: no cover
 
 RngLike = Union[np.random.Generator, "torch.Generator", int]
 
-__all__ = ["RngLike", "as_numpy", "as_torch", "spawn", "secure_numpy", "secure_torch",
-           "refuse_seeded", "is_secure", "seed_of", "noise_is_seeded", "noise_torch", "noise_numpy",
-           "check_noise_seed_allowed", "REFUSE_SEEDED_ENV"]
-
+__all__ = [
+    "RngLike",
+    "as_numpy",
+    "as_torch",
+    "spawn",
+    "secure_numpy",
+    "secure_torch",
+    "refuse_seeded",
+    "is_secure",
+    "seed_of",
+    "noise_is_seeded",
+    "noise_torch",
+    "noise_numpy",
+    "check_noise_seed_allowed",
+    "REFUSE_SEEDED_ENV",
+]
 
 
 def as_numpy(rng: Any, *, name: str = "rng") -> np.random.Generator:
@@ -40,16 +53,21 @@ def as_numpy(rng: Any, *, name: str = "rng") -> np.random.Generator:
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         return np.random.default_rng(int(rng))
     if rng is None:
-        raise InvalidArgument(f"{name} is required (keyword-only): pass numpy.random.default_rng(seed) "
-                              "or privnlp.core.rng.secure_numpy(); privnlp never uses a global RNG")
+        raise InvalidArgument(
+            f"{name} is required (keyword-only): pass numpy.random.default_rng(seed) "
+            "or privnlp.core.rng.secure_numpy(); privnlp never uses a global RNG"
+        )
     try:
         import torch
+
         if isinstance(rng, torch.Generator):
             seed = int(torch.randint(0, 2**63 - 1, (1,), generator=rng).item())
             return np.random.default_rng(seed)
     except ImportError:  # pragma: no cover
         pass
-    raise InvalidArgument(f"{name} must be a numpy.random.Generator, a torch.Generator or an int seed; got {type(rng).__name__}")
+    raise InvalidArgument(
+        f"{name} must be a numpy.random.Generator, a torch.Generator or an int seed; got {type(rng).__name__}"
+    )
 
 
 def as_torch(rng: Any, *, name: str = "rng", device: str = "cpu") -> "torch.Generator":
@@ -66,16 +84,23 @@ def as_torch(rng: Any, *, name: str = "rng", device: str = "cpu") -> "torch.Gene
         g.manual_seed(int(rng.integers(0, 2**63 - 1)))
         return g
     if rng is None:
-        raise InvalidArgument(f"{name} is required (keyword-only): pass torch.Generator().manual_seed(seed) "
-                              "or privnlp.core.rng.secure_torch()")
-    raise InvalidArgument(f"{name} must be a torch.Generator, numpy.random.Generator or int seed; got {type(rng).__name__}")
+        raise InvalidArgument(
+            f"{name} is required (keyword-only): pass torch.Generator().manual_seed(seed) "
+            "or privnlp.core.rng.secure_torch()"
+        )
+    raise InvalidArgument(
+        f"{name} must be a torch.Generator, numpy.random.Generator or int seed; got {type(rng).__name__}"
+    )
 
 
 def spawn(rng: Any, n: int) -> list[np.random.Generator]:
     """Split ``rng`` into ``n`` independent numpy Generators (for seeds/batches/parties)."""
     g = as_numpy(rng)
-    return [np.random.default_rng(s) for s in g.bit_generator.seed_seq.spawn(n)] if hasattr(g.bit_generator, "seed_seq") \
+    return (
+        [np.random.default_rng(s) for s in g.bit_generator.seed_seq.spawn(n)]
+        if hasattr(g.bit_generator, "seed_seq")
         else [np.random.default_rng(int(g.integers(0, 2**63 - 1))) for _ in range(n)]
+    )
 
 
 def seed_of(rng: Any) -> int:
@@ -116,15 +141,18 @@ def secure_torch(device: str = "cpu") -> "torch.Generator":
 
 def is_secure(rng: Any) -> bool:
     """Whether ``rng`` was created by :func:`secure_numpy` / :func:`secure_torch`."""
-    return isinstance(rng, _SecureNumpyGenerator) or (_SECURE_TORCH_TYPE is not None
-                                                      and isinstance(rng, _SECURE_TORCH_TYPE))
+    return isinstance(rng, _SecureNumpyGenerator) or (
+        _SECURE_TORCH_TYPE is not None and isinstance(rng, _SECURE_TORCH_TYPE)
+    )
 
 
 def refuse_seeded(rng: Any, *, name: str = "rng") -> Any:
     """In secure mode: raise unless ``rng`` came from the OS entropy pool."""
     if not is_secure(rng):
-        raise InvalidArgument(f"{name}: secure mode refuses seeded generators; pass privnlp.core.rng.secure_numpy() "
-                              "or secure_torch()")
+        raise InvalidArgument(
+            f"{name}: secure mode refuses seeded generators; pass privnlp.core.rng.secure_numpy() "
+            "or secure_torch()"
+        )
     return rng
 
 
@@ -140,11 +168,15 @@ REFUSE_SEEDED_ENV = "PRIVNLP_REFUSE_SEEDED_NOISE"
 
 def check_noise_seed_allowed(rng: Any) -> None:
     if noise_is_seeded(rng) and os.environ.get(REFUSE_SEEDED_ENV, "") not in ("", "0"):
-        raise InvalidArgument(f"rng: {REFUSE_SEEDED_ENV} is set, so privacy noise may not be seeded; pass rng=None "
-                              "(OS entropy) or unset the variable for a reproducible simulation")
+        raise InvalidArgument(
+            f"rng: {REFUSE_SEEDED_ENV} is set, so privacy noise may not be seeded; pass rng=None "
+            "(OS entropy) or unset the variable for a reproducible simulation"
+        )
 
 
-def noise_torch(rng: Any, n: int = 1, *, device: str = "cpu") -> "tuple[list[torch.Generator], bool]":
+def noise_torch(
+    rng: Any, n: int = 1, *, device: str = "cpu"
+) -> "tuple[list[torch.Generator], bool]":
     """``n`` independent torch Generators for privacy noise and whether they are seeded.
 
     ``rng=None`` (or a secure generator): each seeded from ``os.urandom`` (not reproducible, never

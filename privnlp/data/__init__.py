@@ -7,14 +7,52 @@ PII-extraction setting of ``../shared/papers/wikipii-pii-extraction-federated.tx
 The toy parallel corpus lives in :mod:`privnlp.data.parallel`. Importing this package does not
 import torch (nor Faker: it is imported when a corpus is generated).
 """
-from .canaries import (DEFAULT_WORDS, Canary, CanaryInsertion, SecretSlot, enumerate_space, insert_canaries,
-                       make_canary, sample_space)
-from .corpus import (KINDS, LABELS, PrivateCorpus, Record, Span, generate_corpus, read_jsonl_corpus,
-                     spans_to_bio, tokenize)
+
+from .canaries import (
+    DEFAULT_WORDS,
+    Canary,
+    CanaryInsertion,
+    SecretSlot,
+    enumerate_space,
+    insert_canaries,
+    make_canary,
+    sample_space,
+)
+from .corpus import (
+    KINDS,
+    LABELS,
+    PrivateCorpus,
+    Record,
+    Span,
+    generate_corpus,
+    read_jsonl_corpus,
+    spans_to_bio,
+    tokenize,
+)
 from .loaders import load_parallel, load_texts
 from .sentiment import LEXICON, LabeledDataset, generate_sentiment
 
-__all__ = ["KINDS", "LABELS", "PrivateCorpus", "Record", "Span", "generate_corpus", "read_jsonl_corpus",
-           "spans_to_bio", "tokenize", "LEXICON", "LabeledDataset", "generate_sentiment", "Canary",
-           "CanaryInsertion", "SecretSlot", "make_canary", "enumerate_space", "sample_space", "insert_canaries",
-           "DEFAULT_WORDS", "load_texts", "load_parallel"]
+__all__ = [
+    "KINDS",
+    "LABELS",
+    "PrivateCorpus",
+    "Record",
+    "Span",
+    "generate_corpus",
+    "read_jsonl_corpus",
+    "spans_to_bio",
+    "tokenize",
+    "LEXICON",
+    "LabeledDataset",
+    "generate_sentiment",
+    "Canary",
+    "CanaryInsertion",
+    "SecretSlot",
+    "make_canary",
+    "enumerate_space",
+    "sample_space",
+    "insert_canaries",
+    "DEFAULT_WORDS",
+    "load_texts",
+    "load_parallel",
+]

@@ -9,6 +9,7 @@ the candidates to rank against.
 Placeholders: ``{ssn}`` (9 digits formatted ``ddd-dd-dddd``), ``{digits:N}`` (N digits),
 ``{words:N}`` (N words from ``vocabulary``, space-separated).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -23,13 +24,50 @@ from ..core.errors import InvalidArgument, check_probability, check_range
 from ..core.rng import as_numpy
 from .corpus import PrivateCorpus, Record
 
-__all__ = ["SecretSlot", "Canary", "CanaryInsertion", "make_canary", "enumerate_space", "sample_space",
-           "insert_canaries", "DEFAULT_WORDS"]
+__all__ = [
+    "SecretSlot",
+    "Canary",
+    "CanaryInsertion",
+    "make_canary",
+    "enumerate_space",
+    "sample_space",
+    "insert_canaries",
+    "DEFAULT_WORDS",
+]
 
 DEFAULT_WORDS: tuple[str, ...] = (
-    "apple", "river", "stone", "cloud", "tiger", "piano", "garden", "silver", "rocket", "candle", "forest",
-    "window", "orange", "bridge", "planet", "winter", "island", "dragon", "pencil", "mirror", "castle",
-    "ocean", "thunder", "meadow", "lantern", "falcon", "velvet", "harbor", "copper", "maple", "violet", "arrow",
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "tiger",
+    "piano",
+    "garden",
+    "silver",
+    "rocket",
+    "candle",
+    "forest",
+    "window",
+    "orange",
+    "bridge",
+    "planet",
+    "winter",
+    "island",
+    "dragon",
+    "pencil",
+    "mirror",
+    "castle",
+    "ocean",
+    "thunder",
+    "meadow",
+    "lantern",
+    "falcon",
+    "velvet",
+    "harbor",
+    "copper",
+    "maple",
+    "violet",
+    "arrow",
 )
 
 _PLACEHOLDER = re.compile(r"\{(ssn|digits:(\d+)|words:(\d+))\}")
@@ -104,7 +142,9 @@ class Canary:
     def render(self, values: Sequence[Sequence[str]]) -> str:
         """The canary text with other ``values`` (one symbol sequence per slot)."""
         if len(values) != len(self.slots):
-            raise InvalidArgument(f"values must have one entry per slot ({len(self.slots)}); got {len(values)}")
+            raise InvalidArgument(
+                f"values must have one entry per slot ({len(self.slots)}); got {len(values)}"
+            )
         it = iter(zip(self.slots, values))
 
         def sub(_m: re.Match) -> str:
@@ -152,20 +192,39 @@ def _parse(pattern: str, vocabulary: Sequence[str]) -> tuple[SecretSlot, ...]:
         if m.group(1) == "ssn":
             slots.append(SecretSlot("ssn", 9, _DIGITS))
         elif m.group(2) is not None:
-            slots.append(SecretSlot("digits", check_range("{digits:N}", int(m.group(2)), 1, 64, integer=True), _DIGITS))
+            slots.append(
+                SecretSlot(
+                    "digits",
+                    check_range("{digits:N}", int(m.group(2)), 1, 64, integer=True),
+                    _DIGITS,
+                )
+            )
         else:
-            slots.append(SecretSlot("words", check_range("{words:N}", int(m.group(3)), 1, 64, integer=True),
-                                    tuple(vocabulary)))
+            slots.append(
+                SecretSlot(
+                    "words",
+                    check_range("{words:N}", int(m.group(3)), 1, 64, integer=True),
+                    tuple(vocabulary),
+                )
+            )
     if not slots:
-        raise InvalidArgument(f"pattern must contain a placeholder {{ssn}}, {{digits:N}} or {{words:N}}; got {pattern!r}")
+        raise InvalidArgument(
+            f"pattern must contain a placeholder {{ssn}}, {{digits:N}} or {{words:N}}; got {pattern!r}"
+        )
     leftover = re.sub(_PLACEHOLDER, "", pattern)
     if re.search(r"\{[^}]*\}", leftover):
-        raise InvalidArgument(f"pattern has an unknown placeholder; allowed: {{ssn}}, {{digits:N}}, {{words:N}}: {pattern!r}")
+        raise InvalidArgument(
+            f"pattern has an unknown placeholder; allowed: {{ssn}}, {{digits:N}}, {{words:N}}: {pattern!r}"
+        )
     return tuple(slots)
 
 
-def make_canary(pattern: str = "my social security number is {ssn}", *, rng,
-                vocabulary: Sequence[str] | None = None) -> Canary:
+def make_canary(
+    pattern: str = "my social security number is {ssn}",
+    *,
+    rng,
+    vocabulary: Sequence[str] | None = None,
+) -> Canary:
     """Fill ``pattern`` with a secret drawn uniformly from its randomness space.
 
     Args:
@@ -187,9 +246,18 @@ def make_canary(pattern: str = "my social security number is {ssn}", *, rng,
         raise InvalidArgument("vocabulary must hold at least 2 distinct words")
     slots = _parse(pattern, vocab)
     g = as_numpy(rng)
-    values = tuple(tuple(s.alphabet[i] for i in g.integers(0, len(s.alphabet), size=s.length)) for s in slots)
-    proto = Canary(pattern=pattern, secret="", text="", randomness_space="; ".join(s.describe() for s in slots),
-                   space_size=math.prod(s.size for s in slots), slots=slots, values=values)
+    values = tuple(
+        tuple(s.alphabet[i] for i in g.integers(0, len(s.alphabet), size=s.length)) for s in slots
+    )
+    proto = Canary(
+        pattern=pattern,
+        secret="",
+        text="",
+        randomness_space="; ".join(s.describe() for s in slots),
+        space_size=math.prod(s.size for s in slots),
+        slots=slots,
+        values=values,
+    )
     secret = " ".join(s.render(v) for s, v in zip(slots, values))
     return replace(proto, secret=secret, text=proto.render(values))
 
@@ -208,8 +276,10 @@ def enumerate_space(canary: Canary, *, limit: int = 10**6) -> Iterator[str]:
         InvalidArgument: the space has more than ``limit`` candidates (raised on the first ``next``).
     """
     if canary.space_size > limit:
-        raise InvalidArgument(f"the randomness space has {canary.space_size} candidates, above limit={limit}; "
-                              "use sample_space or raise limit")
+        raise InvalidArgument(
+            f"the randomness space has {canary.space_size} candidates, above limit={limit}; "
+            "use sample_space or raise limit"
+        )
     per_slot = [itertools.product(s.alphabet, repeat=s.length) for s in canary.slots]
     for combo in itertools.product(*[list(p) for p in per_slot]):
         yield canary.render(combo)
@@ -234,7 +304,10 @@ def sample_space(canary: Canary, n: int, *, rng, exclude_secret: bool = True) ->
     g = as_numpy(rng)
     out: list[str] = []
     while len(out) < n:
-        vals = tuple(tuple(s.alphabet[i] for i in g.integers(0, len(s.alphabet), size=s.length)) for s in canary.slots)
+        vals = tuple(
+            tuple(s.alphabet[i] for i in g.integers(0, len(s.alphabet), size=s.length))
+            for s in canary.slots
+        )
         if exclude_secret and vals == canary.values:
             continue
         out.append(canary.render(vals))
@@ -246,8 +319,9 @@ def _append(rec: Record, canary: Canary, times: int) -> Record:
     return replace(rec, text=rec.text + sep + " ".join([canary.text] * times))
 
 
-def insert_canaries(records, canary: Canary, *, rate: float, unit: str = "record", repeats: int = 1,
-                    rng) -> CanaryInsertion:
+def insert_canaries(
+    records, canary: Canary, *, rate: float, unit: str = "record", repeats: int = 1, rng
+) -> CanaryInsertion:
     """Insert ``canary`` into ``records`` (a :class:`PrivateCorpus` or a sequence of :class:`Record`).
 
     ``unit="record"``: every record independently receives the canary with probability ``rate``
@@ -297,5 +371,12 @@ def insert_canaries(records, canary: Canary, *, rate: float, unit: str = "record
     out = tuple(_append(r, canary, chosen[i]) if i in chosen else r for i, r in enumerate(recs))
     ids = tuple(recs[i].id for i in sorted(chosen))
     users_in = tuple(dict.fromkeys(recs[i].user_id for i in sorted(chosen)))
-    return CanaryInsertion(records=out, inserted_ids=ids, inserted_users=users_in, canary=canary, unit=unit,
-                           rate=float(rate), repeats=int(repeats))
+    return CanaryInsertion(
+        records=out,
+        inserted_ids=ids,
+        inserted_users=users_in,
+        canary=canary,
+        unit=unit,
+        rate=float(rate),
+        repeats=int(repeats),
+    )

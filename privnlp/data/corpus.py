@@ -12,6 +12,7 @@ exact by construction. Generation is deterministic per ``seed``: a seeded ``rand
 user and per record, and one ``Faker`` instance reseeded with ``seed_instance`` (never the global
 ``Faker.seed``); user ``u`` gets the same persona and records whatever ``n_users`` is.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -26,8 +27,17 @@ from typing import Callable, Iterable, Sequence
 from ..core.errors import InvalidArgument, MalformedInput, check_range
 from ..core.report import atomic_write_text
 
-__all__ = ["Span", "Record", "PrivateCorpus", "generate_corpus", "KINDS", "LABELS", "tokenize",
-           "spans_to_bio", "read_jsonl_corpus"]
+__all__ = [
+    "Span",
+    "Record",
+    "PrivateCorpus",
+    "generate_corpus",
+    "KINDS",
+    "LABELS",
+    "tokenize",
+    "spans_to_bio",
+    "read_jsonl_corpus",
+]
 
 KINDS = ("email", "note", "chat")
 LABELS = ("PERSON", "SSN", "PHONE", "ADDRESS", "DATE", "ORG", "EMAIL", "LOC")
@@ -109,20 +119,32 @@ class Record:
 
     def entities(self) -> list[tuple[str, str]]:
         """``(entity text, label)`` for every gold span."""
-        return [(self.text[s.start:s.end], s.label) for s in self.spans]
+        return [(self.text[s.start : s.end], s.label) for s in self.spans]
 
     def tokens_and_tags(self) -> tuple[list[str], list[str]]:
         """Word/punctuation tokens and their BIO tags (aligned from the character spans)."""
         return spans_to_bio(self.text, self.spans)
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "user_id": self.user_id, "kind": self.kind, "text": self.text,
-                "spans": [s.to_dict() for s in self.spans]}
+        return {
+            "id": self.id,
+            "user_id": self.user_id,
+            "kind": self.kind,
+            "text": self.text,
+            "spans": [s.to_dict() for s in self.spans],
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "Record":
-        return cls(id=str(d["id"]), user_id=str(d["user_id"]), kind=str(d["kind"]), text=str(d["text"]),
-                   spans=tuple(Span(int(s["start"]), int(s["end"]), str(s["label"])) for s in d.get("spans", ())))
+        return cls(
+            id=str(d["id"]),
+            user_id=str(d["user_id"]),
+            kind=str(d["kind"]),
+            text=str(d["text"]),
+            spans=tuple(
+                Span(int(s["start"]), int(s["end"]), str(s["label"])) for s in d.get("spans", ())
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -227,57 +249,314 @@ def read_jsonl_corpus(path: str | os.PathLike) -> PrivateCorpus:
 TOPICS = ("work", "health", "finance", "travel", "family", "shopping", "housing", "legal")
 
 _GREETINGS = ("Hi", "Hello", "Dear", "Hey", "Good morning", "Hi there", "Greetings", "Morning")
-_SIGNOFFS = ("Best,", "Thanks,", "Cheers,", "Regards,", "Kind regards,", "Warmly,", "Talk soon,",
-             "Sincerely,", "All the best,", "Thank you,", "Many thanks,", "Take care,")
-_CHAT_OPENERS = ("hey", "ok so", "lol", "omg", "btw", "quick question", "yo", "hmm", "fyi", "so",
-                 "guess what", "ugh", "heads up", "wait")
+_SIGNOFFS = (
+    "Best,",
+    "Thanks,",
+    "Cheers,",
+    "Regards,",
+    "Kind regards,",
+    "Warmly,",
+    "Talk soon,",
+    "Sincerely,",
+    "All the best,",
+    "Thank you,",
+    "Many thanks,",
+    "Take care,",
+)
+_CHAT_OPENERS = (
+    "hey",
+    "ok so",
+    "lol",
+    "omg",
+    "btw",
+    "quick question",
+    "yo",
+    "hmm",
+    "fyi",
+    "so",
+    "guess what",
+    "ugh",
+    "heads up",
+    "wait",
+)
 _EMOJI = (":)", ":D", ";)", ":(", ":P", "<3", ":-)", "xD")
 
-_ITEMS = ("laptop", "blender", "winter jacket", "running shoes", "coffee maker", "bookshelf", "phone case",
-          "vacuum cleaner", "desk lamp", "backpack", "air fryer", "headphones", "mattress", "rain boots",
-          "toaster", "monitor", "printer", "sofa", "bicycle helmet", "water filter", "kettle", "rug",
-          "camera", "tablet", "microwave", "garden hose", "sewing machine", "guitar strings", "duvet",
-          "office chair", "dishwasher", "smartwatch", "yoga mat", "suitcase", "crib", "stroller")
-_SYMPTOMS = ("persistent cough", "lower back pain", "migraine headaches", "chest tightness", "shortness of breath",
-             "intermittent fever", "fatigue", "dizziness", "joint swelling", "abdominal pain", "skin rash",
-             "insomnia", "nausea", "sore throat", "blurred vision", "palpitations", "numbness in the left hand",
-             "elevated blood pressure", "seasonal allergies", "knee pain", "anxiety", "heartburn",
-             "ear infection", "sinus congestion", "ankle sprain", "wrist fracture", "high cholesterol")
-_MEDICATIONS = ("amoxicillin", "ibuprofen", "lisinopril", "metformin", "atorvastatin", "albuterol",
-                "omeprazole", "sertraline", "levothyroxine", "prednisone", "cetirizine", "gabapentin",
-                "amlodipine", "losartan", "naproxen", "azithromycin", "fluticasone", "melatonin",
-                "hydrochlorothiazide", "montelukast", "acetaminophen", "doxycycline")
-_PROCEDURES = ("blood panel", "chest X-ray", "MRI", "ECG", "ultrasound", "physical therapy", "allergy test",
-               "colonoscopy", "vaccination", "follow-up visit", "CT scan", "urinalysis", "biopsy",
-               "stress test", "eye exam", "dental cleaning")
-_TASKS = ("quarterly report", "budget review", "client presentation", "project timeline", "hiring plan",
-          "contract draft", "sales forecast", "team offsite", "product launch", "code review",
-          "audit checklist", "marketing brief", "vendor invoice", "board deck", "onboarding schedule",
-          "performance review", "inventory count", "grant proposal", "training session", "press release")
-_PLACES = ("the airport", "the hotel", "the train station", "the conference center", "the beach house",
-           "the museum", "the lake", "the ski lodge", "the campsite", "the old town", "the harbor",
-           "the national park", "the vineyard", "the market")
-_FOODS = ("lasagna", "tacos", "pancakes", "curry", "sushi", "apple pie", "soup", "barbecue", "pizza",
-          "dumplings", "salad", "risotto", "brownies", "chili", "bagels", "paella", "ramen", "casserole")
-_RELATIVES = ("mom", "dad", "sister", "brother", "aunt", "uncle", "grandma", "grandpa", "cousin", "son",
-              "daughter", "niece", "nephew", "wife", "husband", "partner")
-_FIN_THINGS = ("mortgage payment", "credit card statement", "tax return", "loan application", "savings account",
-               "insurance claim", "wire transfer", "retirement account", "car loan", "student loan",
-               "bank statement", "refund", "pay stub", "direct deposit")
-_HOUSE_THINGS = ("lease", "security deposit", "leaking faucet", "broken heater", "rent", "moving truck",
-                 "roof repair", "parking permit", "utility bill", "key pickup", "noise complaint",
-                 "window replacement", "inspection", "storage unit")
-_LEGAL_THINGS = ("custody agreement", "power of attorney", "will", "settlement offer", "court date",
-                 "deposition", "name change", "small claims filing", "notarized letter", "immigration paperwork",
-                 "divorce filing", "background check")
-_ADJ = ("great", "quick", "long", "busy", "strange", "lovely", "stressful", "productive", "quiet", "hectic",
-        "relaxing", "exhausting", "wonderful", "awkward", "rainy", "sunny", "slow", "crazy")
+_ITEMS = (
+    "laptop",
+    "blender",
+    "winter jacket",
+    "running shoes",
+    "coffee maker",
+    "bookshelf",
+    "phone case",
+    "vacuum cleaner",
+    "desk lamp",
+    "backpack",
+    "air fryer",
+    "headphones",
+    "mattress",
+    "rain boots",
+    "toaster",
+    "monitor",
+    "printer",
+    "sofa",
+    "bicycle helmet",
+    "water filter",
+    "kettle",
+    "rug",
+    "camera",
+    "tablet",
+    "microwave",
+    "garden hose",
+    "sewing machine",
+    "guitar strings",
+    "duvet",
+    "office chair",
+    "dishwasher",
+    "smartwatch",
+    "yoga mat",
+    "suitcase",
+    "crib",
+    "stroller",
+)
+_SYMPTOMS = (
+    "persistent cough",
+    "lower back pain",
+    "migraine headaches",
+    "chest tightness",
+    "shortness of breath",
+    "intermittent fever",
+    "fatigue",
+    "dizziness",
+    "joint swelling",
+    "abdominal pain",
+    "skin rash",
+    "insomnia",
+    "nausea",
+    "sore throat",
+    "blurred vision",
+    "palpitations",
+    "numbness in the left hand",
+    "elevated blood pressure",
+    "seasonal allergies",
+    "knee pain",
+    "anxiety",
+    "heartburn",
+    "ear infection",
+    "sinus congestion",
+    "ankle sprain",
+    "wrist fracture",
+    "high cholesterol",
+)
+_MEDICATIONS = (
+    "amoxicillin",
+    "ibuprofen",
+    "lisinopril",
+    "metformin",
+    "atorvastatin",
+    "albuterol",
+    "omeprazole",
+    "sertraline",
+    "levothyroxine",
+    "prednisone",
+    "cetirizine",
+    "gabapentin",
+    "amlodipine",
+    "losartan",
+    "naproxen",
+    "azithromycin",
+    "fluticasone",
+    "melatonin",
+    "hydrochlorothiazide",
+    "montelukast",
+    "acetaminophen",
+    "doxycycline",
+)
+_PROCEDURES = (
+    "blood panel",
+    "chest X-ray",
+    "MRI",
+    "ECG",
+    "ultrasound",
+    "physical therapy",
+    "allergy test",
+    "colonoscopy",
+    "vaccination",
+    "follow-up visit",
+    "CT scan",
+    "urinalysis",
+    "biopsy",
+    "stress test",
+    "eye exam",
+    "dental cleaning",
+)
+_TASKS = (
+    "quarterly report",
+    "budget review",
+    "client presentation",
+    "project timeline",
+    "hiring plan",
+    "contract draft",
+    "sales forecast",
+    "team offsite",
+    "product launch",
+    "code review",
+    "audit checklist",
+    "marketing brief",
+    "vendor invoice",
+    "board deck",
+    "onboarding schedule",
+    "performance review",
+    "inventory count",
+    "grant proposal",
+    "training session",
+    "press release",
+)
+_PLACES = (
+    "the airport",
+    "the hotel",
+    "the train station",
+    "the conference center",
+    "the beach house",
+    "the museum",
+    "the lake",
+    "the ski lodge",
+    "the campsite",
+    "the old town",
+    "the harbor",
+    "the national park",
+    "the vineyard",
+    "the market",
+)
+_FOODS = (
+    "lasagna",
+    "tacos",
+    "pancakes",
+    "curry",
+    "sushi",
+    "apple pie",
+    "soup",
+    "barbecue",
+    "pizza",
+    "dumplings",
+    "salad",
+    "risotto",
+    "brownies",
+    "chili",
+    "bagels",
+    "paella",
+    "ramen",
+    "casserole",
+)
+_RELATIVES = (
+    "mom",
+    "dad",
+    "sister",
+    "brother",
+    "aunt",
+    "uncle",
+    "grandma",
+    "grandpa",
+    "cousin",
+    "son",
+    "daughter",
+    "niece",
+    "nephew",
+    "wife",
+    "husband",
+    "partner",
+)
+_FIN_THINGS = (
+    "mortgage payment",
+    "credit card statement",
+    "tax return",
+    "loan application",
+    "savings account",
+    "insurance claim",
+    "wire transfer",
+    "retirement account",
+    "car loan",
+    "student loan",
+    "bank statement",
+    "refund",
+    "pay stub",
+    "direct deposit",
+)
+_HOUSE_THINGS = (
+    "lease",
+    "security deposit",
+    "leaking faucet",
+    "broken heater",
+    "rent",
+    "moving truck",
+    "roof repair",
+    "parking permit",
+    "utility bill",
+    "key pickup",
+    "noise complaint",
+    "window replacement",
+    "inspection",
+    "storage unit",
+)
+_LEGAL_THINGS = (
+    "custody agreement",
+    "power of attorney",
+    "will",
+    "settlement offer",
+    "court date",
+    "deposition",
+    "name change",
+    "small claims filing",
+    "notarized letter",
+    "immigration paperwork",
+    "divorce filing",
+    "background check",
+)
+_ADJ = (
+    "great",
+    "quick",
+    "long",
+    "busy",
+    "strange",
+    "lovely",
+    "stressful",
+    "productive",
+    "quiet",
+    "hectic",
+    "relaxing",
+    "exhausting",
+    "wonderful",
+    "awkward",
+    "rainy",
+    "sunny",
+    "slow",
+    "crazy",
+)
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_TIMES = ("9am", "10:30", "noon", "2pm", "3:15", "4pm", "5:30", "7pm", "8 in the morning", "lunchtime")
+_TIMES = (
+    "9am",
+    "10:30",
+    "noon",
+    "2pm",
+    "3:15",
+    "4pm",
+    "5:30",
+    "7pm",
+    "8 in the morning",
+    "lunchtime",
+)
 _DATE_FORMATS = ("%B %d, %Y", "%m/%d/%Y", "%Y-%m-%d", "%d %B %Y", "%b %d, %Y", "%m-%d-%Y")
 _PHONE_FORMATS = ("({a}) {b}-{c}", "{a}-{b}-{c}", "{a}.{b}.{c}", "+1 {a} {b} {c}", "+1-{a}-{b}-{c}")
-_EMAIL_DOMAINS = ("gmail.com", "yahoo.com", "outlook.com", "hotmail.com", "protonmail.com", "icloud.com",
-                  "aol.com", "mail.com")
+_EMAIL_DOMAINS = (
+    "gmail.com",
+    "yahoo.com",
+    "outlook.com",
+    "hotmail.com",
+    "protonmail.com",
+    "icloud.com",
+    "aol.com",
+    "mail.com",
+)
 
 # Topic sentence templates. Slots: {contact} {contact_first} {me} {phone} {contact_phone} {ssn}
 # {address} {date} {dob} {org} {other_org} {hospital} {email} {contact_email} {city} + fillers.
@@ -351,24 +630,57 @@ _EMAIL_SENTENCES: dict[str, tuple[str, ...]] = {
 }
 
 _CHAT_SENTENCES: dict[str, tuple[str, ...]] = {
-    "work": ("running late for the {task} meeting{end}", "did {person} send the {task} yet{q}",
-             "call me {phone}{end}", "stuck at {org} till {time}{end}", "{other_org} moved the deadline to {date}{end}",
-             "can u send it to {email}{q}"),
-    "health": ("doc appointment at {hospital} on {weekday}{end}", "this {symptom} is killing me{end}",
-               "picked up the {medication}{end}", "results back from {hospital}, all good{end}",
-               "they want my ssn {ssn} for the form again{end}"),
-    "finance": ("did the {fin} go through{q}", "venmo me for the {food}{end}", "bank called about the {fin}{end}",
-                "my card number ends in {digits4}, the {fin} is due {date}{end}"),
-    "travel": ("just landed in {city}{end}", "flight to {city} on {date}{end}", "heading to {place} now{end}",
-               "text me at {phone} when u get there{end}"),
-    "family": ("{relative} says hi{end}", "dinner at {time}? making {food}{end}", "can u grab {contact_first} from practice{q}",
-               "{relative}'s bday is {date}{end}", "come over, we're at {address}{end}"),
-    "shopping": ("the {item} finally arrived{end}", "found a {item} on sale at {other_org}{end}",
-                 "should i get the {item}{q}", "returning the {item} tmrw{end}"),
-    "housing": ("landlord still hasn't fixed the {house}{end}", "new place is {address}{end}",
-                "moving on {date}, need help{q}", "the {house} thing is a nightmare{end}"),
-    "legal": ("court date is {date}{end}", "lawyer {person} wants the {legal} signed{end}",
-              "the {legal} is finally done{end}"),
+    "work": (
+        "running late for the {task} meeting{end}",
+        "did {person} send the {task} yet{q}",
+        "call me {phone}{end}",
+        "stuck at {org} till {time}{end}",
+        "{other_org} moved the deadline to {date}{end}",
+        "can u send it to {email}{q}",
+    ),
+    "health": (
+        "doc appointment at {hospital} on {weekday}{end}",
+        "this {symptom} is killing me{end}",
+        "picked up the {medication}{end}",
+        "results back from {hospital}, all good{end}",
+        "they want my ssn {ssn} for the form again{end}",
+    ),
+    "finance": (
+        "did the {fin} go through{q}",
+        "venmo me for the {food}{end}",
+        "bank called about the {fin}{end}",
+        "my card number ends in {digits4}, the {fin} is due {date}{end}",
+    ),
+    "travel": (
+        "just landed in {city}{end}",
+        "flight to {city} on {date}{end}",
+        "heading to {place} now{end}",
+        "text me at {phone} when u get there{end}",
+    ),
+    "family": (
+        "{relative} says hi{end}",
+        "dinner at {time}? making {food}{end}",
+        "can u grab {contact_first} from practice{q}",
+        "{relative}'s bday is {date}{end}",
+        "come over, we're at {address}{end}",
+    ),
+    "shopping": (
+        "the {item} finally arrived{end}",
+        "found a {item} on sale at {other_org}{end}",
+        "should i get the {item}{q}",
+        "returning the {item} tmrw{end}",
+    ),
+    "housing": (
+        "landlord still hasn't fixed the {house}{end}",
+        "new place is {address}{end}",
+        "moving on {date}, need help{q}",
+        "the {house} thing is a nightmare{end}",
+    ),
+    "legal": (
+        "court date is {date}{end}",
+        "lawyer {person} wants the {legal} signed{end}",
+        "the {legal} is finally done{end}",
+    ),
 }
 
 _NOTE_TEMPLATES = (
@@ -448,11 +760,15 @@ class _Builder:
         self.parts.append(text)
         self.n += len(text)
 
-    def template(self, tpl: str, slots: Callable[[str], tuple[str, str | None]],
-                 literal: Callable[[str], str] = lambda s: s) -> None:
+    def template(
+        self,
+        tpl: str,
+        slots: Callable[[str], tuple[str, str | None]],
+        literal: Callable[[str], str] = lambda s: s,
+    ) -> None:
         pos = 0
         for m in self._SLOT.finditer(tpl):
-            self.add(literal(tpl[pos:m.start()]))
+            self.add(literal(tpl[pos : m.start()]))
             value, label = slots(m.group(1))
             self.add(value, label)
             pos = m.end()
@@ -492,11 +808,23 @@ def _company(fake) -> str:
 def _person(fake, r: random.Random, phone_format: str) -> _Person:
     first, last = fake.first_name(), fake.last_name()
     style = r.randrange(4)
-    local = [f"{first}.{last}", f"{first[0]}{last}", f"{first}{r.randint(1, 99)}", f"{first}_{last}"][style].lower()
+    local = [
+        f"{first}.{last}",
+        f"{first[0]}{last}",
+        f"{first}{r.randint(1, 99)}",
+        f"{first}_{last}",
+    ][style].lower()
     local = re.sub(r"[^a-z0-9._]", "", local)
-    return _Person(first=first, last=last, email=f"{local}@{r.choice(_EMAIL_DOMAINS)}",
-                   phone=_fmt_phone(r, phone_format), ssn=_ssn(r), address=_address(fake, r),
-                   dob=_date(r, _dt.date(1940, 1, 1), _dt.date(2004, 12, 31)), org=_company(fake))
+    return _Person(
+        first=first,
+        last=last,
+        email=f"{local}@{r.choice(_EMAIL_DOMAINS)}",
+        phone=_fmt_phone(r, phone_format),
+        ssn=_ssn(r),
+        address=_address(fake, r),
+        dob=_date(r, _dt.date(1940, 1, 1), _dt.date(2004, 12, 31)),
+        org=_company(fake),
+    )
 
 
 def _make_persona(fake, r: random.Random) -> _Persona:
@@ -508,11 +836,21 @@ def _make_persona(fake, r: random.Random) -> _Persona:
     weights = sorted((r.random() + 0.2 for _ in range(k)), reverse=True)
     kw = {kd: r.random() ** 2 + 0.05 for kd in KINDS}
     return _Persona(
-        me=me, contacts=contacts, greeting=r.choice(_GREETINGS), signoff=r.choice(_SIGNOFFS),
-        topics=topics, topic_weights=weights, kind_weights=kw,
-        date_format=r.choice(_DATE_FORMATS), phone_format=phone_format, exclaim=r.choice((0.0, 0.1, 0.5, 0.8)),
-        lowercase_chat=r.random() < 0.5, emoji=r.choice(_EMOJI) if r.random() < 0.5 else None,
-        ellipsis=r.random() < 0.25, uses_first_names=r.random() < 0.6, signature_block=r.random() < 0.5,
+        me=me,
+        contacts=contacts,
+        greeting=r.choice(_GREETINGS),
+        signoff=r.choice(_SIGNOFFS),
+        topics=topics,
+        topic_weights=weights,
+        kind_weights=kw,
+        date_format=r.choice(_DATE_FORMATS),
+        phone_format=phone_format,
+        exclaim=r.choice((0.0, 0.1, 0.5, 0.8)),
+        lowercase_chat=r.random() < 0.5,
+        emoji=r.choice(_EMOJI) if r.random() < 0.5 else None,
+        ellipsis=r.random() < 0.25,
+        uses_first_names=r.random() < 0.6,
+        signature_block=r.random() < 0.5,
         home_city=fake.city(),
     )
 
@@ -521,8 +859,9 @@ _BASE_LO = _dt.date(2018, 1, 1)
 _BASE_HI = _dt.date(2024, 12, 31)
 
 
-def _record(fake, p: _Persona, r: random.Random, kind: str,
-            known: dict | None = None) -> tuple[str, tuple[Span, ...]]:
+def _record(
+    fake, p: _Persona, r: random.Random, kind: str, known: dict | None = None
+) -> tuple[str, tuple[Span, ...]]:
     contact = r.choice(p.contacts)
     patient = _person(fake, r, r.choice(_PHONE_FORMATS))
     if known is not None:  # no random draw: the texts are the same with or without it
@@ -549,8 +888,14 @@ def _record(fake, p: _Persona, r: random.Random, kind: str,
             "me_first": lambda: (p.me.first, "PERSON"),
             "me_last": lambda: (p.me.last, "PERSON"),
             "contact": lambda: (contact.full, "PERSON"),
-            "contact_first": lambda: (contact.first if p.uses_first_names else contact.full, "PERSON"),
-            "person": lambda: ((fake.first_name() + " " if r.random() < 0.7 else "") + fake.last_name(), "PERSON"),
+            "contact_first": lambda: (
+                contact.first if p.uses_first_names else contact.full,
+                "PERSON",
+            ),
+            "person": lambda: (
+                (fake.first_name() + " " if r.random() < 0.7 else "") + fake.last_name(),
+                "PERSON",
+            ),
             "phone": lambda: (p.me.phone, "PHONE"),
             "contact_phone": lambda: (contact.phone, "PHONE"),
             "ssn": lambda: (p.me.ssn, "SSN"),
@@ -560,9 +905,20 @@ def _record(fake, p: _Persona, r: random.Random, kind: str,
             "date2": lambda: (fmt_date(_date(r, _BASE_LO, _BASE_HI)), "DATE"),
             "org": lambda: (p.me.org, "ORG"),
             "other_org": lambda: (_company(fake), "ORG"),
-            "hospital": lambda: (r.choice((f"{p.home_city} General Hospital", f"St. {contact.last} Medical Center",
-                                            f"{p.home_city} Family Clinic")), "ORG"),
-            "hospital2": lambda: (f"{fake.city()} {r.choice(('Medical Center', 'Clinic', 'Hospital'))}", "ORG"),
+            "hospital": lambda: (
+                r.choice(
+                    (
+                        f"{p.home_city} General Hospital",
+                        f"St. {contact.last} Medical Center",
+                        f"{p.home_city} Family Clinic",
+                    )
+                ),
+                "ORG",
+            ),
+            "hospital2": lambda: (
+                f"{fake.city()} {r.choice(('Medical Center', 'Clinic', 'Hospital'))}",
+                "ORG",
+            ),
             "email": lambda: (p.me.email, "EMAIL"),
             "contact_email": lambda: (contact.email, "EMAIL"),
             "city": lambda: (r.choice((p.home_city, fake.city())), "LOC"),
@@ -594,7 +950,10 @@ def _record(fake, p: _Persona, r: random.Random, kind: str,
             "job": lambda: (fake.job().lower(), None),
             "bs_cap": lambda: (_cap(fake.bs()), None),
             "end": lambda: (end(), None),
-            "q": lambda: ("?" if not (is_chat and p.lowercase_chat and r.random() < 0.4) else "", None),
+            "q": lambda: (
+                "?" if not (is_chat and p.lowercase_chat and r.random() < 0.4) else "",
+                None,
+            ),
         }.get(name)
         if f is None:  # pragma: no cover - template bug
             raise KeyError(f"unknown template slot {{{name}}}")
@@ -606,7 +965,9 @@ def _record(fake, p: _Persona, r: random.Random, kind: str,
         b.template(r.choice(_NOTE_TEMPLATES), slots)
         if r.random() < 0.5:
             b.add(" ")
-            b.template(_EMAIL_SENTENCES["health"][r.randrange(len(_EMAIL_SENTENCES["health"]))], slots)
+            b.template(
+                _EMAIL_SENTENCES["health"][r.randrange(len(_EMAIL_SENTENCES["health"]))], slots
+            )
         return b.text(), tuple(b.spans)
 
     topic = r.choices(p.topics, weights=p.topic_weights)[0]
@@ -665,8 +1026,9 @@ def _rng(*parts: object) -> random.Random:
     return random.Random(":".join(str(x) for x in ("privnlp-corpus-v1", *parts)))
 
 
-def generate_corpus(n_users: int = 20, records_per_user: int = 10, *, seed: int = 0,
-                    kinds: Iterable[str] = KINDS) -> PrivateCorpus:
+def generate_corpus(
+    n_users: int = 20, records_per_user: int = 10, *, seed: int = 0, kinds: Iterable[str] = KINDS
+) -> PrivateCorpus:
     """Generate the bundled synthetic private corpus (deterministic per ``seed``).
 
     ``n_users`` users each write ``records_per_user`` records whose kind is drawn from the
@@ -709,8 +1071,17 @@ def generate_corpus(n_users: int = 20, records_per_user: int = 10, *, seed: int 
             known: dict = {}
             text, spans = _record(fake, persona, rr, kind, known)
             known_fields[f"{uid}-r{j:04d}"] = _known_fields(persona, kind, known["patient"])
-            records.append(Record(id=f"{uid}-r{j:04d}", user_id=uid, kind=kind, text=text, spans=spans))
-    return PrivateCorpus(tuple(records), seed=int(seed),
-                         config={"n_users": int(n_users), "records_per_user": int(records_per_user),
-                                 "kinds": list(kinds), "seed": int(seed)},
-                         known_fields=known_fields)
+            records.append(
+                Record(id=f"{uid}-r{j:04d}", user_id=uid, kind=kind, text=text, spans=spans)
+            )
+    return PrivateCorpus(
+        tuple(records),
+        seed=int(seed),
+        config={
+            "n_users": int(n_users),
+            "records_per_user": int(records_per_user),
+            "kinds": list(kinds),
+            "seed": int(seed),
+        },
+        known_fields=known_fields,
+    )

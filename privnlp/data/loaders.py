@@ -4,6 +4,7 @@ Moses-style parallel file pairs (for ``../shared/papers/phrase-pair-fragmentatio
 Malformed input raises :class:`~privnlp.core.errors.MalformedInput` naming the file, the line
 and what is wrong; nothing is silently skipped except blank lines of txt/JSONL files.
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,7 +32,9 @@ def _read(path: Path) -> str:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise MalformedInput(f"{path}, line {line}: not valid UTF-8 (byte {data[e.start]:#04x} at offset {e.start})") from None
+        raise MalformedInput(
+            f"{path}, line {line}: not valid UTF-8 (byte {data[e.start]:#04x} at offset {e.start})"
+        ) from None
     if not text.strip():
         raise MalformedInput(f"{path}: empty file (no records)")
     return text
@@ -68,26 +71,36 @@ def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -
     if _is_hf_dataset(path):
         col = field or "text"
         if col not in path.column_names:
-            raise MalformedInput(f"dataset has no column {col!r}; columns: {list(path.column_names)}")
+            raise MalformedInput(
+                f"dataset has no column {col!r}; columns: {list(path.column_names)}"
+            )
         out = []
         for i, v in enumerate(path[col]):
             if not isinstance(v, str):
-                raise MalformedInput(f"dataset row {i}: column {col!r} is {type(v).__name__}, expected str")
+                raise MalformedInput(
+                    f"dataset row {i}: column {col!r} is {type(v).__name__}, expected str"
+                )
             out.append(v)
         return out
     if not isinstance(path, (str, os.PathLike)):
-        raise InvalidArgument(f"path must be a file path or a datasets.Dataset; got {type(path).__name__}")
+        raise InvalidArgument(
+            f"path must be a file path or a datasets.Dataset; got {type(path).__name__}"
+        )
     p = Path(path)
     if fmt is None:
         fmt = _EXT.get(p.suffix.lower())
         if fmt is None:
-            raise InvalidArgument(f"cannot infer the format of {p} from its extension; pass fmt= one of {_FORMATS}")
+            raise InvalidArgument(
+                f"cannot infer the format of {p} from its extension; pass fmt= one of {_FORMATS}"
+            )
     if fmt not in _FORMATS:
         raise InvalidArgument(f"fmt must be one of {_FORMATS}; got {fmt!r}")
     text = _read(p)
     if fmt == "txt":
         if field is not None:
-            raise InvalidArgument("field is not used for txt files (one record per line); pass field=None")
+            raise InvalidArgument(
+                "field is not used for txt files (one record per line); pass field=None"
+            )
         return [ln for ln in text.splitlines() if ln.strip()]
     if fmt == "jsonl":
         col = field or "text"
@@ -98,13 +111,21 @@ def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -
             try:
                 obj = json.loads(ln)
             except json.JSONDecodeError as e:
-                raise MalformedInput(f"{p}, line {i}: invalid JSON ({e.msg} at column {e.colno})") from None
+                raise MalformedInput(
+                    f"{p}, line {i}: invalid JSON ({e.msg} at column {e.colno})"
+                ) from None
             if not isinstance(obj, dict):
-                raise MalformedInput(f"{p}, line {i}: expected a JSON object, got {type(obj).__name__}")
+                raise MalformedInput(
+                    f"{p}, line {i}: expected a JSON object, got {type(obj).__name__}"
+                )
             if col not in obj:
-                raise MalformedInput(f"{p}, line {i}: missing field {col!r} (fields: {sorted(obj)})")
+                raise MalformedInput(
+                    f"{p}, line {i}: missing field {col!r} (fields: {sorted(obj)})"
+                )
             if not isinstance(obj[col], str):
-                raise MalformedInput(f"{p}, line {i}: field {col!r} is {type(obj[col]).__name__}, expected a string")
+                raise MalformedInput(
+                    f"{p}, line {i}: field {col!r} is {type(obj[col]).__name__}, expected a string"
+                )
             out.append(obj[col])
         return out
     # csv
@@ -116,7 +137,9 @@ def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -
     if field is None:
         field = "text" if "text" in header else (header[0] if len(header) == 1 else None)
         if field is None:
-            raise MalformedInput(f"{p}, line 1: no 'text' column and several columns {header}; pass field=")
+            raise MalformedInput(
+                f"{p}, line 1: no 'text' column and several columns {header}; pass field="
+            )
     if field not in header:
         raise MalformedInput(f"{p}, line 1: missing column {field!r} (columns: {header})")
     j = header.index(field)
@@ -127,7 +150,9 @@ def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -
             if not row or all(not c.strip() for c in row):
                 continue
             if len(row) != len(header):
-                raise MalformedInput(f"{p}, line {line}: {len(row)} fields, expected {len(header)} (as in the header)")
+                raise MalformedInput(
+                    f"{p}, line {line}: {len(row)} fields, expected {len(header)} (as in the header)"
+                )
             out.append(row[j])
     except csv.Error as e:
         raise MalformedInput(f"{p}, line {reader.line_num}: CSV error ({e})") from None
@@ -136,7 +161,9 @@ def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -
     return out
 
 
-def load_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> tuple[list[str], list[str]]:
+def load_parallel(
+    src_path: str | os.PathLike, tgt_path: str | os.PathLike
+) -> tuple[list[str], list[str]]:
     """Load a Moses-style pair of files (line ``i`` of ``src_path`` translates to line ``i`` of ``tgt_path``).
 
     Args:
@@ -156,8 +183,10 @@ def load_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> t
     while src and not src[-1].strip() and tgt and not tgt[-1].strip():
         src.pop(), tgt.pop()
     if len(src) != len(tgt):
-        raise MalformedInput(f"{sp} has {len(src)} lines but {tp} has {len(tgt)}; a parallel pair needs equal "
-                             f"line counts (first unmatched line: {min(len(src), len(tgt)) + 1})")
+        raise MalformedInput(
+            f"{sp} has {len(src)} lines but {tp} has {len(tgt)}; a parallel pair needs equal "
+            f"line counts (first unmatched line: {min(len(src), len(tgt)) + 1})"
+        )
     for i, (a, b) in enumerate(zip(src, tgt), 1):
         if bool(a.strip()) != bool(b.strip()):
             which = sp if not a.strip() else tp

@@ -16,6 +16,7 @@ paper's Abraxane/tiredness example; ``ParallelCorpus.planted`` lists them.
 Self-contained (no dependency on :mod:`privnlp.data`'s private corpus) so it is deterministic
 per seed and cheap: ``generate_parallel(1000, seed=0)`` takes a few milliseconds.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -70,45 +71,203 @@ class ParallelCorpus:
         """The sentences at ``indices`` (planted pairs re-indexed)."""
         idx = [int(i) for i in indices]
         pos = {old: new for new, old in enumerate(idx)}
-        planted = tuple(PlantedPair(pos[p.sentence], p.first, p.second, p.first_word, p.second_word)
-                        for p in self.planted if p.sentence in pos)
+        planted = tuple(
+            PlantedPair(pos[p.sentence], p.first, p.second, p.first_word, p.second_word)
+            for p in self.planted
+            if p.sentence in pos
+        )
         return ParallelCorpus(
-            source=tuple(self.source[i] for i in idx), target=tuple(self.target[i] for i in idx),
-            alignments=tuple(self.alignments[i] for i in idx), doc_ids=tuple(self.doc_ids[i] for i in idx),
-            planted=planted, domains=tuple(self.domains[i] for i in idx) if self.domains else ())
+            source=tuple(self.source[i] for i in idx),
+            target=tuple(self.target[i] for i in idx),
+            alignments=tuple(self.alignments[i] for i in idx),
+            doc_ids=tuple(self.doc_ids[i] for i in idx),
+            planted=planted,
+            domains=tuple(self.domains[i] for i in idx) if self.domains else (),
+        )
 
 
 # ---------------------------------------------------------------------------------------
 # Lexicon (fixed for every seed)
 
-_DET = ["the", "this", "every", "that"]            # "a" is handled separately (unaligned)
-_ADJ = ["red", "small", "old", "new", "large", "quiet", "bright", "cold", "warm", "heavy", "green",
-        "young", "strange", "clean", "broken", "empty", "local", "yellow", "simple", "early"]
-_NOUN = ["doctor", "nurse", "patient", "report", "table", "window", "car", "book", "letter", "garden",
-         "house", "teacher", "student", "door", "river", "city", "market", "child", "friend", "office",
-         "phone", "bottle", "chair", "street", "bridge", "dog", "cat", "farmer", "engineer", "lawyer",
-         "manager", "kitchen", "school", "train", "station", "hospital", "clinic", "box", "bag", "key"]
-_VERB = ["saw", "wrote", "opened", "moved", "found", "read", "checked", "cleaned", "carried", "painted",
-         "visited", "closed", "sold", "bought", "called", "helped", "watched", "fixed", "lost", "signed"]
+_DET = ["the", "this", "every", "that"]  # "a" is handled separately (unaligned)
+_ADJ = [
+    "red",
+    "small",
+    "old",
+    "new",
+    "large",
+    "quiet",
+    "bright",
+    "cold",
+    "warm",
+    "heavy",
+    "green",
+    "young",
+    "strange",
+    "clean",
+    "broken",
+    "empty",
+    "local",
+    "yellow",
+    "simple",
+    "early",
+]
+_NOUN = [
+    "doctor",
+    "nurse",
+    "patient",
+    "report",
+    "table",
+    "window",
+    "car",
+    "book",
+    "letter",
+    "garden",
+    "house",
+    "teacher",
+    "student",
+    "door",
+    "river",
+    "city",
+    "market",
+    "child",
+    "friend",
+    "office",
+    "phone",
+    "bottle",
+    "chair",
+    "street",
+    "bridge",
+    "dog",
+    "cat",
+    "farmer",
+    "engineer",
+    "lawyer",
+    "manager",
+    "kitchen",
+    "school",
+    "train",
+    "station",
+    "hospital",
+    "clinic",
+    "box",
+    "bag",
+    "key",
+]
+_VERB = [
+    "saw",
+    "wrote",
+    "opened",
+    "moved",
+    "found",
+    "read",
+    "checked",
+    "cleaned",
+    "carried",
+    "painted",
+    "visited",
+    "closed",
+    "sold",
+    "bought",
+    "called",
+    "helped",
+    "watched",
+    "fixed",
+    "lost",
+    "signed",
+]
 _PREP = ["in", "near", "with", "behind", "after", "under"]
 _ADV = ["yesterday", "today", "quickly", "again", "slowly", "twice"]
-_DRUG = ["abraxane", "velomab", "cortinex", "zelitra", "moxapril", "duravex", "fenotrin", "lumacet",
-         "oraxil", "piroquin", "stelvane", "tamiflex"]
-_EFFECT = ["tiredness", "nausea", "headache", "dizziness", "rash", "insomnia", "fever", "cough",
-           "anxiety", "swelling", "vomiting", "cramps"]
+_DRUG = [
+    "abraxane",
+    "velomab",
+    "cortinex",
+    "zelitra",
+    "moxapril",
+    "duravex",
+    "fenotrin",
+    "lumacet",
+    "oraxil",
+    "piroquin",
+    "stelvane",
+    "tamiflex",
+]
+_EFFECT = [
+    "tiredness",
+    "nausea",
+    "headache",
+    "dizziness",
+    "rash",
+    "insomnia",
+    "fever",
+    "cough",
+    "anxiety",
+    "swelling",
+    "vomiting",
+    "cramps",
+]
 _SEVERITY = ["severe", "mild", "sudden", "persistent"]
-_FILLERS = [["and", "then"], ["and", "later", "on"], ["for", "two", "weeks", "and"],
-            ["twice", "a", "day", "and", "then"], ["in", "the", "morning", "and", "later"]]
+_FILLERS = [
+    ["and", "then"],
+    ["and", "later", "on"],
+    ["for", "two", "weeks", "and"],
+    ["twice", "a", "day", "and", "then"],
+    ["in", "the", "morning", "and", "later"],
+]
 _MED_SUBJ = ["patient", "woman", "man", "child", "nurse"]
 
-_SYLL = ["ka", "lo", "mi", "ra", "tu", "sen", "vo", "pe", "zu", "na", "gri", "dal", "fo", "xi", "bre",
-         "mu", "ti", "sha", "ko", "le", "vin", "ru", "da", "po", "nel", "qua", "so", "ber", "fi", "mo"]
+_SYLL = [
+    "ka",
+    "lo",
+    "mi",
+    "ra",
+    "tu",
+    "sen",
+    "vo",
+    "pe",
+    "zu",
+    "na",
+    "gri",
+    "dal",
+    "fo",
+    "xi",
+    "bre",
+    "mu",
+    "ti",
+    "sha",
+    "ko",
+    "le",
+    "vin",
+    "ru",
+    "da",
+    "po",
+    "nel",
+    "qua",
+    "so",
+    "ber",
+    "fi",
+    "mo",
+]
 
 
 def _build_lexicon() -> dict[str, str]:
     rng = np.random.default_rng(20240607)
-    words = sorted(set(_DET + _ADJ + _NOUN + _VERB + _PREP + _ADV + _DRUG + _EFFECT + _SEVERITY
-                       + [w for f in _FILLERS for w in f] + _MED_SUBJ + ["took", "reported", "and"]))
+    words = sorted(
+        set(
+            _DET
+            + _ADJ
+            + _NOUN
+            + _VERB
+            + _PREP
+            + _ADV
+            + _DRUG
+            + _EFFECT
+            + _SEVERITY
+            + [w for f in _FILLERS for w in f]
+            + _MED_SUBJ
+            + ["took", "reported", "and"]
+        )
+    )
     words = [w for w in words if w != "a"]
     lex: dict[str, str] = {}
     used: set[str] = set()
@@ -135,6 +294,7 @@ _PAST_AUX = "hat"  # past-tense verbs translate to "hat <stem>" (a one-to-many l
 # Generation: a sentence is a list of units (source tokens, target tokens, internal links);
 # source order and target order are different permutations of the same units.
 
+
 class _Unit:
     __slots__ = ("src", "tgt", "links")
 
@@ -152,14 +312,16 @@ def _verb(w: str) -> _Unit:
     return _Unit([w], [_PAST_AUX, TOY_LEXICON[w]], [(0, 0), (0, 1)])
 
 
-def _np(rng: np.random.Generator, noun: str | None = None, adj_p: float = 0.5) -> tuple[list[_Unit], list[_Unit]]:
+def _np(
+    rng: np.random.Generator, noun: str | None = None, adj_p: float = 0.5
+) -> tuple[list[_Unit], list[_Unit]]:
     det = "a" if rng.random() < 0.2 else _DET[int(rng.integers(len(_DET)))]
     noun = noun or _NOUN[int(rng.integers(len(_NOUN)))]
     src = [_word(det)]
     if rng.random() < adj_p:
         adj = _word(_ADJ[int(rng.integers(len(_ADJ)))])
         n = _word(noun)
-        return src + [adj, n], src + [n, adj]       # adjective-noun swap
+        return src + [adj, n], src + [n, adj]  # adjective-noun swap
     n = _word(noun)
     return src + [n], src + [n]
 
@@ -180,7 +342,9 @@ def _general(rng: np.random.Generator) -> tuple[list[_Unit], list[_Unit]]:
     return s_src + [v] + o_src + pp_src + adv + [dot], s_tgt + adv + pp_tgt + o_tgt + [v] + [dot]
 
 
-def _medical(rng: np.random.Generator) -> tuple[list[_Unit], list[_Unit], tuple[int, int, str, str]]:
+def _medical(
+    rng: np.random.Generator,
+) -> tuple[list[_Unit], list[_Unit], tuple[int, int, str, str]]:
     subj = _MED_SUBJ[int(rng.integers(len(_MED_SUBJ)))]
     s_src, s_tgt = _np(rng, noun=subj, adj_p=0.4)
     took = _verb("took")
@@ -199,7 +363,9 @@ def _medical(rng: np.random.Generator) -> tuple[list[_Unit], list[_Unit], tuple[
     return src, tgt, (first, second, drug_w, eff_w)
 
 
-def _realise(src_units: list[_Unit], tgt_units: list[_Unit]) -> tuple[str, str, tuple[tuple[int, int], ...]]:
+def _realise(
+    src_units: list[_Unit], tgt_units: list[_Unit]
+) -> tuple[str, str, tuple[tuple[int, int], ...]]:
     s_off: dict[int, int] = {}
     pos = 0
     for u in src_units:
@@ -216,8 +382,9 @@ def _realise(src_units: list[_Unit], tgt_units: list[_Unit]) -> tuple[str, str, 
     return src, tgt, tuple(links)
 
 
-def generate_parallel(n: int = 1000, *, seed: int = 0, medical_rate: float = 0.3,
-                      doc_size: tuple[int, int] = (4, 8)) -> ParallelCorpus:
+def generate_parallel(
+    n: int = 1000, *, seed: int = 0, medical_rate: float = 0.3, doc_size: tuple[int, int] = (4, 8)
+) -> ParallelCorpus:
     """Generate ``n`` sentence pairs of the toy language (deterministic per ``seed``).
 
     ``medical_rate`` of the sentences plant a (drug, side effect) pair 4-8 source words apart.
@@ -247,4 +414,6 @@ def generate_parallel(n: int = 1000, *, seed: int = 0, medical_rate: float = 0.3
         if left == 0:
             doc += 1
             left = int(rng.integers(doc_size[0], doc_size[1] + 1))
-    return ParallelCorpus(tuple(src_l), tuple(tgt_l), tuple(al_l), tuple(docs), tuple(planted), tuple(domains))
+    return ParallelCorpus(
+        tuple(src_l), tuple(tgt_l), tuple(al_l), tuple(docs), tuple(planted), tuple(domains)
+    )

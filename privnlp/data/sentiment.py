@@ -7,6 +7,7 @@ the overall polarity; sentences mix in a contrasting clause and negations ("not 
 single word decides the label, but a bag-of-words model learns it (> 85% accuracy).
 Deterministic per ``seed`` (a seeded ``random.Random``; no global RNG).
 """
+
 from __future__ import annotations
 
 import random
@@ -18,39 +19,191 @@ __all__ = ["LEXICON", "LabeledDataset", "generate_sentiment"]
 
 LEXICON: dict[str, list[str]] = {
     "positive": [
-        "great", "excellent", "wonderful", "fantastic", "amazing", "delightful", "superb", "lovely", "pleasant",
-        "reliable", "impressive", "friendly", "helpful", "comfortable", "charming", "outstanding", "brilliant",
-        "enjoyable", "perfect", "solid", "tasty", "fresh", "spotless", "generous", "smooth", "sturdy", "elegant",
-        "affordable", "cozy", "attentive", "fast", "clean", "beautiful", "satisfying", "refreshing", "memorable",
-        "thoughtful", "welcoming", "flawless", "durable", "polished", "gorgeous", "stellar", "good",
+        "great",
+        "excellent",
+        "wonderful",
+        "fantastic",
+        "amazing",
+        "delightful",
+        "superb",
+        "lovely",
+        "pleasant",
+        "reliable",
+        "impressive",
+        "friendly",
+        "helpful",
+        "comfortable",
+        "charming",
+        "outstanding",
+        "brilliant",
+        "enjoyable",
+        "perfect",
+        "solid",
+        "tasty",
+        "fresh",
+        "spotless",
+        "generous",
+        "smooth",
+        "sturdy",
+        "elegant",
+        "affordable",
+        "cozy",
+        "attentive",
+        "fast",
+        "clean",
+        "beautiful",
+        "satisfying",
+        "refreshing",
+        "memorable",
+        "thoughtful",
+        "welcoming",
+        "flawless",
+        "durable",
+        "polished",
+        "gorgeous",
+        "stellar",
+        "good",
     ],
     "negative": [
-        "terrible", "awful", "horrible", "disappointing", "mediocre", "rude", "dirty", "broken", "slow", "bland",
-        "overpriced", "noisy", "flimsy", "unreliable", "useless", "frustrating", "boring", "stale", "greasy",
-        "cramped", "confusing", "unpleasant", "dreadful", "shoddy", "careless", "cold", "soggy", "faulty",
-        "sloppy", "tedious", "clumsy", "poor", "lousy", "filthy", "unhelpful", "annoying", "dull", "cheap",
-        "defective", "inedible", "uncomfortable", "buggy", "sticky", "bad",
+        "terrible",
+        "awful",
+        "horrible",
+        "disappointing",
+        "mediocre",
+        "rude",
+        "dirty",
+        "broken",
+        "slow",
+        "bland",
+        "overpriced",
+        "noisy",
+        "flimsy",
+        "unreliable",
+        "useless",
+        "frustrating",
+        "boring",
+        "stale",
+        "greasy",
+        "cramped",
+        "confusing",
+        "unpleasant",
+        "dreadful",
+        "shoddy",
+        "careless",
+        "cold",
+        "soggy",
+        "faulty",
+        "sloppy",
+        "tedious",
+        "clumsy",
+        "poor",
+        "lousy",
+        "filthy",
+        "unhelpful",
+        "annoying",
+        "dull",
+        "cheap",
+        "defective",
+        "inedible",
+        "uncomfortable",
+        "buggy",
+        "sticky",
+        "bad",
     ],
 }
 
 _SUBJECTS = {
-    "restaurant": ("food", "service", "waiter", "dessert", "menu", "atmosphere", "soup", "pasta", "coffee"),
+    "restaurant": (
+        "food",
+        "service",
+        "waiter",
+        "dessert",
+        "menu",
+        "atmosphere",
+        "soup",
+        "pasta",
+        "coffee",
+    ),
     "hotel": ("room", "staff", "bed", "breakfast", "lobby", "bathroom", "view", "pool", "check-in"),
-    "product": ("battery", "screen", "design", "packaging", "manual", "charger", "handle", "material", "price"),
-    "movie": ("plot", "acting", "soundtrack", "ending", "script", "pacing", "cast", "dialogue", "visuals"),
-    "app": ("interface", "update", "login", "search", "layout", "notifications", "support team", "checkout"),
-    "course": ("lectures", "instructor", "assignments", "slides", "exam", "readings", "tutor", "schedule"),
+    "product": (
+        "battery",
+        "screen",
+        "design",
+        "packaging",
+        "manual",
+        "charger",
+        "handle",
+        "material",
+        "price",
+    ),
+    "movie": (
+        "plot",
+        "acting",
+        "soundtrack",
+        "ending",
+        "script",
+        "pacing",
+        "cast",
+        "dialogue",
+        "visuals",
+    ),
+    "app": (
+        "interface",
+        "update",
+        "login",
+        "search",
+        "layout",
+        "notifications",
+        "support team",
+        "checkout",
+    ),
+    "course": (
+        "lectures",
+        "instructor",
+        "assignments",
+        "slides",
+        "exam",
+        "readings",
+        "tutor",
+        "schedule",
+    ),
 }
-_NAMES = {"restaurant": "restaurant", "hotel": "hotel", "product": "blender", "movie": "movie", "app": "app",
-          "course": "course"}
+_NAMES = {
+    "restaurant": "restaurant",
+    "hotel": "hotel",
+    "product": "blender",
+    "movie": "movie",
+    "app": "app",
+    "course": "course",
+}
 _INTENS = ("", "", "really ", "very ", "quite ", "truly ", "pretty ", "incredibly ", "rather ")
-_OPEN_POS = ("I would come back again.", "Highly recommended.", "Five stars from me.", "Will buy again.",
-             "My friends loved it too.", "Worth every penny.")
-_OPEN_NEG = ("I will not come back.", "Save your money.", "One star.", "I asked for a refund.",
-             "Never again.", "What a waste of time.")
-_NEUTRAL = ("We went there last weekend.", "I tried it for a month.", "This was my second visit.",
-            "I bought it on sale.", "We watched it on Friday night.", "I signed up in spring.", "",
-            "My sister recommended it.", "It arrived on Tuesday.")
+_OPEN_POS = (
+    "I would come back again.",
+    "Highly recommended.",
+    "Five stars from me.",
+    "Will buy again.",
+    "My friends loved it too.",
+    "Worth every penny.",
+)
+_OPEN_NEG = (
+    "I will not come back.",
+    "Save your money.",
+    "One star.",
+    "I asked for a refund.",
+    "Never again.",
+    "What a waste of time.",
+)
+_NEUTRAL = (
+    "We went there last weekend.",
+    "I tried it for a month.",
+    "This was my second visit.",
+    "I bought it on sale.",
+    "We watched it on Friday night.",
+    "I signed up in spring.",
+    "",
+    "My sister recommended it.",
+    "It arrived on Tuesday.",
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +224,10 @@ class LabeledDataset:
     def split(self, test_fraction: float = 0.2) -> tuple["LabeledDataset", "LabeledDataset"]:
         """Deterministic head/tail split (the data are already shuffled)."""
         k = len(self.texts) - int(round(len(self.texts) * test_fraction))
-        return (LabeledDataset(self.texts[:k], self.labels[:k]), LabeledDataset(self.texts[k:], self.labels[k:]))
+        return (
+            LabeledDataset(self.texts[:k], self.labels[:k]),
+            LabeledDataset(self.texts[k:], self.labels[k:]),
+        )
 
 
 def _phrase(r: random.Random, polarity: str) -> str:
@@ -94,13 +250,19 @@ def _sentence(r: random.Random, label: int) -> str:
     if form == 0:
         parts.append(f"The {a1} was {_phrase(r, pol)} and the {a2} was {_phrase(r, pol)}.")
     elif form == 1:
-        parts.append(f"Although the {a1} was {_phrase(r, opp)}, the {a2} was {_phrase(r, pol)} "
-                     f"and the {a3} felt {_phrase(r, pol)}.")
+        parts.append(
+            f"Although the {a1} was {_phrase(r, opp)}, the {a2} was {_phrase(r, pol)} "
+            f"and the {a3} felt {_phrase(r, pol)}."
+        )
     elif form == 2:
-        parts.append(f"Overall a {r.choice(_INTENS)}{r.choice(LEXICON[pol])} {name}. The {a1} was {_phrase(r, pol)}.")
+        parts.append(
+            f"Overall a {r.choice(_INTENS)}{r.choice(LEXICON[pol])} {name}. The {a1} was {_phrase(r, pol)}."
+        )
     elif form == 3:
-        parts.append(f"The {a1} seemed {_phrase(r, opp)} at first, but honestly the whole {name} "
-                     f"turned out {_phrase(r, pol)}, and the {a2} was {_phrase(r, pol)}.")
+        parts.append(
+            f"The {a1} seemed {_phrase(r, opp)} at first, but honestly the whole {name} "
+            f"turned out {_phrase(r, pol)}, and the {a2} was {_phrase(r, pol)}."
+        )
     else:
         parts.append(f"I found the {a1} {_phrase(r, pol)}.")
     if r.random() < 0.5:

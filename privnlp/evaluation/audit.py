@@ -8,6 +8,7 @@ and returns a :class:`~privnlp.core.report.LeakageReport` with 95% confidence in
 over seeds. Results are cached per (mechanism, scenario, attack, seed) so an interrupted
 run resumes where it stopped.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,9 +27,23 @@ from privnlp.core.claims import PrivacyClaim, ThreatModel, _jsonable
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.protocols import Attack, Mechanism, Scenario, ScenarioRun
 from privnlp.core.registry import ATTACKS, LEAKY_TWINS, MECHANISMS, SCENARIOS
-from privnlp.core.report import AttackMetrics, LeakageReport, MetricSummary, atomic_write_text, package_versions, summarize
+from privnlp.core.report import (
+    AttackMetrics,
+    LeakageReport,
+    MetricSummary,
+    atomic_write_text,
+    package_versions,
+    summarize,
+)
 
-__all__ = ["audit", "resolve_mechanism", "resolve_scenario", "resolve_attacks", "FunctionMechanism", "SeedOutcome"]
+__all__ = [
+    "audit",
+    "resolve_mechanism",
+    "resolve_scenario",
+    "resolve_attacks",
+    "FunctionMechanism",
+    "SeedOutcome",
+]
 
 
 class FunctionMechanism(Mechanism):
@@ -52,9 +67,16 @@ class FunctionMechanism(Mechanism):
 
     name = "user_function"
 
-    def __init__(self, fn: Any, *, claim: PrivacyClaim, name: str = "user_function",
-                 paired_attacks: Sequence[str] = (), scenario: str | None = None,
-                 threat_models: Sequence[ThreatModel] = ()) -> None:
+    def __init__(
+        self,
+        fn: Any,
+        *,
+        claim: PrivacyClaim,
+        name: str = "user_function",
+        paired_attacks: Sequence[str] = (),
+        scenario: str | None = None,
+        threat_models: Sequence[ThreatModel] = (),
+    ) -> None:
         if not callable(fn):
             raise InvalidArgument(f"fn must be callable; got {type(fn).__name__}")
         self.fn = fn
@@ -81,15 +103,19 @@ class FunctionMechanism(Mechanism):
 
 
 def resolve_mechanism(mechanism: Any, preset: str = "quick") -> Mechanism:
-    from .realistic import base_preset  # issue #17: mechanisms have quick/full examples; realistic uses quick's
+    from .realistic import (
+        base_preset,
+    )  # issue #17: mechanisms have quick/full examples; realistic uses quick's
 
     if isinstance(mechanism, str):
         return MECHANISMS.get(mechanism).example(base_preset(preset))
     if isinstance(mechanism, type) and issubclass(mechanism, Mechanism):
         return mechanism.example(base_preset(preset))
     if not hasattr(mechanism, "claim"):
-        raise InvalidArgument("mechanism must be a registered name, a Mechanism, or an object with claim(); "
-                              f"got {type(mechanism).__name__} (wrap a callable with FunctionMechanism)")
+        raise InvalidArgument(
+            "mechanism must be a registered name, a Mechanism, or an object with claim(); "
+            f"got {type(mechanism).__name__} (wrap a callable with FunctionMechanism)"
+        )
     return mechanism
 
 
@@ -97,16 +123,22 @@ def resolve_scenario(scenario: Any, mechanism: Any, preset: str = "quick") -> Sc
     if scenario is None:
         scenario = getattr(mechanism, "scenario", None)
         if scenario is None:
-            raise InvalidArgument(f"scenario is required: mechanism {getattr(mechanism, 'name', mechanism)!r} "
-                                  f"names no default scenario; known scenarios: {SCENARIOS.names()}")
-    from .realistic import scenario_preset  # issue #17: realistic victims where a scenario has them, else quick
+            raise InvalidArgument(
+                f"scenario is required: mechanism {getattr(mechanism, 'name', mechanism)!r} "
+                f"names no default scenario; known scenarios: {SCENARIOS.names()}"
+            )
+    from .realistic import (
+        scenario_preset,
+    )  # issue #17: realistic victims where a scenario has them, else quick
 
     if isinstance(scenario, str):
         return SCENARIOS.get(scenario)(preset=scenario_preset(scenario, preset))
     if isinstance(scenario, type) and issubclass(scenario, Scenario):
         return scenario(preset=scenario_preset(getattr(scenario, "name", None), preset))
     if not hasattr(scenario, "run"):
-        raise InvalidArgument(f"scenario must be a registered name or a Scenario; got {type(scenario).__name__}")
+        raise InvalidArgument(
+            f"scenario must be a registered name or a Scenario; got {type(scenario).__name__}"
+        )
     return scenario
 
 
@@ -114,7 +146,9 @@ def resolve_attacks(attacks: Any, mechanism: Any, preset: str = "quick") -> list
     if attacks is None:
         attacks = [a for a in getattr(mechanism, "paired_attacks", ()) if a in ATTACKS.load_all()]
     out = []
-    from .realistic import attack_for  # issue #17: CPU-sized attack budgets on the realistic victims
+    from .realistic import (
+        attack_for,
+    )  # issue #17: CPU-sized attack budgets on the realistic victims
 
     for a in attacks:
         if isinstance(a, str):
@@ -136,8 +170,13 @@ class SeedOutcome:
 
 
 def _key(*parts: Any) -> str:
-    blob = json.dumps(_jsonable([repr(p) if not isinstance(p, (str, int, float, dict, list)) else p for p in parts]),
-                      sort_keys=True, default=repr)
+    blob = json.dumps(
+        _jsonable(
+            [repr(p) if not isinstance(p, (str, int, float, dict, list)) else p for p in parts]
+        ),
+        sort_keys=True,
+        default=repr,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -154,8 +193,10 @@ def _code_id(obj: Any) -> str:
     for cls in type(obj).__mro__:
         mod = sys.modules.get(cls.__module__)
         f = getattr(mod, "__file__", None)
-        third_party = f and ("privnlp" not in f) and ("site-packages" in f or f.startswith(sys.base_prefix))
-        if f and f not in files and not third_party:   # privnlp's and the user's own code
+        third_party = (
+            f and ("privnlp" not in f) and ("site-packages" in f or f.startswith(sys.base_prefix))
+        )
+        if f and f not in files and not third_party:  # privnlp's and the user's own code
             files.append(f)
     out = []
     for f in files:
@@ -172,7 +213,12 @@ def _mech_identity(mechanism: Any) -> Any:
     if mechanism is None:
         return "undefended"
     params = mechanism.params() if hasattr(mechanism, "params") else repr(mechanism)
-    return [type(mechanism).__module__, type(mechanism).__qualname__, getattr(mechanism, "name", ""), params]
+    return [
+        type(mechanism).__module__,
+        type(mechanism).__qualname__,
+        getattr(mechanism, "name", ""),
+        params,
+    ]
 
 
 def _scenario_identity(scenario: Any) -> Any:
@@ -190,8 +236,9 @@ def _read(path: Path | None) -> Any:
         return None
 
 
-def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed: int,
-             cache_dir: Path | None) -> SeedOutcome:
+def _run_one(
+    mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed: int, cache_dir: Path | None
+) -> SeedOutcome:
     """Run ``scenario`` once for ``seed`` and every attack on its trials.
 
     The cache holds one entry per (system, scenario, attack, seed) and one for the utility, so an
@@ -205,8 +252,12 @@ def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed
     from privnlp.core.numerics import numerics_fingerprint, source_fingerprint
 
     code = code + [numerics_fingerprint(), source_fingerprint()]
-    keys = {a.name: _key("v5", sys_id, scen_id, type(a).__qualname__, a.params(), seed, code + [_code_id(a)])
-            for a in attacks}
+    keys = {
+        a.name: _key(
+            "v5", sys_id, scen_id, type(a).__qualname__, a.params(), seed, code + [_code_id(a)]
+        )
+        for a in attacks
+    }
     ukey = _key("v4-utility", sys_id, scen_id, seed, code)
     paths = {n: (cache_dir / f"{k}.json" if cache_dir else None) for n, k in keys.items()}
     upath = cache_dir / f"{ukey}.json" if cache_dir else None
@@ -221,8 +272,16 @@ def _run_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], seed
         return _compute_one(mechanism, scenario, attacks, missing, seed, cached, paths, upath)
 
 
-def _compute_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], missing: Sequence[Attack], seed: int,
-                 cached: dict[str, Any], paths: Mapping[str, Path | None], upath: Path | None) -> SeedOutcome:
+def _compute_one(
+    mechanism: Any,
+    scenario: Scenario,
+    attacks: Sequence[Attack],
+    missing: Sequence[Attack],
+    seed: int,
+    cached: dict[str, Any],
+    paths: Mapping[str, Path | None],
+    upath: Path | None,
+) -> SeedOutcome:
     ss = np.random.SeedSequence([seed, 0x5EED])
     scen_seed, atk_seed = ss.spawn(2)
     run: ScenarioRun = scenario.run(mechanism, rng=np.random.default_rng(scen_seed))
@@ -235,7 +294,9 @@ def _compute_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], 
         for trial in run.trials:
             if not atk.applies_to(trial.observation):
                 continue
-            res = atk.run(trial.observation, rng=np.random.default_rng(attack_rngs.integers(0, 2**63 - 1)))
+            res = atk.run(
+                trial.observation, rng=np.random.default_rng(attack_rngs.integers(0, 2**63 - 1))
+            )
             for k, v in res.score(trial.ground_truth).items():
                 acc[k].append(float(v))
         metrics = {k: [float(x) for x in v] for k, v in acc.items()}  # one value per trial
@@ -249,8 +310,11 @@ def _compute_one(mechanism: Any, scenario: Scenario, attacks: Sequence[Attack], 
 
 
 def _as_float(v: Any) -> float:
-    return float(v) if v is not None and not isinstance(v, str) else (float(v) if isinstance(v, str) and
-                                                                      v in ("inf", "-inf", "nan") else math.nan)
+    return (
+        float(v)
+        if v is not None and not isinstance(v, str)
+        else (float(v) if isinstance(v, str) and v in ("inf", "-inf", "nan") else math.nan)
+    )
 
 
 def _trial_values(v: Any) -> list[float]:
@@ -262,7 +326,9 @@ def _seed_mean(values: list[float]) -> float:
     return float(np.mean(ok)) if ok else math.nan
 
 
-def _collect(outcomes: Sequence[SeedOutcome]) -> tuple[dict[str, dict[str, MetricSummary]], dict[str, MetricSummary]]:
+def _collect(
+    outcomes: Sequence[SeedOutcome],
+) -> tuple[dict[str, dict[str, MetricSummary]], dict[str, MetricSummary]]:
     """Confidence intervals over seeds (the mean of each seed's trials); with a single seed, over
     that seed's trials (independent batches / records of one run)."""
     per: dict[str, dict[str, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
@@ -277,14 +343,25 @@ def _collect(outcomes: Sequence[SeedOutcome]) -> tuple[dict[str, dict[str, Metri
     for a, ms in per.items():
         out[a] = {}
         for k, runs in ms.items():
-            out[a][k] = summarize([_seed_mean(r) for r in runs]) if len(runs) > 1 else summarize(runs[0])
+            out[a][k] = (
+                summarize([_seed_mean(r) for r in runs]) if len(runs) > 1 else summarize(runs[0])
+            )
     return out, {k: summarize(v) for k, v in util.items()}
 
 
-def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = None, *,
-          seeds: Sequence[int] = (0, 1, 2), preset: str = "quick", baseline: bool = True,
-          leaky_twin: bool = False, cache_dir: str | os.PathLike | None = None, progress: bool = True,
-          figures: bool = True) -> LeakageReport:
+def audit(
+    mechanism: Any,
+    scenario: Any = None,
+    attacks: Iterable[Any] | None = None,
+    *,
+    seeds: Sequence[int] = (0, 1, 2),
+    preset: str = "quick",
+    baseline: bool = True,
+    leaky_twin: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    figures: bool = True,
+) -> LeakageReport:
     """Audit ``mechanism`` against its paired attacks on ``scenario``.
 
     Args:
@@ -330,8 +407,12 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
     attack_metrics: list[AttackMetrics] = []
     util_def: dict[str, MetricSummary] = {}
     util_und: dict[str, MetricSummary] = {}
-    bar = tqdm(total=len(scens) * len(systems) * len(seeds), desc=f"audit {getattr(mech, 'name', 'mechanism')}",
-               disable=not progress, leave=False)
+    bar = tqdm(
+        total=len(scens) * len(systems) * len(seeds),
+        desc=f"audit {getattr(mech, 'name', 'mechanism')}",
+        disable=not progress,
+        leave=False,
+    )
     for scen in scens:
         scen_name = getattr(scen, "name", type(scen).__name__)
         outcomes: dict[str, list[SeedOutcome]] = defaultdict(list)
@@ -348,10 +429,17 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
         for atk in atks:
             if atk.name not in defended:
                 continue
-            attack_metrics.append(AttackMetrics(
-                attack=atk.name, headline_metric=atk.headline_metric, defended=defended[atk.name],
-                undefended=undefended.get(atk.name, {}), threat_model=getattr(atk, "threat_model", None),
-                params=_jsonable({**atk.params(), "scenario": scen_name}), leaky_twin=twin_m.get(atk.name, {})))
+            attack_metrics.append(
+                AttackMetrics(
+                    attack=atk.name,
+                    headline_metric=atk.headline_metric,
+                    defended=defended[atk.name],
+                    undefended=undefended.get(atk.name, {}),
+                    threat_model=getattr(atk, "threat_model", None),
+                    params=_jsonable({**atk.params(), "scenario": scen_name}),
+                    leaky_twin=twin_m.get(atk.name, {}),
+                )
+            )
     bar.close()
     scen = scens[0]
 
@@ -363,21 +451,35 @@ def audit(mechanism: Any, scenario: Any = None, attacks: Iterable[Any] | None = 
 
     threat_models = tuple(getattr(mech, "threat_models", ()) or ())
     if not threat_models:
-        threat_models = tuple(x.threat_model for x in scens if getattr(x, "threat_model", None) is not None)
+        threat_models = tuple(
+            x.threat_model for x in scens if getattr(x, "threat_model", None) is not None
+        )
     notes = []
     if not attack_metrics:
         applicable = [a.name for a in atks]
-        notes.append("no paired attack produced a measurement on this scenario "
-                     f"(attacks tried: {applicable or 'none registered'})")
+        notes.append(
+            "no paired attack produced a measurement on this scenario "
+            f"(attacks tried: {applicable or 'none registered'})"
+        )
     report = LeakageReport(
-        mechanism=getattr(mech, "name", type(mech).__name__), claim=mech.claim(), threat_models=threat_models,
-        attacks=tuple(attack_metrics), utility=util_def, utility_undefended=util_und,
+        mechanism=getattr(mech, "name", type(mech).__name__),
+        claim=mech.claim(),
+        threat_models=threat_models,
+        attacks=tuple(attack_metrics),
+        utility=util_def,
+        utility_undefended=util_und,
         empirical_epsilon_lower_bound=eps_lb,
-        config={"mechanism": mech.params() if hasattr(mech, "params") else repr(mech),
-                "scenario": ", ".join(getattr(x, "name", type(x).__name__) for x in scens), "preset": preset,
-                "attacks": {a.name: a.params() for a in atks},
-                "leaky_twin": twin.params() if twin is not None and hasattr(twin, "params") else None},
-        seeds=tuple(int(s) for s in seeds), versions=package_versions(), notes=tuple(notes))
+        config={
+            "mechanism": mech.params() if hasattr(mech, "params") else repr(mech),
+            "scenario": ", ".join(getattr(x, "name", type(x).__name__) for x in scens),
+            "preset": preset,
+            "attacks": {a.name: a.params() for a in atks},
+            "leaky_twin": twin.params() if twin is not None and hasattr(twin, "params") else None,
+        },
+        seeds=tuple(int(s) for s in seeds),
+        versions=package_versions(),
+        notes=tuple(notes),
+    )
     report = _with_environment(report)
     if figures and attack_metrics:
         from .plots import headline_bar_figure

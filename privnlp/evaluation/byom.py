@@ -10,6 +10,7 @@ usual :class:`~privnlp.core.report.LeakageReport` (the "defended" column is the 
 is no undefended baseline). With ``canaries=k`` (causal LM), k canaries are inserted by a short fine-tune
 of a copy of the model on the records, and black-box canary exposure / extraction run on that copy.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -24,26 +25,42 @@ __all__ = ["audit_model", "model_kind", "load_checkpoint"]
 
 def model_kind(model: Any) -> str:
     """``"lm"`` (causal LM) or ``"classifier"`` (sequence classifier), from the model's class / config."""
-    names = [type(model).__name__, *(getattr(getattr(model, "config", None), "architectures", None) or [])]
+    names = [
+        type(model).__name__,
+        *(getattr(getattr(model, "config", None), "architectures", None) or []),
+    ]
     if any("SequenceClassification" in n for n in names):
         return "classifier"
     if any("CausalLM" in n or "LMHead" in n for n in names) or hasattr(model, "lm_head"):
         return "lm"
-    raise InvalidArgument(f"model must be a causal LM or a sequence classifier; got {type(model).__name__}")
+    raise InvalidArgument(
+        f"model must be a causal LM or a sequence classifier; got {type(model).__name__}"
+    )
 
 
 def load_checkpoint(path: Any) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a local ``save_pretrained`` folder (offline; eval mode)."""
     from pathlib import Path
 
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+    )
 
     p = Path(path)
     if not (p / "config.json").exists():
-        raise InvalidArgument(f"model must be a folder written by save_pretrained (config.json); got {str(p)!r}")
+        raise InvalidArgument(
+            f"model must be a folder written by save_pretrained (config.json); got {str(p)!r}"
+        )
     cfg = AutoConfig.from_pretrained(str(p), local_files_only=True)
     archs = " ".join(getattr(cfg, "architectures", None) or [])
-    cls = AutoModelForSequenceClassification if "SequenceClassification" in archs else AutoModelForCausalLM
+    cls = (
+        AutoModelForSequenceClassification
+        if "SequenceClassification" in archs
+        else AutoModelForCausalLM
+    )
     model = cls.from_pretrained(str(p), local_files_only=True)
     tok = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
     if tok.pad_token is None and tok.eos_token is not None:
@@ -59,7 +76,9 @@ class _AsIs(Mechanism):
     paired_attacks = ("film", "rlg", "lamp")
 
     def claim(self) -> PrivacyClaim:
-        return PrivacyClaim.none("the user's model and data as given; privnlp measures, it does not certify")
+        return PrivacyClaim.none(
+            "the user's model and data as given; privnlp measures, it does not certify"
+        )
 
     def params(self) -> dict[str, Any]:
         return {}
@@ -69,15 +88,28 @@ class UserModelScenario(Scenario):
     """Client updates of the user's model on batches of the user's records -> GradientObservation."""
 
     name = "user_model.fedsgd"
-    threat_model = ThreatModel(adversary=Adversary.EAVESDROPPER,
-                               observes=("one client's update (all parameters)", "the current model"),
-                               knows=("tokenizer", "labels and lengths (classifier, as in LAMP)"),
-                               goal="the client's records / labels")
+    threat_model = ThreatModel(
+        adversary=Adversary.EAVESDROPPER,
+        observes=("one client's update (all parameters)", "the current model"),
+        knows=("tokenizer", "labels and lengths (classifier, as in LAMP)"),
+        goal="the client's records / labels",
+    )
 
-    def __init__(self, model: Any, tokenizer: Any, texts: Sequence[str], *, labels: Sequence[int] | None = None,
-                 batch_size: int = 1, trials: int = 2, max_length: int = 64, canaries: int = 0,
-                 canary_pattern: str = "my pin code is {digits:4}", canary_repeats: int = 16,
-                 finetune_steps: int = 60) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        texts: Sequence[str],
+        *,
+        labels: Sequence[int] | None = None,
+        batch_size: int = 1,
+        trials: int = 2,
+        max_length: int = 64,
+        canaries: int = 0,
+        canary_pattern: str = "my pin code is {digits:4}",
+        canary_repeats: int = 16,
+        finetune_steps: int = 60,
+    ) -> None:
         super().__init__("quick")
         self.canaries, self.canary_pattern = canaries, canary_pattern
         self.canary_repeats, self.finetune_steps = canary_repeats, finetune_steps
@@ -97,11 +129,29 @@ class UserModelScenario(Scenario):
         cans = [make_canary(self.canary_pattern, rng=gen) for _ in range(self.canaries)]
         data = list(self._texts) + [c.text for c in cans for _ in range(self.canary_repeats)]
         m = copy.deepcopy(self._model)
-        train_lm(m, self._tok, data, steps=self.finetune_steps, batch_size=8, lr=3e-3, max_length=self.max_length,
-                 rng=int(gen.integers(0, 2**31 - 1)))
+        train_lm(
+            m,
+            self._tok,
+            data,
+            steps=self.finetune_steps,
+            batch_size=8,
+            lr=3e-3,
+            max_length=self.max_length,
+            rng=int(gen.integers(0, 2**31 - 1)),
+        )
         m.eval()
-        return [Trial(BlackBoxLM(model=m, tokenizer=self._tok, kind="causal",
-                                 meta={"canary_pattern": c.pattern, "canary_space": c.randomness_space}), c) for c in cans]
+        return [
+            Trial(
+                BlackBoxLM(
+                    model=m,
+                    tokenizer=self._tok,
+                    kind="causal",
+                    meta={"canary_pattern": c.pattern, "canary_space": c.randomness_space},
+                ),
+                c,
+            )
+            for c in cans
+        ]
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
         import torch
@@ -119,16 +169,33 @@ class UserModelScenario(Scenario):
             if self.kind == "lm":
                 batch = _lm_batch_dict(tok, texts, self.max_length)
                 grads, _ = client_update(model, batch, None, rng=seed_of(gen))
-                gt_texts = [tok.decode([t for t in row[: int(mk.sum())] if t != tok.eos_token_id]).strip()
-                            for row, mk in zip(batch["input_ids"].tolist(), batch["attention_mask"])]
+                gt_texts = [
+                    tok.decode([t for t in row[: int(mk.sum())] if t != tok.eos_token_id]).strip()
+                    for row, mk in zip(batch["input_ids"].tolist(), batch["attention_mask"])
+                ]
                 ids = batch["input_ids"][batch["attention_mask"].bool()].tolist()
-                obs = GradientObservation(model=model, gradients=grads, batch_size=b, tokenizer=tok,
-                                          meta={"task": "lm"})
-                gt = {"texts": gt_texts, "token_ids": sorted(set(ids)), "entities": [[] for _ in texts],
-                      "labels": batch["labels"][:, 1:][batch["labels"][:, 1:] >= 0].tolist()}
+                obs = GradientObservation(
+                    model=model, gradients=grads, batch_size=b, tokenizer=tok, meta={"task": "lm"}
+                )
+                gt = {
+                    "texts": gt_texts,
+                    "token_ids": sorted(set(ids)),
+                    "entities": [[] for _ in texts],
+                    "labels": batch["labels"][:, 1:][batch["labels"][:, 1:] >= 0].tolist(),
+                }
             else:
-                enc = tok(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
-                inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+                enc = tok(
+                    texts,
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
+                inputs = {
+                    k: v
+                    for k, v in enc.items()
+                    if k in ("input_ids", "attention_mask", "token_type_ids")
+                }
                 if self._labels is not None:
                     labels = [self._labels[i] for i in idx]
                 else:
@@ -137,21 +204,44 @@ class UserModelScenario(Scenario):
                 batch = {**inputs, "labels": torch.tensor(labels)}
                 grads, _ = client_update(model, batch, None, rng=seed_of(gen))
                 lengths = [int(x) for x in enc["attention_mask"].sum(1).tolist()]
-                obs = GradientObservation(model=model, gradients=grads, batch_size=b, tokenizer=tok, labels=labels,
-                                          lengths=lengths, meta={"task": "classifier"})
+                obs = GradientObservation(
+                    model=model,
+                    gradients=grads,
+                    batch_size=b,
+                    tokenizer=tok,
+                    labels=labels,
+                    lengths=lengths,
+                    meta={"task": "classifier"},
+                )
                 ids = enc["input_ids"][enc["attention_mask"].bool()].tolist()
                 gt = {"texts": texts, "labels": labels, "token_ids": sorted(set(ids))}
             trials.append(Trial(obs, gt))
         if self.canaries and self.kind == "lm":
             trials += self._canary_trials(gen)
-        return ScenarioRun(trials=tuple(trials), utility={},
-                           config={"kind": self.kind, "batch_size": b, "trials": self.trials})
+        return ScenarioRun(
+            trials=tuple(trials),
+            utility={},
+            config={"kind": self.kind, "batch_size": b, "trials": self.trials},
+        )
 
 
-def audit_model(model: Any, tokenizer: Any, texts: Sequence[str], attacks: Sequence[Any] | None = None, *,
-                labels: Sequence[int] | None = None, batch_size: int = 1, trials: int = 2, max_length: int = 64,
-                canaries: int = 0, canary_pattern: str = "my pin code is {digits:4}", canary_repeats: int = 16,
-                finetune_steps: int = 60, seed: int = 0, progress: bool = False) -> Any:
+def audit_model(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    attacks: Sequence[Any] | None = None,
+    *,
+    labels: Sequence[int] | None = None,
+    batch_size: int = 1,
+    trials: int = 2,
+    max_length: int = 64,
+    canaries: int = 0,
+    canary_pattern: str = "my pin code is {digits:4}",
+    canary_repeats: int = 16,
+    finetune_steps: int = 60,
+    seed: int = 0,
+    progress: bool = False,
+) -> Any:
     """Run the applicable gradient attacks on ``model`` fine-tuned / served on ``texts``; a LeakageReport.
 
     ``attacks`` default: ``("film",)`` for a causal LM, ``("rlg", "lamp")`` for a classifier.
@@ -168,10 +258,22 @@ def audit_model(model: Any, tokenizer: Any, texts: Sequence[str], attacks: Seque
     check_range("batch_size", batch_size, 1, 4096, integer=True)
     check_range("trials", trials, 1, 10**4, integer=True)
     if labels is not None and len(labels) != len(texts):
-        raise InvalidArgument(f"labels must have one entry per text ({len(texts)}); got {len(labels)}")
-    scen = UserModelScenario(model, tokenizer, texts, labels=labels, batch_size=batch_size, trials=trials,
-                             max_length=max_length, canaries=canaries, canary_pattern=canary_pattern,
-                             canary_repeats=canary_repeats, finetune_steps=finetune_steps)
+        raise InvalidArgument(
+            f"labels must have one entry per text ({len(texts)}); got {len(labels)}"
+        )
+    scen = UserModelScenario(
+        model,
+        tokenizer,
+        texts,
+        labels=labels,
+        batch_size=batch_size,
+        trials=trials,
+        max_length=max_length,
+        canaries=canaries,
+        canary_pattern=canary_pattern,
+        canary_repeats=canary_repeats,
+        finetune_steps=finetune_steps,
+    )
     if attacks is None:
         attacks = ("film",) if scen.kind == "lm" else ("rlg", "lamp")
         if canaries and scen.kind == "lm":
@@ -179,11 +281,21 @@ def audit_model(model: Any, tokenizer: Any, texts: Sequence[str], attacks: Seque
     was_training = getattr(model, "training", False)
     model.eval()
     try:
-        rep = audit(_AsIs(), scen, list(attacks), seeds=(int(seed),), baseline=False, progress=progress)
+        rep = audit(
+            _AsIs(), scen, list(attacks), seeds=(int(seed),), baseline=False, progress=progress
+        )
     finally:
         model.train(was_training)
     from dataclasses import replace
 
-    return replace(rep, config={**rep.config, "model": type(model).__name__, "kind": scen.kind,
-                                "n_texts": len(texts), "batch_size": batch_size, "trials": trials})
-
+    return replace(
+        rep,
+        config={
+            **rep.config,
+            "model": type(model).__name__,
+            "kind": scen.kind,
+            "n_texts": len(texts),
+            "batch_size": batch_size,
+            "trials": trials,
+        },
+    )

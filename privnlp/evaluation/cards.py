@@ -5,6 +5,7 @@ next to it (``mechanisms/<name>/report.json``), so every number in a card comes 
 report produced by the code; a conformance test re-renders each card from its JSON and
 compares.
 """
+
 from __future__ import annotations
 
 import html as _html
@@ -21,11 +22,22 @@ from privnlp.core.report import LeakageReport, atomic_write_text
 
 from .audit import audit, resolve_scenario
 
-__all__ = ["PRESETS", "EvaluationOutcome", "evaluate_defense", "evaluate_all", "render_mechanism_card", "card_text",
-           "write_index"]
+__all__ = [
+    "PRESETS",
+    "EvaluationOutcome",
+    "evaluate_defense",
+    "evaluate_all",
+    "render_mechanism_card",
+    "card_text",
+    "write_index",
+]
 
 #: seeds per preset (quick = CI / make demo; full = make repro)
-PRESETS = {"quick": {"seeds": (0,)}, "full": {"seeds": (0, 1, 2, 3, 4)}, "realistic": {"seeds": (0,)}}
+PRESETS = {
+    "quick": {"seeds": (0,)},
+    "full": {"seeds": (0, 1, 2, 3, 4)},
+    "realistic": {"seeds": (0,)},
+}
 # realistic (issue #17): pretrained MiniLM / the 4-layer GPT-2 on Debian text in fedsgd.eavesdropper and
 # lm.canary (privnlp.evaluation.realistic); quick sizes and mechanism examples elsewhere; no sweeps
 # quick: one seed, confidence intervals over its trials (independent batches / records); full: over seeds
@@ -54,15 +66,29 @@ def card_text(name: str, report: LeakageReport, folder: Path) -> str:
     ``results_realistic.json`` next to it) -- the one rendering used by ``privnlp evaluate --cards``,
     ``scripts/render_cards.py`` and the conformance test."""
     cls = MECHANISMS.get(name)
-    extra = [p.read_text() for p in (Path(folder) / "NOTES.md", Path(folder) / "REALISTIC.md") if p.exists()]
-    return render_mechanism_card(report, description=_first_paragraph(cls.__doc__), paper=getattr(cls, "paper", ""),
-                                 command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset', 'quick')}"
-                                 + (" --audit-dp" if "dp_audit" in report.config else ""),
-                                 notes_md="\n\n".join(t.strip() for t in extra) + ("\n" if extra else ""))
+    extra = [
+        p.read_text()
+        for p in (Path(folder) / "NOTES.md", Path(folder) / "REALISTIC.md")
+        if p.exists()
+    ]
+    return render_mechanism_card(
+        report,
+        description=_first_paragraph(cls.__doc__),
+        paper=getattr(cls, "paper", ""),
+        command=f"privnlp evaluate --defense {name} --preset {report.config.get('preset', 'quick')}"
+        + (" --audit-dp" if "dp_audit" in report.config else ""),
+        notes_md="\n\n".join(t.strip() for t in extra) + ("\n" if extra else ""),
+    )
 
 
-def render_mechanism_card(report: LeakageReport, *, description: str = "", paper: str = "",
-                          command: str = "", notes_md: str = "") -> str:
+def render_mechanism_card(
+    report: LeakageReport,
+    *,
+    description: str = "",
+    paper: str = "",
+    command: str = "",
+    notes_md: str = "",
+) -> str:
     """Markdown card for a mechanism, from its report only (plus static class text).
 
     Args:
@@ -84,45 +110,90 @@ def render_mechanism_card(report: LeakageReport, *, description: str = "", paper
         lines += [f"**Paper:** {paper}", ""]
     lines += [f"**Claim:** {report.claim.statement()}", ""]
     if report.threat_models:
-        lines += ["**Threat models:**", ""] + [f"- {t.describe()}" for t in report.threat_models] + [""]
-    lines += [f"## Measured leakage ({cfg.get('preset', '?')} preset, scenario `{cfg.get('scenario', '?')}`)", ""]
+        lines += (
+            ["**Threat models:**", ""] + [f"- {t.describe()}" for t in report.threat_models] + [""]
+        )
+    lines += [
+        f"## Measured leakage ({cfg.get('preset', '?')} preset, scenario `{cfg.get('scenario', '?')}`)",
+        "",
+    ]
     if report.attacks:
-        header = ["attack", "metric", "undefended", "defended"] + (["leaky twin"] if report.has_twin else [])
+        header = ["attack", "metric", "undefended", "defended"] + (
+            ["leaky twin"] if report.has_twin else []
+        )
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(r) + " |" for r in report._attack_rows()]
-        lines += ["", "Mean ± 95% CI half-width over seeds; the headline metric is oriented so that higher = "
-                      "more leakage. The *leaky twin* is a deliberately broken copy of the defense "
-                      "(`privnlp.mechanisms.testing`), shown to prove that the attacks can see the difference.", ""]
-        if cfg.get("cpu_intervals"):  # issue #17: numbers that legitimately depend on the CPU's kernels
-            spans = "; ".join(f"{a} {s_}: [{lo:.3f}, {hi:.3f}]" for a, by in cfg["cpu_intervals"].items()
-                              for s_, (lo, hi) in by.items())
-            lines += [f"**CPU-dependent:** these headline numbers change with the CPU's float kernels (same code and "
-                      f"seeds); the interval measured across the runs CI made: {spans} "
-                      f"({'; '.join(cfg.get('cpu_interval_environments', []))}). `make check-cards` accepts any "
-                      "value inside it.", ""]
+        lines += [
+            "",
+            "Mean ± 95% CI half-width over seeds; the headline metric is oriented so that higher = "
+            "more leakage. The *leaky twin* is a deliberately broken copy of the defense "
+            "(`privnlp.mechanisms.testing`), shown to prove that the attacks can see the difference.",
+            "",
+        ]
+        if cfg.get(
+            "cpu_intervals"
+        ):  # issue #17: numbers that legitimately depend on the CPU's kernels
+            spans = "; ".join(
+                f"{a} {s_}: [{lo:.3f}, {hi:.3f}]"
+                for a, by in cfg["cpu_intervals"].items()
+                for s_, (lo, hi) in by.items()
+            )
+            lines += [
+                f"**CPU-dependent:** these headline numbers change with the CPU's float kernels (same code and "
+                f"seeds); the interval measured across the runs CI made: {spans} "
+                f"({'; '.join(cfg.get('cpu_interval_environments', []))}). `make check-cards` accepts any "
+                "value inside it.",
+                "",
+            ]
     else:
         lines += ["No paired attack produced a measurement yet; see notes.", ""]
     if report.empirical_epsilon_lower_bound is not None:
-        lines += [f"**Empirical epsilon lower bound:** {report.empirical_epsilon_lower_bound:.3f}", ""]
-    from privnlp.auditing.render import audit_card_lines  # issue #18: the DP audit section (light import)
+        lines += [
+            f"**Empirical epsilon lower bound:** {report.empirical_epsilon_lower_bound:.3f}",
+            "",
+        ]
+    from privnlp.auditing.render import (
+        audit_card_lines,
+    )  # issue #18: the DP audit section (light import)
 
     lines += audit_card_lines(report)
     if report.utility:
         lines += ["## Utility cost", "", "| metric | undefended | defended |", "|---|---|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in report._utility_rows()] + [""]
     if report.figures:
-        lines += ["## Figures", ""] + [f"![{f.caption or f.name}]({name}-{f.name}.png)" for f in report.figures] + [""]
+        lines += (
+            ["## Figures", ""]
+            + [f"![{f.caption or f.name}]({name}-{f.name}.png)" for f in report.figures]
+            + [""]
+        )
     if report.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
     if notes_md.strip():
-        lines += ["## Developer notes", "", "(hand-written, kept in `NOTES.md` next to this card)", "",
-                  notes_md.strip(), ""]
-    lines += ["## Reproduce", "", "```bash", command or f"privnlp evaluate --defense {name} --preset {cfg.get('preset', 'quick')}",
-              "```", "", f"- seeds: {list(report.seeds)}",
-              "- versions: " + ", ".join(f"{k} {v}" for k, v in report.versions.items()),
-              *([("- environment: " + ", ".join(f"{k} {v}" for k, v in cfg["environment"].items()))]
-                if isinstance(cfg.get("environment"), dict) else []),  # issue #17: threads, CPU, versions
-              f"- generated: {report.created} from `report.json` in this folder (do not edit by hand)", ""]
+        lines += [
+            "## Developer notes",
+            "",
+            "(hand-written, kept in `NOTES.md` next to this card)",
+            "",
+            notes_md.strip(),
+            "",
+        ]
+    lines += [
+        "## Reproduce",
+        "",
+        "```bash",
+        command or f"privnlp evaluate --defense {name} --preset {cfg.get('preset', 'quick')}",
+        "```",
+        "",
+        f"- seeds: {list(report.seeds)}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in report.versions.items()),
+        *(
+            [("- environment: " + ", ".join(f"{k} {v}" for k, v in cfg["environment"].items()))]
+            if isinstance(cfg.get("environment"), dict)
+            else []
+        ),  # issue #17: threads, CPU, versions
+        f"- generated: {report.created} from `report.json` in this folder (do not edit by hand)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -138,20 +209,38 @@ def _sweep_for(cls: Any, mech: Any, preset: str, seeds: Sequence[int], cache_dir
     if not attacks:
         return None
     spec_s = getattr(mech, "scenario", None)
-    scen = resolve_scenario(spec_s[0] if isinstance(spec_s, (list, tuple)) else spec_s, mech, preset)
+    scen = resolve_scenario(
+        spec_s[0] if isinstance(spec_s, (list, tuple)) else spec_s, mech, preset
+    )
     utility = getattr(scen, "primary_utility", None)
     if utility is None:
         return None
     from .sweep import sweep
 
-    return sweep({mech.name: (mech, param, values)}, attack=attacks[0], utility=utility, seeds=seeds[:1], scenario=scen,
-                 preset=preset, cache_dir=cache_dir, title=f"{mech.name}: privacy-utility ({param})")
+    return sweep(
+        {mech.name: (mech, param, values)},
+        attack=attacks[0],
+        utility=utility,
+        seeds=seeds[:1],
+        scenario=scen,
+        preset=preset,
+        cache_dir=cache_dir,
+        title=f"{mech.name}: privacy-utility ({param})",
+    )
 
 
-def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path = "reports",
-                     cards_dir: str | Path | None = None, seeds: Sequence[int] | None = None,
-                     cache_dir: str | Path | None = None, progress: bool = True, sweeps: bool = True,
-                     audit_dp: bool = False) -> EvaluationOutcome:
+def evaluate_defense(
+    name: str,
+    *,
+    preset: str = "quick",
+    report_dir: str | Path = "reports",
+    cards_dir: str | Path | None = None,
+    seeds: Sequence[int] | None = None,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+    sweeps: bool = True,
+    audit_dp: bool = False,
+) -> EvaluationOutcome:
     """Audit one registered defense (with baseline and leaky twin) and write its report (+ card).
 
     Args:
@@ -183,32 +272,61 @@ def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path
     specs = list(spec) if isinstance(spec, (list, tuple)) else ([spec] if spec else [])
     has_scenario = bool(specs) and all(x in SCENARIOS.load_all() for x in specs)
     if has_scenario:
-        report = audit(mech, seeds=seeds, preset=preset, leaky_twin=True, cache_dir=cache_dir, progress=progress)
-        sw = _sweep_for(cls, mech, preset, seeds, cache_dir) if sweeps and preset != "realistic" else None
+        report = audit(
+            mech,
+            seeds=seeds,
+            preset=preset,
+            leaky_twin=True,
+            cache_dir=cache_dir,
+            progress=progress,
+        )
+        sw = (
+            _sweep_for(cls, mech, preset, seeds, cache_dir)
+            if sweeps and preset != "realistic"
+            else None
+        )
         if sw is not None and sw.curves and any(c.points for c in sw.curves):
-            report = replace(report, figures=report.figures + ((sw.figure,) if sw.figure else ()),
-                             sweeps={"primary": sw.to_dict()})
+            report = replace(
+                report,
+                figures=report.figures + ((sw.figure,) if sw.figure else ()),
+                sweeps={"primary": sw.to_dict()},
+            )
     else:
         from privnlp.core.numerics import environment
         from privnlp.core.report import package_versions
 
-        report = LeakageReport(mechanism=name, claim=mech.claim(), threat_models=tuple(getattr(mech, "threat_models", ())),
-                               attacks=(), config={"mechanism": mech.params(), "preset": preset,
-                                                   "scenario": getattr(mech, "scenario", None),
-                                                   "environment": environment()},  # issue #17
-                               seeds=seeds, versions=package_versions(),
-                               notes=(f"scenario {getattr(mech, 'scenario', None)!r} is not registered, so no "
-                                      "leakage was measured for this defense yet.",))
+        report = LeakageReport(
+            mechanism=name,
+            claim=mech.claim(),
+            threat_models=tuple(getattr(mech, "threat_models", ())),
+            attacks=(),
+            config={
+                "mechanism": mech.params(),
+                "preset": preset,
+                "scenario": getattr(mech, "scenario", None),
+                "environment": environment(),
+            },  # issue #17
+            seeds=seeds,
+            versions=package_versions(),
+            notes=(
+                f"scenario {getattr(mech, 'scenario', None)!r} is not registered, so no "
+                "leakage was measured for this defense yet.",
+            ),
+        )
     if audit_dp:  # issue #18: empirical DP audit (cached), fills empirical_epsilon_lower_bound
         from privnlp.auditing.runner import audit_report
 
-        report = audit_report(report, name, preset=base_preset(preset), seed=int(seeds[0]), cache_dir=cache_dir)
+        report = audit_report(
+            report, name, preset=base_preset(preset), seed=int(seeds[0]), cache_dir=cache_dir
+        )
     paths = report.save(report_dir, name)
     card = None
     if cards_dir is not None:
         d = Path(cards_dir) / name
         d.mkdir(parents=True, exist_ok=True)
-        if (d / "report.json").exists():  # issue #17: keep the CPU-dependent intervals the card states
+        if (
+            d / "report.json"
+        ).exists():  # issue #17: keep the CPU-dependent intervals the card states
             import json
 
             from .reproducibility import carry_cpu_intervals
@@ -219,38 +337,54 @@ def evaluate_defense(name: str, *, preset: str = "quick", report_dir: str | Path
             (d / f"{name}-{f.name}.png").write_bytes(f.png)
         card = d / "README.md"
         notes = d / "NOTES.md"
-        if card.exists() and not notes.exists() and \
-                "generated:" not in card.read_text():
+        if card.exists() and not notes.exists() and "generated:" not in card.read_text():
             # first generation: keep the hand-written card as developer notes
             card.replace(notes)
         atomic_write_text(card, card_text(name, report, card.parent))
-    return EvaluationOutcome(name, report, {k: str(v) for k, v in paths.items()}, time.perf_counter() - t0, card)
+    return EvaluationOutcome(
+        name, report, {k: str(v) for k, v in paths.items()}, time.perf_counter() - t0, card
+    )
 
 
-def write_index(outcomes: Sequence[EvaluationOutcome], report_dir: str | Path, *, failures: dict | None = None) -> Path:
+def write_index(
+    outcomes: Sequence[EvaluationOutcome], report_dir: str | Path, *, failures: dict | None = None
+) -> Path:
     """A self-contained HTML index of all reports (claim + headline numbers + links)."""
     e = _html.escape
     rows = []
     for o in outcomes:
         head = o.report.headline()
-        cells = "; ".join(
-            f"{a}: {v.get('undefended', math.nan):.3f} → {v.get('defended', math.nan):.3f}" for a, v in head.items()) or "—"
-        from privnlp.auditing.render import audit_index_text  # issue #18: audited epsilon next to the claim
+        cells = (
+            "; ".join(
+                f"{a}: {v.get('undefended', math.nan):.3f} → {v.get('defended', math.nan):.3f}"
+                for a, v in head.items()
+            )
+            or "—"
+        )
+        from privnlp.auditing.render import (
+            audit_index_text,
+        )  # issue #18: audited epsilon next to the claim
 
         audited = audit_index_text(o.report)
         claim_cell = e(o.report.claim.statement()) + (f"<br><b>{e(audited)}</b>" if audited else "")
-        rows.append(f"<tr><td><a href='{e(o.name)}.html'>{e(o.name)}</a></td><td>{claim_cell}</td>"
-                    f"<td>{e(cells)}</td><td>{o.seconds:.1f}s</td></tr>")
+        rows.append(
+            f"<tr><td><a href='{e(o.name)}.html'>{e(o.name)}</a></td><td>{claim_cell}</td>"
+            f"<td>{e(cells)}</td><td>{o.seconds:.1f}s</td></tr>"
+        )
     for name, err in (failures or {}).items():
         rows.append(f"<tr><td>{e(name)}</td><td colspan='3'>FAILED: {e(err)}</td></tr>")
-    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>privnlp leakage reports</title>"
-            "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto}"
-            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}</style>"
-            "</head><body><h1>privnlp: every defense with its measured leakage</h1>"
-            "<p>Headline metric of each paired attack, undefended → defended (higher = more leakage).</p>"
-            + _overview(outcomes, report_dir) +  # issue #17: heatmap + privacy-utility scatter (PNG/SVG too)
-            "<table><thead><tr><th>defense</th><th>claim</th><th>attacks (undefended → defended)</th><th>time</th></tr>"
-            "</thead><tbody>" + "".join(rows) + "</tbody></table></body></html>")
+    page = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>privnlp leakage reports</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}</style>"
+        "</head><body><h1>privnlp: every defense with its measured leakage</h1>"
+        "<p>Headline metric of each paired attack, undefended → defended (higher = more leakage).</p>"
+        + _overview(
+            outcomes, report_dir
+        )  # issue #17: heatmap + privacy-utility scatter (PNG/SVG too)
+        + "<table><thead><tr><th>defense</th><th>claim</th><th>attacks (undefended → defended)</th><th>time</th></tr>"
+        "</thead><tbody>" + "".join(rows) + "</tbody></table></body></html>"
+    )
     return atomic_write_text(Path(report_dir) / "index.html", page)
 
 
@@ -261,10 +395,17 @@ def _overview(outcomes: Sequence[EvaluationOutcome], report_dir: str | Path) -> 
     return overview_html([o.report for o in outcomes], report_dir)
 
 
-def evaluate_all(*, preset: str = "quick", report_dir: str | Path = "reports", cards_dir: str | Path | None = None,
-                 names: Sequence[str] | None = None, cache_dir: str | Path | None = None,
-                 progress: bool = True, keep_going: bool = False,
-                 audit_dp: bool = False) -> tuple[list[EvaluationOutcome], dict[str, str]]:
+def evaluate_all(
+    *,
+    preset: str = "quick",
+    report_dir: str | Path = "reports",
+    cards_dir: str | Path | None = None,
+    names: Sequence[str] | None = None,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+    keep_going: bool = False,
+    audit_dp: bool = False,
+) -> tuple[list[EvaluationOutcome], dict[str, str]]:
     """Evaluate every registered defense (or ``names``); returns outcomes and failures.
 
     Args:
@@ -284,8 +425,17 @@ def evaluate_all(*, preset: str = "quick", report_dir: str | Path = "reports", c
     outcomes, failures = [], {}
     for n in names:
         try:
-            outcomes.append(evaluate_defense(n, preset=preset, report_dir=report_dir, cards_dir=cards_dir,
-                                             cache_dir=cache_dir, progress=progress, audit_dp=audit_dp))
+            outcomes.append(
+                evaluate_defense(
+                    n,
+                    preset=preset,
+                    report_dir=report_dir,
+                    cards_dir=cards_dir,
+                    cache_dir=cache_dir,
+                    progress=progress,
+                    audit_dp=audit_dp,
+                )
+            )
         except Exception as exc:  # noqa: BLE001 - reported, and re-raised unless keep_going
             if not keep_going:
                 raise

@@ -8,6 +8,7 @@ undefended, clipped to [0, 1.5]); each cell prints the raw ``undefended -> defen
 scatter puts each defense at (leakage remaining, averaged over its attacks; relative utility change,
 averaged over its utility metrics: ``|defended - undefended| / |undefended|``).
 """
+
 from __future__ import annotations
 
 import base64
@@ -28,7 +29,9 @@ def _ratio(u: float, d: float) -> float:
     return max(0.0, min(1.5, d / u))
 
 
-def overview_matrix(reports: Sequence[Any]) -> tuple[list[str], list[str], dict[tuple[str, str], tuple[float, float]]]:
+def overview_matrix(
+    reports: Sequence[Any],
+) -> tuple[list[str], list[str], dict[tuple[str, str], tuple[float, float]]]:
     """``(defenses, attacks, {(defense, attack): (undefended, defended)})`` from the reports' headlines."""
     defenses, attacks, cells = [], [], {}
     for r in reports:
@@ -39,7 +42,10 @@ def overview_matrix(reports: Sequence[Any]) -> tuple[list[str], list[str], dict[
                 continue
             if a not in attacks:
                 attacks.append(a)
-            cells[(r.mechanism, a)] = (float(v.get("undefended", math.nan)), float(v.get("defended", math.nan)))
+            cells[(r.mechanism, a)] = (
+                float(v.get("undefended", math.nan)),
+                float(v.get("defended", math.nan)),
+            )
     return defenses, attacks, cells
 
 
@@ -82,7 +88,14 @@ def overview_figures(reports: Sequence[Any]) -> dict[str, tuple[bytes, bytes]]:
     cmap = plt.get_cmap("RdYlGn_r").with_extremes(bad="#eeeeee")
     im = ax.imshow(np.ma.masked_invalid(mat), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     for (dname, a), (u, d) in cells.items():
-        ax.text(attacks.index(a), defenses.index(dname), f"{u:.2f}→{d:.2f}", ha="center", va="center", fontsize=7)
+        ax.text(
+            attacks.index(a),
+            defenses.index(dname),
+            f"{u:.2f}→{d:.2f}",
+            ha="center",
+            va="center",
+            fontsize=7,
+        )
     ax.set_xticks(range(len(attacks)))
     ax.set_xticklabels(attacks, rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(len(defenses)))
@@ -103,7 +116,9 @@ def overview_figures(reports: Sequence[Any]) -> dict[str, tuple[bytes, bytes]]:
     ax.set_xlabel("leakage remaining (defended / undefended, mean over attacks)")
     ax.set_ylabel("relative utility change (mean |Δ| / |undefended|, symlog)")
     ax.set_title("Privacy–utility of all defenses (lower-left is better)")
-    ax.set_yscale("symlog", linthresh=0.1)  # a few defenses change a near-zero utility metric many-fold
+    ax.set_yscale(
+        "symlog", linthresh=0.1
+    )  # a few defenses change a near-zero utility metric many-fold
     ax.grid(alpha=0.3)
     out["overview-tradeoff"] = _save(fig)
     return out
@@ -113,13 +128,17 @@ def overview_html(reports: Sequence[Any], report_dir: str | Path) -> str:
     """Write the overview PNG + SVG files into ``report_dir`` and return the HTML block (PNG inlined)."""
     figs = overview_figures(reports)
     parts = []
-    captions = {"overview-heatmap": "Defenses × attacks: headline leakage, undefended → defended; colour = fraction "
-                                    "of the undefended leakage that remains.",
-                "overview-tradeoff": "Privacy–utility: each defense's leakage remaining vs its relative utility change."}
+    captions = {
+        "overview-heatmap": "Defenses × attacks: headline leakage, undefended → defended; colour = fraction "
+        "of the undefended leakage that remains.",
+        "overview-tradeoff": "Privacy–utility: each defense's leakage remaining vs its relative utility change.",
+    }
     for name, (png, svg) in figs.items():
         (Path(report_dir) / f"{name}.png").write_bytes(png)
         (Path(report_dir) / f"{name}.svg").write_bytes(svg)
-        parts.append(f"<figure><img alt='{name}' src='data:image/png;base64,{base64.b64encode(png).decode()}' "
-                     f"style='max-width:100%'><figcaption>{_html.escape(captions[name])} "
-                     f"(<a href='{name}.png'>PNG</a>, <a href='{name}.svg'>SVG</a>)</figcaption></figure>")
+        parts.append(
+            f"<figure><img alt='{name}' src='data:image/png;base64,{base64.b64encode(png).decode()}' "
+            f"style='max-width:100%'><figcaption>{_html.escape(captions[name])} "
+            f"(<a href='{name}.png'>PNG</a>, <a href='{name}.svg'>SVG</a>)</figcaption></figure>"
+        )
     return "".join(parts)

@@ -1,4 +1,5 @@
 """Plots for reports: headline leakage bars and privacy-utility curves (matplotlib, Agg)."""
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,9 @@ def headline_bar_figure(report: LeakageReport) -> Figure:
     for i, (key, color) in enumerate(series):
         means, errs, xs = [], [], []
         for j, a in enumerate(attacks):
-            src = {"undefended": a.undefended, "defended": a.defended, "leaky_twin": a.leaky_twin}[key]
+            src = {"undefended": a.undefended, "defended": a.defended, "leaky_twin": a.leaky_twin}[
+                key
+            ]
             m = src.get(a.headline_metric)
             if m is None or math.isnan(m.mean):
                 continue
@@ -41,22 +44,40 @@ def headline_bar_figure(report: LeakageReport) -> Figure:
     ax.set_ylabel("headline metric (higher = more leakage)")
     ax.set_title(f"{report.mechanism}: measured leakage")
     ax.legend(fontsize=8)
-    return figure_from_matplotlib(fig, "leakage", "Headline leakage metric per attack, 95% CI over seeds.")
+    return figure_from_matplotlib(
+        fig, "leakage", "Headline leakage metric per attack, 95% CI over seeds."
+    )
 
 
-def tradeoff_figure(curves: Sequence[Any], *, x: str, y: str, title: str = "", name: str = "tradeoff",
-                    caption: str = "") -> Figure:
+def tradeoff_figure(
+    curves: Sequence[Any],
+    *,
+    x: str,
+    y: str,
+    title: str = "",
+    name: str = "tradeoff",
+    caption: str = "",
+) -> Figure:
     """One line per curve; each curve has ``label`` and ``points`` (dicts with x, y and ``param``)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.2, 3.8))
     for c in curves:
-        pts = [p for p in c.points if not (math.isnan(p.get(x, math.nan)) or math.isnan(p.get(y, math.nan)))]
+        pts = [
+            p
+            for p in c.points
+            if not (math.isnan(p.get(x, math.nan)) or math.isnan(p.get(y, math.nan)))
+        ]
         if not pts:
             continue
         ax.plot([p[x] for p in pts], [p[y] for p in pts], marker="o", label=c.label)
         for p in pts:
-            ax.annotate(f"{p['param']:g}" if isinstance(p["param"], (int, float)) else str(p["param"]),
-                        (p[x], p[y]), fontsize=7, textcoords="offset points", xytext=(3, 3))
+            ax.annotate(
+                f"{p['param']:g}" if isinstance(p["param"], (int, float)) else str(p["param"]),
+                (p[x], p[y]),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(3, 3),
+            )
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.set_title(title)

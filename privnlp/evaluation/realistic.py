@@ -19,6 +19,7 @@ corpus, ``realistic`` attacks the victims of :mod:`privnlp.models.realistic`:
 
 Scenarios and mechanisms without a realistic victim run with the ``quick`` sizes (:data:`BASE`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,9 +28,23 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BASE", "REALISTIC_SCENARIOS", "REALISTIC_ATTACKS", "base_preset", "scenario_preset", "attack_for",
-           "license_sentences", "classifier_victim", "dp_classifier", "label_victim", "lm_victim", "fl_clients",
-           "CLASSIFIER", "DP_CLASSIFIER", "LM"]
+__all__ = [
+    "BASE",
+    "REALISTIC_SCENARIOS",
+    "REALISTIC_ATTACKS",
+    "base_preset",
+    "scenario_preset",
+    "attack_for",
+    "license_sentences",
+    "classifier_victim",
+    "dp_classifier",
+    "label_victim",
+    "lm_victim",
+    "fl_clients",
+    "CLASSIFIER",
+    "DP_CLASSIFIER",
+    "LM",
+]
 
 #: the preset used where ``realistic`` has no victim of its own (mechanism examples, other scenarios, audits)
 BASE = {"quick": "quick", "full": "full", "realistic": "quick"}
@@ -40,8 +55,19 @@ REALISTIC_ATTACKS: dict[str, dict[str, Any]] = {
     # LAMP.example("quick")'s budget (200 Adam steps) with the reference code's hyperparameters (eth-sri/lamp
     # lamp_cos.sh, tag.sh, dlg.sh) and a prior on real English: a Kneser-Ney bigram on ~100k Debian paragraphs
     # without license text (a tiny GPT-2 trained on CPU on BERT's 30k vocabulary overfits: NLL 15 on unseen text)
-    "lamp": {"n_init": 20, "n_perm": 20, "iterations": 8, "n_c": 25, "n_d": 16, "lr": 0.01, "lr_decay": 0.89,
-             "alpha_lm": 0.2, "alpha_reg": 1.0, "prior": "kn-bigram", "aux_corpus": "debian"},
+    "lamp": {
+        "n_init": 20,
+        "n_perm": 20,
+        "iterations": 8,
+        "n_c": 25,
+        "n_d": 16,
+        "lr": 0.01,
+        "lr_decay": 0.89,
+        "alpha_lm": 0.2,
+        "alpha_reg": 1.0,
+        "prior": "kn-bigram",
+        "aux_corpus": "debian",
+    },
     "tag": {"iterations": 8, "n_c": 25, "alpha_tag": 0.01, "lr": 0.1, "lr_decay": 1.0},
     "dlg": {"iterations": 8, "n_c": 25, "lr": 0.1, "lr_decay": 1.0},
     "film": {"beam_size": 16, "reorder_steps": 20},
@@ -49,8 +75,13 @@ REALISTIC_ATTACKS: dict[str, dict[str, Any]] = {
 
 #: 60 AdamW steps of 16 (6 epochs of the 160 sentences, 34 s on one core): held-out accuracy 0.82 on a balanced
 #: sample (16 steps of 8 gave 0.77 there and 0.53 on the attacked sentences, close to chance)
-CLASSIFIER: dict[str, Any] = {"min_tokens": 8, "max_tokens": 14, "n_train": 160, "n_attack": 32,
-                              "finetune": {"steps": 60, "batch_size": 16, "lr": 1e-4, "max_length": 32}}
+CLASSIFIER: dict[str, Any] = {
+    "min_tokens": 8,
+    "max_tokens": 14,
+    "n_train": 160,
+    "n_attack": 32,
+    "finetune": {"steps": 60, "batch_size": 16, "lr": 1e-4, "max_length": 32},
+}
 LM: dict[str, Any] = {"records": 16, "finetune_steps": 60, "finetune_lr": 1e-3, "max_length": 40}
 
 _GNU = ("GPL", "LGPL", "GFDL")
@@ -81,18 +112,27 @@ def license_sentences(root: str = "/usr/share/common-licenses") -> list[tuple[st
     out: list[tuple[str, int]] = []
     seen: set[str] = set()
     d = Path(root)
-    files = sorted(p for p in d.iterdir() if p.is_file() and not p.is_symlink()) if d.is_dir() else []
+    files = (
+        sorted(p for p in d.iterdir() if p.is_file() and not p.is_symlink()) if d.is_dir() else []
+    )
     for f in files:
         y = int(f.name.startswith(_GNU))
         text = " ".join(f.read_text(errors="ignore").split())
         for s in re.split(r"(?<=[.;:!?])\s+", text):
             s = s.strip()
-            if (20 <= len(s) <= 160 and sum(c.isalpha() for c in s) > 0.7 * len(s) and s[0].isupper() and not s.isupper()
-                    and s not in seen):
+            if (
+                20 <= len(s) <= 160
+                and sum(c.isalpha() for c in s) > 0.7 * len(s)
+                and s[0].isupper()
+                and not s.isupper()
+                and s not in seen
+            ):
                 seen.add(s)
                 out.append((s, y))
     if not out:
-        raise InvalidArgument(f"no license sentences under {root!r} (a Debian system has /usr/share/common-licenses)")
+        raise InvalidArgument(
+            f"no license sentences under {root!r} (a Debian system has /usr/share/common-licenses)"
+        )
     return out
 
 
@@ -105,8 +145,11 @@ def _split(tok: Any, seed: int) -> tuple[list[tuple[str, int]], list[tuple[str, 
     cfg = CLASSIFIER
     pool = license_sentences()
     g = np.random.default_rng(seed)
-    short = [i for i, (s, _) in enumerate(pool)
-             if cfg["min_tokens"] <= len(tok(s, verbose=False)["input_ids"]) <= cfg["max_tokens"]]
+    short = [
+        i
+        for i, (s, _) in enumerate(pool)
+        if cfg["min_tokens"] <= len(tok(s, verbose=False)["input_ids"]) <= cfg["max_tokens"]
+    ]
     attack_idx: list[int] = []
     for c in (0, 1):
         cand = [i for i in short if pool[i][1] == c]
@@ -121,7 +164,9 @@ def _split(tok: Any, seed: int) -> tuple[list[tuple[str, int]], list[tuple[str, 
 
 
 @functools.lru_cache(maxsize=2)
-def classifier_victim(seed: int = 0) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...], dict[str, float]]:
+def classifier_victim(
+    seed: int = 0,
+) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...], dict[str, float]]:
     """``(model, tokenizer, attack texts, their labels, info)``: MiniLM fine-tuned on license sentences.
 
     ``info``: training loss first/last; the fine-tuned model's accuracy on every sentence not trained on
@@ -144,16 +189,26 @@ def classifier_victim(seed: int = 0) -> tuple[Any, Any, tuple[str, ...], tuple[i
         model.train()
         for _ in range(ft["steps"]):
             idx = g.choice(len(train), size=ft["batch_size"], replace=False)
-            enc = tok([train[int(i)][0] for i in idx], padding=True, truncation=True, max_length=ft["max_length"],
-                      return_tensors="pt")
+            enc = tok(
+                [train[int(i)][0] for i in idx],
+                padding=True,
+                truncation=True,
+                max_length=ft["max_length"],
+                return_tensors="pt",
+            )
             loss = model(**enc, labels=torch.tensor([train[int(i)][1] for i in idx])).loss
             opt.zero_grad()
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
         scores = _heldout_scores(model, tok, train, attack)
-    info = {"train_loss_first": losses[0], "train_loss_last": float(np.mean(losses[-4:])), **scores,
-            "n_train": len(train), "n_attack": len(attack)}
+    info = {
+        "train_loss_first": losses[0],
+        "train_loss_last": float(np.mean(losses[-4:])),
+        **scores,
+        "n_train": len(train),
+        "n_attack": len(attack),
+    }
     return model, tok, tuple(s for s, _ in attack), tuple(int(y) for _, y in attack), info
 
 
@@ -163,13 +218,22 @@ def classifier_victim(seed: int = 0) -> tuple[Any, Any, tuple[str, ...], tuple[i
 #: non-private fine-tune (noise averages out over the batch)
 #: ``trainable="head"``: only the pooler and the classification head are trained (DP linear probing of the
 #: pretrained encoder, 148k parameters instead of 11M: less noise in total, the usual remedy at small data sizes)
-DP_CLASSIFIER: dict[str, Any] = {"target_epsilon": 8.0, "delta": 1e-5, "max_grad_norm": 1.0, "steps": 60,
-                                 "batch_size": 64, "lr": 1e-3, "freeze_embeddings": True, "max_length": 32,
-                                 "trainable": "all"}
+DP_CLASSIFIER: dict[str, Any] = {
+    "target_epsilon": 8.0,
+    "delta": 1e-5,
+    "max_grad_norm": 1.0,
+    "steps": 60,
+    "batch_size": 64,
+    "lr": 1e-3,
+    "freeze_embeddings": True,
+    "max_length": 32,
+    "trainable": "all",
+}
 
 
-def _heldout_scores(model: Any, tok: Any, train: list[tuple[str, int]], attack: list[tuple[str, int]]
-                    ) -> dict[str, float]:
+def _heldout_scores(
+    model: Any, tok: Any, train: list[tuple[str, int]], attack: list[tuple[str, int]]
+) -> dict[str, float]:
     """Accuracy / balanced accuracy on every license sentence not trained on, and on the attacked ones."""
     import numpy as np
     from sklearn.metrics import accuracy_score, balanced_accuracy_score
@@ -180,9 +244,12 @@ def _heldout_scores(model: Any, tok: Any, train: list[tuple[str, int]], attack: 
     y, p = np.array([y for _, y in held]), np.array(_predict(model, tok, [s for s, _ in held]))
     att = {s for s, _ in attack}
     in_att = np.array([s in att for s, _ in held])
-    return {"heldout_accuracy": float(accuracy_score(y, p)),
-            "heldout_balanced_accuracy": float(balanced_accuracy_score(y, p)),  # mean per-class recall
-            "attack_accuracy": float(accuracy_score(y[in_att], p[in_att])), "n_heldout": len(held)}
+    return {
+        "heldout_accuracy": float(accuracy_score(y, p)),
+        "heldout_balanced_accuracy": float(balanced_accuracy_score(y, p)),  # mean per-class recall
+        "attack_accuracy": float(accuracy_score(y[in_att], p[in_att])),
+        "n_heldout": len(held),
+    }
 
 
 def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
@@ -203,24 +270,41 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
 
     unknown = set(overrides) - set(DP_CLASSIFIER)
     if unknown:
-        raise InvalidArgument(f"dp_classifier: unknown settings {sorted(unknown)} (allowed: {sorted(DP_CLASSIFIER)})")
+        raise InvalidArgument(
+            f"dp_classifier: unknown settings {sorted(unknown)} (allowed: {sorted(DP_CLASSIFIER)})"
+        )
     cfg = {**DP_CLASSIFIER, **overrides}
     if cfg["trainable"] not in ("all", "head"):
-        raise InvalidArgument(f"dp_classifier: trainable must be 'all' or 'head'; got {cfg['trainable']!r}")
+        raise InvalidArgument(
+            f"dp_classifier: trainable must be 'all' or 'head'; got {cfg['trainable']!r}"
+        )
     model, tok = minilm_classifier(num_labels=2, seed=seed)
     if cfg["trainable"] == "head":
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith(("classifier.", "bert.pooler.")))
     train, attack = _split(tok, seed)
-    enc = tok([s for s, _ in train], padding="max_length", truncation=True, max_length=int(cfg["max_length"]),
-              return_tensors="pt")
+    enc = tok(
+        [s for s, _ in train],
+        padding="max_length",
+        truncation=True,
+        max_length=int(cfg["max_length"]),
+        return_tensors="pt",
+    )
     ds = TensorDataset(enc["input_ids"], enc["attention_mask"], torch.tensor([y for _, y in train]))
-    loader = DataLoader(ds, batch_size=int(cfg["batch_size"]), shuffle=True,
-                        generator=torch.Generator().manual_seed(seed))
-    mech = DPSGD(target_epsilon=float(cfg["target_epsilon"]), delta=float(cfg["delta"]),
-                 max_grad_norm=float(cfg["max_grad_norm"]), steps=int(cfg["steps"]),
-                 freeze_embeddings=bool(cfg["freeze_embeddings"]) and cfg["trainable"] == "all",
-                 dedup=True)  # sentences that agree on their first max_length tokens are one example
+    loader = DataLoader(
+        ds,
+        batch_size=int(cfg["batch_size"]),
+        shuffle=True,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    mech = DPSGD(
+        target_epsilon=float(cfg["target_epsilon"]),
+        delta=float(cfg["delta"]),
+        max_grad_norm=float(cfg["max_grad_norm"]),
+        steps=int(cfg["steps"]),
+        freeze_embeddings=bool(cfg["freeze_embeddings"]) and cfg["trainable"] == "all",
+        dedup=True,
+    )  # sentences that agree on their first max_length tokens are one example
 
     def loss_fn(m: Any, batch: Any) -> Any:
         ids, mask, y = batch
@@ -228,16 +312,24 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
 
     with pinned_threads():
         model.train()  # opacus wraps a model in training mode (dropout stays on: the usual DP fine-tune)
-        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(cfg["lr"]))
+        opt = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=float(cfg["lr"])
+        )
         pt = mech.make_private(model, opt, loader)
         # the optimizer's parameters (opacus' bookkeeping mode turns requires_grad off on the model's own)
         n_trained = int(sum(p.numel() for p in pt.optimizer.params))
         res = train_private(pt, loss_fn, steps=int(cfg["steps"]), stop_at_budget=True)
         trained = getattr(pt, "original_model", model)
-        info = {**_heldout_scores(trained, tok, train, attack), "epsilon": float(res.epsilon),
-                "noise_multiplier": float(pt.optimizer.noise_multiplier), "dp_steps": int(res.steps),
-                "stopped_by_budget": bool(res.stopped_by_budget), "n_train": len(train), "config": cfg,
-                "trained_parameters": n_trained}
+        info = {
+            **_heldout_scores(trained, tok, train, attack),
+            "epsilon": float(res.epsilon),
+            "noise_multiplier": float(pt.optimizer.noise_multiplier),
+            "dp_steps": int(res.steps),
+            "stopped_by_budget": bool(res.stopped_by_budget),
+            "n_train": len(train),
+            "config": cfg,
+            "trained_parameters": n_trained,
+        }
     return {"model": trained, "tokenizer": tok, "claim": pt.claim(), "info": info}
 
 
@@ -248,7 +340,13 @@ def _predict(model: Any, tok: Any, texts: list[str], batch_size: int = 64) -> li
     out: list[int] = []
     with torch.no_grad():
         for i in range(0, len(texts), batch_size):
-            enc = tok(texts[i:i + batch_size], padding=True, truncation=True, max_length=64, return_tensors="pt")
+            enc = tok(
+                texts[i : i + batch_size],
+                padding=True,
+                truncation=True,
+                max_length=64,
+                return_tensors="pt",
+            )
             out += model(**enc).logits.argmax(-1).tolist()
     return out
 
@@ -286,17 +384,33 @@ def _lm_victim(seed: int, steps: int) -> tuple[Any, Any, tuple[Any, ...]]:
 
     base, tok, info = realistic_lm(seed=seed)
     p = REALISTIC_LM["private"]
-    corpus = generate_corpus(n_users=p["n_users"], records_per_user=p["records_per_user"], seed=seed + 1)
-    if [r.text for r in corpus.records] != list(info["private_records"]):  # pragma: no cover - a changed generator
-        raise InvalidArgument("the realistic LM's private records no longer match generate_corpus; rebuild the cache")
+    corpus = generate_corpus(
+        n_users=p["n_users"], records_per_user=p["records_per_user"], seed=seed + 1
+    )
+    if [r.text for r in corpus.records] != list(
+        info["private_records"]
+    ):  # pragma: no cover - a changed generator
+        raise InvalidArgument(
+            "the realistic LM's private records no longer match generate_corpus; rebuild the cache"
+        )
     L = LM["max_length"]
-    recs = tuple(r for r in corpus.records if 8 <= len(tok(r.text, verbose=False)["input_ids"]) <= L - 1)[: LM["records"]]
+    recs = tuple(
+        r for r in corpus.records if 8 <= len(tok(r.text, verbose=False)["input_ids"]) <= L - 1
+    )[: LM["records"]]
     model = copy.deepcopy(base)
     if steps:
         with pinned_threads(), torch.random.fork_rng():
             torch.manual_seed(seed)
-            train_lm(model, tok, [r.text for r in recs], steps=steps, batch_size=8,
-                     lr=LM["finetune_lr"], max_length=L, rng=seed)
+            train_lm(
+                model,
+                tok,
+                [r.text for r in recs],
+                steps=steps,
+                batch_size=8,
+                lr=LM["finetune_lr"],
+                max_length=L,
+                rng=seed,
+            )
     model.eval()
     return model, tok, recs
 
@@ -310,9 +424,16 @@ def _canaries(info: dict, seed: int) -> list[Any]:
     from privnlp.models.realistic import REALISTIC_LM
 
     g = np.random.default_rng(seed)
-    cs = [make_canary(REALISTIC_LM["canaries"]["pattern"], rng=g) for _ in range(REALISTIC_LM["canaries"]["n"])]
-    if [c.text for c in cs] != [c["text"] for c in info["canaries"]]:  # pragma: no cover - a changed generator
-        raise InvalidArgument("the realistic LM's canaries no longer match make_canary; rebuild the cache")
+    cs = [
+        make_canary(REALISTIC_LM["canaries"]["pattern"], rng=g)
+        for _ in range(REALISTIC_LM["canaries"]["n"])
+    ]
+    if [c.text for c in cs] != [
+        c["text"] for c in info["canaries"]
+    ]:  # pragma: no cover - a changed generator
+        raise InvalidArgument(
+            "the realistic LM's canaries no longer match make_canary; rebuild the cache"
+        )
     return cs
 
 
@@ -327,8 +448,11 @@ def _training_texts(info: dict, seed: int) -> list[str]:
     public = debian_english_texts(**cfg["corpus"])
     g = np.random.default_rng(seed)
     canaries = [make_canary(cfg["canaries"]["pattern"], rng=g) for _ in range(cfg["canaries"]["n"])]
-    texts = public + [r for r in info["private_records"] for _ in range(cfg["private"]["repeats"])] + \
-        [c.text for c in canaries for _ in range(cfg["canaries"]["repeats"])]
+    texts = (
+        public
+        + [r for r in info["private_records"] for _ in range(cfg["private"]["repeats"])]
+        + [c.text for c in canaries for _ in range(cfg["canaries"]["repeats"])]
+    )
     return [texts[i] for i in g.permutation(len(texts))]
 
 
@@ -338,11 +462,12 @@ def heldout_texts(n: int = 200) -> list[str]:
 
     c = REALISTIC_LM["corpus"]
     allp = debian_english_texts(**{**c, "max_paragraphs": c["max_paragraphs"] + n})
-    return allp[c["max_paragraphs"]:]
+    return allp[c["max_paragraphs"] :]
 
 
-def fl_clients(n_clients: int, per_client: int, n_heldout: int, seed: int = 0
-               ) -> tuple[list[list[str]], list[str], Any, Any]:
+def fl_clients(
+    n_clients: int, per_client: int, n_heldout: int, seed: int = 0
+) -> tuple[list[list[str]], list[str], Any, Any]:
     """``fl.snapshots`` on the realistic preset: ``(client paragraphs, held-out paragraphs, tokenizer, factory)``.
 
     The initial global model is the realistic LM (``factory()`` returns a fresh copy of it); the clients' public
@@ -356,16 +481,18 @@ def fl_clients(n_clients: int, per_client: int, n_heldout: int, seed: int = 0
     need = n_clients * per_client + n_heldout
     paras = heldout_texts(need)
     if len(paras) < need:
-        raise InvalidArgument(f"the realistic fl.snapshots preset needs {need} Debian paragraphs beyond the realistic "
-                              f"LM's training text; this machine has {len(paras)} (install documentation packages "
-                              "such as python3-doc)")
-    clients = [paras[i * per_client:(i + 1) * per_client] for i in range(n_clients)]
+        raise InvalidArgument(
+            f"the realistic fl.snapshots preset needs {need} Debian paragraphs beyond the realistic "
+            f"LM's training text; this machine has {len(paras)} (install documentation packages "
+            "such as python3-doc)"
+        )
+    clients = [paras[i * per_client : (i + 1) * per_client] for i in range(n_clients)]
     base = copy.deepcopy(base).eval()
 
     def factory() -> Any:
         return copy.deepcopy(base)
 
-    return clients, paras[n_clients * per_client:], tok, factory
+    return clients, paras[n_clients * per_client :], tok, factory
 
 
 #: DP-SGD training of the realistic LM architecture for ``lm.canary`` with a mechanism (same texts and steps)
@@ -383,8 +510,12 @@ def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
 
     model, tok, info = realistic_lm(seed=seed)
     canaries = _canaries(info, seed)
-    out_info: dict[str, Any] = {"n_train": int(info["n_train_texts"]), "repeats": REALISTIC_LM["canaries"]["repeats"],
-                                "pattern": REALISTIC_LM["canaries"]["pattern"], "victim": "realistic_lm"}
+    out_info: dict[str, Any] = {
+        "n_train": int(info["n_train_texts"]),
+        "repeats": REALISTIC_LM["canaries"]["repeats"],
+        "pattern": REALISTIC_LM["canaries"]["pattern"],
+        "victim": "realistic_lm",
+    }
     if mechanism is None:
         out_info["train_loss"] = float(sum(info["losses"][-10:]) / len(info["losses"][-10:]))
     elif hasattr(mechanism, "make_private"):
@@ -395,13 +526,34 @@ def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
 
         cfg = REALISTIC_LM
         eos = tok.eos_token_id
-        fresh = tiny_gpt2(len(tok), **cfg["model"], bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=seed)
+        fresh = tiny_gpt2(
+            len(tok),
+            **cfg["model"],
+            bos_token_id=eos,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            seed=seed,
+        )
         with pinned_threads():
-            model, dp = _dp_train(mechanism, fresh, tok, _training_texts(info, seed),
-                                  {"train": cfg["train"], "dp": CANARY_DP}, rng=seed)
+            model, dp = _dp_train(
+                mechanism,
+                fresh,
+                tok,
+                _training_texts(info, seed),
+                {"train": cfg["train"], "dp": CANARY_DP},
+                rng=seed,
+            )
         out_info.update(dp)
     else:
-        raise InvalidArgument(f"lm.canary supports mechanism=None or a DP-SGD-like mechanism with make_private(); "
-                              f"got {type(mechanism).__name__}")
+        raise InvalidArgument(
+            f"lm.canary supports mechanism=None or a DP-SGD-like mechanism with make_private(); "
+            f"got {type(mechanism).__name__}"
+        )
     model.eval()
-    return {"model": model, "tokenizer": tok, "canaries": canaries, "heldout": heldout_texts(), "info": out_info}
+    return {
+        "model": model,
+        "tokenizer": tok,
+        "canaries": canaries,
+        "heldout": heldout_texts(),
+        "info": out_info,
+    }

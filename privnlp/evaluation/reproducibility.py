@@ -9,6 +9,7 @@ bits of a trained victim, and a one-trial LAMP reconstruction amplifies them) is
 ``config["cpu_intervals"][attack][system] = [low, high]`` with the environments it was measured
 on, and the card says so. ``scripts/check_cards.py`` (``make check-cards``) uses :func:`compare`.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,10 +21,14 @@ SYSTEMS = ("undefended", "defended", "leaky_twin")
 
 
 def _by_key(report: Mapping[str, Any]) -> dict:
-    return {(a["attack"], a.get("params", {}).get("scenario")): a for a in report.get("attacks", [])}
+    return {
+        (a["attack"], a.get("params", {}).get("scenario")): a for a in report.get("attacks", [])
+    }
 
 
-def _interval(committed: Mapping[str, Any], attack: Mapping[str, Any], system: str) -> tuple[float, float, str]:
+def _interval(
+    committed: Mapping[str, Any], attack: Mapping[str, Any], system: str
+) -> tuple[float, float, str]:
     cpu = committed.get("config", {}).get("cpu_intervals", {}).get(attack["attack"], {}).get(system)
     if cpu:
         return float(cpu[0]), float(cpu[1]), "CPU-dependent interval stated in the card"
@@ -31,7 +36,9 @@ def _interval(committed: Mapping[str, Any], attack: Mapping[str, Any], system: s
     return float(s["ci_low"]), float(s["ci_high"]), "95% interval of the committed report"
 
 
-def compare(name: str, committed: Mapping[str, Any], fresh: Mapping[str, Any], atol: float = 1e-6) -> list[str]:
+def compare(
+    name: str, committed: Mapping[str, Any], fresh: Mapping[str, Any], atol: float = 1e-6
+) -> list[str]:
     """One message per headline number of ``fresh`` outside ``committed``'s stated interval (+- ``atol``),
     naming the card, the attack, the metric and the system."""
     errs = []
@@ -55,7 +62,9 @@ def compare(name: str, committed: Mapping[str, Any], fresh: Mapping[str, Any], a
             if math.isnan(v) and math.isnan(lo):
                 continue
             if not (lo - atol <= v <= hi + atol):
-                errs.append(f"{label} ({system}) = {v:.4f}, outside the {what} [{lo:.4f}, {hi:.4f}]")
+                errs.append(
+                    f"{label} ({system}) = {v:.4f}, outside the {what} [{lo:.4f}, {hi:.4f}]"
+                )
     return errs
 
 
@@ -79,10 +88,16 @@ def widen_intervals(committed: dict, fresh: Mapping[str, Any]) -> dict:
         for system in SYSTEMS:
             if b is None or m not in a.get(system, {}) or m not in b.get(system, {}):
                 continue
-            old = ci.get(a["attack"], {}).get(system) or [a[system][m]["ci_low"], a[system][m]["ci_high"]]
+            old = ci.get(a["attack"], {}).get(system) or [
+                a[system][m]["ci_low"],
+                a[system][m]["ci_high"],
+            ]
             v = float(b[system][m]["mean"])
             if v < old[0] or v > old[1]:
-                ci.setdefault(a["attack"], {})[system] = [min(float(old[0]), v), max(float(old[1]), v)]
+                ci.setdefault(a["attack"], {})[system] = [
+                    min(float(old[0]), v),
+                    max(float(old[1]), v),
+                ]
     if not ci:
         cfg.pop("cpu_intervals")
         cfg.pop("cpu_interval_environments")
@@ -96,11 +111,20 @@ def carry_cpu_intervals(report: Any, previous: Mapping[str, Any] | None) -> Any:
         return report
     from dataclasses import replace
 
-    prev = {"config": {"cpu_intervals": previous["config"]["cpu_intervals"],
-                       "cpu_interval_environments": list(previous["config"].get("cpu_interval_environments", []))},
-            "attacks": report.to_dict()["attacks"]}
+    prev = {
+        "config": {
+            "cpu_intervals": previous["config"]["cpu_intervals"],
+            "cpu_interval_environments": list(
+                previous["config"].get("cpu_interval_environments", [])
+            ),
+        },
+        "attacks": report.to_dict()["attacks"],
+    }
     cur = report.to_dict()
     widened = widen_intervals(prev, cur)["config"]
-    cfg = {**report.config, "cpu_intervals": widened["cpu_intervals"],
-           "cpu_interval_environments": widened["cpu_interval_environments"]}
+    cfg = {
+        **report.config,
+        "cpu_intervals": widened["cpu_intervals"],
+        "cpu_interval_environments": widened["cpu_interval_environments"],
+    }
     return replace(report, config=cfg)

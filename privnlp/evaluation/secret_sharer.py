@@ -16,6 +16,7 @@ Usage::
     grid = secret_sharer_grid((0.1, 0.5), (0.1, 0.5), rounds=10, rng=0)
     for c in grid.cells: print(c.p_u, c.p_e, c.sharers, c.insertions, c.exposure)
 """
+
 from __future__ import annotations
 
 import math
@@ -46,6 +47,7 @@ class SecretSharerCell:
         heldout_loss: the final model's loss on held-out users.
         epsilon: the run's finite epsilon, where the mechanism claims one.
     """
+
     p_u: float
     p_e: float
     seed: int
@@ -66,6 +68,7 @@ class SecretSharerGrid:
         cells: one cell per (p_u, p_e, seed).
         config: the grid's settings.
     """
+
     cells: tuple[SecretSharerCell, ...]
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -79,8 +82,16 @@ class SecretSharerGrid:
         return {k: float(np.mean(v)) for k, v in out.items()}
 
 
-def secret_sharer_run(p_u: float, p_e: float, *, mechanism: Any = None, preset: str = "quick",
-                      rounds: int | None = None, n_users: int | None = None, rng: Any) -> SecretSharerCell:
+def secret_sharer_run(
+    p_u: float,
+    p_e: float,
+    *,
+    mechanism: Any = None,
+    preset: str = "quick",
+    rounds: int | None = None,
+    n_users: int | None = None,
+    rng: Any,
+) -> SecretSharerCell:
     """One federated secret-sharer run (``mechanism=None``: plain weighted FedAvg with the
     ``fl.dp_fedavg`` preset's client hyperparameters).
 
@@ -111,40 +122,70 @@ def secret_sharer_run(p_u: float, p_e: float, *, mechanism: Any = None, preset: 
     check_probability("p_u", p_u)
     check_probability("p_e", p_e)
     if preset not in FL_DP_FEDAVG_PRESETS:
-        raise InvalidArgument(f"preset must be one of {sorted(FL_DP_FEDAVG_PRESETS)}; got {preset!r}")
+        raise InvalidArgument(
+            f"preset must be one of {sorted(FL_DP_FEDAVG_PRESETS)}; got {preset!r}"
+        )
     cfg = FL_DP_FEDAVG_PRESETS[preset]
     g = as_numpy(rng)
     seed = int(g.integers(0, 2**31 - 1))
     corpus_cfg = dict(cfg["corpus"], **({"n_users": int(n_users)} if n_users else {}))
     corpus = generate_corpus(**corpus_cfg, seed=seed)
     users = list(corpus.users)
-    held = set(users[-int(cfg["heldout_users"]):])
+    held = set(users[-int(cfg["heldout_users"]) :])
     train = [r for r in corpus.records if r.user_id not in held]
     canary = make_canary(cfg["pattern"], rng=g)
     inserted, sharers, n_ins = federated_secret_sharer(train, canary, p_u=p_u, p_e=p_e, rng=g)
     by_user: dict[str, list[str]] = {}
     for r in inserted:
         by_user.setdefault(r.user_id, []).append(r.text)
-    tok = digit_bpe_tokenizer([r.text for r in train], int(cfg["vocab_size"]),
-                              model_max_length=cfg["model"]["n_positions"])
+    tok = digit_bpe_tokenizer(
+        [r.text for r in train],
+        int(cfg["vocab_size"]),
+        model_max_length=cfg["model"]["n_positions"],
+    )
     task = lm_task(tok, **cfg["model"], seed=seed)
     data = lm_client_data(tok, by_user, max_length=int(cfg["max_length"]))
     mech = FedAvg(**cfg["fedavg"]) if mechanism is None else mechanism
-    res = FedSimulator(mech, task, data).run(int(rounds or cfg["rounds"]), rng=int(g.integers(0, 2**31 - 1)),
-                                             evaluate=False)
+    res = FedSimulator(mech, task, data).run(
+        int(rounds or cfg["rounds"]), rng=int(g.integers(0, 2**31 - 1)), evaluate=False
+    )
     model = res.model.eval()
     est = canary_exposure(model, tok, canary, rng=g)
     scores_best = est.rank <= 1.0
-    loss = heldout_loss(model, tok, [r.text for r in corpus.records if r.user_id in held], int(cfg["max_length"]))
-    eps = res.claim.epsilon if res.claim.epsilon is not None and math.isfinite(res.claim.epsilon) else None
-    return SecretSharerCell(float(p_u), float(p_e), seed, len(sharers), int(n_ins), float(est.exposure),
-                            float(est.log2_space), bool(scores_best), float(loss), eps)
+    loss = heldout_loss(
+        model, tok, [r.text for r in corpus.records if r.user_id in held], int(cfg["max_length"])
+    )
+    eps = (
+        res.claim.epsilon
+        if res.claim.epsilon is not None and math.isfinite(res.claim.epsilon)
+        else None
+    )
+    return SecretSharerCell(
+        float(p_u),
+        float(p_e),
+        seed,
+        len(sharers),
+        int(n_ins),
+        float(est.exposure),
+        float(est.log2_space),
+        bool(scores_best),
+        float(loss),
+        eps,
+    )
 
 
-def secret_sharer_grid(p_us: Sequence[float] = (0.1, 0.3, 1.0), p_es: Sequence[float] = (0.05, 0.2, 0.5), *,
-                       mechanism: Any = None, preset: str = "quick", rounds: int | None = None,
-                       n_users: int | None = None, seeds: Sequence[int] = (0,), progress: bool = False,
-                       rng: Any = None) -> SecretSharerGrid:
+def secret_sharer_grid(
+    p_us: Sequence[float] = (0.1, 0.3, 1.0),
+    p_es: Sequence[float] = (0.05, 0.2, 0.5),
+    *,
+    mechanism: Any = None,
+    preset: str = "quick",
+    rounds: int | None = None,
+    n_users: int | None = None,
+    seeds: Sequence[int] = (0,),
+    progress: bool = False,
+    rng: Any = None,
+) -> SecretSharerGrid:
     """Exposure for every (p_u, p_e, seed) (Poisson user and example selection). ``rng`` (optional)
     is mixed into every seed.
 
@@ -174,8 +215,27 @@ def secret_sharer_grid(p_us: Sequence[float] = (0.1, 0.3, 1.0), p_es: Sequence[f
         from tqdm.auto import tqdm
 
         it = tqdm(combos, desc="secret sharer grid", unit="run")
-    cells = tuple(secret_sharer_run(pu, pe, mechanism=mechanism, preset=preset, rounds=rounds, n_users=n_users,
-                                    rng=np.random.default_rng([base, int(s)])) for pu, pe, s in it)
-    return SecretSharerGrid(cells, {"p_us": list(p_us), "p_es": list(p_es), "seeds": list(seeds), "preset": preset,
-                                    "rounds": rounds, "n_users": n_users,
-                                    "mechanism": "FedAvg (preset)" if mechanism is None else type(mechanism).__name__})
+    cells = tuple(
+        secret_sharer_run(
+            pu,
+            pe,
+            mechanism=mechanism,
+            preset=preset,
+            rounds=rounds,
+            n_users=n_users,
+            rng=np.random.default_rng([base, int(s)]),
+        )
+        for pu, pe, s in it
+    )
+    return SecretSharerGrid(
+        cells,
+        {
+            "p_us": list(p_us),
+            "p_es": list(p_es),
+            "seeds": list(seeds),
+            "preset": preset,
+            "rounds": rounds,
+            "n_users": n_users,
+            "mechanism": "FedAvg (preset)" if mechanism is None else type(mechanism).__name__,
+        },
+    )

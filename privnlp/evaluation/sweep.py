@@ -1,5 +1,6 @@
 """Parameter sweeps: privacy-utility curves (leakage metric vs utility metric, one line per
 mechanism configuration family), the plots a user reads to pick a setting."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,8 +31,10 @@ def with_params(mechanism: Any, **changes: Any) -> Any:
     params = {k: v for k, v in vars(mechanism).items() if not k.startswith("_")}
     unknown = set(changes) - set(params)
     if unknown:
-        raise InvalidArgument(f"cannot sweep {sorted(unknown)}: not constructor arguments of "
-                              f"{type(mechanism).__name__} (known: {sorted(params)})")
+        raise InvalidArgument(
+            f"cannot sweep {sorted(unknown)}: not constructor arguments of "
+            f"{type(mechanism).__name__} (known: {sorted(params)})"
+        )
     params.update(changes)
     return type(mechanism)(**params)
 
@@ -45,6 +48,7 @@ class SweepCurve:
         param: the swept constructor argument.
         points: per value, ``{"param": value, <leakage metric>: mean, <utility metric>: mean}``.
     """
+
     label: str
     param: str
     points: tuple[Mapping[str, Any], ...]
@@ -61,6 +65,7 @@ class SweepResult:
         figure: the rendered trade-off plot.
         extra: free-form details.
     """
+
     curves: tuple[SweepCurve, ...]
     leakage: str
     utility: str
@@ -68,14 +73,29 @@ class SweepResult:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"leakage": self.leakage, "utility": self.utility,
-                "curves": [{"label": c.label, "param": c.param, "points": [dict(p) for p in c.points]}
-                           for c in self.curves]}
+        return {
+            "leakage": self.leakage,
+            "utility": self.utility,
+            "curves": [
+                {"label": c.label, "param": c.param, "points": [dict(p) for p in c.points]}
+                for c in self.curves
+            ],
+        }
 
 
-def sweep(families: Mapping[str, tuple[Any, str, Sequence[Any]]], *, attack: str, leakage: str | None = None,
-          utility: str, seeds: Sequence[int] = (0,), preset: str = "quick", scenario: Any = None,
-          cache_dir: Any = None, progress: bool = False, title: str = "") -> SweepResult:
+def sweep(
+    families: Mapping[str, tuple[Any, str, Sequence[Any]]],
+    *,
+    attack: str,
+    leakage: str | None = None,
+    utility: str,
+    seeds: Sequence[int] = (0,),
+    preset: str = "quick",
+    scenario: Any = None,
+    cache_dir: Any = None,
+    progress: bool = False,
+    title: str = "",
+) -> SweepResult:
     """Sweep one parameter per family and collect (utility, leakage) points.
 
     Args:
@@ -92,16 +112,44 @@ def sweep(families: Mapping[str, tuple[Any, str, Sequence[Any]]], *, attack: str
         pts = []
         for v in values:
             m = with_params(base, **{param: v})
-            rep = audit(m, scenario, [attack], seeds=seeds, preset=preset, baseline=False, cache_dir=cache_dir,
-                        progress=progress, figures=False)
+            rep = audit(
+                m,
+                scenario,
+                [attack],
+                seeds=seeds,
+                preset=preset,
+                baseline=False,
+                cache_dir=cache_dir,
+                progress=progress,
+                figures=False,
+            )
             if not rep.attacks:
                 continue
             a = rep.attacks[0]
             metric = leakage or a.headline_metric
-            pts.append({"param": v, metric: a.defended[metric].mean,
-                        utility: rep.utility[utility].mean if utility in rep.utility else float("nan")})
+            pts.append(
+                {
+                    "param": v,
+                    metric: a.defended[metric].mean,
+                    utility: rep.utility[utility].mean if utility in rep.utility else float("nan"),
+                }
+            )
         curves.append(SweepCurve(label, param, tuple(pts)))
-    lk = leakage or (curves and curves[0].points and next(k for k in curves[0].points[0] if k not in ("param", utility))) or "leakage"
-    fig = tradeoff_figure(curves, x=utility, y=lk, title=title or f"{lk} vs {utility}", name="sweep",
-                          caption=f"Privacy-utility trade-off: {lk} (leakage) against {utility}; labels = parameter values.")
+    lk = (
+        leakage
+        or (
+            curves
+            and curves[0].points
+            and next(k for k in curves[0].points[0] if k not in ("param", utility))
+        )
+        or "leakage"
+    )
+    fig = tradeoff_figure(
+        curves,
+        x=utility,
+        y=lk,
+        title=title or f"{lk} vs {utility}",
+        name="sweep",
+        caption=f"Privacy-utility trade-off: {lk} (leakage) against {utility}; labels = parameter values.",
+    )
     return SweepResult(tuple(curves), lk, utility, fig)

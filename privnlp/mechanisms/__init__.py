@@ -5,6 +5,7 @@ obfuscation), ``federated`` (FedAvg, DP-FedAvg), ``text`` (metric-DP word pertur
 ``vocab`` (DP WordPiece), ``fragmentation`` (phrase-pair fragmentation), ``mpc`` (CrypTen
 inference); ``testing`` holds deliberately leaky twins used by the tests.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -10,6 +10,7 @@ scenario) are too weak to be trusted as evaluators.
 Twins live next to the mechanism they imitate and are registered with
 ``@LEAKY_TWINS.register("<mechanism name>")``; this module is the one place to find them.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -5,6 +5,7 @@ A gradient-inversion attack on a batch recovers sentences in an unknown order
 ``../shared/papers/film-recovering-private-text-in-fl.txt``); they are scored after a
 maximum-score one-to-one matching (scipy's ``linear_sum_assignment``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,8 +47,9 @@ def _rouge_l(ref: str, hyp: str) -> float:
     return rouge([ref], [hyp])["rougeL"]
 
 
-def hungarian_match(refs: Sequence[str], hyps: Sequence[str],
-                    score_fn: Callable[[str, str], float] | None = None) -> Matching:
+def hungarian_match(
+    refs: Sequence[str], hyps: Sequence[str], score_fn: Callable[[str, str], float] | None = None
+) -> Matching:
     """Match ``hyps`` to ``refs`` one-to-one maximising the total ``score_fn(ref, hyp)``
     (default ROUGE-L F). Works for unequal sizes (extra items stay unmatched).
 

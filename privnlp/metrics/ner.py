@@ -15,6 +15,7 @@ Gold and predicted entities are paired one-to-one per document by a maximum-cred
 because seqeval only does strict CoNLL scoring and nervaluate's "type" scheme gives no half
 credit (the paper's does).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ class SpanMetrics:
         type: the same label with overlapping boundaries (half credit unless exact).
         partial: overlapping boundaries, any label (half credit unless exact boundaries and label).
     """
+
     strict: PRF
     exact: PRF
     type: PRF
@@ -69,7 +71,11 @@ def bio_to_spans(tags: Sequence[str]) -> list[tuple[int, int, str]]:
     spans = []
     cur = None
     for i, t in enumerate(list(tags) + ["O"]):
-        if t == "O" or t.startswith("B-") or (t.startswith("I-") and (cur is None or cur[2] != t[2:])):
+        if (
+            t == "O"
+            or t.startswith("B-")
+            or (t.startswith("I-") and (cur is None or cur[2] != t[2:]))
+        ):
             if cur is not None:
                 spans.append((cur[0], i, cur[2]))
                 cur = None
@@ -90,8 +96,12 @@ def _as_span(x: Any) -> tuple[int, int, str]:
 
 
 def _is_doc_of_spans(x: Any) -> bool:
-    return hasattr(x, "start") or (isinstance(x, (tuple, list)) and len(x) == 3 and isinstance(x[0], (int, np.integer))
-                                   and isinstance(x[2], str))
+    return hasattr(x, "start") or (
+        isinstance(x, (tuple, list))
+        and len(x) == 3
+        and isinstance(x[0], (int, np.integer))
+        and isinstance(x[2], str)
+    )
 
 
 def _docs(x: Any, name: str) -> list[list[tuple[int, int, str]]]:
@@ -154,7 +164,9 @@ def ner_span_metrics(gold: Any, pred: Any) -> SpanMetrics:
     """
     gd, pd = _docs(gold, "gold"), _docs(pred, "pred")
     if len(gd) != len(pd):
-        raise InvalidArgument(f"gold and pred must hold the same number of documents; got {len(gd)} and {len(pd)}")
+        raise InvalidArgument(
+            f"gold and pred must hold the same number of documents; got {len(gd)} and {len(pd)}"
+        )
     ng = sum(len(d) for d in gd)
     npred = sum(len(d) for d in pd)
     res = {}
@@ -171,8 +183,9 @@ def ner_span_metrics(gold: Any, pred: Any) -> SpanMetrics:
     return SpanMetrics(**res)
 
 
-def seqeval_f1(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]], *,
-               strict: bool = False) -> float:
+def seqeval_f1(
+    gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]], *, strict: bool = False
+) -> float:
     """Entity-level micro F1 of BIO tag sequences (``seqeval``; ``strict=True`` uses IOB2 mode).
 
     Args:
@@ -191,8 +204,12 @@ def seqeval_f1(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[
     gold_tags, pred_tags = [list(x) for x in gold_tags], [list(x) for x in pred_tags]
     if gold_tags and isinstance(gold_tags[0], str):
         raise InvalidArgument("gold_tags must be a list of tag sequences (one per sentence)")
-    if len(gold_tags) != len(pred_tags) or any(len(a) != len(b) for a, b in zip(gold_tags, pred_tags)):
-        raise InvalidArgument("gold_tags and pred_tags must have the same shape (sentences x tokens)")
+    if len(gold_tags) != len(pred_tags) or any(
+        len(a) != len(b) for a, b in zip(gold_tags, pred_tags)
+    ):
+        raise InvalidArgument(
+            "gold_tags and pred_tags must have the same shape (sentences x tokens)"
+        )
     if strict:
         from seqeval.scheme import IOB2
 

@@ -4,6 +4,7 @@ Used for label recovery from gradients (``../shared/papers/rlg-revealing-labels-
 bag-of-words recovery (``../shared/papers/film-recovering-private-text-in-fl.txt``) and
 vocabulary membership.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -34,7 +35,12 @@ class PRF:
     exact_match: float
 
     def to_dict(self) -> dict[str, float]:
-        return {"precision": self.precision, "recall": self.recall, "f1": self.f1, "exact_match": self.exact_match}
+        return {
+            "precision": self.precision,
+            "recall": self.recall,
+            "f1": self.f1,
+            "exact_match": self.exact_match,
+        }
 
 
 def _f1(p: float, r: float) -> float:
@@ -90,19 +96,29 @@ def top_k_accuracy(scores: Any, targets: Sequence[int], k: int = 1) -> float:
     """
     check_range("k", k, 1, 10**9, integer=True)
     targets = list(targets)
-    if isinstance(scores, (list, tuple)) and scores and isinstance(scores[0], (list, tuple)) and not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) for x in scores[0]):
+    if (
+        isinstance(scores, (list, tuple))
+        and scores
+        and isinstance(scores[0], (list, tuple))
+        and not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scores[0])
+    ):
         ranked = scores
         if len(ranked) != len(targets):
-            raise InvalidArgument(f"scores and targets must have the same length; got {len(ranked)} and {len(targets)}")
-        return float(np.mean([t in list(r)[:k] for r, t in zip(ranked, targets)])) if targets else 0.0
+            raise InvalidArgument(
+                f"scores and targets must have the same length; got {len(ranked)} and {len(targets)}"
+            )
+        return (
+            float(np.mean([t in list(r)[:k] for r, t in zip(ranked, targets)])) if targets else 0.0
+        )
     if hasattr(scores, "detach"):
         scores = scores.detach().cpu().numpy()
     s = np.asarray(scores, dtype=float)
     if s.ndim != 2:
         raise InvalidArgument(f"scores must be a 2-D (n, num_classes) array; got shape {s.shape}")
     if s.shape[0] != len(targets):
-        raise InvalidArgument(f"scores and targets must have the same length; got {s.shape[0]} and {len(targets)}")
+        raise InvalidArgument(
+            f"scores and targets must have the same length; got {s.shape[0]} and {len(targets)}"
+        )
     if s.shape[0] == 0:
         return 0.0
     k = min(int(k), s.shape[1])

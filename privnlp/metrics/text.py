@@ -6,6 +6,7 @@ ROUGE-1/2/L F and NERR are the headline metrics of the gradient-inversion papers
 ``../shared/papers/lamp-extracting-text-from-gradients.txt``). NERR (named-entity recovery
 rate) is computed from gold spans, so no spaCy model is needed.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,16 @@ from typing import Sequence
 
 from ..core.errors import InvalidArgument
 
-__all__ = ["rouge", "bleu", "chrf", "nerr", "token_precision_recall", "TokenPR", "edit_distance",
-           "simple_tokens"]
+__all__ = [
+    "rouge",
+    "bleu",
+    "chrf",
+    "nerr",
+    "token_precision_recall",
+    "TokenPR",
+    "edit_distance",
+    "simple_tokens",
+]
 
 _TOK = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
@@ -41,13 +50,17 @@ def _pairs(refs, hyps, name: str = "hyps") -> tuple[list[str], list[str]]:
         hyps = [hyps]
     refs, hyps = list(refs), list(hyps)
     if len(refs) != len(hyps):
-        raise InvalidArgument(f"refs and {name} must have the same length; got {len(refs)} and {len(hyps)}")
+        raise InvalidArgument(
+            f"refs and {name} must have the same length; got {len(refs)} and {len(hyps)}"
+        )
     if not refs:
         raise InvalidArgument("refs must not be empty")
     return refs, hyps
 
 
-def rouge(refs: Sequence[str] | str, hyps: Sequence[str] | str, *, use_stemmer: bool = False) -> dict[str, float]:
+def rouge(
+    refs: Sequence[str] | str, hyps: Sequence[str] | str, *, use_stemmer: bool = False
+) -> dict[str, float]:
     """Mean ROUGE-1/2/L F-measure over aligned pairs (``rouge-score``; its tokenizer lowercases
     and keeps ``[a-z0-9]+`` tokens).
 
@@ -115,7 +128,7 @@ def chrf(refs: Sequence[str] | str, hyps: Sequence[str] | str) -> float:
 def _entity_strings(entities) -> list[str]:
     """Accept entity strings, ``(text, label)`` pairs, or a Record (uses its gold spans)."""
     if hasattr(entities, "spans") and hasattr(entities, "text"):
-        return [entities.text[s.start:s.end] for s in entities.spans]
+        return [entities.text[s.start : s.end] for s in entities.spans]
     out = []
     for e in entities:
         out.append(e if isinstance(e, str) else e[0])
@@ -146,8 +159,10 @@ def nerr(entities, reconstructions, *, case_sensitive: bool = False) -> float:
         entities, reconstructions = [entities], [reconstructions]
     entities, reconstructions = list(entities), list(reconstructions)
     if len(entities) != len(reconstructions):
-        raise InvalidArgument(f"entities and reconstructions must have the same length; got "
-                              f"{len(entities)} and {len(reconstructions)}")
+        raise InvalidArgument(
+            f"entities and reconstructions must have the same length; got "
+            f"{len(entities)} and {len(reconstructions)}"
+        )
     hit = tot = 0
     for ents, rec in zip(entities, reconstructions):
         strs = _entity_strings(ents)
@@ -173,7 +188,9 @@ class TokenPR:
     f1: float
 
 
-def token_precision_recall(ref: str | Sequence[str], hyp: str | Sequence[str], *, lowercase: bool = True) -> TokenPR:
+def token_precision_recall(
+    ref: str | Sequence[str], hyp: str | Sequence[str], *, lowercase: bool = True
+) -> TokenPR:
     """Clipped token overlap: precision = |ref ∩ hyp| / |hyp|, recall = |ref ∩ hyp| / |ref|
     (multisets; strings are tokenized with :func:`simple_tokens`).
 
@@ -193,7 +210,9 @@ def token_precision_recall(ref: str | Sequence[str], hyp: str | Sequence[str], *
     return TokenPR(p, rc, 2 * p * rc / (p + rc) if p + rc else 0.0)
 
 
-def edit_distance(a: str | Sequence, b: str | Sequence, *, level: str = "token", normalized: bool = False) -> float:
+def edit_distance(
+    a: str | Sequence, b: str | Sequence, *, level: str = "token", normalized: bool = False
+) -> float:
     """Levenshtein distance at ``level="token"`` (words via :func:`simple_tokens`, case kept) or
     ``"char"``; sequences are used as they are. ``normalized`` divides by ``max(len)``.
 

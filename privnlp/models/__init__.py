@@ -9,6 +9,7 @@ and BiLSTM models for the FL gradient-inversion papers (``film-recovering-privat
 ``import privnlp.models`` does not import torch: every public name is loaded lazily on first
 attribute access (module ``__getattr__``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -43,10 +44,29 @@ _EXPORTS = {
     "load_classifier": "pretrained",
 }
 
-__all__ = ["BiLSTMTagger", "LSTMLanguageModel", "TextCNN", "TrainLog", "bundled_bert_classifier", "bundled_lm",
-           "cache_dir", "classifier_batch", "lm_batch", "load_classifier", "load_lm", "pad_sequences",
-           "tiny_bert_classifier", "tiny_bert_mlm", "tiny_gpt2", "tiny_lstm_lm", "train_bpe_tokenizer",
-           "train_classifier", "train_lm", "train_tagger", "train_wordpiece_tokenizer"]
+__all__ = [
+    "BiLSTMTagger",
+    "LSTMLanguageModel",
+    "TextCNN",
+    "TrainLog",
+    "bundled_bert_classifier",
+    "bundled_lm",
+    "cache_dir",
+    "classifier_batch",
+    "lm_batch",
+    "load_classifier",
+    "load_lm",
+    "pad_sequences",
+    "tiny_bert_classifier",
+    "tiny_bert_mlm",
+    "tiny_gpt2",
+    "tiny_lstm_lm",
+    "train_bpe_tokenizer",
+    "train_classifier",
+    "train_lm",
+    "train_tagger",
+    "train_wordpiece_tokenizer",
+]
 # every name of _EXPORTS is public: tests/docs/test_layering.py checks __all__ lists each one
 
 

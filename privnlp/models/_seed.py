@@ -4,6 +4,7 @@ Hugging Face and ``torch.nn.init`` draw from torch's *global* generator and offe
 ``generator=`` argument, so we fork the CPU RNG (``torch.random.fork_rng``), seed the fork, and
 the global state is restored on exit: the caller's ``torch.random.get_rng_state()`` is unchanged.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -12,6 +12,7 @@ Each builder initializes its weights under a seeded fork of torch's RNG
 global RNG state is untouched. Dropout defaults to 0 (tiny models trained for a few hundred
 steps memorize better and train loops stay deterministic); pass ``dropout=0.1`` for GPT-2/BERT defaults.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -33,10 +34,21 @@ def _check_dims(hidden: int, heads: int, hidden_name: str, heads_name: str) -> N
         raise InvalidArgument(f"{hidden_name}={hidden} must be divisible by {heads_name}={heads}")
 
 
-def tiny_gpt2(vocab_size: int, *, n_layer: int = 2, n_embd: int = 64, n_head: int = 2, n_positions: int = 128,
-              tie_word_embeddings: bool = True, dropout: float = 0.0, bos_token_id: int | None = None,
-              eos_token_id: int | None = None, pad_token_id: int | None = None, seed: int = 0,
-              **config_overrides: Any) -> "GPT2LMHeadModel":
+def tiny_gpt2(
+    vocab_size: int,
+    *,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 2,
+    n_positions: int = 128,
+    tie_word_embeddings: bool = True,
+    dropout: float = 0.0,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    seed: int = 0,
+    **config_overrides: Any,
+) -> "GPT2LMHeadModel":
     """A GPT-2 LM head model built from ``GPT2Config`` (weights seeded by ``seed``).
 
     ``vocab_size`` is usually ``len(tokenizer)``; pass the tokenizer's special ids as
@@ -73,14 +85,27 @@ def tiny_gpt2(vocab_size: int, *, n_layer: int = 2, n_embd: int = 64, n_head: in
     check_probability("dropout", dropout, open_high=True)
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    special = {"bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "pad_token_id": pad_token_id}
+    special = {
+        "bos_token_id": bos_token_id,
+        "eos_token_id": eos_token_id,
+        "pad_token_id": pad_token_id,
+    }
     for k, v in special.items():
         if v is not None:
             check_range(k, v, 0, vocab_size - 1, integer=True)
-    cfg = GPT2Config(vocab_size=int(vocab_size), n_positions=int(n_positions), n_embd=int(n_embd),
-                     n_layer=int(n_layer), n_head=int(n_head), resid_pdrop=float(dropout),
-                     embd_pdrop=float(dropout), attn_pdrop=float(dropout),
-                     tie_word_embeddings=bool(tie_word_embeddings), **special, **config_overrides)
+    cfg = GPT2Config(
+        vocab_size=int(vocab_size),
+        n_positions=int(n_positions),
+        n_embd=int(n_embd),
+        n_layer=int(n_layer),
+        n_head=int(n_head),
+        resid_pdrop=float(dropout),
+        embd_pdrop=float(dropout),
+        attn_pdrop=float(dropout),
+        tie_word_embeddings=bool(tie_word_embeddings),
+        **special,
+        **config_overrides,
+    )
     with seeded(seed):
         model = GPT2LMHeadModel(cfg)
     fix_loss_type(model)
@@ -95,9 +120,18 @@ def fix_loss_type(model: Any) -> Any:
     return model
 
 
-def _bert_config(vocab_size: int, *, hidden_size: int, num_hidden_layers: int, num_attention_heads: int,
-                 intermediate_size: int, max_position_embeddings: int, dropout: float, pad_token_id: int,
-                 **overrides: Any) -> Any:
+def _bert_config(
+    vocab_size: int,
+    *,
+    hidden_size: int,
+    num_hidden_layers: int,
+    num_attention_heads: int,
+    intermediate_size: int,
+    max_position_embeddings: int,
+    dropout: float,
+    pad_token_id: int,
+    **overrides: Any,
+) -> Any:
     check_range("vocab_size", vocab_size, 1, 2**24, integer=True)
     check_range("num_hidden_layers", num_hidden_layers, 1, 256, integer=True)
     check_range("intermediate_size", intermediate_size, 1, 2**18, integer=True)
@@ -107,17 +141,34 @@ def _bert_config(vocab_size: int, *, hidden_size: int, num_hidden_layers: int, n
     check_probability("dropout", dropout, open_high=True)
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=int(vocab_size), hidden_size=int(hidden_size),
-                      num_hidden_layers=int(num_hidden_layers), num_attention_heads=int(num_attention_heads),
-                      intermediate_size=int(intermediate_size), max_position_embeddings=int(max_position_embeddings),
-                      hidden_dropout_prob=float(dropout), attention_probs_dropout_prob=float(dropout),
-                      pad_token_id=int(pad_token_id), **overrides)
+    return BertConfig(
+        vocab_size=int(vocab_size),
+        hidden_size=int(hidden_size),
+        num_hidden_layers=int(num_hidden_layers),
+        num_attention_heads=int(num_attention_heads),
+        intermediate_size=int(intermediate_size),
+        max_position_embeddings=int(max_position_embeddings),
+        hidden_dropout_prob=float(dropout),
+        attention_probs_dropout_prob=float(dropout),
+        pad_token_id=int(pad_token_id),
+        **overrides,
+    )
 
 
-def tiny_bert_classifier(vocab_size: int, *, num_labels: int = 2, hidden_size: int = 64, num_hidden_layers: int = 2,
-                         num_attention_heads: int = 2, intermediate_size: int = 128,
-                         max_position_embeddings: int = 128, dropout: float = 0.0, pad_token_id: int = 0,
-                         seed: int = 0, **config_overrides: Any) -> "BertForSequenceClassification":
+def tiny_bert_classifier(
+    vocab_size: int,
+    *,
+    num_labels: int = 2,
+    hidden_size: int = 64,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 2,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 128,
+    dropout: float = 0.0,
+    pad_token_id: int = 0,
+    seed: int = 0,
+    **config_overrides: Any,
+) -> "BertForSequenceClassification":
     """A ``BertForSequenceClassification`` from a small ``BertConfig`` (weights seeded by ``seed``).
 
     ``pad_token_id=0`` matches :func:`~privnlp.models.train_wordpiece_tokenizer` (``[PAD]`` = 0).
@@ -144,19 +195,37 @@ def tiny_bert_classifier(vocab_size: int, *, num_labels: int = 2, hidden_size: i
     check_range("num_labels", num_labels, 1, 2**20, integer=True)
     from transformers import BertForSequenceClassification
 
-    cfg = _bert_config(vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-                       num_attention_heads=num_attention_heads, intermediate_size=intermediate_size,
-                       max_position_embeddings=max_position_embeddings, dropout=dropout,
-                       pad_token_id=pad_token_id, num_labels=int(num_labels), **config_overrides)
+    cfg = _bert_config(
+        vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        dropout=dropout,
+        pad_token_id=pad_token_id,
+        num_labels=int(num_labels),
+        **config_overrides,
+    )
     with seeded(seed):
         model = BertForSequenceClassification(cfg)
     return model
 
 
-def tiny_bert_mlm(vocab_size: int, *, hidden_size: int = 64, num_hidden_layers: int = 2, num_attention_heads: int = 2,
-                  intermediate_size: int = 128, max_position_embeddings: int = 128, dropout: float = 0.0,
-                  pad_token_id: int = 0, tie_word_embeddings: bool = True, seed: int = 0,
-                  **config_overrides: Any) -> "BertForMaskedLM":
+def tiny_bert_mlm(
+    vocab_size: int,
+    *,
+    hidden_size: int = 64,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 2,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 128,
+    dropout: float = 0.0,
+    pad_token_id: int = 0,
+    tie_word_embeddings: bool = True,
+    seed: int = 0,
+    **config_overrides: Any,
+) -> "BertForMaskedLM":
     """A ``BertForMaskedLM`` from a small ``BertConfig`` (weights seeded by ``seed``).
 
     The sizes, ``dropout``, ``pad_token_id`` and ``seed`` are those of :func:`tiny_bert_classifier`.
@@ -170,11 +239,18 @@ def tiny_bert_mlm(vocab_size: int, *, hidden_size: int = 64, num_hidden_layers: 
     """
     from transformers import BertForMaskedLM
 
-    cfg = _bert_config(vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-                       num_attention_heads=num_attention_heads, intermediate_size=intermediate_size,
-                       max_position_embeddings=max_position_embeddings, dropout=dropout,
-                       pad_token_id=pad_token_id, tie_word_embeddings=bool(tie_word_embeddings),
-                       **config_overrides)
+    cfg = _bert_config(
+        vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        dropout=dropout,
+        pad_token_id=pad_token_id,
+        tie_word_embeddings=bool(tie_word_embeddings),
+        **config_overrides,
+    )
     with seeded(seed):
         model = BertForMaskedLM(cfg)
     return model

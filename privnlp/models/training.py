@@ -11,6 +11,7 @@
 No global RNG: data order comes from ``rng`` and dropout draws from a forked, seeded torch RNG
 (the caller's ``torch.random.get_rng_state()`` is unchanged after a call).
 """
+
 from __future__ import annotations
 
 import time
@@ -26,8 +27,20 @@ from privnlp.core.rng import as_numpy
 
 from ._seed import seeded
 
-__all__ = ["TrainLog", "LMBatch", "ClassifierBatch", "lm_batch", "lm_batch_from_ids", "position_ids_for", "classifier_batch", "pad_sequences",
-           "train_lm", "train_classifier", "train_tagger", "IGNORE_INDEX"]
+__all__ = [
+    "TrainLog",
+    "LMBatch",
+    "ClassifierBatch",
+    "lm_batch",
+    "lm_batch_from_ids",
+    "position_ids_for",
+    "classifier_batch",
+    "pad_sequences",
+    "train_lm",
+    "train_classifier",
+    "train_tagger",
+    "IGNORE_INDEX",
+]
 
 IGNORE_INDEX = -100
 
@@ -81,8 +94,14 @@ class _TensorBatch(Mapping):
         return len(self._keys())
 
     def to(self, device: Any) -> Any:
-        return type(self)(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name).to(device))
-                             for f in fields(self)})  # type: ignore[arg-type]
+        return type(self)(
+            **{
+                f.name: (
+                    None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                )
+                for f in fields(self)
+            }
+        )  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -124,8 +143,12 @@ def position_ids_for(input_ids: torch.Tensor) -> torch.Tensor:
 
 def _encode_lm(tokenizer: Any, texts: list[str], max_length: int, add_eos: bool) -> list[list[int]]:
     eos = tokenizer.eos_token if add_eos else None
-    return tokenizer([t + eos if eos else t for t in texts], add_special_tokens=False, truncation=True,
-                     max_length=int(max_length))["input_ids"]
+    return tokenizer(
+        [t + eos if eos else t for t in texts],
+        add_special_tokens=False,
+        truncation=True,
+        max_length=int(max_length),
+    )["input_ids"]
 
 
 def _pad_id(tokenizer: Any) -> int:
@@ -134,7 +157,9 @@ def _pad_id(tokenizer: Any) -> int:
     return int(tokenizer.eos_token_id or 0)
 
 
-def lm_batch_from_ids(rows: Sequence[Sequence[int]], pad_id: int, *, min_length: int = 1) -> LMBatch:
+def lm_batch_from_ids(
+    rows: Sequence[Sequence[int]], pad_id: int, *, min_length: int = 1
+) -> LMBatch:
     """Right-pad already tokenized rows into an :class:`LMBatch` (labels -100 on padding), at least
     ``min_length`` positions wide."""
     if len(rows) == 0:
@@ -146,10 +171,14 @@ def lm_batch_from_ids(rows: Sequence[Sequence[int]], pad_id: int, *, min_length:
         ids[i, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)
         mask[i, : len(r)] = 1
     labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
-    return LMBatch(input_ids=ids, attention_mask=mask, position_ids=position_ids_for(ids), labels=labels)
+    return LMBatch(
+        input_ids=ids, attention_mask=mask, position_ids=position_ids_for(ids), labels=labels
+    )
 
 
-def lm_batch(tokenizer: Any, texts: Sequence[str], max_length: int = 64, *, add_eos: bool = True) -> LMBatch:
+def lm_batch(
+    tokenizer: Any, texts: Sequence[str], max_length: int = 64, *, add_eos: bool = True
+) -> LMBatch:
     """Tokenize ``texts`` into a right-padded causal-LM batch: ``model(**lm_batch(tok, texts)).loss``.
 
     Each text is followed by the tokenizer's eos token (when it has one and ``add_eos``), truncated
@@ -174,8 +203,9 @@ def lm_batch(tokenizer: Any, texts: Sequence[str], max_length: int = 64, *, add_
     return lm_batch_from_ids(_encode_lm(tokenizer, texts, max_length, add_eos), _pad_id(tokenizer))
 
 
-def classifier_batch(tokenizer: Any, texts: Sequence[str], labels: Sequence[int] | None = None,
-                     max_length: int = 64) -> ClassifierBatch:
+def classifier_batch(
+    tokenizer: Any, texts: Sequence[str], labels: Sequence[int] | None = None, max_length: int = 64
+) -> ClassifierBatch:
     """Tokenize ``texts`` (with the tokenizer's special tokens, e.g. ``[CLS] ... [SEP]``) into a padded batch.
 
     Args:
@@ -193,17 +223,27 @@ def classifier_batch(tokenizer: Any, texts: Sequence[str], labels: Sequence[int]
     """
     texts = _check_texts(texts)
     check_range("max_length", max_length, 2, 2**20, integer=True)
-    enc = tokenizer(texts, padding=True, truncation=True, max_length=int(max_length), return_tensors="pt")
+    enc = tokenizer(
+        texts, padding=True, truncation=True, max_length=int(max_length), return_tensors="pt"
+    )
     lab = None
     if labels is not None:
         if len(labels) != len(texts):
-            raise InvalidArgument(f"labels must have one entry per text ({len(texts)}); got {len(labels)}")
+            raise InvalidArgument(
+                f"labels must have one entry per text ({len(texts)}); got {len(labels)}"
+            )
         lab = torch.as_tensor(list(labels), dtype=torch.long)
-    return ClassifierBatch(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=lab,
-                           token_type_ids=enc.get("token_type_ids"))
+    return ClassifierBatch(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        labels=lab,
+        token_type_ids=enc.get("token_type_ids"),
+    )
 
 
-def pad_sequences(seqs: Sequence[Sequence[int]], *, pad: int = 0, name: str = "token_ids") -> tuple[torch.Tensor, torch.Tensor]:
+def pad_sequences(
+    seqs: Sequence[Sequence[int]], *, pad: int = 0, name: str = "token_ids"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad integer sequences -> ``(padded (B, T) long tensor, lengths (B,))``.
 
     Args:
@@ -245,8 +285,18 @@ def _check_loop(steps: int, batch_size: int, lr: float) -> None:
     check_positive("lr", lr)
 
 
-def _run(model: torch.nn.Module, step_loss: Any, n: int, *, steps: int, batch_size: int, lr: float,
-         weight_decay: float, rng: Any, progress: bool) -> TrainLog:
+def _run(
+    model: torch.nn.Module,
+    step_loss: Any,
+    n: int,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float,
+    rng: Any,
+    progress: bool,
+) -> TrainLog:
     gen = as_numpy(rng)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -259,6 +309,7 @@ def _run(model: torch.nn.Module, step_loss: Any, n: int, *, steps: int, batch_si
     it = _batches(n, int(batch_size), int(steps), gen)
     if progress:
         from tqdm.auto import tqdm
+
         it = tqdm(it, total=int(steps), desc="train", leave=False)
     try:
         with seeded(int(gen.integers(0, 2**63 - 1))):  # dropout draws here, not from the global RNG
@@ -273,8 +324,19 @@ def _run(model: torch.nn.Module, step_loss: Any, n: int, *, steps: int, batch_si
     return TrainLog(losses=tuple(losses), steps=int(steps), seconds=time.perf_counter() - t0)
 
 
-def train_lm(model: Any, tokenizer: Any, texts: Sequence[str], *, steps: int, batch_size: int = 8, lr: float = 3e-3,
-             max_length: int = 64, weight_decay: float = 0.0, rng: Any, progress: bool = False) -> TrainLog:
+def train_lm(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    *,
+    steps: int,
+    batch_size: int = 8,
+    lr: float = 3e-3,
+    max_length: int = 64,
+    weight_decay: float = 0.0,
+    rng: Any,
+    progress: bool = False,
+) -> TrainLog:
     """Train a causal LM (e.g. :func:`~privnlp.models.tiny_gpt2`) on ``texts`` for ``steps`` AdamW steps.
 
     Batches come from :func:`lm_batch` (explicit per-row ``position_ids``); the order is drawn from
@@ -307,13 +369,33 @@ def train_lm(model: Any, tokenizer: Any, texts: Sequence[str], *, steps: int, ba
     def step_loss(idx: np.ndarray) -> torch.Tensor:
         return model(**lm_batch_from_ids([rows[i] for i in idx], pad)).loss
 
-    return _run(model, step_loss, len(texts), steps=steps, batch_size=batch_size, lr=lr,
-                weight_decay=weight_decay, rng=rng, progress=progress)
+    return _run(
+        model,
+        step_loss,
+        len(texts),
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        rng=rng,
+        progress=progress,
+    )
 
 
-def train_classifier(model: Any, tokenizer: Any, texts: Sequence[str], labels: Sequence[int], *, steps: int,
-                     batch_size: int = 16, lr: float = 3e-3, max_length: int = 64, weight_decay: float = 0.0,
-                     rng: Any, progress: bool = False) -> TrainLog:
+def train_classifier(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    labels: Sequence[int],
+    *,
+    steps: int,
+    batch_size: int = 16,
+    lr: float = 3e-3,
+    max_length: int = 64,
+    weight_decay: float = 0.0,
+    rng: Any,
+    progress: bool = False,
+) -> TrainLog:
     """Train a sequence classifier (e.g. :func:`~privnlp.models.tiny_bert_classifier`) with cross-entropy.
 
     Args:
@@ -337,25 +419,54 @@ def train_classifier(model: Any, tokenizer: Any, texts: Sequence[str], labels: S
     """
     texts = _check_texts(texts)
     if len(labels) != len(texts):
-        raise InvalidArgument(f"labels must have one entry per text ({len(texts)}); got {len(labels)}")
+        raise InvalidArgument(
+            f"labels must have one entry per text ({len(texts)}); got {len(labels)}"
+        )
     num_labels = getattr(getattr(model, "config", None), "num_labels", None)
     for i, y in enumerate(labels):
-        if isinstance(y, bool) or not isinstance(y, (int, np.integer)) or y < 0 or (num_labels and y >= num_labels):
-            raise InvalidArgument(f"labels[{i}] must be an int in [0, {num_labels or 'num_labels'}); got {y!r}")
+        if (
+            isinstance(y, bool)
+            or not isinstance(y, (int, np.integer))
+            or y < 0
+            or (num_labels and y >= num_labels)
+        ):
+            raise InvalidArgument(
+                f"labels[{i}] must be an int in [0, {num_labels or 'num_labels'}); got {y!r}"
+            )
     labels = [int(y) for y in labels]
     _check_loop(steps, batch_size, lr)
 
     def step_loss(idx: np.ndarray) -> torch.Tensor:
-        batch = classifier_batch(tokenizer, [texts[i] for i in idx], [labels[i] for i in idx], max_length)
+        batch = classifier_batch(
+            tokenizer, [texts[i] for i in idx], [labels[i] for i in idx], max_length
+        )
         return model(**batch).loss
 
-    return _run(model, step_loss, len(texts), steps=steps, batch_size=batch_size, lr=lr,
-                weight_decay=weight_decay, rng=rng, progress=progress)
+    return _run(
+        model,
+        step_loss,
+        len(texts),
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        rng=rng,
+        progress=progress,
+    )
 
 
-def train_tagger(model: Any, token_ids: Sequence[Sequence[int]], tag_ids: Sequence[Sequence[int]], *, steps: int,
-                 batch_size: int = 16, lr: float = 1e-2, weight_decay: float = 0.0, rng: Any,
-                 progress: bool = False) -> TrainLog:
+def train_tagger(
+    model: Any,
+    token_ids: Sequence[Sequence[int]],
+    tag_ids: Sequence[Sequence[int]],
+    *,
+    steps: int,
+    batch_size: int = 16,
+    lr: float = 1e-2,
+    weight_decay: float = 0.0,
+    rng: Any,
+    progress: bool = False,
+) -> TrainLog:
     """Train a :class:`~privnlp.models.BiLSTMTagger` on id sequences (``tag_ids[i]`` aligned with ``token_ids[i]``).
 
     Args:
@@ -376,7 +487,9 @@ def train_tagger(model: Any, token_ids: Sequence[Sequence[int]], tag_ids: Sequen
         InvalidArgument: misaligned sequences or an argument out of range.
     """
     if len(token_ids) != len(tag_ids):
-        raise InvalidArgument(f"tag_ids must have one sequence per token_ids row ({len(token_ids)}); got {len(tag_ids)}")
+        raise InvalidArgument(
+            f"tag_ids must have one sequence per token_ids row ({len(token_ids)}); got {len(tag_ids)}"
+        )
     for i, (a, b) in enumerate(zip(token_ids, tag_ids)):
         if len(a) != len(b):
             raise InvalidArgument(f"tag_ids[{i}] has {len(b)} tags for {len(a)} tokens")
@@ -388,5 +501,14 @@ def train_tagger(model: Any, token_ids: Sequence[Sequence[int]], tag_ids: Sequen
         y, _ = pad_sequences([tag_ids[i] for i in idx], pad=IGNORE_INDEX, name="tag_ids")
         return model.loss(x, y, lengths)
 
-    return _run(model, step_loss, len(token_ids), steps=steps, batch_size=batch_size, lr=lr,
-                weight_decay=weight_decay, rng=rng, progress=progress)
+    return _run(
+        model,
+        step_loss,
+        len(token_ids),
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        rng=rng,
+        progress=progress,
+    )

@@ -1,5 +1,6 @@
 """The privacy-noise rule for the other DP mechanisms: ``rng=None`` = OS entropy, a seed = reproducible
 simulation (and the DP vocabulary's claim then says "noise seeded")."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,10 +32,14 @@ def test_text_mechanism_noise_is_secure_by_default():
     from privnlp.mechanisms.text import Embeddings, Vickrey
 
     words = ("good", "great", "bad", "awful", "movie", "film", "the", "a", "service", "food")
-    m = Vickrey(0.5, embeddings=Embeddings(words, np.random.default_rng(0).standard_normal((len(words), 8))))
+    m = Vickrey(
+        0.5, embeddings=Embeddings(words, np.random.default_rng(0).standard_normal((len(words), 8)))
+    )
     z1, z2 = m.sample_noise(50), m.sample_noise(50)
-    assert not np.array_equal(z1, z2)                                  # fresh entropy each call
-    assert np.array_equal(m.sample_noise(50, rng=3), m.sample_noise(50, rng=3))   # explicit seed: simulation
+    assert not np.array_equal(z1, z2)  # fresh entropy each call
+    assert np.array_equal(
+        m.sample_noise(50, rng=3), m.sample_noise(50, rng=3)
+    )  # explicit seed: simulation
     assert len(m.sanitize_many(["good movie", "bad food"])) == 2
 
 

@@ -12,6 +12,7 @@ unit of the metric, twins 1.1-5x. Tolerance: the defense must not exceed its cla
 stated fraction of it (so that an audit that silently stops working fails); the twins must exceed it.
 The repeated-seed check is in test_audits_slow.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,10 +26,25 @@ from privnlp.core.claims import ClaimKind
 from privnlp.core.registry import AUDITS, LEAKY_TWINS, MECHANISMS
 from privnlp.core.report import LeakageReport
 
-DP_DEFENSES = ("dp_sgd", "dp_fedavg", "dp_wordpiece", "laplace_metric", "vickrey", "vickrey_k", "mahalanobis")
+DP_DEFENSES = (
+    "dp_sgd",
+    "dp_fedavg",
+    "dp_wordpiece",
+    "laplace_metric",
+    "vickrey",
+    "vickrey_k",
+    "mahalanobis",
+)
 #: the fraction of the claim that the quick audit of the real mechanism must reach (measured - margin)
-MIN_RATIO = {"dp_sgd": 0.6, "dp_fedavg": 0.5, "dp_wordpiece": 0.7, "laplace_metric": 0.7, "vickrey": 0.7,
-             "vickrey_k": 0.6, "mahalanobis": 0.7}
+MIN_RATIO = {
+    "dp_sgd": 0.6,
+    "dp_fedavg": 0.5,
+    "dp_wordpiece": 0.7,
+    "laplace_metric": 0.7,
+    "vickrey": 0.7,
+    "vickrey_k": 0.6,
+    "mahalanobis": 0.7,
+}
 
 
 @pytest.fixture(scope="session")
@@ -47,8 +63,15 @@ def test_every_dp_claim_has_an_audit():
         if n in DP_DEFENSES:
             assert n in AUDITS.names() and n in LEAKY_TWINS.names()
     assert set(AUDITS.names()) == set(DP_DEFENSES)
-    for n in ("dp_sgd", "dp_wordpiece", "vickrey"):  # cheap claims; the others are checked in the audits
-        assert MECHANISMS.get(n).example("quick").claim().kind in (ClaimKind.DP, ClaimKind.METRIC_DP)
+    for n in (
+        "dp_sgd",
+        "dp_wordpiece",
+        "vickrey",
+    ):  # cheap claims; the others are checked in the audits
+        assert MECHANISMS.get(n).example("quick").claim().kind in (
+            ClaimKind.DP,
+            ClaimKind.METRIC_DP,
+        )
 
 
 @pytest.mark.parametrize("name", DP_DEFENSES)
@@ -57,10 +80,14 @@ def test_defense_audited_at_most_claimed(suites, name):
     assert rs, f"{name}: no audit of the defense"
     for r in rs:
         for b in (r.audited, *r.others):
-            assert b.epsilon <= r.claimed_epsilon, f"{name}: audited {b.epsilon} > claimed {r.claimed_epsilon} ({r.variant})"
+            assert b.epsilon <= r.claimed_epsilon, (
+                f"{name}: audited {b.epsilon} > claimed {r.claimed_epsilon} ({r.variant})"
+            )
         assert r.audited.confidence == 0.95 and r.audited.trials > 0
     head = suites[name].headline
-    assert head.ratio >= MIN_RATIO[name], f"{name}: audit too weak: {head.audited.epsilon} of {head.claimed_epsilon}"
+    assert head.ratio >= MIN_RATIO[name], (
+        f"{name}: audit too weak: {head.audited.epsilon} of {head.claimed_epsilon}"
+    )
 
 
 @pytest.mark.parametrize("name", DP_DEFENSES)
@@ -68,8 +95,9 @@ def test_leaky_twin_claim_violated(suites, name):
     rs = suites[name].of("leaky_twin")
     assert rs, f"{name}: its leaky twin was not audited"
     head = rs[0]
-    assert head.violated and head.audited.epsilon > head.claimed_epsilon, \
+    assert head.violated and head.audited.epsilon > head.claimed_epsilon, (
         f"{name}: twin {head.implementation} not caught: audited {head.audited.epsilon} <= {head.claimed_epsilon}"
+    )
     assert head.implementation.endswith(LEAKY_TWINS.get(name).__qualname__)
 
 
@@ -92,15 +120,22 @@ def test_report_card_and_index(suites, audit_cache):
     from privnlp.evaluation.cards import render_mechanism_card
 
     name = "vickrey"
-    rep = LeakageReport(mechanism=name, claim=MECHANISMS.get(name).example("quick").claim(), threat_models=(),
-                        attacks=(), config={"preset": "quick"})
+    rep = LeakageReport(
+        mechanism=name,
+        claim=MECHANISMS.get(name).example("quick").claim(),
+        threat_models=(),
+        attacks=(),
+        config={"preset": "quick"},
+    )
     rep = audit_report(rep, name, preset="quick", seed=0, cache_dir=audit_cache)  # cached: instant
     head = suites[name].headline
     assert rep.empirical_epsilon_lower_bound == pytest.approx(head.audited.epsilon)
     back = LeakageReport.from_dict(rep.to_dict())
     lines = audit_card_lines(back)
     text = "\n".join(lines)
-    assert "## Empirical DP audit" in text and "claim violated" in text and "audited / claimed" in text
+    assert (
+        "## Empirical DP audit" in text and "claim violated" in text and "audited / claimed" in text
+    )
     assert f"{head.audited.epsilon:.3g}" in text
     card = render_mechanism_card(back)
     assert "## Empirical DP audit" in card

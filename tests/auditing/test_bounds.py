@@ -10,6 +10,7 @@ Tolerances (seeded, deterministic): randomized response at eps = 1 with 200 000 
 0.97); every bound stays <= the truth over 20 seeds (95% bounds; the seeds are fixed, so the test is
 deterministic).
 """
+
 from __future__ import annotations
 
 import math
@@ -18,20 +19,34 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from privnlp.auditing.bounds import (clopper_pearson, cp_lower, cp_upper, epsilon_lower_bound, epsilon_lower_bound_gdp,
-                                     fdp_one_run_mu_lower_bound, gdp_delta, gdp_epsilon, gdp_mu_lower_bound,
-                                     one_run_audit, one_run_epsilon_lower_bound, one_run_p_value, threshold_audit)
+from privnlp.auditing.bounds import (
+    clopper_pearson,
+    cp_lower,
+    cp_upper,
+    epsilon_lower_bound,
+    epsilon_lower_bound_gdp,
+    fdp_one_run_mu_lower_bound,
+    gdp_delta,
+    gdp_epsilon,
+    gdp_mu_lower_bound,
+    one_run_audit,
+    one_run_epsilon_lower_bound,
+    one_run_p_value,
+    threshold_audit,
+)
 from privnlp.core.errors import InvalidArgument
 
 
 # ------------------------------------------------------------------------- hand-computed values
 def test_clopper_pearson_hand_values():
     # k = 0: upper = 1 - alpha^(1/n); k = n: lower = alpha^(1/n)
-    assert cp_upper(0, 10, 0.05) == pytest.approx(1 - 0.05 ** 0.1, rel=1e-9)
-    assert cp_lower(10, 10, 0.05) == pytest.approx(0.05 ** 0.1, rel=1e-9)
+    assert cp_upper(0, 10, 0.05) == pytest.approx(1 - 0.05**0.1, rel=1e-9)
+    assert cp_lower(10, 10, 0.05) == pytest.approx(0.05**0.1, rel=1e-9)
     assert cp_lower(0, 10, 0.05) == 0.0 and cp_upper(10, 10, 0.05) == 1.0
     lo, hi = clopper_pearson(5, 10, 0.95)
-    assert lo == pytest.approx(0.187086, abs=1e-5) and hi == pytest.approx(0.812914, abs=1e-5)  # textbook values
+    assert lo == pytest.approx(0.187086, abs=1e-5) and hi == pytest.approx(
+        0.812914, abs=1e-5
+    )  # textbook values
     with pytest.raises(InvalidArgument):
         cp_upper(11, 10, 0.05)
 
@@ -59,20 +74,26 @@ def test_gdp_hand_values():
     assert e == pytest.approx(4.377, abs=0.01)
     assert gdp_epsilon(0.0, 1e-5) == 0.0
     b = epsilon_lower_bound_gdp(n, 0, n, 0, delta=1e-5)
-    assert b.mu == pytest.approx(2 * norm.isf(u)) and b.epsilon == pytest.approx(gdp_epsilon(b.mu, 1e-5))
+    assert b.mu == pytest.approx(2 * norm.isf(u)) and b.epsilon == pytest.approx(
+        gdp_epsilon(b.mu, 1e-5)
+    )
 
 
 def test_steinke_one_run_hand_value():
     # m = r = v = 10, delta = 0: largest eps with q^10 <= 0.05, q = e^eps / (1 + e^eps)
-    q = 0.05 ** 0.1
+    q = 0.05**0.1
     b = one_run_epsilon_lower_bound(10, 10, 10, delta=0.0, confidence=0.95)
     assert b.epsilon == pytest.approx(math.log(q / (1 - q)), abs=1e-6)
     # p-value with delta = 0 is the binomial tail; with delta > 0 it is larger (Theorem: + 2 m delta alpha)
-    assert one_run_p_value(100, 40, 30, 1.0) == pytest.approx(binom.sf(29, 40, 1 / (1 + math.exp(-1))))
+    assert one_run_p_value(100, 40, 30, 1.0) == pytest.approx(
+        binom.sf(29, 40, 1 / (1 + math.exp(-1)))
+    )
     assert one_run_p_value(100, 40, 30, 1.0, 1e-3) > one_run_p_value(100, 40, 30, 1.0)
     # delta only lowers the bound
-    assert one_run_epsilon_lower_bound(1000, 200, 190, delta=1e-5).epsilon <= \
-        one_run_epsilon_lower_bound(1000, 200, 190, delta=0.0).epsilon
+    assert (
+        one_run_epsilon_lower_bound(1000, 200, 190, delta=1e-5).epsilon
+        <= one_run_epsilon_lower_bound(1000, 200, 190, delta=0.0).epsilon
+    )
     with pytest.raises(InvalidArgument):
         one_run_p_value(10, 5, 6, 1.0)
 
@@ -88,11 +109,13 @@ def test_fdp_one_run_monotone_and_null():
 
 
 # ------------------------------------------------------------------------- mechanisms of known epsilon
-def _randomized_response(eps: float, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _randomized_response(
+    eps: float, n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Outputs of eps-DP randomized response on bit 0 (neg) and bit 1 (pos), n runs each."""
     p = math.exp(eps) / (1 + math.exp(eps))
-    neg = (rng.random(n) > p).astype(float)   # reports 1 with prob 1 - p
-    pos = (rng.random(n) < p).astype(float)   # reports 1 with prob p
+    neg = (rng.random(n) > p).astype(float)  # reports 1 with prob 1 - p
+    pos = (rng.random(n) < p).astype(float)  # reports 1 with prob p
     return neg, pos
 
 
@@ -101,7 +124,9 @@ def test_randomized_response_bound_below_truth_and_approaching():
     vals = []
     for n in (1000, 20000, 200000):
         neg, pos = _randomized_response(eps, n, np.random.default_rng(n))
-        b = threshold_audit(neg, pos, delta=0.0, rng=0, methods=("clopper_pearson",))["clopper_pearson"]
+        b = threshold_audit(neg, pos, delta=0.0, rng=0, methods=("clopper_pearson",))[
+            "clopper_pearson"
+        ]
         vals.append(b.epsilon)
         assert b.epsilon <= eps
     assert vals[0] < vals[1] < vals[2]
@@ -133,6 +158,8 @@ def test_bounds_valid_over_seeds():
         assert one["steinke_one_run"].epsilon <= truth
         assert one["fdp_gaussian_one_run"].mu <= mu and one["fdp_gaussian_one_run"].epsilon <= truth
         steinke_le_fdp += one["steinke_one_run"].epsilon <= one["fdp_gaussian_one_run"].epsilon
-        rep = threshold_audit(g.standard_normal(500), mu + g.standard_normal(500), delta=delta, rng=s)
+        rep = threshold_audit(
+            g.standard_normal(500), mu + g.standard_normal(500), delta=delta, rng=s
+        )
         assert rep["gdp_clopper_pearson"].mu <= mu and rep["clopper_pearson"].epsilon <= truth
     assert steinke_le_fdp >= 18  # the f-DP analysis is the tighter one (Mahloujifar et al.)

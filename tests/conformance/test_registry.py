@@ -1,5 +1,6 @@
 """Every registry entry is complete: docstring citing its paper, a claim, a card folder; the
 top-level card folders are 1:1 with the registries; generated cards come from report files."""
+
 from __future__ import annotations
 
 import inspect
@@ -34,7 +35,9 @@ def test_mechanism_entry_is_complete(name):
     assert isinstance(claim, PrivacyClaim), f"{name}: claim() must return a PrivacyClaim"
     for a in cls.paired_attacks:
         assert a in ATTACKS.names(), f"{name}: paired attack {a!r} is not registered"
-    assert (ROOT / "mechanisms" / name / "README.md").exists(), f"mechanisms/{name}/README.md missing"
+    assert (ROOT / "mechanisms" / name / "README.md").exists(), (
+        f"mechanisms/{name}/README.md missing"
+    )
 
 
 @pytest.mark.parametrize("name", ATTACKS.names())
@@ -50,8 +53,10 @@ def test_attack_entry_is_complete(name):
 def test_card_folders_match_registries_one_to_one():
     for folder, reg in (("mechanisms", MECHANISMS), ("attacks", ATTACKS)):
         dirs = {p.name for p in (ROOT / folder).iterdir() if p.is_dir()}
-        assert dirs == set(reg.names()), f"{folder}/ folders != registry: extra {dirs - set(reg.names())}, " \
-                                         f"missing {set(reg.names()) - dirs}"
+        assert dirs == set(reg.names()), (
+            f"{folder}/ folders != registry: extra {dirs - set(reg.names())}, "
+            f"missing {set(reg.names()) - dirs}"
+        )
         assert not list((ROOT / folder).rglob("__init__.py")), f"{folder}/ must not be importable"
 
 
@@ -63,7 +68,9 @@ def test_leaky_twins_imitate_registered_mechanisms():
 @pytest.mark.parametrize("name", MECHANISMS.names())
 def test_every_defense_has_a_leaky_twin(name):
     twin = LEAKY_TWINS.get(name)
-    assert issubclass(twin, MECHANISMS.get(name)), f"{name}: the leaky twin must subclass the mechanism"
+    assert issubclass(twin, MECHANISMS.get(name)), (
+        f"{name}: the leaky twin must subclass the mechanism"
+    )
     assert len(inspect.getdoc(twin) or "") > 40, f"{name}: the twin's docstring must state its bug"
 
 
@@ -81,10 +88,14 @@ def test_generated_card_numbers_come_from_its_report(name):
 
     folder = ROOT / "mechanisms" / name
     rep = folder / "report.json"
-    assert rep.exists(), f"mechanisms/{name}/report.json missing: run `privnlp evaluate --defense {name} --cards`"
+    assert rep.exists(), (
+        f"mechanisms/{name}/report.json missing: run `privnlp evaluate --defense {name} --cards`"
+    )
     report = LeakageReport.load(rep)
     expected = card_text(name, report, folder)
-    assert (folder / "README.md").read_text() == expected, f"mechanisms/{name}/README.md was edited by hand or is stale"
+    assert (folder / "README.md").read_text() == expected, (
+        f"mechanisms/{name}/README.md was edited by hand or is stale"
+    )
     for f in report.figures:
         assert (folder / f"{name}-{f.name}.png").exists()
     # a leaky twin must be reported as leaking more than the real defense by the paired attacks
@@ -92,4 +103,6 @@ def test_generated_card_numbers_come_from_its_report(name):
     twins = [v for v in heads.values() if "leaky_twin" in v and "defended" in v]
     assert twins, f"{name}: the card's report must measure the leaky twin"
     if name not in TWIN_SEEN_BY_BEHAVIOURAL_TEST_ONLY:
-        assert any(v["leaky_twin"] > v["defended"] for v in twins), f"{name}: leaky twin not caught: {heads}"
+        assert any(v["leaky_twin"] > v["defended"] for v in twins), (
+            f"{name}: leaky twin not caught: {heads}"
+        )

@@ -3,15 +3,35 @@ import math
 import numpy as np
 import pytest
 
-from privnlp.core import (Adversary, ClaimKind, InvalidArgument, InvalidPrivacyParameter, PrivacyClaim, ThreatModel,
-                          check_positive, check_probability, check_range, rng)
+from privnlp.core import (
+    Adversary,
+    ClaimKind,
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    PrivacyClaim,
+    ThreatModel,
+    check_positive,
+    check_probability,
+    check_range,
+    rng,
+)
 
 
 def test_dp_claim_statement_and_roundtrip():
-    c = PrivacyClaim.dp(1.5, 1e-5, "record", accountant="prv", neighbouring="add/remove",
-                        extra={"epsilon_no_amplification": 9.0})
+    c = PrivacyClaim.dp(
+        1.5,
+        1e-5,
+        "record",
+        accountant="prv",
+        neighbouring="add/remove",
+        extra={"epsilon_no_amplification": 9.0},
+    )
     s = c.statement()
-    assert "(1.5, 1e-05)-DP at the record level" in s and "prv" in s and "epsilon_no_amplification=9" in s
+    assert (
+        "(1.5, 1e-05)-DP at the record level" in s
+        and "prv" in s
+        and "epsilon_no_amplification=9" in s
+    )
     assert PrivacyClaim.from_dict(c.to_dict()) == c
 
 
@@ -36,7 +56,9 @@ def test_claim_kinds_never_silently_empty():
 
 
 def test_threat_model_roundtrip():
-    t = ThreatModel(Adversary.EAVESDROPPER, observes=("gradients",), knows=("model",), goal="recover text")
+    t = ThreatModel(
+        Adversary.EAVESDROPPER, observes=("gradients",), knows=("model",), goal="recover text"
+    )
     assert ThreatModel.from_dict(t.to_dict()) == t
     assert "eavesdropper" in t.describe()
 
@@ -82,8 +104,15 @@ def test_disk_lease_deletes_snapshot_dir_with_last_observation(tmp_path):
     d.mkdir()
     (d / "round0.pt").write_bytes(b"x")
     lease = DiskLease(str(d))
-    a = ModelSnapshots(paths=(str(d / "round0.pt"),), selection=((),), model_factory=lambda: None, meta={"_lease": lease})
-    b = ModelSnapshots(paths=a.paths, selection=a.selection, model_factory=a.model_factory, meta={"_lease": lease})
+    a = ModelSnapshots(
+        paths=(str(d / "round0.pt"),),
+        selection=((),),
+        model_factory=lambda: None,
+        meta={"_lease": lease},
+    )
+    b = ModelSnapshots(
+        paths=a.paths, selection=a.selection, model_factory=a.model_factory, meta={"_lease": lease}
+    )
     del lease, a
     gc.collect()
     assert d.exists(), "still in use by b"

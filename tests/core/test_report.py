@@ -9,11 +9,22 @@ from privnlp.core.report import Figure, atomic_write_text
 
 def _report():
     return LeakageReport(
-        mechanism="m", claim=PrivacyClaim.dp(1.0, 1e-5, "record"), threat_models=(),
-        attacks=(AttackMetrics("a", "acc", {"acc": summarize([0.5, 0.6, 0.7])}, {"acc": summarize([0.9, 0.95, 1.0])},
-                               leaky_twin={"acc": summarize([1.0, 1.0])}),),
-        utility={"loss": summarize([1.0, 2.0])}, seeds=(0, 1, 2),
-        figures=(Figure("f", b"\x89PNG fake", "cap"),))
+        mechanism="m",
+        claim=PrivacyClaim.dp(1.0, 1e-5, "record"),
+        threat_models=(),
+        attacks=(
+            AttackMetrics(
+                "a",
+                "acc",
+                {"acc": summarize([0.5, 0.6, 0.7])},
+                {"acc": summarize([0.9, 0.95, 1.0])},
+                leaky_twin={"acc": summarize([1.0, 1.0])},
+            ),
+        ),
+        utility={"loss": summarize([1.0, 2.0])},
+        seeds=(0, 1, 2),
+        figures=(Figure("f", b"\x89PNG fake", "cap"),),
+    )
 
 
 def test_summarize_t_interval_hand_computed():
@@ -37,7 +48,11 @@ def test_report_roundtrip_and_renderings(tmp_path):
     md = r.to_markdown()
     assert "| a | acc (headline) | 0.950 ± " in md and "leaky twin" in md
     html = r.to_html()
-    assert "<table>" in html and "data:image/png;base64," in html and "http" not in html.split("<body>")[1]
+    assert (
+        "<table>" in html
+        and "data:image/png;base64," in html
+        and "http" not in html.split("<body>")[1]
+    )
     paths = r.save(tmp_path)
     assert all(p.exists() for p in paths.values())
 

@@ -5,7 +5,14 @@ import numpy as np
 import pytest
 
 from privnlp.core.errors import InvalidArgument
-from privnlp.data import Record, enumerate_space, generate_corpus, insert_canaries, make_canary, sample_space
+from privnlp.data import (
+    Record,
+    enumerate_space,
+    generate_corpus,
+    insert_canaries,
+    make_canary,
+    sample_space,
+)
 
 
 def test_ssn_canary_format_and_space():
@@ -39,7 +46,11 @@ def test_bad_patterns():
 
 
 def _records(n_users, per_user):
-    return [Record(f"u{u}-{j}", f"u{u}", "chat", f"text {u} {j}") for u in range(n_users) for j in range(per_user)]
+    return [
+        Record(f"u{u}-{j}", f"u{u}", "chat", f"text {u} {j}")
+        for u in range(n_users)
+        for j in range(per_user)
+    ]
 
 
 def test_record_level_rate():

@@ -1,4 +1,5 @@
 """The bundled private corpus: determinism, exact gold spans, BIO tags, non-IID users."""
+
 import collections
 import datetime as dt
 import json
@@ -7,8 +8,16 @@ import re
 import pytest
 
 from privnlp.core.errors import InvalidArgument
-from privnlp.data import (LABELS, PrivateCorpus, Record, Span, generate_corpus, read_jsonl_corpus, spans_to_bio,
-                          tokenize)
+from privnlp.data import (
+    LABELS,
+    PrivateCorpus,
+    Record,
+    Span,
+    generate_corpus,
+    read_jsonl_corpus,
+    spans_to_bio,
+    tokenize,
+)
 from privnlp.metrics import bio_to_spans
 
 
@@ -62,15 +71,21 @@ def test_gold_spans_exact_and_well_typed(corpus):
         prev_end = 0
         bounds = {b for _, s, e in tokenize(r.text) for b in (s, e)}
         for sp in sorted(r.spans, key=lambda s: s.start):
-            ent = r.text[sp.start:sp.end]
+            ent = r.text[sp.start : sp.end]
             assert ent and ent == ent.strip(), (r.id, sp)
             assert sp.start >= prev_end, f"overlapping spans in {r.id}"
             prev_end = sp.end
             assert sp.start in bounds and sp.end in bounds, "span boundary inside a token"
             assert sp.label in LABELS
             labels[sp.label] += 1
-            check = {"SSN": SSN.match, "PHONE": PHONE.match, "EMAIL": EMAIL.match, "ADDRESS": ADDRESS.match,
-                     "PERSON": PERSON.match, "DATE": _is_date}.get(sp.label)
+            check = {
+                "SSN": SSN.match,
+                "PHONE": PHONE.match,
+                "EMAIL": EMAIL.match,
+                "ADDRESS": ADDRESS.match,
+                "PERSON": PERSON.match,
+                "DATE": _is_date,
+            }.get(sp.label)
             if check is not None:
                 assert check(ent), (sp.label, ent)
             if sp.label in ("ORG", "LOC"):
@@ -88,7 +103,9 @@ def test_bio_tags_match_spans(corpus):
 
 
 def test_spans_to_bio_hand_example():
-    toks, tags = spans_to_bio("Call Ann Lee at 555-1234.", [Span(5, 12, "PERSON"), Span(16, 24, "PHONE")])
+    toks, tags = spans_to_bio(
+        "Call Ann Lee at 555-1234.", [Span(5, 12, "PERSON"), Span(16, 24, "PHONE")]
+    )
     assert toks == ["Call", "Ann", "Lee", "at", "555", "-", "1234", "."]
     assert tags == ["O", "B-PERSON", "I-PERSON", "O", "B-PHONE", "I-PHONE", "I-PHONE", "O"]
 
@@ -96,13 +113,18 @@ def test_spans_to_bio_hand_example():
 def test_users_are_non_iid(corpus):
     by = corpus.by_user()
     kinds = {u: collections.Counter(r.kind for r in rs) for u, rs in by.items()}
-    tv = max(0.5 * sum(abs(kinds[a][k] - kinds[b][k]) / 10 for k in ("email", "note", "chat"))
-             for a in by for b in by)
+    tv = max(
+        0.5 * sum(abs(kinds[a][k] - kinds[b][k]) / 10 for k in ("email", "note", "chat"))
+        for a in by
+        for b in by
+    )
     assert tv >= 0.6
     # a user's own habits recur: the most common PERSON entity of a user repeats across their records
     reps = 0
     for rs in by.values():
-        c = collections.Counter(r.text[s.start:s.end] for r in rs for s in r.spans if s.label in ("PHONE", "EMAIL"))
+        c = collections.Counter(
+            r.text[s.start : s.end] for r in rs for s in r.spans if s.label in ("PHONE", "EMAIL")
+        )
         reps += bool(c) and c.most_common(1)[0][1] >= 2
     assert reps >= len(by) // 2
 
@@ -143,5 +165,7 @@ def test_import_is_light():
     import sys
 
     code = "import sys, privnlp.data, privnlp.metrics; print('torch' in sys.modules, 'faker' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["False", "False"]

@@ -21,16 +21,23 @@ def test_txt_jsonl_csv(tmp_path):
         load_texts(tmp_path / "data.log")
 
 
-@pytest.mark.parametrize("name,content,pattern", [
-    ("bad.txt", b"ok\n\xff\xfe broken\n", r"bad\.txt, line 2: not valid UTF-8"),
-    ("bad.jsonl", b'{"text": "a"}\n{"text": \n', r"bad\.jsonl, line 2: invalid JSON"),
-    ("miss.jsonl", b'{"text": "a"}\n\n{"body": "b"}\n', r"miss\.jsonl, line 3: missing field 'text'"),
-    ("arr.jsonl", b'["a"]\n', r"arr\.jsonl, line 1: expected a JSON object"),
-    ("num.jsonl", b'{"text": 3}\n', r"num\.jsonl, line 1: field 'text' is int"),
-    ("empty.txt", b"  \n\n", r"empty\.txt: empty file"),
-    ("ragged.csv", b"id,text\n1,a\n2,b,c\n", r"ragged\.csv, line 3: 3 fields, expected 2"),
-    ("nocol.csv", b"id,body\n1,a\n", r"nocol\.csv, line 1: no 'text' column"),
-])
+@pytest.mark.parametrize(
+    "name,content,pattern",
+    [
+        ("bad.txt", b"ok\n\xff\xfe broken\n", r"bad\.txt, line 2: not valid UTF-8"),
+        ("bad.jsonl", b'{"text": "a"}\n{"text": \n', r"bad\.jsonl, line 2: invalid JSON"),
+        (
+            "miss.jsonl",
+            b'{"text": "a"}\n\n{"body": "b"}\n',
+            r"miss\.jsonl, line 3: missing field 'text'",
+        ),
+        ("arr.jsonl", b'["a"]\n', r"arr\.jsonl, line 1: expected a JSON object"),
+        ("num.jsonl", b'{"text": 3}\n', r"num\.jsonl, line 1: field 'text' is int"),
+        ("empty.txt", b"  \n\n", r"empty\.txt: empty file"),
+        ("ragged.csv", b"id,text\n1,a\n2,b,c\n", r"ragged\.csv, line 3: 3 fields, expected 2"),
+        ("nocol.csv", b"id,body\n1,a\n", r"nocol\.csv, line 1: no 'text' column"),
+    ],
+)
 def test_malformed_files(tmp_path, name, content, pattern):
     (tmp_path / name).write_bytes(content)
     with pytest.raises(MalformedInput, match=pattern):
@@ -58,7 +65,10 @@ def test_hf_dataset():
 def test_parallel(tmp_path):
     (tmp_path / "c.en").write_text("the cat\na dog\n")
     (tmp_path / "c.xx").write_text("tac eht\ngod a\n")
-    assert load_parallel(tmp_path / "c.en", tmp_path / "c.xx") == (["the cat", "a dog"], ["tac eht", "god a"])
+    assert load_parallel(tmp_path / "c.en", tmp_path / "c.xx") == (
+        ["the cat", "a dog"],
+        ["tac eht", "god a"],
+    )
     (tmp_path / "d.xx").write_text("tac eht\n")
     with pytest.raises(MalformedInput, match=r"c\.en has 2 lines but .*d\.xx has 1"):
         load_parallel(tmp_path / "c.en", tmp_path / "d.xx")

@@ -5,7 +5,11 @@ from privnlp.data import LEXICON, generate_sentiment
 
 
 def test_deterministic_and_balanced():
-    a, b, c = generate_sentiment(300, seed=1), generate_sentiment(300, seed=1), generate_sentiment(300, seed=2)
+    a, b, c = (
+        generate_sentiment(300, seed=1),
+        generate_sentiment(300, seed=1),
+        generate_sentiment(300, seed=2),
+    )
     assert a == b and a.texts != c.texts
     assert len(a) == 300 and sum(a.labels) == 150 and set(a.labels) == {0, 1}
 
@@ -27,6 +31,8 @@ def test_learnable_by_bow_but_not_one_word():
     assert clf.score(vec.transform(te.texts), te.labels) > 0.85
     x = (vec.transform(d.texts) > 0).toarray().astype(float)
     y = np.asarray(d.labels, dtype=float)
-    agree = (x * y[:, None] + (1 - x) * (1 - y[:, None])).mean(axis=0)  # accuracy of "word present => 1"
+    agree = (x * y[:, None] + (1 - x) * (1 - y[:, None])).mean(
+        axis=0
+    )  # accuracy of "word present => 1"
     best = float(np.maximum(agree, 1 - agree).max())
     assert best < 0.75  # no single word decides the label

@@ -10,6 +10,7 @@ Markers (an HTML comment on the line right above the fence; invisible on GitHub 
 
 Every marker needs a reason. ``--8<-- "path"`` lines (pymdownx.snippets) are replaced by the file's text.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,14 +30,16 @@ INCLUDE = re.compile(r"""^\s*--8<--\s+["']?(?P<path>[^"'\s]+)["']?\s*$""")
 @dataclass(frozen=True)
 class Block:
     page: str
-    line: int            # 1-based line of the opening fence
+    line: int  # 1-based line of the opening fence
     code: str
-    marker: str | None   # None, "skip" or "slow"
+    marker: str | None  # None, "skip" or "slow"
     reason: str = ""
 
     @property
     def is_include_only(self) -> bool:
-        return all(INCLUDE.match(ln) for ln in self.code.strip().splitlines()) and bool(self.code.strip())
+        return all(INCLUDE.match(ln) for ln in self.code.strip().splitlines()) and bool(
+            self.code.strip()
+        )
 
 
 def python_blocks(markdown: str, page: str = "") -> list[Block]:
@@ -48,18 +51,37 @@ def python_blocks(markdown: str, page: str = "") -> list[Block]:
         if not m:
             i += 1
             continue
-        fence, info, indent = m.group("fence"), m.group("info").strip().split(), len(m.group("indent"))
+        fence, info, indent = (
+            m.group("fence"),
+            m.group("info").strip().split(),
+            len(m.group("indent")),
+        )
         j = i + 1
-        while j < len(lines) and not (lines[j].strip().startswith(fence) and lines[j].strip().strip(fence[0]) == ""):
+        while j < len(lines) and not (
+            lines[j].strip().startswith(fence) and lines[j].strip().strip(fence[0]) == ""
+        ):
             j += 1
         lang = info[0].lower() if info else ""
         if lang in ("python", "py", "python3"):
-            body = "\n".join(ln[indent:] if ln[:indent].strip() == "" else ln for ln in lines[i + 1:j]) + "\n"
+            body = (
+                "\n".join(
+                    ln[indent:] if ln[:indent].strip() == "" else ln for ln in lines[i + 1 : j]
+                )
+                + "\n"
+            )
             k = i - 1
             while k >= 0 and not lines[k].strip():
                 k -= 1
             mk = MARKER.match(lines[k]) if k >= 0 else None
-            out.append(Block(page, i + 1, body, mk.group("kind") if mk else None, mk.group("reason") if mk else ""))
+            out.append(
+                Block(
+                    page,
+                    i + 1,
+                    body,
+                    mk.group("kind") if mk else None,
+                    mk.group("reason") if mk else "",
+                )
+            )
         i = j + 1
     return out
 
@@ -68,10 +90,11 @@ def expand_includes(code: str, base: Path = ROOT) -> str:
     def one(line: str) -> str:
         m = INCLUDE.match(line)
         return (base / m.group("path")).read_text().rstrip("\n") if m else line
+
     return "\n".join(one(ln) for ln in code.splitlines()) + "\n"
 
 
-DRIVER = r'''
+DRIVER = r"""
 import json, sys, traceback, io, contextlib
 try:
     import torch
@@ -92,18 +115,40 @@ for b in blocks:
         sys.exit(1)
     sys.stdout.flush()
 print("@@done", flush=True)
-'''
+"""
 
 
-def run_blocks(blocks: list[Block], cwd: Path, *, fresh_namespace: bool = False, timeout: int = 1200,
-               ) -> subprocess.CompletedProcess:
+def run_blocks(
+    blocks: list[Block],
+    cwd: Path,
+    *,
+    fresh_namespace: bool = False,
+    timeout: int = 1200,
+) -> subprocess.CompletedProcess:
     """Run ``blocks`` in order in one new Python process (shared namespace unless ``fresh_namespace``)."""
-    payload = [{"page": b.page, "line": b.line, "code": expand_includes(b.code), "fresh": fresh_namespace}
-               for b in blocks]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", MPLBACKEND="Agg", FLWR_TELEMETRY_ENABLED="0")
-    return subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps(payload), cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    payload = [
+        {"page": b.page, "line": b.line, "code": expand_includes(b.code), "fresh": fresh_namespace}
+        for b in blocks
+    ]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        MPLBACKEND="Agg",
+        FLWR_TELEMETRY_ENABLED="0",
+    )
+    return subprocess.run(
+        [sys.executable, "-c", DRIVER],
+        input=json.dumps(payload),
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def outputs_per_block(stdout: str) -> dict[str, str]:
@@ -111,7 +156,7 @@ def outputs_per_block(stdout: str) -> dict[str, str]:
     out, cur = {}, None
     for line in stdout.splitlines():
         if line.startswith("@@block "):
-            cur = line[len("@@block "):]
+            cur = line[len("@@block ") :]
             out[cur] = ""
         elif line.startswith("@@"):
             continue

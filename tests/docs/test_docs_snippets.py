@@ -6,6 +6,7 @@ run only in the slow suite (``make repro``); ``<!-- docs-test: skip REASON -->``
 reason is shown by ``pytest -rs``). Blocks that include or repeat ``docs/snippets/*.py`` are the README's
 snippets: tests/docs/test_readme.py runs them (once).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,16 +16,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("privnlp_docs_snippet_runner", Path(__file__).with_name("snippet_runner.py"))
+_spec = importlib.util.spec_from_file_location(
+    "privnlp_docs_snippet_runner", Path(__file__).with_name("snippet_runner.py")
+)
 runner = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = runner
 _spec.loader.exec_module(runner)
 
-EXCLUDED = {"DEVELOPING.md"}  # the contributors' guide, not part of the site (mkdocs.yml exclude_docs)
+EXCLUDED = {
+    "DEVELOPING.md"
+}  # the contributors' guide, not part of the site (mkdocs.yml exclude_docs)
 
 
 def doc_pages() -> list[Path]:
-    return [p for p in sorted((ROOT / "docs").rglob("*.md")) if p.relative_to(ROOT / "docs").as_posix() not in EXCLUDED]
+    return [
+        p
+        for p in sorted((ROOT / "docs").rglob("*.md"))
+        if p.relative_to(ROOT / "docs").as_posix() not in EXCLUDED
+    ]
 
 
 def _blocks(page: Path):
@@ -44,8 +53,11 @@ def _is_readme_snippet(b) -> bool:
 
 
 def _run(page: Path, tmp_path: Path, *, slow: bool) -> None:
-    blocks = [b for b in _blocks(page) if not _is_readme_snippet(b) and b.marker != "skip"
-              and (slow or b.marker != "slow")]
+    blocks = [
+        b
+        for b in _blocks(page)
+        if not _is_readme_snippet(b) and b.marker != "skip" and (slow or b.marker != "slow")
+    ]
     if not blocks:
         pytest.skip(f"{page.name}: every Python block is marked skip/slow or is a README snippet")
     r = runner.run_blocks(blocks, tmp_path)
@@ -64,7 +76,9 @@ def test_page_python_blocks_run_including_slow_ones(page, tmp_path):
 
 
 def test_every_marker_gives_a_reason():
-    bad = [f"{b.page}:{b.line}" for p in PAGES for b in _blocks(p) if b.marker and len(b.reason) < 8]
+    bad = [
+        f"{b.page}:{b.line}" for p in PAGES for b in _blocks(p) if b.marker and len(b.reason) < 8
+    ]
     assert not bad, f"docs-test markers without a reason: {bad}"
 
 
@@ -77,14 +91,18 @@ def test_the_home_page_snippets_are_the_readme_snippets():
     for b in includes:
         assert runner.expand_includes(b.code).strip() in readme
     tour = runner.python_blocks((ROOT / "docs" / "readme" / "10-tour.md").read_text(), "10-tour.md")
-    assert [b.code.strip() in SNIPPETS for b in tour] == [True, True, True], "the tour shows the README's snippets"
+    assert [b.code.strip() in SNIPPETS for b in tour] == [True, True, True], (
+        "the tour shows the README's snippets"
+    )
 
 
 def test_the_runner_finds_markers_includes_and_failures(tmp_path):
     """The runner itself can fail: a raising block is reported with its page and line."""
-    md = ("text\n\n<!-- docs-test: skip needs a Flower server -->\n```python\nraise SystemExit(3)\n```\n\n"
-          "```python\nx = 1\n```\n\n```py\nassert x == 1\nprint('ok')\n```\n\n```bash\nexit 1\n```\n\n"
-          "```python\n1 / 0\n```\n")
+    md = (
+        "text\n\n<!-- docs-test: skip needs a Flower server -->\n```python\nraise SystemExit(3)\n```\n\n"
+        "```python\nx = 1\n```\n\n```py\nassert x == 1\nprint('ok')\n```\n\n```bash\nexit 1\n```\n\n"
+        "```python\n1 / 0\n```\n"
+    )
     blocks = runner.python_blocks(md, "demo.md")
     assert [b.marker for b in blocks] == ["skip", None, None, None]
     assert blocks[0].reason == "needs a Flower server" and blocks[1].line == 8

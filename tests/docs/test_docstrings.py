@@ -6,6 +6,7 @@ must have a docstring, and one that takes parameters (other than ``self`` / ``cl
 ``*args`` / ``**kwargs``) must document them in an ``Args:`` section (in the class or its
 ``__init__`` docstring) or, for a dataclass, an ``Attributes:`` section.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -28,8 +29,11 @@ def _documented_parameters(obj) -> list[str]:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return []
-    return [p.name for p in params
-            if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [
+        p.name
+        for p in params
+        if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
 
 
 def _doc(obj) -> str:
@@ -39,7 +43,7 @@ def _doc(obj) -> str:
     if inspect.isclass(obj) and doc.startswith(obj.__name__ + "("):
         doc = ""
     if inspect.isclass(obj) and obj.__init__ is not object.__init__:
-        init_doc = obj.__init__.__doc__ or ""   # merge_init_into_class: the reference shows both
+        init_doc = obj.__init__.__doc__ or ""  # merge_init_into_class: the reference shows both
         if init_doc and init_doc is not object.__init__.__doc__:
             doc += "\n" + inspect.cleandoc(init_doc)
     return doc
@@ -77,4 +81,5 @@ def test_every_public_object_documents_its_parameters():
     _, undocumented = offenders()
     assert not undocumented, (
         "public names in __all__ that take parameters but have no `Args:` / `Attributes:` section:\n  "
-        + "\n  ".join(undocumented))
+        + "\n  ".join(undocumented)
+    )

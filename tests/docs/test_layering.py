@@ -5,6 +5,7 @@
 Every ``import`` / ``from ... import`` anywhere in a module counts, including the ones inside
 function bodies (a lazy import is still a dependency) and relative imports.
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,18 @@ ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "privnlp"
 
 #: rank of each top-level subpackage; a module may import only subpackages of rank <= its own
-LAYER = {"core": 0, "accounting": 1, "data": 1, "models": 1, "metrics": 1, "mechanisms": 2, "attacks": 2,
-         "auditing": 3, "evaluation": 4, "cli": 5}
+LAYER = {
+    "core": 0,
+    "accounting": 1,
+    "data": 1,
+    "models": 1,
+    "metrics": 1,
+    "mechanisms": 2,
+    "attacks": 2,
+    "auditing": 3,
+    "evaluation": 4,
+    "cli": 5,
+}
 
 
 def _module_name(path: Path, root: Path) -> list[str]:
@@ -28,7 +39,9 @@ def _module_name(path: Path, root: Path) -> list[str]:
 def privnlp_imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
     """(line, dotted module) of every privnlp import in ``path``, relative imports resolved."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = _module_name(path, root) if path.name == "__init__.py" else _module_name(path, root)[:-1]
+    package = (
+        _module_name(path, root) if path.name == "__init__.py" else _module_name(path, root)[:-1]
+    )
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -38,7 +51,9 @@ def privnlp_imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
                 base = package[: len(package) - (node.level - 1)]
                 mod = ".".join(base + ([node.module] if node.module else []))
                 # `from . import x` imports submodule x
-                out += [(node.lineno, f"{mod}.{a.name}" if not node.module else mod) for a in node.names]
+                out += [
+                    (node.lineno, f"{mod}.{a.name}" if not node.module else mod) for a in node.names
+                ]
             elif node.module:
                 out.append((node.lineno, node.module))
     return [(ln, m) for ln, m in out if m == "privnlp" or m.startswith("privnlp.")]
@@ -57,7 +72,9 @@ def violations(root: Path = ROOT) -> list[str]:
             continue
         here = rel[0]
         if here not in LAYER:
-            bad.append(f"{path.relative_to(root)}: subpackage {here!r} has no layer in tests/docs/test_layering.py")
+            bad.append(
+                f"{path.relative_to(root)}: subpackage {here!r} has no layer in tests/docs/test_layering.py"
+            )
             continue
         for line, mod in privnlp_imports(path, root):
             there = _top(mod)
@@ -66,8 +83,10 @@ def violations(root: Path = ROOT) -> list[str]:
             if there not in LAYER:
                 bad.append(f"{path.relative_to(root)}:{line} imports {mod} (unknown layer)")
             elif LAYER[there] > LAYER[here]:
-                bad.append(f"{path.relative_to(root)}:{line} imports {mod}: {here} (layer {LAYER[here]}) must not "
-                           f"import {there} (layer {LAYER[there]})")
+                bad.append(
+                    f"{path.relative_to(root)}:{line} imports {mod}: {here} (layer {LAYER[here]}) must not "
+                    f"import {there} (layer {LAYER[there]})"
+                )
     return bad
 
 
@@ -76,13 +95,19 @@ def test_imports_point_down_the_layers():
     assert not bad, "imports pointing up the layers:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("src,ok", [
-    ("from privnlp.evaluation.scenarios.federated import X\n", False),
-    ("def f():\n    from privnlp.cli.main import app\n", False),
-    ("from privnlp.core.errors import InvalidArgument\n", True),
-    ("from ...evaluation import audit\n", False),   # relative import from privnlp/mechanisms/federated/x.py
-    ("from ..training import DPSGD\n", True),
-])
+@pytest.mark.parametrize(
+    "src,ok",
+    [
+        ("from privnlp.evaluation.scenarios.federated import X\n", False),
+        ("def f():\n    from privnlp.cli.main import app\n", False),
+        ("from privnlp.core.errors import InvalidArgument\n", True),
+        (
+            "from ...evaluation import audit\n",
+            False,
+        ),  # relative import from privnlp/mechanisms/federated/x.py
+        ("from ..training import DPSGD\n", True),
+    ],
+)
 def test_the_checker_catches_upward_imports(tmp_path, src, ok):
     """The checker itself can fail: an upward import planted in a mechanism module is reported."""
     mod = tmp_path / "privnlp" / "mechanisms" / "federated" / "planted.py"
@@ -102,15 +127,23 @@ def _subpackages() -> list[Path]:
     return sorted(p for p in PKG.rglob("__init__.py") if "__pycache__" not in p.parts)
 
 
-@pytest.mark.parametrize("init", _subpackages(), ids=lambda p: ".".join(p.relative_to(ROOT).parent.parts))
+@pytest.mark.parametrize(
+    "init", _subpackages(), ids=lambda p: ".".join(p.relative_to(ROOT).parent.parts)
+)
 def test_every_package_lists_its_public_api_explicitly(init):
     """``__all__`` is a literal list of names (the API reference documents exactly these), each one resolves."""
     import importlib
 
     tree = ast.parse(init.read_text())
-    values = [n.value for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
-              and any(isinstance(t, ast.Name) and t.id == "__all__"
-                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    values = [
+        n.value
+        for n in tree.body
+        if isinstance(n, (ast.Assign, ast.AnnAssign))
+        and any(
+            isinstance(t, ast.Name) and t.id == "__all__"
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        )
+    ]
     assert values, f"{init.relative_to(ROOT)} has no __all__"
     names = ast.literal_eval(values[-1])  # raises ValueError when __all__ is computed
     assert isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)

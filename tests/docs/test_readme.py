@@ -1,4 +1,5 @@
 """README.md is the generated front page: short, up to date, its snippets run and its links resolve."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -8,18 +9,24 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("privnlp_docs_snippet_runner_readme",
-                                               Path(__file__).with_name("snippet_runner.py"))
+_spec = importlib.util.spec_from_file_location(
+    "privnlp_docs_snippet_runner_readme", Path(__file__).with_name("snippet_runner.py")
+)
 runner = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = runner
 _spec.loader.exec_module(runner)
 
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)|<a [^>]*href=['\"]([^'\"]+)['\"]")
+LINK = re.compile(
+    r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)|<a [^>]*href=['\"]([^'\"]+)['\"]"
+)
 
 
 def test_readme_is_generated_and_up_to_date():
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_readme.py"), "--check"], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_readme.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -71,7 +78,7 @@ def _slug(heading: str) -> str:
 def broken_links(text: str, base: Path) -> list[str]:
     bad = []
     for link in readme_links(text):
-        if re.match(r"^[a-z][a-z0-9+.-]*:", link):       # http:, https:, mailto: -- not checked offline
+        if re.match(r"^[a-z][a-z0-9+.-]*:", link):  # http:, https:, mailto: -- not checked offline
             continue
         path, _, anchor = link.partition("#")
         target = (base / path).resolve() if path else base / "README.md"
@@ -79,8 +86,11 @@ def broken_links(text: str, base: Path) -> list[str]:
             bad.append(f"{link}: {target} does not exist")
             continue
         if anchor and target.suffix == ".md":
-            slugs = {_slug(ln.lstrip("#")) for f, ln in _outside_fences(target.read_text().splitlines())
-                     if not f and ln.startswith("#")}
+            slugs = {
+                _slug(ln.lstrip("#"))
+                for f, ln in _outside_fences(target.read_text().splitlines())
+                if not f and ln.startswith("#")
+            }
             if anchor not in slugs:
                 bad.append(f"{link}: no heading #{anchor} in {target.name}")
     return bad
@@ -96,6 +106,12 @@ def test_every_readme_link_resolves():
 
 def test_the_link_checker_catches_a_broken_link(tmp_path):
     (tmp_path / "a.md").write_text("# Title here\n")
-    text = "[ok](a.md) [ok2](a.md#title-here) [bad](b.md) [bad anchor](a.md#nope) ![img](c.png) [web](https://x.org)\n" \
-           "```\n[in a fence](nowhere.md)\n```\n"
-    assert sorted(b.split(":")[0] for b in broken_links(text, tmp_path)) == ["a.md#nope", "b.md", "c.png"]
+    text = (
+        "[ok](a.md) [ok2](a.md#title-here) [bad](b.md) [bad anchor](a.md#nope) ![img](c.png) [web](https://x.org)\n"
+        "```\n[in a fence](nowhere.md)\n```\n"
+    )
+    assert sorted(b.split(":")[0] for b in broken_links(text, tmp_path)) == [
+        "a.md#nope",
+        "b.md",
+        "c.png",
+    ]

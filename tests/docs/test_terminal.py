@@ -1,5 +1,6 @@
 """What a newcomer sees in the terminal (issue #21): no known-harmless library warnings between the progress
 bars, and `privnlp evaluate` ends with one summary table."""
+
 from __future__ import annotations
 
 import logging
@@ -35,7 +36,10 @@ def hf_log():
 def tiny_lm():
     from privnlp.models import tiny_gpt2, train_bpe_tokenizer
 
-    texts = ["The nurse called me about the appointment tomorrow.", "My phone number is 555 0123."] * 5
+    texts = [
+        "The nurse called me about the appointment tomorrow.",
+        "My phone number is 555 0123.",
+    ] * 5
     tok = train_bpe_tokenizer(texts, vocab_size=300, model_max_length=16)
     return tiny_gpt2(len(tok), n_layer=1, n_embd=16, n_head=2, n_positions=32, seed=0), tok
 
@@ -61,7 +65,7 @@ def test_length_filters_do_not_warn_about_long_sequences(tiny_lm, hf_log):
     assert len(tok(long, verbose=False)["input_ids"]) > tok.model_max_length
     assert not [m for m in hf_log.messages if "Token indices sequence length" in m]
     src = (ROOT / "privnlp" / "evaluation" / "scenarios" / "gradient.py").read_text()
-    assert 'tok(r.text, verbose=False)' in src and 'tok(t, verbose=False)' in src
+    assert "tok(r.text, verbose=False)" in src and "tok(t, verbose=False)" in src
 
 
 def _outcomes():
@@ -69,7 +73,10 @@ def _outcomes():
     from privnlp.evaluation.cards import EvaluationOutcome
 
     names = ["dp_sgd", "vickrey", "crypten_textcnn"]
-    return [EvaluationOutcome(n, LeakageReport.load(ROOT / "mechanisms" / n / "report.json"), {}, 1.5) for n in names]
+    return [
+        EvaluationOutcome(n, LeakageReport.load(ROOT / "mechanisms" / n / "report.json"), {}, 1.5)
+        for n in names
+    ]
 
 
 def test_summary_table_has_every_defense_attack_and_failure():
@@ -97,7 +104,9 @@ def test_evaluate_ends_with_one_summary_table(monkeypatch, tmp_path):
     from privnlp.cli.main import app
 
     outs = _outcomes()
-    monkeypatch.setattr(cards, "evaluate_all", lambda **kw: (outs, {"fedavg": "RuntimeError: boom"}))
+    monkeypatch.setattr(
+        cards, "evaluate_all", lambda **kw: (outs, {"fedavg": "RuntimeError: boom"})
+    )
     r = CliRunner().invoke(app, ["evaluate", "--defense", "dp_sgd", "--report-dir", str(tmp_path)])
     out = r.output
     assert r.exit_code == 1  # a failure makes the command fail

@@ -2,6 +2,7 @@
 
 P[release == bit] = e^eps / (1 + e^eps), so the guessing attack's accuracy is known in closed form.
 """
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,19 @@ import math
 import numpy as np
 import pytest
 
-from privnlp.core import (Adversary, Attack, AttackResult, InvalidArgument, Mechanism, PerturbedText, PrivacyClaim,
-                          Scenario, ScenarioRun, ThreatModel, Trial)
+from privnlp.core import (
+    Adversary,
+    Attack,
+    AttackResult,
+    InvalidArgument,
+    Mechanism,
+    PerturbedText,
+    PrivacyClaim,
+    Scenario,
+    ScenarioRun,
+    ThreatModel,
+    Trial,
+)
 from privnlp.core.rng import as_numpy
 from privnlp.evaluation import FunctionMechanism, audit, sweep
 
@@ -44,7 +56,9 @@ class BitScenario(Scenario):
         bits = g.integers(0, 2, 400)
         rel = bits if mechanism is None else mechanism.release(bits, rng=g)
         obs = PerturbedText(texts=tuple(str(b) for b in rel))
-        return ScenarioRun((Trial(obs, tuple(int(b) for b in bits)),), {"agreement": float((rel == bits).mean())})
+        return ScenarioRun(
+            (Trial(obs, tuple(int(b) for b in bits)),), {"agreement": float((rel == bits).mean())}
+        )
 
 
 class Guess(Attack):
@@ -77,13 +91,34 @@ def test_audit_matches_closed_form_and_baseline():
 
 def test_audit_is_resumable_from_cache(tmp_path):
     BitScenario.calls = 0
-    r1 = audit(RandomizedResponse(1.0), BitScenario(), [Guess()], seeds=[0, 1], cache_dir=tmp_path, progress=False)
+    r1 = audit(
+        RandomizedResponse(1.0),
+        BitScenario(),
+        [Guess()],
+        seeds=[0, 1],
+        cache_dir=tmp_path,
+        progress=False,
+    )
     n = BitScenario.calls
-    r2 = audit(RandomizedResponse(1.0), BitScenario(), [Guess()], seeds=[0, 1], cache_dir=tmp_path, progress=False)
+    r2 = audit(
+        RandomizedResponse(1.0),
+        BitScenario(),
+        [Guess()],
+        seeds=[0, 1],
+        cache_dir=tmp_path,
+        progress=False,
+    )
     assert BitScenario.calls == n, "cached results must not rerun the scenario"
     assert r1.attacks[0].defended["accuracy"].values == r2.attacks[0].defended["accuracy"].values
     # a different mechanism config is not served from the cache
-    audit(RandomizedResponse(2.0), BitScenario(), [Guess()], seeds=[0], cache_dir=tmp_path, progress=False)
+    audit(
+        RandomizedResponse(2.0),
+        BitScenario(),
+        [Guess()],
+        seeds=[0],
+        cache_dir=tmp_path,
+        progress=False,
+    )
     assert BitScenario.calls > n
 
 
@@ -91,16 +126,25 @@ def test_same_seed_same_numbers_and_bring_your_own_callable():
     def my_defense(bits, *, rng):
         return np.zeros_like(bits)  # releases nothing about the bits
 
-    mech = FunctionMechanism(my_defense, claim=PrivacyClaim.heuristic("constant output"), name="zeros",
-                             paired_attacks=("guess",))
+    mech = FunctionMechanism(
+        my_defense,
+        claim=PrivacyClaim.heuristic("constant output"),
+        name="zeros",
+        paired_attacks=("guess",),
+    )
     rep = audit(mech, BitScenario(), [Guess()], seeds=[3, 4], progress=False)
     assert rep.attacks[0].defended["accuracy"].mean == pytest.approx(0.5, abs=0.06)
     assert rep.claim.kind.value == "heuristic"
 
 
 def test_sweep_gives_monotone_tradeoff():
-    res = sweep({"rr": (RandomizedResponse(1.0), "epsilon", [0.1, 1.0, 4.0])}, attack=Guess(), utility="agreement",
-                scenario=BitScenario(), seeds=[0, 1])
+    res = sweep(
+        {"rr": (RandomizedResponse(1.0), "epsilon", [0.1, 1.0, 4.0])},
+        attack=Guess(),
+        utility="agreement",
+        scenario=BitScenario(),
+        seeds=[0, 1],
+    )
     pts = res.curves[0].points
     accs = [p["accuracy"] for p in pts]
     assert accs == sorted(accs) and accs[-1] > 0.9 and accs[0] < 0.6
@@ -121,7 +165,13 @@ class BitScenarioB(BitScenario):
 
 
 def test_audit_over_several_scenarios_merges_attacks_and_prefixes_utility():
-    rep = audit(RandomizedResponse(0.5), [BitScenario(), BitScenarioB()], [Guess()], seeds=[0, 1], progress=False)
+    rep = audit(
+        RandomizedResponse(0.5),
+        [BitScenario(), BitScenarioB()],
+        [Guess()],
+        seeds=[0, 1],
+        progress=False,
+    )
     assert [a.params["scenario"] for a in rep.attacks] == ["bits", "bits_b"]
     assert set(rep.utility) == {"bits: agreement", "bits_b: agreement"}
     assert rep.config["scenario"] == "bits, bits_b"
@@ -132,7 +182,9 @@ def test_defense_report_carries_its_privacy_utility_sweep(tmp_path):
     for phrase fragmentation, longer phrases release more n-grams and reconstruct more sentences."""
     from privnlp.evaluation import evaluate_defense
 
-    out = evaluate_defense("phrase_fragmentation", preset="quick", report_dir=tmp_path, progress=False)
+    out = evaluate_defense(
+        "phrase_fragmentation", preset="quick", report_dir=tmp_path, progress=False
+    )
     sw = out.report.sweeps["primary"]
     pts = sw["curves"][0]["points"]
     assert [p["param"] for p in pts] == [2, 4, 7, 12]

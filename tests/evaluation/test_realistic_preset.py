@@ -1,4 +1,5 @@
 """Issue #17: the ``realistic`` preset is accepted wherever presets are and builds its own victims."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,10 +20,15 @@ def test_realistic_is_a_preset_and_maps_the_rest_to_quick():
     assert resolve_scenario("fl.snapshots", None, "realistic").preset == "realistic"
     assert resolve_scenario("vocab.membership", None, "realistic").preset == "quick"
     # mechanism examples: quick's
-    assert resolve_mechanism("dp_sgd", "realistic").params() == resolve_mechanism("dp_sgd", "quick").params()
+    assert (
+        resolve_mechanism("dp_sgd", "realistic").params()
+        == resolve_mechanism("dp_sgd", "quick").params()
+    )
     # attacks: the realistic budget where one is set, else the quick example
     lamp, exp = resolve_attacks(["lamp", "canary_exposure"], None, "realistic")
-    assert isinstance(lamp, LAMP) and all(getattr(lamp, k) == v for k, v in REALISTIC_ATTACKS["lamp"].items())
+    assert isinstance(lamp, LAMP) and all(
+        getattr(lamp, k) == v for k, v in REALISTIC_ATTACKS["lamp"].items()
+    )
     assert exp.params() == CanaryExposure.example("quick").params()
     # quick is unchanged
     assert resolve_scenario("fl.snapshots", None, "quick").preset == "quick"
@@ -61,7 +67,10 @@ def test_realistic_labels_task_runs_on_pretrained_minilm_and_rlg_is_exact():
     assert len(run.trials) == cfg["label_trials"] and run.config["preset"] == "realistic"
     obs = run.trials[0].observation
     assert obs.model.config.hidden_size == 384 and obs.model.config.num_hidden_layers == 6
-    assert obs.gradients["classifier.weight"].shape == (cfg["label_classes"], 384) and obs.labels is None
+    assert (
+        obs.gradients["classifier.weight"].shape == (cfg["label_classes"], 384)
+        and obs.labels is None
+    )
     for t in run.trials[:2]:
         assert RLG().run(t.observation, rng=0).score(t.ground_truth["labels"])["exact_match"] == 1.0
 
@@ -75,8 +84,13 @@ def test_realistic_classifier_and_lm_tasks_build():
 
     _, tok, texts, labels, info = classifier_victim(0)
     assert info["train_loss_last"] < info["train_loss_first"] and set(labels) == {0, 1}
-    assert all(CLASSIFIER["min_tokens"] <= len(tok(t)["input_ids"]) <= CLASSIFIER["max_tokens"] for t in texts)
-    run = FedSGDEavesdropper("realistic", task="both", batch_size=2).run(None, rng=np.random.default_rng(0))
+    assert all(
+        CLASSIFIER["min_tokens"] <= len(tok(t)["input_ids"]) <= CLASSIFIER["max_tokens"]
+        for t in texts
+    )
+    run = FedSGDEavesdropper("realistic", task="both", batch_size=2).run(
+        None, rng=np.random.default_rng(0)
+    )
     kinds = [t.observation.meta["task"] for t in run.trials]
     assert kinds.count("lm") == 2 and kinds.count("classifier") == 2 and kinds.count("labels") == 4
     lm = next(t for t in run.trials if t.observation.meta["task"] == "lm")
@@ -93,7 +107,9 @@ def test_lamp_prior_corpus_is_validated_and_the_debian_prior_has_no_license_text
     with pytest.raises(InvalidArgument, match="aux_corpus"):
         LAMP(aux_corpus="wiki")
     texts = _debian_prior_texts(200)
-    assert len(texts) == 200 and not any("licen" in t.lower() or "warrant" in t.lower() for t in texts)
+    assert len(texts) == 200 and not any(
+        "licen" in t.lower() or "warrant" in t.lower() for t in texts
+    )
 
 
 def test_realistic_fl_snapshots_refuses_the_lstm_and_dp_classifier_checks_its_settings():
@@ -129,7 +145,9 @@ def test_a_mechanism_card_appends_the_realistic_block(tmp_path):
     (d / "NOTES.md").write_text("hand-written note\n")
     (d / "REALISTIC.md").write_text("### Realistic preset\n\nMiniLM numbers\n")
     card = card_text("dp_sgd", rep, d)
-    assert "MiniLM numbers" not in plain and card.index("hand-written note") < card.index("MiniLM numbers")
+    assert "MiniLM numbers" not in plain and card.index("hand-written note") < card.index(
+        "MiniLM numbers"
+    )
 
 
 def test_realistic_lm_cache_key_changes_with_the_debian_corpus(monkeypatch):
@@ -145,9 +163,15 @@ def test_realistic_lm_cache_key_changes_with_the_debian_corpus(monkeypatch):
         return None, None, {}
 
     monkeypatch.setattr(R, "get_or_build", fake_get_or_build)
-    monkeypatch.setattr(R, "debian_english_texts", lambda **kw: ["one paragraph of English text"] * 3)
+    monkeypatch.setattr(
+        R, "debian_english_texts", lambda **kw: ["one paragraph of English text"] * 3
+    )
     R.realistic_lm(seed=0)
     R.realistic_lm(seed=0)
-    monkeypatch.setattr(R, "debian_english_texts", lambda **kw: ["one paragraph of English text"] * 3 + ["python3-doc"])
+    monkeypatch.setattr(
+        R,
+        "debian_english_texts",
+        lambda **kw: ["one paragraph of English text"] * 3 + ["python3-doc"],
+    )
     R.realistic_lm(seed=0)
     assert keys[0] == keys[1] != keys[2]

@@ -1,4 +1,5 @@
 """Issue #17: victims of the `realistic` preset (pretrained MiniLM classifier; GPT-2-style LM on Debian text)."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,5 +35,8 @@ def test_realistic_lm_trains_on_debian_text_with_records_and_canaries():
 
     model, tok, info = realistic_lm(seed=0)
     assert model.config.n_layer >= 4 and model.config.n_embd >= 256
-    assert info["n_public_paragraphs"] > 1000 and len(info["canaries"]) == REALISTIC_LM["canaries"]["n"]
+    assert (
+        info["n_public_paragraphs"] > 1000
+        and len(info["canaries"]) == REALISTIC_LM["canaries"]["n"]
+    )
     assert sum(info["losses"][-10:]) / 10 < info["losses"][0] - 1.0

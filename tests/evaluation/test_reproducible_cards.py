@@ -1,5 +1,6 @@
 """Issue #17: cards reproduce in a clean clone -- pinned torch threads, numerics in cache keys,
 the environment in every report, and the CI comparison of headline numbers (scripts/check_cards.py)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from privnlp.core import Adversary, Attack, AttackResult, Mechanism, PerturbedText, PrivacyClaim, ThreatModel
+from privnlp.core import (
+    Adversary,
+    Attack,
+    AttackResult,
+    Mechanism,
+    PerturbedText,
+    PrivacyClaim,
+    ThreatModel,
+)
 from privnlp.core.numerics import environment, numerics_fingerprint, pinned_threads
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.rng import as_numpy
@@ -21,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_check_cards():
-    spec = importlib.util.spec_from_file_location("check_cards", ROOT / "scripts" / "check_cards.py")
+    spec = importlib.util.spec_from_file_location(
+        "check_cards", ROOT / "scripts" / "check_cards.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -48,7 +59,9 @@ def test_model_cache_key_has_numerics_and_build_runs_pinned(tmp_path, monkeypatc
     monkeypatch.delenv("PRIVNLP_TORCH_THREADS", raising=False)
     k1 = mcache.cache_key("x", {"a": 1}, 0)
     monkeypatch.setenv("PRIVNLP_TORCH_THREADS", "2")
-    assert mcache.cache_key("x", {"a": 1}, 0) != k1, "thread count must be part of the model cache key"
+    assert mcache.cache_key("x", {"a": 1}, 0) != k1, (
+        "thread count must be part of the model cache key"
+    )
     monkeypatch.delenv("PRIVNLP_TORCH_THREADS")
     v = mcache._versions()
     assert {"torch_threads", "cpu_capability", "torch", "transformers", "code"} <= set(v)
@@ -86,7 +99,9 @@ def _tiny_train(threads: int) -> str:
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-        return hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in m.parameters())).hexdigest()
+        return hashlib.sha256(
+            b"".join(p.detach().numpy().tobytes() for p in m.parameters())
+        ).hexdigest()
     finally:
         torch.set_num_threads(before)
 
@@ -115,8 +130,10 @@ class _Bits(Scenario):
         _Bits.threads_seen.append(torch.get_num_threads())
         bits = as_numpy(rng).integers(0, 2, 50)
         rel = bits if mechanism is None else mechanism.release(bits, rng=rng)
-        return ScenarioRun((Trial(PerturbedText(texts=tuple(str(b) for b in rel)), tuple(int(b) for b in bits)),),
-                           {"agreement": float((rel == bits).mean())})
+        return ScenarioRun(
+            (Trial(PerturbedText(texts=tuple(str(b) for b in rel)), tuple(int(b) for b in bits)),),
+            {"agreement": float((rel == bits).mean())},
+        )
 
 
 class _Guess(Attack):
@@ -125,8 +142,11 @@ class _Guess(Attack):
     headline_metric = "accuracy"
 
     def run(self, observation, *, rng):
-        return AttackResult(self.name, tuple(int(t) for t in observation.texts),
-                            scorer=lambda r, gt: {"accuracy": float(np.mean(np.array(r.reconstructions) == gt))})
+        return AttackResult(
+            self.name,
+            tuple(int(t) for t in observation.texts),
+            scorer=lambda r, gt: {"accuracy": float(np.mean(np.array(r.reconstructions) == gt))},
+        )
 
 
 def test_audit_runs_pinned_and_report_records_environment(tmp_path):
@@ -134,14 +154,32 @@ def test_audit_runs_pinned_and_report_records_environment(tmp_path):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        rep = audit(_Flip(), _Bits(), [_Guess()], seeds=[0], cache_dir=tmp_path, progress=False, figures=False)
+        rep = audit(
+            _Flip(),
+            _Bits(),
+            [_Guess()],
+            seeds=[0],
+            cache_dir=tmp_path,
+            progress=False,
+            figures=False,
+        )
     finally:
         torch.set_num_threads(before)
     assert _Bits.threads_seen == [1, 1]  # defended + undefended, both pinned
     env = rep.to_dict()["config"]["environment"]
-    for k in ("torch_threads", "cpu_capability", "cpu_flags", "torch", "transformers", "OMP_NUM_THREADS"):
+    for k in (
+        "torch_threads",
+        "cpu_capability",
+        "cpu_flags",
+        "torch",
+        "transformers",
+        "OMP_NUM_THREADS",
+    ):
         assert k in env
-    assert env["torch_threads"] == 1 and env["cpu_capability"] == numerics_fingerprint()["cpu_capability"]
+    assert (
+        env["torch_threads"] == 1
+        and env["cpu_capability"] == numerics_fingerprint()["cpu_capability"]
+    )
     from privnlp.evaluation.cards import render_mechanism_card
 
     assert "- environment: torch_threads 1" in render_mechanism_card(rep)
@@ -155,9 +193,18 @@ def _report(name_metric="rouge2", und=(0.5, 0.4, 0.6), dfd=(0.0, 0.0, 0.0), cpu=
     cfg = {"preset": "quick", "environment": {"torch_threads": 1, "cpu_capability": "AVX512"}}
     if cpu:
         cfg["cpu_intervals"] = cpu
-    return {"config": cfg, "attacks": [{"attack": "lamp", "headline_metric": name_metric,
-                                        "params": {"scenario": "fedsgd.eavesdropper"},
-                                        "undefended": s(*und), "defended": s(*dfd)}]}
+    return {
+        "config": cfg,
+        "attacks": [
+            {
+                "attack": "lamp",
+                "headline_metric": name_metric,
+                "params": {"scenario": "fedsgd.eavesdropper"},
+                "undefended": s(*und),
+                "defended": s(*dfd),
+            }
+        ],
+    }
 
 
 def test_check_cards_names_card_metric_and_system():
@@ -184,9 +231,15 @@ def test_card_states_cpu_dependent_interval_and_regeneration_keeps_it(tmp_path):
     from privnlp.evaluation.cards import render_mechanism_card
     from privnlp.evaluation.reproducibility import carry_cpu_intervals
 
-    rep = audit(_Flip(), _Bits(), [_Guess()], seeds=[0], cache_dir=tmp_path, progress=False, figures=False)
-    prev = {"config": {"cpu_intervals": {"guess17": {"undefended": [0.5, 1.0]}},
-                       "cpu_interval_environments": ["AVX2 kernels, 1 thread(s), x"]}}
+    rep = audit(
+        _Flip(), _Bits(), [_Guess()], seeds=[0], cache_dir=tmp_path, progress=False, figures=False
+    )
+    prev = {
+        "config": {
+            "cpu_intervals": {"guess17": {"undefended": [0.5, 1.0]}},
+            "cpu_interval_environments": ["AVX2 kernels, 1 thread(s), x"],
+        }
+    }
     kept = carry_cpu_intervals(rep, prev)
     assert kept.config["cpu_intervals"]["guess17"]["undefended"] == [0.5, 1.0]
     card = render_mechanism_card(kept)

@@ -1,4 +1,5 @@
 """Tiny fixtures for the federated tests: a linear-regression task (milliseconds per round)."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,7 +19,7 @@ def _factory():
 
 def _loss(model, batch):
     x, y = batch
-    return ((model(x).squeeze(-1) - y) ** 2)
+    return (model(x).squeeze(-1) - y) ** 2
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Client-side DP-SGD (record level) inside FedAvg / DP-FedAvg: runs, bounds each record, composes in the
 federated ledger, and the claim reports both levels. Statistical tests are seeded, tolerance stated."""
+
 from __future__ import annotations
 
 import logging
@@ -9,8 +10,18 @@ import pytest
 import torch
 
 from privnlp.core.errors import InvalidPrivacyParameter, ProtocolError
-from privnlp.mechanisms.federated import (ClientData, DPFedAvg, FedAvg, FedLedger, FedSimulator, FitIns, FitRes,
-                                          Task, global_norm, local_update)
+from privnlp.mechanisms.federated import (
+    ClientData,
+    DPFedAvg,
+    FedAvg,
+    FedLedger,
+    FedSimulator,
+    FitIns,
+    FitRes,
+    Task,
+    global_norm,
+    local_update,
+)
 from privnlp.mechanisms.federated.client import trainable_state
 
 
@@ -20,7 +31,9 @@ def _direct_record_epsilon(sigma, q, steps, delta):
 
     logging.getLogger("absl").setLevel(logging.ERROR)
     acc = rdpa.RdpAccountant()
-    acc.compose(de.SelfComposedDpEvent(de.PoissonSampledDpEvent(q, de.GaussianDpEvent(sigma)), steps))
+    acc.compose(
+        de.SelfComposedDpEvent(de.PoissonSampledDpEvent(q, de.GaussianDpEvent(sigma)), steps)
+    )
     return acc.get_epsilon(delta)
 
 
@@ -30,14 +43,25 @@ def _expected_worst_client(res, clients, bs, sigma, delta):
         k = sum(cid in h.selected for h in res.history)
         if k == 0:
             continue
-        batches = math.ceil(data.num_examples / min(bs, data.num_examples))  # opacus: q = 1 / len(loader)
+        batches = math.ceil(
+            data.num_examples / min(bs, data.num_examples)
+        )  # opacus: q = 1 / len(loader)
         worst = max(worst, _direct_record_epsilon(sigma, 1.0 / batches, k * batches, delta))
     return worst
 
 
 def test_dp_fedavg_with_client_dp_sgd_reports_both_levels(linear_task, linear_clients):
-    dp = DPFedAvg(clip_norm=0.5, noise_multiplier=1.0, clients_per_round=4, delta=1e-3, local_lr=0.05,
-                  local_batch_size=4, client_noise_multiplier=1.2, client_max_grad_norm=1.0, client_delta=1e-4)
+    dp = DPFedAvg(
+        clip_norm=0.5,
+        noise_multiplier=1.0,
+        clients_per_round=4,
+        delta=1e-3,
+        local_lr=0.05,
+        local_batch_size=4,
+        client_noise_multiplier=1.2,
+        client_max_grad_norm=1.0,
+        client_delta=1e-4,
+    )
     res = FedSimulator(dp, linear_task, linear_clients).run(3, rng=0)
     c = res.claim
     assert c.unit.value == "user" and math.isfinite(c.epsilon)
@@ -56,14 +80,22 @@ def test_dp_fedavg_with_client_dp_sgd_reports_both_levels(linear_task, linear_cl
 
 
 def test_fedavg_with_client_dp_sgd_claims_record_level_only(linear_task, linear_clients):
-    fa = FedAvg(clients_per_round=4, local_lr=0.05, local_batch_size=4, client_noise_multiplier=1.0,
-                client_max_grad_norm=1.0, client_delta=1e-4)
+    fa = FedAvg(
+        clients_per_round=4,
+        local_lr=0.05,
+        local_batch_size=4,
+        client_noise_multiplier=1.0,
+        client_max_grad_norm=1.0,
+        client_delta=1e-4,
+    )
     init = trainable_state(linear_task.model_factory())
     res = FedSimulator(fa, linear_task, linear_clients).run(2, rng=1)
     c = res.claim
     assert c.kind.value == "dp" and c.unit.value == "record"
     assert math.isinf(c.extra["user_epsilon"])
-    assert c.epsilon == pytest.approx(_expected_worst_client(res, linear_clients, 4, 1.0, 1e-4), rel=0.05)
+    assert c.epsilon == pytest.approx(
+        _expected_worst_client(res, linear_clients, 4, 1.0, 1e-4), rel=0.05
+    )
     assert global_norm({k: p.detach() - init[k] for k, p in res.model.named_parameters()}) > 0
     # without a run, no number can be promised: the planned claim is not a DP claim
     assert fa.claim().kind.value == "heuristic"
@@ -79,15 +111,24 @@ def test_client_dp_sgd_bounds_each_record_and_noise_std():
     task = Task(factory, lambda m, b: (m(b[0]) * 0.0).sum(-1))
     n, lr, sigma, C = 16, 0.5, 2.0, 0.3
     data = ClientData((torch.randn(n, 200, generator=torch.Generator().manual_seed(0)),))
-    cfg = {"local-epochs": 1.0, "batch-size": n, "lr": lr, "seed": 5, "dp-noise-multiplier": sigma,
-           "dp-max-grad-norm": C, "dp-delta": 1e-4}
+    cfg = {
+        "local-epochs": 1.0,
+        "batch-size": n,
+        "lr": lr,
+        "seed": 5,
+        "dp-noise-multiplier": sigma,
+        "dp-max-grad-norm": C,
+        "dp-delta": 1e-4,
+    }
     rep = local_update(task, data, FitIns(trainable_state(factory()), cfg))
     assert rep.metrics["dp-steps"] == 1 and rep.metrics["dp-sample-rate"] == 1.0
     flat = torch.cat([v.flatten() for v in rep.arrays.values()])
     assert float(flat.std()) == pytest.approx(lr * sigma * C / n, rel=0.08)
     # sigma = 0: a huge per-example gradient moves the client model by at most lr * C per step (q = 1)
     big = Task(factory, lambda m, b: 1e6 * m(b[0]).sum(-1))
-    rep0 = local_update(big, data, FitIns(trainable_state(factory()), dict(cfg, **{"dp-noise-multiplier": 0.0})))
+    rep0 = local_update(
+        big, data, FitIns(trainable_state(factory()), dict(cfg, **{"dp-noise-multiplier": 0.0}))
+    )
     assert global_norm(rep0.arrays) <= lr * C * 1.0001
 
 
@@ -95,9 +136,15 @@ def test_missing_record_accounting_is_refused(linear_task, linear_clients):
     def liar(cid, ins):  # ignores the DP-SGD config: no dp-steps in the reply
         return FitRes({"weight": torch.zeros(1, 4), "bias": torch.zeros(1)}, {"num-examples": 5.0})
 
-    for mech in (DPFedAvg(noise_multiplier=1.0, clients_per_round=2, client_noise_multiplier=1.0,
-                          client_max_grad_norm=1.0),
-                 FedAvg(clients_per_round=2, client_noise_multiplier=1.0, client_max_grad_norm=1.0)):
+    for mech in (
+        DPFedAvg(
+            noise_multiplier=1.0,
+            clients_per_round=2,
+            client_noise_multiplier=1.0,
+            client_max_grad_norm=1.0,
+        ),
+        FedAvg(clients_per_round=2, client_noise_multiplier=1.0, client_max_grad_norm=1.0),
+    ):
         with pytest.raises(ProtocolError, match="record-level accounting"):
             FedSimulator(mech, linear_task, linear_clients, client_fn=liar).run(1, rng=0)
     with pytest.raises(InvalidPrivacyParameter, match="client_max_grad_norm"):

@@ -18,6 +18,7 @@ every case; the cases run in file order and each repairs what it needs (dead Sup
 Every wait is bounded; a round of the tiny task costs ~5-7 s in Flower 1.42 (a SuperNode polls every 3 s and
 starts a ClientApp process per message).
 """
+
 from __future__ import annotations
 
 import time
@@ -30,10 +31,18 @@ pytest.importorskip("flwr")
 pytestmark = pytest.mark.integration
 
 ROUND_TIMEOUT = 25.0  # the stated bound: a round waits this long for a missing node, then fails closed (a healthy
-                      # round takes ~5-7 s on 2 cores; at load ~10 the first one took > 15 s)
-SLACK = 25.0          # one more round in flight + process start-up on a loaded 2-core machine
-SEEDED = {"round-timeout": ROUND_TIMEOUT, "node-wait": 60.0, "seeded-noise": True, "lr": 1e-9, "seed": 7}
-STD = 1.0 * 0.5 / 3   # z * S / m of the default run config (noise-multiplier 1, clip-norm 0.5, 3 of 3 users)
+# round takes ~5-7 s on 2 cores; at load ~10 the first one took > 15 s)
+SLACK = 25.0  # one more round in flight + process start-up on a loaded 2-core machine
+SEEDED = {
+    "round-timeout": ROUND_TIMEOUT,
+    "node-wait": 60.0,
+    "seeded-noise": True,
+    "lr": 1e-9,
+    "seed": 7,
+}
+STD = (
+    1.0 * 0.5 / 3
+)  # z * S / m of the default run config (noise-multiplier 1, clip-norm 0.5, 3 of 3 users)
 
 
 def _ck(out: Path):
@@ -114,8 +123,10 @@ def test_killed_supernode_fails_the_round_closed_within_the_timeout(killed):
     assert killed.waited <= ROUND_TIMEOUT + SLACK, killed.waited
     ck = killed.ck
     assert ck is not None and ck["round"] >= 1
-    assert sum(r["rounds"] for r in ck["ledger"]["runs"]) == ck["round"]  # only completed rounds are accounted
-    assert all(h["replies"] == 3 for h in ck["history"])                   # never a round with fewer clients
+    assert (
+        sum(r["rounds"] for r in ck["ledger"]["runs"]) == ck["round"]
+    )  # only completed rounds are accounted
+    assert all(h["replies"] == 3 for h in ck["history"])  # never a round with fewer clients
     assert not (killed.out / "result.json").exists() and not (killed.out / "final.pt").exists()
 
 
@@ -142,9 +153,14 @@ def test_restarted_supernode_rejoins_and_restarted_server_continues_the_ledger(r
     assert res["ledger"]["runs"][0]["rounds"] == total
     eps = float(res["claim"]["epsilon"])
     assert eps == pytest.approx(user_epsilon("fixed", 3, 3, 1.0, total, 1e-3), rel=1e-9)
-    assert eps > user_epsilon("fixed", 3, 3, 1.0, 2, 1e-3)  # the resumed server did not restart at 0
+    assert eps > user_epsilon(
+        "fixed", 3, 3, 1.0, 2, 1e-3
+    )  # the resumed server did not restart at 0
     assert res["claim"]["noise_seeded"] is True
-    assert f"resumed from server_checkpoint.pt after round {k} " in (resumed.out / "server.log").read_text()
+    assert (
+        f"resumed from server_checkpoint.pt after round {k} "
+        in (resumed.out / "server.log").read_text()
+    )
 
 
 def test_participant_recomputes_seeded_noise_exactly_across_the_restart(resumed):
@@ -172,8 +188,12 @@ def test_server_side_crash_mid_round_resumes_the_ledger(dep):
     assert "error" not in res, res
     k = res["resumed_from_round"]
     assert 1 <= k < 3 and res["ledger"]["runs"][0]["rounds"] == 3
-    assert [h["round"] for h in res["history"]] == [1, 2, 3] and all(h["replies"] == 3 for h in res["history"])
-    assert float(res["claim"]["epsilon"]) == pytest.approx(user_epsilon("fixed", 3, 3, 1.0, 3, 1e-3), rel=1e-9)
+    assert [h["round"] for h in res["history"]] == [1, 2, 3] and all(
+        h["replies"] == 3 for h in res["history"]
+    )
+    assert float(res["claim"]["epsilon"]) == pytest.approx(
+        user_epsilon("fixed", 3, 3, 1.0, 3, 1e-3), rel=1e-9
+    )
     assert float(_residual(out, cfg, 3).abs().max()) < 1e-4
 
 
@@ -182,8 +202,14 @@ def test_server_side_crash_mid_round_resumes_the_ledger(dep):
 def test_failed_round_waits_for_a_replacement_supernode(dep):
     _revive(dep)
     out = Path(dep.work_dir) / "retry_run"
-    cfg = {"num-server-rounds": 2, "round-timeout": ROUND_TIMEOUT, "round-retries": 1, "node-wait": 60.0,
-           "lr": 1e-9, "seed": 7}
+    cfg = {
+        "num-server-rounds": 2,
+        "round-timeout": ROUND_TIMEOUT,
+        "round-retries": 1,
+        "node-wait": 60.0,
+        "lr": 1e-9,
+        "seed": 7,
+    }
     dep.submit(cfg, out)
     _wait_round(dep, out, 1)
     dep.kill_node(0)
@@ -192,7 +218,9 @@ def test_failed_round_waits_for_a_replacement_supernode(dep):
     assert "error" not in res, res
     hist = res["history"]
     assert [h["round"] for h in hist] == [1, 2] and all(h["replies"] == 3 for h in hist)
-    assert hist[1]["attempts"] == 2  # round 2 failed closed once (nothing released), then ran in full
+    assert (
+        hist[1]["attempts"] == 2
+    )  # round 2 failed closed once (nothing released), then ran in full
     assert res["ledger"]["runs"][0]["rounds"] == 2  # the discarded attempt is not a round
     assert res["claim"]["noise_seeded"] is False
     assert "discarded (nothing released)" in (out / "server.log").read_text()
@@ -205,7 +233,9 @@ def test_closing_the_deployment_leaves_no_process(dep):
     from privnlp.mechanisms.federated.flower import _descendants, _running
 
     procs = [dep.superlink, *dep.nodes.values()]
-    tree = {d for p in procs if p.poll() is None for d in _descendants(p.pid)} | {p.pid for p in procs}
+    tree = {d for p in procs if p.poll() is None for d in _descendants(p.pid)} | {
+        p.pid for p in procs
+    }
     assert len(tree) > len(procs)  # SuperExec processes at least
     dep.close()
     deadline = time.monotonic() + 15

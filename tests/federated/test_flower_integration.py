@@ -7,6 +7,7 @@ plus the server's noise; a participant who knows the run config (seed 0, sent to
 the noise the pre-fix ServerApp drew (``round_seeds(seed, r)``) and subtracts it: with OS-entropy noise the
 residual stays of the order of the noise (the seeded twin, which it recomputes exactly, is in
 test_flower_faults)."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,19 @@ def test_flower_loopback_two_dp_rounds(tmp_path):
 
     with ThreadPoolExecutor(1) as ex:
         want = ex.submit(expected)
-        res = run_loopback(tmp_path, {"mechanism": "dp_fedavg", "num-server-rounds": 2, "clip-norm": 0.5,
-                                      "noise-multiplier": 1.0, "delta": 1e-3, "lr": 1e-9}, num_nodes=3, timeout=120)
+        res = run_loopback(
+            tmp_path,
+            {
+                "mechanism": "dp_fedavg",
+                "num-server-rounds": 2,
+                "clip-norm": 0.5,
+                "noise-multiplier": 1.0,
+                "delta": 1e-3,
+                "lr": 1e-9,
+            },
+            num_nodes=3,
+            timeout=120,
+        )
         want = want.result()
     assert "error" not in res, res
     assert len(res["history"]) == 2 and all(h["replies"] == 3 for h in res["history"])

@@ -3,6 +3,7 @@ processes, free ports), ``flwr run`` of the generated privnlp app with run confi
 SuperNode auto-annotates its own site's documents from its own known fields and trains the BiLSTM tagger
 locally (federated/remote, FedAvg). The released model must tag held-out users' PII far better than the
 initial model. Processes are stopped in a ``finally`` (run_loopback); the test is bounded by its timeouts."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,17 @@ def test_flower_loopback_trains_the_pii_tagger(tmp_path):
     from privnlp.mechanisms.federated.client import trainable_state
     from privnlp.mechanisms.pii.federated import tagger_from_state
 
-    cfg = {"task": "pii_tagger", "mechanism": "fedavg", "num-server-rounds": 3, "num-clients": 3,
-           "clients-per-round": 3, "local-epochs": 2.0, "batch-size": 8, "lr": 3.0, "round-timeout": 240.0}
+    cfg = {
+        "task": "pii_tagger",
+        "mechanism": "fedavg",
+        "num-server-rounds": 3,
+        "num-clients": 3,
+        "clients-per-round": 3,
+        "local-epochs": 2.0,
+        "batch-size": 8,
+        "lr": 3.0,
+        "round-timeout": 240.0,
+    }
     res = fl.run_loopback(tmp_path, cfg, num_nodes=3, timeout=380)
     assert "error" not in res, res
     assert len(res["history"]) == 3 and all(h["replies"] == 3 for h in res["history"])
@@ -37,12 +47,16 @@ def test_flower_loopback_trains_the_pii_tagger(tmp_path):
 
     task, data = fl._task_and_data(dict(fl.DEFAULT_RUN_CONFIG, **cfg), 0, 3)
     init = _held_out_f1(tagger_from_state(trainable_state(task.model_factory()), seed=0))
-    final = _held_out_f1(tagger_from_state(torch.load(tmp_path / "out" / "final.pt", weights_only=True), seed=0))
+    final = _held_out_f1(
+        tagger_from_state(torch.load(tmp_path / "out" / "final.pt", weights_only=True), seed=0)
+    )
     # measured (seed 0): after 3 rounds on 3 sites (68-70 chunks each) strict F1 0.43, partial > 0.5, PHONE 0.90,
     # PERSON 0.20 (names come last: the central tagger needs ~10 epochs for them); the initial model tags at random
     assert final.metrics.partial.f1 > 0.5 and final.metrics.strict.f1 > 0.3, final.to_dict()
     assert final.metrics.partial.f1 > init.metrics.partial.f1 + 0.3
-    assert final.by_class.get("PHONE", 0) > 0.7 and final.by_class.get("PERSON", 0) > 0.1, final.by_class
+    assert final.by_class.get("PHONE", 0) > 0.7 and final.by_class.get("PERSON", 0) > 0.1, (
+        final.by_class
+    )
 
 
 def test_pii_tagger_task_sites_hold_disjoint_users_and_share_the_model():
@@ -54,7 +68,9 @@ def test_pii_tagger_task_sites_hold_disjoint_users_and_share_the_model():
     cfg = dict(fl.DEFAULT_RUN_CONFIG, task="pii_tagger", seed=3)
     (t0, d0), (t1, d1) = fl._task_and_data(cfg, 0, 2), fl._task_and_data(cfg, 1, 2)
     a, b = trainable_state(t0.model_factory()), trainable_state(t1.model_factory())
-    assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)  # one architecture, one init
+    assert a.keys() == b.keys() and all(
+        bool((a[k] == b[k]).all()) for k in a
+    )  # one architecture, one init
     s0, s1 = site_sentences(3, 0, 2), site_sentences(3, 1, 2)
     assert s0 and s1 and {" ".join(t) for t, _ in s0}.isdisjoint({" ".join(t) for t, _ in s1})
     assert d0.num_examples >= len(s0) and len(d0.tensors) == 3  # ids, noisy tags, unknown-word ids

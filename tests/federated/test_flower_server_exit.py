@@ -1,4 +1,5 @@
 """Issue #15, item 5: ``privnlp fl server`` exits non-zero when the private run failed (e.g. failed closed)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -17,15 +18,25 @@ def _fake_flower(monkeypatch, result):
     monkeypatch.setattr(fl, "flower_env", lambda *a, **k: {})
     monkeypatch.setattr(fl, "start_superlink", lambda *a, **k: proc)
     monkeypatch.setattr(fl, "_wait_port", lambda *a, **k: None)
-    monkeypatch.setattr(fl, "submit_run", lambda *a, **k: subprocess.CompletedProcess([], 0, "", ""))
+    monkeypatch.setattr(
+        fl, "submit_run", lambda *a, **k: subprocess.CompletedProcess([], 0, "", "")
+    )
     monkeypatch.setattr(fl, "wait_for_result", lambda *a, **k: result)
     monkeypatch.setattr(fl, "stop", lambda procs: None)
 
 
-@pytest.mark.parametrize("result, code", [
-    ({"error": "ProtocolError: round 1: 2 of 3 selected nodes replied; DP-FedAvg fails closed"}, 1),
-    ({"claim": {"kind": "dp", "epsilon": 1.0}, "history": []}, 0),
-])
+@pytest.mark.parametrize(
+    "result, code",
+    [
+        (
+            {
+                "error": "ProtocolError: round 1: 2 of 3 selected nodes replied; DP-FedAvg fails closed"
+            },
+            1,
+        ),
+        ({"claim": {"kind": "dp", "epsilon": 1.0}, "history": []}, 0),
+    ],
+)
 def test_server_exit_code_follows_the_run(monkeypatch, tmp_path, result, code):
     from typer.testing import CliRunner
 
@@ -34,7 +45,9 @@ def test_server_exit_code_follows_the_run(monkeypatch, tmp_path, result, code):
     import privnlp.cli.fl as cli_fl
 
     _fake_flower(monkeypatch, result)
-    monkeypatch.setattr(cli_fl, "_forward_termination", lambda: None)  # keep pytest's own signal handlers
+    monkeypatch.setattr(
+        cli_fl, "_forward_termination", lambda: None
+    )  # keep pytest's own signal handlers
     res = CliRunner().invoke(app, ["server", "--work-dir", str(tmp_path / "w"), "--timeout", "5"])
     assert res.exit_code == code, res.output
     if code:
@@ -54,10 +67,29 @@ def test_real_failed_run_exits_1_and_leaves_no_process(tmp_path):
 
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", FLWR_TELEMETRY_ENABLED="0")
-    cli = subprocess.Popen([sys.executable, "-m", "privnlp.cli.main", "fl", "server", "--port", str(port),
-                            "--work-dir", str(tmp_path / "run"), "--node-wait", "2", "--timeout", "60"],
-                           env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "privnlp.cli.main",
+            "fl",
+            "server",
+            "--port",
+            str(port),
+            "--work-dir",
+            str(tmp_path / "run"),
+            "--node-wait",
+            "2",
+            "--timeout",
+            "60",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = cli.communicate(timeout=90)
     finally:

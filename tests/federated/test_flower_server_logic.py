@@ -2,6 +2,7 @@
 fail closed on a missing reply, checkpoint + resume of the ledger, refusals of a mismatched / unwanted resume,
 retry after a replacement node, one user per partition. The same code runs across real processes in
 test_flower_faults (integration)."""
+
 from __future__ import annotations
 
 import itertools
@@ -27,16 +28,22 @@ def _run_identity(monkeypatch):
 class FakeGrid:
     """get_node_ids / push_messages / pull_messages of a Flower Grid; nodes answer at once unless dead."""
 
-    def __init__(self, partitions: dict[int, int], nparts: int = 3, client_dp: bool = False) -> None:
+    def __init__(
+        self, partitions: dict[int, int], nparts: int = 3, client_dp: bool = False
+    ) -> None:
         self.partitions = dict(partitions)  # node id -> partition id
         self.nparts = nparts
-        self.client_dp = client_dp  # replies carry the record-level accounting metrics of client DP-SGD
+        self.client_dp = (
+            client_dp  # replies carry the record-level accounting metrics of client DP-SGD
+        )
         self.dead: set[int] = set()
         self.replies: dict[str, SimpleNamespace] = {}
         self.ids = itertools.count()
         self.on_train = None  # hook(grid, node_id) called when a train message is pushed
         self.trained: list[int] = []
-        self.pushes: list[list[int]] = []  # partitions asked to train, per push (one push = one round attempt)
+        self.pushes: list[
+            list[int]
+        ] = []  # partitions asked to train, per push (one push = one round attempt)
 
     def get_node_ids(self):
         return list(self.partitions)
@@ -58,16 +65,27 @@ class FakeGrid:
                 continue
             meta = SimpleNamespace(reply_to_message_id=mid, src_node_id=nid)
             if kind == "query":
-                content = {"config": {"partition-id": self.partitions[nid], "num-partitions": self.nparts}}
+                content = {
+                    "config": {"partition-id": self.partitions[nid], "num-partitions": self.nparts}
+                }
             else:
                 self.trained.append(nid)
                 arrays = m.content["arrays"].to_torch_state_dict()
-                content = {"arrays": SimpleNamespace(to_torch_state_dict=lambda a=arrays: {k: torch.zeros_like(v)
-                                                                                            for k, v in a.items()}),
-                           "metrics": {"num-examples": 16.0, "loss": 1.0}}
+                content = {
+                    "arrays": SimpleNamespace(
+                        to_torch_state_dict=lambda a=arrays: {
+                            k: torch.zeros_like(v) for k, v in a.items()
+                        }
+                    ),
+                    "metrics": {"num-examples": 16.0, "loss": 1.0},
+                }
                 if self.client_dp:
-                    content["metrics"].update({"dp-steps": 2.0, "dp-sample-rate": 0.5, "dp-noise-multiplier": 1.0})
-            self.replies[mid] = SimpleNamespace(metadata=meta, content=content, has_error=lambda: False, error=None)
+                    content["metrics"].update(
+                        {"dp-steps": 2.0, "dp-sample-rate": 0.5, "dp-noise-multiplier": 1.0}
+                    )
+            self.replies[mid] = SimpleNamespace(
+                metadata=meta, content=content, has_error=lambda: False, error=None
+            )
         return out
 
     def pull_messages(self, ids):
@@ -77,7 +95,11 @@ class FakeGrid:
 def _run(out, grid, **cfg):
     from privnlp.mechanisms.federated import flower as fl
 
-    run_config = dict(fl.DEFAULT_RUN_CONFIG, **{"out-dir": str(out), "round-timeout": 0.5, "node-wait": 1.0}, **cfg)
+    run_config = dict(
+        fl.DEFAULT_RUN_CONFIG,
+        **{"out-dir": str(out), "round-timeout": 0.5, "node-wait": 1.0},
+        **cfg,
+    )
     try:
         fl._server_main(grid, SimpleNamespace(run_config=run_config))
     except Exception:  # noqa: BLE001 - the ServerApp re-raises after writing error.json
@@ -96,7 +118,9 @@ def test_missing_reply_fails_closed_and_checkpoint_keeps_accounted_rounds(tmp_pa
     from privnlp.mechanisms.federated.flower import CHECKPOINT_NAME, load_checkpoint
 
     g = _grid()
-    g.on_train = lambda grid, nid: grid.dead.add(103) if len(grid.trained) >= 3 else None  # dies in round 2
+    g.on_train = lambda grid, nid: (
+        grid.dead.add(103) if len(grid.trained) >= 3 else None
+    )  # dies in round 2
     res = _run(tmp_path, g, **{"num-server-rounds": 3})
     assert "fails closed" in res["error"] and "missing users ['2']" in res["error"]
     ck = load_checkpoint(tmp_path / CHECKPOINT_NAME)
@@ -112,11 +136,18 @@ def test_resume_continues_the_ledger(tmp_path):
     assert res["resumed_from_round"] == 2
     assert [h["round"] for h in res["history"]] == [1, 2, 3]
     assert res["ledger"]["runs"][0]["rounds"] == 3
-    assert float(res["claim"]["epsilon"]) == pytest.approx(user_epsilon("fixed", 3, 3, 1.0, 3, 1e-3), rel=1e-9)
+    assert float(res["claim"]["epsilon"]) == pytest.approx(
+        user_epsilon("fixed", 3, 3, 1.0, 3, 1e-3), rel=1e-9
+    )
 
 
-@pytest.mark.parametrize("change, msg", [({"clip-norm": 1.0}, "different run config"),
-                                         ({"resume": False}, "never restarts its accounting at epsilon 0")])
+@pytest.mark.parametrize(
+    "change, msg",
+    [
+        ({"clip-norm": 1.0}, "different run config"),
+        ({"resume": False}, "never restarts its accounting at epsilon 0"),
+    ],
+)
 def test_resume_refusals(tmp_path, change, msg):
     _run(tmp_path, _grid(), **{"num-server-rounds": 1})
     res = _run(tmp_path, _grid(), **{"num-server-rounds": 2}, **change)
@@ -127,7 +158,9 @@ def test_failed_round_is_rerun_after_a_replacement_joins(tmp_path):
     g = _grid()
 
     def die_and_replace(grid, nid):
-        if len(grid.trained) == 3 and 101 not in grid.dead:  # round 2: node 101 (partition 0) dies ...
+        if (
+            len(grid.trained) == 3 and 101 not in grid.dead
+        ):  # round 2: node 101 (partition 0) dies ...
             grid.dead.add(101)
             grid.partitions[201] = 0  # ... and a replacement for partition 0 registers
 
@@ -153,7 +186,10 @@ def test_selection_is_not_predictable_from_the_run_config():
 
     seeded = round_seeds(0, 1)[0]
     assert is_secure(fl._selection_generator(dict(fl.DEFAULT_RUN_CONFIG), seeded))
-    assert fl._selection_generator(dict(fl.DEFAULT_RUN_CONFIG, **{"seeded-noise": True}), seeded) is seeded
+    assert (
+        fl._selection_generator(dict(fl.DEFAULT_RUN_CONFIG, **{"seeded-noise": True}), seeded)
+        is seeded
+    )
 
 
 def test_a_retry_reasks_the_same_selected_users(tmp_path):
@@ -167,13 +203,21 @@ def test_a_retry_reasks_the_same_selected_users(tmp_path):
 
     def drop_first_selected(grid, nid):
         r = len(grid.pushes)  # the attempt being pushed (1-based)
-        if r % 2 == 1 and r not in failed:  # the first attempt of every round: its first node drops out
+        if (
+            r % 2 == 1 and r not in failed
+        ):  # the first attempt of every round: its first node drops out
             failed.add(r)
             grid.dead.add(nid)
-            grid.partitions[1000 + nid] = grid.partitions[nid]  # a replacement for that user registers
+            grid.partitions[1000 + nid] = grid.partitions[
+                nid
+            ]  # a replacement for that user registers
 
     g.on_train = drop_first_selected
-    res = _run(tmp_path, g, **{"num-server-rounds": 3, "num-clients": 6, "clients-per-round": 2, "round-retries": 1})
+    res = _run(
+        tmp_path,
+        g,
+        **{"num-server-rounds": 3, "num-clients": 6, "clients-per-round": 2, "round-retries": 1},
+    )
     assert "error" not in res, res
     assert [h["attempts"] for h in res["history"]] == [2, 2, 2]
     assert len(g.pushes) == 6
@@ -197,11 +241,23 @@ def test_discarded_attempt_still_charges_client_dp_steps(tmp_path):
             grid.partitions[203] = 2
 
     g.on_train = die_and_replace
-    cfg = {"num-server-rounds": 1, "round-retries": 1, "client-max-grad-norm": 1.0, "client-noise-multiplier": 1.0}
+    cfg = {
+        "num-server-rounds": 1,
+        "round-retries": 1,
+        "client-max-grad-norm": 1.0,
+        "client-noise-multiplier": 1.0,
+    }
     res = _run(tmp_path, g, **cfg)
     assert "error" not in res, res
-    steps = {u: sum(run["steps"] for run in led["runs"]) for u, led in res["ledger"]["client_ledgers"].items()}
-    assert steps == {"0": 4, "1": 4, "2": 2}  # users 0 and 1 replied twice (attempt 1 discarded), user 2 once
+    steps = {
+        u: sum(run["steps"] for run in led["runs"])
+        for u, led in res["ledger"]["client_ledgers"].items()
+    }
+    assert steps == {
+        "0": 4,
+        "1": 4,
+        "2": 2,
+    }  # users 0 and 1 replied twice (attempt 1 discarded), user 2 once
     # the charge of the discarded attempt is checkpointed before the retry: a crash there cannot lose it
     g2 = FakeGrid({101: 0, 102: 1, 103: 2}, client_dp=True)
     g2.on_train = lambda grid, nid: grid.dead.add(103)  # dies in round 1, no replacement, no retry
@@ -243,5 +299,7 @@ def test_a_stale_server_cannot_release_a_round_the_new_one_did_not_load(tmp_path
     assert loaded["round"] == 1  # the take-over waited for the commit in progress
     with pytest.raises(fl._Superseded):
         with old.commit():
-            ck.write_text("2")  # never reached: the older server stops without writing (so without releasing)
+            ck.write_text(
+                "2"
+            )  # never reached: the older server stops without writing (so without releasing)
     assert ck.read_text() == "1" and new.owned() and not old.owned()

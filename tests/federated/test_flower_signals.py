@@ -1,6 +1,7 @@
 """Issue #15, item 6: SIGTERM/SIGINT to ``privnlp fl client`` / ``privnlp fl server`` stop every Flower process
 they started -- the SuperNode / SuperLink and their descendants (Flower 1.42 starts ``flower-superexec`` in a
 session of its own, so a process-group kill alone misses it) -- and exit 128 + signal (bounded waits)."""
+
 from __future__ import annotations
 
 import os
@@ -49,9 +50,24 @@ def test_signal_to_fl_client_stops_its_supernode(tmp_path, sig):
 
     link = f"127.0.0.1:{free_port()}"  # nothing listens here: the SuperNode keeps retrying until stopped
     env = dict(os.environ, HF_HUB_OFFLINE="1", FLWR_TELEMETRY_ENABLED="0")
-    cli = subprocess.Popen([sys.executable, "-m", "privnlp.cli.main", "fl", "client", "--superlink", link,
-                            "--flwr-home", str(tmp_path / "home")], env=env, cwd=tmp_path,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "privnlp.cli.main",
+            "fl",
+            "client",
+            "--superlink",
+            link,
+            "--flwr-home",
+            str(tmp_path / "home"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         nodes: list[int] = []
@@ -96,9 +112,26 @@ def test_sigterm_to_fl_server_stops_its_superlink(tmp_path):
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", FLWR_TELEMETRY_ENABLED="0")
     run_dir = tmp_path / "run"
-    cli = subprocess.Popen([sys.executable, "-m", "privnlp.cli.main", "fl", "server", "--port", str(port),
-                            "--work-dir", str(run_dir), "--timeout", "120"], env=env, cwd=tmp_path,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "privnlp.cli.main",
+            "fl",
+            "server",
+            "--port",
+            str(port),
+            "--work-dir",
+            str(run_dir),
+            "--timeout",
+            "120",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         links: list[int] = []
@@ -106,7 +139,9 @@ def test_sigterm_to_fl_server_stops_its_superlink(tmp_path):
             links = _superlink_pids(port)
             time.sleep(0.25)
         assert links, "the SuperLink never started"
-        deadline = time.monotonic() + 30  # the CLI reaches its wait for SuperNodes; the ServerApp runs by then
+        deadline = (
+            time.monotonic() + 30
+        )  # the CLI reaches its wait for SuperNodes; the ServerApp runs by then
         tree: set[int] = set()
         while time.monotonic() < deadline and not (run_dir / "out" / "server.log").exists():
             time.sleep(0.2)

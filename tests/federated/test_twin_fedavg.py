@@ -1,5 +1,6 @@
 """The leaky twin of ``fedavg`` (double weighting by example counts) is caught: the largest client
 dominates the aggregate, which moves further than the weighted mean."""
+
 from __future__ import annotations
 
 import torch
@@ -16,7 +17,9 @@ def test_fedavg_twin_overweights_the_large_client():
     assert twin.claim() == real.claim()
     ref = {"w": torch.zeros(3)}
     # three small clients without the canary direction, one large sharer pushing along it
-    replies = [FitRes({"w": torch.tensor([0.0, 1.0, 0.0])}, {"num-examples": 8.0}) for _ in range(3)]
+    replies = [
+        FitRes({"w": torch.tensor([0.0, 1.0, 0.0])}, {"num-examples": 8.0}) for _ in range(3)
+    ]
     replies.append(FitRes({"w": torch.tensor([4.0, 0.0, 0.0])}, {"num-examples": 16.0}))
     g = torch.Generator().manual_seed(0)
     good, _ = real.aggregate(ref, replies, num_selected=4, plan={}, generator=g)

@@ -1,4 +1,5 @@
 """Shared fixtures for the fragmentation tests (session-scoped: built once)."""
+
 from __future__ import annotations
 
 import pytest

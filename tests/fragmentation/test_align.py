@@ -1,22 +1,32 @@
 """Symmetrisation on known examples; alignment quality (AER) on the toy corpus with gold links."""
+
 from __future__ import annotations
 
 import pytest
 
 from privnlp.core.errors import InvalidArgument
-from privnlp.mechanisms.fragmentation.align import aer, align, eflomal_available, parse_pharaoh, symmetrize
+from privnlp.mechanisms.fragmentation.align import (
+    aer,
+    align,
+    eflomal_available,
+    parse_pharaoh,
+    symmetrize,
+)
 
 FWD = {(0, 0), (1, 1), (3, 1)}
 REV = {(0, 0), (1, 1), (3, 3)}
 
 
-@pytest.mark.parametrize("method,expected", [
-    ("union", {(0, 0), (1, 1), (3, 1), (3, 3)}),
-    ("intersection", {(0, 0), (1, 1)}),
-    ("grow-diag", {(0, 0), (1, 1)}),                         # (3,1), (3,3) are not neighbours
-    ("grow-diag-final", {(0, 0), (1, 1), (3, 1), (3, 3)}),  # final: either word unaligned
-    ("grow-diag-final-and", {(0, 0), (1, 1), (3, 3)}),      # final-and: both words unaligned
-])
+@pytest.mark.parametrize(
+    "method,expected",
+    [
+        ("union", {(0, 0), (1, 1), (3, 1), (3, 3)}),
+        ("intersection", {(0, 0), (1, 1)}),
+        ("grow-diag", {(0, 0), (1, 1)}),  # (3,1), (3,3) are not neighbours
+        ("grow-diag-final", {(0, 0), (1, 1), (3, 1), (3, 3)}),  # final: either word unaligned
+        ("grow-diag-final-and", {(0, 0), (1, 1), (3, 3)}),  # final-and: both words unaligned
+    ],
+)
 def test_symmetrization_variants(method, expected):
     assert symmetrize(FWD, REV, 4, 4, method) == frozenset(expected)
 

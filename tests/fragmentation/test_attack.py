@@ -1,4 +1,5 @@
 """The reconstruction attack succeeds undefended, degrades under the paper's settings, catches the leaky twin."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +7,12 @@ import pytest
 
 import privnlp.attacks
 import privnlp.mechanisms
-from privnlp.attacks.text.fragment_reconstruction import (FragmentGroundTruth, FragmentReconstruction, assemble,
-                                                          release_order_contigs)
+from privnlp.attacks.text.fragment_reconstruction import (
+    FragmentGroundTruth,
+    FragmentReconstruction,
+    assemble,
+    release_order_contigs,
+)
 from privnlp.core.claims import ClaimKind
 from privnlp.core.observations import FragmentSet
 from privnlp.core.registry import LEAKY_TWINS, SCENARIOS
@@ -19,10 +24,20 @@ def scores(toy, toy_text):
     gt = FragmentGroundTruth.from_corpus(toy)
     attack = FragmentReconstruction()
     out = {"full": attack.run(FragmentSet(source=toy.source, target=toy.target), rng=0).score(gt)}
-    for L, d, tag in [(1000, 0.0, False), (7, 0.0, False), (7, 0.5, True), (4, 0.5, False), (4, 0.5, True)]:
-        rel = PhraseFragmentation(L, d, tag=tag).fragment(toy_text, rng=np.random.default_rng(0), alignments=toy.alignments)
+    for L, d, tag in [
+        (1000, 0.0, False),
+        (7, 0.0, False),
+        (7, 0.5, True),
+        (4, 0.5, False),
+        (4, 0.5, True),
+    ]:
+        rel = PhraseFragmentation(L, d, tag=tag).fragment(
+            toy_text, rng=np.random.default_rng(0), alignments=toy.alignments
+        )
         out[(L, d, tag)] = attack.run(rel.to_observation(), rng=0).score(gt)
-    rel = LeakyPhraseFragmentation(7, 0.5, tag=True).fragment(toy_text, rng=np.random.default_rng(0), alignments=toy.alignments)
+    rel = LeakyPhraseFragmentation(7, 0.5, tag=True).fragment(
+        toy_text, rng=np.random.default_rng(0), alignments=toy.alignments
+    )
     out["leaky"] = attack.run(rel.to_observation(), rng=0).score(gt)
     for k, v in out.items():
         print(k, {m: round(x, 3) for m, x in v.items()})
@@ -33,7 +48,11 @@ def test_assemble_toy():
     frags = ["<P> the red car </P>", "red car is", "car is fast .", "a b c"]
     assert ("the", "red", "car", "is", "fast", ".") in assemble(frags)
     # ambiguous continuation: no merge
-    assert sorted(assemble(["x a b", "a b y", "a b z"])) == [("a", "b", "y"), ("a", "b", "z"), ("x", "a", "b")]
+    assert sorted(assemble(["x a b", "a b y", "a b z"])) == [
+        ("a", "b", "y"),
+        ("a", "b", "z"),
+        ("x", "a", "b"),
+    ]
 
 
 def test_full_reconstruction_without_defense(scores):
@@ -62,21 +81,43 @@ def test_leaky_twin_is_caught(scores):
 def test_release_order_is_exploited_only_when_there_is_one():
     """A release in extraction order (the twin forgets to shuffle) gives the sentences back; the same
     fragments shuffled carry no order (nothing is read off them)."""
-    frags = ["child", "a child took it", "it", "in", "in the", "in the morning", "morning .", ".",
-             "the", "the man", "man took", "took x", "x .", "."]
-    assert release_order_contigs(frags) == [("a", "child", "took", "it", "in", "the", "morning", "."),
-                                            ("the", "man", "took", "x", ".")]
+    frags = [
+        "child",
+        "a child took it",
+        "it",
+        "in",
+        "in the",
+        "in the morning",
+        "morning .",
+        ".",
+        "the",
+        "the man",
+        "man took",
+        "took x",
+        "x .",
+        ".",
+    ]
+    assert release_order_contigs(frags) == [
+        ("a", "child", "took", "it", "in", "the", "morning", "."),
+        ("the", "man", "took", "x", "."),
+    ]
     g = np.random.default_rng(0)
     words = [f"w{i}" for i in range(300)]
-    shuffled = [" ".join(words[i:i + 3]) for i in g.permutation(297)]
+    shuffled = [" ".join(words[i : i + 3]) for i in g.permutation(297)]
     assert release_order_contigs(shuffled) == []
 
 
 def test_registry_and_scenario():
     mech_cls = privnlp.mechanisms.get("phrase_fragmentation")
     att_cls = privnlp.attacks.get("fragment_reconstruction")
-    assert mech_cls.paired_attacks == ("fragment_reconstruction",) and mech_cls.scenario == "fragmentation.reconstruction"
-    assert att_cls.observation_type is FragmentSet and att_cls.headline_metric == "full_reconstruction_rate"
+    assert (
+        mech_cls.paired_attacks == ("fragment_reconstruction",)
+        and mech_cls.scenario == "fragmentation.reconstruction"
+    )
+    assert (
+        att_cls.observation_type is FragmentSet
+        and att_cls.headline_metric == "full_reconstruction_rate"
+    )
     mech = mech_cls.example("quick")
     assert mech.claim().kind == ClaimKind.HEURISTIC and mech.threat_models
     sc = SCENARIOS.get("fragmentation.reconstruction")("quick", n=300)

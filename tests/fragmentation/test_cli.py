@@ -1,4 +1,5 @@
 """`privnlp fragment SRC TGT -o OUTDIR`: output files, progress, errors without partial output."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,23 @@ def _files(tmp_path, n=200, drop_last_target=False):
 def test_cli_writes_release(tmp_path):
     src, tgt = _files(tmp_path)
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["fragment", str(src), str(tgt), "-o", str(out), "--tag", "--seed", "0",
-                                 "--aligner", "fast_align_py", "--max-length", "7"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "fragment",
+            str(src),
+            str(tgt),
+            "-o",
+            str(out),
+            "--tag",
+            "--seed",
+            "0",
+            "--aligner",
+            "fast_align_py",
+            "--max-length",
+            "7",
+        ],
+    )
     assert r.exit_code == 0, r.output
     side = json.loads((out / "fragments.json").read_text())
     assert side["settings"]["max_length"] == 7 and side["settings"]["tag"] is True
@@ -31,8 +47,11 @@ def test_cli_writes_release(tmp_path):
 
 def test_cli_bad_input_no_output(tmp_path):
     src, tgt = _files(tmp_path, drop_last_target=True)
-    for extra, msg in [([], "mismatched line counts"), (["--discard-fraction", "1"], "discard_fraction must be in"),
-                       (["--max-length", "0"], "max_length must be in")]:
+    for extra, msg in [
+        ([], "mismatched line counts"),
+        (["--discard-fraction", "1"], "discard_fraction must be in"),
+        (["--max-length", "0"], "max_length must be in"),
+    ]:
         out = tmp_path / "out"
         r = CliRunner().invoke(app, ["fragment", str(src), str(tgt), "-o", str(out), *extra])
         assert r.exit_code == 2 and msg in " ".join(r.output.split()), r.output

@@ -1,4 +1,5 @@
 """Phrase extraction (Koehn et al. 2003) on hand-made alignments and against a brute-force oracle."""
+
 from __future__ import annotations
 
 import itertools
@@ -27,7 +28,9 @@ def brute_force(m, n, links, max_s, max_t=None, min_s=1):
 def test_crossing_links():
     # a b c / x y z with b-z and c-y crossing
     got = extract_sentence(3, 3, {(0, 0), (1, 2), (2, 1)}, max_length=3)
-    assert sorted(got) == sorted({(0, 1, 0, 1), (1, 2, 2, 3), (2, 3, 1, 2), (1, 3, 1, 3), (0, 3, 0, 3)})
+    assert sorted(got) == sorted(
+        {(0, 1, 0, 1), (1, 2, 2, 3), (2, 3, 1, 2), (1, 3, 1, 3), (0, 3, 0, 3)}
+    )
     assert len(got) == len(set(got))
 
 
@@ -46,10 +49,19 @@ def test_unaligned_target_word_extends_phrases():
 def test_one_to_many_and_length_limits():
     # a b / x y z ; a-x, b-y, b-z ; max length 1 on the source and 1 on the target
     links = {(0, 0), (1, 1), (1, 2)}
-    assert set(extract_sentence(2, 3, links, max_length=1)) == {(0, 1, 0, 1)}   # b needs 2 target words
-    assert set(extract_sentence(2, 3, links, max_length=1, max_target_length=2)) == {(0, 1, 0, 1), (1, 2, 1, 3)}
-    assert set(extract_sentence(2, 3, links, max_length=2, min_length=2)) == set()  # "a b" needs 3 target words
-    assert set(extract_sentence(2, 3, links, max_length=2, max_target_length=3, min_length=2)) == {(0, 2, 0, 3)}
+    assert set(extract_sentence(2, 3, links, max_length=1)) == {
+        (0, 1, 0, 1)
+    }  # b needs 2 target words
+    assert set(extract_sentence(2, 3, links, max_length=1, max_target_length=2)) == {
+        (0, 1, 0, 1),
+        (1, 2, 1, 3),
+    }
+    assert (
+        set(extract_sentence(2, 3, links, max_length=2, min_length=2)) == set()
+    )  # "a b" needs 3 target words
+    assert set(extract_sentence(2, 3, links, max_length=2, max_target_length=3, min_length=2)) == {
+        (0, 2, 0, 3)
+    }
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -58,7 +70,9 @@ def test_matches_brute_force_on_random_alignments(seed):
     m, n = int(g.integers(1, 9)), int(g.integers(1, 9))
     links = {(int(g.integers(m)), int(g.integers(n))) for _ in range(int(g.integers(0, m + n)))}
     for max_s, max_t, min_s in [(3, None, 1), (7, 5, 1), (4, 4, 2), (20, 20, 1)]:
-        got = extract_sentence(m, n, links, max_length=max_s, max_target_length=max_t, min_length=min_s)
+        got = extract_sentence(
+            m, n, links, max_length=max_s, max_target_length=max_t, min_length=min_s
+        )
         assert len(got) == len(set(got)), "duplicate occurrences"
         assert set(got) == brute_force(m, n, links, max_s, max_t, min_s)
 

@@ -1,4 +1,5 @@
 """Release: shuffling, discard fraction (seeded statistical test), tags, I/O, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,12 @@ import pytest
 
 from privnlp.core.claims import ClaimKind
 from privnlp.core.errors import InvalidArgument, MalformedInput
-from privnlp.mechanisms.fragmentation import (LeakyPhraseFragmentation, ParallelText, PhraseFragmentation,
-                                              read_parallel)
+from privnlp.mechanisms.fragmentation import (
+    LeakyPhraseFragmentation,
+    ParallelText,
+    PhraseFragmentation,
+    read_parallel,
+)
 
 
 def test_discard_fraction_statistically(toy, toy_text):
@@ -30,8 +35,12 @@ def test_discard_fraction_statistically(toy, toy_text):
         kept_count[[key[tuple(r)] for r in rel.occurrences.tolist()]] += 1
     lengths = occ_all[:, 2] - occ_all[:, 1]
     first_half = occ_all[:, 0] < len(toy_text) // 2
-    for name, mask in [("len1", lengths == 1), ("len>=3", lengths >= 3), ("first half", first_half),
-                       ("second half", ~first_half)]:
+    for name, mask in [
+        ("len1", lengths == 1),
+        ("len>=3", lengths >= 3),
+        ("first half", first_half),
+        ("second half", ~first_half),
+    ]:
         trials = seeds * mask.sum()
         freq = kept_count[mask].sum() / trials
         tol = 4 * math.sqrt(d * (1 - d) / trials)
@@ -54,14 +63,22 @@ def test_tags_claim_and_sidecar(tmp_path, toy, toy_text):
     obs = rel.to_observation()
     assert obs.tagged and obs.settings["max_length"] == 7
     claim = mech.claim()
-    assert claim.kind == ClaimKind.HEURISTIC and claim.epsilon is None and "no formal" in claim.statement()
+    assert (
+        claim.kind == ClaimKind.HEURISTIC
+        and claim.epsilon is None
+        and "no formal" in claim.statement()
+    )
     paths = rel.write(tmp_path / "out")
     assert paths["source"].read_text().splitlines() == list(rel.source)
     assert paths["target"].read_text().splitlines() == list(rel.target)
     side = json.loads(paths["sidecar"].read_text())
     assert side["settings"]["discard_fraction"] == 0.5 and side["n_released"] == rel.n_released
     assert side["claim"]["kind"] == "heuristic"
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["fragments.json", "fragments.src", "fragments.tgt"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "fragments.json",
+        "fragments.src",
+        "fragments.tgt",
+    ]
 
 
 def test_write_failure_leaves_no_partial_output(tmp_path, toy, toy_text, monkeypatch):
@@ -84,17 +101,20 @@ def test_write_failure_leaves_no_partial_output(tmp_path, toy, toy_text, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"max_length": 0}, r"max_length must be in \[1"),
-    ({"max_length": -3}, r"max_length must be in \[1"),
-    ({"discard_fraction": 1.0}, r"discard_fraction must be in \[0.0, 1.0\)"),
-    ({"discard_fraction": -0.1}, r"discard_fraction must be in \[0.0, 1.0\)"),
-    ({"discard_fraction": float("nan")}, r"discard_fraction"),
-    ({"min_length": 5, "max_length": 4}, r"min_length must be in \[1, max_length=4\]"),
-    ({"max_target_length": 0}, r"max_target_length"),
-    ({"aligner": "giza"}, r"aligner must be one of"),
-    ({"symmetrization": "sum"}, r"symmetrization must be one of"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"max_length": 0}, r"max_length must be in \[1"),
+        ({"max_length": -3}, r"max_length must be in \[1"),
+        ({"discard_fraction": 1.0}, r"discard_fraction must be in \[0.0, 1.0\)"),
+        ({"discard_fraction": -0.1}, r"discard_fraction must be in \[0.0, 1.0\)"),
+        ({"discard_fraction": float("nan")}, r"discard_fraction"),
+        ({"min_length": 5, "max_length": 4}, r"min_length must be in \[1, max_length=4\]"),
+        ({"max_target_length": 0}, r"max_target_length"),
+        ({"aligner": "giza"}, r"aligner must be one of"),
+        ({"symmetrization": "sum"}, r"symmetrization must be one of"),
+    ],
+)
 def test_bad_parameters(kw, match):
     with pytest.raises(InvalidArgument, match=match):
         PhraseFragmentation(**kw)
@@ -108,12 +128,17 @@ def test_input_formats(tmp_path):
     (tmp_path / "a.tsv").write_text("a b\tx y\td1\nc\tz\td2\n")
     pt = read_parallel(tmp_path / "a.tsv", tokenize=False)
     assert pt.doc_ids == ("d1", "d2") and pt.target[1] == ("z",)
-    (tmp_path / "a.jsonl").write_text('{"src": "a b", "tgt": "x y", "doc_id": 7}\n{"source": "c", "target": "z", "doc_id": 7}\n')
+    (tmp_path / "a.jsonl").write_text(
+        '{"src": "a b", "tgt": "x y", "doc_id": 7}\n{"source": "c", "target": "z", "doc_id": 7}\n'
+    )
     pt = read_parallel(tmp_path / "a.jsonl", tokenize=False)
     assert pt.doc_ids == ("7", "7") and pt.source[0] == ("a", "b")
-    train, test, tr, te = ParallelText.from_strings(["a"] * 6, ["x"] * 6, ["d1", "d1", "d2", "d2", "d3", "d3"]) \
-        .split_by_document(0.34, rng=0)
-    assert len(te) == 2 and len({("d1", "d1", "d2", "d2", "d3", "d3")[i] for i in te}) == 1  # documents kept together
+    train, test, tr, te = ParallelText.from_strings(
+        ["a"] * 6, ["x"] * 6, ["d1", "d1", "d2", "d2", "d3", "d3"]
+    ).split_by_document(0.34, rng=0)
+    assert (
+        len(te) == 2 and len({("d1", "d1", "d2", "d2", "d3", "d3")[i] for i in te}) == 1
+    )  # documents kept together
 
 
 def test_bad_input_files(tmp_path):

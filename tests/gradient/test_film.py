@@ -1,4 +1,5 @@
 """FILM (shared/papers/film-recovering-private-text-in-fl.txt) on the bundled LM scenario."""
+
 import math
 
 import numpy as np
@@ -14,7 +15,10 @@ from privnlp.evaluation.scenarios.gradient import FedSGDEavesdropper, _lm_batch_
 def test_film_b1_recovers_memorised_sentence(lm_victim):
     run = FedSGDEavesdropper(task="lm", batch_size=1).run(None, rng=0)
     assert run.utility["loss_after_update"] < run.utility["loss_before"]
-    scores = [FILM(beam_size=8, reorder_steps=5).run(t.observation, rng=0).score(t.ground_truth) for t in run.trials]
+    scores = [
+        FILM(beam_size=8, reorder_steps=5).run(t.observation, rng=0).score(t.ground_truth)
+        for t in run.trials
+    ]
     assert np.mean([s["rougeL"] for s in scores]) > 0.8, scores
     assert np.mean([s["bag_recall"] for s in scores]) > 0.9
 
@@ -27,8 +31,10 @@ def test_film_degrades_with_batch_size(lm_victim):
         grads, _ = client_update(model, batch, None, rng=0)
         obs = GradientObservation(model=model, gradients=grads, batch_size=b, tokenizer=tok)
         res = FILM(beam_size=4, reorder_steps=0).run(obs, rng=0)
-        texts = [tok.decode([t for t, m in zip(row, mk) if m and t != tok.eos_token_id]).strip()
-                 for row, mk in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist())]
+        texts = [
+            tok.decode([t for t, m in zip(row, mk) if m and t != tok.eos_token_id]).strip()
+            for row, mk in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist())
+        ]
         out[b] = res.score({"texts": texts})["rougeL_hungarian"]
     assert out[8] < out[1]
 

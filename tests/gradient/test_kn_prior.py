@@ -1,4 +1,5 @@
 """The Kneser-Ney bigram prior of LAMP's realistic preset (``LAMP(prior="kn-bigram")``)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,15 +17,25 @@ def test_conditionals_are_distributions():
     w = np.arange(9)
     for v in range(9):  # 0, 7, 8 never occur as a left context
         assert abs(np.exp(lm.log_prob(np.full(9, v), w)).sum() - 1.0) < 1e-9
-    assert np.all(np.isfinite(lm.log_prob(np.zeros(9, int), w)))  # unseen tokens keep probability > 0
+    assert np.all(
+        np.isfinite(lm.log_prob(np.zeros(9, int), w))
+    )  # unseen tokens keep probability > 0
 
 
 def test_kneser_ney_numbers():
     """P(3|2): c(2,3) = 3, c(2) = 4, N1+(2 .) = 2 (3, 5): (3 - .75)/4 + .75*2/4 * P_cont(3)."""
     lm = KneserNeyBigram(ROWS, vocab_size=9, discount=0.75)
-    distinct = {(a, b) for r in ROWS for a, b in zip(r[:-1], r[1:])}  # 7 distinct bigrams; 3 follows only 2
+    distinct = {
+        (a, b) for r in ROWS for a, b in zip(r[:-1], r[1:])
+    }  # 7 distinct bigrams; 3 follows only 2
     p_cont = (sum(1 for _, b in distinct if b == 3) + 0.5) / (len(distinct) + 0.5 * 9)
-    assert abs(np.exp(lm.log_prob(np.array([2]), np.array([3])))[0] - ((3 - 0.75) / 4 + 0.75 * 2 / 4 * p_cont)) < 1e-12
+    assert (
+        abs(
+            np.exp(lm.log_prob(np.array([2]), np.array([3])))[0]
+            - ((3 - 0.75) / 4 + 0.75 * 2 / 4 * p_cont)
+        )
+        < 1e-12
+    )
 
 
 def test_prefers_the_seen_order():

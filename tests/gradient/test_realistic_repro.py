@@ -8,6 +8,7 @@ between the ``realistic`` markers of ``attacks/<name>/README.md`` (the paper's h
 that does not hold is written as such and does not fail the run (the numbers are the deliverable), while the
 plumbing (every trial scored, the numbers in range) is asserted.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,11 @@ CMD = "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m pytest -m slow -q tests/
 
 
 def _block(payload: dict, table: str) -> str:
-    return (f"{BEGIN}\n### Realistic preset (pretrained / real-text victims)\n\n{table.strip()}\n\n"
-            f"Took {payload['seconds']:.0f} s on this machine ({payload['machine']}). "
-            f"Regenerate: `{payload['command']}`\n{END}")
+    return (
+        f"{BEGIN}\n### Realistic preset (pretrained / real-text victims)\n\n{table.strip()}\n\n"
+        f"Took {payload['seconds']:.0f} s on this machine ({payload['machine']}). "
+        f"Regenerate: `{payload['command']}`\n{END}"
+    )
 
 
 def _write_mechanism(name: str, payload: dict, table: str) -> None:
@@ -40,25 +43,31 @@ def _write_mechanism(name: str, payload: dict, table: str) -> None:
     from privnlp.evaluation.cards import card_text
 
     folder = ROOT.parent / "mechanisms" / name
-    atomic_write_text(folder / "results_realistic.json", json.dumps(payload, indent=2, sort_keys=True, default=float)
-                      + "\n")
+    atomic_write_text(
+        folder / "results_realistic.json",
+        json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n",
+    )
     atomic_write_text(folder / "REALISTIC.md", _block(payload, table) + "\n")
-    atomic_write_text(folder / "README.md", card_text(name, LeakageReport.load(folder / "report.json"), folder))
+    atomic_write_text(
+        folder / "README.md", card_text(name, LeakageReport.load(folder / "report.json"), folder)
+    )
 
 
 def _put_block(card: Path, begin: str, end: str, block: str) -> None:
     """Replace the text between ``begin`` and ``end`` in ``card`` by ``block`` (appended when absent)."""
     text = card.read_text()
     if begin in text and end in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     atomic_write_text(card, text)
 
 
 def _write(name: str, payload: dict, table: str) -> None:
-    atomic_write_text(ROOT / name / "results_realistic.json", json.dumps(payload, indent=2, sort_keys=True, default=float)
-                      + "\n")
+    atomic_write_text(
+        ROOT / name / "results_realistic.json",
+        json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n",
+    )
     _put_block(ROOT / name / "README.md", BEGIN, END, _block(payload, table))
 
 
@@ -72,15 +81,32 @@ def _classifier_trials(model, tok, texts, labels, mechanism=None) -> list:
     from privnlp.core.rng import secure_torch
     from privnlp.evaluation.scenarios.gradient import client_update
 
-    order = sorted(range(len(texts)), key=lambda i: (len(tok(texts[i])["input_ids"]), texts[i]))[:N_SENTENCES]
+    order = sorted(range(len(texts)), key=lambda i: (len(tok(texts[i])["input_ids"]), texts[i]))[
+        :N_SENTENCES
+    ]
     out = []
     for i in order:
         enc = tok([texts[i]], return_tensors="pt")
-        g, _ = client_update(model, {**enc, "labels": torch.tensor([labels[i]])}, mechanism,
-                             rng=secure_torch() if mechanism is not None else 0)
-        out.append((texts[i], GradientObservation(model=model, gradients=g, batch_size=1, tokenizer=tok,
-                                                  labels=[labels[i]], lengths=[int(enc["input_ids"].shape[1])],
-                                                  meta={"task": "classifier"})))
+        g, _ = client_update(
+            model,
+            {**enc, "labels": torch.tensor([labels[i]])},
+            mechanism,
+            rng=secure_torch() if mechanism is not None else 0,
+        )
+        out.append(
+            (
+                texts[i],
+                GradientObservation(
+                    model=model,
+                    gradients=g,
+                    batch_size=1,
+                    tokenizer=tok,
+                    labels=[labels[i]],
+                    lengths=[int(enc["input_ids"].shape[1])],
+                    meta={"task": "classifier"},
+                ),
+            )
+        )
     return out
 
 
@@ -89,7 +115,13 @@ def _attack_trials(attack, trials: list) -> tuple[list[dict], dict]:
     per = []
     for text, obs in trials:
         r = attack.run(obs, rng=0)
-        per.append({"reference": text, "reconstruction": r.reconstructions[0], **r.score({"texts": [text]})})
+        per.append(
+            {
+                "reference": text,
+                "reconstruction": r.reconstructions[0],
+                **r.score({"texts": [text]}),
+            }
+        )
     return per, {k: float(np.mean([p[k] for p in per])) for k in ("rouge1", "rouge2", "rougeL")}
 
 
@@ -135,27 +167,62 @@ def test_realistic_rlg():
             for _ in range(2):
                 idx = g.choice(len(pool), size=b, replace=False)
                 labels = [int(y) for y in g.integers(0, cfg["label_classes"], size=b)]
-                enc = tok([pool[int(i)] for i in idx], padding=True, truncation=True, max_length=cfg["max_length"],
-                          return_tensors="pt")
-                batch = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-                grads, _ = client_update(model, {**batch, "labels": torch.tensor(labels)}, None, rng=0)
-                obs = GradientObservation(model=model, gradients=grads, batch_size=b, tokenizer=tok, meta={"task": "labels"})
+                enc = tok(
+                    [pool[int(i)] for i in idx],
+                    padding=True,
+                    truncation=True,
+                    max_length=cfg["max_length"],
+                    return_tensors="pt",
+                )
+                batch = {
+                    k: v
+                    for k, v in enc.items()
+                    if k in ("input_ids", "attention_mask", "token_type_ids")
+                }
+                grads, _ = client_update(
+                    model, {**batch, "labels": torch.tensor(labels)}, None, rng=0
+                )
+                obs = GradientObservation(
+                    model=model,
+                    gradients=grads,
+                    batch_size=b,
+                    tokenizer=tok,
+                    meta={"task": "labels"},
+                )
                 scores.append(RLG().run(obs, rng=0).score(labels))
-            rows.append({"N": b, "n_updates": len(scores), **{k: _mean(scores, k) for k in scores[0]}})
-    out = {"setup": f"all-MiniLM-L6-v2 (6 layers, hidden 384) + fresh {cfg['label_classes']}-way head, license "
-                    "sentences, secret uniform labels, FedSGD, 2 updates per N",
-           "paper": "RLG Table 1 (EfficientNetB0): P/R/F1/EM = 1/1/1/1 at N = 10, .999/1/.999/.95 at N = 50",
-           "rows": rows, "command": CMD + " -k rlg", "seconds": time.perf_counter() - t0, "machine": _machine()}
+            rows.append(
+                {"N": b, "n_updates": len(scores), **{k: _mean(scores, k) for k in scores[0]}}
+            )
+    out = {
+        "setup": f"all-MiniLM-L6-v2 (6 layers, hidden 384) + fresh {cfg['label_classes']}-way head, license "
+        "sentences, secret uniform labels, FedSGD, 2 updates per N",
+        "paper": "RLG Table 1 (EfficientNetB0): P/R/F1/EM = 1/1/1/1 at N = 10, .999/1/.999/.95 at N = 50",
+        "rows": rows,
+        "command": CMD + " -k rlg",
+        "seconds": time.perf_counter() - t0,
+        "machine": _machine(),
+    }
     exact = [r["N"] for r in rows if r["exact_match"] == 1.0]
     holds = bool(exact) and all(r["exact_match"] == 1.0 for r in rows if r["N"] <= 24)
     lines = ["| N | P | R | F1 | EM |", "|---|---|---|---|---|"]
-    lines += [f"| {r['N']} | " + " | ".join(_f(r[k]) for k in ("precision", "recall", "f1", "exact_match")) + " |"
-              for r in rows]
-    table = (f"**Paper:** {out['paper']}.\n\n**Ours** ({out['setup']}; `results_realistic.json`):\n\n" + "\n".join(lines)
-             + f"\n\nTrend (exact label recovery for N < hidden size 384; the paper: exact at N = 10, EM 0.95 at N = 50): "
-             f"**{'holds' if holds else 'does not hold'}** up to N = 24 (exact at N = {', '.join(map(str, exact)) or 'none'})"
-             + "".join(f"; N = {r['N']}: EM {_f(r['exact_match'])}, recall {_f(r['recall'])}" for r in rows
-                       if r["exact_match"] < 1.0) + ".")
+    lines += [
+        f"| {r['N']} | "
+        + " | ".join(_f(r[k]) for k in ("precision", "recall", "f1", "exact_match"))
+        + " |"
+        for r in rows
+    ]
+    table = (
+        f"**Paper:** {out['paper']}.\n\n**Ours** ({out['setup']}; `results_realistic.json`):\n\n"
+        + "\n".join(lines)
+        + f"\n\nTrend (exact label recovery for N < hidden size 384; the paper: exact at N = 10, EM 0.95 at N = 50): "
+        f"**{'holds' if holds else 'does not hold'}** up to N = 24 (exact at N = {', '.join(map(str, exact)) or 'none'})"
+        + "".join(
+            f"; N = {r['N']}: EM {_f(r['exact_match'])}, recall {_f(r['recall'])}"
+            for r in rows
+            if r["exact_match"] < 1.0
+        )
+        + "."
+    )
     out["trend_holds"] = holds
     _write("rlg", out, table)
     assert all(0.0 <= r["f1"] <= 1.0 for r in rows) and all(r["n_updates"] == 2 for r in rows)
@@ -184,50 +251,118 @@ def test_realistic_lamp_tag_dlg():
     seconds = time.perf_counter() - t0
     label = {"lamp_cos": "LAMP_cos", "lamp_l2l1": "LAMP_L2+L1", "tag": "TAG", "dlg": "DLG"}
     lines = ["| attack | ROUGE-1 | ROUGE-2 | ROUGE-L |", "|---|---|---|---|"]
-    lines += [f"| {label[n]} | {_f(100 * r['rouge1'])} | {_f(100 * r['rouge2'])} | {_f(100 * r['rougeL'])} |"
-              for n, r in res.items()]
+    lines += [
+        f"| {label[n]} | {_f(100 * r['rouge1'])} | {_f(100 * r['rouge2'])} | {_f(100 * r['rougeL'])} |"
+        for n, r in res.items()
+    ]
     lengths = [len(tok(t)["input_ids"]) for t, _ in trials]
     cfg = {label[n]: {k: v for k, v in kw.items()} for n, (_, kw) in REALISTIC_REPRO_GM.items()}
-    setup = (f"all-MiniLM-L6-v2 fine-tuned on {info['n_train']} license sentences x "
-             f"{CLASSIFIER['finetune']['steps']} AdamW steps of batch {CLASSIFIER['finetune']['batch_size']} (held-out "
-             f"accuracy {info['heldout_accuracy']:.2f}, balanced {info['heldout_balanced_accuracy']:.2f}, on "
-             f"{info['n_heldout']} sentences); FedSGD B = 1; the {len(trials)} shortest held-out sentences "
-             f"({min(lengths)}-{max(lengths)} tokens incl. [CLS]/[SEP]); known label and length; 8 x 25 = 200 Adam "
-             "steps for every attack (the paper: 2000 for LAMP, 2500 for DLG / TAG); LAMP's prior a Kneser-Ney bigram "
-             "on ~100k Debian README / changelog paragraphs without license text (the paper: GPT-2)")
-    paper = ("LAMP Table 1 (B = 1, R-1/R-2/R-L x 100, CoLA): BERT-base LAMP_cos 89.6/51.9/76.2, TAG 78.9/10.2/53.3, "
-             "DLG 59.3/7.7/46.2; BERT-base fine-tuned for 2 epochs (FT, the setting of our victim) LAMP_cos "
-             "85.8/46.2/73.1, LAMP_L2+L1 40.3/9.3/35.2, TAG 40.2/3.1/32.3, DLG 36.2/2.0/30.4 (LAMP: 500 inits + 500 "
-             "permutations, 2000 continuous steps, GPT-2 prior; DLG / TAG: 2500 steps)")
-    def _ok(a: str, b: str, k: str = "rouge2") -> str:
-        return (f"{label[a]} > {label[b]} {'holds' if res[a][k] > res[b][k] else 'does not hold'} "
-                f"({_f(100 * res[a][k])} vs {_f(100 * res[b][k])})")
+    setup = (
+        f"all-MiniLM-L6-v2 fine-tuned on {info['n_train']} license sentences x "
+        f"{CLASSIFIER['finetune']['steps']} AdamW steps of batch {CLASSIFIER['finetune']['batch_size']} (held-out "
+        f"accuracy {info['heldout_accuracy']:.2f}, balanced {info['heldout_balanced_accuracy']:.2f}, on "
+        f"{info['n_heldout']} sentences); FedSGD B = 1; the {len(trials)} shortest held-out sentences "
+        f"({min(lengths)}-{max(lengths)} tokens incl. [CLS]/[SEP]); known label and length; 8 x 25 = 200 Adam "
+        "steps for every attack (the paper: 2000 for LAMP, 2500 for DLG / TAG); LAMP's prior a Kneser-Ney bigram "
+        "on ~100k Debian README / changelog paragraphs without license text (the paper: GPT-2)"
+    )
+    paper = (
+        "LAMP Table 1 (B = 1, R-1/R-2/R-L x 100, CoLA): BERT-base LAMP_cos 89.6/51.9/76.2, TAG 78.9/10.2/53.3, "
+        "DLG 59.3/7.7/46.2; BERT-base fine-tuned for 2 epochs (FT, the setting of our victim) LAMP_cos "
+        "85.8/46.2/73.1, LAMP_L2+L1 40.3/9.3/35.2, TAG 40.2/3.1/32.3, DLG 36.2/2.0/30.4 (LAMP: 500 inits + 500 "
+        "permutations, 2000 continuous steps, GPT-2 prior; DLG / TAG: 2500 steps)"
+    )
 
-    verdict = "; ".join(f"{label[v]} > TAG > DLG: **{'holds' if t else 'does not hold'}**" for v, t in trends.items())
-    verdict += ("; in parts: " + ", ".join(_ok(v, "tag") for v in ("lamp_cos", "lamp_l2l1")) + ", " + _ok("tag", "dlg")
-                + "; on ROUGE-1: " + ", ".join(_ok(a, b, "rouge1") for a, b in (("lamp_cos", "tag"), ("lamp_l2l1", "tag"),
-                                                                              ("tag", "dlg"))))
-    table = (f"**Paper:** {paper}.\n\n**Ours** ({setup}; mean x 100; `results_realistic.json` holds the per-sentence "
-             "reconstructions and each attack's configuration):\n\n" + "\n".join(lines)
-             + f"\n\nTrend on ROUGE-2 — {verdict} ({len(trials)} sentences: an indication, not an interval).")
+    def _ok(a: str, b: str, k: str = "rouge2") -> str:
+        return (
+            f"{label[a]} > {label[b]} {'holds' if res[a][k] > res[b][k] else 'does not hold'} "
+            f"({_f(100 * res[a][k])} vs {_f(100 * res[b][k])})"
+        )
+
+    verdict = "; ".join(
+        f"{label[v]} > TAG > DLG: **{'holds' if t else 'does not hold'}**"
+        for v, t in trends.items()
+    )
+    verdict += (
+        "; in parts: "
+        + ", ".join(_ok(v, "tag") for v in ("lamp_cos", "lamp_l2l1"))
+        + ", "
+        + _ok("tag", "dlg")
+        + "; on ROUGE-1: "
+        + ", ".join(
+            _ok(a, b, "rouge1")
+            for a, b in (("lamp_cos", "tag"), ("lamp_l2l1", "tag"), ("tag", "dlg"))
+        )
+    )
+    table = (
+        f"**Paper:** {paper}.\n\n**Ours** ({setup}; mean x 100; `results_realistic.json` holds the per-sentence "
+        "reconstructions and each attack's configuration):\n\n"
+        + "\n".join(lines)
+        + f"\n\nTrend on ROUGE-2 — {verdict} ({len(trials)} sentences: an indication, not an interval)."
+    )
     for card, names in (("lamp", ("lamp_cos", "lamp_l2l1")), ("tag", ("tag",)), ("dlg", ("dlg",))):
-        _write(card, {"setup": setup, "paper": paper, "B": 1, "n_sentences": len(trials), **res[names[0]],
-                      "variants": {label[n]: res[n] for n in names}, "all": {label[n]: r for n, r in res.items()},
-                      "trends": {label[v]: t for v, t in trends.items()}, "trend_holds": holds,
-                      "per_sentence": {label[n]: per[n] for n in names}, "victim": info, "attack_config": cfg,
-                      "command": CMD + " -k lamp_tag_dlg", "seconds": seconds, "machine": _machine()}, table)
-    assert all(len(per[n]) == len(trials) for n in per) and all(0.0 <= r["rouge2"] <= 1.0 for r in res.values())
+        _write(
+            card,
+            {
+                "setup": setup,
+                "paper": paper,
+                "B": 1,
+                "n_sentences": len(trials),
+                **res[names[0]],
+                "variants": {label[n]: res[n] for n in names},
+                "all": {label[n]: r for n, r in res.items()},
+                "trends": {label[v]: t for v, t in trends.items()},
+                "trend_holds": holds,
+                "per_sentence": {label[n]: per[n] for n in names},
+                "victim": info,
+                "attack_config": cfg,
+                "command": CMD + " -k lamp_tag_dlg",
+                "seconds": seconds,
+                "machine": _machine(),
+            },
+            table,
+        )
+    assert all(len(per[n]) == len(trials) for n in per) and all(
+        0.0 <= r["rouge2"] <= 1.0 for r in res.values()
+    )
 
 
 N_SENTENCES = 8
 _STEPS = {"iterations": 8, "n_c": 25}
 #: each attack with the reference code's hyperparameters (eth-sri/lamp *.sh) at a tenth of its step budget
 REALISTIC_REPRO_GM = {
-    "lamp_cos": ("lamp", {**_STEPS, "lr": 0.01, "lr_decay": 0.89, "alpha_lm": 0.2, "alpha_reg": 1.0, "n_init": 20,
-                          "n_perm": 20, "n_d": 16, "prior": "kn-bigram", "aux_corpus": "debian"}),
-    "lamp_l2l1": ("lamp", {**_STEPS, "loss": "tag", "alpha_tag": 0.01, "lr": 0.01, "lr_decay": 0.89, "alpha_lm": 60.0,
-                           "alpha_reg": 25.0, "n_init": 20, "n_perm": 20, "n_d": 16, "prior": "kn-bigram",
-                           "aux_corpus": "debian"}),
+    "lamp_cos": (
+        "lamp",
+        {
+            **_STEPS,
+            "lr": 0.01,
+            "lr_decay": 0.89,
+            "alpha_lm": 0.2,
+            "alpha_reg": 1.0,
+            "n_init": 20,
+            "n_perm": 20,
+            "n_d": 16,
+            "prior": "kn-bigram",
+            "aux_corpus": "debian",
+        },
+    ),
+    "lamp_l2l1": (
+        "lamp",
+        {
+            **_STEPS,
+            "loss": "tag",
+            "alpha_tag": 0.01,
+            "lr": 0.01,
+            "lr_decay": 0.89,
+            "alpha_lm": 60.0,
+            "alpha_reg": 25.0,
+            "n_init": 20,
+            "n_perm": 20,
+            "n_d": 16,
+            "prior": "kn-bigram",
+            "aux_corpus": "debian",
+        },
+    ),
     "tag": ("tag", {**_STEPS, "alpha_tag": 0.01, "lr": 0.1, "lr_decay": 1.0}),
     "dlg": ("dlg", {**_STEPS, "lr": 0.1, "lr_decay": 1.0}),
 }
@@ -246,11 +381,19 @@ def test_realistic_film():
     rows = []
     with pinned_threads():
         for b in (1, 2, 4, 8):
-            trials = FedSGDEavesdropper("realistic", task="lm", batch_size=b).run(None, rng=b).trials
+            trials = (
+                FedSGDEavesdropper("realistic", task="lm", batch_size=b).run(None, rng=b).trials
+            )
             if b == 1:
-                trials += FedSGDEavesdropper("realistic", task="lm", batch_size=b).run(None, rng=100).trials
+                trials += (
+                    FedSGDEavesdropper("realistic", task="lm", batch_size=b)
+                    .run(None, rng=100)
+                    .trials
+                )
                 b1_trials = trials
-            scores = [FILM(**FILM_BUDGET).run(t.observation, rng=0).score(t.ground_truth) for t in trials]
+            scores = [
+                FILM(**FILM_BUDGET).run(t.observation, rng=0).score(t.ground_truth) for t in trials
+            ]
             keys = sorted({k for s in scores for k in s})
             rows.append({"b": b, "n_updates": len(scores), **{k: _mean(scores, k) for k in keys}})
         # the same b = 1 updates' records on the realistic LM as built (no client fine-tune)
@@ -263,30 +406,81 @@ def test_realistic_film():
         for t in b1_trials:
             batch = _lm_batch_dict(tok, list(t.ground_truth["texts"]), LM["max_length"])
             g, _ = client_update(raw_model, batch, None, rng=0)
-            obs = GradientObservation(model=raw_model, gradients=g, batch_size=1, tokenizer=tok, meta={"task": "lm"})
+            obs = GradientObservation(
+                model=raw_model, gradients=g, batch_size=1, tokenizer=tok, meta={"task": "lm"}
+            )
             scores.append(FILM(**FILM_BUDGET).run(obs, rng=0).score(t.ground_truth))
         keys = sorted({k for s in scores for k in s})
         no_ft = {"b": 1, "n_updates": len(scores), **{k: _mean(scores, k) for k in keys}}
-    holds = rows[0]["rougeL"] >= 0.8 and all(rows[i]["rougeL_hungarian"] >= rows[i + 1]["rougeL_hungarian"]
-                                             for i in range(len(rows) - 1))
-    setup = (f"realistic LM (4 layers, 256 d, Debian text + private records) fine-tuned by the client on "
-             f"{LM['records']} records ({LM['finetune_steps']} AdamW steps); FedSGD; FILM beam "
-             f"{FILM_BUDGET['beam_size']}, {FILM_BUDGET['reorder_steps']} reordering steps")
-    paper = "FILM Fig. 3 (GPT-2, WikiText / Enron): ROUGE-1/2/L close to 1 at b = 1, falling as b grows"
-    lines = ["| b | updates | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-L (Hungarian) | NERR | bag P | bag R |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    holds = rows[0]["rougeL"] >= 0.8 and all(
+        rows[i]["rougeL_hungarian"] >= rows[i + 1]["rougeL_hungarian"] for i in range(len(rows) - 1)
+    )
+    setup = (
+        f"realistic LM (4 layers, 256 d, Debian text + private records) fine-tuned by the client on "
+        f"{LM['records']} records ({LM['finetune_steps']} AdamW steps); FedSGD; FILM beam "
+        f"{FILM_BUDGET['beam_size']}, {FILM_BUDGET['reorder_steps']} reordering steps"
+    )
+    paper = (
+        "FILM Fig. 3 (GPT-2, WikiText / Enron): ROUGE-1/2/L close to 1 at b = 1, falling as b grows"
+    )
+    lines = [
+        "| b | updates | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-L (Hungarian) | NERR | bag P | bag R |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['b']} | {r['n_updates']} | " + " | ".join(_f(r[k]) if k in r and r[k] == r[k] else "-" for k in (
-            "rouge1", "rouge2", "rougeL", "rougeL_hungarian", "nerr", "bag_precision", "bag_recall")) + " |")
-    lines.append(f"| 1, LM as built (no client fine-tune) | {no_ft['n_updates']} | " + " | ".join(
-        _f(no_ft[k]) if k in no_ft and no_ft[k] == no_ft[k] else "-" for k in (
-            "rouge1", "rouge2", "rougeL", "rougeL_hungarian", "nerr", "bag_precision", "bag_recall")) + " |")
-    table = (f"**Paper:** {paper}.\n\n**Ours** ({setup}; ROUGE = best match over the batch, Hungarian = whole batch; "
-             "`results_realistic.json`):\n\n" + "\n".join(lines)
-             + f"\n\nTrend (near-perfect at b = 1, whole-batch recovery falling with b): **{'holds' if holds else 'does not hold'}**.")
-    _write("film", {"setup": setup, "paper": paper, "batch_size": rows, "no_client_finetune_b1": no_ft,
-                    "trend_holds": holds, "budget": FILM_BUDGET,
-                    "command": CMD + " -k film", "seconds": time.perf_counter() - t0, "machine": _machine()}, table)
+        lines.append(
+            f"| {r['b']} | {r['n_updates']} | "
+            + " | ".join(
+                _f(r[k]) if k in r and r[k] == r[k] else "-"
+                for k in (
+                    "rouge1",
+                    "rouge2",
+                    "rougeL",
+                    "rougeL_hungarian",
+                    "nerr",
+                    "bag_precision",
+                    "bag_recall",
+                )
+            )
+            + " |"
+        )
+    lines.append(
+        f"| 1, LM as built (no client fine-tune) | {no_ft['n_updates']} | "
+        + " | ".join(
+            _f(no_ft[k]) if k in no_ft and no_ft[k] == no_ft[k] else "-"
+            for k in (
+                "rouge1",
+                "rouge2",
+                "rougeL",
+                "rougeL_hungarian",
+                "nerr",
+                "bag_precision",
+                "bag_recall",
+            )
+        )
+        + " |"
+    )
+    table = (
+        f"**Paper:** {paper}.\n\n**Ours** ({setup}; ROUGE = best match over the batch, Hungarian = whole batch; "
+        "`results_realistic.json`):\n\n"
+        + "\n".join(lines)
+        + f"\n\nTrend (near-perfect at b = 1, whole-batch recovery falling with b): **{'holds' if holds else 'does not hold'}**."
+    )
+    _write(
+        "film",
+        {
+            "setup": setup,
+            "paper": paper,
+            "batch_size": rows,
+            "no_client_finetune_b1": no_ft,
+            "trend_holds": holds,
+            "budget": FILM_BUDGET,
+            "command": CMD + " -k film",
+            "seconds": time.perf_counter() - t0,
+            "machine": _machine(),
+        },
+        table,
+    )
     assert all(0.0 <= r["rougeL"] <= 1.0 for r in rows) and rows[0]["n_updates"] == 4
 
 
@@ -314,31 +508,64 @@ def test_realistic_canaries():
         for tr in run.trials:
             tok = tr.observation.tokenizer
             pre = len(tok(tr.ground_truth.prefix.rstrip())["input_ids"])
-            row = {"canary": tr.ground_truth.text,  # how the victim's BPE cuts the secret (1 = one merged token)
-                   "secret_tokens": len(tok(tr.ground_truth.text)["input_ids"]) - pre}
-            row.update(CanaryExposure(n_samples=2000, exact_limit=20000).run(tr.observation, rng=0).score(tr.ground_truth))
-            ex = CanaryExtraction(beam_width=32, n_samples=2000).run(tr.observation, rng=0).score(tr.ground_truth)
+            row = {
+                "canary": tr.ground_truth.text,  # how the victim's BPE cuts the secret (1 = one merged token)
+                "secret_tokens": len(tok(tr.ground_truth.text)["input_ids"]) - pre,
+            }
+            row.update(
+                CanaryExposure(n_samples=2000, exact_limit=20000)
+                .run(tr.observation, rng=0)
+                .score(tr.ground_truth)
+            )
+            ex = (
+                CanaryExtraction(beam_width=32, n_samples=2000)
+                .run(tr.observation, rng=0)
+                .score(tr.ground_truth)
+            )
             row.update({f"extraction_{k}": v for k, v in ex.items()})
             rows.append(row)
     seconds = time.perf_counter() - t0
     max_exposure = float(np.log2(10**4))
-    setup = ("realistic LM (4 layers, 256 d) trained 300 steps on ~6000 Debian paragraphs + 40 private records x 4 + "
-             "2 canaries x 16; exact exposure over all 10^4 PINs, extraction beam 32 / RS 2000")
-    base = {"setup": setup, "utility": dict(run.utility), "rows": rows, "max_exposure": max_exposure,
-            "seconds": seconds, "machine": _machine()}
-    lines = ["| canary | secret's BPE tokens | exposure (max 13.3) | extracted (top-1) | in top-5 | RS memorized | "
-             "BS memorized |", "|---|---|---|---|---|---|---|"]
+    setup = (
+        "realistic LM (4 layers, 256 d) trained 300 steps on ~6000 Debian paragraphs + 40 private records x 4 + "
+        "2 canaries x 16; exact exposure over all 10^4 PINs, extraction beam 32 / RS 2000"
+    )
+    base = {
+        "setup": setup,
+        "utility": dict(run.utility),
+        "rows": rows,
+        "max_exposure": max_exposure,
+        "seconds": seconds,
+        "machine": _machine(),
+    }
+    lines = [
+        "| canary | secret's BPE tokens | exposure (max 13.3) | extracted (top-1) | in top-5 | RS memorized | "
+        "BS memorized |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| `{r['canary']}` | {r['secret_tokens']} | {_f(r['exposure'])} | " + " | ".join(
-            _f(r.get(f"extraction_{k}", float('nan'))) for k in ("extracted", "in_top_k", "rs_memorized", "bs_memorized")) + " |")
+        lines.append(
+            f"| `{r['canary']}` | {r['secret_tokens']} | {_f(r['exposure'])} | "
+            + " | ".join(
+                _f(r.get(f"extraction_{k}", float("nan")))
+                for k in ("extracted", "in_top_k", "rs_memorized", "bs_memorized")
+            )
+            + " |"
+        )
     lines.append(f"\nHeld-out loss of the victim: {_f(run.utility['heldout_loss'])} nats/token.")
-    papers = {"canary_exposure": "Carlini et al. / DP-BERT Fig. 2: exposure grows with the number of insertions on a "
-                                 "non-DP model (a canary inserted tens of times reaches the maximum log2|space|)",
-              "canary_extraction": "unintended-memorization-under-FL Table 1/2: IID SGD with 32 insertions RS 54 / BS 42 "
-                                   "of 90 canaries memorized"}
+    papers = {
+        "canary_exposure": "Carlini et al. / DP-BERT Fig. 2: exposure grows with the number of insertions on a "
+        "non-DP model (a canary inserted tens of times reaches the maximum log2|space|)",
+        "canary_extraction": "unintended-memorization-under-FL Table 1/2: IID SGD with 32 insertions RS 54 / BS 42 "
+        "of 90 canaries memorized",
+    }
     for name, paper in papers.items():
-        _write(name, {**base, "paper": paper, "command": CMD + " -k canaries"},
-               f"**Paper:** {paper}.\n\n**Ours** ({setup}; `results_realistic.json`):\n\n" + "\n".join(lines))
+        _write(
+            name,
+            {**base, "paper": paper, "command": CMD + " -k canaries"},
+            f"**Paper:** {paper}.\n\n**Ours** ({setup}; `results_realistic.json`):\n\n"
+            + "\n".join(lines),
+        )
     assert len(rows) == 2 and all(np.isfinite(r["exposure"]) and r["exposure"] >= 0.0 for r in rows)
 
 
@@ -358,35 +585,69 @@ def test_realistic_correlation():
         run = FLSnapshotsScenario("realistic").run(None, rng=np.random.default_rng(0))
         per = {}
         for name, cls in (("eavesdropping", EavesdroppingAttack), ("watermark", WatermarkAttack)):
-            scores = [cls.example("full").run(tr.observation, rng=0).score(tr.ground_truth) for tr in run.trials]
-            per[name] = {"per_victim": scores, **{k: float(np.mean([s[k] for s in scores])) for k in scores[0]}}
+            scores = [
+                cls.example("full").run(tr.observation, rng=0).score(tr.ground_truth)
+                for tr in run.trials
+            ]
+            per[name] = {
+                "per_victim": scores,
+                **{k: float(np.mean([s[k] for s in scores])) for k in scores[0]},
+            }
     seconds = time.perf_counter() - t0
-    setup = (f"fl.snapshots realistic: the realistic LM (4 layers, 256 d, pretrained on Debian text) as the initial "
-             f"global model; {cfg['n_clients']} clients x {cfg['paragraphs_per_client']} Debian paragraphs it did not "
-             f"train on + one SSN record x{cfg['record_repeats']} + one watermark x{cfg['watermark_repeats']}; "
-             f"{cfg['per_round']} clients per round, {run.config['rounds']} rounds of {cfg['local']['steps']} local Adam "
-             f"steps (batch {cfg['local']['batch_size']}, lr {cfg['local']['lr']}); one training run, every client a "
-             f"victim ({len(run.trials)} trials); attack budget beam 128 + 256 constrained samples")
-    papers = {"eavesdropping": "Yuan et al. Table I/II (PTB, 3-layer char LSTM, 400 rounds): top-1 accuracy 0.98 vs "
-                               "baseline 0.25; top-1 edit distance 0.08 vs 5.85",
-              "watermark": "Yuan et al. Table I/II (PTB): top-1 accuracy 0.80 vs baseline 0.25; top-1 edit distance "
-                           "1.40 vs 5.85"}
+    setup = (
+        f"fl.snapshots realistic: the realistic LM (4 layers, 256 d, pretrained on Debian text) as the initial "
+        f"global model; {cfg['n_clients']} clients x {cfg['paragraphs_per_client']} Debian paragraphs it did not "
+        f"train on + one SSN record x{cfg['record_repeats']} + one watermark x{cfg['watermark_repeats']}; "
+        f"{cfg['per_round']} clients per round, {run.config['rounds']} rounds of {cfg['local']['steps']} local Adam "
+        f"steps (batch {cfg['local']['batch_size']}, lr {cfg['local']['lr']}); one training run, every client a "
+        f"victim ({len(run.trials)} trials); attack budget beam 128 + 256 constrained samples"
+    )
+    papers = {
+        "eavesdropping": "Yuan et al. Table I/II (PTB, 3-layer char LSTM, 400 rounds): top-1 accuracy 0.98 vs "
+        "baseline 0.25; top-1 edit distance 0.08 vs 5.85",
+        "watermark": "Yuan et al. Table I/II (PTB): top-1 accuracy 0.80 vs baseline 0.25; top-1 edit distance "
+        "1.40 vs 5.85",
+    }
     for name, paper in papers.items():
         r = per[name]
         lines = ["| metric | " + name + " | Carlini baseline |", "|---|---|---|"]
-        for k, label in (("top1_accuracy", "top-1 accuracy"), ("top5_accuracy", "top-5 accuracy"),
-                         ("top50_accuracy", "top-50 accuracy"), ("top1_edit_distance", "top-1 edit distance (chars)")):
+        for k, label in (
+            ("top1_accuracy", "top-1 accuracy"),
+            ("top5_accuracy", "top-5 accuracy"),
+            ("top50_accuracy", "top-50 accuracy"),
+            ("top1_edit_distance", "top-1 edit distance (chars)"),
+        ):
             lines.append(f"| {label} | {_f(r[k])} | {_f(r['baseline_' + k])} |")
-        lines.append(f"| candidate recall (the true record among the candidates) | {_f(r['candidate_recall'])} | same |")
-        table = (f"**Paper:** {paper}.\n\n**Ours** ({setup}; held-out loss of the final global model "
-                 f"{_f(run.utility['heldout_loss'])} nats/token; `results_realistic.json`):\n\n" + "\n".join(lines)
-                 + f"\n\nCeiling: the attack ranks candidates; a record missing from the candidates cannot be "
-                 f"found (candidate recall {_f(r['candidate_recall'])}). {len(run.trials)} victims of one run: an "
-                 "indication, not an interval.")
-        _write(name, {"setup": setup, "paper": paper, "metrics": {k: v for k, v in r.items() if k != "per_victim"},
-                      "per_victim": r["per_victim"], "utility": dict(run.utility), "config": dict(run.config),
-                      "command": CMD + " -k correlation", "seconds": seconds, "machine": _machine()}, table)
-    assert all(0.0 <= per[n]["top1_accuracy"] <= 1.0 for n in per) and len(run.trials) == cfg["n_clients"]
+        lines.append(
+            f"| candidate recall (the true record among the candidates) | {_f(r['candidate_recall'])} | same |"
+        )
+        table = (
+            f"**Paper:** {paper}.\n\n**Ours** ({setup}; held-out loss of the final global model "
+            f"{_f(run.utility['heldout_loss'])} nats/token; `results_realistic.json`):\n\n"
+            + "\n".join(lines)
+            + f"\n\nCeiling: the attack ranks candidates; a record missing from the candidates cannot be "
+            f"found (candidate recall {_f(r['candidate_recall'])}). {len(run.trials)} victims of one run: an "
+            "indication, not an interval."
+        )
+        _write(
+            name,
+            {
+                "setup": setup,
+                "paper": paper,
+                "metrics": {k: v for k, v in r.items() if k != "per_victim"},
+                "per_victim": r["per_victim"],
+                "utility": dict(run.utility),
+                "config": dict(run.config),
+                "command": CMD + " -k correlation",
+                "seconds": seconds,
+                "machine": _machine(),
+            },
+            table,
+        )
+    assert (
+        all(0.0 <= per[n]["top1_accuracy"] <= 1.0 for n in per)
+        and len(run.trials) == cfg["n_clients"]
+    )
 
 
 # ------------------------------------------------------------------------------------------------ DP-SGD
@@ -405,7 +666,12 @@ def test_realistic_dp_sgd():
     and through DP-SGD with the DP fine-tune's sigma and C (one clipped, noised per-example gradient)."""
     from privnlp.attacks import get
     from privnlp.core.numerics import pinned_threads
-    from privnlp.evaluation.realistic import CLASSIFIER, DP_CLASSIFIER, classifier_victim, dp_classifier
+    from privnlp.evaluation.realistic import (
+        CLASSIFIER,
+        DP_CLASSIFIER,
+        classifier_victim,
+        dp_classifier,
+    )
     from privnlp.mechanisms.training.mechanisms import DPSGD, GaussianNoiseUpdate
 
     t0 = time.perf_counter()
@@ -420,62 +686,99 @@ def test_realistic_dp_sgd():
     attack = get(kind)(**kw)
     rows = {}
     with pinned_threads():
-        for label, mech in (("undefended", None),
-                            ("Gaussian noise std 0.01, no clipping (LAMP Table 5's largest; not DP)",
-                             GaussianNoiseUpdate(std=0.01)),
-                            (f"DP-SGD (sigma {sigma:.2f}, C {C:g}: noise std {sigma * C:.2f})",
-                             DPSGD(noise_multiplier=sigma, max_grad_norm=C))):
+        for label, mech in (
+            ("undefended", None),
+            (
+                "Gaussian noise std 0.01, no clipping (LAMP Table 5's largest; not DP)",
+                GaussianNoiseUpdate(std=0.01),
+            ),
+            (
+                f"DP-SGD (sigma {sigma:.2f}, C {C:g}: noise std {sigma * C:.2f})",
+                DPSGD(noise_multiplier=sigma, max_grad_norm=C),
+            ),
+        ):
             per, mean = _attack_trials(attack, _classifier_trials(model, tok, texts, labels, mech))
             rows[label] = {"per_sentence": per, **mean}
     seconds = time.perf_counter() - t0
     claim = dp["claim"]
     ft = CLASSIFIER["finetune"]
-    util = ["| model | held-out accuracy | balanced accuracy | privacy |", "|---|---|---|---|",
-            f"| MiniLM fine-tuned, non-private ({ft['steps']} AdamW steps of {ft['batch_size']}, lr {ft['lr']:g}) | "
-            f"{_f(info['heldout_accuracy'])} | {_f(info['heldout_balanced_accuracy'])} | none |",
-            f"| MiniLM fine-tuned with DP-SGD ({DP_CLASSIFIER['steps']} steps, Poisson q = "
-            f"{DP_CLASSIFIER['batch_size']}/{dp['info']['n_train']}, lr {DP_CLASSIFIER['lr']:g}, sigma {sigma:.2f}, "
-            f"C {C:g}, word embeddings frozen: {dp['info']['trained_parameters']:,} parameters) | "
-            f"{_spread(runs, 'heldout_accuracy')} | {_spread(runs, 'heldout_balanced_accuracy')} | "
-            f"({dp['info']['epsilon']:.2f}, {claim.delta:g})-DP, example level |",
-            f"| the same, only the pooler and the head trained ({dp_head['info']['trained_parameters']:,} parameters; "
-            f"lr {dp_head['info']['config']['lr']:g}) | {_spread(runs_head, 'heldout_accuracy')} | "
-            f"{_spread(runs_head, 'heldout_balanced_accuracy')} | "
-            f"({dp_head['info']['epsilon']:.2f}, {dp_head['claim'].delta:g})-DP, example level |"]
+    util = [
+        "| model | held-out accuracy | balanced accuracy | privacy |",
+        "|---|---|---|---|",
+        f"| MiniLM fine-tuned, non-private ({ft['steps']} AdamW steps of {ft['batch_size']}, lr {ft['lr']:g}) | "
+        f"{_f(info['heldout_accuracy'])} | {_f(info['heldout_balanced_accuracy'])} | none |",
+        f"| MiniLM fine-tuned with DP-SGD ({DP_CLASSIFIER['steps']} steps, Poisson q = "
+        f"{DP_CLASSIFIER['batch_size']}/{dp['info']['n_train']}, lr {DP_CLASSIFIER['lr']:g}, sigma {sigma:.2f}, "
+        f"C {C:g}, word embeddings frozen: {dp['info']['trained_parameters']:,} parameters) | "
+        f"{_spread(runs, 'heldout_accuracy')} | {_spread(runs, 'heldout_balanced_accuracy')} | "
+        f"({dp['info']['epsilon']:.2f}, {claim.delta:g})-DP, example level |",
+        f"| the same, only the pooler and the head trained ({dp_head['info']['trained_parameters']:,} parameters; "
+        f"lr {dp_head['info']['config']['lr']:g}) | {_spread(runs_head, 'heldout_accuracy')} | "
+        f"{_spread(runs_head, 'heldout_balanced_accuracy')} | "
+        f"({dp_head['info']['epsilon']:.2f}, {dp_head['claim'].delta:g})-DP, example level |",
+    ]
     leak = ["| client update | LAMP_cos ROUGE-1 | ROUGE-2 | ROUGE-L |", "|---|---|---|---|"]
-    leak += [f"| {k} | {_f(100 * r['rouge1'])} | {_f(100 * r['rouge2'])} | {_f(100 * r['rougeL'])} |"
-             for k, r in rows.items()]
+    leak += [
+        f"| {k} | {_f(100 * r['rouge1'])} | {_f(100 * r['rouge2'])} | {_f(100 * r['rougeL'])} |"
+        for k, r in rows.items()
+    ]
     lengths = [len(tok(q["reference"])["input_ids"]) for q in rows["undefended"]["per_sentence"]]
-    setup = (f"all-MiniLM-L6-v2 as a license-sentence classifier (GNU vs other licenses, {info['n_train']} training "
-             f"sentences, {info['n_heldout']} held-out, {100 * (1 - np.mean([y for y in labels])):.0f}% of the "
-             "attacked ones non-GNU)")
-    paper = ("DP-BERT (dp-bert-and-dp-wordpiece.txt) Table 1: BERT-M entity extraction F1 86.8% non-private, 84.5% "
-             "at epsilon 3.2, 83.7% at epsilon 1 (DP-SGD on MIMIC-III pre-training, batch size 128K, 1M steps); "
-             "LAMP Table 5 (BERT-base, CoLA, B = 1): Gaussian noise on the gradient, LAMP_cos ROUGE-2 42.7 at std "
-             "0.001, 2.0 at std 0.01 (MCC 0.551 -> 0.364)")
+    setup = (
+        f"all-MiniLM-L6-v2 as a license-sentence classifier (GNU vs other licenses, {info['n_train']} training "
+        f"sentences, {info['n_heldout']} held-out, {100 * (1 - np.mean([y for y in labels])):.0f}% of the "
+        "attacked ones non-GNU)"
+    )
+    paper = (
+        "DP-BERT (dp-bert-and-dp-wordpiece.txt) Table 1: BERT-M entity extraction F1 86.8% non-private, 84.5% "
+        "at epsilon 3.2, 83.7% at epsilon 1 (DP-SGD on MIMIC-III pre-training, batch size 128K, 1M steps); "
+        "LAMP Table 5 (BERT-base, CoLA, B = 1): Gaussian noise on the gradient, LAMP_cos ROUGE-2 42.7 at std "
+        "0.001, 2.0 at std 0.01 (MCC 0.551 -> 0.364)"
+    )
     undef, defd = rows["undefended"], list(rows.values())[-1]
-    table = (f"**Paper:** {paper}.\n\n**Ours** ({setup}; `results_realistic.json`).\n\nUtility of DP fine-tuning "
-             "(held-out license sentences; the classes are unbalanced, so the balanced accuracy — the mean per-class "
-             f"recall — is the one to read; DP rows: mean [min, max] of {DP_REPEATS} runs, the noise is not "
-             "seeded):\n\n" + "\n".join(util)
-             + f"\n\nLeakage of one FedSGD update (B = 1, the {len(lengths)} shortest held-out sentences, {min(lengths)}-"
-             f"{max(lengths)} tokens, label and length known; LAMP_cos with the realistic budget; x 100):\n\n"
-             + "\n".join(leak)
-             + f"\n\nLAMP's ROUGE-2 {_f(100 * undef['rouge2'])} undefended vs {_f(100 * defd['rouge2'])} through "
-             f"DP-SGD. The utility row is the honest cost at this data size: {dp['info']['n_train']} training "
-             "examples and 60 steps of 64 are far from the paper's batches of 128K; the audited "
-             "epsilon of the implementation is in the *Empirical DP audit* section above.")
-    _write_mechanism("dp_sgd", {"setup": setup, "paper": paper, "utility": {"non_private": info,
-                                                                        "dp": [r["info"] for r in runs],
-                                                                        "dp_head": [r["info"] for r in runs_head]},
-                                "claim": claim.statement(), "leakage": rows, "attack_config": kw,
-                                "command": CMD + " -k dp_sgd", "seconds": seconds, "machine": _machine()}, table)
-    assert all(0.0 <= r["info"]["heldout_accuracy"] <= 1.0 and r["info"]["epsilon"] <= DP_CLASSIFIER["target_epsilon"] + 1e-6
-               for r in runs + runs_head)
+    table = (
+        f"**Paper:** {paper}.\n\n**Ours** ({setup}; `results_realistic.json`).\n\nUtility of DP fine-tuning "
+        "(held-out license sentences; the classes are unbalanced, so the balanced accuracy — the mean per-class "
+        f"recall — is the one to read; DP rows: mean [min, max] of {DP_REPEATS} runs, the noise is not "
+        "seeded):\n\n"
+        + "\n".join(util)
+        + f"\n\nLeakage of one FedSGD update (B = 1, the {len(lengths)} shortest held-out sentences, {min(lengths)}-"
+        f"{max(lengths)} tokens, label and length known; LAMP_cos with the realistic budget; x 100):\n\n"
+        + "\n".join(leak)
+        + f"\n\nLAMP's ROUGE-2 {_f(100 * undef['rouge2'])} undefended vs {_f(100 * defd['rouge2'])} through "
+        f"DP-SGD. The utility row is the honest cost at this data size: {dp['info']['n_train']} training "
+        "examples and 60 steps of 64 are far from the paper's batches of 128K; the audited "
+        "epsilon of the implementation is in the *Empirical DP audit* section above."
+    )
+    _write_mechanism(
+        "dp_sgd",
+        {
+            "setup": setup,
+            "paper": paper,
+            "utility": {
+                "non_private": info,
+                "dp": [r["info"] for r in runs],
+                "dp_head": [r["info"] for r in runs_head],
+            },
+            "claim": claim.statement(),
+            "leakage": rows,
+            "attack_config": kw,
+            "command": CMD + " -k dp_sgd",
+            "seconds": seconds,
+            "machine": _machine(),
+        },
+        table,
+    )
+    assert all(
+        0.0 <= r["info"]["heldout_accuracy"] <= 1.0
+        and r["info"]["epsilon"] <= DP_CLASSIFIER["target_epsilon"] + 1e-6
+        for r in runs + runs_head
+    )
 
 
 # ------------------------------------------------------------------------------------------------ TAG / DLG, paper budget
-PB_BEGIN = "<!-- realistic-paper-budget:begin (generated by tests/gradient/test_realistic_repro.py) -->"
+PB_BEGIN = (
+    "<!-- realistic-paper-budget:begin (generated by tests/gradient/test_realistic_repro.py) -->"
+)
 PB_END = "<!-- realistic-paper-budget:end -->"
 
 
@@ -490,23 +793,29 @@ def write_paper_budget_block(kind: str) -> None:
     if other.exists():
         o = json.loads(other.read_text())
         t, d = (res, o) if kind == "tag" else (o, res)
-        cmp = (f" TAG > DLG on ROUGE-2 at this budget: **{'holds' if t['rouge2'] > d['rouge2'] else 'does not hold'}** "
-               f"({_f(100 * t['rouge2'])} vs {_f(100 * d['rouge2'])}; ROUGE-1 {_f(100 * t['rouge1'])} vs "
-               f"{_f(100 * d['rouge1'])}; each attack's numbers from its own run).")
+        cmp = (
+            f" TAG > DLG on ROUGE-2 at this budget: **{'holds' if t['rouge2'] > d['rouge2'] else 'does not hold'}** "
+            f"({_f(100 * t['rouge2'])} vs {_f(100 * d['rouge2'])}; ROUGE-1 {_f(100 * t['rouge1'])} vs "
+            f"{_f(100 * d['rouge1'])}; each attack's numbers from its own run)."
+        )
         lamp = ROOT / "lamp" / "results_realistic.json"
         if lamp.exists():
             lc = json.loads(lamp.read_text())["all"]["LAMP_cos"]
             ok = lc["rouge2"] > t["rouge2"] > d["rouge2"]
-            cmp += (f" With LAMP_cos at a tenth of its budget (200 steps, the LAMP card's table): LAMP_cos > TAG > DLG "
-                    f"on ROUGE-2 **{'holds' if ok else 'does not hold'}** ({_f(100 * lc['rouge2'])} / "
-                    f"{_f(100 * t['rouge2'])} / {_f(100 * d['rouge2'])}); the non-zero ROUGE-2 of TAG comes from "
-                    f"{sum(p['rouge2'] > 0 for p in t['per_sentence'])} of {len(t['per_sentence'])} sentences: an "
-                    "indication, not an interval.")
-    block = (f"{PB_BEGIN}\n#### {label} at the paper's budget (2500 Adam steps)\n\nThe same victim and "
-             f"{res['n_sentences']} sentences as the table above, {label} with 100 x 25 = 2500 steps (lr {kw['lr']:g}, "
-             f"no decay): ROUGE-1/2/L x 100 = {_f(100 * res['rouge1'])} / {_f(100 * res['rouge2'])} / "
-             f"{_f(100 * res['rougeL'])} (`results_realistic_paper_budget.json`).{cmp}\n\nTook {res['seconds']:.0f} s "
-             f"({res['machine']}). Regenerate: `{res['command']}`\n{PB_END}")
+            cmp += (
+                f" With LAMP_cos at a tenth of its budget (200 steps, the LAMP card's table): LAMP_cos > TAG > DLG "
+                f"on ROUGE-2 **{'holds' if ok else 'does not hold'}** ({_f(100 * lc['rouge2'])} / "
+                f"{_f(100 * t['rouge2'])} / {_f(100 * d['rouge2'])}); the non-zero ROUGE-2 of TAG comes from "
+                f"{sum(p['rouge2'] > 0 for p in t['per_sentence'])} of {len(t['per_sentence'])} sentences: an "
+                "indication, not an interval."
+            )
+    block = (
+        f"{PB_BEGIN}\n#### {label} at the paper's budget (2500 Adam steps)\n\nThe same victim and "
+        f"{res['n_sentences']} sentences as the table above, {label} with 100 x 25 = 2500 steps (lr {kw['lr']:g}, "
+        f"no decay): ROUGE-1/2/L x 100 = {_f(100 * res['rouge1'])} / {_f(100 * res['rouge2'])} / "
+        f"{_f(100 * res['rougeL'])} (`results_realistic_paper_budget.json`).{cmp}\n\nTook {res['seconds']:.0f} s "
+        f"({res['machine']}). Regenerate: `{res['command']}`\n{PB_END}"
+    )
     _put_block(folder / "README.md", PB_BEGIN, PB_END, block)
 
 
@@ -526,11 +835,25 @@ def test_realistic_tag_dlg_paper_budget(kind):
         per, res = _attack_trials(get(kind)(**kw), _classifier_trials(model, tok, texts, labels))
     seconds = time.perf_counter() - t0
     label = kind.upper()
-    payload = {"attack": label, "steps": 2500, "config": kw, "n_sentences": len(per), **res, "per_sentence": per,
-               "command": CMD.replace(".py", f".py::test_realistic_tag_dlg_paper_budget[{kind}]"), "seconds": seconds, "machine": _machine()}
-    atomic_write_text(ROOT / kind / "results_realistic_paper_budget.json",
-                      json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n")
-    for k in ("tag", "dlg"):  # both cards: whichever run ends last compares with the other's fresh numbers
+    payload = {
+        "attack": label,
+        "steps": 2500,
+        "config": kw,
+        "n_sentences": len(per),
+        **res,
+        "per_sentence": per,
+        "command": CMD.replace(".py", f".py::test_realistic_tag_dlg_paper_budget[{kind}]"),
+        "seconds": seconds,
+        "machine": _machine(),
+    }
+    atomic_write_text(
+        ROOT / kind / "results_realistic_paper_budget.json",
+        json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n",
+    )
+    for k in (
+        "tag",
+        "dlg",
+    ):  # both cards: whichever run ends last compares with the other's fresh numbers
         if (ROOT / k / "results_realistic_paper_budget.json").exists():
             write_paper_budget_block(k)
     assert len(per) == N_SENTENCES and 0.0 <= res["rouge2"] <= 1.0

@@ -1,4 +1,5 @@
 """RLG (shared/papers/rlg-revealing-labels-from-gradients.txt): exact label sets on a tanh classifier."""
+
 import numpy as np
 import pytest
 import torch
@@ -29,7 +30,9 @@ def _update(model, N, K=1, lr=0.05, seed=0, C=100):
     opt = torch.optim.SGD(m.parameters(), lr=lr)
     for k in range(K):
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(m(x[k * N:(k + 1) * N]), y[k * N:(k + 1) * N]).backward()
+        torch.nn.functional.cross_entropy(
+            m(x[k * N : (k + 1) * N]), y[k * N : (k + 1) * N]
+        ).backward()
         opt.step()
     grads = {n: (theta0[n] - p.detach()) / lr for n, p in params.items()}
     for n, p in params.items():
@@ -53,7 +56,9 @@ def test_rlg_multi_step_fedavg():
     torch.manual_seed(0)
     model = TanhClassifier()
     grads, y = _update(model, N=3, K=2, seed=3)
-    obs = GradientObservation(model=model, gradients=grads, batch_size=3, num_local_steps=2, learning_rate=0.05)
+    obs = GradientObservation(
+        model=model, gradients=grads, batch_size=3, num_local_steps=2, learning_rate=0.05
+    )
     s = RLG().run(obs, rng=0).score(y)
     assert s["f1"] == 1.0
 
@@ -63,7 +68,9 @@ def test_sign_baseline_fails_without_relu_rlg_does_not():
     model = TanhClassifier()
     grads, y = _update(model, 8, seed=11)
     sign = RLG(method="sign").run(GradientObservation(model=model, gradients=grads), rng=0).score(y)
-    assert sign["precision"] < 0.5  # Eq. 5 needs non-negative features (paper Table 1, EfficientNet row)
+    assert (
+        sign["precision"] < 0.5
+    )  # Eq. 5 needs non-negative features (paper Table 1, EfficientNet row)
     relu = TanhClassifier(act=torch.nn.ReLU)
     g2, y2 = _update(relu, 8, seed=11)
     s2 = RLG(method="sign").run(GradientObservation(model=relu, gradients=g2), rng=0).score(y2)
@@ -88,12 +95,21 @@ def test_lm_head_bag_of_next_tokens():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=300, n_positions=32, n_embd=64, n_layer=1, n_head=2, tie_word_embeddings=False)
+    cfg = GPT2Config(
+        vocab_size=300, n_positions=32, n_embd=64, n_layer=1, n_head=2, tie_word_embeddings=False
+    )
     lm = GPT2LMHeadModel(cfg).eval()
     ids = torch.randint(0, 300, (1, 7))
     out = lm(input_ids=ids, labels=ids)
-    grads = dict(zip([n for n, _ in lm.named_parameters()], torch.autograd.grad(out.loss, list(lm.parameters()))))
-    res = RLG(layer="lm_head.weight").run(GradientObservation(model=lm, gradients=grads, batch_size=1), rng=0)
+    grads = dict(
+        zip(
+            [n for n, _ in lm.named_parameters()],
+            torch.autograd.grad(out.loss, list(lm.parameters())),
+        )
+    )
+    res = RLG(layer="lm_head.weight").run(
+        GradientObservation(model=lm, gradients=grads, batch_size=1), rng=0
+    )
     s = res.score(ids[0, 1:].tolist())
     assert s["f1"] == 1.0
 

@@ -5,6 +5,7 @@ paired attack that the twin's docstring names scores the twin higher than the re
 seeded run of the ``fedsgd.eavesdropper`` scenario (RLG on the multi-class ``labels`` trials,
 FILM's bag of words on the LM trials).
 """
+
 import numpy as np
 import pytest
 import torch
@@ -38,9 +39,11 @@ def test_twin_imitates_its_mechanism(name):
 
 def _grads(seed=0):
     g = torch.Generator().manual_seed(seed)
-    return {"encoder.weight": torch.randn(200, 64, generator=g),  # >= 10,000 entries
-            "classifier.weight": torch.randn(32, 64, generator=g),
-            "classifier.bias": torch.randn(32, generator=g)}
+    return {
+        "encoder.weight": torch.randn(200, 64, generator=g),  # >= 10,000 entries
+        "classifier.weight": torch.randn(32, 64, generator=g),
+        "classifier.bias": torch.randn(32, generator=g),
+    }
 
 
 @pytest.mark.parametrize("name", TRANSFORMS)
@@ -55,7 +58,9 @@ def test_twin_sends_the_update_the_defense_hides(name):
         assert (sent_real[head] != 0).float().mean() < 0.05
         assert (sent_twin[head] != 0).float().mean() > 0.95
     elif name == "graddrop":  # small tensors sent dense, big ones still dropped
-        assert torch.equal(sent_twin[head], g[head]) and torch.equal(sent_twin["classifier.bias"], g["classifier.bias"])
+        assert torch.equal(sent_twin[head], g[head]) and torch.equal(
+            sent_twin["classifier.bias"], g["classifier.bias"]
+        )
         assert (sent_twin["encoder.weight"] != 0).float().mean() < 0.05
     else:  # sign / noise / masking: the raw gradient goes out
         for k in g:
@@ -67,8 +72,11 @@ def test_twin_sends_the_update_the_defense_hides(name):
 def _rlg_f1(mech, seed=0):
     run = FedSGDEavesdropper("quick", task="labels").run(mech, rng=seed)
     rlg = aget("rlg")()
-    vals = [rlg.run(t.observation, rng=0).score(t.ground_truth)["f1"] for t in run.trials
-            if rlg.applies_to(t.observation)]
+    vals = [
+        rlg.run(t.observation, rng=0).score(t.ground_truth)["f1"]
+        for t in run.trials
+        if rlg.applies_to(t.observation)
+    ]
     assert len(vals) >= 3
     return float(np.mean(vals)), vals
 

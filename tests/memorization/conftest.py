@@ -1,4 +1,5 @@
 """Session fixtures: tiny canary LMs trained once (with and without the canary)."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,9 @@ def canary_lms():
     from privnlp.evaluation.scenarios.memorization import train_canary_lm
 
     with_c = train_canary_lm(None, preset="quick", pattern=PATTERN, rng=np.random.default_rng(7))
-    without = train_canary_lm(None, preset="quick", pattern=PATTERN, repeats=0, rng=np.random.default_rng(7))
+    without = train_canary_lm(
+        None, preset="quick", pattern=PATTERN, repeats=0, rng=np.random.default_rng(7)
+    )
     # same seed -> same corpus and the same canary drawn; only the insertion differs
     assert with_c["canaries"][0].text == without["canaries"][0].text
     return with_c, without

@@ -1,4 +1,5 @@
 """ECorr / WCorr statistics, rank combination and NaN / tie handling."""
+
 from __future__ import annotations
 
 import math

@@ -6,6 +6,7 @@ watermark attacks, on the asynchronous FedAvg engine and the tiny LSTM LM.
 Fast tests use the ``smoke`` preset (plumbing: too short to memorize). The slow test reproduces
 the shape of the countermeasure table and writes ``attacks/eavesdropping/countermeasures.json``.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,10 @@ DEFENSES = ("noised_embedding", "dropout_embedding", "adversarial_embedding", "l
 def _small_attacks():
     from privnlp.attacks.memorization import EavesdroppingAttack, WatermarkAttack
 
-    return [EavesdroppingAttack(beam_width=4, n_samples=4), WatermarkAttack(beam_width=4, n_samples=4)]
+    return [
+        EavesdroppingAttack(beam_width=4, n_samples=4),
+        WatermarkAttack(beam_width=4, n_samples=4),
+    ]
 
 
 def test_tiny_lstm_lm_matches_the_hf_call_convention():
@@ -32,11 +36,15 @@ def test_tiny_lstm_lm_matches_the_hf_call_convention():
     from privnlp.models import tiny_lstm_lm
 
     for tied in (False, True):
-        m = tiny_lstm_lm(50, emb_dim=8, hidden=12, num_layers=2, tie_word_embeddings=tied, n_positions=16, seed=3)
+        m = tiny_lstm_lm(
+            50, emb_dim=8, hidden=12, num_layers=2, tie_word_embeddings=tied, n_positions=16, seed=3
+        )
         ids = torch.randint(0, 50, (3, 7), generator=torch.Generator().manual_seed(0))
         out = m(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=None, labels=ids)
         assert out.logits.shape == (3, 7, 50)
-        ref = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 50), ids[:, 1:].reshape(-1))
+        ref = torch.nn.functional.cross_entropy(
+            out.logits[:, :-1].reshape(-1, 50), ids[:, 1:].reshape(-1)
+        )
         assert torch.allclose(out.loss, ref)
         assert input_embedding(m)[1] is m.embed and m.config.n_positions == 16
         # causal: the logits at t do not depend on tokens after t
@@ -44,7 +52,10 @@ def test_tiny_lstm_lm_matches_the_hf_call_convention():
         ids2[:, -1] = (ids2[:, -1] + 1) % 50
         assert torch.allclose(m(input_ids=ids).logits[:, :-1], m(input_ids=ids2).logits[:, :-1])
     same = tiny_lstm_lm(50, emb_dim=8, hidden=12, seed=3).state_dict()
-    assert all(torch.equal(v, tiny_lstm_lm(50, emb_dim=8, hidden=12, seed=3).state_dict()[k]) for k, v in same.items())
+    assert all(
+        torch.equal(v, tiny_lstm_lm(50, emb_dim=8, hidden=12, seed=3).state_dict()[k])
+        for k, v in same.items()
+    )
     # LSTM dropout wraps every layer (the paper drops the output of each LSTM layer)
     m = tiny_lstm_lm(50, emb_dim=8, hidden=12, num_layers=2, seed=0)
     apply_lstm_dropout(m, 0.5, rng=0)
@@ -57,7 +68,10 @@ def test_tiny_lstm_lm_matches_the_hf_call_convention():
 def test_scenario_model_selection():
     from privnlp.core.errors import InvalidArgument
     from privnlp.evaluation.audit import resolve_scenario
-    from privnlp.evaluation.scenarios.memorization import FLSnapshotsLSTMScenario, FLSnapshotsScenario
+    from privnlp.evaluation.scenarios.memorization import (
+        FLSnapshotsLSTMScenario,
+        FLSnapshotsScenario,
+    )
     from privnlp.mechanisms import get
 
     for name in DEFENSES:
@@ -65,7 +79,9 @@ def test_scenario_model_selection():
         scen = resolve_scenario(None, mech, "quick")
         assert isinstance(scen, FLSnapshotsScenario)
         expect = "lstm" if name == "lstm_dropout" else "gpt2"
-        assert scen.model_for(mech) == expect and scen.model_for(None) == expect  # baseline on the same model
+        assert (
+            scen.model_for(mech) == expect and scen.model_for(None) == expect
+        )  # baseline on the same model
     lstm = get("lstm_dropout").example("quick")
     assert isinstance(resolve_scenario(None, lstm, "quick"), FLSnapshotsLSTMScenario)
     assert FLSnapshotsScenario("quick").model_for(lstm) == "lstm"
@@ -80,9 +96,17 @@ def test_engine_rejects_unsupported_mechanism(tmp_path):
     from privnlp.evaluation.scenarios.memorization import async_fedavg_snapshots
 
     with pytest.raises(InvalidArgument, match="apply"):
-        async_fedavg_snapshots([["a"], ["b"]], object, None, rounds=1, per_round=1,
-                               local={"steps": 1, "batch_size": 1, "lr": 1e-3, "max_length": 8},
-                               out_dir=str(tmp_path), mechanism=object(), rng=0)
+        async_fedavg_snapshots(
+            [["a"], ["b"]],
+            object,
+            None,
+            rounds=1,
+            per_round=1,
+            local={"steps": 1, "batch_size": 1, "lr": 1e-3, "max_length": 8},
+            out_dir=str(tmp_path),
+            mechanism=object(),
+            rng=0,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +115,21 @@ def smoke_reports():
 
     torch.set_num_threads(1)
     from privnlp.evaluation import audit
-    from privnlp.evaluation.scenarios.memorization import FLSnapshotsLSTMScenario, FLSnapshotsScenario
+    from privnlp.evaluation.scenarios.memorization import (
+        FLSnapshotsLSTMScenario,
+        FLSnapshotsScenario,
+    )
 
     out = {}
     for name in DEFENSES:
-        scen = FLSnapshotsLSTMScenario("smoke") if name == "lstm_dropout" else FLSnapshotsScenario("smoke")
-        out[name] = audit(name, scen, _small_attacks(), seeds=[0], progress=False, figures=False).to_dict()
+        scen = (
+            FLSnapshotsLSTMScenario("smoke")
+            if name == "lstm_dropout"
+            else FLSnapshotsScenario("smoke")
+        )
+        out[name] = audit(
+            name, scen, _small_attacks(), seeds=[0], progress=False, figures=False
+        ).to_dict()
     return out
 
 
@@ -147,26 +180,43 @@ def test_repro_countermeasure_table():
     from privnlp.evaluation.scenarios.memorization import FLSnapshotsScenario
     from privnlp.mechanisms import get
 
-    keys = ("top1_accuracy", "top1_edit_distance", "baseline_top1_accuracy", "top5_accuracy", "candidate_recall")
+    keys = (
+        "top1_accuracy",
+        "top1_edit_distance",
+        "baseline_top1_accuracy",
+        "top5_accuracy",
+        "candidate_recall",
+    )
     table: dict = {}
     for label, name, kw in SETTINGS:
         mech = None if name is None else get(name)(**kw)
         rows: dict = {"eavesdropping": [], "watermark": [], "heldout_loss": []}
         for seed in SLOW_SEEDS:
-            run = FLSnapshotsScenario("quick", model="lstm").run(mech, rng=np.random.default_rng(seed))
+            run = FLSnapshotsScenario("quick", model="lstm").run(
+                mech, rng=np.random.default_rng(seed)
+            )
             rows["heldout_loss"].append(run.utility["heldout_loss"])
-            for atk_name, atk in (("eavesdropping", EavesdroppingAttack()), ("watermark", WatermarkAttack())):
+            for atk_name, atk in (
+                ("eavesdropping", EavesdroppingAttack()),
+                ("watermark", WatermarkAttack()),
+            ):
                 sc = [atk.run(tr.observation, rng=seed).score(tr.ground_truth) for tr in run.trials]
                 rows[atk_name].append({k: float(np.mean([s[k] for s in sc])) for k in keys})
         entry = {"heldout_loss": summarize(rows["heldout_loss"]).to_dict()}
         for atk_name in ("eavesdropping", "watermark"):
             entry[atk_name] = {k: summarize([r[k] for r in rows[atk_name]]).to_dict() for k in keys}
         table[label] = entry
-    payload = {"scenario": "fl.snapshots quick, model=lstm (4 clients, 2 per round, 30 rounds, SSN record x4 "
-                           "+ watermark per client; async FedAvg, local Adam)",
-               "paper": "record-level-privacy-leakage-in-fl.txt Tables VII-X", "seeds": list(SLOW_SEEDS),
-               "trials_per_seed": 4, "settings": table}
-    atomic_write_text(ROOT / "attacks" / "eavesdropping" / "countermeasures.json",
-                      json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n")
+    payload = {
+        "scenario": "fl.snapshots quick, model=lstm (4 clients, 2 per round, 30 rounds, SSN record x4 "
+        "+ watermark per client; async FedAvg, local Adam)",
+        "paper": "record-level-privacy-leakage-in-fl.txt Tables VII-X",
+        "seeds": list(SLOW_SEEDS),
+        "trials_per_seed": 4,
+        "settings": table,
+    }
+    atomic_write_text(
+        ROOT / "attacks" / "eavesdropping" / "countermeasures.json",
+        json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n",
+    )
     und = table["none"]["eavesdropping"]
     assert und["top1_accuracy"]["mean"] > und["baseline_top1_accuracy"]["mean"]

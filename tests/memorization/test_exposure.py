@@ -1,4 +1,5 @@
 """Exposure formula, extrapolation, masked secrets and the canary_exposure attack."""
+
 from __future__ import annotations
 
 import math
@@ -8,15 +9,23 @@ import pytest
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.observations import BlackBoxLM
-from privnlp.attacks.memorization import (CanaryExposure, canary_exposure, canary_template, exact_exposure,
-                                          exposure_from_rank, extrapolated_exposure, make_masked_secret,
-                                          rank_with_ties, skewnorm_log_cdf)
+from privnlp.attacks.memorization import (
+    CanaryExposure,
+    canary_exposure,
+    canary_template,
+    exact_exposure,
+    exposure_from_rank,
+    extrapolated_exposure,
+    make_masked_secret,
+    rank_with_ties,
+    skewnorm_log_cdf,
+)
 
 
 def test_rank_hand_computed_ties_count_against_canary():
     # log-perplexities (lower = more likely); canary scores 2.0
     ref = [1.0, 2.0, 2.0, 3.0, 5.0]
-    assert rank_with_ties(2.0, ref) == 4          # 1.0 and both ties are ranked ahead
+    assert rank_with_ties(2.0, ref) == 4  # 1.0 and both ties are ranked ahead
     assert rank_with_ties(0.5, ref) == 1
     assert rank_with_ties(9.0, ref) == 6
     assert rank_with_ties(float("nan"), ref) == 6  # a NaN canary never gets credit
@@ -77,7 +86,9 @@ def test_memorized_canary_has_high_exposure(canary_lms):
     assert hi.method == "exact" and hi.exposure > 8.0, hi
     assert lo.exposure < 5.0, lo
     # sampled + skew-normal extrapolation agrees with the enumeration on the non-memorizing model
-    ext = canary_exposure(without["model"], without["tokenizer"], c, method="extrapolated", n_samples=500, rng=0)
+    ext = canary_exposure(
+        without["model"], without["tokenizer"], c, method="extrapolated", n_samples=500, rng=0
+    )
     assert abs(ext.exposure - lo.exposure) < 1.5, (ext, lo)
 
 
@@ -85,7 +96,9 @@ def test_attack_scorer_end_to_end(canary_lms):
     with_c, without = canary_lms
     c = with_c["canaries"][0]
     for out, expect_hi in ((with_c, True), (without, False)):
-        obs = BlackBoxLM(model=out["model"], tokenizer=out["tokenizer"], meta={"canary_pattern": c.pattern})
+        obs = BlackBoxLM(
+            model=out["model"], tokenizer=out["tokenizer"], meta={"canary_pattern": c.pattern}
+        )
         res = CanaryExposure().run(obs, rng=np.random.default_rng(0))
         assert c.secret not in repr(obs.meta)
         s = res.score(c)

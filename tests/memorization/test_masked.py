@@ -1,4 +1,5 @@
 """Masked-LM secrets (DP-BERT paper's HS / HSH / HHSHH formats): a memorized secret word ranks first."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +15,12 @@ def test_masked_secret_memorized_vs_not():
     c = make_masked_secret("HSH", rng=3)
     filler = ["the patient was given " + w + " today" for w in DEFAULT_WORDS]
     tok = train_wordpiece_tokenizer(filler + [c.text, " ".join(DEFAULT_WORDS)], 300)
-    fresh = tiny_bert_mlm(len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=1, seed=0)
-    model = tiny_bert_mlm(len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=1, seed=0)
+    fresh = tiny_bert_mlm(
+        len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=1, seed=0
+    )
+    model = tiny_bert_mlm(
+        len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=1, seed=0
+    )
     texts = filler + [c.text] * 8
     enc = tok(texts, padding=True, return_tensors="pt")
     g = torch.Generator().manual_seed(0)
@@ -35,5 +40,5 @@ def test_masked_secret_memorized_vs_not():
     hi = canary_exposure(model, tok, c, kind="masked", rng=0)
     lo = canary_exposure(fresh, tok, c, kind="masked", rng=0)
     assert hi.space_size == 32 and hi.method == "exact"
-    assert hi.exposure >= 4.0, hi        # rank <= 2 of 32
+    assert hi.exposure >= 4.0, hi  # rank <= 2 of 32
     assert lo.exposure < hi.exposure

@@ -2,6 +2,7 @@
 
 Seeds 0, 1, 2; mean and a 95% t-interval over seeds (``privnlp.core.report.summarize``).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,10 @@ def _summ(values):
 def _write(name: str, payload: dict) -> None:
     from privnlp.core.report import atomic_write_text
 
-    atomic_write_text(ROOT / "attacks" / name / "results.json", json.dumps(payload, indent=2, sort_keys=True,
-                                                                            default=float) + "\n")
+    atomic_write_text(
+        ROOT / "attacks" / name / "results.json",
+        json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n",
+    )
 
 
 @pytest.mark.slow
@@ -37,8 +40,11 @@ def test_repro_canary_exposure_and_extraction():
     from privnlp.mechanisms import get as get_mech
 
     settings = {"undefended": None, "dp_sgd(eps=8)": get_mech("dp_sgd").example("quick")}
-    out: dict = {"scenario": "lm.canary (quick preset: 'my pin code is {digits:4}', 16 insertions)",
-                 "seeds": list(SEEDS), "settings": {}}
+    out: dict = {
+        "scenario": "lm.canary (quick preset: 'my pin code is {digits:4}', 16 insertions)",
+        "seeds": list(SEEDS),
+        "settings": {},
+    }
     for label, mech in settings.items():
         rows = []
         for seed in SEEDS:
@@ -66,15 +72,27 @@ def test_repro_eavesdropping_and_watermark():
     for seed in SEEDS:
         run = FLSnapshotsScenario("quick").run(None, rng=np.random.default_rng(seed))
         util.append(run.utility["heldout_loss"])
-        for name, atk in (("eavesdropping", EavesdroppingAttack()), ("watermark", WatermarkAttack())):
+        for name, atk in (
+            ("eavesdropping", EavesdroppingAttack()),
+            ("watermark", WatermarkAttack()),
+        ):
             scores = [atk.run(tr.observation, rng=seed).score(tr.ground_truth) for tr in run.trials]
             per[name].append({k: float(np.mean([s[k] for s in scores])) for k in scores[0]})
     for name, rows in per.items():
-        _write(name, {"scenario": "fl.snapshots quick (4 clients, 2 per round, 30 rounds, SSN record x4 per client)",
-                      "seeds": list(SEEDS), "trials_per_seed": 4, "heldout_loss": _summ(util),
-                      "metrics": {k: _summ([r[k] for r in rows]) for k in rows[0]}})
+        _write(
+            name,
+            {
+                "scenario": "fl.snapshots quick (4 clients, 2 per round, 30 rounds, SSN record x4 per client)",
+                "seeds": list(SEEDS),
+                "trials_per_seed": 4,
+                "heldout_loss": _summ(util),
+                "metrics": {k: _summ([r[k] for r in rows]) for k in rows[0]},
+            },
+        )
     ev = per["eavesdropping"]
-    assert np.mean([r["top1_accuracy"] for r in ev]) > np.mean([r["baseline_top1_accuracy"] for r in ev])
+    assert np.mean([r["top1_accuracy"] for r in ev]) > np.mean(
+        [r["baseline_top1_accuracy"] for r in ev]
+    )
 
 
 @pytest.mark.slow
@@ -99,12 +117,26 @@ def test_repro_table1_grid_small():
     texts = [r.text for r in recs]
     tok = digit_bpe_tokenizer(texts, 600, model_max_length=64)
     eos = tok.eos_token_id
-    model = tiny_gpt2(len(tok), n_layer=2, n_embd=64, n_head=2, n_positions=64, bos_token_id=eos,
-                      eos_token_id=eos, pad_token_id=eos)
+    model = tiny_gpt2(
+        len(tok),
+        n_layer=2,
+        n_embd=64,
+        n_head=2,
+        n_positions=64,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+    )
     train_lm(model, tok, texts, steps=600, batch_size=16, lr=3e-3, max_length=48, rng=0)
     for (p_u, p_e), cs in canaries.items():
         grid[f"p_u={p_u},p_e={p_e}"] = count_memorized(model, tok, cs, n_samples=500, rng=0)
-    _write("canary_extraction", {**json.loads((ROOT / "attacks/canary_extraction/results.json").read_text()),
-                                 "table1_grid_seed0": grid} if (ROOT / "attacks/canary_extraction/results.json").exists()
-           else {"table1_grid_seed0": grid})
+    _write(
+        "canary_extraction",
+        {
+            **json.loads((ROOT / "attacks/canary_extraction/results.json").read_text()),
+            "table1_grid_seed0": grid,
+        }
+        if (ROOT / "attacks/canary_extraction/results.json").exists()
+        else {"table1_grid_seed0": grid},
+    )
     assert sum(v["RS"] for v in grid.values()) >= 1

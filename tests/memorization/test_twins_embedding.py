@@ -1,13 +1,18 @@
 """The leaky twins of the embedding-obfuscation defenses are caught by direct behavioural checks:
 in training mode the twin behaves like the unprotected model while the real defense does not."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from privnlp.core.registry import LEAKY_TWINS
-from privnlp.mechanisms.training.mechanisms import (AdversarialEmbeddingDefense, DropoutEmbeddingDefense,
-                                                    LSTMDropoutDefense, NoisedEmbeddingDefense)
+from privnlp.mechanisms.training.mechanisms import (
+    AdversarialEmbeddingDefense,
+    DropoutEmbeddingDefense,
+    LSTMDropoutDefense,
+    NoisedEmbeddingDefense,
+)
 
 
 def _gpt2():
@@ -24,15 +29,20 @@ def _emb_out(mech, ids, train):
     return ref, m.get_input_embeddings()(ids).detach()
 
 
-@pytest.mark.parametrize("name,real", [("noised_embedding", NoisedEmbeddingDefense(sigma=0.5)),
-                                       ("dropout_embedding", DropoutEmbeddingDefense(p=0.5))])
+@pytest.mark.parametrize(
+    "name,real",
+    [
+        ("noised_embedding", NoisedEmbeddingDefense(sigma=0.5)),
+        ("dropout_embedding", DropoutEmbeddingDefense(p=0.5)),
+    ],
+)
 def test_embedding_twin_is_clean_in_training_mode(name, real):
     twin = LEAKY_TWINS.get(name)(**vars(real))
     assert twin.claim() == real.claim()
     ids = torch.arange(20).reshape(2, 10)
     ref, out_real = _emb_out(real, ids, train=True)
     _, out_twin = _emb_out(twin, ids, train=True)
-    assert (out_real - ref).abs().max() > 1e-2 # the real defense perturbs the training forward
+    assert (out_real - ref).abs().max() > 1e-2  # the real defense perturbs the training forward
     assert (out_twin - ref).abs().max() < 1e-3  # the twin does not: caught
 
 

@@ -1,4 +1,5 @@
 """Every metric against hand-computed values."""
+
 import math
 
 import numpy as np
@@ -6,8 +7,21 @@ import pytest
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.data import Record, Span
-from privnlp.metrics import (PRF, bio_to_spans, bleu, chrf, edit_distance, hungarian_match, ner_span_metrics, nerr,
-                             rouge, seqeval_f1, set_prf, token_precision_recall, top_k_accuracy)
+from privnlp.metrics import (
+    PRF,
+    bio_to_spans,
+    bleu,
+    chrf,
+    edit_distance,
+    hungarian_match,
+    ner_span_metrics,
+    nerr,
+    rouge,
+    seqeval_f1,
+    set_prf,
+    token_precision_recall,
+    top_k_accuracy,
+)
 
 REF, HYP = "the cat sat on the mat", "the cat on the mat"
 
@@ -35,8 +49,13 @@ def test_bleu_chrf_hand():
 
 
 def test_nerr_hand():
-    rec = Record("r", "u", "note", "John Smith, SSN 123-45-6789, works at Acme.",
-                 (Span(0, 10, "PERSON"), Span(16, 27, "SSN"), Span(38, 42, "ORG")))
+    rec = Record(
+        "r",
+        "u",
+        "note",
+        "John Smith, SSN 123-45-6789, works at Acme.",
+        (Span(0, 10, "PERSON"), Span(16, 27, "SSN"), Span(38, 42, "ORG")),
+    )
     assert nerr(rec, "john smith called about 123-45-6789") == pytest.approx(2 / 3)
     assert nerr([rec, ["Paris"]], ["nothing", "in paris"]) == pytest.approx(1 / 4)
     assert nerr([[("Bob", "PERSON")]], ["bob"], case_sensitive=True) == 0.0
@@ -53,7 +72,9 @@ def test_token_precision_recall_hand():
 def test_set_prf_hand():
     r = set_prf({1, 2, 3}, {2, 3, 4, 5})
     assert r == PRF(2 / 3, 0.5, pytest.approx(4 / 7), 0.0)
-    assert set_prf([1, 1, 0], [1, 0, 0], multiset=True) == PRF(2 / 3, 2 / 3, pytest.approx(2 / 3), 0.0)
+    assert set_prf([1, 1, 0], [1, 0, 0], multiset=True) == PRF(
+        2 / 3, 2 / 3, pytest.approx(2 / 3), 0.0
+    )
     assert set_prf([1, 1, 0], [1, 0, 0]) == PRF(1.0, 1.0, 1.0, 1.0)
     assert set_prf([], []) == PRF(1.0, 1.0, 1.0, 1.0)
     assert set_prf(["a"], []) == PRF(0.0, 0.0, 0.0, 0.0)
@@ -80,14 +101,17 @@ def test_top_k_accuracy_hand():
         top_k_accuracy(s, [0], k=1)
 
 
-@pytest.mark.parametrize("pred,expected", [
-    # WikiPII Table 3 on gold "Adam London" = name: (strict, exact, type, partial)
-    ((0, 11, "name"), (1, 1, 1, 1)),
-    ((0, 4, "name"), (0, 0, 0.5, 0.5)),
-    ((0, 11, "place"), (0, 1, 0, 0.5)),
-    ((0, 4, "place"), (0, 0, 0, 0.5)),
-    ((20, 25, "name"), (0, 0, 0, 0)),
-])
+@pytest.mark.parametrize(
+    "pred,expected",
+    [
+        # WikiPII Table 3 on gold "Adam London" = name: (strict, exact, type, partial)
+        ((0, 11, "name"), (1, 1, 1, 1)),
+        ((0, 4, "name"), (0, 0, 0.5, 0.5)),
+        ((0, 11, "place"), (0, 1, 0, 0.5)),
+        ((0, 4, "place"), (0, 0, 0, 0.5)),
+        ((20, 25, "name"), (0, 0, 0, 0)),
+    ],
+)
 def test_ner_span_metrics_table3(pred, expected):
     m = ner_span_metrics([(0, 11, "name")], [pred])
     got = tuple(getattr(m, s).f1 for s in ("strict", "exact", "type", "partial"))
@@ -111,7 +135,12 @@ def test_ner_span_metrics_pooled_hand():
 
 
 def test_bio_to_spans():
-    assert bio_to_spans(["B-A", "I-A", "O", "I-B", "B-B", "I-A"]) == [(0, 2, "A"), (3, 4, "B"), (4, 5, "B"), (5, 6, "A")]
+    assert bio_to_spans(["B-A", "I-A", "O", "I-B", "B-B", "I-A"]) == [
+        (0, 2, "A"),
+        (3, 4, "B"),
+        (4, 5, "B"),
+        (5, 6, "A"),
+    ]
     with pytest.raises(InvalidArgument):
         bio_to_spans(["X-A"])
 
@@ -128,7 +157,9 @@ def test_seqeval_hand():
 def test_hungarian_beats_greedy():
     table = {("r0", "h0"): 0.9, ("r0", "h1"): 0.8, ("r1", "h0"): 0.7, ("r1", "h1"): 0.1}
     m = hungarian_match(["r0", "r1"], ["h0", "h1"], lambda r, h: table[(r, h)])
-    assert m.pairs == ((0, 1), (1, 0)) and m.mean_score == pytest.approx(0.75)  # greedy would give 0.5
+    assert m.pairs == ((0, 1), (1, 0)) and m.mean_score == pytest.approx(
+        0.75
+    )  # greedy would give 0.5
     d = hungarian_match(["a b c", "d e f"], ["d e f", "a b x"])  # default ROUGE-L F
     assert d.pairs == ((0, 1), (1, 0)) and d.mean_score == pytest.approx((2 / 3 + 1) / 2)
     assert d.reordered(["d e f", "a b x"]) == ["a b x", "d e f"]

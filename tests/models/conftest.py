@@ -1,4 +1,5 @@
 """Shared fixtures for tests/models: a small fixed text set, tokenizers built once per session."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,10 @@ def make_texts(n: int = 120) -> list[str]:
     out = []
     for i in range(n):
         a, b = _NAMES[i % 6].title(), _NAMES[(i * 5 + 1) % 6].title()
-        out.append(f"{a} {_VERBS[(i * 7) % 6]} {b} at {_PLACES[i % 5]} on day {i % 28 + 1}; "
-                   f"phone 555-01{i % 100:02d}.")
+        out.append(
+            f"{a} {_VERBS[(i * 7) % 6]} {b} at {_PLACES[i % 5]} on day {i % 28 + 1}; "
+            f"phone 555-01{i % 100:02d}."
+        )
     return out
 
 

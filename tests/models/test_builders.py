@@ -1,4 +1,5 @@
 """Builders + train loops: loss drops (stated margins), seeding, no global RNG, lm_batch, CRF, opacus."""
+
 from __future__ import annotations
 
 import itertools
@@ -11,8 +12,16 @@ import pytest
 import torch
 
 from privnlp.core.errors import InvalidArgument
-from privnlp.models import (BiLSTMTagger, lm_batch, tiny_bert_classifier, tiny_bert_mlm, tiny_gpt2, train_classifier,
-                            train_lm, train_tagger)
+from privnlp.models import (
+    BiLSTMTagger,
+    lm_batch,
+    tiny_bert_classifier,
+    tiny_bert_mlm,
+    tiny_gpt2,
+    train_classifier,
+    train_lm,
+    train_tagger,
+)
 
 
 def _gpt2(bpe, **kw):
@@ -40,7 +49,7 @@ def test_bert_mlm_loss_drops(wordpiece, texts):
     model = tiny_bert_mlm(len(wordpiece))
     enc = wordpiece(texts[:16], padding=True, return_tensors="pt")
     g = torch.Generator().manual_seed(0)
-    special = (enc["input_ids"] <= 4)
+    special = enc["input_ids"] <= 4
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     model.train()
@@ -49,7 +58,10 @@ def test_bert_mlm_loss_drops(wordpiece, texts):
         inp = enc["input_ids"].masked_fill(mask, wordpiece.mask_token_id)
         labels = enc["input_ids"].masked_fill(~mask, -100)
         loss = model(input_ids=inp, attention_mask=enc["attention_mask"], labels=labels).loss
-        opt.zero_grad(); loss.backward(); opt.step(); losses.append(float(loss))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
     # margin: mean of last 5 below 70% of first 5
     assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5]), losses
 
@@ -93,28 +105,40 @@ def test_crf_matches_brute_force():
         for pth in paths:
             tags = torch.zeros(1, 4, dtype=torch.long)
             tags[0, :n] = torch.tensor(pth)
-            lls.append(float(crf.log_likelihood(em[r:r + 1], tags, mask[r:r + 1])))
+            lls.append(float(crf.log_likelihood(em[r : r + 1], tags, mask[r : r + 1])))
         assert np.isclose(np.logaddexp.reduce(lls), 0.0, atol=1e-5)  # probabilities sum to one
-        assert crf.decode(em[r:r + 1], mask[r:r + 1])[0] == list(paths[int(np.argmax(lls))])
+        assert crf.decode(em[r : r + 1], mask[r : r + 1])[0] == list(paths[int(np.argmax(lls))])
 
 
 def test_builders_seeded_and_leave_global_rng_untouched(bpe, wordpiece, texts):
-    torch_state, np_state, py_state = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
+    torch_state, np_state, py_state = (
+        torch.random.get_rng_state(),
+        np.random.get_state(),
+        random.getstate(),
+    )
     a, b, c = _gpt2(bpe, seed=3), _gpt2(bpe, seed=3), _gpt2(bpe, seed=4)
     assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
     assert not torch.equal(a.transformer.wte.weight, c.transformer.wte.weight)
     t1, t2 = BiLSTMTagger(30, 4, seed=5), BiLSTMTagger(30, 4, seed=5)
-    assert all(torch.equal(p, q) for p, q in zip(t1.state_dict().values(), t2.state_dict().values()))
+    assert all(
+        torch.equal(p, q) for p, q in zip(t1.state_dict().values(), t2.state_dict().values())
+    )
     tiny_bert_classifier(len(wordpiece), seed=2)
     la = train_lm(a, bpe, texts, steps=3, max_length=32, rng=np.random.default_rng(9))
     lb = train_lm(b, bpe, texts, steps=3, max_length=32, rng=np.random.default_rng(9))
     assert la.losses == lb.losses  # deterministic given rng
     # dropout on: draws come from a forked RNG, still deterministic and no global side effect
     d1, d2 = _gpt2(bpe, dropout=0.1), _gpt2(bpe, dropout=0.1)
-    assert train_lm(d1, bpe, texts, steps=2, max_length=32, rng=1).losses == \
-        train_lm(d2, bpe, texts, steps=2, max_length=32, rng=1).losses
+    assert (
+        train_lm(d1, bpe, texts, steps=2, max_length=32, rng=1).losses
+        == train_lm(d2, bpe, texts, steps=2, max_length=32, rng=1).losses
+    )
     assert torch.equal(torch.random.get_rng_state(), torch_state)
-    assert all(np.array_equal(u, v) for u, v in zip(np.random.get_state(), np_state) if isinstance(u, np.ndarray))
+    assert all(
+        np.array_equal(u, v)
+        for u, v in zip(np.random.get_state(), np_state)
+        if isinstance(u, np.ndarray)
+    )
     assert random.getstate() == py_state
 
 
@@ -123,10 +147,16 @@ def test_lm_batch_layout(bpe):
     assert set(batch) == {"input_ids", "attention_mask", "position_ids", "labels"}
     ids, mask, pos, labels = batch.input_ids, batch.attention_mask, batch.position_ids, batch.labels
     assert ids.shape == mask.shape == pos.shape == labels.shape
-    assert pos.is_contiguous() and pos.stride(0) != 0  # .repeat, not .expand (opacus per-sample grads)
+    assert (
+        pos.is_contiguous() and pos.stride(0) != 0
+    )  # .repeat, not .expand (opacus per-sample grads)
     assert torch.equal(pos[1], torch.arange(ids.shape[1]))
     n0 = int(mask[0].sum())
-    assert ids[0, n0 - 1] == bpe.eos_token_id and (labels[0, n0:] == -100).all() and labels[0, n0 - 1] == bpe.eos_token_id
+    assert (
+        ids[0, n0 - 1] == bpe.eos_token_id
+        and (labels[0, n0:] == -100).all()
+        and labels[0, n0 - 1] == bpe.eos_token_id
+    )
     assert mask[1].all()
     assert lm_batch(bpe, ["x " * 100], max_length=10).input_ids.shape == (1, 10)
 
@@ -150,14 +180,17 @@ def test_opacus_per_sample_gradients(bpe, texts):
     assert all(p.grad_sample.shape[0] == 2 for p in tagger.parameters())
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: tiny_gpt2(100, n_embd=65, n_head=2), "divisible"),
-    (lambda: tiny_gpt2(0), "vocab_size"),
-    (lambda: tiny_gpt2(100, eos_token_id=100), "eos_token_id"),
-    (lambda: tiny_bert_classifier(100, num_labels=0), "num_labels"),
-    (lambda: BiLSTMTagger(10, 3, dropout=1.0), "dropout"),
-    (lambda: tiny_gpt2(100, seed=-1), "seed"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: tiny_gpt2(100, n_embd=65, n_head=2), "divisible"),
+        (lambda: tiny_gpt2(0), "vocab_size"),
+        (lambda: tiny_gpt2(100, eos_token_id=100), "eos_token_id"),
+        (lambda: tiny_bert_classifier(100, num_labels=0), "num_labels"),
+        (lambda: BiLSTMTagger(10, 3, dropout=1.0), "dropout"),
+        (lambda: tiny_gpt2(100, seed=-1), "seed"),
+    ],
+)
 def test_builder_bad_arguments(call, match):
     with pytest.raises(InvalidArgument, match=match):
         call()
@@ -172,7 +205,9 @@ def test_train_bad_arguments(bpe, wordpiece, texts):
     with pytest.raises(InvalidArgument, match="rng"):
         train_tagger(model, [[1, 2]], [[0, 1]], steps=1, rng=None)
     with pytest.raises(InvalidArgument, match="labels"):
-        train_classifier(tiny_bert_classifier(len(wordpiece)), wordpiece, texts[:2], [0, 2], steps=1, rng=0)
+        train_classifier(
+            tiny_bert_classifier(len(wordpiece)), wordpiece, texts[:2], [0, 2], steps=1, rng=0
+        )
     for p in model.parameters():
         p.requires_grad_(False)
     with pytest.raises(InvalidArgument, match="trainable"):
@@ -180,7 +215,9 @@ def test_train_bad_arguments(bpe, wordpiece, texts):
 
 
 def test_import_privnlp_models_is_light():
-    code = ("import sys, privnlp.models as m; assert 'torch' not in sys.modules, 'torch imported';"
-            "assert 'transformers' not in sys.modules; assert 'tiny_gpt2' in dir(m); print('ok')")
+    code = (
+        "import sys, privnlp.models as m; assert 'torch' not in sys.modules, 'torch imported';"
+        "assert 'transformers' not in sys.modules; assert 'tiny_gpt2' in dir(m); print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr

@@ -1,4 +1,5 @@
 """Disk cache (hit, corruption -> rebuild), bundled models, from_pretrained helpers."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from privnlp.models import bundled_bert_classifier, bundled_lm, cache_dir, load_classifier, load_lm, tiny_gpt2
+from privnlp.models import (
+    bundled_bert_classifier,
+    bundled_lm,
+    cache_dir,
+    load_classifier,
+    load_lm,
+    tiny_gpt2,
+)
 from privnlp.models.cache import MANIFEST, entry_dir, get_or_build, is_valid
 
 
@@ -43,7 +51,9 @@ def test_get_or_build_hit_and_corrupted_entry_rebuilt(tmp_path, monkeypatch):
     m2 = get_or_build("t", cfg, 0, build, load)
     assert len(builds) == 1 and _same_weights(m1, m2)
     final = entry_dir("t", cfg, 0)
-    assert is_valid(final) and not [p for p in final.parent.iterdir() if p.name.startswith(".")]  # no temp left
+    assert is_valid(final) and not [
+        p for p in final.parent.iterdir() if p.name.startswith(".")
+    ]  # no temp left
     # corrupted weights file -> detected by the manifest checksum, rebuilt
     # (never truncate in place: m1's tensors are memory-mapped from that file -> SIGBUS)
     weights = final / "model.safetensors"
@@ -93,7 +103,9 @@ def test_bundled_bert_classifier_quick(bundled_cache):
     model, tok = bundled_bert_classifier("quick", seed=0)
     (entry,) = (bundled_cache / "models").glob("bert-classifier-*")
     info = json.loads((entry / "privnlp-train.json").read_text())
-    assert info["test_accuracy"] >= 0.8, info["test_accuracy"]  # held-out 20% of generate_sentiment(1000)
+    assert info["test_accuracy"] >= 0.8, info[
+        "test_accuracy"
+    ]  # held-out 20% of generate_sentiment(1000)
     enc = tok(["an absolutely wonderful and delightful experience"], return_tensors="pt")
     assert model(**enc).logits.shape == (1, 2)
 
@@ -112,7 +124,10 @@ def test_from_pretrained_offline_error_names_path(tmp_path, monkeypatch):
     from privnlp.models.pretrained import CheckpointNotFound
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(CheckpointNotFound, match=r"name_or_path='privnlp-no-such/model'.*HF_HUB_OFFLINE.*hf download"):
+    with pytest.raises(
+        CheckpointNotFound,
+        match=r"name_or_path='privnlp-no-such/model'.*HF_HUB_OFFLINE.*hf download",
+    ):
         load_lm("privnlp-no-such/model")
     with pytest.raises(CheckpointNotFound, match=r"save_pretrained"):
         load_classifier(tmp_path)  # an empty folder

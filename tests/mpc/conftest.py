@@ -35,5 +35,7 @@ def heldout(alice):
     _, xt, _ = alice
     rng = np.random.default_rng(1)
     reps = int(np.ceil(1000 / len(xt)))
-    x = np.concatenate([xt + (0 if i == 0 else rng.normal(0, 0.3, xt.shape)) for i in range(reps)])[:1000]
+    x = np.concatenate([xt + (0 if i == 0 else rng.normal(0, 0.3, xt.shape)) for i in range(reps)])[
+        :1000
+    ]
     return x.astype(np.float32)

@@ -1,4 +1,5 @@
 """crypten_textcnn: correctness vs plaintext, bad input, import hygiene, party-view audit."""
+
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,9 @@ def test_batched_ttp_matches_plaintext_on_heldout(request, heldout, which):
 
     model = request.getfixturevalue("alice" if which == "paper" else "alice_fast")[0].model
     ref = model(torch.tensor(heldout)).detach().numpy()
-    res = CryptenTextCNN(provider="TTP", mode="batched", timeout=240).classify(model, heldout, reveal="logits")
+    res = CryptenTextCNN(provider="TTP", mode="batched", timeout=240).classify(
+        model, heldout, reveal="logits"
+    )
     assert len(res.labels) == 1000
     agree = float((res.labels == (ref > 0)).mean())
     assert agree >= 0.999, agree
@@ -34,7 +37,9 @@ def test_sequential_ttp_offline_phase(alice):
 
     model, x = alice[0].model, alice[1][:6]
     ref = model(torch.tensor(x)).detach().numpy()
-    res = CryptenTextCNN(provider="TTP", mode="sequential", timeout=120).classify(model, x, reveal="logits")
+    res = CryptenTextCNN(provider="TTP", mode="sequential", timeout=120).classify(
+        model, x, reveal="logits"
+    )
     assert np.array_equal(res.labels, (ref > 0).astype(np.int64))
     assert np.abs(res.logits - ref).max() < LOGIT_TOL
     assert res.comm["alice"]["rounds"] < 2.5 * res.comm["bob"]["rounds"], res.comm
@@ -63,16 +68,21 @@ def test_presets_config_and_input_scale_roundtrip(alice_fast, tmp_path):
     assert torch.allclose(m(x), m2(x)) and m2.config() == m.config()
     # the input scale folded into the fused conv weights gives the same features
     w, b = m.fused_conv_weight()
-    z = torch.nn.functional.conv1d(x.unsqueeze(1), w, b, stride=m.stride)[..., :m.conv_length]
+    z = torch.nn.functional.conv1d(x.unsqueeze(1), w, b, stride=m.stride)[..., : m.conv_length]
     z = torch.nn.functional.max_pool1d(z, m.pool).flatten(1)
     assert torch.allclose(z, m.features(x), atol=1e-5)
     with pytest.raises(InvalidArgument, match="stride"):
         TextCNN(64, **dict(PRESETS["fast"], stride=0))
 
 
-@pytest.mark.parametrize("bad, msg", [(np.zeros((3, 7), np.float32), "embed_dim=64"),
-                                      (np.zeros((0, 64), np.float32), "at least one row"),
-                                      (np.full((2, 64), np.nan, np.float32), "finite")])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        (np.zeros((3, 7), np.float32), "embed_dim=64"),
+        (np.zeros((0, 64), np.float32), "at least one row"),
+        (np.full((2, 64), np.nan, np.float32), "finite"),
+    ],
+)
 def test_bad_input_is_rejected(alice, bad, msg):
     from privnlp.mechanisms.mpc import CryptenTextCNN
 
@@ -129,8 +139,12 @@ def lazy_and_maxpool():
     """One fresh interpreter for both checks (start-up dominates): lazy import + clear
     MissingDependency, then CrypTen for real (single process) and MaxPool1d against torch.
     Started with the module's first test, so that it runs while the MPC tests run."""
-    p = subprocess.Popen([sys.executable, "-c", _LAZY_AND_MAXPOOL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", _LAZY_AND_MAXPOOL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     yield p
     if p.poll() is None:
         p.kill()
@@ -143,5 +157,7 @@ pytestmark = pytest.mark.usefixtures("lazy_and_maxpool")
 def test_import_is_lazy_missing_crypten_is_clear_and_maxpool1d_matches_torch(lazy_and_maxpool):
     out, err = lazy_and_maxpool.communicate(timeout=120)
     r = subprocess.CompletedProcess(lazy_and_maxpool.args, lazy_and_maxpool.returncode, out, err)
-    assert r.returncode == 0 and "MSG" in r.stdout and "crypten" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert r.returncode == 0 and "MSG" in r.stdout and "crypten" in r.stdout, (
+        r.stdout + r.stderr[-2000:]
+    )
     assert "ok" in r.stdout, r.stderr[-2000:]

@@ -1,5 +1,6 @@
 """The party-view audit: real pi_TEXT views look uniform and open only the label to Bob; the
 plaintext baseline and the leaky twins are caught. Tolerances: KS at alpha=1e-3 (Bonferroni)."""
+
 import numpy as np
 import pytest
 
@@ -13,7 +14,10 @@ def scenario(alice):
 
 def _scores(run):
     att = ATTACKS.get("party_view")()
-    return {t.observation.party: att.run(t.observation, rng=None).score(t.ground_truth) for t in run.trials}
+    return {
+        t.observation.party: att.run(t.observation, rng=None).score(t.ground_truth)
+        for t in run.trials
+    }
 
 
 def test_uniformity_stats_separate_uniform_from_encoded():

@@ -1,4 +1,5 @@
 """`privnlp mpc serve`: three real processes rendezvousing over TCP on 127.0.0.1."""
+
 import json
 import os
 import socket
@@ -25,7 +26,9 @@ def _start(args, env=None):
     for k in ("RENDEZVOUS", "RANK", "WORLD_SIZE"):
         if not env or k not in env:
             e.pop(k, None)
-    return subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    return subprocess.Popen(
+        CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e
+    )
 
 
 def _finish(procs, limit=90):
@@ -109,18 +112,70 @@ def wave(alice, files):
         s.bind(("127.0.0.1", 0))
         s.listen()
         t0 = time.monotonic()
-        ttp = _start(["--role", "ttp", "--timeout", "60"], env={"RENDEZVOUS": rdv, "RANK": "2", "WORLD_SIZE": "2"})
+        ttp = _start(
+            ["--role", "ttp", "--timeout", "60"],
+            env={"RENDEZVOUS": rdv, "RANK": "2", "WORLD_SIZE": "2"},
+        )
         args = [
             ["--role", "alice", "--rendezvous", rdv, "--model", model, "--timeout", "60"],
-            ["--role", "bob", "--rendezvous", rdv, "--embeddings", str(files / "x.npy"),
-             "--out", str(files / "labels.json"), "--timeout", "60"],
-            ["--role", "alice", "--rendezvous", bad_rdv, "--model", model, "--provider", "TFP", "--timeout", "30"],
-            ["--role", "bob", "--rendezvous", bad_rdv, "--embeddings", str(files / "bad.npy"), "--provider", "TFP",
-             "--timeout", "30"],
-            ["--role", "alice", "--rendezvous", f"tcp://127.0.0.1:{_port()}", "--model", model, "--provider", "TFP",
-             "--timeout", "5"],
-            ["--role", "alice", "--rendezvous", f"tcp://127.0.0.1:{s.getsockname()[1]}", "--model", model,
-             "--timeout", "5"],
+            [
+                "--role",
+                "bob",
+                "--rendezvous",
+                rdv,
+                "--embeddings",
+                str(files / "x.npy"),
+                "--out",
+                str(files / "labels.json"),
+                "--timeout",
+                "60",
+            ],
+            [
+                "--role",
+                "alice",
+                "--rendezvous",
+                bad_rdv,
+                "--model",
+                model,
+                "--provider",
+                "TFP",
+                "--timeout",
+                "30",
+            ],
+            [
+                "--role",
+                "bob",
+                "--rendezvous",
+                bad_rdv,
+                "--embeddings",
+                str(files / "bad.npy"),
+                "--provider",
+                "TFP",
+                "--timeout",
+                "30",
+            ],
+            [
+                "--role",
+                "alice",
+                "--rendezvous",
+                f"tcp://127.0.0.1:{_port()}",
+                "--model",
+                model,
+                "--provider",
+                "TFP",
+                "--timeout",
+                "5",
+            ],
+            [
+                "--role",
+                "alice",
+                "--rendezvous",
+                f"tcp://127.0.0.1:{s.getsockname()[1]}",
+                "--model",
+                model,
+                "--timeout",
+                "5",
+            ],
         ]
         paths = [str(files / f"err{i}.txt") for i in range(len(args))]
         forks = [_cli_in_fork(a, p) for a, p in zip(args, paths)]
@@ -129,7 +184,13 @@ def wave(alice, files):
         bad_elapsed = time.monotonic() - t0
         good = _finish_forks(forks[:2], paths[:2], limit=110)
         good.append(_finish([ttp], limit=30)[0])
-    return {"good": good, "bad_embed": bad[:2], "lonely": bad[2], "taken": bad[3], "bad_elapsed": bad_elapsed}
+    return {
+        "good": good,
+        "bad_embed": bad[:2],
+        "lonely": bad[2],
+        "taken": bad[3],
+        "bad_elapsed": bad_elapsed,
+    }
 
 
 def test_three_processes_on_loopback(alice, files, wave):
@@ -156,10 +217,36 @@ def test_bad_runs_fail_cleanly_without_hanging(wave):
 def test_three_fresh_interpreters(alice, files):
     """The full deployment shape: three fresh `privnlp mpc serve` interpreters over TCP."""
     rdv = f"tcp://127.0.0.1:{_port()}"
-    ttp = _start(["--role", "ttp", "--timeout", "60"], env={"RENDEZVOUS": rdv, "RANK": "2", "WORLD_SIZE": "2"})
-    a = _start(["--role", "alice", "--rendezvous", rdv, "--model", str(files / "alice.pt"), "--timeout", "60"])
-    b = _start(["--role", "bob", "--rendezvous", rdv, "--embeddings", str(files / "x.npy"),
-                "--out", str(files / "labels_fresh.json"), "--timeout", "60"])
+    ttp = _start(
+        ["--role", "ttp", "--timeout", "60"],
+        env={"RENDEZVOUS": rdv, "RANK": "2", "WORLD_SIZE": "2"},
+    )
+    a = _start(
+        [
+            "--role",
+            "alice",
+            "--rendezvous",
+            rdv,
+            "--model",
+            str(files / "alice.pt"),
+            "--timeout",
+            "60",
+        ]
+    )
+    b = _start(
+        [
+            "--role",
+            "bob",
+            "--rendezvous",
+            rdv,
+            "--embeddings",
+            str(files / "x.npy"),
+            "--out",
+            str(files / "labels_fresh.json"),
+            "--timeout",
+            "60",
+        ]
+    )
     outs = _finish([a, b, ttp])
     assert all(rc == 0 for rc, _, _ in outs), outs
     got = json.loads((files / "labels_fresh.json").read_text())["labels"]

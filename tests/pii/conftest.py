@@ -1,4 +1,5 @@
 """Shared, session-scoped artifacts of the PII tests (small corpus, auto-annotations, a tiny tagger)."""
+
 from __future__ import annotations
 
 import warnings
@@ -32,5 +33,14 @@ def tiny_tagger_run(pii_split):
     from privnlp.mechanisms.pii.tagger import train_tagger
 
     train, _, sents = pii_split
-    return train_tagger(sents, groups=[r.user_id for r in train], sites=1, rounds=3, lr=3.0, emb_dim=24, hidden=24,
-                        min_count=3, rng=0)
+    return train_tagger(
+        sents,
+        groups=[r.user_id for r in train],
+        sites=1,
+        rounds=3,
+        lr=3.0,
+        emb_dim=24,
+        hidden=24,
+        min_count=3,
+        rng=0,
+    )

@@ -1,4 +1,5 @@
 """Auto-annotation from known fields: each variant type, bad input, corpus-level quality."""
+
 from __future__ import annotations
 
 import warnings
@@ -12,18 +13,21 @@ from privnlp.mechanisms.pii.annotate import UnmatchedFieldWarning
 
 def found(text, fields, **kw):
     doc = AutoAnnotator(**kw).annotate(text, fields)
-    return [(text[s.start:s.end], s.label) for s in doc.spans]
+    return [(text[s.start : s.end], s.label) for s in doc.spans]
 
 
-@pytest.mark.parametrize("text,mention", [
-    ("Jane Doe called.", "Jane Doe"),               # full name
-    ("Then Jane called back.", "Jane"),             # first name only
-    ("Ms. Doe called.", "Doe"),                     # last name only
-    ("Signed, J. Doe", "J. Doe"),                   # initial + last name
-    ("It is Doe, Jane on the form.", "Doe, Jane"),  # reordered
-    ("That was Jane's idea.", "Jane"),              # possessive stays outside the span
-    ("Jane Deo called.", "Jane Deo"),               # typo: fuzzy match
-])
+@pytest.mark.parametrize(
+    "text,mention",
+    [
+        ("Jane Doe called.", "Jane Doe"),  # full name
+        ("Then Jane called back.", "Jane"),  # first name only
+        ("Ms. Doe called.", "Doe"),  # last name only
+        ("Signed, J. Doe", "J. Doe"),  # initial + last name
+        ("It is Doe, Jane on the form.", "Doe, Jane"),  # reordered
+        ("That was Jane's idea.", "Jane"),  # possessive stays outside the span
+        ("Jane Deo called.", "Jane Deo"),  # typo: fuzzy match
+    ],
+)
 def test_name_variants(text, mention):
     assert (mention, "PERSON") in found(text, {"PERSON": ["Jane Doe"]})
 
@@ -40,42 +44,71 @@ def test_single_token_names_are_case_sensitive():
     assert found("I will call.", {"PERSON": ["William Smith"]}) == []
 
 
-@pytest.mark.parametrize("text", ["born 03/02/1975.", "born March 2, 1975.", "born 1975-03-02.", "born 2 March 1975.",
-                                  "born Mar 2, 1975.", "born 03-02-1975."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "born 03/02/1975.",
+        "born March 2, 1975.",
+        "born 1975-03-02.",
+        "born 2 March 1975.",
+        "born Mar 2, 1975.",
+        "born 03-02-1975.",
+    ],
+)
 def test_dates_in_any_common_format(text):
     assert [lab for _, lab in found(text, {"DATE": ["1975-03-02"]})] == ["DATE"]
 
 
 def test_other_date_not_tagged_without_patterns():
     assert found("seen on 04/05/2020.", {"DATE": ["1975-03-02"]}) == []
-    assert [lab for _, lab in found("seen on 04/05/2020.", {"DATE": ["1975-03-02"]}, patterns=True)] == ["DATE"]
+    assert [
+        lab for _, lab in found("seen on 04/05/2020.", {"DATE": ["1975-03-02"]}, patterns=True)
+    ] == ["DATE"]
 
 
-@pytest.mark.parametrize("text,mention", [("(415) 555-0123", "(415) 555-0123"), ("+1-415-555-0123", "+1-415-555-0123"),
-                                          ("415.555.0123", "415.555.0123"), ("4155550123", "4155550123")])
+@pytest.mark.parametrize(
+    "text,mention",
+    [
+        ("(415) 555-0123", "(415) 555-0123"),
+        ("+1-415-555-0123", "+1-415-555-0123"),
+        ("415.555.0123", "415.555.0123"),
+        ("4155550123", "4155550123"),
+    ],
+)
 def test_phone_formats(text, mention):
     assert (mention, "PHONE") in found(f"call {text} now", {"PHONE": ["4155550123"]})
 
 
 def test_ssn_email_address_org():
     text = "SSN 123-45-6789, mail jane.doe@example.com, lives at 12 Oak Stret, Springfield, IL 62701, works at Acme Inc."
-    got = found(text, {"SSN": ["123456789"], "EMAIL": ["Jane.Doe@example.com"],
-                       "ADDRESS": ["12 Oak Street, Springfield, IL 62701"], "ORG": ["Acme Inc"]})
+    got = found(
+        text,
+        {
+            "SSN": ["123456789"],
+            "EMAIL": ["Jane.Doe@example.com"],
+            "ADDRESS": ["12 Oak Street, Springfield, IL 62701"],
+            "ORG": ["Acme Inc"],
+        },
+    )
     labels = {lab for _, lab in got}
     assert labels == {"SSN", "EMAIL", "ADDRESS", "ORG"}
     assert ("12 Oak Stret, Springfield, IL 62701", "ADDRESS") in got  # fuzzy (typo in the text)
 
 
 def test_unicode_names_and_empty_documents():
-    assert ("Björn Ångström", "PERSON") in found("Björn Ångström wrote.", {"PERSON": ["Björn Ångström"]})
+    assert ("Björn Ångström", "PERSON") in found(
+        "Björn Ångström wrote.", {"PERSON": ["Björn Ångström"]}
+    )
     doc = AutoAnnotator().annotate("", {"PERSON": ["Jane Doe"]})
     assert doc.spans == () and doc.unmatched == (("PERSON", "Jane Doe"),)
 
 
 def test_overlapping_entities_resolved_longest_first():
-    doc = AutoAnnotator().annotate("Visit Springfield General, Springfield.",
-                                   {"ORG": ["Springfield General"], "LOC": ["Springfield"]})
-    spans = [(doc.text[s.start:s.end], s.label) for s in doc.spans]
+    doc = AutoAnnotator().annotate(
+        "Visit Springfield General, Springfield.",
+        {"ORG": ["Springfield General"], "LOC": ["Springfield"]},
+    )
+    spans = [(doc.text[s.start : s.end], s.label) for s in doc.spans]
     assert spans == [("Springfield General", "ORG"), ("Springfield", "LOC")]
     toks, tags = doc.tokens_and_tags()
     assert tags[:3] == ["O", "B-ORG", "I-ORG"]
@@ -103,10 +136,15 @@ def test_corpus_quality_goal_and_degraded_variant(pii_corpus):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clean = evaluate_annotation(pii_corpus.records, pii_corpus.known_fields, AutoAnnotator())
-        deg = evaluate_annotation(pii_corpus.records, degrade_fields(pii_corpus.known_fields, rng=0), AutoAnnotator())
+        deg = evaluate_annotation(
+            pii_corpus.records, degrade_fields(pii_corpus.known_fields, rng=0), AutoAnnotator()
+        )
     assert clean.metrics.strict.f1 >= 0.6, clean.to_dict()
-    exact_only = evaluate_annotation(pii_corpus.records, degrade_fields(pii_corpus.known_fields, rng=0),
-                                     AutoAnnotator(fuzzy_threshold=100, nicknames=False))
+    exact_only = evaluate_annotation(
+        pii_corpus.records,
+        degrade_fields(pii_corpus.known_fields, rng=0),
+        AutoAnnotator(fuzzy_threshold=100, nicknames=False),
+    )
     # fuzzy matching + nicknames recover most of what the degraded fields lose
     assert deg.metrics.strict.f1 >= 0.6 and deg.metrics.strict.f1 > clean.metrics.strict.f1 - 0.05
     assert exact_only.metrics.strict.f1 < deg.metrics.strict.f1 - 0.02

@@ -1,4 +1,5 @@
 """The paper's four evaluation modes (Table 3) through evaluate_annotation / evaluate_tags."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,12 +13,15 @@ from privnlp.mechanisms.pii.tagger import evaluate_tags
 TEXT = "Adam London."
 
 
-@pytest.mark.parametrize("pred,expected", [
-    ((0, 11, "PERSON"), (1.0, 1.0, 1.0, 1.0)),   # correct
-    ((0, 4, "PERSON"), (0.0, 0.0, 0.5, 0.5)),    # boundary wrong
-    ((0, 11, "LOC"), (0.0, 1.0, 0.0, 0.5)),      # type wrong
-    ((5, 11, "LOC"), (0.0, 0.0, 0.0, 0.5)),      # both wrong
-])
+@pytest.mark.parametrize(
+    "pred,expected",
+    [
+        ((0, 11, "PERSON"), (1.0, 1.0, 1.0, 1.0)),  # correct
+        ((0, 4, "PERSON"), (0.0, 0.0, 0.5, 0.5)),  # boundary wrong
+        ((0, 11, "LOC"), (0.0, 1.0, 0.0, 0.5)),  # type wrong
+        ((5, 11, "LOC"), (0.0, 0.0, 0.0, 0.5)),  # both wrong
+    ],
+)
 def test_table3_credit(pred, expected):
     rec = Record("r", "u", "note", TEXT, (Span(0, 11, "PERSON"),))
     doc = AnnotatedDoc(TEXT, (PIISpan(*pred),))

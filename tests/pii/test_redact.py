@@ -1,4 +1,5 @@
 """Redaction: placeholders, consistent surrogates, regex recognizers, files and the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,10 @@ from typer.testing import CliRunner
 from privnlp.core.errors import InvalidArgument, MalformedInput
 from privnlp.mechanisms.pii import PIIRedactor, luhn_ok, recognize, redact_file
 
-TEXT = ("Jane Doe called from (415) 555-0123 on 03/02/2021. Jane Doe's card 4111 1111 1111 1111, mail jane@x.org. "
-        "Jane said hi.")
+TEXT = (
+    "Jane Doe called from (415) 555-0123 on 03/02/2021. Jane Doe's card 4111 1111 1111 1111, mail jane@x.org. "
+    "Jane said hi."
+)
 FIELDS = {"PERSON": ["Jane Doe"]}
 
 
@@ -24,11 +27,16 @@ def test_luhn_and_recognizers():
 
 def test_placeholders_and_presidio_shape():
     r = PIIRedactor().redact(TEXT, FIELDS)
-    assert "Jane" not in r.text and "555" not in r.text and "4111" not in r.text and "jane@x.org" not in r.text
+    assert (
+        "Jane" not in r.text
+        and "555" not in r.text
+        and "4111" not in r.text
+        and "jane@x.org" not in r.text
+    )
     assert r.text.startswith("[NAME] called from [PHONE] on [DATE].")
     p = r.presidio()
     assert set(p[0]) == {"entity_type", "start", "end", "score"}
-    assert TEXT[p[0]["start"]:p[0]["end"]] == "Jane Doe"
+    assert TEXT[p[0]["start"] : p[0]["end"]] == "Jane Doe"
 
 
 def test_surrogates_consistent_within_document_and_seeded():
@@ -48,14 +56,24 @@ def test_bad_input():
     with pytest.raises(MalformedInput):
         PIIRedactor().redact(None)  # type: ignore[arg-type]
     assert PIIRedactor().redact("").text == ""
-    assert PIIRedactor().redact("Björn Ångström wrote", {"PERSON": ["Björn Ångström"]}).text == "[NAME] wrote"
+    assert (
+        PIIRedactor().redact("Björn Ångström wrote", {"PERSON": ["Björn Ångström"]}).text
+        == "[NAME] wrote"
+    )
 
 
 def test_files_jsonl_csv_txt(tmp_path):
     src = tmp_path / "in.jsonl"
-    src.write_text(json.dumps({"id": "a", "text": TEXT, "k": 1}) + "\n\n" + json.dumps({"id": "b", "text": ""}) + "\n")
+    src.write_text(
+        json.dumps({"id": "a", "text": TEXT, "k": 1})
+        + "\n\n"
+        + json.dumps({"id": "b", "text": ""})
+        + "\n"
+    )
     out = tmp_path / "out.jsonl"
-    s = redact_file(src, out, field="text", known_fields={"a": FIELDS}, spans_path=tmp_path / "s.jsonl")
+    s = redact_file(
+        src, out, field="text", known_fields={"a": FIELDS}, spans_path=tmp_path / "s.jsonl"
+    )
     rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
     assert rows[0]["k"] == 1 and "Jane" not in rows[0]["text"] and rows[1]["text"] == ""
     side = json.loads((tmp_path / "out.jsonl.redaction.json").read_text())
@@ -96,11 +114,28 @@ def test_cli_redact(tmp_path):
     src.write_text(json.dumps({"id": "a", "text": TEXT}) + "\n")
     kf = tmp_path / "kf.jsonl"
     kf.write_text(json.dumps({"id": "a", "fields": FIELDS}) + "\n")
-    res = CliRunner().invoke(app, ["redact", str(src), "-o", str(tmp_path / "o.jsonl"), "--field", "text",
-                                   "--tagger", "none", "--known-fields", str(kf), "--mode", "surrogate"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "redact",
+            str(src),
+            "-o",
+            str(tmp_path / "o.jsonl"),
+            "--field",
+            "text",
+            "--tagger",
+            "none",
+            "--known-fields",
+            str(kf),
+            "--mode",
+            "surrogate",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "PERSON=3" in res.output and "Jane" not in (tmp_path / "o.jsonl").read_text()
-    bad = CliRunner().invoke(app, ["redact", str(src), "-o", str(tmp_path / "o2.jsonl"), "--tagger", "none"])
+    bad = CliRunner().invoke(
+        app, ["redact", str(src), "-o", str(tmp_path / "o2.jsonl"), "--tagger", "none"]
+    )
     assert bad.exit_code == 2 and "--field is required" in bad.output
 
 

@@ -4,6 +4,7 @@ Numbers are written to ``attacks/pii_residual/results.json``-style dicts in the 
 assertions state what we measured, not the paper's claim where it does not reproduce (see
 ``docs/readme/55-pii-redaction.md``).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,15 @@ def test_noisy_label_effect_and_regex_baseline():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = noisy_label_effect(patterns=True, rng=0)
-    print(json.dumps({k: {m: v[m] for m in ("strict_f1", "partial_f1")} for k, v in res.items() if isinstance(v, dict)}))
+    print(
+        json.dumps(
+            {
+                k: {m: v[m] for m in ("strict_f1", "partial_f1")}
+                for k, v in res.items()
+                if isinstance(v, dict)
+            }
+        )
+    )
     # the tagger works on documents *without* known fields: far above the regex recognizers alone
     assert res["tagger"]["strict_f1"] > res["regex_only"]["strict_f1"] + 0.1
     # measured (seed 0, word dropout 0.25, 10 epochs): tagger strict F1 0.80 vs noisy labels 0.84 on held-out
@@ -38,7 +47,14 @@ def test_tagger_beats_labels_with_random_boundary_noise():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = noisy_label_effect(patterns=True, boundary_noise=0.5, rng=0)
-    print(json.dumps({k: {m: res[k][m] for m in ("strict_f1", "partial_f1")} for k in ("noisy_labels", "tagger")}))
+    print(
+        json.dumps(
+            {
+                k: {m: res[k][m] for m in ("strict_f1", "partial_f1")}
+                for k in ("noisy_labels", "tagger")
+            }
+        )
+    )
     assert res["tagger"]["strict_f1"] > res["noisy_labels"]["strict_f1"] + 0.1
     assert res["tagger"]["partial_f1"] > res["noisy_labels"]["partial_f1"]
 
@@ -63,8 +79,24 @@ def test_minilm_token_classifier_trains():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = noisy_label_effect(n_users=16, records_per_user=8, heldout_users=4, rounds=2, model="minilm",
-                                 lr=0.05, batch_size=8, rng=0)
-    print(json.dumps({k: {m: v[m] for m in ("strict_f1", "partial_f1")} for k, v in res.items() if isinstance(v, dict)}),
-          res["train_seconds"])
+        res = noisy_label_effect(
+            n_users=16,
+            records_per_user=8,
+            heldout_users=4,
+            rounds=2,
+            model="minilm",
+            lr=0.05,
+            batch_size=8,
+            rng=0,
+        )
+    print(
+        json.dumps(
+            {
+                k: {m: v[m] for m in ("strict_f1", "partial_f1")}
+                for k, v in res.items()
+                if isinstance(v, dict)
+            }
+        ),
+        res["train_seconds"],
+    )
     assert res["tagger"]["partial_f1"] > 0.3

@@ -1,13 +1,20 @@
 """Bayesian adversary, empirical privacy-utility trend and Algorithm 2 on the bundled corpus
 (paper: vickrey-mechanism-metric-dp.txt, Section 3 and Figure 2)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from privnlp.attacks.text.bayesian import (BayesianInversion, estimate_channel, estimate_channels_vickrey,
-                                           expected_inference_error, expected_utility_loss, privacy_stats,
-                                           sentiment_flip_loss)
+from privnlp.attacks.text.bayesian import (
+    BayesianInversion,
+    estimate_channel,
+    estimate_channels_vickrey,
+    expected_inference_error,
+    expected_utility_loss,
+    privacy_stats,
+    sentiment_flip_loss,
+)
 from privnlp.core.observations import PerturbedText
 from privnlp.data.sentiment import LEXICON
 from privnlp.mechanisms.text import Vickrey
@@ -25,7 +32,9 @@ def curves(lexicon_emb):
     E = np.zeros((len(TS), len(eps_grid)))
     L = np.zeros_like(E)
     for k, eps in enumerate(eps_grid):
-        for j, ch in enumerate(estimate_channels_vickrey(emb, eps, TS, np.arange(len(emb)), 200, rng=k)):
+        for j, ch in enumerate(
+            estimate_channels_vickrey(emb, eps, TS, np.arange(len(emb)), 200, rng=k)
+        ):
             E[j, k] = expected_inference_error(ch, prior)
             L[j, k] = expected_utility_loss(ch, dl, prior)
     return eps_grid, E, L
@@ -66,7 +75,9 @@ def test_channel_stats_and_limits(lexicon_emb):
 
 
 def test_attack_succeeds_undefended_fails_on_strong_defense(lexicon_emb):
-    words = [lexicon_emb.words[i] for i in np.random.default_rng(0).integers(0, len(lexicon_emb), 300)]
+    words = [
+        lexicon_emb.words[i] for i in np.random.default_rng(0).integers(0, len(lexicon_emb), 300)
+    ]
     att = BayesianInversion(n_samples=200, prior="uniform")
     weak = Vickrey(1e4, t=0.0, embeddings=lexicon_emb)
     obs = PerturbedText(texts=tuple(weak.perturb_words(words, rng=1)), mechanism=weak)
@@ -84,20 +95,25 @@ def test_algorithm2_selects_feasible_vickrey(lexicon_emb):
     emb = lexicon_emb
     prior = emb.counts / emb.counts.sum()
     dl = sentiment_flip_loss(emb.words, LEXICON)
-    res = select_parameters(emb, loss=dl, max_loss=0.05, prior=prior, epsilon0=1.0, n_samples=150, rng=0)
+    res = select_parameters(
+        emb, loss=dl, max_loss=0.05, prior=prior, epsilon0=1.0, n_samples=150, rng=0
+    )
     assert res.utility_loss <= 0.05 and res.t > 0
     lap = [p for p in res.points if p.t == 0.0 and p.epsilon == res.epsilon][0]
     assert res.inference_error > lap.inference_error
-    assert res.epsilon in {2.0 ** k for k in range(12)}
+    assert res.epsilon in {2.0**k for k in range(12)}
 
 
 def test_registry_and_scenario():
     import privnlp.attacks as A
     import privnlp.mechanisms as M
     from privnlp.evaluation.scenarios import get
+
     for n in ("vickrey", "vickrey_k", "laplace_metric", "mahalanobis"):
         cls = M.get(n)
-        assert cls.paired_attacks == ("bayesian_inversion",) and cls.scenario == "text.licenses"   # real text (issue #16)
+        assert (
+            cls.paired_attacks == ("bayesian_inversion",) and cls.scenario == "text.licenses"
+        )  # real text (issue #16)
         assert cls.example("quick").claim().kind.value == "metric_dp"
     assert A.get("bayesian_inversion").headline_metric == "inference_accuracy"
     run = get("text.perturbation")().run(None, rng=0)

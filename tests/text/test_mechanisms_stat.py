@@ -4,6 +4,7 @@ Tolerances: KS / chi-square p-values > 1e-3 on fixed seeds (the tests are determ
 thresholds state how unlikely a correct implementation is to fail on a fresh seed); the metric-DP
 audit uses one-sided Clopper-Pearson bounds at 1e-4 (Bonferroni over outputs).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,14 @@ from scipy import stats
 
 from privnlp.attacks.text.bayesian import metric_dp_audit
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter
-from privnlp.mechanisms.text import (Embeddings, LaplaceMetric, LeakyVickreyExcludesInput, Mahalanobis, Vickrey,
-                                     VickreyK)
+from privnlp.mechanisms.text import (
+    Embeddings,
+    LaplaceMetric,
+    LeakyVickreyExcludesInput,
+    Mahalanobis,
+    Vickrey,
+    VickreyK,
+)
 
 
 def _emb(n=40, d=6, seed=0, scale=1.0):
@@ -56,13 +63,18 @@ def test_t0_equals_laplace_in_distribution():
     p = stats.chi2_contingency(np.stack([ca[keep], cb[keep]])).pvalue
     assert p > 1e-3
     # and t = 0.5 is distinguishable from Laplace (the test has power)
-    c = np.bincount(Vickrey(2.0, t=0.5, embeddings=emb).perturb_ids(ids, rng=np.random.default_rng(12)), minlength=30)
+    c = np.bincount(
+        Vickrey(2.0, t=0.5, embeddings=emb).perturb_ids(ids, rng=np.random.default_rng(12)),
+        minlength=30,
+    )
     keep = (ca + c) > 0
     assert stats.chi2_contingency(np.stack([ca[keep], c[keep]])).pvalue < 1e-6
 
 
 def _second_neighbour(emb, noisy):
-    D = np.linalg.norm(emb.vectors.astype(np.float64)[None] - noisy[:, None].astype(np.float64), axis=2)
+    D = np.linalg.norm(
+        emb.vectors.astype(np.float64)[None] - noisy[:, None].astype(np.float64), axis=2
+    )
     return np.argsort(D, axis=1)[:, :2]
 
 
@@ -80,28 +92,38 @@ def test_vickrey_probability_formula():
     v = Vickrey(1.0, t=0.25)
     p = v.first_probability(np.array([1.0, 2.0]), np.array([3.0, 2.0]))
     assert np.allclose(p, [0.75 * 3 / (0.25 + 2.25), 0.75 * 2 / (0.5 + 1.5)])
-    assert np.all(Vickrey(1.0, t=1.0).first_probability(np.array([0.0, 1.0]), np.array([1.0, 2.0])) == 0)
+    assert np.all(
+        Vickrey(1.0, t=1.0).first_probability(np.array([0.0, 1.0]), np.array([1.0, 2.0])) == 0
+    )
 
 
 def _grid_emb():
     # 12 words: a 2-D grid plus some spread in 4 extra dims, neighbours ~1 apart
     g = np.random.default_rng(0)
     pts = np.array([[i, j] for i in range(4) for j in range(3)], dtype=float)
-    return Embeddings(tuple(f"g{i}" for i in range(12)), np.hstack([pts, 0.3 * g.standard_normal((12, 4))]))
+    return Embeddings(
+        tuple(f"g{i}" for i in range(12)), np.hstack([pts, 0.3 * g.standard_normal((12, 4))])
+    )
 
 
 PAIRS = [(0, 1), (4, 5), (4, 7)]
 
 
-@pytest.mark.parametrize("factory", [
-    lambda e: LaplaceMetric(1.5, embeddings=e),
-    lambda e: Vickrey(1.5, t=0.5, embeddings=e),
-    lambda e: Vickrey(1.5, t=1.0, embeddings=e),
-    lambda e: VickreyK(1.5, ts=(1.0, 2.0, 0.5), embeddings=e),
-    lambda e: Mahalanobis(1.5, lam=0.5, embeddings=e),
-], ids=["laplace", "vickrey_t0.5", "vickrey_t1", "vickrey_k3", "mahalanobis"])
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda e: LaplaceMetric(1.5, embeddings=e),
+        lambda e: Vickrey(1.5, t=0.5, embeddings=e),
+        lambda e: Vickrey(1.5, t=1.0, embeddings=e),
+        lambda e: VickreyK(1.5, ts=(1.0, 2.0, 0.5), embeddings=e),
+        lambda e: Mahalanobis(1.5, lam=0.5, embeddings=e),
+    ],
+    ids=["laplace", "vickrey_t0.5", "vickrey_t1", "vickrey_k3", "mahalanobis"],
+)
 def test_metric_dp_audit_passes(factory):
-    res = metric_dp_audit(factory(_grid_emb()), PAIRS, n_samples=40000, rng=np.random.default_rng(0))
+    res = metric_dp_audit(
+        factory(_grid_emb()), PAIRS, n_samples=40000, rng=np.random.default_rng(0)
+    )
     assert res.passed, res
 
 
@@ -114,30 +136,50 @@ class _WrongRadius(Vickrey):
         return z.astype(dtype)
 
 
-@pytest.mark.parametrize("twin", [LeakyVickreyExcludesInput, _WrongRadius], ids=["excludes_input", "wrong_radius"])
+@pytest.mark.parametrize(
+    "twin", [LeakyVickreyExcludesInput, _WrongRadius], ids=["excludes_input", "wrong_radius"]
+)
 def test_metric_dp_audit_catches_leaky_twin(twin):
-    res = metric_dp_audit(twin(1.5, t=0.5, embeddings=_grid_emb()), PAIRS, n_samples=40000,
-                          rng=np.random.default_rng(0))
+    res = metric_dp_audit(
+        twin(1.5, t=0.5, embeddings=_grid_emb()),
+        PAIRS,
+        n_samples=40000,
+        rng=np.random.default_rng(0),
+    )
     assert not res.passed and res.max_excess > 0.5, res
 
 
 def test_registered_leaky_twin_is_caught():
     from privnlp.core.registry import LEAKY_TWINS
     from privnlp.mechanisms.text import LeakyVickreyWrongRadius
+
     twin = LEAKY_TWINS.get("vickrey")
     assert twin is LeakyVickreyWrongRadius
-    res = metric_dp_audit(twin(1.5, t=0.5, embeddings=_grid_emb()), PAIRS, n_samples=40000,
-                          rng=np.random.default_rng(0))
+    res = metric_dp_audit(
+        twin(1.5, t=0.5, embeddings=_grid_emb()),
+        PAIRS,
+        n_samples=40000,
+        rng=np.random.default_rng(0),
+    )
     assert not res.passed and res.max_excess > 0.5, res
-    out = LeakyVickreyExcludesInput(1.5, t=0.5, embeddings=_grid_emb()).perturb_ids(np.full(2000, 4), rng=0)
+    out = LeakyVickreyExcludesInput(1.5, t=0.5, embeddings=_grid_emb()).perturb_ids(
+        np.full(2000, 4), rng=0
+    )
     assert not np.any(out == 4)
 
 
-@pytest.mark.parametrize("kw,err", [
-    ({"epsilon": 0}, InvalidPrivacyParameter), ({"epsilon": -1}, InvalidPrivacyParameter),
-    ({"epsilon": float("nan")}, InvalidPrivacyParameter), ({"t": 1.5}, InvalidArgument), ({"t": -0.1}, InvalidArgument),
-    ({"oov": "drop"}, InvalidArgument), ({"index": "faiss2"}, InvalidArgument),
-])
+@pytest.mark.parametrize(
+    "kw,err",
+    [
+        ({"epsilon": 0}, InvalidPrivacyParameter),
+        ({"epsilon": -1}, InvalidPrivacyParameter),
+        ({"epsilon": float("nan")}, InvalidPrivacyParameter),
+        ({"t": 1.5}, InvalidArgument),
+        ({"t": -0.1}, InvalidArgument),
+        ({"oov": "drop"}, InvalidArgument),
+        ({"index": "faiss2"}, InvalidArgument),
+    ],
+)
 def test_bad_parameters(kw, err):
     base = {"epsilon": 1.0, "t": 0.5}
     base.update(kw)
@@ -174,9 +216,13 @@ def test_noise_depends_on_rng_only_not_on_threads():
     class FourThreads(Vickrey):
         noise_threads = 4
 
-    a = OneThread(5.0, embeddings=emb).sample_noise(7000, rng=np.random.default_rng(9), dtype=np.float64)
-    b = FourThreads(5.0, embeddings=emb).sample_noise(7000, rng=np.random.default_rng(9), dtype=np.float64)
+    a = OneThread(5.0, embeddings=emb).sample_noise(
+        7000, rng=np.random.default_rng(9), dtype=np.float64
+    )
+    b = FourThreads(5.0, embeddings=emb).sample_noise(
+        7000, rng=np.random.default_rng(9), dtype=np.float64
+    )
     np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a[:2048], a[2048:4096])          # chunks are not copies of each other
+    assert not np.array_equal(a[:2048], a[2048:4096])  # chunks are not copies of each other
     radii = np.linalg.norm(a, axis=1)
     assert stats.kstest(radii, stats.gamma(a=20, scale=1 / 5.0).cdf).pvalue > 1e-3

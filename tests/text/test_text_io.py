@@ -1,4 +1,5 @@
 """Text in / text out, files, CLI, Dataset.map, bad input (paper: vickrey-mechanism-metric-dp.txt)."""
+
 from __future__ import annotations
 
 import json
@@ -13,11 +14,21 @@ from privnlp.mechanisms.text.files import sanitize_file, sidecar_path
 
 def test_detokenise_preserves_layout(small_emb):
     text = "  The movie,\twas GOOD!!  (really)\n"
-    out = Vickrey(1e6, t=0.0, embeddings=small_emb, oov="keep").sanitize(text, rng=0)  # huge eps: identity
-    assert out.text == "  The movie,\twas GOOD!!  (really)\n"   # casing of the input restored (issue #16)
+    out = Vickrey(1e6, t=0.0, embeddings=small_emb, oov="keep").sanitize(
+        text, rng=0
+    )  # huge eps: identity
+    assert (
+        out.text == "  The movie,\twas GOOD!!  (really)\n"
+    )  # casing of the input restored (issue #16)
     assert (out.n_words, out.n_perturbed, out.n_oov, out.n_kept) == (5, 3, 2, 2)
     noisy = Vickrey(0.01, t=0.5, embeddings=small_emb).sanitize(text, rng=0)
-    assert [noisy.text[a:b] for a, b in word_spans(noisy.text)] != ["the", "movie", "was", "good", "really"]
+    assert [noisy.text[a:b] for a, b in word_spans(noisy.text)] != [
+        "the",
+        "movie",
+        "was",
+        "good",
+        "really",
+    ]
     assert noisy.text.count("\t") == 1 and noisy.text.endswith("(" + noisy.text.split("(")[1])
     assert len(word_spans(noisy.text)) == 5
 
@@ -54,13 +65,20 @@ def test_datasets_map(small_emb):
 
 def test_load_embedding_formats(tmp_path, small_emb):
     glove = tmp_path / "g.txt"
-    glove.write_text("\n".join(w + " " + " ".join(f"{x:.5f}" for x in v) for w, v in zip(small_emb.words, small_emb.vectors)) + "\n")
+    glove.write_text(
+        "\n".join(
+            w + " " + " ".join(f"{x:.5f}" for x in v)
+            for w, v in zip(small_emb.words, small_emb.vectors)
+        )
+        + "\n"
+    )
     e = load_embeddings(glove)
     assert e.words == small_emb.words and np.allclose(e.vectors, small_emb.vectors, atol=1e-4)
     w2v = tmp_path / "w.txt"
     w2v.write_text(f"{len(small_emb)} {small_emb.dim}\n" + glove.read_text())
     assert load_embeddings(w2v).words == small_emb.words
     from gensim.models import KeyedVectors
+
     kv = KeyedVectors(small_emb.dim)
     kv.add_vectors(list(small_emb.words), small_emb.vectors)
     kv.save_word2vec_format(str(tmp_path / "w.bin"), binary=True)
@@ -72,6 +90,7 @@ def test_load_embedding_formats(tmp_path, small_emb):
 
 def test_bundled_embeddings_deterministic(bundled):
     from privnlp.mechanisms.text import bundled_embeddings
+
     texts = ["the good movie was great", "the bad food was awful", "a great film"] * 30
     a = bundled_embeddings(texts=texts, dim=8, cache=False, epochs=2)
     b = bundled_embeddings(texts=texts, dim=8, cache=False, epochs=2)
@@ -79,16 +98,21 @@ def test_bundled_embeddings_deterministic(bundled):
     assert len(bundled) > 500 and bundled.counts is not None
 
 
-@pytest.mark.parametrize("fmt,content,field", [
-    ("txt", "good movie\n\nbad, awful food\n", "text"),
-    ("jsonl", '{"text": "good movie", "id": 1}\n{"text": "bad food", "id": 2}\n', "text"),
-    ("csv", 'id,review\n1,"good, movie"\n2,bad food\n', "review"),
-])
+@pytest.mark.parametrize(
+    "fmt,content,field",
+    [
+        ("txt", "good movie\n\nbad, awful food\n", "text"),
+        ("jsonl", '{"text": "good movie", "id": 1}\n{"text": "bad food", "id": 2}\n', "text"),
+        ("csv", 'id,review\n1,"good, movie"\n2,bad food\n', "review"),
+    ],
+)
 def test_sanitize_file_roundtrip(tmp_path, small_emb, fmt, content, field):
     src = tmp_path / f"in.{fmt}"
     src.write_text(content)
     dst = tmp_path / f"out.{fmt}"
-    rep = sanitize_file(src, dst, Vickrey(1.0, embeddings=small_emb), rng=0, field=field, progress=False)
+    rep = sanitize_file(
+        src, dst, Vickrey(1.0, embeddings=small_emb), rng=0, field=field, progress=False
+    )
     out = dst.read_text()
     assert out.count("\n") == content.count("\n")
     assert rep.records == (3 if fmt == "txt" else 2)
@@ -98,18 +122,23 @@ def test_sanitize_file_roundtrip(tmp_path, small_emb, fmt, content, field):
         assert [json.loads(l)["id"] for l in out.splitlines()] == [1, 2]
 
 
-@pytest.mark.parametrize("name,data,err", [
-    ("bad.jsonl", b'{"text": "ok"}\nthis is not json\n', "not JSON"),
-    ("nofield.jsonl", b'{"body": "ok"}\n', "no field"),
-    ("latin1.txt", "good caf\xe9\n".encode("latin-1"), "UTF-8"),
-    ("bad.csv", b"id,other\n1,x\n", "no column"),
-])
+@pytest.mark.parametrize(
+    "name,data,err",
+    [
+        ("bad.jsonl", b'{"text": "ok"}\nthis is not json\n', "not JSON"),
+        ("nofield.jsonl", b'{"body": "ok"}\n', "no field"),
+        ("latin1.txt", "good caf\xe9\n".encode("latin-1"), "UTF-8"),
+        ("bad.csv", b"id,other\n1,x\n", "no column"),
+    ],
+)
 def test_bad_files_no_partial_output(tmp_path, small_emb, name, data, err):
     src = tmp_path / name
     src.write_bytes(b"".join([b'{"text": "good"}\n'] * 3 if name == "bad.jsonl" else []) + data)
     dst = tmp_path / "out" / ("o" + src.suffix)
     with pytest.raises(MalformedInput, match=err):
-        sanitize_file(src, dst, Vickrey(1.0, embeddings=small_emb), rng=0, progress=False, chunk_records=1)
+        sanitize_file(
+            src, dst, Vickrey(1.0, embeddings=small_emb), rng=0, progress=False, chunk_records=1
+        )
     assert not dst.exists() and not sidecar_path(dst).exists()
     assert [p.name for p in dst.parent.iterdir()] == []
 
@@ -118,20 +147,60 @@ def test_cli_sanitize_and_errors(tmp_path, small_emb):
     from typer.testing import CliRunner
 
     from privnlp.cli.main import app
+
     glove = tmp_path / "g.txt"
-    glove.write_text("\n".join(w + " " + " ".join(f"{x:.5f}" for x in v) for w, v in zip(small_emb.words, small_emb.vectors)) + "\n")
+    glove.write_text(
+        "\n".join(
+            w + " " + " ".join(f"{x:.5f}" for x in v)
+            for w, v in zip(small_emb.words, small_emb.vectors)
+        )
+        + "\n"
+    )
     src = tmp_path / "in.jsonl"
     src.write_text('{"text": "good movie"}\n{"text": "the food"}\n')
-    r = CliRunner().invoke(app, ["sanitize", str(src), "-o", str(tmp_path / "o.jsonl"), "--embeddings", str(glove),
-                                 "--format", "jsonl", "-e", "2", "-t", "0.3", "--seed", "1", "--no-progress"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "sanitize",
+            str(src),
+            "-o",
+            str(tmp_path / "o.jsonl"),
+            "--embeddings",
+            str(glove),
+            "--format",
+            "jsonl",
+            "-e",
+            "2",
+            "-t",
+            "0.3",
+            "--seed",
+            "1",
+            "--no-progress",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 2
     assert (tmp_path / "o.jsonl.privnlp.json").exists()
-    for args, msg in ((["-e", "0"], "epsilon"), (["-t", "1.5"], "t must be"), (["--format", "jsonl"], None)):
+    for args, msg in (
+        (["-e", "0"], "epsilon"),
+        (["-t", "1.5"], "t must be"),
+        (["--format", "jsonl"], None),
+    ):
         bad = tmp_path / "bad.txt"
         bad.write_text("plain text, not json\n")
-        r = CliRunner().invoke(app, ["sanitize", str(bad), "-o", str(tmp_path / "x.out"), "--embeddings", str(glove),
-                                     "--no-progress"] + args)
+        r = CliRunner().invoke(
+            app,
+            [
+                "sanitize",
+                str(bad),
+                "-o",
+                str(tmp_path / "x.out"),
+                "--embeddings",
+                str(glove),
+                "--no-progress",
+            ]
+            + args,
+        )
         assert r.exit_code == 2 and not (tmp_path / "x.out").exists()
         if msg:
             assert msg in r.output

@@ -13,17 +13,25 @@ Two checks per twin, both seeded (deterministic):
   measured gaps over seeds are >= 0.18: laplace 0.19 vs 0.37, mahalanobis 0.24 vs 0.96,
   vickrey_k 0.11 vs 0.59; the seed-to-seed spread of the estimates is < 0.005).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from privnlp.attacks.text.bayesian import estimate_channel, expected_inference_error, metric_dp_audit
+from privnlp.attacks.text.bayesian import (
+    estimate_channel,
+    expected_inference_error,
+    metric_dp_audit,
+)
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.mechanisms.text import Embeddings, LaplaceMetric, Mahalanobis, VickreyK
-from privnlp.mechanisms.text.twins import (LeakyLaplacePerCoordinate, LeakyMahalanobisNoIdentity,
-                                           LeakyVickreyKPrecomputedNeighbors)
+from privnlp.mechanisms.text.twins import (
+    LeakyLaplacePerCoordinate,
+    LeakyMahalanobisNoIdentity,
+    LeakyVickreyKPrecomputedNeighbors,
+)
 
 
 def _diag_emb(d=16, n=8):
@@ -38,7 +46,10 @@ def _flat_emb(sep=10.0):
     the low-variance axes 1-2: neighbours differ only where Sigma is almost flat."""
     g = np.random.default_rng(0)
     pts = np.array([[i, j] for i in range(3) for j in range(2)], dtype=float)
-    halves = [np.hstack([np.full((6, 1), s * sep / 2), pts, 0.1 * g.standard_normal((6, 1))]) for s in (-1, 1)]
+    halves = [
+        np.hstack([np.full((6, 1), s * sep / 2), pts, 0.1 * g.standard_normal((6, 1))])
+        for s in (-1, 1)
+    ]
     return Embeddings(tuple(f"f{i}" for i in range(12)), np.vstack(halves))
 
 
@@ -46,23 +57,39 @@ def _grid_emb():
     # same as tests/text/test_mechanisms_stat.py: a 4x3 grid plus spread in 4 extra dims
     g = np.random.default_rng(0)
     pts = np.array([[i, j] for i in range(4) for j in range(3)], dtype=float)
-    return Embeddings(tuple(f"g{i}" for i in range(12)), np.hstack([pts, 0.3 * g.standard_normal((12, 4))]))
+    return Embeddings(
+        tuple(f"g{i}" for i in range(12)), np.hstack([pts, 0.3 * g.standard_normal((12, 4))])
+    )
 
 
 CASES = {
-    "laplace_metric": (lambda e: LaplaceMetric(1.5, embeddings=e), lambda e: LeakyLaplacePerCoordinate(1.5, embeddings=e),
-                       _diag_emb, [(0, 1), (3, 4), (2, 4)]),
-    "mahalanobis": (lambda e: Mahalanobis(1.5, lam=0.2, embeddings=e),
-                    lambda e: LeakyMahalanobisNoIdentity(1.5, lam=0.2, embeddings=e), _flat_emb, [(0, 1), (2, 3), (6, 7)]),
-    "vickrey_k": (lambda e: VickreyK(1.5, ts=(1.0, 2.0, 0.5), embeddings=e),
-                  lambda e: LeakyVickreyKPrecomputedNeighbors(1.5, ts=(1.0, 2.0, 0.5), embeddings=e), _grid_emb,
-                  [(0, 1), (4, 5), (4, 7)]),
+    "laplace_metric": (
+        lambda e: LaplaceMetric(1.5, embeddings=e),
+        lambda e: LeakyLaplacePerCoordinate(1.5, embeddings=e),
+        _diag_emb,
+        [(0, 1), (3, 4), (2, 4)],
+    ),
+    "mahalanobis": (
+        lambda e: Mahalanobis(1.5, lam=0.2, embeddings=e),
+        lambda e: LeakyMahalanobisNoIdentity(1.5, lam=0.2, embeddings=e),
+        _flat_emb,
+        [(0, 1), (2, 3), (6, 7)],
+    ),
+    "vickrey_k": (
+        lambda e: VickreyK(1.5, ts=(1.0, 2.0, 0.5), embeddings=e),
+        lambda e: LeakyVickreyKPrecomputedNeighbors(1.5, ts=(1.0, 2.0, 0.5), embeddings=e),
+        _grid_emb,
+        [(0, 1), (4, 5), (4, 7)],
+    ),
 }
 
 
 def test_twins_registered_and_imitate():
-    expected = {"laplace_metric": LeakyLaplacePerCoordinate, "mahalanobis": LeakyMahalanobisNoIdentity,
-                "vickrey_k": LeakyVickreyKPrecomputedNeighbors}
+    expected = {
+        "laplace_metric": LeakyLaplacePerCoordinate,
+        "mahalanobis": LeakyMahalanobisNoIdentity,
+        "vickrey_k": LeakyVickreyKPrecomputedNeighbors,
+    }
     for name, cls in expected.items():
         assert LEAKY_TWINS.get(name) is cls
         real = MECHANISMS.get(name)
@@ -89,7 +116,9 @@ def test_bayesian_adversary_more_accurate_on_twin(name):
     acc = []
     for f in (real, twin):
         m = f(emb())
-        ch = estimate_channel(m, np.arange(len(m.resolve_embeddings())), 2000, rng=np.random.default_rng(1))
+        ch = estimate_channel(
+            m, np.arange(len(m.resolve_embeddings())), 2000, rng=np.random.default_rng(1)
+        )
         acc.append(1.0 - expected_inference_error(ch))
     assert acc[1] > acc[0] + 0.08, acc
 
@@ -98,8 +127,12 @@ def test_laplace_twin_radius_rejected():
     # the correct radius is Gamma(d, 1/eps) (KS p > 1e-3 in test_mechanisms_stat); the per-coordinate
     # Laplace twin's norm is ~sqrt(2d)/eps: rejected at p < 1e-6 with 5000 draws
     eps, emb = 2.0, _diag_emb(d=16)
-    z = LeakyLaplacePerCoordinate(eps, embeddings=emb).sample_noise(5000, rng=np.random.default_rng(3), dtype=np.float64)
-    assert stats.kstest(np.linalg.norm(z, axis=1), stats.gamma(a=16, scale=1 / eps).cdf).pvalue < 1e-6
+    z = LeakyLaplacePerCoordinate(eps, embeddings=emb).sample_noise(
+        5000, rng=np.random.default_rng(3), dtype=np.float64
+    )
+    assert (
+        stats.kstest(np.linalg.norm(z, axis=1), stats.gamma(a=16, scale=1 / eps).cdf).pvalue < 1e-6
+    )
 
 
 def test_mahalanobis_twin_radius_in_its_metric_rejected():
@@ -120,7 +153,9 @@ def test_vickrey_k_twin_output_stays_in_input_neighbourhood():
     out = twin.perturb_ids(np.full(3000, 4), rng=np.random.default_rng(5))
     assert set(out.tolist()) <= set(twin.neighbor_table()[4].tolist())
     # the real mechanism at eps=0.5 reaches (almost) the whole vocabulary
-    real = VickreyK(0.5, ts=(1.0, 1.0, 1.0), embeddings=emb).perturb_ids(np.full(3000, 4), rng=np.random.default_rng(5))
+    real = VickreyK(0.5, ts=(1.0, 1.0, 1.0), embeddings=emb).perturb_ids(
+        np.full(3000, 4), rng=np.random.default_rng(5)
+    )
     assert len(set(real.tolist())) >= 8
     # perturb_vectors goes through the same table (snapped to the nearest word)
     v = twin.perturb_vectors(np.repeat(emb.vectors[4:5], 200, axis=0), rng=np.random.default_rng(6))

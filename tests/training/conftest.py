@@ -1,4 +1,5 @@
 """Shared tiny fixtures for the private-training tests (all CPU, seconds)."""
+
 from __future__ import annotations
 
 import os

@@ -1,10 +1,19 @@
 """Accounting: reference epsilons (opacus RDP, TF Privacy), ledger round-trip, calibration, budget, delta."""
+
 from __future__ import annotations
 
 import pytest
 
-from privnlp.accounting import (BudgetGuard, DPLedger, calibrate_noise_multiplier, check_delta, default_delta,
-                                effective_noise_multiplier, epsilon_for, epsilon_no_amplification)
+from privnlp.accounting import (
+    BudgetGuard,
+    DPLedger,
+    calibrate_noise_multiplier,
+    check_delta,
+    default_delta,
+    effective_noise_multiplier,
+    epsilon_for,
+    epsilon_no_amplification,
+)
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, PrivacyBudgetExceeded
 
 
@@ -27,10 +36,13 @@ def test_tf_privacy_reference_value_within_1_percent():
 def test_prv_and_pld_agree_and_are_tighter_than_rdp():
     prv = epsilon_for([(1.5, 0.04, 2250)], 1e-5, "prv", diagnostics=True)
     rdp = epsilon_for([(1.5, 0.04, 2250)], 1e-5, "rdp")
-    assert prv.relative_gap < 0.05          # opacus PRV (diagnostic) vs the reported dp_accounting PLD
+    assert prv.relative_gap < 0.05  # opacus PRV (diagnostic) vs the reported dp_accounting PLD
     assert prv.epsilon < rdp.epsilon
-    assert prv.epsilon == prv.dp_accounting == min(prv.diagnostics["dp_accounting.pld"],
-                                                   prv.diagnostics["dp_accounting.rdp_wide"])
+    assert (
+        prv.epsilon
+        == prv.dp_accounting
+        == min(prv.diagnostics["dp_accounting.pld"], prv.diagnostics["dp_accounting.rdp_wide"])
+    )
 
 
 def test_ledger_round_trip_and_run_length():
@@ -72,7 +84,7 @@ def test_budget_guard_refuses_exactly_the_step_over_target():
     led = DPLedger()
     g = BudgetGuard(led, target_epsilon=3.0, delta=1e-5, accountant="rdp")
     k = g.allowed_steps(1.0, 0.05)
-    assert k == int(k) and k >= 1            # a whole number of steps; exactness checked below
+    assert k == int(k) and k >= 1  # a whole number of steps; exactness checked below
     for _ in range(int(k)):
         g.check_step(1.0, 0.05)
         g.record(1.0, 0.05)
@@ -85,7 +97,7 @@ def test_budget_guard_refuses_exactly_the_step_over_target():
 
 def test_delta_defaults_and_rejections():
     assert default_delta(1000) == 1e-5
-    assert default_delta(10**6) == pytest.approx(10**6 ** -1.1 if False else (10**6) ** -1.1)
+    assert default_delta(10**6) == pytest.approx(10**6**-1.1 if False else (10**6) ** -1.1)
     with pytest.raises(InvalidPrivacyParameter, match=r"delta must be in \(0, 1/N\)"):
         check_delta(0.01, 100)
     with pytest.raises(InvalidPrivacyParameter, match="delta"):

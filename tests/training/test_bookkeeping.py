@@ -1,4 +1,5 @@
 """Book-keeping clipping (one backward pass) computes the same clipped, noised gradient as opacus' hooks mode."""
+
 from __future__ import annotations
 
 import warnings
@@ -24,14 +25,28 @@ def _batch():
 
 
 def _step(mode: str, sigma: float, clip: float):
-    model = tiny_bert_classifier(V, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                 max_position_embeddings=16, seed=0)
+    model = tiny_bert_classifier(
+        V,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        seed=0,
+    )
     model.train()
     ids, y = _batch()
     dl = DataLoader(TensorDataset(ids, y), batch_size=B)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    pt = make_private(model, opt, dl, noise_multiplier=sigma, max_grad_norm=clip, accountant="rdp",
-                      grad_sample_mode=mode, rng=0)
+    pt = make_private(
+        model,
+        opt,
+        dl,
+        noise_multiplier=sigma,
+        max_grad_norm=clip,
+        accountant="rdp",
+        grad_sample_mode=mode,
+        rng=0,
+    )
     torch.manual_seed(1)  # dropout masks
     pt.optimizer.zero_grad(set_to_none=True)
     with warnings.catch_warnings():  # opacus hooks on a first layer fed token ids (benign)
@@ -58,14 +73,34 @@ def test_bookkeeping_equals_hooks(sigma, clip):
 
 
 def test_bookkeeping_trains_and_accounts():
-    model = tiny_bert_classifier(V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 max_position_embeddings=16, seed=0)
+    model = tiny_bert_classifier(
+        V,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        seed=0,
+    )
     g = torch.Generator().manual_seed(1)
-    dl = DataLoader(TensorDataset(torch.randint(1, V, (4 * B, T), generator=g), torch.arange(4 * B) % 2), batch_size=B)
+    dl = DataLoader(
+        TensorDataset(torch.randint(1, V, (4 * B, T), generator=g), torch.arange(4 * B) % 2),
+        batch_size=B,
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    pt = make_private(model, opt, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp",
-                      grad_sample_mode="bookkeeping", rng=0, dedup=False)
-    res = train_private(pt, lambda m, b: per_sample_classification_loss(m(input_ids=b[0]).logits, b[1]), steps=5)
+    pt = make_private(
+        model,
+        opt,
+        dl,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        accountant="rdp",
+        grad_sample_mode="bookkeeping",
+        rng=0,
+        dedup=False,
+    )
+    res = train_private(
+        pt, lambda m, b: per_sample_classification_loss(m(input_ids=b[0]).logits, b[1]), steps=5
+    )
     assert res.steps == 5 and res.claim.extra["grad_sample_mode"] == "bookkeeping"
     assert 0 < res.epsilon < float("inf")
     pt.close()
@@ -74,20 +109,38 @@ def test_bookkeeping_trains_and_accounts():
 def _train_physical(mode: str, *, eval_mode: bool = False):
     g = torch.Generator().manual_seed(2)
     data = TensorDataset(torch.randint(1, V, (64, T), generator=g), torch.arange(64) % 2)
-    model = tiny_bert_classifier(V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 max_position_embeddings=16, seed=0)
+    model = tiny_bert_classifier(
+        V,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        seed=0,
+    )
     before = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    pt = make_private(model, opt, DataLoader(data, batch_size=16), noise_multiplier=0.0, max_grad_norm=0.1,
-                      accountant="rdp", grad_sample_mode=mode, rng=3)
+    pt = make_private(
+        model,
+        opt,
+        DataLoader(data, batch_size=16),
+        noise_multiplier=0.0,
+        max_grad_norm=0.1,
+        accountant="rdp",
+        grad_sample_mode=mode,
+        rng=3,
+    )
     if eval_mode:
         pt.model.eval()
         pt.model.train = lambda *a, **k: pt.model  # keep eval mode inside train_private
     torch.manual_seed(5)  # dropout masks: the same sequence of forward passes in both modes
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        res = train_private(pt, lambda m, b: per_sample_classification_loss(m(input_ids=b[0]).logits, b[1]),
-                            steps=2, max_physical_batch_size=4)
+        res = train_private(
+            pt,
+            lambda m, b: per_sample_classification_loss(m(input_ids=b[0]).logits, b[1]),
+            steps=2,
+            max_physical_batch_size=4,
+        )
     assert res.steps == 2
     pt.close()
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]) - before
@@ -95,7 +148,9 @@ def _train_physical(mode: str, *, eval_mode: bool = False):
 
 def test_bookkeeping_with_physical_batches_equals_hooks():
     """Logical (seeded Poisson) batches split into physical batches of 4 (BatchMemoryManager): the same update."""
-    torch.testing.assert_close(_train_physical("bookkeeping"), _train_physical("hooks"), rtol=RTOL, atol=1e-6)
+    torch.testing.assert_close(
+        _train_physical("bookkeeping"), _train_physical("hooks"), rtol=RTOL, atol=1e-6
+    )
 
 
 def test_bookkeeping_in_eval_mode_still_trains():

@@ -1,4 +1,5 @@
 """`privnlp train` end to end on a tiny text file (a few DP-SGD steps)."""
+
 from __future__ import annotations
 
 import json
@@ -7,20 +8,47 @@ from typer.testing import CliRunner
 
 from privnlp.cli.main import app
 
-TEXTS = ["the patient john smith called at noon", "my ssn is 123-45-6789 and my phone is 555 0100",
-         "meeting with alice about the contract", "please email bob at bob@example.com today",
-         "the weather is nice and the sun shines", "our order ships next week to the office",
-         "remember to pay the rent before friday", "call mom back about the holiday plans"]
+TEXTS = [
+    "the patient john smith called at noon",
+    "my ssn is 123-45-6789 and my phone is 555 0100",
+    "meeting with alice about the contract",
+    "please email bob at bob@example.com today",
+    "the weather is nice and the sun shines",
+    "our order ships next week to the office",
+    "remember to pay the rent before friday",
+    "call mom back about the holiday plans",
+]
 
 
 def test_privnlp_train_prints_and_saves_the_privacy_statement(tmp_path):
     data = tmp_path / "texts.txt"
     data.write_text("\n".join(TEXTS) + "\n")
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["train", "--data", str(data), "--epsilon", "8", "--accountant", "rdp",
-                                 "--batch-size", "4", "--epochs", "1", "--vocab-size", "300", "--out", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(data),
+            "--epsilon",
+            "8",
+            "--accountant",
+            "rdp",
+            "--batch-size",
+            "4",
+            "--epochs",
+            "1",
+            "--vocab-size",
+            "300",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
-    assert "DP-SGD performed over 7 examples" in r.output and "Epsilon assuming no amplification" in r.output
+    assert (
+        "DP-SGD performed over 7 examples" in r.output
+        and "Epsilon assuming no amplification" in r.output
+    )
     claim = json.loads((out / "claim.json").read_text())
     assert claim["kind"] == "dp" and claim["epsilon"] <= 8.0 and claim["ledger"]["runs"]
     assert "eval_perplexity_after" in json.loads((out / "utility.json").read_text())
@@ -30,7 +58,9 @@ def test_privnlp_train_prints_and_saves_the_privacy_statement(tmp_path):
 def test_privnlp_train_bad_input_names_the_option(tmp_path):
     data = tmp_path / "texts.txt"
     data.write_text("\n".join(TEXTS) + "\n")
-    r = CliRunner().invoke(app, ["train", "--data", str(data), "--epsilon", "-1", "--vocab-size", "300"])
+    r = CliRunner().invoke(
+        app, ["train", "--data", str(data), "--epsilon", "-1", "--vocab-size", "300"]
+    )
     assert r.exit_code == 2 and "target_epsilon" in r.output
     r = CliRunner().invoke(app, ["train", "--data", str(data), "--defense", "nope"])
     assert r.exit_code == 2 and "--defense" in r.output

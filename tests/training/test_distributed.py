@@ -4,6 +4,7 @@ checkpoints across world sizes, collective budget refusal, and the ``torchrun ..
 One ``torchrun --nproc_per_node 2`` launch runs this file as a worker (``--worker OUT``) and writes what
 each rank saw to ``OUT/rank{r}.json``; the tests below read it (session-scoped: one launch for all).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,9 @@ def _model(seed: int = 0):
     import torch
 
     torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(D_IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 2))
+    return torch.nn.Sequential(
+        torch.nn.Linear(D_IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 2)
+    )
 
 
 def _loss(model, batch):
@@ -101,16 +104,24 @@ def _worker(out: Path) -> None:
     pt = _private(seed=rank)
     r = train_private(pt, _loss, steps=TRAIN_STEPS)
     flat = torch.cat([p.detach().reshape(-1) for p in pt.original_model.parameters()]).double()
-    res["model_hash"] = [float(flat.sum()), float((flat * torch.arange(flat.numel(), dtype=torch.float64)).sum())]
+    res["model_hash"] = [
+        float(flat.sum()),
+        float((flat * torch.arange(flat.numel(), dtype=torch.float64)).sum()),
+    ]
     gathered = [torch.zeros_like(flat) for _ in range(w)]
     torch.distributed.all_gather(gathered, flat)
     res["models_identical"] = all(torch.equal(gathered[0], g) for g in gathered)
     res["steps"] = r.steps
     res["epsilon"] = pt.epsilon()
     claim = pt.claim()
-    res["claim"] = {"kind": str(claim.kind), "epsilon": claim.epsilon, "delta": claim.delta, "unit": claim.unit,
-                    "noise_seeded": bool(getattr(claim, "noise_seeded", False)),
-                    "distributed_note": any("distributed: 2 ranks" in n for n in claim.notes)}
+    res["claim"] = {
+        "kind": str(claim.kind),
+        "epsilon": claim.epsilon,
+        "delta": claim.delta,
+        "unit": claim.unit,
+        "noise_seeded": bool(getattr(claim, "noise_seeded", False)),
+        "distributed_note": any("distributed: 2 ranks" in n for n in claim.notes),
+    }
     res["ledger"] = pt.ledger.to_dict()
     res["sample_rate"] = pt.sample_rate
     res["delta"] = pt.delta
@@ -153,8 +164,14 @@ def _worker(out: Path) -> None:
     torch.distributed.destroy_process_group()
 
 
-def _trainer(out: Path, rank: int, per_device: int = 8, mode: str | None = None, noise_steps: int = 0,
-             ddp_backend: str | None = "gloo") -> dict:
+def _trainer(
+    out: Path,
+    rank: int,
+    per_device: int = 8,
+    mode: str | None = None,
+    noise_steps: int = 0,
+    ddp_backend: str | None = "gloo",
+) -> dict:
     """DPTrainer on a tiny BERT, 64 examples, 2 epochs (``per_device`` x world size = the expected global batch).
     ``ddp_backend``: ``None`` lets accelerate pick (gloo on CPU unless torch has MPI); it must be ``None`` in a
     single process (accelerate 1.15 then calls ``get_world_size()`` on a process group that does not exist).
@@ -176,11 +193,25 @@ def _trainer(out: Path, rank: int, per_device: int = 8, mode: str | None = None,
         def __getitem__(self, i):
             return {"input_ids": self.x[i], "labels": int(self.x[i, 0] % 2)}
 
-    args = TrainingArguments(output_dir=str(out / "hf"), per_device_train_batch_size=per_device, num_train_epochs=2,
-                             learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
-                             ddp_backend=ddp_backend)
-    model = tiny_bert_classifier(40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 max_position_embeddings=16, seed=rank)  # rank 0's init is broadcast
+    args = TrainingArguments(
+        output_dir=str(out / "hf"),
+        per_device_train_batch_size=per_device,
+        num_train_epochs=2,
+        learning_rate=1e-3,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        ddp_backend=ddp_backend,
+    )
+    model = tiny_bert_classifier(
+        40,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        seed=rank,
+    )  # rank 0's init is broadcast
     dp = dict(noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp")
     if mode:
         dp["grad_sample_mode"] = mode
@@ -188,13 +219,27 @@ def _trainer(out: Path, rank: int, per_device: int = 8, mode: str | None = None,
     t.train()
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double()
     c = t.private.claim()
-    res = {"steps": t.private.steps, "epsilon": t.private.epsilon(), "ledger": t.private.ledger.to_dict(),
-           "expected_batch_size": t.private.expected_batch_size, "sample_rate": t.private.sample_rate,
-           "wrapped": type(t.model_wrapped).__name__, "mode": t.private.grad_sample_mode,
-           "model_hash": [float(flat.sum()), float((flat * torch.arange(flat.numel(), dtype=torch.float64)).sum())],
-           "distributed_note": any("distributed: 2 ranks" in n for n in c.notes),
-           "claim": {"kind": str(c.kind), "epsilon": c.epsilon, "delta": c.delta, "unit": c.unit,
-                     "noise_seeded": bool(getattr(c, "noise_seeded", False))}}
+    res = {
+        "steps": t.private.steps,
+        "epsilon": t.private.epsilon(),
+        "ledger": t.private.ledger.to_dict(),
+        "expected_batch_size": t.private.expected_batch_size,
+        "sample_rate": t.private.sample_rate,
+        "wrapped": type(t.model_wrapped).__name__,
+        "mode": t.private.grad_sample_mode,
+        "model_hash": [
+            float(flat.sum()),
+            float((flat * torch.arange(flat.numel(), dtype=torch.float64)).sum()),
+        ],
+        "distributed_note": any("distributed: 2 ranks" in n for n in c.notes),
+        "claim": {
+            "kind": str(c.kind),
+            "epsilon": c.epsilon,
+            "delta": c.delta,
+            "unit": c.unit,
+            "noise_seeded": bool(getattr(c, "noise_seeded", False)),
+        },
+    }
     if noise_steps:
         draws = []
         for _ in range(noise_steps):
@@ -202,8 +247,12 @@ def _trainer(out: Path, rank: int, per_device: int = 8, mode: str | None = None,
             t.private.noise_only_step()
             draws.append(torch.cat([p.grad.reshape(-1) for p in t.private.optimizer.params]))
         noise = torch.cat(draws).double()
-        res.update(noise_std=float(noise.std()), noise_mean=float(noise.mean()), noise_n=int(noise.numel()),
-                   noise_hash=float((noise * torch.arange(noise.numel(), dtype=torch.float64)).sum()))
+        res.update(
+            noise_std=float(noise.std()),
+            noise_mean=float(noise.mean()),
+            noise_n=int(noise.numel()),
+            noise_hash=float((noise * torch.arange(noise.numel(), dtype=torch.float64)).sum()),
+        )
     return res
 
 
@@ -220,8 +269,14 @@ def _trainer_signal(out: Path, rank: int, mode: str) -> float:
     from privnlp.models import tiny_bert_classifier
 
     def build():
-        return tiny_bert_classifier(40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                    max_position_embeddings=16, seed=0)
+        return tiny_bert_classifier(
+            40,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=16,
+            seed=0,
+        )
 
     class DS(torch.utils.data.Dataset):
         def __len__(self):
@@ -230,12 +285,26 @@ def _trainer_signal(out: Path, rank: int, mode: str) -> float:
         def __getitem__(self, i):
             return {"input_ids": torch.full((12,), 1 + i % 39), "labels": i % 2}
 
-    args = TrainingArguments(output_dir=str(out / f"sig_{mode}"), per_device_train_batch_size=8, max_steps=1,
-                             learning_rate=1.0, optim="sgd", weight_decay=0.0, lr_scheduler_type="constant",
-                             report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir=str(out / f"sig_{mode}"),
+        per_device_train_batch_size=8,
+        max_steps=1,
+        learning_rate=1.0,
+        optim="sgd",
+        weight_decay=0.0,
+        lr_scheduler_type="constant",
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     model = build()
-    t = DPTrainer(model=model, args=args, train_dataset=DS(),
-                  dp=dict(noise_multiplier=1e-4, max_grad_norm=1.0, accountant="rdp", grad_sample_mode=mode))
+    t = DPTrainer(
+        model=model,
+        args=args,
+        train_dataset=DS(),
+        dp=dict(noise_multiplier=1e-4, max_grad_norm=1.0, accountant="rdp", grad_sample_mode=mode),
+    )
     t.train()  # one step: the Trainer builds its DDP wrapper and the DP optimizer
     xs = torch.randint(1, 40, (2, 6, 12), generator=torch.Generator().manual_seed(123))
     ys = xs[:, :, 0] % 2
@@ -255,7 +324,9 @@ def _trainer_signal(out: Path, rank: int, mode: str) -> float:
     for r in range(2):
         for i in range(6):
             ref.zero_grad()
-            torch.nn.functional.cross_entropy(ref(input_ids=xs[r, i:i + 1]).logits, ys[r, i:i + 1]).backward()
+            torch.nn.functional.cross_entropy(
+                ref(input_ids=xs[r, i : i + 1]).logits, ys[r, i : i + 1]
+            ).backward()
             g = torch.cat([p.grad.reshape(-1) for p in rp])
             want += g * min(1.0, 1.0 / float(g.norm()))
     want /= t.private.expected_batch_size
@@ -269,23 +340,44 @@ def _trainer_worker(out: Path) -> None:
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
-    res = {"trainer": _trainer(out, rank, noise_steps=ZERO_STEPS, ddp_backend=None),  # as in the README's train_hf.py
-           "launcher_env": {k: os.environ.get(k) for k in ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_MIXED_PRECISION")},
-           "world_size": torch.distributed.get_world_size(), "backend": torch.distributed.get_backend(),
-           "ghost_signal_error": _trainer_signal(out, rank, "ghost")}
+    res = {
+        "trainer": _trainer(
+            out, rank, noise_steps=ZERO_STEPS, ddp_backend=None
+        ),  # as in the README's train_hf.py
+        "launcher_env": {
+            k: os.environ.get(k) for k in ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_MIXED_PRECISION")
+        },
+        "world_size": torch.distributed.get_world_size(),
+        "backend": torch.distributed.get_backend(),
+        "ghost_signal_error": _trainer_signal(out, rank, "ghost"),
+    }
     (out / f"rank{rank}.json").write_text(json.dumps(res))
 
 
 # ----------------------------------------------------------------------------- the tests
 def _env() -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = (
+        str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
+    )
     return env
 
 
-def _torchrun(args: list[str], cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(29500 + os.getpid() % 2000), *args]
+def _torchrun(
+    args: list[str], cwd: Path, timeout: float
+) -> tuple[subprocess.CompletedProcess, float]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(29500 + os.getpid() % 2000),
+        *args,
+    ]
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
     return p, time.perf_counter() - t
@@ -302,7 +394,11 @@ def two_ranks(tmp_path_factory):
     # the single-process reference run (same global batch, steps, sigma): epsilon + a checkpoint for step 3
     pt = _private()
     train_private(pt, _loss, steps=TRAIN_STEPS)
-    ref = {"epsilon": pt.epsilon(), "ledger": pt.ledger.to_dict(), "expected_batch_size": pt.expected_batch_size}
+    ref = {
+        "epsilon": pt.epsilon(),
+        "ledger": pt.ledger.to_dict(),
+        "expected_batch_size": pt.expected_batch_size,
+    }
     pt.save_checkpoint(out / "ckpt_1rank.pt")
     pt.close()
     p, wall = _torchrun([str(Path(__file__).resolve()), "--worker", str(out)], out, LAUNCH_TIMEOUT)
@@ -341,7 +437,9 @@ def test_final_models_of_both_ranks_are_identical(two_ranks):
     assert r0["models_identical"] and r1["models_identical"]
     assert r0["model_hash"] == r1["model_hash"]
     assert r0["steps"] == r1["steps"] == TRAIN_STEPS
-    assert r0["bk_models_identical"] and r0["bk_steps"] == r1["bk_steps"] == 3  # grad_sample_mode="bookkeeping"
+    assert (
+        r0["bk_models_identical"] and r0["bk_steps"] == r1["bk_steps"] == 3
+    )  # grad_sample_mode="bookkeeping"
 
 
 @pytest.mark.integration
@@ -378,7 +476,9 @@ def test_checkpoints_move_between_world_sizes(two_ranks):
 def test_budget_refusal_stops_every_rank_together(two_ranks):
     r0, r1 = two_ranks["ranks"]
     assert 0 < r1["allowed_local"] < r0["allowed_local"]  # the ranks disagree locally...
-    assert r0["budget_steps"] == r1["budget_steps"] == int(r1["allowed_local"])  # ...and stop together
+    assert (
+        r0["budget_steps"] == r1["budget_steps"] == int(r1["allowed_local"])
+    )  # ...and stop together
     assert r0["budget_stopped"] and r1["budget_stopped"]
 
 
@@ -392,9 +492,27 @@ def test_distributed_true_without_a_process_group_is_refused():
 @pytest.mark.integration
 def test_torchrun_cli_train(tmp_path):
     out = tmp_path / "run"
-    p, wall = _torchrun(["-m", "privnlp.cli.main", "train", "--noise-multiplier", "1.0", "--steps", "3",
-                         "--batch-size", "16", "--vocab-size", "300", "--max-length", "24", "--out", str(out)],
-                        tmp_path, LAUNCH_TIMEOUT)
+    p, wall = _torchrun(
+        [
+            "-m",
+            "privnlp.cli.main",
+            "train",
+            "--noise-multiplier",
+            "1.0",
+            "--steps",
+            "3",
+            "--batch-size",
+            "16",
+            "--vocab-size",
+            "300",
+            "--max-length",
+            "24",
+            "--out",
+            str(out),
+        ],
+        tmp_path,
+        LAUNCH_TIMEOUT,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
     assert wall < LAUNCH_TIMEOUT
     claim = json.loads((out / "claim.json").read_text())
@@ -402,7 +520,6 @@ def test_torchrun_cli_train(tmp_path):
     assert any("distributed: 2 ranks" in n for n in claim["notes"])
     assert (out / "checkpoint.pt").is_file()
     assert p.stdout.count("DP-SGD performed over") == 1  # rank 0 prints the statement once
-
 
 
 @pytest.mark.integration
@@ -431,17 +548,38 @@ elif __name__ == "__main__" and "--trainer-worker" in sys.argv:
 
 
 # ----------------------------------------------------------------------------- accelerate launch (HF Trainer)
-ACCELERATE_TIMEOUT = 150  # 2 processes importing transformers + accelerate's launcher, on 2 loaded cores
+ACCELERATE_TIMEOUT = (
+    150  # 2 processes importing transformers + accelerate's launcher, on 2 loaded cores
+)
 
 
-def _accelerate_launch(args: list[str], cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+def _accelerate_launch(
+    args: list[str], cwd: Path, timeout: float
+) -> tuple[subprocess.CompletedProcess, float]:
     """``accelerate launch --multi_gpu --num_processes 2`` on CPU: accelerate's multi-process launcher is
     torch.distributed.run whatever the device (``--cpu`` instead starts ONE process unless an MPI hostfile is
     given), and the Trainer (``use_cpu=True, ddp_backend="gloo"``) builds a gloo group from its environment."""
     exe = Path(sys.executable).parent / "accelerate"
-    launcher = [str(exe), "launch"] if exe.exists() else [sys.executable, "-m", "accelerate.commands.launch"]
-    cmd = [*launcher, "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-           "--dynamo_backend", "no", "--main_process_port", "0", *args]
+    launcher = (
+        [str(exe), "launch"]
+        if exe.exists()
+        else [sys.executable, "-m", "accelerate.commands.launch"]
+    )
+    cmd = [
+        *launcher,
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "0",
+        *args,
+    ]
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
     return p, time.perf_counter() - t
@@ -456,19 +594,24 @@ def test_dp_trainer_under_accelerate_launch(tmp_path):
     import torch
 
     torch.set_num_threads(1)
-    ref = _trainer(tmp_path / "single", 0, per_device=16, ddp_backend=None)  # one process: batch 16 = the global one
+    ref = _trainer(
+        tmp_path / "single", 0, per_device=16, ddp_backend=None
+    )  # one process: batch 16 = the global one
     assert ref["expected_batch_size"] == 16 and ref["steps"] == 8
     out = tmp_path / "acc"
     out.mkdir()
-    p, wall = _accelerate_launch([str(Path(__file__).resolve()), "--trainer-worker", str(out)], out,
-                                 ACCELERATE_TIMEOUT)
+    p, wall = _accelerate_launch(
+        [str(Path(__file__).resolve()), "--trainer-worker", str(out)], out, ACCELERATE_TIMEOUT
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
     assert wall < ACCELERATE_TIMEOUT
     r0, r1 = (json.loads((out / f"rank{r}.json").read_text()) for r in range(2))
     assert r0["world_size"] == r1["world_size"] == 2 and r0["backend"] == "gloo"
     t0, t1 = r0["trainer"], r1["trainer"]
     assert t0["wrapped"] == "DistributedDataParallel" and t0["distributed_note"]
-    assert t0["expected_batch_size"] == 16 and t0["sample_rate"] == pytest.approx(ref["sample_rate"])
+    assert t0["expected_batch_size"] == 16 and t0["sample_rate"] == pytest.approx(
+        ref["sample_rate"]
+    )
     assert t0["steps"] == t1["steps"] == ref["steps"] == 8
     assert t0["ledger"] == t1["ledger"] == ref["ledger"]
     assert t0["epsilon"] == pytest.approx(ref["epsilon"], rel=1e-12)

@@ -1,4 +1,5 @@
 """Seeded statistical tests of the DP-SGD wrapper on tiny linear models (stated tolerances)."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,13 @@ def _clip_check(mech_cls, mode):
     y = torch.full((1, 1), -100.0)  # huge gradient: norm >> C
     dl = DataLoader(TensorDataset(x, y), batch_size=1)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    mech = mech_cls(noise_multiplier=0.0, max_grad_norm=0.7, poisson_sampling=False, grad_sample_mode=mode,
-                    accountant="rdp")
+    mech = mech_cls(
+        noise_multiplier=0.0,
+        max_grad_norm=0.7,
+        poisson_sampling=False,
+        grad_sample_mode=mode,
+        accountant="rdp",
+    )
     pt = mech.make_private(model, opt, dl, rng=0)
     batch = next(iter(pt.data_loader))
     pt.optimizer.zero_grad()
@@ -66,8 +72,16 @@ def test_noise_std_on_mean_is_sigma_C_over_expected_batch(mode):
     y = torch.zeros(n, 1)
     dl = DataLoader(TensorDataset(x, y), batch_size=b)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    pt = make_private(model, opt, dl, noise_multiplier=sigma, max_grad_norm=c, accountant="rdp", grad_sample_mode=mode,
-                      rng=123)
+    pt = make_private(
+        model,
+        opt,
+        dl,
+        noise_multiplier=sigma,
+        max_grad_norm=c,
+        accountant="rdp",
+        grad_sample_mode=mode,
+        rng=123,
+    )
     assert pt.expected_batch_size == b
     samples = []
     for i, batch in enumerate(pt.data_loader):
@@ -91,7 +105,9 @@ def test_one_accounting_event_per_logical_step_under_accumulation():
     model = _linear()
     dl = DataLoader(TensorDataset(torch.randn(n, 10), torch.randn(n, 1)), batch_size=32)  # q = 0.5
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    pt = make_private(model, opt, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp", rng=1)
+    pt = make_private(
+        model, opt, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp", rng=1
+    )
     calls = {"n": 0}
     orig = pt.optimizer.original_optimizer.step
 
@@ -102,8 +118,8 @@ def test_one_accounting_event_per_logical_step_under_accumulation():
     pt.optimizer.original_optimizer.step = counting_step
     res = train_private(pt, _mse_loss, steps=3, max_physical_batch_size=4)
     assert res.steps == 3 and pt.ledger.steps == 3
-    assert calls["n"] == 3                   # parameters updated once per logical step
-    assert len(res.losses) > 3 * 2           # ~8 physical batches of <= 4 per logical batch of ~32
+    assert calls["n"] == 3  # parameters updated once per logical step
+    assert len(res.losses) > 3 * 2  # ~8 physical batches of <= 4 per logical batch of ~32
     assert pt.ledger.runs[0].sample_rate == 0.5
 
 
@@ -111,18 +127,28 @@ def test_budget_refusal_before_the_step():
     model = _linear()
     dl = DataLoader(TensorDataset(torch.randn(100, 10), torch.randn(100, 1)), batch_size=10)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    pt = make_private(model, opt, dl, noise_multiplier=1.0, target_epsilon=3.0, max_grad_norm=1.0,
-                      accountant="rdp", rng=2)
+    pt = make_private(
+        model,
+        opt,
+        dl,
+        noise_multiplier=1.0,
+        target_epsilon=3.0,
+        max_grad_norm=1.0,
+        accountant="rdp",
+        rng=2,
+    )
     allowed = pt.allowed_steps()
-    assert allowed == int(allowed) and allowed >= 1   # exact: the next step is refused below
+    assert allowed == int(allowed) and allowed >= 1  # exact: the next step is refused below
     train_private(pt, _mse_loss, steps=int(allowed))
     assert pt.epsilon() <= 3.0
     w_before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(PrivacyBudgetExceeded):
         train_private(pt, _mse_loss, steps=1)
-    assert pt.steps == allowed                       # the refused step left no trace in the ledger
-    assert all(torch.equal(a, p) for a, p in zip(w_before, model.parameters()))  # nor in the weights
-    assert all(p.grad is None for p in model.parameters())   # and no noised gradient is left behind
+    assert pt.steps == allowed  # the refused step left no trace in the ledger
+    assert all(
+        torch.equal(a, p) for a, p in zip(w_before, model.parameters())
+    )  # nor in the weights
+    assert all(p.grad is None for p in model.parameters())  # and no noised gradient is left behind
     res = train_private(pt, _mse_loss, steps=1, stop_at_budget=True)
     assert res.stopped_by_budget and res.steps == 0
 
@@ -131,9 +157,11 @@ def test_target_epsilon_calibration_spends_the_budget():
     model = _linear()
     dl = DataLoader(TensorDataset(torch.randn(200, 10), torch.randn(200, 1)), batch_size=20)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    pt = make_private(model, opt, dl, target_epsilon=2.0, epochs=2, max_grad_norm=1.0, accountant="rdp", rng=3)
+    pt = make_private(
+        model, opt, dl, target_epsilon=2.0, epochs=2, max_grad_norm=1.0, accountant="rdp", rng=3
+    )
     assert pt.planned_steps == 20
-    train_private(pt, _mse_loss, steps=20)     # every planned step fits
+    train_private(pt, _mse_loss, steps=20)  # every planned step fits
     assert 0.97 * 2.0 <= pt.epsilon() <= 2.0
     c = pt.claim()
     assert c.kind.value == "dp" and c.delta == 1e-5 and c.extra["steps"] == 20
@@ -145,8 +173,16 @@ def test_checkpoint_resume_reproduces_epsilon_exactly(tmp_path):
     def fresh(seed):
         m = _linear(seed=seed)
         o = torch.optim.SGD(m.parameters(), lr=0.1)
-        return m, make_private(m, o, DataLoader(data, batch_size=10), noise_multiplier=1.1, max_grad_norm=1.0,
-                               target_epsilon=5.0, accountant="rdp", rng=4)
+        return m, make_private(
+            m,
+            o,
+            DataLoader(data, batch_size=10),
+            noise_multiplier=1.1,
+            max_grad_norm=1.0,
+            target_epsilon=5.0,
+            accountant="rdp",
+            rng=4,
+        )
 
     m1, pt1 = fresh(0)
     train_private(pt1, _mse_loss, steps=3)
@@ -155,7 +191,7 @@ def test_checkpoint_resume_reproduces_epsilon_exactly(tmp_path):
     m2, pt2 = fresh(7)
     assert pt2.steps == 0
     pt2.load_checkpoint(path)
-    assert pt2.steps == 3 and pt2.epsilon() == eps1          # exactly
+    assert pt2.steps == 3 and pt2.epsilon() == eps1  # exactly
     assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
     train_private(pt2, _mse_loss, steps=2)
     train_private(pt1, _mse_loss, steps=2)
@@ -167,9 +203,19 @@ def test_checkpoint_resume_reproduces_epsilon_exactly(tmp_path):
 
 def test_shuffled_loader_claim_states_no_amplification_epsilon():
     model = _linear()
-    dl = DataLoader(TensorDataset(torch.randn(100, 10), torch.randn(100, 1)), batch_size=10, shuffle=True)
-    with private_training(model, torch.optim.SGD(model.parameters(), lr=0.1), dl, noise_multiplier=1.0,
-                          max_grad_norm=1.0, poisson_sampling=False, accountant="rdp", rng=5) as pt:
+    dl = DataLoader(
+        TensorDataset(torch.randn(100, 10), torch.randn(100, 1)), batch_size=10, shuffle=True
+    )
+    with private_training(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        dl,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        poisson_sampling=False,
+        accountant="rdp",
+        rng=5,
+    ) as pt:
         train_private(pt, _mse_loss, steps=3)
         c = pt.claim()
     assert c.extra["sampling"] == "shuffled/fixed-size"
@@ -184,16 +230,19 @@ def _setup():
     return model, torch.optim.SGD(model.parameters(), lr=0.1), dl
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(target_epsilon=-1.0, epochs=1), "target_epsilon"),
-    (dict(noise_multiplier=1.0, delta=1.5), "delta"),
-    (dict(noise_multiplier=1.0, delta=0.05), r"delta must be in \(0, 1/N\)"),
-    (dict(noise_multiplier=1.0, max_grad_norm=0.0), "max_grad_norm"),
-    (dict(noise_multiplier=-0.5), "noise_multiplier"),
-    (dict(), "noise_multiplier"),
-    (dict(target_epsilon=1.0), "epochs or steps"),
-    (dict(noise_multiplier=1.0, accountant="gdp"), "accountant"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(target_epsilon=-1.0, epochs=1), "target_epsilon"),
+        (dict(noise_multiplier=1.0, delta=1.5), "delta"),
+        (dict(noise_multiplier=1.0, delta=0.05), r"delta must be in \(0, 1/N\)"),
+        (dict(noise_multiplier=1.0, max_grad_norm=0.0), "max_grad_norm"),
+        (dict(noise_multiplier=-0.5), "noise_multiplier"),
+        (dict(), "noise_multiplier"),
+        (dict(target_epsilon=1.0), "epochs or steps"),
+        (dict(noise_multiplier=1.0, accountant="gdp"), "accountant"),
+    ],
+)
 def test_bad_input_is_refused_with_the_argument_named(kwargs, match):
     model, opt, dl = _setup()
     with pytest.raises(InvalidArgument, match=match):

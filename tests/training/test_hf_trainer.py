@@ -1,4 +1,5 @@
 """The Hugging Face Trainer integration records one DP-SGD event per optimizer step."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,13 +29,26 @@ def test_dp_trainer_on_tiny_bert(tmp_path, mode):
     from privnlp.mechanisms.training.loop import DPTrainer
     from privnlp.models import tiny_bert_classifier
 
-    model = tiny_bert_classifier(40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 max_position_embeddings=16)
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=1,
-                             learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True,
-                             disable_tqdm=True)
-    t = DPTrainer(model=model, args=args, train_dataset=_DS(),
-                  dp=dict(noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp", grad_sample_mode=mode), dp_rng=0)
+    model = tiny_bert_classifier(
+        40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=16
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_train_epochs=1,
+        learning_rate=1e-3,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    t = DPTrainer(
+        model=model,
+        args=args,
+        train_dataset=_DS(),
+        dp=dict(noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp", grad_sample_mode=mode),
+        dp_rng=0,
+    )
     t.train()
     assert t.private.grad_sample_mode == ("hooks" if mode == "auto" else mode)
     assert t.private.steps == 4 and t.args.max_grad_norm == 0.0
@@ -49,9 +63,17 @@ def test_dp_trainer_refuses_gradient_accumulation(tmp_path):
     from privnlp.mechanisms.training.loop import DPTrainer
     from privnlp.models import tiny_bert_classifier
 
-    model = tiny_bert_classifier(40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 max_position_embeddings=16)
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, gradient_accumulation_steps=2,
-                             report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True)
+    model = tiny_bert_classifier(
+        40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=16
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     with pytest.raises(InvalidArgument, match="gradient_accumulation_steps"):
         DPTrainer(model=model, args=args, train_dataset=_DS(), dp=dict(noise_multiplier=1.0))

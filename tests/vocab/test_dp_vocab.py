@@ -1,4 +1,5 @@
 """DP WordPiece (dp-bert-and-dp-wordpiece.txt Sec. 3.2): calibration, statistics, build, attack."""
+
 from __future__ import annotations
 
 import json
@@ -10,16 +11,28 @@ import pytest
 from scipy import stats
 
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, MalformedInput
-from privnlp.mechanisms.vocab import (DPWordPiece, LeakyOccurrenceWordPiece, analytic_gaussian_sigma,
-                                      bound_contributions, build_nonprivate_wordpiece, contributor_histogram,
-                                      gaussian_threshold, laplace_threshold, paper_calibration, release_histogram,
-                                      single_contributor_release_probability, tokenizer_utility,
-                                      train_wordpiece_from_histogram)
+from privnlp.mechanisms.vocab import (
+    DPWordPiece,
+    LeakyOccurrenceWordPiece,
+    analytic_gaussian_sigma,
+    bound_contributions,
+    build_nonprivate_wordpiece,
+    contributor_histogram,
+    gaussian_threshold,
+    laplace_threshold,
+    paper_calibration,
+    release_histogram,
+    single_contributor_release_probability,
+    tokenizer_utility,
+    train_wordpiece_from_histogram,
+)
 from privnlp.mechanisms.vocab import wordpiece as wp_mod
 from privnlp.mechanisms.vocab.calibration import analytic_gaussian_delta
 
-TEXTS = [f"the patient {w} was seen by doctor smith on monday ." for w in
-         ["alpha", "beta", "gamma", "delta", "omega"] * 40] + ["the rare word zyxwvq appears once ."]
+TEXTS = [
+    f"the patient {w} was seen by doctor smith on monday ."
+    for w in ["alpha", "beta", "gamma", "delta", "omega"] * 40
+] + ["the rare word zyxwvq appears once ."]
 
 
 # ----------------------------------------------------------------------------- calibration
@@ -49,7 +62,9 @@ def test_matches_opendp_privacy_map():
     met = dp.l01inf_distance(dp.absolute_distance(T=int))
     for eps, delta, k in [(1.0, 1e-6, 1), (1.0, 1e-6, 4), (2.0, 1e-5, 16)]:
         cal = laplace_threshold(eps, delta, k)
-        m = dp.m.make_laplace_threshold(dom, met, scale=cal.scale, threshold=math.ceil(cal.threshold))
+        m = dp.m.make_laplace_threshold(
+            dom, met, scale=cal.scale, threshold=math.ceil(cal.threshold)
+        )
         e, d = m.map((k, k, 1))
         assert e <= eps * (1 + 1e-9) and d <= delta * (1 + 1e-9)
 
@@ -69,7 +84,11 @@ def test_gaussian_calibration():
 def test_single_contributor_word_released_with_prob_at_most_delta_over_k():
     """20,000 independent single-contributor words: empirical release rate vs delta/k (4 sd)."""
     for noise in ("laplace", "gaussian"):
-        cal = laplace_threshold(1.0, 0.02, 2) if noise == "laplace" else gaussian_threshold(1.0, 0.02, 2)
+        cal = (
+            laplace_threshold(1.0, 0.02, 2)
+            if noise == "laplace"
+            else gaussian_threshold(1.0, 0.02, 2)
+        )
         n = 20000
         h = release_histogram({f"w{i}": 1 for i in range(n)}, cal, rng=np.random.default_rng(1))
         p = single_contributor_release_probability(cal)
@@ -84,7 +103,9 @@ def test_pipeline_single_document_word_release_rate_le_delta():
     probability <= delta (= 0.015 for n=61 contributors); tolerance: binomial 99.9% upper bound."""
     mech = DPWordPiece(epsilon=1.0, delta=0.015, max_words_per_contributor=3, vocab_size=200)
     runs = 2000
-    word_sets = wp_mod._split_corpus(TEXTS[-61:], None, True)  # split once; the DP part runs per seed
+    word_sets = wp_mod._split_corpus(
+        TEXTS[-61:], None, True
+    )  # split once; the DP part runs per seed
     assert mech.release_histogram(TEXTS[-61:], rng=0).n_contributors == 61
     hits = sum("zyxwvq" in mech._histogram(word_sets, rng=s).counts for s in range(runs))
     upper = stats.binom.ppf(0.999, runs, 0.015)
@@ -93,10 +114,16 @@ def test_pipeline_single_document_word_release_rate_le_delta():
 
 def test_noise_scale_matches_ks():
     for cal in (laplace_threshold(2.0, 1e-6, 4), gaussian_threshold(2.0, 1e-6, 4)):
-        big = 10 ** 7
-        h = release_histogram({f"w{i}": big for i in range(5000)}, cal, rng=np.random.default_rng(2))
+        big = 10**7
+        h = release_histogram(
+            {f"w{i}": big for i in range(5000)}, cal, rng=np.random.default_rng(2)
+        )
         noise = np.array([v - big for v in h.counts.values()])
-        dist = stats.laplace(scale=cal.scale) if cal.noise == "laplace" else stats.norm(scale=cal.scale)
+        dist = (
+            stats.laplace(scale=cal.scale)
+            if cal.noise == "laplace"
+            else stats.norm(scale=cal.scale)
+        )
         assert stats.kstest(noise, dist.cdf).pvalue > 1e-3
         assert np.std(noise) == pytest.approx(dist.std(), rel=0.06)
 
@@ -185,26 +212,40 @@ def test_claim_units_and_paper_composition():
         DPWordPiece(unit="user", vocab_size=200).build(TEXTS, rng=0)
     users = [i % 7 for i in range(len(TEXTS))]
     h = DPWordPiece(epsilon=8.0, delta=1e-3, unit="user", vocab_size=200).release_histogram(
-        TEXTS, contributor_ids=users, rng=0)
+        TEXTS, contributor_ids=users, rng=0
+    )
     assert h.n_contributors == 7
 
 
 def test_secure_mode_opendp():
     pytest.importorskip("opendp")
-    mech = DPWordPiece(epsilon=4.0, delta=1e-4, max_words_per_contributor=16, vocab_size=200, secure=True)
+    mech = DPWordPiece(
+        epsilon=4.0, delta=1e-4, max_words_per_contributor=16, vocab_size=200, secure=True
+    )
     res = mech.build(TEXTS, rng=0)
-    assert res.histogram.secure and "patient" in res.histogram.counts and "zyxwvq" not in res.histogram.counts
+    assert (
+        res.histogram.secure
+        and "patient" in res.histogram.counts
+        and "zyxwvq" not in res.histogram.counts
+    )
     assert all(float(v).is_integer() for v in res.histogram.counts.values())
 
 
 # ----------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("kw,match", [
-    (dict(epsilon=0.0), r"epsilon must be in \(0"), (dict(epsilon=-1.0), "epsilon"),
-    (dict(delta=0.0), r"delta must be in \(0"), (dict(delta=1.5), "delta"),
-    (dict(max_words_per_contributor=0), r"max_words_per_contributor \(k\) must be"),
-    (dict(vocab_size=10), "vocab_size must be in"), (dict(noise="cauchy"), "noise"),
-    (dict(unit="sentence"), "unit"), (dict(secure=True, noise="gaussian"), "secure"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(epsilon=0.0), r"epsilon must be in \(0"),
+        (dict(epsilon=-1.0), "epsilon"),
+        (dict(delta=0.0), r"delta must be in \(0"),
+        (dict(delta=1.5), "delta"),
+        (dict(max_words_per_contributor=0), r"max_words_per_contributor \(k\) must be"),
+        (dict(vocab_size=10), "vocab_size must be in"),
+        (dict(noise="cauchy"), "noise"),
+        (dict(unit="sentence"), "unit"),
+        (dict(secure=True, noise="gaussian"), "secure"),
+    ],
+)
 def test_bad_constructor_args(kw, match):
     with pytest.raises(InvalidArgument, match=match):
         DPWordPiece(**kw)
@@ -231,11 +272,17 @@ def scenario_runs():
 
     sc = VocabMembershipScenario("quick")
     out = {}
-    for label, mech in [("none", None), ("dp1", DPWordPiece.example("quick")),
-                        ("leaky", LeakyOccurrenceWordPiece(**DPWordPiece.example("quick").params()))]:
+    for label, mech in [
+        ("none", None),
+        ("dp1", DPWordPiece.example("quick")),
+        ("leaky", LeakyOccurrenceWordPiece(**DPWordPiece.example("quick").params())),
+    ]:
         run = sc.run(mech, rng=0)
         t = run.trials[0]
-        out[label] = (VocabMembership().run(t.observation, rng=0).score(t.ground_truth), run.utility)
+        out[label] = (
+            VocabMembership().run(t.observation, rng=0).score(t.ground_truth),
+            run.utility,
+        )
     return out
 
 
@@ -270,11 +317,17 @@ def test_registry_and_plot(tmp_path):
     from privnlp.evaluation.scenarios.vocab import plot_inclusion
 
     m = dict.__getitem__(MECHANISMS, "dp_wordpiece")
-    assert m is DPWordPiece and m.paired_attacks == ("vocab_membership",) and m.scenario == "vocab.membership"
+    assert (
+        m is DPWordPiece
+        and m.paired_attacks == ("vocab_membership",)
+        and m.scenario == "vocab.membership"
+    )
     assert dict.__getitem__(ATTACKS, "vocab_membership").headline_metric == "inclusion_rate"
     assert dict.__getitem__(LEAKY_TWINS, "dp_wordpiece") is LeakyOccurrenceWordPiece
     assert dict.__getitem__(SCENARIOS, "vocab.membership") is not None
-    p = plot_inclusion({"non-private": {1: 0.0, 16: 1.0}, "DP eps=1": {1: 0.0, 16: 0.0}}, tmp_path / "incl.png")
+    p = plot_inclusion(
+        {"non-private": {1: 0.0, 16: 1.0}, "DP eps=1": {1: 0.0, 16: 0.0}}, tmp_path / "incl.png"
+    )
     assert p.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -291,11 +344,31 @@ def test_cli_build(tmp_path):
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(TEXTS))
-    r = CliRunner().invoke(app, ["vocab", "build", str(corpus), "--out", str(tmp_path / "o"), "--epsilon", "4",
-                                 "--delta", "1e-4", "--k", "16", "--vocab-size", "200", "--seed", "0"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "vocab",
+            "build",
+            str(corpus),
+            "--out",
+            str(tmp_path / "o"),
+            "--epsilon",
+            "4",
+            "--delta",
+            "1e-4",
+            "--k",
+            "16",
+            "--vocab-size",
+            "200",
+            "--seed",
+            "0",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "o" / "tokenizer.json").exists() and (tmp_path / "o" / "claim.json").exists()
-    r = CliRunner().invoke(app, ["vocab", "build", str(corpus), "--out", str(tmp_path / "p"), "--epsilon", "0"])
+    r = CliRunner().invoke(
+        app, ["vocab", "build", str(corpus), "--out", str(tmp_path / "p"), "--epsilon", "0"]
+    )
     assert r.exit_code == 2 and "epsilon" in r.output
     assert not (tmp_path / "p" / "tokenizer.json").exists()
 
@@ -304,6 +377,7 @@ def test_laplace_threshold_large_delta_branch_releases_a_singleton_with_probabil
     # delta/k > 1/2 takes the other branch of the Laplace tail; the release probability of a count of 1 must
     # still be exactly delta/k (closed form of the Laplace survival function)
     import math
+
     cal = laplace_threshold(1.0, 0.6, 1)
     x = cal.threshold - 1.0
     p_release = 1.0 - 0.5 * math.exp(x / cal.scale) if x < 0 else 0.5 * math.exp(-x / cal.scale)

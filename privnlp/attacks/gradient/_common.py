@@ -3,6 +3,7 @@
 Metrics come from :mod:`privnlp.metrics` when it is installed in the tree; a minimal fallback on
 ``rouge-score`` / ``scipy`` keeps the attacks usable while that package is being written.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
@@ -11,8 +12,15 @@ import numpy as np
 
 from privnlp.core.errors import InvalidArgument
 
-__all__ = ["rouge_scores", "best_match_rouge", "hungarian_rouge", "set_prf", "nerr", "grad_tensor",
-           "token_prf"]
+__all__ = [
+    "rouge_scores",
+    "best_match_rouge",
+    "hungarian_rouge",
+    "set_prf",
+    "nerr",
+    "grad_tensor",
+    "token_prf",
+]
 
 
 def _rouge_scorer():
@@ -37,7 +45,9 @@ def rouge_pair(ref: str, hyp: str) -> dict[str, float]:
 def rouge_scores(refs: Sequence[str], hyps: Sequence[str]) -> dict[str, float]:
     """Mean ROUGE-1/2/L F over aligned pairs."""
     if len(refs) != len(hyps):
-        raise InvalidArgument(f"refs and hyps must have the same length; got {len(refs)} and {len(hyps)}")
+        raise InvalidArgument(
+            f"refs and hyps must have the same length; got {len(refs)} and {len(hyps)}"
+        )
     if not refs:
         return {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
     rows = [rouge_pair(r, h) for r, h in zip(refs, hyps)]
@@ -71,7 +81,9 @@ def _hungarian(refs: Sequence[str], hyps: Sequence[str], key: str) -> list[tuple
     return list(zip(ri.tolist(), ci.tolist()))
 
 
-def hungarian_rouge(refs: Sequence[str], hyps: Sequence[str], key: str = "rougeL") -> dict[str, float]:
+def hungarian_rouge(
+    refs: Sequence[str], hyps: Sequence[str], key: str = "rougeL"
+) -> dict[str, float]:
     """Mean ROUGE over a one-to-one (Hungarian) matching of references to hypotheses, averaged
     over the references (unmatched references count 0)."""
     if not refs or not hyps:
@@ -100,7 +112,9 @@ def token_prf(pred_tokens: Sequence[str], gold_tokens: Sequence[str]) -> dict[st
     return {"token_precision": out["precision"], "token_recall": out["recall"]}
 
 
-def nerr(refs: Sequence[str], hyps: Sequence[str], entities: Sequence[Sequence[str]] | None) -> float | None:
+def nerr(
+    refs: Sequence[str], hyps: Sequence[str], entities: Sequence[Sequence[str]] | None
+) -> float | None:
     """Named-entity recovery ratio: fraction of the references' entity strings found verbatim in
     some hypothesis. ``entities[i]`` are the entity strings of ``refs[i]``."""
     if not entities:
@@ -118,8 +132,10 @@ def grad_tensor(gradients: Mapping[str, Any], name: str):
     import torch
 
     if name not in gradients:
-        raise InvalidArgument(f"the observation has no gradient for parameter {name!r}; "
-                              f"available: {', '.join(list(gradients)[:12])}...")
+        raise InvalidArgument(
+            f"the observation has no gradient for parameter {name!r}; "
+            f"available: {', '.join(list(gradients)[:12])}..."
+        )
     g = gradients[name]
     return g if isinstance(g, torch.Tensor) else torch.as_tensor(np.asarray(g))
 
@@ -132,7 +148,9 @@ def find_param(gradients: Mapping[str, Any], candidates: Sequence[str]) -> str |
     return None
 
 
-def mean_metric(rows: Sequence[Mapping[str, float]], keys: Sequence[str] | None = None) -> dict[str, float]:
+def mean_metric(
+    rows: Sequence[Mapping[str, float]], keys: Sequence[str] | None = None
+) -> dict[str, float]:
     if not rows:
         return {}
     keys = keys or list(rows[0])

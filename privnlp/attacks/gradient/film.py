@@ -31,6 +31,7 @@ Pipeline (Sec. 4):
 Threat model: an honest-but-curious eavesdropper between one client and the server sees the
 client's gradient and the current model (weights, vocabulary), at any round.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,12 +80,23 @@ def _np(t: Any) -> np.ndarray:
 
 def embedding_names(model: Any, gradients: Any) -> tuple[str, str | None, bool]:
     """(word-embedding param name, position-embedding param name or None, tied?)."""
-    wte = find_param(gradients, ("transformer.wte.weight", "wte.weight", "embeddings.word_embeddings.weight",
-                                 "embed_tokens.weight"))
+    wte = find_param(
+        gradients,
+        (
+            "transformer.wte.weight",
+            "wte.weight",
+            "embeddings.word_embeddings.weight",
+            "embed_tokens.weight",
+        ),
+    )
     if wte is None:
-        raise InvalidArgument("the observation has no word-embedding gradient (e.g. frozen embeddings): "
-                              "FILM's bag of words is empty")
-    wpe = find_param(gradients, ("transformer.wpe.weight", "wpe.weight", "embeddings.position_embeddings.weight"))
+        raise InvalidArgument(
+            "the observation has no word-embedding gradient (e.g. frozen embeddings): "
+            "FILM's bag of words is empty"
+        )
+    wpe = find_param(
+        gradients, ("transformer.wpe.weight", "wpe.weight", "embeddings.position_embeddings.weight")
+    )
     tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
     return wte, wpe, tied
 
@@ -100,8 +112,16 @@ def _gap_threshold(norms: np.ndarray, max_keep: int) -> float:
     return float(math.sqrt(top[j] * top[j + 1]))
 
 
-def recover_bag(gradients: Any, model: Any = None, *, method: str = "auto", noise_std: float | None = None,
-                threshold: float | None = None, max_bag: int = 2048, zero_tol: float = 0.0) -> BagOfWords:
+def recover_bag(
+    gradients: Any,
+    model: Any = None,
+    *,
+    method: str = "auto",
+    noise_std: float | None = None,
+    threshold: float | None = None,
+    max_bag: int = 2048,
+    zero_tol: float = 0.0,
+) -> BagOfWords:
     """Step 1 of FILM: the bag of token ids and the max length from the embedding gradients.
 
     Args:
@@ -125,7 +145,9 @@ def recover_bag(gradients: Any, model: Any = None, *, method: str = "auto", nois
         method = "dp" if noise_std else ("norm-gap" if tied else "nonzero")
     if method == "dp":
         if not noise_std:
-            raise InvalidArgument("noise_std must be > 0 for the DP threshold tau = sigma*sqrt(2 ln d)")
+            raise InvalidArgument(
+                "noise_std must be > 0 for the DP threshold tau = sigma*sqrt(2 ln d)"
+            )
         tau = float(noise_std) * math.sqrt(2 * math.log(d))
         ids = np.nonzero(np.abs(G).max(axis=1) > tau)[0]
         thr = tau
@@ -143,15 +165,24 @@ def recover_bag(gradients: Any, model: Any = None, *, method: str = "auto", nois
             kept = norms >= thr
             below = norms[~kept]
             # a pronounced gap (b = 1) is trusted; otherwise fall back to a relative threshold
-            if not (below.size and kept.any() and norms[kept].min() > 4.0 * below.max() and kept.sum() > 3):
-                ref = float(np.sort(norms)[-3]) if norms.size >= 3 else float(norms.max(initial=0.0))
+            if not (
+                below.size
+                and kept.any()
+                and norms[kept].min() > 4.0 * below.max()
+                and kept.sum() > 3
+            ):
+                ref = (
+                    float(np.sort(norms)[-3]) if norms.size >= 3 else float(norms.max(initial=0.0))
+                )
                 thr = (0.03 if threshold is None else threshold) * ref
         ids = np.nonzero((norms >= thr) & (norms > 0))[0]
     max_len = None
     if wpe is not None and wpe in gradients:
         P = _np(gradients[wpe])
         if method == "dp":
-            rows = np.nonzero(np.abs(P).max(axis=1) > float(noise_std) * math.sqrt(2 * math.log(P.shape[1])))[0]
+            rows = np.nonzero(
+                np.abs(P).max(axis=1) > float(noise_std) * math.sqrt(2 * math.log(P.shape[1]))
+            )[0]
         else:
             rows = np.nonzero(np.abs(P).max(axis=1) > zero_tol)[0]
         max_len = int(rows.max()) + 1 if rows.size else None
@@ -180,7 +211,7 @@ def _prompt_ids(tokenizer: Any, bag: Sequence[int]) -> list[int]:
 def _ngrams(seq: Sequence[int], n: int) -> dict[tuple[int, ...], int]:
     out: dict[tuple[int, ...], int] = {}
     for i in range(len(seq) - n + 1):
-        k = tuple(seq[i: i + n])
+        k = tuple(seq[i : i + n])
         out[k] = out.get(k, 0) + 1
     return out
 
@@ -197,9 +228,20 @@ def _cache_keyword(model: Any) -> str:
     return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
 
 
-def beam_search(model: Any, tokenizer: Any, bag: Sequence[int], *, max_length: int, beam_size: int = 32,
-                ngram: int = 2, rho: float = 2.0, previous: Sequence[Sequence[int]] = (), rho_previous: float = 2.0,
-                use_cache: bool = True, min_length: int = 1) -> list[int]:
+def beam_search(
+    model: Any,
+    tokenizer: Any,
+    bag: Sequence[int],
+    *,
+    max_length: int,
+    beam_size: int = 32,
+    ngram: int = 2,
+    rho: float = 2.0,
+    previous: Sequence[Sequence[int]] = (),
+    rho_previous: float = 2.0,
+    use_cache: bool = True,
+    min_length: int = 1,
+) -> list[int]:
     """Beam search over the bag (App. A, Algorithm 1). Returns the best token sequence.
 
     Scores: sum of the model's log-probabilities (full-vocabulary softmax, gathered at the bag ids)
@@ -258,7 +300,9 @@ def beam_search(model: Any, tokenizer: Any, bag: Sequence[int], *, max_length: i
                 logits = out.logits[:, -1, :]
             else:
                 logits = model(input_ids=torch.tensor(seqs, dtype=torch.long)).logits[:, -1, :]
-            logp = torch.log_softmax(logits.double(), dim=-1).index_select(1, bag_t)  # (beams, |bag|)
+            logp = torch.log_softmax(logits.double(), dim=-1).index_select(
+                1, bag_t
+            )  # (beams, |bag|)
             if eos is not None and eos in pos_in_bag and step + 1 < min_length:
                 logp[:, pos_in_bag[eos]] = -math.inf
             if ngram > 1 and (rho > 0 or rho_previous > 0):
@@ -266,7 +310,7 @@ def beam_search(model: Any, tokenizer: Any, bag: Sequence[int], *, max_length: i
                 for b, s in enumerate(seqs):
                     if len(s) < ngram - 1:
                         continue
-                    prefix = tuple(s[len(s) - (ngram - 1):])
+                    prefix = tuple(s[len(s) - (ngram - 1) :])
                     counts = _ngrams(s, ngram)
                     for key, c in counts.items():
                         if key[:-1] == prefix and key[-1] in pos_in_bag:
@@ -372,8 +416,19 @@ def _punct_cut(tokenizer: Any, seq: list[int]) -> list[int] | None:
     return None
 
 
-def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int = 200, n_candidates: int = 8,
-            rng: np.random.Generator, tokenizer: Any = None, max_phrases: int = 4, punct_cut: bool = False, patience: int | None = 50) -> list[int]:
+def reorder(
+    seq: Sequence[int],
+    scorer: Any,
+    bag: Sequence[int],
+    *,
+    steps: int = 200,
+    n_candidates: int = 8,
+    rng: np.random.Generator,
+    tokenizer: Any = None,
+    max_phrases: int = 4,
+    punct_cut: bool = False,
+    patience: int | None = 50,
+) -> list[int]:
     """Prior-guided reordering (Sec. 4.4): phrase-wise then token-wise hill climbing on ``scorer``
     (``steps`` per stage; a stage stops early after ``patience`` steps without improvement).
 
@@ -399,7 +454,9 @@ def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int =
     body_end = len(seq) - 1 if (eos is not None and seq[-1] == eos) else len(seq)
     cur = seq
     cur_score = float(scorer([cur])[0])
-    if tokenizer is not None and punct_cut:  # footnote 7: drop what follows the first sentence end if it scores better
+    if (
+        tokenizer is not None and punct_cut
+    ):  # footnote 7: drop what follows the first sentence end if it scores better
         cut = _punct_cut(tokenizer, cur)
         if cut is not None and len(cut) >= 2:
             s = float(scorer([cut])[0])
@@ -446,7 +503,9 @@ def reorder(seq: Sequence[int], scorer: Any, bag: Sequence[int], *, steps: int =
             elif op == 1 and body_end > 2:
                 del c[int(rng.integers(0, body_end))]
             else:
-                c.insert(int(rng.integers(1, body_end + 1)), int(bag[int(rng.integers(0, len(bag)))]))
+                c.insert(
+                    int(rng.integers(1, body_end + 1)), int(bag[int(rng.integers(0, len(bag)))])
+                )
             cands.append(c)
         sc = scorer(cands)
         j = int(np.argmin(sc))
@@ -524,19 +583,34 @@ class FILM(Attack):
         InvalidArgument: an argument outside its range or an unknown ``grad_term``.
     """
 
-    paper = ("Gupta et al., Recovering Private Text in Federated Learning of Language Models, NeurIPS 2022 "
-             "(shared/papers/film-recovering-private-text-in-fl.txt)")
+    paper = (
+        "Gupta et al., Recovering Private Text in Federated Learning of Language Models, NeurIPS 2022 "
+        "(shared/papers/film-recovering-private-text-in-fl.txt)"
+    )
     observation_type = GradientObservation
-    threat_model = ThreatModel(adversary=Adversary.EAVESDROPPER,
-                               observes=("client gradient (all parameters)", "current model weights"),
-                               knows=("vocabulary", "embedding matrix"),
-                               goal="the client's private sentences")
+    threat_model = ThreatModel(
+        adversary=Adversary.EAVESDROPPER,
+        observes=("client gradient (all parameters)", "current model weights"),
+        knows=("vocabulary", "embedding matrix"),
+        goal="the client's private sentences",
+    )
     headline_metric = "rougeL"
 
-    def __init__(self, beam_size: int = 32, ngram: int = 2, rho: float = 2.0, rho_previous: float = 2.0,
-                 max_length: int | None = None, reorder_steps: int = 200, n_candidates: int = 8, beta: float = 1.0,
-                 grad_term: str = "match", repetitions: int = 1, bag_method: str = "auto",
-                 bag_threshold: float | None = None) -> None:
+    def __init__(
+        self,
+        beam_size: int = 32,
+        ngram: int = 2,
+        rho: float = 2.0,
+        rho_previous: float = 2.0,
+        max_length: int | None = None,
+        reorder_steps: int = 200,
+        n_candidates: int = 8,
+        beta: float = 1.0,
+        grad_term: str = "match",
+        repetitions: int = 1,
+        bag_method: str = "auto",
+        bag_threshold: float | None = None,
+    ) -> None:
         check_range("beam_size", beam_size, 1, 4096, integer=True)
         check_range("ngram", ngram, 1, 16, integer=True)
         check_range("rho", rho, 0, float("inf"))
@@ -568,8 +642,9 @@ class FILM(Attack):
         task = observation.meta.get("task")
         if task is not None:
             return task == "lm"
-        return getattr(getattr(observation.model, "config", None), "is_decoder", False) or \
-            hasattr(observation.model, "lm_head")
+        return getattr(getattr(observation.model, "config", None), "is_decoder", False) or hasattr(
+            observation.model, "lm_head"
+        )
 
     @classmethod
     def example(cls, preset: str = "quick") -> "FILM":
@@ -583,17 +658,32 @@ class FILM(Attack):
         from privnlp.core.rng import as_numpy
 
         if not isinstance(observation, GradientObservation):
-            raise InvalidArgument(f"observation must be a GradientObservation; got {type(observation).__name__}")
+            raise InvalidArgument(
+                f"observation must be a GradientObservation; got {type(observation).__name__}"
+            )
         if observation.tokenizer is None:
-            raise InvalidArgument("FILM needs the victim's tokenizer in the observation (tokenizer=...)")
+            raise InvalidArgument(
+                "FILM needs the victim's tokenizer in the observation (tokenizer=...)"
+            )
         gen = as_numpy(rng)
         model, tok = observation.model, observation.tokenizer
-        bag = recover_bag(observation.gradients, model, method=self.bag_method, noise_std=observation.noise_std,
-                          threshold=self.bag_threshold)
-        raw: dict[str, Any] = {"bag": list(bag.token_ids), "bag_method": bag.method, "bag_threshold": bag.threshold,
-                               "max_length": bag.max_length}
+        bag = recover_bag(
+            observation.gradients,
+            model,
+            method=self.bag_method,
+            noise_std=observation.noise_std,
+            threshold=self.bag_threshold,
+        )
+        raw: dict[str, Any] = {
+            "bag": list(bag.token_ids),
+            "bag_method": bag.method,
+            "bag_threshold": bag.threshold,
+            "max_length": bag.max_length,
+        }
         if not bag.token_ids:
-            return AttackResult(attack=self.name or "film", reconstructions=(), raw=raw, scorer=_score)
+            return AttackResult(
+                attack=self.name or "film", reconstructions=(), raw=raw, scorer=_score
+            )
         L = self.max_length or bag.max_length or 40
         n_pos = getattr(getattr(model, "config", None), "n_positions", None)
         if n_pos:
@@ -606,13 +696,38 @@ class FILM(Attack):
         scorer = _Scorer(model, pos_grad, self.beta, self.grad_term, pad)
         outs: list[list[int]] = []
         for _ in range(self.repetitions):
-            exact = observation.batch_size == 1 and self.max_length is None and bag.max_length is not None
-            seq = beam_search(model, tok, bag.token_ids, max_length=int(L), beam_size=self.beam_size, ngram=self.ngram,
-                              rho=self.rho, previous=outs, rho_previous=self.rho_previous,
-                              min_length=int(L) if exact else 1)
+            exact = (
+                observation.batch_size == 1
+                and self.max_length is None
+                and bag.max_length is not None
+            )
+            seq = beam_search(
+                model,
+                tok,
+                bag.token_ids,
+                max_length=int(L),
+                beam_size=self.beam_size,
+                ngram=self.ngram,
+                rho=self.rho,
+                previous=outs,
+                rho_previous=self.rho_previous,
+                min_length=int(L) if exact else 1,
+            )
             outs.append(seq)
-        final = [reorder(s, scorer, bag.token_ids, steps=self.reorder_steps, n_candidates=self.n_candidates, rng=gen,
-                         tokenizer=tok) for s in outs]
+        final = [
+            reorder(
+                s,
+                scorer,
+                bag.token_ids,
+                steps=self.reorder_steps,
+                n_candidates=self.n_candidates,
+                rng=gen,
+                tokenizer=tok,
+            )
+            for s in outs
+        ]
         raw["beam_outputs"] = [_decode(tok, s) for s in outs]
         texts = tuple(_decode(tok, s) for s in final)
-        return AttackResult(attack=self.name or "film", reconstructions=texts, raw=raw, scorer=_score)
+        return AttackResult(
+            attack=self.name or "film", reconstructions=texts, raw=raw, scorer=_score
+        )

@@ -20,6 +20,7 @@ Threat model: honest-but-curious server sees the client's FedSGD gradient, knows
 labels and the sequence lengths (the paper's assumptions); batch size B >= 1 (Hungarian matching
 for scoring).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -59,7 +60,14 @@ def _debian_prior_texts(n_texts: int) -> list[str]:
     return out
 
 
-def aux_lm(tokenizer: Any, *, steps: int = 300, seed: int = 0, n_texts: int = 2000, corpus: str = "synthetic") -> Any:
+def aux_lm(
+    tokenizer: Any,
+    *,
+    steps: int = 300,
+    seed: int = 0,
+    n_texts: int = 2000,
+    corpus: str = "synthetic",
+) -> Any:
     """The auxiliary causal LM on the victim's tokenizer: a tiny GPT-2 trained on public text disjoint from the
     client's data. ``corpus="synthetic"``: synthetic sentiment reviews (``generate_sentiment(seed=1000+seed)``, the
     bundled victims' domain); ``"debian"``: real English prose found offline, license text filtered out
@@ -83,12 +91,20 @@ def aux_lm(tokenizer: Any, *, steps: int = 300, seed: int = 0, n_texts: int = 20
     if corpus not in AUX_CORPORA:
         raise InvalidArgument(f"aux_corpus must be one of {AUX_CORPORA}; got {corpus!r}")
     key = (str(sorted(tokenizer.get_vocab().items())[:50]) + str(len(tokenizer)), steps, seed) + (
-        () if corpus == "synthetic" else (corpus,))
+        () if corpus == "synthetic" else (corpus,)
+    )
     if key in _AUX:
         return _AUX[key]
-    texts = list(generate_sentiment(n_texts, seed=1000 + seed).texts) if corpus == "synthetic" else \
-        _debian_prior_texts(n_texts)
-    rows = [r for r in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if len(r) >= 2]
+    texts = (
+        list(generate_sentiment(n_texts, seed=1000 + seed).texts)
+        if corpus == "synthetic"
+        else _debian_prior_texts(n_texts)
+    )
+    rows = [
+        r
+        for r in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+        if len(r) >= 2
+    ]
     model = tiny_gpt2(len(tokenizer), n_layer=2, n_embd=64, n_head=2, n_positions=128, seed=seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     g = np.random.default_rng(seed)
@@ -136,20 +152,28 @@ class KneserNeyBigram:
         InvalidArgument: ``discount`` outside (0, 1) or no bigram in ``rows``.
     """
 
-    def __init__(self, rows: Sequence[Sequence[int]], vocab_size: int, discount: float = 0.75) -> None:
+    def __init__(
+        self, rows: Sequence[Sequence[int]], vocab_size: int, discount: float = 0.75
+    ) -> None:
         check_range("discount", discount, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False)
         V = int(vocab_size)
-        left = np.concatenate([np.asarray(r[:-1], dtype=np.int64) for r in rows if len(r) >= 2] or [np.zeros(0, np.int64)])
-        right = np.concatenate([np.asarray(r[1:], dtype=np.int64) for r in rows if len(r) >= 2] or [np.zeros(0, np.int64)])
+        left = np.concatenate(
+            [np.asarray(r[:-1], dtype=np.int64) for r in rows if len(r) >= 2]
+            or [np.zeros(0, np.int64)]
+        )
+        right = np.concatenate(
+            [np.asarray(r[1:], dtype=np.int64) for r in rows if len(r) >= 2]
+            or [np.zeros(0, np.int64)]
+        )
         if not len(left):
             raise InvalidArgument("the prior's training text has no bigram")
         keys, counts = np.unique(left * V + right, return_counts=True)
         self.V, self.D = V, float(discount)
         self.keys, self.counts = keys, counts.astype(np.float64)
         v_of, w_of = keys // V, keys % V
-        self.c_v = np.bincount(left, minlength=V).astype(np.float64)       # c(v) as a left context
-        self.n1_v = np.bincount(v_of, minlength=V).astype(np.float64)      # N1+(v .)
-        n1_w = np.bincount(w_of, minlength=V).astype(np.float64)           # N1+(. w)
+        self.c_v = np.bincount(left, minlength=V).astype(np.float64)  # c(v) as a left context
+        self.n1_v = np.bincount(v_of, minlength=V).astype(np.float64)  # N1+(v .)
+        n1_w = np.bincount(w_of, minlength=V).astype(np.float64)  # N1+(. w)
         self.p_cont = (n1_w + 0.5) / (n1_w.sum() + 0.5 * V)
         self.n_tokens = int(len(left) + sum(1 for r in rows if len(r) >= 2))
 
@@ -161,8 +185,11 @@ class KneserNeyBigram:
         c = np.where(self.keys[i] == k, self.counts[i], 0.0)
         cv = self.c_v[v]
         safe = np.maximum(cv, 1.0)
-        p = np.where(cv > 0, np.maximum(c - self.D, 0.0) / safe + self.D * self.n1_v[v] / safe * self.p_cont[w],
-                     self.p_cont[w])
+        p = np.where(
+            cv > 0,
+            np.maximum(c - self.D, 0.0) / safe + self.D * self.n1_v[v] / safe * self.p_cont[w],
+            self.p_cont[w],
+        )
         return np.log(p)
 
     def nll(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
@@ -178,7 +205,9 @@ class KneserNeyBigram:
 _KN: dict[tuple, KneserNeyBigram] = {}
 
 
-def kn_prior(tokenizer: Any, *, corpus: str = "debian", n_texts: int | None = None, seed: int = 0) -> KneserNeyBigram:
+def kn_prior(
+    tokenizer: Any, *, corpus: str = "debian", n_texts: int | None = None, seed: int = 0
+) -> KneserNeyBigram:
     """The Kneser-Ney bigram prior on the victim's tokenizer, counted on ``n_texts`` public texts of ``corpus``
     (see :func:`aux_lm`; ``"debian"``: up to 100k paragraphs, ~19 MB, of Debian READMEs / changelogs without
     license text). Cached per process.
@@ -198,10 +227,18 @@ def kn_prior(tokenizer: Any, *, corpus: str = "debian", n_texts: int | None = No
         raise InvalidArgument(f"aux_corpus must be one of {AUX_CORPORA}; got {corpus!r}")
     n_texts = (100_000 if corpus == "debian" else 2000) if n_texts is None else n_texts
     check_range("n_texts", n_texts, 1, 10**7, integer=True)
-    key = (str(sorted(tokenizer.get_vocab().items())[:50]) + str(len(tokenizer)), corpus, n_texts, seed)
+    key = (
+        str(sorted(tokenizer.get_vocab().items())[:50]) + str(len(tokenizer)),
+        corpus,
+        n_texts,
+        seed,
+    )
     if key not in _KN:
-        texts = list(generate_sentiment(n_texts, seed=1000 + seed).texts) if corpus == "synthetic" else \
-            _debian_prior_texts(n_texts)
+        texts = (
+            list(generate_sentiment(n_texts, seed=1000 + seed).texts)
+            if corpus == "synthetic"
+            else _debian_prior_texts(n_texts)
+        )
         rows = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
         _KN[key] = KneserNeyBigram(rows, len(tokenizer))
     return _KN[key]
@@ -239,8 +276,18 @@ def unused_token_ids(tokenizer: Any, vocab_size: int) -> list[int]:
 
 
 class _Engine:
-    def __init__(self, model: Any, gradients: Any, labels: Any, lengths: Sequence[int], tokenizer: Any, *, loss: str,
-                 alpha_tag: float, alpha_reg: float) -> None:
+    def __init__(
+        self,
+        model: Any,
+        gradients: Any,
+        labels: Any,
+        lengths: Sequence[int],
+        tokenizer: Any,
+        *,
+        loss: str,
+        alpha_tag: float,
+        alpha_reg: float,
+    ) -> None:
         import copy
 
         import torch
@@ -260,10 +307,15 @@ class _Engine:
         emb = model.get_input_embeddings()
         self.E = emb.weight.detach()
         emb_ids = {id(p) for p in emb.parameters()}
-        self.names = [n for n, p in model.named_parameters()
-                      if id(p) not in emb_ids and n in gradients and gradients[n] is not None]
+        self.names = [
+            n
+            for n, p in model.named_parameters()
+            if id(p) not in emb_ids and n in gradients and gradients[n] is not None
+        ]
         if not self.names:
-            raise InvalidArgument("the observation has no gradient LAMP can match (besides the word embeddings)")
+            raise InvalidArgument(
+                "the observation has no gradient LAMP can match (besides the word embeddings)"
+            )
         self.params = {n: p.detach() for n, p in model.named_parameters()}
         self.buffers = {n: b for n, b in model.named_buffers()}
         self.target = [gradients[n].detach().float() for n in self.names]
@@ -286,8 +338,17 @@ class _Engine:
                 self.fixed[i, n - 1], self.fixed_ids[i, n - 1] = True, sep
             self.fixed[i, n:] = True
         self.fixed_emb = self.E[self.fixed_ids]
-        special = [t for t in (tokenizer.pad_token_id, cls, sep, tokenizer.mask_token_id, tokenizer.unk_token_id)
-                   if t is not None]
+        special = [
+            t
+            for t in (
+                tokenizer.pad_token_id,
+                cls,
+                sep,
+                tokenizer.mask_token_id,
+                tokenizer.unk_token_id,
+            )
+            if t is not None
+        ]
         self.allowed = torch.ones(self.E.shape[0], dtype=torch.bool)
         self.allowed[special] = False
         self.allowed[unused_token_ids(tokenizer, self.E.shape[0])] = False
@@ -308,13 +369,19 @@ class _Engine:
 
         def loss_of(ps):
             allp = {**self.params, **ps}
-            out = functional_call(self.model, (allp, self.buffers), args=(),
-                                  kwargs={"inputs_embeds": x, "attention_mask": self.mask, "labels": self.labels})
+            out = functional_call(
+                self.model,
+                (allp, self.buffers),
+                args=(),
+                kwargs={"inputs_embeds": x, "attention_mask": self.mask, "labels": self.labels},
+            )
             return out.loss
 
         if params is None:
             with torch.enable_grad():  # also when called for scoring inside no_grad
-                return torch.autograd.grad(loss_of(p_sel), list(p_sel.values()), create_graph=create_graph)
+                return torch.autograd.grad(
+                    loss_of(p_sel), list(p_sel.values()), create_graph=create_graph
+                )
         return loss_of
 
     def grad_dist(self, gs) -> Any:
@@ -329,9 +396,9 @@ class _Engine:
         for g, t in zip(gs, self.target):
             d = g - t
             if self.loss_kind == "l2":
-                tot = tot + (d ** 2).sum()
+                tot = tot + (d**2).sum()
             else:  # tag: squared L2 + alpha * L1, as the reference code (utilities.grad_dist) computes it
-                tot = tot + (d ** 2).sum() + self.alpha_tag * d.abs().sum()
+                tot = tot + (d**2).sum() + self.alpha_tag * d.abs().sum()
         return tot
 
     def reg(self, x):
@@ -355,8 +422,12 @@ class _Engine:
 
         def loss_fn(ps, x):
             allp = {**self.params, **ps}
-            out = functional_call(self.model, (allp, self.buffers), args=(),
-                                  kwargs={"inputs_embeds": x, "attention_mask": self.mask, "labels": self.labels})
+            out = functional_call(
+                self.model,
+                (allp, self.buffers),
+                args=(),
+                kwargs={"inputs_embeds": x, "attention_mask": self.mask, "labels": self.labels},
+            )
             return out.loss
 
         def one(x):
@@ -378,7 +449,7 @@ class _Engine:
         sims = (xf / xf.norm(dim=-1, keepdim=True).clamp(min=1e-12)) @ En.T
         sims[..., ~self.allowed] = -2.0
         ids = torch.where(self.fixed, self.fixed_ids, sims.argmax(-1))
-        return [ids[i, : n].tolist() for i, n in enumerate(self.lengths)]
+        return [ids[i, :n].tolist() for i, n in enumerate(self.lengths)]
 
 
 def _transform(x, lengths: Sequence[int], fixed_first: bool, rng: np.random.Generator):
@@ -404,8 +475,8 @@ def _transform(x, lengths: Sequence[int], fixed_first: bool, rng: np.random.Gene
         seq.insert(j, t)
     elif op == 2 and n >= 3:
         i, j = sorted(rng.choice(n, size=2, replace=False).tolist())
-        sub = seq[i: j + 1]
-        rest = seq[:i] + seq[j + 1:]
+        sub = seq[i : j + 1]
+        rest = seq[:i] + seq[j + 1 :]
         p = int(rng.integers(0, len(rest) + 1))
         seq = rest[:p] + sub + rest[p:]
     else:
@@ -415,12 +486,30 @@ def _transform(x, lengths: Sequence[int], fixed_first: bool, rng: np.random.Gene
     return x
 
 
-def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int], tokenizer: Any, *, rng: Any,
-                loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
-                n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
-                lr: float = 0.01, lm: Any = None, batched: bool = True,
-                lr_decay: float = 0.89, init_std: float | None = None,
-                keep_best: bool = True) -> tuple[list[list[int]], dict[str, Any]]:
+def reconstruct(
+    model: Any,
+    gradients: Any,
+    labels: Any,
+    lengths: Sequence[int],
+    tokenizer: Any,
+    *,
+    rng: Any,
+    loss: str = "cos",
+    alpha_tag: float = 0.01,
+    alpha_reg: float = 1.0,
+    alpha_lm: float = 0.2,
+    n_init: int = 50,
+    n_perm: int = 50,
+    iterations: int = 10,
+    n_c: int = 25,
+    n_d: int = 16,
+    lr: float = 0.01,
+    lm: Any = None,
+    batched: bool = True,
+    lr_decay: float = 0.89,
+    init_std: float | None = None,
+    keep_best: bool = True,
+) -> tuple[list[list[int]], dict[str, Any]]:
     """Run the engine; returns (token ids per sequence, raw numbers).
 
     Args:
@@ -454,7 +543,16 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
 
     gen = as_numpy(rng)
     tg = as_torch(int(gen.integers(0, 2**62)))
-    eng = _Engine(model, gradients, labels, lengths, tokenizer, loss=loss, alpha_tag=alpha_tag, alpha_reg=alpha_reg)
+    eng = _Engine(
+        model,
+        gradients,
+        labels,
+        lengths,
+        tokenizer,
+        loss=loss,
+        alpha_tag=alpha_tag,
+        alpha_reg=alpha_reg,
+    )
     B, T, d = len(lengths), max(lengths), eng.E.shape[1]
     fixed_first = tokenizer.cls_token_id is not None
     # initialisation: Gaussian samples, then permutations of the best (scored by L_grad + reg)
@@ -464,7 +562,11 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
     std = eng.mean_norm / np.sqrt(d) if init_std is None else float(init_std)
     cands = torch.randn((max(1, n_init), B, T, d), generator=tg) * std
     if n_init > 1:
-        sc = eng.rec_batched(cands) if batched else np.array([float(eng.rec(c, create_graph=False)) for c in cands])
+        sc = (
+            eng.rec_batched(cands)
+            if batched
+            else np.array([float(eng.rec(c, create_graph=False)) for c in cands])
+        )
         x0 = cands[int(np.argmin(sc))]
     else:
         x0 = cands[0]
@@ -478,7 +580,11 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
                 xp[b, lo:hi] = x0[b, idx]
             perms.append(xp)
         P = torch.stack(perms)
-        sc = eng.rec_batched(P) if batched else np.array([float(eng.rec(c, create_graph=False)) for c in P])
+        sc = (
+            eng.rec_batched(P)
+            if batched
+            else np.array([float(eng.rec(c, create_graph=False)) for c in P])
+        )
         x0 = P[int(np.argmin(sc))]
     x = x0.clone().requires_grad_(True)
     opt = torch.optim.Adam([x], lr=lr)
@@ -501,7 +607,11 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
                 xb = x.detach().clone()
                 cand = [xb] + [_transform(xb, lengths, fixed_first, gen) for _ in range(n_d)]
                 X = torch.stack(cand)
-                rec = eng.rec_batched(X) if batched else np.array([float(eng.rec(c, create_graph=False)) for c in X])
+                rec = (
+                    eng.rec_batched(X)
+                    if batched
+                    else np.array([float(eng.rec(c, create_graph=False)) for c in X])
+                )
                 tot = rec.copy()
                 if alpha_lm > 0 and lm is not None:
                     for k, c in enumerate(cand):
@@ -515,8 +625,12 @@ def reconstruct(model: Any, gradients: Any, labels: Any, lengths: Sequence[int],
     if keep_best and returned > best_val:
         x, returned = best_x, best_val
     ids = eng.project(x.detach())
-    return ids, {"final_rec_loss": history[-1] if history else None, "history": history,
-                 "best_rec_loss": best_val if keep_best else None, "returned_rec_loss": returned}
+    return ids, {
+        "final_rec_loss": history[-1] if history else None,
+        "history": history,
+        "best_rec_loss": best_val if keep_best else None,
+        "returned_rec_loss": returned,
+    }
 
 
 def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
@@ -570,19 +684,38 @@ class _GradientMatching(Attack):
     """
 
     observation_type = GradientObservation
-    threat_model = ThreatModel(adversary=Adversary.HONEST_BUT_CURIOUS_SERVER,
-                               observes=("client FedSGD gradient", "model weights"),
-                               knows=("labels", "sequence lengths", "tokenizer"),
-                               goal="the client's input sentences")
+    threat_model = ThreatModel(
+        adversary=Adversary.HONEST_BUT_CURIOUS_SERVER,
+        observes=("client FedSGD gradient", "model weights"),
+        knows=("labels", "sequence lengths", "tokenizer"),
+        goal="the client's input sentences",
+    )
     headline_metric = "rouge2"
-    paper = ("Balunović et al., LAMP: Extracting Text from Gradients with Language Model Priors, NeurIPS 2022 "
-             "(shared/papers/lamp-extracting-text-from-gradients.txt)")
+    paper = (
+        "Balunović et al., LAMP: Extracting Text from Gradients with Language Model Priors, NeurIPS 2022 "
+        "(shared/papers/lamp-extracting-text-from-gradients.txt)"
+    )
 
-    def __init__(self, loss: str = "cos", alpha_tag: float = 0.01, alpha_reg: float = 1.0, alpha_lm: float = 0.2,
-                 n_init: int = 50, n_perm: int = 50, iterations: int = 10, n_c: int = 25, n_d: int = 16,
-                 lr: float = 0.01, batched: bool = True, aux_lm_steps: int = 300, aux_corpus: str = "synthetic",
-                 prior: str = "gpt2", lr_decay: float = 0.89, init_std: float | None = None,
-                 keep_best: bool = True) -> None:
+    def __init__(
+        self,
+        loss: str = "cos",
+        alpha_tag: float = 0.01,
+        alpha_reg: float = 1.0,
+        alpha_lm: float = 0.2,
+        n_init: int = 50,
+        n_perm: int = 50,
+        iterations: int = 10,
+        n_c: int = 25,
+        n_d: int = 16,
+        lr: float = 0.01,
+        batched: bool = True,
+        aux_lm_steps: int = 300,
+        aux_corpus: str = "synthetic",
+        prior: str = "gpt2",
+        lr_decay: float = 0.89,
+        init_std: float | None = None,
+        keep_best: bool = True,
+    ) -> None:
         if prior not in PRIORS:
             raise InvalidArgument(f"prior must be one of {PRIORS}; got {prior!r}")
         if loss not in ("cos", "tag", "l2"):
@@ -618,29 +751,59 @@ class _GradientMatching(Attack):
         self.prior = prior
 
     def applies_to(self, observation: Any) -> bool:
-        return (isinstance(observation, GradientObservation) and observation.labels is not None
-                and observation.lengths is not None)
+        return (
+            isinstance(observation, GradientObservation)
+            and observation.labels is not None
+            and observation.lengths is not None
+        )
 
     def run(self, observation: GradientObservation, *, rng: Any) -> AttackResult:
         if not isinstance(observation, GradientObservation):
-            raise InvalidArgument(f"observation must be a GradientObservation; got {type(observation).__name__}")
-        if observation.labels is None or observation.lengths is None or observation.tokenizer is None:
-            raise InvalidArgument(f"{self.name or 'lamp'} needs labels, lengths and the tokenizer in the "
-                                  "observation (the paper's threat model grants them)")
+            raise InvalidArgument(
+                f"observation must be a GradientObservation; got {type(observation).__name__}"
+            )
+        if (
+            observation.labels is None
+            or observation.lengths is None
+            or observation.tokenizer is None
+        ):
+            raise InvalidArgument(
+                f"{self.name or 'lamp'} needs labels, lengths and the tokenizer in the "
+                "observation (the paper's threat model grants them)"
+            )
         lm = None
         if self.alpha_lm > 0 and self.n_d > 0 and self.prior == "kn-bigram":
             lm = kn_prior(observation.tokenizer, corpus=self.aux_corpus)
         elif self.alpha_lm > 0 and self.n_d > 0 and self.aux_lm_steps > 0:
             lm = aux_lm(observation.tokenizer, steps=self.aux_lm_steps, corpus=self.aux_corpus)
-        ids, raw = reconstruct(observation.model, observation.gradients, observation.labels, observation.lengths,
-                               observation.tokenizer, rng=rng, loss=self.loss, alpha_tag=self.alpha_tag,
-                               alpha_reg=self.alpha_reg, alpha_lm=self.alpha_lm, n_init=self.n_init,
-                               n_perm=self.n_perm, iterations=self.iterations, n_c=self.n_c, n_d=self.n_d,
-                               lr=self.lr, lm=lm, batched=self.batched, lr_decay=self.lr_decay,
-                               init_std=self.init_std, keep_best=self.keep_best)
+        ids, raw = reconstruct(
+            observation.model,
+            observation.gradients,
+            observation.labels,
+            observation.lengths,
+            observation.tokenizer,
+            rng=rng,
+            loss=self.loss,
+            alpha_tag=self.alpha_tag,
+            alpha_reg=self.alpha_reg,
+            alpha_lm=self.alpha_lm,
+            n_init=self.n_init,
+            n_perm=self.n_perm,
+            iterations=self.iterations,
+            n_c=self.n_c,
+            n_d=self.n_d,
+            lr=self.lr,
+            lm=lm,
+            batched=self.batched,
+            lr_decay=self.lr_decay,
+            init_std=self.init_std,
+            keep_best=self.keep_best,
+        )
         texts = tuple(_decode(observation.tokenizer, s) for s in ids)
         raw["token_ids"] = ids
-        return AttackResult(attack=self.name or "lamp", reconstructions=texts, raw=raw, scorer=_score)
+        return AttackResult(
+            attack=self.name or "lamp", reconstructions=texts, raw=raw, scorer=_score
+        )
 
 
 @ATTACKS.register("lamp")
@@ -678,8 +841,11 @@ class LAMP(_GradientMatching):
 
     @classmethod
     def example(cls, preset: str = "quick") -> "LAMP":
-        return cls(n_init=20, n_perm=20, iterations=8, n_c=25, n_d=16) if preset == "quick" else cls(
-            n_init=500, n_perm=500, iterations=30, n_c=75, n_d=200)
+        return (
+            cls(n_init=20, n_perm=20, iterations=8, n_c=25, n_d=16)
+            if preset == "quick"
+            else cls(n_init=500, n_perm=500, iterations=30, n_c=75, n_d=200)
+        )
 
 
 @ATTACKS.register("tag")
@@ -702,13 +868,36 @@ class TAG(_GradientMatching):
         InvalidArgument: an argument outside its range.
     """
 
-    paper = ("Deng et al., TAG: Gradient Attack on Transformer-based Language Models, EMNLP Findings 2021; "
-             "as evaluated in shared/papers/lamp-extracting-text-from-gradients.txt")
+    paper = (
+        "Deng et al., TAG: Gradient Attack on Transformer-based Language Models, EMNLP Findings 2021; "
+        "as evaluated in shared/papers/lamp-extracting-text-from-gradients.txt"
+    )
 
-    def __init__(self, alpha_tag: float = 0.01, iterations: int = 10, n_c: int = 25, lr: float = 0.1,
-                 lr_decay: float = 1.0, init_std: float | None = 1.0, **kw: Any) -> None:
-        super().__init__(loss="tag", alpha_tag=alpha_tag, alpha_reg=0.0, alpha_lm=0.0, n_init=1, n_perm=0,
-                         iterations=iterations, n_c=n_c, n_d=0, lr=lr, lr_decay=lr_decay, init_std=init_std, **kw)
+    def __init__(
+        self,
+        alpha_tag: float = 0.01,
+        iterations: int = 10,
+        n_c: int = 25,
+        lr: float = 0.1,
+        lr_decay: float = 1.0,
+        init_std: float | None = 1.0,
+        **kw: Any,
+    ) -> None:
+        super().__init__(
+            loss="tag",
+            alpha_tag=alpha_tag,
+            alpha_reg=0.0,
+            alpha_lm=0.0,
+            n_init=1,
+            n_perm=0,
+            iterations=iterations,
+            n_c=n_c,
+            n_d=0,
+            lr=lr,
+            lr_decay=lr_decay,
+            init_std=init_std,
+            **kw,
+        )
 
     @classmethod
     def example(cls, preset: str = "quick") -> "TAG":
@@ -734,13 +923,34 @@ class DLG(_GradientMatching):
         InvalidArgument: an argument outside its range.
     """
 
-    paper = ("Zhu et al., Deep Leakage from Gradients, NeurIPS 2019; as evaluated in "
-             "shared/papers/lamp-extracting-text-from-gradients.txt")
+    paper = (
+        "Zhu et al., Deep Leakage from Gradients, NeurIPS 2019; as evaluated in "
+        "shared/papers/lamp-extracting-text-from-gradients.txt"
+    )
 
-    def __init__(self, iterations: int = 10, n_c: int = 25, lr: float = 0.1, lr_decay: float = 1.0,
-                 init_std: float | None = 1.0, **kw: Any) -> None:
-        super().__init__(loss="l2", alpha_reg=0.0, alpha_lm=0.0, n_init=1, n_perm=0, iterations=iterations,
-                         n_c=n_c, n_d=0, lr=lr, lr_decay=lr_decay, init_std=init_std, **kw)
+    def __init__(
+        self,
+        iterations: int = 10,
+        n_c: int = 25,
+        lr: float = 0.1,
+        lr_decay: float = 1.0,
+        init_std: float | None = 1.0,
+        **kw: Any,
+    ) -> None:
+        super().__init__(
+            loss="l2",
+            alpha_reg=0.0,
+            alpha_lm=0.0,
+            n_init=1,
+            n_perm=0,
+            iterations=iterations,
+            n_c=n_c,
+            n_d=0,
+            lr=lr,
+            lr_decay=lr_decay,
+            init_std=init_std,
+            **kw,
+        )
 
     @classmethod
     def example(cls, preset: str = "quick") -> "DLG":

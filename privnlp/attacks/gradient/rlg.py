@@ -27,6 +27,7 @@ embeddings the input-side rows are mixed in (FILM exploits those instead).
 Threat model: an eavesdropper / honest-but-curious server sees the update of the projection layer
 and knows the id-to-label map; nothing else.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,11 +43,25 @@ from privnlp.core.registry import ATTACKS
 
 from ._common import set_prf
 
-__all__ = ["find_head", "LabelSet", "estimate_num_labels", "reveal_labels", "sign_baseline", "RLG",
-           "output_layer_gradient"]
+__all__ = [
+    "find_head",
+    "LabelSet",
+    "estimate_num_labels",
+    "reveal_labels",
+    "sign_baseline",
+    "RLG",
+    "output_layer_gradient",
+]
 
-HEAD_NAMES = ("classifier.weight", "score.weight", "lm_head.weight", "classifier.out_proj.weight", "head.weight",
-              "fc.weight", "output.weight")
+HEAD_NAMES = (
+    "classifier.weight",
+    "score.weight",
+    "lm_head.weight",
+    "classifier.out_proj.weight",
+    "head.weight",
+    "fc.weight",
+    "output.weight",
+)
 
 
 def find_head(gradients: Any, candidates: Sequence[str] = HEAD_NAMES) -> str | None:
@@ -115,19 +130,31 @@ def output_layer_gradient(gradients: Any, name: str | None = None, *, include_bi
     if name is None:
         name = find_head(gradients)
         if name is None:
-            raise InvalidArgument("layer: cannot find the output layer's gradient; pass layer=<parameter name> "
-                                  f"(one of {', '.join(list(gradients)[-6:])})")
+            raise InvalidArgument(
+                "layer: cannot find the output layer's gradient; pass layer=<parameter name> "
+                f"(one of {', '.join(list(gradients)[-6:])})"
+            )
     if name not in gradients:
         raise InvalidArgument(f"layer {name!r} is not in the observed gradients")
     w = gradients[name]
-    w = w.detach().to(torch.float64).cpu().numpy() if isinstance(w, torch.Tensor) else np.asarray(w, float)
+    w = (
+        w.detach().to(torch.float64).cpu().numpy()
+        if isinstance(w, torch.Tensor)
+        else np.asarray(w, float)
+    )
     if w.ndim != 2:
-        raise InvalidArgument(f"layer {name!r} must be a 2-D weight (labels x features); got shape {w.shape}")
+        raise InvalidArgument(
+            f"layer {name!r} must be a 2-D weight (labels x features); got shape {w.shape}"
+        )
     if include_bias and name.endswith("weight"):
         bname = name[: -len("weight")] + "bias"
         if bname in gradients and gradients[bname] is not None:
             b = gradients[bname]
-            b = b.detach().to(torch.float64).cpu().numpy() if isinstance(b, torch.Tensor) else np.asarray(b, float)
+            b = (
+                b.detach().to(torch.float64).cpu().numpy()
+                if isinstance(b, torch.Tensor)
+                else np.asarray(b, float)
+            )
             if b.shape == (w.shape[0],):
                 w = np.concatenate([w, b[:, None]], axis=1)
     return w, name
@@ -147,8 +174,15 @@ def sign_baseline(dW: np.ndarray) -> LabelSet:
     return LabelSet(tuple(int(i) for i in labels), int(labels.size), method="sign")
 
 
-def _screen(Qn: np.ndarray, norms: np.ndarray, *, n_points: int, tol: float, rng: np.random.Generator,
-            n_random: int = 16) -> np.ndarray:
+def _screen(
+    Qn: np.ndarray,
+    norms: np.ndarray,
+    *,
+    n_points: int,
+    tol: float,
+    rng: np.random.Generator,
+    n_random: int = 16,
+) -> np.ndarray:
     """Exact rejection: label c is infeasible if q_c = T lam, lam >= 0, for a basis T of other columns.
 
     Bases are drawn from the ``n_points`` largest-norm columns (all (S+1)-choose-S subsets of the
@@ -181,8 +215,15 @@ def _screen(Qn: np.ndarray, norms: np.ndarray, *, n_points: int, tol: float, rng
     return alive
 
 
-def _lp_feasible(Q: np.ndarray, c: int, box: float, *, order: np.ndarray | None = None, first: int = 500,
-                 tol: float = 1e-9) -> bool:
+def _lp_feasible(
+    Q: np.ndarray,
+    c: int,
+    box: float,
+    *,
+    order: np.ndarray | None = None,
+    first: int = 500,
+    tol: float = 1e-9,
+) -> bool:
     """LP(c) of the paper, solved exactly by constraint generation: start from the ``first``
     largest-norm columns, check the solution against all columns, add the violated ones and resolve.
     A subset being infeasible proves infeasibility; a solution that satisfies every column proves
@@ -195,8 +236,15 @@ def _lp_feasible(Q: np.ndarray, c: int, box: float, *, order: np.ndarray | None 
     active = [j for j in order[: first + 1].tolist() if j != c]
     while True:
         A = Q[:, active]
-        res = linprog(c=np.zeros(S), A_ub=-A.T, b_ub=np.zeros(len(active)), A_eq=Q[:, c][None, :], b_eq=[-1.0],
-                      bounds=[(-box, box)] * S, method="highs")
+        res = linprog(
+            c=np.zeros(S),
+            A_ub=-A.T,
+            b_ub=np.zeros(len(active)),
+            A_eq=Q[:, c][None, :],
+            b_eq=[-1.0],
+            bounds=[(-box, box)] * S,
+            method="highs",
+        )
         if res.status != 0:
             return False
         vals = res.x @ Q
@@ -226,8 +274,17 @@ def _left_singular(dW: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return U, s
 
 
-def reveal_labels(dW: np.ndarray, *, num_labels: int | None = None, rtol: float = 1e-4, box: float = 1e4,
-                  screening_points: int = 500, screen: bool = True, generate: bool = True, rng: Any = 0) -> LabelSet:
+def reveal_labels(
+    dW: np.ndarray,
+    *,
+    num_labels: int | None = None,
+    rtol: float = 1e-4,
+    box: float = 1e4,
+    screening_points: int = 500,
+    screen: bool = True,
+    generate: bool = True,
+    rng: Any = 0,
+) -> LabelSet:
     """Algorithm 1 of the paper on ``dW`` of shape ``(C, d)`` (one row per label).
 
     Args:
@@ -255,12 +312,26 @@ def reveal_labels(dW: np.ndarray, *, num_labels: int | None = None, rtol: float 
     Q = U[:, :S].T  # S x C
     norms = np.linalg.norm(Q, axis=0)
     Qn = Q / np.maximum(norms, 1e-300)  # separability through the origin ignores positive scaling
-    g = np.random.default_rng(rng if isinstance(rng, (int, np.integer)) else None) if not isinstance(rng, np.random.Generator) else rng
-    alive = _screen(Qn, norms, n_points=screening_points, tol=1e-9, rng=g) if screen and S < C else np.ones(C, bool)
+    g = (
+        np.random.default_rng(rng if isinstance(rng, (int, np.integer)) else None)
+        if not isinstance(rng, np.random.Generator)
+        else rng
+    )
+    alive = (
+        _screen(Qn, norms, n_points=screening_points, tol=1e-9, rng=g)
+        if screen and S < C
+        else np.ones(C, bool)
+    )
     cand = np.nonzero(alive)[0]
     order = np.argsort(-norms)
-    labels = [int(c) for c in cand if _lp_feasible(Qn, int(c), box, order=order, first=screening_points if generate else C)]
-    return LabelSet(tuple(sorted(labels)), S, tuple(float(x) for x in s[: min(64, s.size)]), int(cand.size))
+    labels = [
+        int(c)
+        for c in cand
+        if _lp_feasible(Qn, int(c), box, order=order, first=screening_points if generate else C)
+    ]
+    return LabelSet(
+        tuple(sorted(labels)), S, tuple(float(x) for x in s[: min(64, s.size)]), int(cand.size)
+    )
 
 
 def _score(result: AttackResult, ground_truth: Any) -> dict[str, float]:
@@ -298,16 +369,29 @@ class RLG(Attack):
         InvalidArgument: an unknown ``method`` or an argument outside its range.
     """
 
-    paper = ("Dang et al., Revealing and Protecting Labels in Distributed Training, NeurIPS 2021 "
-             "(shared/papers/rlg-revealing-labels-from-gradients.txt)")
+    paper = (
+        "Dang et al., Revealing and Protecting Labels in Distributed Training, NeurIPS 2021 "
+        "(shared/papers/rlg-revealing-labels-from-gradients.txt)"
+    )
     observation_type = GradientObservation
-    threat_model = ThreatModel(adversary=Adversary.EAVESDROPPER,
-                               observes=("output-layer update",), knows=("id-to-label map",),
-                               goal="the set of labels (or next tokens) behind the update")
+    threat_model = ThreatModel(
+        adversary=Adversary.EAVESDROPPER,
+        observes=("output-layer update",),
+        knows=("id-to-label map",),
+        goal="the set of labels (or next tokens) behind the update",
+    )
     headline_metric = "f1"
 
-    def __init__(self, layer: str | None = None, num_labels: int | None = None, method: str = "rlg",
-                 rtol: float = 1e-4, box: float = 1e4, screening_points: int = 500, include_bias: bool = True) -> None:
+    def __init__(
+        self,
+        layer: str | None = None,
+        num_labels: int | None = None,
+        method: str = "rlg",
+        rtol: float = 1e-4,
+        box: float = 1e4,
+        screening_points: int = 500,
+        include_bias: bool = True,
+    ) -> None:
         if method not in ("rlg", "sign"):
             raise InvalidArgument(f"method must be 'rlg' or 'sign'; got {method!r}")
         if num_labels is not None:
@@ -342,19 +426,38 @@ class RLG(Attack):
 
     def run(self, observation: GradientObservation, *, rng: Any) -> AttackResult:
         if not isinstance(observation, GradientObservation):
-            raise InvalidArgument(f"observation must be a GradientObservation; got {type(observation).__name__}")
+            raise InvalidArgument(
+                f"observation must be a GradientObservation; got {type(observation).__name__}"
+            )
         from privnlp.core.rng import seed_of
 
-        dW, name = output_layer_gradient(observation.gradients, self.layer,
-                                         include_bias=self.include_bias and self.method == "rlg")
+        dW, name = output_layer_gradient(
+            observation.gradients,
+            self.layer,
+            include_bias=self.include_bias and self.method == "rlg",
+        )
         if self.method == "sign":
             # Eq. 5 reads the gradient; a FedAvg delta (theta_new - theta_old) has the opposite sign
             sgn = -1.0 if observation.meta.get("update_kind") == "delta" else 1.0
             res = sign_baseline(sgn * dW)
         else:
-            res = reveal_labels(dW, num_labels=self.num_labels, rtol=self.rtol, box=self.box,
-                                screening_points=self.screening_points, rng=seed_of(rng))
-        return AttackResult(attack=self.name or "rlg", reconstructions=res.labels,
-                            raw={"num_labels": res.num_labels, "layer": name, "method": res.method,
-                                 "num_lp": res.num_lp, "singular_values": list(res.singular_values[:16])},
-                            scorer=_score)
+            res = reveal_labels(
+                dW,
+                num_labels=self.num_labels,
+                rtol=self.rtol,
+                box=self.box,
+                screening_points=self.screening_points,
+                rng=seed_of(rng),
+            )
+        return AttackResult(
+            attack=self.name or "rlg",
+            reconstructions=res.labels,
+            raw={
+                "num_labels": res.num_labels,
+                "layer": name,
+                "method": res.method,
+                "num_lp": res.num_lp,
+                "singular_values": list(res.singular_values[:16]),
+            },
+            scorer=_score,
+        )

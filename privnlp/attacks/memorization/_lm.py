@@ -13,6 +13,7 @@ sees output probabilities only).
 
 All functions run under ``torch.inference_mode`` and leave the model in its previous mode.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,14 @@ import torch
 
 from privnlp.core.errors import InvalidArgument, check_range
 
-__all__ = ["TextScores", "causal_log_probs", "prefix_log_probs", "log_perplexity_bits", "exposure_rates", "masked_pll"]
+__all__ = [
+    "TextScores",
+    "causal_log_probs",
+    "prefix_log_probs",
+    "log_perplexity_bits",
+    "exposure_rates",
+    "masked_pll",
+]
 
 LN2 = float(np.log(2.0))
 
@@ -72,8 +80,14 @@ def _padded(rows: Sequence[Sequence[int]], pad: int, min_len: int = 1) -> tuple:
     return b.input_ids, b.attention_mask, b.position_ids
 
 
-def causal_log_probs(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256,
-                     max_length: int | None = None) -> TextScores:
+def causal_log_probs(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 256,
+    max_length: int | None = None,
+) -> TextScores:
     """Log-probability of every text under a causal LM (Eq. 2 of the record paper), batched.
 
     ``texts`` are tokenized without special tokens; token ``t >= 1`` is scored given tokens ``< t``.
@@ -101,12 +115,14 @@ def causal_log_probs(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_
     if n == 0:
         return TextScores(total, count)
     limit = max_length or getattr(getattr(model, "config", None), "n_positions", None) or 1024
-    ids = tokenizer(texts, add_special_tokens=False, truncation=True, max_length=int(limit))["input_ids"]
+    ids = tokenizer(texts, add_special_tokens=False, truncation=True, max_length=int(limit))[
+        "input_ids"
+    ]
     order = np.argsort([len(r) for r in ids], kind="stable")
     pad = _pad_id(tokenizer)
     with _eval(model):
         for s in range(0, n, batch_size):
-            idx = order[s:s + batch_size]
+            idx = order[s : s + batch_size]
             rows = [ids[i] for i in idx]
             x, mask, pos = _padded(rows, pad, min_len=2)
             logits = model(input_ids=x, attention_mask=mask, position_ids=pos).logits.float()
@@ -136,12 +152,14 @@ def token_strings(tokenizer: Any) -> list[str] | None:
     return strs if ok else None
 
 
-def _next_log_probs(model: Any, contexts: Sequence[tuple[int, ...]], pad: int, batch_size: int) -> dict:
+def _next_log_probs(
+    model: Any, contexts: Sequence[tuple[int, ...]], pad: int, batch_size: int
+) -> dict:
     """``{context: log-softmax of the next token}`` for non-empty token contexts, batched."""
     out: dict[tuple[int, ...], torch.Tensor] = {}
     ctx = sorted(set(contexts), key=len)
     for s in range(0, len(ctx), batch_size):
-        rows = ctx[s:s + batch_size]
+        rows = ctx[s : s + batch_size]
         x, mask, pos = _padded(rows, pad)
         logits = model(input_ids=x, attention_mask=mask, position_ids=pos).logits.float()
         last = torch.tensor([len(r) - 1 for r in rows])
@@ -151,8 +169,9 @@ def _next_log_probs(model: Any, contexts: Sequence[tuple[int, ...]], pad: int, b
     return out
 
 
-def prefix_log_probs(model: Any, tokenizer: Any, context: str, continuations: Sequence[str], *,
-                     batch_size: int = 256) -> np.ndarray:
+def prefix_log_probs(
+    model: Any, tokenizer: Any, context: str, continuations: Sequence[str], *, batch_size: int = 256
+) -> np.ndarray:
     """``log P(the text after `context` starts with c)`` for each ``c``, summed over tokenizations (nats).
 
     ``P(c) = sum_{v: s(v) starts with c} p(v) + sum_{v: s(v) a proper prefix of c} p(v) P(c[len s(v):] | v)``,
@@ -181,7 +200,12 @@ def prefix_log_probs(model: Any, tokenizer: Any, context: str, continuations: Se
     strs = token_strings(tokenizer)
     if strs is None:
         base = float(causal_log_probs(model, tokenizer, [context]).total[0])
-        return causal_log_probs(model, tokenizer, [context + c for c in conts], batch_size=batch_size).total - base
+        return (
+            causal_log_probs(
+                model, tokenizer, [context + c for c in conts], batch_size=batch_size
+            ).total
+            - base
+        )
     anchor = tuple(tokenizer(context, add_special_tokens=False)["input_ids"])
     by_first: dict[str, list[int]] = {}
     for i, st in enumerate(strs):
@@ -192,7 +216,9 @@ def prefix_log_probs(model: Any, tokenizer: Any, context: str, continuations: Se
     # expand the search tree level by level: each node (token context, remaining string) needs the context's
     # next-token distribution; all contexts of a level go through the model in one batched call
     level = {(anchor, c) for c in conts if c}
-    tree: dict[tuple[tuple[int, ...], str], tuple[list[int], list[tuple[int, tuple[tuple[int, ...], str]]]]] = {}
+    tree: dict[
+        tuple[tuple[int, ...], str], tuple[list[int], list[tuple[int, tuple[tuple[int, ...], str]]]]
+    ] = {}
     with _eval(model):
         while level:
             lps = _next_log_probs(model, [ctx for ctx, _ in level], pad, batch_size)
@@ -204,7 +230,7 @@ def prefix_log_probs(model: Any, tokenizer: Any, context: str, continuations: Se
                     if st.startswith(rem):
                         ends.append(v)
                     elif rem.startswith(st):
-                        child = (ctx + (v,), rem[len(st):])
+                        child = (ctx + (v,), rem[len(st) :])
                         steps.append((v, child))
                         if child not in tree:
                             nxt.add(child)
@@ -227,7 +253,9 @@ def prefix_log_probs(model: Any, tokenizer: Any, context: str, continuations: Se
     return np.array([value((anchor, c)) if c else 0.0 for c in conts], dtype=np.float64)
 
 
-def log_perplexity_bits(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:
+def log_perplexity_bits(
+    model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256
+) -> np.ndarray:
     """Carlini et al.'s log-perplexity ``-log2 Pr(text)`` (bits; lower = more likely).
 
     Args:
@@ -242,7 +270,9 @@ def log_perplexity_bits(model: Any, tokenizer: Any, texts: Sequence[str], *, bat
     return -causal_log_probs(model, tokenizer, texts, batch_size=batch_size).total / LN2
 
 
-def exposure_rates(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:
+def exposure_rates(
+    model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 256
+) -> np.ndarray:
     """Exposure rate of each text: mean token log-probability (record paper, Definition 2).
 
     Args:
@@ -257,8 +287,14 @@ def exposure_rates(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_si
     return causal_log_probs(model, tokenizer, texts, batch_size=batch_size).mean
 
 
-def masked_pll(model: Any, tokenizer: Any, texts: Sequence[str], spans: Sequence[tuple[int, int]], *,
-               batch_size: int = 256) -> np.ndarray:
+def masked_pll(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    spans: Sequence[tuple[int, int]],
+    *,
+    batch_size: int = 256,
+) -> np.ndarray:
     """Pseudo-log-likelihood (natural log) of the characters ``text[start:end]`` under a masked LM.
 
     Each token overlapping the span is masked on its own and its log-probability read at the
@@ -279,7 +315,9 @@ def masked_pll(model: Any, tokenizer: Any, texts: Sequence[str], spans: Sequence
         InvalidArgument: ``spans`` of another length, a tokenizer without ``[MASK]``, or a span covering no token.
     """
     if len(texts) != len(spans):
-        raise InvalidArgument(f"spans must have one (start, end) per text ({len(texts)}); got {len(spans)}")
+        raise InvalidArgument(
+            f"spans must have one (start, end) per text ({len(texts)}); got {len(spans)}"
+        )
     mask_id = getattr(tokenizer, "mask_token_id", None)
     if mask_id is None:
         raise InvalidArgument("masked_pll needs a tokenizer with a [MASK] token")
@@ -294,15 +332,15 @@ def masked_pll(model: Any, tokenizer: Any, texts: Sequence[str], spans: Sequence
     pad = _pad_id(tokenizer)
     with _eval(model):
         for s in range(0, len(queries), batch_size):
-            chunk = queries[s:s + batch_size]
+            chunk = queries[s : s + batch_size]
             rows = [list(enc["input_ids"][i]) for i, _, _ in chunk]
             t = max(len(r) for r in rows)
             x = torch.full((len(rows), t), pad, dtype=torch.long)
             m = torch.zeros((len(rows), t), dtype=torch.long)
             for j, ((_, p, _), r) in enumerate(zip(chunk, rows)):
                 r[p] = int(mask_id)
-                x[j, :len(r)] = torch.as_tensor(r)
-                m[j, :len(r)] = 1
+                x[j, : len(r)] = torch.as_tensor(r)
+                m[j, : len(r)] = 1
             logits = model(input_ids=x, attention_mask=m).logits.float()
             lp = torch.log_softmax(logits, dim=-1)
             for j, (i, p, true) in enumerate(chunk):

@@ -25,6 +25,7 @@ Threat model: a compromised client / eavesdropper that snapshots the global mode
 aggregation (no access to local models; the server is trusted); Eavesdropping additionally knows
 when the victim is selected; Watermark can inject one record into the victim's data.
 """
+
 from __future__ import annotations
 
 import abc
@@ -43,22 +44,41 @@ from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
 from privnlp.core.rng import as_numpy
 
-__all__ = ["spearman", "exposure_trajectories", "selection_indicator", "ecorr", "wcorr", "rank_desc",
-           "combined_rank", "generate_candidates", "CorrelationResult", "EavesdroppingAttack", "WatermarkAttack",
-           "TOP_KS"]
+__all__ = [
+    "spearman",
+    "exposure_trajectories",
+    "selection_indicator",
+    "ecorr",
+    "wcorr",
+    "rank_desc",
+    "combined_rank",
+    "generate_candidates",
+    "CorrelationResult",
+    "EavesdroppingAttack",
+    "WatermarkAttack",
+    "TOP_KS",
+]
 
 TOP_KS = (1, 5, 10, 20, 50)
 
 EAVESDROPPER_TM = ThreatModel(
     adversary=Adversary.EAVESDROPPER,
-    observes=("the global model after every aggregation round", "whether the victim client was selected each round"),
+    observes=(
+        "the global model after every aggregation round",
+        "whether the victim client was selected each round",
+    ),
     knows=("the record's prefix / format", "the tokenizer and architecture"),
-    goal="extract the victim client's private record and link it to the client")
+    goal="extract the victim client's private record and link it to the client",
+)
 WATERMARK_TM = ThreatModel(
     adversary=Adversary.MALICIOUS_CLIENT,
     observes=("the global model after every aggregation round",),
-    knows=("the record's prefix / format", "a watermark record it injected once into the victim's data"),
-    goal="extract the victim client's private record and link it to the client")
+    knows=(
+        "the record's prefix / format",
+        "a watermark record it injected once into the victim's data",
+    ),
+    goal="extract the victim client's private record and link it to the client",
+)
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -80,7 +100,9 @@ def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -
 
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape:
-        raise InvalidArgument(f"spearman: vectors must have the same length; got {x.shape} and {y.shape}")
+        raise InvalidArgument(
+            f"spearman: vectors must have the same length; got {x.shape} and {y.shape}"
+        )
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -109,7 +131,9 @@ def rank_desc(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return out
 
 
-def combined_rank(corr: Sequence[float], final_exposure: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def combined_rank(
+    corr: Sequence[float], final_exposure: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
     """``r(x) = rank(corr) + rank(final exposure)`` (Eqs. 10 / 12) and the candidate order
     (ascending ``r``, ties broken by higher final exposure, then by index).
 
@@ -151,7 +175,9 @@ def selection_indicator(snapshots: ModelSnapshots, victim: Any) -> np.ndarray:
     if len(sel) == t + 1:
         sel = sel[1:]
     if len(sel) != t:
-        raise InvalidArgument(f"selection must have one entry per round ({t}) or per snapshot ({t + 1}); got {len(sel)}")
+        raise InvalidArgument(
+            f"selection must have one entry per round ({t}) or per snapshot ({t + 1}); got {len(sel)}"
+        )
     return np.asarray([1.0 if victim in set(s) else -1.0 for s in sel])
 
 
@@ -206,8 +232,13 @@ def _files_key(paths: Sequence[Any]) -> tuple:
     return tuple(out)
 
 
-def exposure_trajectories(snapshots: ModelSnapshots, texts: Sequence[str], *, batch_size: int = 256,
-                          progress: bool = False) -> np.ndarray:
+def exposure_trajectories(
+    snapshots: ModelSnapshots,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 256,
+    progress: bool = False,
+) -> np.ndarray:
     """Exposure rate of every text under every snapshot: array ``[T+1, len(texts)]``.
 
     Loads each snapshot once. Results are memoized per (snapshot files, text) for the process:
@@ -238,8 +269,14 @@ def exposure_trajectories(snapshots: ModelSnapshots, texts: Sequence[str], *, ba
         models = snapshots.iter_models()
         if progress:
             from tqdm.auto import tqdm
+
             models = tqdm(models, total=len(snapshots.paths), desc="snapshots", leave=False)
-        cols = np.stack([exposure_rates(m, snapshots.tokenizer, missing, batch_size=batch_size) for _, m in models])
+        cols = np.stack(
+            [
+                exposure_rates(m, snapshots.tokenizer, missing, batch_size=batch_size)
+                for _, m in models
+            ]
+        )
         for j, t in enumerate(missing):
             cached[t] = cols[:, j].copy()
     if not texts:
@@ -247,9 +284,18 @@ def exposure_trajectories(snapshots: ModelSnapshots, texts: Sequence[str], *, ba
     return np.stack([cached[t] for t in texts], axis=1)
 
 
-def generate_candidates(model: Any, tokenizer: Any, pattern: str, *, beam_width: int = 64, n_samples: int = 64,
-                        temperature: float = 1.0, vocabulary: Sequence[str] | None = None,
-                        cache_key: Any = None, rng: Any) -> list[str]:
+def generate_candidates(
+    model: Any,
+    tokenizer: Any,
+    pattern: str,
+    *,
+    beam_width: int = 64,
+    n_samples: int = 64,
+    temperature: float = 1.0,
+    vocabulary: Sequence[str] | None = None,
+    cache_key: Any = None,
+    rng: Any,
+) -> list[str]:
     """Candidate records from the known prefix: a beam search (width ``beam_width``) plus
     ``n_samples`` constrained ancestral samples over the record's alphabet, de-duplicated
     (beam results first, in order).
@@ -282,7 +328,11 @@ def generate_candidates(model: Any, tokenizer: Any, pattern: str, *, beam_width:
     template = canary_template(pattern, vocabulary)
     out: list[str] = []
     if beam_width:
-        bkey = None if cache_key is None else (cache_key, pattern, tuple(vocabulary or ()), int(beam_width))
+        bkey = (
+            None
+            if cache_key is None
+            else (cache_key, pattern, tuple(vocabulary or ()), int(beam_width))
+        )
         beam = _CAND_CACHE.get(bkey) if bkey is not None else None
         if beam is None:
             beam = beam_extract(model, tokenizer, template, beam_width=beam_width).candidates
@@ -299,12 +349,16 @@ def generate_candidates(model: Any, tokenizer: Any, pattern: str, *, beam_width:
         seqs: list[list[str]] = [[] for _ in range(int(n_samples))]
         for pos, a in enumerate(alph):
             texts = [render_partial(template, s + [x]) for s in seqs for x in a]
-            lp = causal_log_probs(model, tokenizer, texts).total.reshape(len(seqs), len(a)) / float(temperature)
+            lp = causal_log_probs(model, tokenizer, texts).total.reshape(len(seqs), len(a)) / float(
+                temperature
+            )
             lp = np.where(np.isfinite(lp), lp, -np.inf)  # a diverged model (NaN) gets no say
             top = lp.max(1, keepdims=True)
             p = np.exp(lp - np.where(np.isfinite(top), top, 0.0))
             tot = p.sum(1, keepdims=True)
-            p = np.where(tot > 0, p / np.where(tot > 0, tot, 1.0), 1.0 / len(a))  # all -inf -> uniform
+            p = np.where(
+                tot > 0, p / np.where(tot > 0, tot, 1.0), 1.0 / len(a)
+            )  # all -inf -> uniform
             for s, row in zip(seqs, p):
                 s.append(a[int(g.choice(len(a), p=row))])
         out.extend(template.render(_split(template, s)) for s in seqs)
@@ -340,8 +394,10 @@ def _truth_text(ground_truth: Any) -> str:
         return str(ground_truth["record"])
     if hasattr(ground_truth, "text"):
         return str(ground_truth.text)
-    raise InvalidArgument("ground truth of a correlation trial must be the victim's record text (str), "
-                          f"{{'record': ...}} or an object with .text; got {type(ground_truth).__name__}")
+    raise InvalidArgument(
+        "ground truth of a correlation trial must be the victim's record text (str), "
+        f"{{'record': ...}} or an object with .text; got {type(ground_truth).__name__}"
+    )
 
 
 def _topk_metrics(ranked: Sequence[str], truth: str, prefix: str = "") -> dict[str, float]:
@@ -373,7 +429,9 @@ def _correlation_scorer(result: AttackResult, ground_truth: Any) -> dict[str, fl
 class _CorrelationAttack(Attack):
     observation_type = ModelSnapshots
     headline_metric = "top1_accuracy"
-    paper = "record-level-privacy-leakage-in-fl.txt (Yuan et al., record-level privacy leakage in FL)"
+    paper = (
+        "record-level-privacy-leakage-in-fl.txt (Yuan et al., record-level privacy leakage in FL)"
+    )
 
     def __init__(self, beam_width: int = 64, n_samples: int = 64, batch_size: int = 256) -> None:
         check_range("beam_width", beam_width, 0, 10**6, integer=True)
@@ -390,7 +448,11 @@ class _CorrelationAttack(Attack):
         # quick: one shared beam search (width 32) per training run, no per-victim sampling -- on
         # fl.snapshots quick the true record's recall in the pool was the same as with 64 + 64
         # samples, at a fraction of the cost (see docs/readme/90-memorization.md)
-        return cls(beam_width=32, n_samples=0) if preset == "quick" else cls(beam_width=128, n_samples=256)
+        return (
+            cls(beam_width=32, n_samples=0)
+            if preset == "quick"
+            else cls(beam_width=128, n_samples=256)
+        )
 
     def _candidates(self, obs: ModelSnapshots, rng: Any) -> tuple[list[str], str]:
         meta = obs.meta
@@ -399,14 +461,23 @@ class _CorrelationAttack(Attack):
         if given:
             return list(dict.fromkeys(given)), ""
         if not pattern:
-            raise InvalidArgument("observation.meta needs 'record_pattern' (e.g. 'my social security number is "
-                                  "{ssn}') or an explicit 'candidates' list")
+            raise InvalidArgument(
+                "observation.meta needs 'record_pattern' (e.g. 'my social security number is "
+                "{ssn}') or an explicit 'candidates' list"
+            )
         from .exposure import canary_template
 
         final = obs.load(obs.num_rounds)
-        cands = generate_candidates(final, obs.tokenizer, pattern, beam_width=self.beam_width,
-                                    n_samples=self.n_samples, vocabulary=meta.get("record_vocabulary"),
-                                    cache_key=_files_key(obs.paths[-1:]), rng=rng)
+        cands = generate_candidates(
+            final,
+            obs.tokenizer,
+            pattern,
+            beam_width=self.beam_width,
+            n_samples=self.n_samples,
+            vocabulary=meta.get("record_vocabulary"),
+            cache_key=_files_key(obs.paths[-1:]),
+            rng=rng,
+        )
         return cands, canary_template(pattern, meta.get("record_vocabulary")).prefix
 
     @abc.abstractmethod
@@ -415,9 +486,13 @@ class _CorrelationAttack(Attack):
 
     def correlate(self, obs: ModelSnapshots, *, rng: Any) -> tuple[CorrelationResult, str]:
         if not isinstance(obs, ModelSnapshots):
-            raise InvalidArgument(f"{self.name} needs a ModelSnapshots observation; got {type(obs).__name__}")
+            raise InvalidArgument(
+                f"{self.name} needs a ModelSnapshots observation; got {type(obs).__name__}"
+            )
         if obs.num_rounds < 3:
-            raise InvalidArgument(f"{self.name} needs at least 3 rounds of snapshots; got {obs.num_rounds}")
+            raise InvalidArgument(
+                f"{self.name} needs at least 3 rounds of snapshots; got {obs.num_rounds}"
+            )
         cands, prefix = self._candidates(obs, rng)
         traj = exposure_trajectories(obs, cands, batch_size=self.batch_size)
         corr = self._signal(obs, traj)
@@ -430,11 +505,20 @@ class _CorrelationAttack(Attack):
     def run(self, observation: ModelSnapshots, *, rng: Any) -> AttackResult:
         res, prefix = self.correlate(observation, rng=rng)
         ranked = tuple(res.candidates[i] for i in res.order)
-        return AttackResult(attack=self.name, reconstructions=ranked,
-                            raw={"candidates": res.candidates, "corr": res.corr, "final_exposure": res.final_exposure,
-                                 "rank_score": res.rank_score, "baseline_order": res.baseline_order,
-                                 "n_nan": int(np.isnan(res.corr).sum()), "prefix": prefix},
-                            scorer=_correlation_scorer)
+        return AttackResult(
+            attack=self.name,
+            reconstructions=ranked,
+            raw={
+                "candidates": res.candidates,
+                "corr": res.corr,
+                "final_exposure": res.final_exposure,
+                "rank_score": res.rank_score,
+                "baseline_order": res.baseline_order,
+                "n_nan": int(np.isnan(res.corr).sum()),
+                "prefix": prefix,
+            },
+            scorer=_correlation_scorer,
+        )
 
 
 @ATTACKS.register("eavesdropping")
@@ -466,7 +550,9 @@ class EavesdroppingAttack(_CorrelationAttack):
 
     def _signal(self, obs: ModelSnapshots, traj: np.ndarray) -> np.ndarray:
         if "victim" not in obs.meta:
-            raise InvalidArgument("eavesdropping needs observation.meta['victim'] (the eavesdropped client id)")
+            raise InvalidArgument(
+                "eavesdropping needs observation.meta['victim'] (the eavesdropped client id)"
+            )
         return ecorr(traj, selection_indicator(obs, obs.meta["victim"]))
 
 
@@ -498,6 +584,8 @@ class WatermarkAttack(_CorrelationAttack):
     def _signal(self, obs: ModelSnapshots, traj: np.ndarray) -> np.ndarray:
         wm = obs.meta.get("watermark")
         if not wm:
-            raise InvalidArgument("watermark needs observation.meta['watermark'] (the injected watermark text)")
+            raise InvalidArgument(
+                "watermark needs observation.meta['watermark'] (the injected watermark text)"
+            )
         w = exposure_trajectories(obs, [str(wm)], batch_size=self.batch_size)[:, 0]
         return wcorr(traj, w)

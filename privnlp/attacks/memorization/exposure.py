@@ -21,6 +21,7 @@ log-space integral of the log-pdf deep in the tail, where ``log(cdf)`` underflow
 Threat model: black-box querier of the released model who knows the canary format and its
 randomness space, not the secret.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,15 +38,28 @@ from privnlp.core.registry import ATTACKS
 from privnlp.core.rng import as_numpy
 from privnlp.data.canaries import Canary, enumerate_space, make_canary, sample_space
 
-__all__ = ["ExposureEstimate", "rank_with_ties", "exposure_from_rank", "exact_exposure", "extrapolated_exposure",
-           "skewnorm_log_cdf", "canary_template", "make_masked_secret", "MASKED_FORMATS", "score_candidates",
-           "canary_exposure", "CanaryExposure", "BLACK_BOX_CANARY"]
+__all__ = [
+    "ExposureEstimate",
+    "rank_with_ties",
+    "exposure_from_rank",
+    "exact_exposure",
+    "extrapolated_exposure",
+    "skewnorm_log_cdf",
+    "canary_template",
+    "make_masked_secret",
+    "MASKED_FORMATS",
+    "score_candidates",
+    "canary_exposure",
+    "CanaryExposure",
+    "BLACK_BOX_CANARY",
+]
 
 BLACK_BOX_CANARY = ThreatModel(
     adversary=Adversary.BLACK_BOX_QUERIER,
     observes=("log-probabilities of the released (causal or masked) LM on chosen inputs",),
     knows=("the canary format (pattern) and its randomness space", "the tokenizer"),
-    goal="measure / extract the secret of a canary inserted into the training data")
+    goal="measure / extract the secret of a canary inserted into the training data",
+)
 
 MASKED_FORMATS = ("HS", "HSH", "HHSHH")
 
@@ -147,7 +161,9 @@ class ExposureEstimate:
         return math.log2(self.space_size)
 
 
-def exact_exposure(canary_score: float, reference: Sequence[float], space_size: int | None = None) -> ExposureEstimate:
+def exact_exposure(
+    canary_score: float, reference: Sequence[float], space_size: int | None = None
+) -> ExposureEstimate:
     """Exposure from the full enumeration: ``reference`` = every other candidate's log-perplexity.
 
     Args:
@@ -164,13 +180,17 @@ def exact_exposure(canary_score: float, reference: Sequence[float], space_size: 
     ref = np.asarray(reference, dtype=float)
     size = int(ref.size + 1 if space_size is None else space_size)
     if ref.size + 1 != size:
-        raise InvalidArgument(f"reference must hold all other candidates (space_size - 1 = {size - 1}); got {ref.size}")
+        raise InvalidArgument(
+            f"reference must hold all other candidates (space_size - 1 = {size - 1}); got {ref.size}"
+        )
     r = rank_with_ties(canary_score, ref)
     e = exposure_from_rank(r, size)
     return ExposureEstimate(e, float(r), size, "exact", float(canary_score), e, None, int(ref.size))
 
 
-def extrapolated_exposure(canary_score: float, sample: Sequence[float], space_size: int) -> ExposureEstimate:
+def extrapolated_exposure(
+    canary_score: float, sample: Sequence[float], space_size: int
+) -> ExposureEstimate:
     """Exposure from a uniform sample of the space: skew-normal fit of the sampled log-perplexities,
     ``exposure = -log2 P(X <= canary)`` (Carlini et al. 2019, Sec. 4.3), capped to ``[0, log2 |R|]``.
 
@@ -204,7 +224,9 @@ def extrapolated_exposure(canary_score: float, sample: Sequence[float], space_si
     log2r = math.log2(space_size)
     e = float(min(max(raw, 0.0), log2r))
     rank = float(2.0 ** (log2r - e))
-    return ExposureEstimate(e, rank, int(space_size), "extrapolated", c, float(raw), fit, int(s.size))
+    return ExposureEstimate(
+        e, rank, int(space_size), "extrapolated", c, float(raw), fit, int(s.size)
+    )
 
 
 # ----------------------------------------------------------------------------- canaries
@@ -225,8 +247,13 @@ def canary_template(pattern: str, vocabulary: Sequence[str] | None = None) -> Ca
     return replace(c, secret="", text="", values=())
 
 
-def make_masked_secret(fmt: str = "HSH", *, rng: Any, generic_words: Sequence[str] | None = None,
-                       secret_words: Sequence[str] | None = None) -> Canary:
+def make_masked_secret(
+    fmt: str = "HSH",
+    *,
+    rng: Any,
+    generic_words: Sequence[str] | None = None,
+    secret_words: Sequence[str] | None = None,
+) -> Canary:
     """A DP-BERT style secret: ``fmt`` in HS / HSH / HHSHH, H = a generic word (fixed, drawn from
     ``generic_words``), S = the secret word drawn uniformly from ``secret_words``.
 
@@ -245,23 +272,36 @@ def make_masked_secret(fmt: str = "HSH", *, rng: Any, generic_words: Sequence[st
     if fmt not in MASKED_FORMATS:
         raise InvalidArgument(f"fmt must be one of {MASKED_FORMATS}; got {fmt!r}")
     g = as_numpy(rng)
-    generic = list(generic_words or ("the", "patient", "was", "given", "today", "after", "visit", "with"))
-    parts = [str(generic[int(g.integers(len(generic)))]) if ch == "H" else "{words:1}" for ch in fmt]
+    generic = list(
+        generic_words or ("the", "patient", "was", "given", "today", "after", "visit", "with")
+    )
+    parts = [
+        str(generic[int(g.integers(len(generic)))]) if ch == "H" else "{words:1}" for ch in fmt
+    ]
     return make_canary(" ".join(parts), rng=g, vocabulary=secret_words)
 
 
 def _secret_span(canary: Canary, text: str) -> tuple[int, int]:
     if len(canary.slots) != 1:
-        raise InvalidArgument(f"canary: masked-LM exposure scores one contiguous secret span, so the pattern must have "
-                              f"exactly 1 placeholder (e.g. 'my pin is {{digits:4}}'); got {len(canary.slots)} in "
-                              f"{canary.pattern!r}")
+        raise InvalidArgument(
+            f"canary: masked-LM exposure scores one contiguous secret span, so the pattern must have "
+            f"exactly 1 placeholder (e.g. 'my pin is {{digits:4}}'); got {len(canary.slots)} in "
+            f"{canary.pattern!r}"
+        )
     start = len(canary.prefix)
     suffix_len = len(canary.pattern) - canary.pattern.index("}", start) - 1
     return start, len(text) - suffix_len
 
 
-def score_candidates(model: Any, tokenizer: Any, canary: Canary, texts: Sequence[str], *, kind: str = "causal",
-                     batch_size: int = 256) -> np.ndarray:
+def score_candidates(
+    model: Any,
+    tokenizer: Any,
+    canary: Canary,
+    texts: Sequence[str],
+    *,
+    kind: str = "causal",
+    batch_size: int = 256,
+) -> np.ndarray:
     """Log-perplexity (bits; lower = more likely) of candidate texts of ``canary``'s space.
 
     Args:
@@ -289,8 +329,17 @@ def score_candidates(model: Any, tokenizer: Any, canary: Canary, texts: Sequence
     raise InvalidArgument(f"kind must be 'causal' or 'masked'; got {kind!r}")
 
 
-def canary_exposure(model: Any, tokenizer: Any, canary: Canary, *, kind: str = "causal", method: str = "auto",
-                    n_samples: int = 2000, exact_limit: int = 20000, rng: Any) -> ExposureEstimate:
+def canary_exposure(
+    model: Any,
+    tokenizer: Any,
+    canary: Canary,
+    *,
+    kind: str = "causal",
+    method: str = "auto",
+    n_samples: int = 2000,
+    exact_limit: int = 20000,
+    rng: Any,
+) -> ExposureEstimate:
     """Exposure of ``canary`` (which holds the secret) in ``model``: exact when ``|R| <= exact_limit``
     (or ``method="exact"``), else sampled + skew-normal extrapolation (``method="extrapolated"``).
 
@@ -314,12 +363,20 @@ def canary_exposure(model: Any, tokenizer: Any, canary: Canary, *, kind: str = "
         raise InvalidArgument(f"method must be 'auto', 'exact' or 'extrapolated'; got {method!r}")
     c_score = float(score_candidates(model, tokenizer, canary, [canary.text], kind=kind)[0])
     if method == "exact" or (method == "auto" and canary.space_size <= exact_limit):
-        others = [t for t in enumerate_space(canary, limit=max(exact_limit, canary.space_size)) if t != canary.text]
-        return exact_exposure(c_score, score_candidates(model, tokenizer, canary, others, kind=kind),
-                              canary.space_size)
+        others = [
+            t
+            for t in enumerate_space(canary, limit=max(exact_limit, canary.space_size))
+            if t != canary.text
+        ]
+        return exact_exposure(
+            c_score,
+            score_candidates(model, tokenizer, canary, others, kind=kind),
+            canary.space_size,
+        )
     sample = sample_space(canary, n_samples, rng=rng, exclude_secret=True)
-    return extrapolated_exposure(c_score, score_candidates(model, tokenizer, canary, sample, kind=kind),
-                                 canary.space_size)
+    return extrapolated_exposure(
+        c_score, score_candidates(model, tokenizer, canary, sample, kind=kind), canary.space_size
+    )
 
 
 # ----------------------------------------------------------------------------- the attack
@@ -330,8 +387,10 @@ def _truth_canary(template: Canary, ground_truth: Any) -> tuple[str, Canary | No
         return str(ground_truth["text"]), None
     if isinstance(ground_truth, str):
         return ground_truth, None
-    raise InvalidArgument("ground truth of a canary trial must be a Canary, a canary text, or {'text': ...}; "
-                          f"got {type(ground_truth).__name__}")
+    raise InvalidArgument(
+        "ground truth of a canary trial must be a Canary, a canary text, or {'text': ...}; "
+        f"got {type(ground_truth).__name__}"
+    )
 
 
 def _exposure_scorer(result: AttackResult, ground_truth: Any) -> dict[str, float]:
@@ -346,9 +405,14 @@ def _exposure_scorer(result: AttackResult, ground_truth: Any) -> dict[str, float
     else:
         est = extrapolated_exposure(c, raw["scores"], size)
     guesses = list(result.reconstructions)
-    out = {"exposure": est.exposure, "rank": est.rank, "log2_space": est.log2_space,
-           "normalized_exposure": est.exposure / est.log2_space if est.log2_space > 0 else 0.0,
-           "raw_exposure": est.raw_exposure, "canary_log_perplexity": c}
+    out = {
+        "exposure": est.exposure,
+        "rank": est.rank,
+        "log2_space": est.log2_space,
+        "normalized_exposure": est.exposure / est.log2_space if est.log2_space > 0 else 0.0,
+        "raw_exposure": est.raw_exposure,
+        "canary_log_perplexity": c,
+    }
     if raw["method"] == "exact":  # the attacker's best guess over the whole space is an extraction
         out["extracted"] = float(bool(guesses) and guesses[0] == text)
     return out
@@ -379,13 +443,17 @@ class CanaryExposure(Attack):
             ``meta['canary_pattern']``.
     """
 
-    paper = ("unintended-memorization-under-fl.txt (secret sharer, Carlini et al. 2019); "
-             "dp-bert-and-dp-wordpiece.txt (HS/HSH/HHSHH secrets, exposure vs occurrences)")
+    paper = (
+        "unintended-memorization-under-fl.txt (secret sharer, Carlini et al. 2019); "
+        "dp-bert-and-dp-wordpiece.txt (HS/HSH/HHSHH secrets, exposure vs occurrences)"
+    )
     observation_type = BlackBoxLM
     threat_model = BLACK_BOX_CANARY
     headline_metric = "exposure"
 
-    def __init__(self, n_samples: int = 2000, exact_limit: int = 20000, top_k: int = 5, batch_size: int = 256) -> None:
+    def __init__(
+        self, n_samples: int = 2000, exact_limit: int = 20000, top_k: int = 5, batch_size: int = 256
+    ) -> None:
         check_range("n_samples", n_samples, 10, 10**8, integer=True)
         check_range("exact_limit", exact_limit, 1, 10**7, integer=True)
         check_range("top_k", top_k, 1, 10**6, integer=True)
@@ -401,16 +469,22 @@ class CanaryExposure(Attack):
 
     def run(self, observation: BlackBoxLM, *, rng: Any) -> AttackResult:
         if not isinstance(observation, BlackBoxLM):
-            raise InvalidArgument(f"canary_exposure needs a BlackBoxLM observation; got {type(observation).__name__}")
+            raise InvalidArgument(
+                f"canary_exposure needs a BlackBoxLM observation; got {type(observation).__name__}"
+            )
         pattern = observation.meta.get("canary_pattern")
         if not pattern:
-            raise InvalidArgument("observation.meta['canary_pattern'] is required (the canary format)")
+            raise InvalidArgument(
+                "observation.meta['canary_pattern'] is required (the canary format)"
+            )
         vocab = observation.meta.get("canary_vocabulary") or observation.vocabulary
         template = canary_template(pattern, vocab)
         model, tok, kind = observation.model, observation.tokenizer, observation.kind
 
         def score_fn(texts: list[str]) -> np.ndarray:
-            return score_candidates(model, tok, template, texts, kind=kind, batch_size=self.batch_size)
+            return score_candidates(
+                model, tok, template, texts, kind=kind, batch_size=self.batch_size
+            )
 
         if template.space_size <= self.exact_limit:
             texts = list(enumerate_space(template, limit=self.exact_limit))
@@ -420,7 +494,17 @@ class CanaryExposure(Attack):
             method = "extrapolated"
         scores = score_fn(texts)
         best = np.argsort(scores, kind="stable")[: self.top_k]
-        return AttackResult(attack=self.name, reconstructions=tuple(texts[i] for i in best),
-                            raw={"method": method, "texts": tuple(texts), "scores": scores, "template": template,
-                                 "space_size": template.space_size, "score_fn": score_fn, "kind": kind},
-                            scorer=_exposure_scorer)
+        return AttackResult(
+            attack=self.name,
+            reconstructions=tuple(texts[i] for i in best),
+            raw={
+                "method": method,
+                "texts": tuple(texts),
+                "scores": scores,
+                "template": template,
+                "space_size": template.space_size,
+                "score_fn": score_fn,
+                "kind": kind,
+            },
+            scorer=_exposure_scorer,
+        )

@@ -26,6 +26,7 @@ text fall back to canonical scoring.)
 Threat model: black-box querier who knows the format, a prefix of the secret (RS/BS) or nothing
 of it (Carlini extraction).
 """
+
 from __future__ import annotations
 
 import math
@@ -45,8 +46,16 @@ from privnlp.data.corpus import Record
 from ._lm import LN2, prefix_log_probs
 from .exposure import BLACK_BOX_CANARY, _truth_canary, canary_template, score_candidates
 
-__all__ = ["render_partial", "random_sampling_test", "beam_search_test", "beam_extract", "ExtractionResult",
-           "federated_secret_sharer", "count_memorized", "CanaryExtraction"]
+__all__ = [
+    "render_partial",
+    "random_sampling_test",
+    "beam_search_test",
+    "beam_extract",
+    "ExtractionResult",
+    "federated_secret_sharer",
+    "count_memorized",
+    "CanaryExtraction",
+]
 
 _SENTINEL = "\x00"
 
@@ -58,7 +67,7 @@ def _flat_alphabets(canary: Canary) -> list[tuple[str, ...]]:
 def _split(canary: Canary, symbols: Sequence[str]) -> list[list[str]]:
     out, i = [], 0
     for s in canary.slots:
-        out.append(list(symbols[i:i + s.length]))
+        out.append(list(symbols[i : i + s.length]))
         i += s.length
     return out
 
@@ -90,8 +99,16 @@ def _symbols(canary: Canary) -> list[str]:
     return [v for vals in canary.values for v in vals]
 
 
-def random_sampling_test(model: Any, tokenizer: Any, canary: Canary, *, n_samples: int = 2000,
-                         prefix_symbols: int = 2, kind: str = "causal", rng: Any) -> tuple[bool, int]:
+def random_sampling_test(
+    model: Any,
+    tokenizer: Any,
+    canary: Canary,
+    *,
+    n_samples: int = 2000,
+    prefix_symbols: int = 2,
+    kind: str = "causal",
+    rng: Any,
+) -> tuple[bool, int]:
     """RS: the canary's first ``prefix_symbols`` symbols are known; ``n_samples`` random completions
     are drawn. Returns ``(memorized, rank)``: memorized iff the canary's log-perplexity is strictly
     lower than every sampled suffix's (ties count against it).
@@ -127,8 +144,15 @@ def random_sampling_test(model: Any, tokenizer: Any, canary: Canary, *, n_sample
     return rank == 1, rank
 
 
-def _beam(model: Any, tokenizer: Any, canary: Canary, start: Sequence[str], width: int, kind: str,
-          batch_size: int = 512) -> list[tuple[tuple[str, ...], float]]:
+def _beam(
+    model: Any,
+    tokenizer: Any,
+    canary: Canary,
+    start: Sequence[str],
+    width: int,
+    kind: str,
+    batch_size: int = 512,
+) -> list[tuple[tuple[str, ...], float]]:
     alph = _flat_alphabets(canary)
     beams: list[tuple[tuple[str, ...], float]] = [(tuple(start), 0.0)]
     context = canary.prefix.rstrip()
@@ -139,24 +163,48 @@ def _beam(model: Any, tokenizer: Any, canary: Canary, start: Sequence[str], widt
             scores = _masked_partial(model, tokenizer, canary, cands)
         elif pos + 1 < len(alph) and context and all(t.startswith(context) for t in texts):
             # a partial secret: the probability that the text continues with it, over every tokenization
-            scores = -prefix_log_probs(model, tokenizer, context, [t[len(context):] for t in texts],
-                                       batch_size=batch_size) / LN2
+            scores = (
+                -prefix_log_probs(
+                    model,
+                    tokenizer,
+                    context,
+                    [t[len(context) :] for t in texts],
+                    batch_size=batch_size,
+                )
+                / LN2
+            )
         else:
-            scores = score_candidates(model, tokenizer, canary, texts, kind=kind, batch_size=batch_size)
+            scores = score_candidates(
+                model, tokenizer, canary, texts, kind=kind, batch_size=batch_size
+            )
         order = np.lexsort((np.arange(len(cands)), scores))[:width]
         beams = [(cands[i], float(scores[i])) for i in order]
     return beams
 
 
-def _masked_partial(model: Any, tokenizer: Any, canary: Canary, cands: list[tuple[str, ...]]) -> np.ndarray:
+def _masked_partial(
+    model: Any, tokenizer: Any, canary: Canary, cands: list[tuple[str, ...]]
+) -> np.ndarray:
     n = sum(s.length for s in canary.slots)
     if any(len(c) != n for c in cands):
-        raise InvalidArgument("beam search on a masked LM needs single-symbol secrets (HS/HSH/HHSHH formats)")
-    return score_candidates(model, tokenizer, canary, [canary.render(_split(canary, c)) for c in cands], kind="masked")
+        raise InvalidArgument(
+            "beam search on a masked LM needs single-symbol secrets (HS/HSH/HHSHH formats)"
+        )
+    return score_candidates(
+        model, tokenizer, canary, [canary.render(_split(canary, c)) for c in cands], kind="masked"
+    )
 
 
-def beam_search_test(model: Any, tokenizer: Any, canary: Canary, *, prefix_symbols: int = 1, beam_width: int = 5,
-                     top_k: int = 5, kind: str = "causal") -> tuple[bool, list[str]]:
+def beam_search_test(
+    model: Any,
+    tokenizer: Any,
+    canary: Canary,
+    *,
+    prefix_symbols: int = 1,
+    beam_width: int = 5,
+    top_k: int = 5,
+    kind: str = "causal",
+) -> tuple[bool, list[str]]:
     """BS: from a ``prefix_symbols``-symbol prefix, beam search (width ``beam_width``) over the
     alphabet; memorized iff the canary is among the ``top_k`` final continuations.
 
@@ -197,8 +245,15 @@ class ExtractionResult:
     log_perplexities: tuple[float, ...]
 
 
-def beam_extract(model: Any, tokenizer: Any, template: Canary, *, beam_width: int = 32, kind: str = "causal",
-                 known_symbols: Sequence[str] = ()) -> ExtractionResult:
+def beam_extract(
+    model: Any,
+    tokenizer: Any,
+    template: Canary,
+    *,
+    beam_width: int = 32,
+    kind: str = "causal",
+    known_symbols: Sequence[str] = (),
+) -> ExtractionResult:
     """Carlini-style extraction: search the secret symbol by symbol from the pattern prefix,
     keeping the ``beam_width`` most likely partial secrets; returns the final beam ranked.
 
@@ -225,8 +280,9 @@ def beam_extract(model: Any, tokenizer: Any, template: Canary, *, beam_width: in
 
 
 # ----------------------------------------------------------------------------- the FL secret sharer
-def federated_secret_sharer(records: Sequence[Record], canary: Canary, *, p_u: float, p_e: float,
-                            rng: Any) -> tuple[list[Record], tuple[str, ...], int]:
+def federated_secret_sharer(
+    records: Sequence[Record], canary: Canary, *, p_u: float, p_e: float, rng: Any
+) -> tuple[list[Record], tuple[str, ...], int]:
     """Figure 1 of the FL secret-sharer paper: every user is a secret sharer with probability ``p_u``
     (Poisson), every example of a sharer is *replaced* by the canary with probability ``p_e``.
     Returns ``(records, sharer user ids, number of insertions)``.
@@ -256,8 +312,9 @@ def federated_secret_sharer(records: Sequence[Record], canary: Canary, *, p_u: f
     return out, tuple(u for u in users if u in sharers), n
 
 
-def count_memorized(model: Any, tokenizer: Any, canaries: Sequence[Canary], *, n_samples: int = 2000,
-                    rng: Any) -> dict[str, int]:
+def count_memorized(
+    model: Any, tokenizer: Any, canaries: Sequence[Canary], *, n_samples: int = 2000, rng: Any
+) -> dict[str, int]:
     """Table 1's counts: how many ``canaries`` RS and BS classify as memorized.
 
     Args:
@@ -271,7 +328,9 @@ def count_memorized(model: Any, tokenizer: Any, canaries: Sequence[Canary], *, n
         ``{"RS": count, "BS": count, "total": len(canaries)}``.
     """
     g = as_numpy(rng)
-    rs = sum(random_sampling_test(model, tokenizer, c, n_samples=n_samples, rng=g)[0] for c in canaries)
+    rs = sum(
+        random_sampling_test(model, tokenizer, c, n_samples=n_samples, rng=g)[0] for c in canaries
+    )
     bs = sum(beam_search_test(model, tokenizer, c)[0] for c in canaries)
     return {"RS": int(rs), "BS": int(bs), "total": len(canaries)}
 
@@ -281,19 +340,28 @@ def _extraction_scorer(result: AttackResult, ground_truth: Any) -> dict[str, flo
     raw = result.raw
     text, canary = _truth_canary(raw["template"], ground_truth)
     guesses = list(result.reconstructions)
-    out = {"extracted": float(bool(guesses) and guesses[0] == text),
-           "in_top_k": float(text in guesses[: raw["top_k"]])}
+    out = {
+        "extracted": float(bool(guesses) and guesses[0] == text),
+        "in_top_k": float(text in guesses[: raw["top_k"]]),
+    }
     from privnlp.metrics import edit_distance
 
     secret_len = max(1, len(text) - len(raw["template"].prefix))
-    out["edit_distance"] = float(min((edit_distance(text, h, level="char") for h in guesses[: raw["top_k"]]),
-                                     default=float(secret_len)))
+    out["edit_distance"] = float(
+        min(
+            (edit_distance(text, h, level="char") for h in guesses[: raw["top_k"]]),
+            default=float(secret_len),
+        )
+    )
     if canary is not None and canary.values:
         model, tok, kind = raw["model"], raw["tokenizer"], raw["kind"]
         sym = _symbols(canary)
         if len(sym) > 2:
-            out["rs_memorized"] = float(random_sampling_test(model, tok, canary, n_samples=raw["n_samples"],
-                                                             kind=kind, rng=raw["seed"])[0])
+            out["rs_memorized"] = float(
+                random_sampling_test(
+                    model, tok, canary, n_samples=raw["n_samples"], kind=kind, rng=raw["seed"]
+                )[0]
+            )
         if len(sym) > 1:
             out["bs_memorized"] = float(beam_search_test(model, tok, canary, kind=kind)[0])
     return out
@@ -339,21 +407,44 @@ class CanaryExtraction(Attack):
 
     @classmethod
     def example(cls, preset: str = "quick") -> "CanaryExtraction":
-        return cls(beam_width=32 if preset == "quick" else 128, n_samples=2000 if preset == "quick" else 20000)
+        return cls(
+            beam_width=32 if preset == "quick" else 128,
+            n_samples=2000 if preset == "quick" else 20000,
+        )
 
     def run(self, observation: BlackBoxLM, *, rng: Any) -> AttackResult:
         if not isinstance(observation, BlackBoxLM):
-            raise InvalidArgument(f"canary_extraction needs a BlackBoxLM observation; got {type(observation).__name__}")
+            raise InvalidArgument(
+                f"canary_extraction needs a BlackBoxLM observation; got {type(observation).__name__}"
+            )
         pattern = observation.meta.get("canary_pattern")
         if not pattern:
-            raise InvalidArgument("observation.meta['canary_pattern'] is required (the canary format)")
-        template = canary_template(pattern, observation.meta.get("canary_vocabulary") or observation.vocabulary)
-        res = beam_extract(observation.model, observation.tokenizer, template, beam_width=self.beam_width,
-                           kind=observation.kind)
+            raise InvalidArgument(
+                "observation.meta['canary_pattern'] is required (the canary format)"
+            )
+        template = canary_template(
+            pattern, observation.meta.get("canary_vocabulary") or observation.vocabulary
+        )
+        res = beam_extract(
+            observation.model,
+            observation.tokenizer,
+            template,
+            beam_width=self.beam_width,
+            kind=observation.kind,
+        )
         seed = int(as_numpy(rng).integers(0, 2**31 - 1))
-        return AttackResult(attack=self.name, reconstructions=res.candidates,
-                            raw={"template": template, "log_perplexities": res.log_perplexities,
-                                 "top_k": self.top_k, "model": observation.model,
-                                 "tokenizer": observation.tokenizer, "kind": observation.kind,
-                                 "n_samples": self.n_samples, "seed": seed},
-                            scorer=_extraction_scorer)
+        return AttackResult(
+            attack=self.name,
+            reconstructions=res.candidates,
+            raw={
+                "template": template,
+                "log_perplexities": res.log_perplexities,
+                "top_k": self.top_k,
+                "model": observation.model,
+                "tokenizer": observation.tokenizer,
+                "kind": observation.kind,
+                "n_samples": self.n_samples,
+                "seed": seed,
+            },
+            scorer=_extraction_scorer,
+        )

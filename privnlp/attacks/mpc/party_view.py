@@ -18,6 +18,7 @@ tensor is indistinguishable from uniform ring elements, up to ~1 for unmasked va
 ``unexpected_openings`` counts opened values other than the label to Bob; any such opening sets
 the headline to 1 (a perfect distinguisher from the ideal view: uniform shares + label to Bob).
 """
+
 from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
@@ -63,10 +64,17 @@ def uniformity_stats(values: Any) -> dict[str, float]:
         return {"n": float(n), "ks_d": d, "ks_p": p, "bit_z_max": 2 * d * np.sqrt(n), "binary": 1.0}
     res = stats.kstest(_unsigned_top32(v), "uniform")
     u = v.view(np.uint64)
-    bits = ((u[:, None] >> np.arange(64, dtype=np.uint64)[None, :]) & np.uint64(1)).astype(np.float64)
+    bits = ((u[:, None] >> np.arange(64, dtype=np.uint64)[None, :]) & np.uint64(1)).astype(
+        np.float64
+    )
     z = np.abs(bits.mean(0) - 0.5) * 2 * np.sqrt(n)
-    return {"n": float(n), "ks_d": float(res.statistic), "ks_p": float(res.pvalue), "bit_z_max": float(z.max()),
-            "binary": 0.0}
+    return {
+        "n": float(n),
+        "ks_d": float(res.statistic),
+        "ks_p": float(res.pvalue),
+        "bit_z_max": float(z.max()),
+        "binary": 0.0,
+    }
 
 
 def _ks_critical(n: int, alpha: float) -> float:
@@ -86,9 +94,11 @@ class PartyViewAudit(Attack):
     paper: ClassVar[str] = "mpc-cnn-private-text-classification.txt"
     observation_type: ClassVar[type] = PartyView
     threat_model: ClassVar[ThreatModel] = ThreatModel(
-        adversary=Adversary.MPC_PARTY, observes=("everything one party received", "values opened to it"),
+        adversary=Adversary.MPC_PARTY,
+        observes=("everything one party received", "values opened to it"),
         knows=("the protocol", "the architecture", "its own inputs"),
-        goal="distinguish the other party's shares from random / read its private values")
+        goal="distinguish the other party's shares from random / read its private values",
+    )
     headline_metric: ClassVar[str] = "distinguishing_advantage"
 
     def __init__(self, alpha: float = 1e-3, min_elements: int = 64) -> None:
@@ -98,30 +108,52 @@ class PartyViewAudit(Attack):
 
     def run(self, observation: PartyView, *, rng: Any = None) -> AttackResult:
         if not isinstance(observation, PartyView):
-            raise InvalidArgument(f"observation must be a PartyView; got {type(observation).__name__}")
-        tested = {k: np.asarray(v) for k, v in observation.received.items() if np.asarray(v).size >= self.min_elements}
+            raise InvalidArgument(
+                f"observation must be a PartyView; got {type(observation).__name__}"
+            )
+        tested = {
+            k: np.asarray(v)
+            for k, v in observation.received.items()
+            if np.asarray(v).size >= self.min_elements
+        }
         m = max(1, len(tested))
         per: dict[str, dict[str, float]] = {}
         adv = 0.0
         rejected = 0
         for k, v in tested.items():
             s = uniformity_stats(v)
-            crit = _ks_critical(int(s["n"]), self.alpha / m) if not s["binary"] else \
-                float(np.sqrt(-0.5 * np.log(self.alpha / m / 2) / s["n"]))
+            crit = (
+                _ks_critical(int(s["n"]), self.alpha / m)
+                if not s["binary"]
+                else float(np.sqrt(-0.5 * np.log(self.alpha / m / 2) / s["n"]))
+            )
             s["advantage"] = max(0.0, s["ks_d"] - crit)
             per[k] = s
             adv = max(adv, s["advantage"])
             rejected += int(s["ks_p"] < self.alpha / m)
         allowed = {"label"} if observation.party == "bob" else set()
-        allowed |= {"logit"} if observation.party == "bob" and "logit" in observation.opened else set()
+        allowed |= (
+            {"logit"} if observation.party == "bob" and "logit" in observation.opened else set()
+        )
         unexpected = sorted(k for k in observation.opened if k not in allowed)
         # the attacker's best guess of a secret: its share read as 16-bit fixed point
-        recon = {k: np.asarray(v).astype(np.int64).astype(np.float64) / 2.0**16 for k, v in tested.items()
-                 if k.startswith(("share/", "plain/"))}
-        raw = {"per_tensor": per, "n_tested": len(tested), "n_rejected": rejected, "advantage": adv,
-               "unexpected_openings": unexpected, "party": observation.party,
-               "opened_keys": sorted(observation.opened)}
-        return AttackResult(attack=self.name or "party_view", reconstructions=(recon,), raw=raw, scorer=_score)
+        recon = {
+            k: np.asarray(v).astype(np.int64).astype(np.float64) / 2.0**16
+            for k, v in tested.items()
+            if k.startswith(("share/", "plain/"))
+        }
+        raw = {
+            "per_tensor": per,
+            "n_tested": len(tested),
+            "n_rejected": rejected,
+            "advantage": adv,
+            "unexpected_openings": unexpected,
+            "party": observation.party,
+            "opened_keys": sorted(observation.opened),
+        }
+        return AttackResult(
+            attack=self.name or "party_view", reconstructions=(recon,), raw=raw, scorer=_score
+        )
 
 
 def _score(result: AttackResult, ground_truth: Any) -> Mapping[str, float]:
@@ -142,10 +174,14 @@ def _score(result: AttackResult, ground_truth: Any) -> Mapping[str, float]:
         corr = max(corr, abs(float(np.corrcoef(g[:k], t[:k])[0, 1])))
     # an opened value beyond the label to Bob is a perfect distinguisher from the ideal view
     adv = 1.0 if raw["unexpected_openings"] else float(raw["advantage"])
-    return {"distinguishing_advantage": adv,
-            "share_distinguishing_advantage": float(raw["advantage"]),
-            "max_abs_correlation_with_secret": corr,
-            "fraction_rejected_uniform": raw["n_rejected"] / max(1, raw["n_tested"]),
-            "unexpected_openings": float(len(raw["unexpected_openings"])),
-            "label_only_to_bob": float(not raw["unexpected_openings"] and
-                                       (raw["party"] != "bob" or "label" in raw["opened_keys"]))}
+    return {
+        "distinguishing_advantage": adv,
+        "share_distinguishing_advantage": float(raw["advantage"]),
+        "max_abs_correlation_with_secret": corr,
+        "fraction_rejected_uniform": raw["n_rejected"] / max(1, raw["n_tested"]),
+        "unexpected_openings": float(len(raw["unexpected_openings"])),
+        "label_only_to_bob": float(
+            not raw["unexpected_openings"]
+            and (raw["party"] != "bob" or "label" in raw["opened_keys"])
+        ),
+    }

@@ -18,6 +18,7 @@ Threat model: a data recipient of the redacted documents with background documen
 Headline: ``residual_repeated_recall`` (higher = more leakage); ``residual_pii_recall`` over all mentions is
 reported next to it.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,7 +38,8 @@ RESIDUAL_THREAT = ThreatModel(
     adversary=Adversary.DATA_RECIPIENT,
     observes=("the redacted documents",),
     knows=("other (unredacted) documents of the candidate users",),
-    goal="read PII left in the redacted text; link each redacted document to its author")
+    goal="read PII left in the redacted text; link each redacted document to its author",
+)
 
 
 def residual_recall(redacted: Sequence[str], mentions: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -58,7 +60,9 @@ def residual_recall(redacted: Sequence[str], mentions: Sequence[Sequence[str]]) 
         InvalidArgument: ``redacted`` and ``mentions`` of different lengths.
     """
     if len(redacted) != len(mentions):
-        raise InvalidArgument(f"redacted and mentions must have the same length; got {len(redacted)}, {len(mentions)}")
+        raise InvalidArgument(
+            f"redacted and mentions must have the same length; got {len(redacted)}, {len(mentions)}"
+        )
     n = left = 0
     nr = left_r = 0
     nt = left_t = 0
@@ -78,11 +82,16 @@ def residual_recall(redacted: Sequence[str], mentions: Sequence[Sequence[str]]) 
             for w in re.findall(r"\w{3,}", m):
                 nt += 1
                 left_t += w in words
-    return {"residual_repeated_recall": left_r / nr if nr else 0.0, "residual_pii_recall": left / n if n else 0.0,
-            "residual_token_recall": left_t / nt if nt else 0.0}
+    return {
+        "residual_repeated_recall": left_r / nr if nr else 0.0,
+        "residual_pii_recall": left / n if n else 0.0,
+        "residual_token_recall": left_t / nt if nt else 0.0,
+    }
 
 
-def reidentify(targets: Sequence[str], aux_texts: Sequence[str], aux_users: Sequence[str]) -> list[str]:
+def reidentify(
+    targets: Sequence[str], aux_texts: Sequence[str], aux_users: Sequence[str]
+) -> list[str]:
     """The author guessed for each target: TF-IDF (word 1-2 grams) cosine nearest user profile.
 
     Args:
@@ -136,7 +145,9 @@ class ResidualPII(Attack):
 
     def run(self, observation: PerturbedText, *, rng: Any) -> AttackResult:
         if not isinstance(observation, PerturbedText):
-            raise InvalidArgument(f"pii_residual needs a PerturbedText observation; got {type(observation).__name__}")
+            raise InvalidArgument(
+                f"pii_residual needs a PerturbedText observation; got {type(observation).__name__}"
+            )
         texts = list(observation.texts)
         meta: Mapping[str, Any] = observation.meta
         guesses: list[str] = []
@@ -144,4 +155,6 @@ class ResidualPII(Attack):
         if meta.get("aux_texts"):
             guesses = reidentify(texts, meta["aux_texts"], meta["aux_users"])
             n_cand = len(set(meta["aux_users"]))
-        return AttackResult(self.name, tuple(guesses), {"texts": texts, "n_candidates": n_cand}, _score)
+        return AttackResult(
+            self.name, tuple(guesses), {"texts": texts, "n_candidates": n_cand}, _score
+        )

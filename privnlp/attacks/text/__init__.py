@@ -3,6 +3,7 @@ vocabulary membership (DP WordPiece), fragment reconstruction (phrase-pair fragm
 
 Every module in this package is imported here so its attacks register.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -12,11 +13,29 @@ for _m in pkgutil.iter_modules(__path__):
     if not _m.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_m.name}")
 
-from .bayesian import (BayesianInversion, Channel, estimate_channel, expected_inference_error,  # noqa: E402
-                       expected_utility_loss, metric_dp_audit, sentiment_flip_loss)
+from .bayesian import (
+    BayesianInversion,
+    Channel,
+    estimate_channel,
+    expected_inference_error,  # noqa: E402
+    expected_utility_loss,
+    metric_dp_audit,
+    sentiment_flip_loss,
+)
 from .fragment_reconstruction import FragmentReconstruction, assemble, score_reconstruction  # noqa: E402
 from .vocab_membership import VocabMembership, score_vocab_membership  # noqa: E402
 
-__all__ = ["BayesianInversion", "FragmentReconstruction", "VocabMembership", "Channel", "estimate_channel",
-           "expected_inference_error", "expected_utility_loss", "sentiment_flip_loss", "metric_dp_audit", "assemble",
-           "score_reconstruction", "score_vocab_membership"]
+__all__ = [
+    "BayesianInversion",
+    "FragmentReconstruction",
+    "VocabMembership",
+    "Channel",
+    "estimate_channel",
+    "expected_inference_error",
+    "expected_utility_loss",
+    "sentiment_flip_loss",
+    "metric_dp_audit",
+    "assemble",
+    "score_reconstruction",
+    "score_vocab_membership",
+]

@@ -17,6 +17,7 @@ public embeddings and a prior over words; it guesses each original word from the
 The attack's headline metric is ``inference_accuracy = 1 - E_M`` (``d_E`` = indicator): higher
 means more leakage. :func:`metric_dp_audit` is the empirical metric-DP check used by the tests.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,9 +33,22 @@ from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
 from privnlp.core.rng import as_numpy
 
-__all__ = ["Channel", "estimate_channel", "estimate_channels_vickrey", "expected_inference_error",
-           "expected_utility_loss", "map_inference_error", "heldout_inference_accuracy", "privacy_stats", "sentiment_flip_loss",
-           "BayesianInversion", "AuditResult", "metric_dp_audit", "EmpiricalPoint", "empirical_point"]
+__all__ = [
+    "Channel",
+    "estimate_channel",
+    "estimate_channels_vickrey",
+    "expected_inference_error",
+    "expected_utility_loss",
+    "map_inference_error",
+    "heldout_inference_accuracy",
+    "privacy_stats",
+    "sentiment_flip_loss",
+    "BayesianInversion",
+    "AuditResult",
+    "metric_dp_audit",
+    "EmpiricalPoint",
+    "empirical_point",
+]
 
 
 @dataclass(frozen=True)
@@ -63,8 +77,14 @@ class Channel:
         return np.where(self.outputs[pos] == ids, pos, -1)
 
 
-def _accumulate(support_rows: np.ndarray, cand: np.ndarray, probs: np.ndarray, n_support: int, n_samples: int,
-                support: np.ndarray) -> Channel:
+def _accumulate(
+    support_rows: np.ndarray,
+    cand: np.ndarray,
+    probs: np.ndarray,
+    n_support: int,
+    n_samples: int,
+    support: np.ndarray,
+) -> Channel:
     flat_c = cand.reshape(-1)
     outputs, inv = np.unique(flat_c, return_inverse=True)
     rows = np.repeat(support_rows, cand.shape[1])
@@ -74,8 +94,14 @@ def _accumulate(support_rows: np.ndarray, cand: np.ndarray, probs: np.ndarray, n
     return Channel(support=support, outputs=outputs, probs=M, n_samples=n_samples)
 
 
-def estimate_channel(mechanism: Any, support: Sequence[int] | np.ndarray, n_samples: int = 500, *, rng: Any,
-                     chunk: int = 200_000) -> Channel:
+def estimate_channel(
+    mechanism: Any,
+    support: Sequence[int] | np.ndarray,
+    n_samples: int = 500,
+    *,
+    rng: Any,
+    chunk: int = 200_000,
+) -> Channel:
     """Monte Carlo estimate of ``f_M(.|w)`` for every ``w`` in ``support`` (vocabulary row ids).
 
     Args:
@@ -95,8 +121,15 @@ def estimate_channel(mechanism: Any, support: Sequence[int] | np.ndarray, n_samp
     return estimate_channels(mechanism, [mechanism], support, n_samples, rng=rng, chunk=chunk)[0]
 
 
-def estimate_channels(sampler: Any, mechanisms: Sequence[Any], support: Sequence[int] | np.ndarray,
-                      n_samples: int = 500, *, rng: Any, chunk: int = 200_000) -> list[Channel]:
+def estimate_channels(
+    sampler: Any,
+    mechanisms: Sequence[Any],
+    support: Sequence[int] | np.ndarray,
+    n_samples: int = 500,
+    *,
+    rng: Any,
+    chunk: int = 200_000,
+) -> list[Channel]:
     """Channels of several mechanisms that share the noise and candidates of ``sampler`` (e.g. a
     Vickrey family at one epsilon, many t): the noisy vectors are drawn once, each mechanism only
     re-weights the candidates with its ``selection_probs``."""
@@ -112,7 +145,7 @@ def estimate_channels(sampler: Any, mechanisms: Sequence[Any], support: Sequence
     cands, probs = [], [[] for _ in mechanisms]
     generic = not all(hasattr(m, "selection_probs") for m in mechanisms)
     for s in range(0, ids_all.size, chunk):
-        ids = ids_all[s:s + chunk]
+        ids = ids_all[s : s + chunk]
         if generic:
             out = np.stack([m.perturb_ids(ids, rng=g) for m in mechanisms], axis=0)
             cands.append(out)
@@ -127,17 +160,31 @@ def estimate_channels(sampler: Any, mechanisms: Sequence[Any], support: Sequence
             probs[j].append(p)
     if generic:
         allc = np.concatenate(cands, axis=1)
-        return [_accumulate(rows_all, allc[j][:, None], np.ones((allc.shape[1], 1)), support.size, n, support)
-                for j in range(len(mechanisms))]
+        return [
+            _accumulate(
+                rows_all, allc[j][:, None], np.ones((allc.shape[1], 1)), support.size, n, support
+            )
+            for j in range(len(mechanisms))
+        ]
     cand = np.concatenate(cands, axis=0)
-    return [_accumulate(rows_all, cand, np.concatenate(probs[j], axis=0), support.size, n, support)
-            for j in range(len(mechanisms))]
+    return [
+        _accumulate(rows_all, cand, np.concatenate(probs[j], axis=0), support.size, n, support)
+        for j in range(len(mechanisms))
+    ]
 
 
-def estimate_channels_vickrey(embeddings: Any, epsilon: float, ts: Sequence[float], support: Sequence[int],
-                              n_samples: int = 500, *, rng: Any) -> list[Channel]:
+def estimate_channels_vickrey(
+    embeddings: Any,
+    epsilon: float,
+    ts: Sequence[float],
+    support: Sequence[int],
+    n_samples: int = 500,
+    *,
+    rng: Any,
+) -> list[Channel]:
     """Channels of Vickrey(epsilon, t) for every t in ``ts`` from one shared set of noisy vectors."""
     from privnlp.mechanisms.text.mechanisms import Vickrey
+
     mechs = [Vickrey(epsilon, t=float(t), embeddings=embeddings) for t in ts]
     return estimate_channels(mechs[0], mechs, support, n_samples, rng=rng)
 
@@ -148,12 +195,15 @@ def _prior_vec(channel: Channel, prior: np.ndarray | None) -> np.ndarray:
         return np.full(n, 1.0 / n)
     p = np.asarray(prior, dtype=np.float64)
     if p.shape != (n,) or np.any(p < 0) or p.sum() <= 0:
-        raise InvalidArgument(f"prior must be a non-negative vector of length {n} (one weight per support word)")
+        raise InvalidArgument(
+            f"prior must be a non-negative vector of length {n} (one weight per support word)"
+        )
     return p / p.sum()
 
 
-def expected_inference_error(channel: Channel, prior: np.ndarray | None = None, *,
-                             distances: np.ndarray | None = None) -> float:
+def expected_inference_error(
+    channel: Channel, prior: np.ndarray | None = None, *, distances: np.ndarray | None = None
+) -> float:
     """``E_M`` (eq. 4) of the informative adversary that samples its guess from the posterior.
     ``distances``: ``d_E`` between support words (``None`` = indicator ``1(w_hat != w)``).
 
@@ -169,7 +219,7 @@ def expected_inference_error(channel: Channel, prior: np.ndarray | None = None, 
         InvalidArgument: ``prior`` is not a non-negative vector of length ``len(support)`` with a positive sum.
     """
     pi = _prior_vec(channel, prior)
-    J = pi[:, None] * channel.probs           # joint P[w, w']
+    J = pi[:, None] * channel.probs  # joint P[w, w']
     m = J.sum(axis=0)
     nz = m > 0
     J, m = J[:, nz], m[nz]
@@ -179,7 +229,9 @@ def expected_inference_error(channel: Channel, prior: np.ndarray | None = None, 
     return float(np.sum(np.sum((D @ J) * J, axis=0) / m))
 
 
-def heldout_inference_accuracy(fit: Channel, test: Channel, prior: np.ndarray | None = None) -> tuple[float, float]:
+def heldout_inference_accuracy(
+    fit: Channel, test: Channel, prior: np.ndarray | None = None
+) -> tuple[float, float]:
     """``(posterior-sampling accuracy, MAP accuracy)`` of the adversary whose posterior comes from
     channel ``fit``, evaluated on an independent channel estimate ``test`` (same support).
 
@@ -209,8 +261,11 @@ def map_inference_error(channel: Channel, prior: np.ndarray | None = None) -> fl
     return float(1.0 - J.max(axis=0).sum())
 
 
-def expected_utility_loss(channel: Channel, loss: np.ndarray | Callable[[np.ndarray, np.ndarray], np.ndarray],
-                          prior: np.ndarray | None = None) -> float:
+def expected_utility_loss(
+    channel: Channel,
+    loss: np.ndarray | Callable[[np.ndarray, np.ndarray], np.ndarray],
+    prior: np.ndarray | None = None,
+) -> float:
     """``L_M`` (eq. 2). ``loss``: a callable ``d_L(in_ids[:, None], out_ids[None, :])`` returning a
     matrix, or a full ``(V, V)`` matrix indexed by vocabulary ids.
 
@@ -233,7 +288,9 @@ def expected_utility_loss(channel: Channel, loss: np.ndarray | Callable[[np.ndar
     return float(np.sum(pi[:, None] * channel.probs * L))
 
 
-def sentiment_flip_loss(words: Sequence[str], lexicon: Mapping[str, Sequence[str]]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def sentiment_flip_loss(
+    words: Sequence[str], lexicon: Mapping[str, Sequence[str]]
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """``d_L(w, w') = 1(sentiment(w) != sentiment(w'))`` over vocabulary ids (the paper's Product
     Reviews utility); words outside the lexicon are neutral (0).
 
@@ -249,6 +306,7 @@ def sentiment_flip_loss(words: Sequence[str], lexicon: Mapping[str, Sequence[str
 
     def d_L(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (pol[a] != pol[b]).astype(np.float64)
+
     return d_L
 
 
@@ -260,7 +318,11 @@ def privacy_stats(channel: Channel) -> dict[str, np.ndarray]:
     P = channel.probs
     with np.errstate(divide="ignore", invalid="ignore"):
         H = -np.sum(np.where(P > 0, P * np.log(P), 0.0), axis=1)
-    return {"N_w": N, "S_w_distinct": (P > 0).sum(axis=1).astype(np.float64), "S_w_effective": np.exp(H)}
+    return {
+        "N_w": N,
+        "S_w_distinct": (P > 0).sum(axis=1).astype(np.float64),
+        "S_w_effective": np.exp(H),
+    }
 
 
 @dataclass(frozen=True)
@@ -277,15 +339,23 @@ class EmpiricalPoint:
     mean_S_w: float
 
 
-def empirical_point(mechanism: Any, channel: Channel, prior: np.ndarray | None, loss: Any) -> EmpiricalPoint:
+def empirical_point(
+    mechanism: Any, channel: Channel, prior: np.ndarray | None, loss: Any
+) -> EmpiricalPoint:
     st = privacy_stats(channel)
     pi = _prior_vec(channel, prior)
-    return EmpiricalPoint(mechanism=getattr(mechanism, "name", type(mechanism).__name__),
-                          epsilon=float(mechanism.epsilon), t=getattr(mechanism, "t", None),
-                          inference_error=expected_inference_error(channel, prior),
-                          utility_loss=expected_utility_loss(channel, loss, prior) if loss is not None else float("nan"),
-                          map_error=map_inference_error(channel, prior),
-                          mean_N_w=float(pi @ st["N_w"]), mean_S_w=float(pi @ st["S_w_effective"]))
+    return EmpiricalPoint(
+        mechanism=getattr(mechanism, "name", type(mechanism).__name__),
+        epsilon=float(mechanism.epsilon),
+        t=getattr(mechanism, "t", None),
+        inference_error=expected_inference_error(channel, prior),
+        utility_loss=expected_utility_loss(channel, loss, prior)
+        if loss is not None
+        else float("nan"),
+        map_error=map_inference_error(channel, prior),
+        mean_N_w=float(pi @ st["N_w"]),
+        mean_S_w=float(pi @ st["S_w_effective"]),
+    )
 
 
 # -- the attack -------------------------------------------------------------------------------
@@ -293,7 +363,11 @@ def empirical_point(mechanism: Any, channel: Channel, prior: np.ndarray | None, 
 THREAT = ThreatModel(
     adversary=Adversary.DATA_RECIPIENT,
     observes=("perturbed words / texts",),
-    knows=("the mechanism and its parameters", "the public vocabulary and embeddings", "a prior over words"),
+    knows=(
+        "the mechanism and its parameters",
+        "the public vocabulary and embeddings",
+        "a prior over words",
+    ),
     goal="recover each original word (posterior of Section 3.1)",
 )
 
@@ -318,14 +392,21 @@ class BayesianInversion(Attack):
         distance: ``"indicator"`` or ``"euclidean"`` d_E for the reported ``E_M``.
     """
 
-    paper: ClassVar[str] = ("vickrey-mechanism-metric-dp.txt — Xu et al., On a Utilitarian Approach to Privacy "
-                            "Preserving Text Generation, Section 3.1")
+    paper: ClassVar[str] = (
+        "vickrey-mechanism-metric-dp.txt — Xu et al., On a Utilitarian Approach to Privacy "
+        "Preserving Text Generation, Section 3.1"
+    )
     observation_type = PerturbedText
     threat_model = THREAT
     headline_metric = "inference_accuracy"
 
-    def __init__(self, n_samples: int = 300, max_support: int = 3000, prior: str = "empirical",
-                 distance: str = "indicator") -> None:
+    def __init__(
+        self,
+        n_samples: int = 300,
+        max_support: int = 3000,
+        prior: str = "empirical",
+        distance: str = "indicator",
+    ) -> None:
         check_range("n_samples", n_samples, 1, 10**7, integer=True)
         check_range("max_support", max_support, 1, 10**7, integer=True)
         if prior not in ("empirical", "uniform"):
@@ -339,13 +420,20 @@ class BayesianInversion(Attack):
 
     def run(self, observation: PerturbedText, *, rng: Any) -> AttackResult:
         if not isinstance(observation, PerturbedText):
-            raise InvalidArgument(f"observation must be PerturbedText; got {type(observation).__name__}")
+            raise InvalidArgument(
+                f"observation must be PerturbedText; got {type(observation).__name__}"
+            )
         from privnlp.mechanisms.text.textio import WORD_RE
+
         released = [w.lower() for t in observation.texts for w in WORD_RE.findall(t)]
         mech = observation.mechanism
         if mech is None:  # undefended: the released word is the original
-            return AttackResult(self.name, tuple(released), {"inference_error": 0.0, "map_error": 0.0,
-                                                             "mean_N_w": 1.0, "mean_S_w": 1.0}, _score)
+            return AttackResult(
+                self.name,
+                tuple(released),
+                {"inference_error": 0.0, "map_error": 0.0, "mean_N_w": 1.0, "mean_S_w": 1.0},
+                _score,
+            )
         emb = mech.resolve_embeddings()
         prior_map = observation.meta.get("prior") if self.prior == "empirical" else None
         if prior_map:
@@ -356,15 +444,19 @@ class BayesianInversion(Attack):
             support = np.arange(len(emb))
             prior = None
         if support.size > self.max_support:
-            raise InvalidArgument(f"the support has {support.size} words > max_support={self.max_support}; "
-                                  "pass a prior (observation.meta['prior']) or raise max_support")
+            raise InvalidArgument(
+                f"the support has {support.size} words > max_support={self.max_support}; "
+                "pass a prior (observation.meta['prior']) or raise max_support"
+            )
         g = as_numpy(rng)
         ch = estimate_channel(mech, support, self.n_samples, rng=g)
-        ch_test = estimate_channel(mech, support, self.n_samples, rng=g)   # independent: held-out accuracy
+        ch_test = estimate_channel(
+            mech, support, self.n_samples, rng=g
+        )  # independent: held-out accuracy
         acc_ho, map_ho = heldout_inference_accuracy(ch, ch_test, prior)
         pi = _prior_vec(ch, prior)
         J = pi[:, None] * ch.probs
-        best_in = support[J.argmax(axis=0)]          # MAP original for every seen output
+        best_in = support[J.argmax(axis=0)]  # MAP original for every seen output
         prior_best = emb.words[int(support[int(np.argmax(pi))])]
         guesses = []
         for w in released:
@@ -373,33 +465,44 @@ class BayesianInversion(Attack):
             guesses.append(emb.words[int(best_in[c])] if c >= 0 else prior_best)
         D = emb.pairwise_distances(support) if self.distance == "euclidean" else None
         st = privacy_stats(ch)
-        raw = {"inference_error": expected_inference_error(ch, prior, distances=D) if D is not None else 1.0 - acc_ho,
-               "inference_error_indicator": 1.0 - acc_ho,
-               "inference_error_plugin": expected_inference_error(ch, prior),
-               "map_error": 1.0 - map_ho,
-               "mean_N_w": float(pi @ st["N_w"]), "mean_S_w": float(pi @ st["S_w_effective"]),
-               "support_size": int(support.size)}
+        raw = {
+            "inference_error": expected_inference_error(ch, prior, distances=D)
+            if D is not None
+            else 1.0 - acc_ho,
+            "inference_error_indicator": 1.0 - acc_ho,
+            "inference_error_plugin": expected_inference_error(ch, prior),
+            "map_error": 1.0 - map_ho,
+            "mean_N_w": float(pi @ st["N_w"]),
+            "mean_S_w": float(pi @ st["S_w_effective"]),
+            "support_size": int(support.size),
+        }
         return AttackResult(self.name, tuple(guesses), raw, _score)
 
 
 def _score(result: AttackResult, ground_truth: Any) -> dict[str, float]:
     from privnlp.mechanisms.text.textio import WORD_RE
+
     if isinstance(ground_truth, str):
         ground_truth = [ground_truth]
     truth = [w.lower() for t in ground_truth for w in WORD_RE.findall(t)]
     guesses = list(result.reconstructions)
     n = min(len(truth), len(guesses))
     acc = float(np.mean([guesses[i] == truth[i] for i in range(n)])) if n else 0.0
-    e_ind = float(result.raw.get("inference_error_indicator", result.raw.get("inference_error", 0.0)))
-    return {"inference_accuracy": 1.0 - e_ind,
-            "expected_inference_error": float(result.raw.get("inference_error", 0.0)),
-            "observed_map_accuracy": acc,
-            "map_accuracy": 1.0 - float(result.raw.get("map_error", 0.0)),
-            "mean_N_w": float(result.raw.get("mean_N_w", 1.0)),
-            "mean_S_w": float(result.raw.get("mean_S_w", 1.0))}
+    e_ind = float(
+        result.raw.get("inference_error_indicator", result.raw.get("inference_error", 0.0))
+    )
+    return {
+        "inference_accuracy": 1.0 - e_ind,
+        "expected_inference_error": float(result.raw.get("inference_error", 0.0)),
+        "observed_map_accuracy": acc,
+        "map_accuracy": 1.0 - float(result.raw.get("map_error", 0.0)),
+        "mean_N_w": float(result.raw.get("mean_N_w", 1.0)),
+        "mean_S_w": float(result.raw.get("mean_S_w", 1.0)),
+    }
 
 
 # -- empirical metric-DP audit --------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class AuditResult:
@@ -414,13 +517,21 @@ class AuditResult:
 
 def _cp_bounds(k: np.ndarray, n: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     from scipy.stats import beta
+
     lo = np.where(k > 0, beta.ppf(alpha, k, n - k + 1), 0.0)
     hi = np.where(k < n, beta.ppf(1 - alpha, k + 1, n - k), 1.0)
     return lo, hi
 
 
-def metric_dp_audit(mechanism: Any, pairs: Sequence[tuple[int, int]], n_samples: int = 100_000, *, rng: Any,
-                    alpha: float = 1e-4, distance: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> AuditResult:
+def metric_dp_audit(
+    mechanism: Any,
+    pairs: Sequence[tuple[int, int]],
+    n_samples: int = 100_000,
+    *,
+    rng: Any,
+    alpha: float = 1e-4,
+    distance: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+) -> AuditResult:
     """Empirical metric-DP audit on vocabulary id pairs: estimate the output distributions of both
     inputs and check ``log P[M(w)=o] - log P[M(w')=o] <= eps * d(w, w')`` with one-sided
     Clopper-Pearson bounds (level ``alpha`` per test, Bonferroni over outputs and directions).
@@ -442,12 +553,14 @@ def metric_dp_audit(mechanism: Any, pairs: Sequence[tuple[int, int]], n_samples:
     if distance is None:
         distance = getattr(mechanism, "metric", None)
     if distance is None:
+
         def distance(x: np.ndarray, y: np.ndarray) -> np.ndarray:
             return np.linalg.norm(np.atleast_2d(x).astype(np.float64) - np.atleast_2d(y), axis=1)
+
     V = len(emb)
     a = alpha / (2 * V * max(1, len(pairs)))
     worst, max_ex, details = (), -math.inf, []
-    for (i, j) in pairs:
+    for i, j in pairs:
         ci = np.bincount(mechanism.perturb_ids(np.full(n_samples, i), rng=g), minlength=V)
         cj = np.bincount(mechanism.perturb_ids(np.full(n_samples, j), rng=g), minlength=V)
         d = float(distance(emb.vectors[i], emb.vectors[j])[0])
@@ -461,4 +574,6 @@ def metric_dp_audit(mechanism: Any, pairs: Sequence[tuple[int, int]], n_samples:
         details.append({"pair": (i, j), "distance": d, "max_excess": float(ex[o]), "output": o})
         if ex[o] > max_ex:
             max_ex, worst = float(ex[o]), (i, j, o)
-    return AuditResult(passed=bool(max_ex <= 0), max_excess=max_ex, worst=worst, details=tuple(details))
+    return AuditResult(
+        passed=bool(max_ex <= 0), max_excess=max_ex, worst=worst, details=tuple(details)
+    )

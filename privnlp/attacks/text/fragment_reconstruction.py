@@ -23,6 +23,7 @@ reconstructed contig), ``longest_span_mean`` (longest common substring / sentenc
 ``sensitive_link_rate`` (both entities, at their original distance, inside one released
 fragment) and ``sensitive_link_rate_reconstructed`` (inside one reconstructed contig).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -35,7 +36,13 @@ from privnlp.core.observations import FragmentSet
 from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
 
-__all__ = ["FragmentReconstruction", "FragmentGroundTruth", "assemble", "release_order_contigs", "score_reconstruction"]
+__all__ = [
+    "FragmentReconstruction",
+    "FragmentGroundTruth",
+    "assemble",
+    "release_order_contigs",
+    "score_reconstruction",
+]
 
 _TAGS = ("<P>", "</P>")
 
@@ -54,8 +61,12 @@ class FragmentGroundTruth:
     @classmethod
     def from_corpus(cls, corpus: Any) -> "FragmentGroundTruth":
         """From a :class:`privnlp.data.parallel.ParallelCorpus` (source side)."""
-        return cls(tuple(tuple(s.split()) for s in corpus.source),
-                   tuple((p.first_word, p.second_word, p.distance) for p in getattr(corpus, "planted", ())))
+        return cls(
+            tuple(tuple(s.split()) for s in corpus.source),
+            tuple(
+                (p.first_word, p.second_word, p.distance) for p in getattr(corpus, "planted", ())
+            ),
+        )
 
 
 def _tokens(fragment: str) -> tuple[str, ...]:
@@ -83,7 +94,9 @@ def _drop_contained(frags: Iterable[tuple[str, ...]]) -> list[tuple[str, ...]]:
     return keep
 
 
-def _merge_round(frags: list[tuple[str, ...]], min_overlap: int) -> tuple[list[tuple[str, ...]], int]:
+def _merge_round(
+    frags: list[tuple[str, ...]], min_overlap: int
+) -> tuple[list[tuple[str, ...]], int]:
     pre: dict[tuple[str, ...], list[int]] = defaultdict(list)
     suf: dict[tuple[str, ...], list[int]] = defaultdict(list)
     for idx, f in enumerate(frags):
@@ -115,7 +128,7 @@ def _merge_round(frags: list[tuple[str, ...]], min_overlap: int) -> tuple[list[t
         cur = a
         while cur in succ:
             b, k = succ[cur]
-            if b in used:   # cycle
+            if b in used:  # cycle
                 break
             contig.extend(frags[b][k:])
             used.add(b)
@@ -130,10 +143,12 @@ _SENT_END = frozenset({".", "!", "?"})
 
 def _contains(big: Sequence[str], small: Sequence[str]) -> bool:
     n = len(small)
-    return any(tuple(big[i:i + n]) == tuple(small) for i in range(len(big) - n + 1))
+    return any(tuple(big[i : i + n]) == tuple(small) for i in range(len(big) - n + 1))
 
 
-def release_order_contigs(fragments: Sequence[str | Sequence[str]], *, ordered_threshold: float = 0.3) -> list[tuple[str, ...]]:
+def release_order_contigs(
+    fragments: Sequence[str | Sequence[str]], *, ordered_threshold: float = 0.3
+) -> list[tuple[str, ...]]:
     """Contigs read off the *release order*, if the release has one.
 
     The attacker knows the algorithm, not whether the implementation shuffled: it checks. In a
@@ -148,8 +163,11 @@ def release_order_contigs(fragments: Sequence[str | Sequence[str]], *, ordered_t
         return []
 
     def related(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-        return (_contains(a, b) or _contains(b, a)
-                or any(a[-k:] == b[:k] for k in range(1, min(len(a), len(b)))))
+        return (
+            _contains(a, b)
+            or _contains(b, a)
+            or any(a[-k:] == b[:k] for k in range(1, min(len(a), len(b))))
+        )
 
     if sum(related(a, b) for a, b in zip(toks, toks[1:])) <= ordered_threshold * (len(toks) - 1):
         return []
@@ -161,10 +179,12 @@ def release_order_contigs(fragments: Sequence[str | Sequence[str]], *, ordered_t
         elif cur and _contains(t, cur):
             cur = list(t)
         else:
-            k = next((k for k in range(min(len(cur), len(t) - 1), 0, -1) if tuple(cur[-k:]) == t[:k]), 0)
+            k = next(
+                (k for k in range(min(len(cur), len(t) - 1), 0, -1) if tuple(cur[-k:]) == t[:k]), 0
+            )
             cur.extend(t[k:])
         if cur and cur[-1] in _SENT_END and t[-1] in _SENT_END:
-            if len(cur) > 1:   # a lone "." after a closed sentence is not a contig
+            if len(cur) > 1:  # a lone "." after a closed sentence is not a contig
                 out.append(tuple(cur))
             cur = []
     if cur:
@@ -172,7 +192,9 @@ def release_order_contigs(fragments: Sequence[str | Sequence[str]], *, ordered_t
     return out
 
 
-def assemble(fragments: Iterable[str | Sequence[str]], *, min_overlap: int = 2, max_rounds: int = 10) -> list[tuple[str, ...]]:
+def assemble(
+    fragments: Iterable[str | Sequence[str]], *, min_overlap: int = 2, max_rounds: int = 10
+) -> list[tuple[str, ...]]:
     """Reassemble token sequences from fragments by unambiguous overlap merging.
 
     Args:
@@ -203,7 +225,9 @@ def _lcs_len(a: Sequence[str], b: Sequence[str]) -> int:
     return prev[-1]
 
 
-def _pair_linked(seqs: Sequence[Sequence[str]], by_word: Mapping[str, list[int]], w1: str, w2: str, dist: int) -> bool:
+def _pair_linked(
+    seqs: Sequence[Sequence[str]], by_word: Mapping[str, list[int]], w1: str, w2: str, dist: int
+) -> bool:
     for idx in by_word.get(w1, ()):
         s = seqs[idx]
         for i, w in enumerate(s):
@@ -254,11 +278,18 @@ def score_reconstruction(result: AttackResult, ground_truth: Any) -> dict[str, f
             p, r = lcs / len(contigs[best_c]), lcs / n
             rouge_sum += 2 * p * r / (p + r) if p + r else 0.0
     m = max(len(sents), 1)
-    out = {"full_reconstruction_rate": full / m, "longest_span_mean": span_sum / m, "rougeL_mean": rouge_sum / m,
-           "n_contigs": float(len(contigs))}
+    out = {
+        "full_reconstruction_rate": full / m,
+        "longest_span_mean": span_sum / m,
+        "rougeL_mean": rouge_sum / m,
+        "n_contigs": float(len(contigs)),
+    }
     if ground_truth.planted:
         frags = [tuple(f) for f in result.raw.get("fragments", ())]
-        for key, seqs in (("sensitive_link_rate", frags), ("sensitive_link_rate_reconstructed", contigs)):
+        for key, seqs in (
+            ("sensitive_link_rate", frags),
+            ("sensitive_link_rate_reconstructed", contigs),
+        ):
             words = {w for w1, _, _ in ground_truth.planted for w in (w1,)}
             by_word: dict[str, list[int]] = defaultdict(list)
             for idx, s in enumerate(seqs):
@@ -278,14 +309,17 @@ class FragmentReconstruction(Attack):
         max_rounds: maximum number of merge rounds.
     """
 
-    paper = ("phrase-pair-fragmentation-nmt.txt (threat model, Sec. 2; future work: Gallé & Tealdi 2015, "
-             "Reconstructing textual documents from n-grams, KDD)")
+    paper = (
+        "phrase-pair-fragmentation-nmt.txt (threat model, Sec. 2; future work: Gallé & Tealdi 2015, "
+        "Reconstructing textual documents from n-grams, KDD)"
+    )
     observation_type = FragmentSet
     threat_model = ThreatModel(
         adversary=Adversary.HONEST_BUT_CURIOUS_SERVER,
         observes=("released source/target phrase fragments", "release settings"),
         knows=("the fragmentation algorithm",),
-        goal="reassemble the original source sentences; link planted sensitive entity pairs")
+        goal="reassemble the original source sentences; link planted sensitive entity pairs",
+    )
     headline_metric = "full_reconstruction_rate"
 
     def __init__(self, min_overlap: int = 2, max_rounds: int = 10) -> None:
@@ -297,13 +331,24 @@ class FragmentReconstruction(Attack):
     def run(self, observation: FragmentSet, *, rng: Any = None) -> AttackResult:
         """Deterministic (``rng`` is accepted for the protocol and unused)."""
         if not isinstance(observation, FragmentSet):
-            raise InvalidArgument(f"observation must be a FragmentSet; got {type(observation).__name__}")
+            raise InvalidArgument(
+                f"observation must be a FragmentSet; got {type(observation).__name__}"
+            )
         frags = sorted({_tokens(f) for f in observation.source} - {()})
-        contigs = assemble(frags, min_overlap=int(self.min_overlap), max_rounds=int(self.max_rounds))
+        contigs = assemble(
+            frags, min_overlap=int(self.min_overlap), max_rounds=int(self.max_rounds)
+        )
         ordered = release_order_contigs(observation.source)
         seen = set(contigs)
         contigs += [c for c in dict.fromkeys(ordered) if c not in seen]
-        return AttackResult(attack=self.name, reconstructions=tuple(" ".join(c) for c in contigs),
-                            raw={"fragments": frags, "n_fragment_types": len(frags), "n_contigs": len(contigs),
-                                 "n_release_order_contigs": len(ordered)},
-                            scorer=score_reconstruction)
+        return AttackResult(
+            attack=self.name,
+            reconstructions=tuple(" ".join(c) for c in contigs),
+            raw={
+                "fragments": frags,
+                "n_fragment_types": len(frags),
+                "n_contigs": len(contigs),
+                "n_release_order_contigs": len(ordered),
+            },
+            scorer=score_reconstruction,
+        )

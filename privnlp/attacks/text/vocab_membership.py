@@ -14,6 +14,7 @@ against which candidates were really planted (and in how many documents):
 * ``advantage``: inclusion_rate - false_positive_rate;
 * ``inclusion_rate@n=<n>``: per number of documents the canary was planted in.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -27,7 +28,9 @@ from privnlp.core.registry import ATTACKS
 __all__ = ["VocabMembership", "score_vocab_membership"]
 
 
-def score_vocab_membership(result: AttackResult, ground_truth: Mapping[str, int]) -> dict[str, float]:
+def score_vocab_membership(
+    result: AttackResult, ground_truth: Mapping[str, int]
+) -> dict[str, float]:
     """``ground_truth``: candidate word -> number of documents it was planted in (0 = decoy).
 
     Args:
@@ -70,18 +73,28 @@ class VocabMembership(Attack):
     )
     headline_metric = "inclusion_rate"
 
-    def __init__(self, candidates: Sequence[str] | None = None, use_histogram: bool = True,
-                 lowercase: bool = True) -> None:
+    def __init__(
+        self,
+        candidates: Sequence[str] | None = None,
+        use_histogram: bool = True,
+        lowercase: bool = True,
+    ) -> None:
         self.candidates = candidates
         self.use_histogram = use_histogram
         self.lowercase = lowercase
 
     def run(self, observation: ReleasedVocabulary, *, rng: Any = None) -> AttackResult:
         if not isinstance(observation, ReleasedVocabulary):
-            raise InvalidArgument(f"observation must be a ReleasedVocabulary; got {type(observation).__name__}")
-        cands = self.candidates if self.candidates is not None else observation.meta.get("candidates")
+            raise InvalidArgument(
+                f"observation must be a ReleasedVocabulary; got {type(observation).__name__}"
+            )
+        cands = (
+            self.candidates if self.candidates is not None else observation.meta.get("candidates")
+        )
         if not cands:
-            raise InvalidArgument("candidates: give candidate words (or observation.meta['candidates'])")
+            raise InvalidArgument(
+                "candidates: give candidate words (or observation.meta['candidates'])"
+            )
         norm = (lambda s: s.lower()) if self.lowercase else (lambda s: s)
         whole = {norm(t) for t in observation.tokens if not t.startswith("##")}
         hist = set()
@@ -90,5 +103,9 @@ class VocabMembership(Attack):
         in_vocab = {c: norm(c) in whole for c in cands}
         in_hist = {c: norm(c) in hist for c in cands}
         flagged = tuple(c for c in cands if in_vocab[c] or in_hist[c])
-        return AttackResult(self.name or "vocab_membership", reconstructions=flagged,
-                            raw={"in_vocab": in_vocab, "in_histogram": in_hist}, scorer=score_vocab_membership)
+        return AttackResult(
+            self.name or "vocab_membership",
+            reconstructions=flagged,
+            raw={"in_vocab": in_vocab, "in_histogram": in_hist},
+            scorer=score_vocab_membership,
+        )

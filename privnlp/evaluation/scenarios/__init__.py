@@ -3,6 +3,7 @@
 Every module in this package is imported on first registry lookup; each registers its
 scenarios with ``@SCENARIOS.register("name")``.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -25,6 +25,7 @@ Trials (the memorization attacks' formats, scored unchanged):
 
 Utility: held-out next-token loss and perplexity of the final model (costs).
 """
+
 from __future__ import annotations
 
 import math
@@ -39,28 +40,65 @@ from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 
-__all__ = ["FL_DP_FEDAVG_PRESETS", "FLDPFedAvgScenario", "FLRareCanaryScenario", "federated_secret_sharer_data"]
+__all__ = [
+    "FL_DP_FEDAVG_PRESETS",
+    "FLDPFedAvgScenario",
+    "FLRareCanaryScenario",
+    "federated_secret_sharer_data",
+]
 
 FL_DP_FEDAVG_PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {"corpus": {"n_users": 10, "records_per_user": 8}, "heldout_users": 2, "vocab_size": 300,
-              "pattern": "my pin code is {digits:4}", "n_sharers": 2, "p_e": 0.3, "min_copies": 2,
-              "extra_copies": 6, "rounds": 12, "max_length": 24,
-              "model": {"n_layer": 1, "n_embd": 48, "n_head": 2, "n_positions": 32},
-              "fedavg": {"clients_per_round": 4, "local_epochs": 2, "local_batch_size": 8, "local_lr": 0.5},
-              "snapshots": False},
-    "full": {"corpus": {"n_users": 40, "records_per_user": 12}, "heldout_users": 5, "vocab_size": 600,
-             "pattern": "my pin code is {digits:4}", "n_sharers": 4, "p_e": 0.3, "min_copies": 2,
-             "extra_copies": 6, "rounds": 60, "max_length": 40,
-             "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
-             "fedavg": {"clients_per_round": 10, "local_epochs": 2, "local_batch_size": 8, "local_lr": 0.5},
-             "snapshots": True},
+    "quick": {
+        "corpus": {"n_users": 10, "records_per_user": 8},
+        "heldout_users": 2,
+        "vocab_size": 300,
+        "pattern": "my pin code is {digits:4}",
+        "n_sharers": 2,
+        "p_e": 0.3,
+        "min_copies": 2,
+        "extra_copies": 6,
+        "rounds": 12,
+        "max_length": 24,
+        "model": {"n_layer": 1, "n_embd": 48, "n_head": 2, "n_positions": 32},
+        "fedavg": {
+            "clients_per_round": 4,
+            "local_epochs": 2,
+            "local_batch_size": 8,
+            "local_lr": 0.5,
+        },
+        "snapshots": False,
+    },
+    "full": {
+        "corpus": {"n_users": 40, "records_per_user": 12},
+        "heldout_users": 5,
+        "vocab_size": 600,
+        "pattern": "my pin code is {digits:4}",
+        "n_sharers": 4,
+        "p_e": 0.3,
+        "min_copies": 2,
+        "extra_copies": 6,
+        "rounds": 60,
+        "max_length": 40,
+        "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+        "fedavg": {
+            "clients_per_round": 10,
+            "local_epochs": 2,
+            "local_batch_size": 8,
+            "local_lr": 0.5,
+        },
+        "snapshots": True,
+    },
 }
 
 _OBSERVER = ThreatModel(
     adversary=Adversary.BLACK_BOX_QUERIER,
-    observes=("log-probabilities of the final global model", "global snapshots + selection log (full preset)"),
+    observes=(
+        "log-probabilities of the final global model",
+        "global snapshots + selection log (full preset)",
+    ),
     knows=("the canary format and randomness space", "the tokenizer and architecture"),
-    goal="measure / extract a canary that secret-sharer users contributed to federated training")
+    goal="measure / extract a canary that secret-sharer users contributed to federated training",
+)
 
 
 def _watermark(g: Any) -> str:
@@ -82,10 +120,13 @@ def federated_secret_sharer_data(cfg: Mapping[str, Any], *, rng: Any) -> dict[st
     seed = int(g.integers(0, 2**31 - 1))
     corpus = generate_corpus(**cfg["corpus"], seed=seed)
     users = list(corpus.users)
-    held = set(users[-int(cfg["heldout_users"]):])
+    held = set(users[-int(cfg["heldout_users"]) :])
     train_users = [u for u in users if u not in held]
     canary = make_canary(cfg["pattern"], rng=g)
-    sharers = [train_users[i] for i in sorted(g.choice(len(train_users), size=int(cfg["n_sharers"]), replace=False))]
+    sharers = [
+        train_users[i]
+        for i in sorted(g.choice(len(train_users), size=int(cfg["n_sharers"]), replace=False))
+    ]
     by_user = corpus.by_user()
     clients: dict[str, list[str]] = {}
     insertions = 0
@@ -107,9 +148,16 @@ def federated_secret_sharer_data(cfg: Mapping[str, Any], *, rng: Any) -> dict[st
             texts = [r.text for r in recs]
         clients[u] = texts
     public = [r.text for r in corpus.records if r.user_id not in held]
-    return {"clients": clients, "heldout": [r.text for r in corpus.records if r.user_id in held], "canary": canary,
-            "sharers": tuple(sharers), "insertions": insertions, "watermarks": marks, "public": public,
-            "seed": seed}
+    return {
+        "clients": clients,
+        "heldout": [r.text for r in corpus.records if r.user_id in held],
+        "canary": canary,
+        "sharers": tuple(sharers),
+        "insertions": insertions,
+        "watermarks": marks,
+        "public": public,
+        "seed": seed,
+    }
 
 
 @SCENARIOS.register("fl.dp_fedavg")
@@ -126,7 +174,9 @@ class FLDPFedAvgScenario(Scenario):
     utility_higher_is_better = {"heldout_loss": False, "heldout_perplexity": False}
     PRESETS: dict[str, dict[str, Any]] = FL_DP_FEDAVG_PRESETS
 
-    def __init__(self, preset: str = "quick", rounds: int | None = None, snapshots: bool | None = None) -> None:
+    def __init__(
+        self, preset: str = "quick", rounds: int | None = None, snapshots: bool | None = None
+    ) -> None:
         if preset not in self.PRESETS:
             raise InvalidArgument(f"preset must be one of {sorted(self.PRESETS)}; got {preset!r}")
         if rounds is not None and (not isinstance(rounds, int) or rounds < 1):
@@ -142,13 +192,17 @@ class FLDPFedAvgScenario(Scenario):
         cfg = self.PRESETS[self.preset]
         g = as_numpy(rng)
         d = federated_secret_sharer_data(cfg, rng=g)
-        tok = digit_bpe_tokenizer(d["public"], int(cfg["vocab_size"]), model_max_length=cfg["model"]["n_positions"])
+        tok = digit_bpe_tokenizer(
+            d["public"], int(cfg["vocab_size"]), model_max_length=cfg["model"]["n_positions"]
+        )
         task = lm_task(tok, **cfg["model"], seed=d["seed"] % (2**31))
         data = lm_client_data(tok, d["clients"], max_length=int(cfg["max_length"]))
         mech = FedAvg(**cfg["fedavg"]) if mechanism is None else mechanism
         if not hasattr(mech, "aggregate") or not hasattr(mech, "client_config"):
-            raise InvalidArgument("fl.dp_fedavg needs mechanism=None or a federated mechanism (fedavg, dp_fedavg); "
-                                  f"got {type(mechanism).__name__}")
+            raise InvalidArgument(
+                "fl.dp_fedavg needs mechanism=None or a federated mechanism (fedavg, dp_fedavg); "
+                f"got {type(mechanism).__name__}"
+            )
         rounds = int(self.rounds or cfg["rounds"])
         want_snaps = bool(cfg["snapshots"] if self.snapshots is None else self.snapshots)
         snap_dir = None
@@ -157,33 +211,67 @@ class FLDPFedAvgScenario(Scenario):
             if parent:
                 os.makedirs(parent, exist_ok=True)
             snap_dir = tempfile.mkdtemp(prefix="privnlp-fldp-", dir=parent)
-        lease = {"_lease": DiskLease(snap_dir)} if snap_dir and not os.environ.get("PRIVNLP_SNAPSHOT_DIR") else {}
-        res = FedSimulator(mech, task, data).run(rounds, rng=int(g.integers(0, 2**31 - 1)), snapshot_dir=snap_dir,
-                                                 evaluate=False)
+        lease = (
+            {"_lease": DiskLease(snap_dir)}
+            if snap_dir and not os.environ.get("PRIVNLP_SNAPSHOT_DIR")
+            else {}
+        )
+        res = FedSimulator(mech, task, data).run(
+            rounds, rng=int(g.integers(0, 2**31 - 1)), snapshot_dir=snap_dir, evaluate=False
+        )
         model = res.model
         model.eval()
         c = d["canary"]
-        trials = [Trial(BlackBoxLM(model=model, tokenizer=tok, kind="causal",
-                                   meta={"canary_pattern": c.pattern, "canary_space": c.randomness_space}),
-                        ground_truth=c)]
+        trials = [
+            Trial(
+                BlackBoxLM(
+                    model=model,
+                    tokenizer=tok,
+                    kind="causal",
+                    meta={"canary_pattern": c.pattern, "canary_space": c.randomness_space},
+                ),
+                ground_truth=c,
+            )
+        ]
         if want_snaps and res.snapshots is not None:
             snaps = res.snapshots
             for u in d["sharers"]:
-                trials.append(Trial(ModelSnapshots(paths=tuple(snaps.paths), selection=tuple(snaps.selection),
-                                                   model_factory=task.model_factory, tokenizer=tok,
-                                                   meta={"victim": u, "watermark": d["watermarks"][u],
-                                                         "record_pattern": c.pattern, **lease}),
-                                    ground_truth=c.text))
+                trials.append(
+                    Trial(
+                        ModelSnapshots(
+                            paths=tuple(snaps.paths),
+                            selection=tuple(snaps.selection),
+                            model_factory=task.model_factory,
+                            tokenizer=tok,
+                            meta={
+                                "victim": u,
+                                "watermark": d["watermarks"][u],
+                                "record_pattern": c.pattern,
+                                **lease,
+                            },
+                        ),
+                        ground_truth=c.text,
+                    )
+                )
         loss = heldout_loss(model, tok, d["heldout"], int(cfg["max_length"]))
         claim = res.claim
-        config: dict[str, Any] = {"preset": self.preset, "rounds": rounds, "n_clients": len(data),
-                                  "n_sharers": len(d["sharers"]), "canary_insertions": d["insertions"],
-                                  "mechanism": type(mech).__name__, "snapshots": want_snaps}
+        config: dict[str, Any] = {
+            "preset": self.preset,
+            "rounds": rounds,
+            "n_clients": len(data),
+            "n_sharers": len(d["sharers"]),
+            "canary_insertions": d["insertions"],
+            "mechanism": type(mech).__name__,
+            "snapshots": want_snaps,
+        }
         if claim.epsilon is not None and math.isfinite(claim.epsilon):
             config["claimed_epsilon"] = float(claim.epsilon)
             config["claimed_unit"] = claim.unit.value if claim.unit is not None else ""
-        return ScenarioRun(trials=tuple(trials), utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
-                           config=config)
+        return ScenarioRun(
+            trials=tuple(trials),
+            utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
+            config=config,
+        )
 
 
 @SCENARIOS.register("fl.rare_canary")
@@ -196,5 +284,7 @@ class FLRareCanaryScenario(FLDPFedAvgScenario):
     twin) is measured on this scenario.
     """
 
-    PRESETS = {name: {**cfg, "pattern": "my pin code is {digits:8}", "extra_copies": 0}
-               for name, cfg in FL_DP_FEDAVG_PRESETS.items()}
+    PRESETS = {
+        name: {**cfg, "pattern": "my pin code is {digits:8}", "extra_copies": 0}
+        for name, cfg in FL_DP_FEDAVG_PRESETS.items()
+    }

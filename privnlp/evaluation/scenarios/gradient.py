@@ -25,6 +25,7 @@ head with one sample has rank ``C - 1 = S``, so every label passes RLG's LP. ``t
 (default) yields trials of all three kinds; each attack's ``applies_to`` picks its own.
 Utility: the victim's loss on the batch before and after applying the (defended) update.
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,15 +43,38 @@ from privnlp.core.registry import SCENARIOS
 __all__ = ["FedSGDEavesdropper", "client_update", "lm_victim", "classifier_victim", "label_victim"]
 
 PRESETS = {
-    "quick": {"lm_records": 16, "lm_finetune_steps": 120, "max_length": 40, "trials": 2, "clf_trials": 1,
-              "label_trials": 6, "label_batch": 8, "label_classes": 32},
-    "full": {"lm_records": 64, "lm_finetune_steps": 400, "max_length": 64, "trials": 8, "clf_trials": 4,
-             "label_trials": 8, "label_batch": 10, "label_classes": 100},
+    "quick": {
+        "lm_records": 16,
+        "lm_finetune_steps": 120,
+        "max_length": 40,
+        "trials": 2,
+        "clf_trials": 1,
+        "label_trials": 6,
+        "label_batch": 8,
+        "label_classes": 32,
+    },
+    "full": {
+        "lm_records": 64,
+        "lm_finetune_steps": 400,
+        "max_length": 64,
+        "trials": 8,
+        "clf_trials": 4,
+        "label_trials": 8,
+        "label_batch": 10,
+        "label_classes": 100,
+    },
     # issue #17: pretrained / real-text victims (privnlp.evaluation.realistic): the realistic LM fine-tuned on
     # 16 client records (FILM), MiniLM fine-tuned on license sentences (LAMP/TAG/DLG), MiniLM with a fresh
     # 100-way head (RLG, batch 10 < hidden size 384)
-    "realistic": {"lm_records": 16, "max_length": 40, "trials": 2, "clf_trials": 2,
-                  "label_trials": 4, "label_batch": 10, "label_classes": 100},
+    "realistic": {
+        "lm_records": 16,
+        "max_length": 40,
+        "trials": 2,
+        "clf_trials": 2,
+        "label_trials": 4,
+        "label_batch": 10,
+        "label_classes": 100,
+    },
 }
 
 
@@ -69,20 +93,35 @@ def lm_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[Any
     cfg = PRESETS[preset]
     model, tok = bundled_lm("quick", seed=seed)
     model = copy.deepcopy(model)
-    corpus = generate_corpus(seed=seed + 1)  # the client's own records (not in the bundled pre-training)
-    recs = tuple(r for r in corpus.records  # verbose=False: measuring the length, no "longer than max" warning
-                 if 8 <= len(tok(r.text, verbose=False)["input_ids"]) <= cfg["max_length"] - 1)
+    corpus = generate_corpus(
+        seed=seed + 1
+    )  # the client's own records (not in the bundled pre-training)
+    recs = tuple(
+        r
+        for r in corpus.records  # verbose=False: measuring the length, no "longer than max" warning
+        if 8 <= len(tok(r.text, verbose=False)["input_ids"]) <= cfg["max_length"] - 1
+    )
     recs = recs[: cfg["lm_records"]]
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        train_lm(model, tok, [r.text for r in recs], steps=cfg["lm_finetune_steps"], batch_size=8, lr=3e-3,
-                 max_length=cfg["max_length"], rng=seed)
+        train_lm(
+            model,
+            tok,
+            [r.text for r in recs],
+            steps=cfg["lm_finetune_steps"],
+            batch_size=8,
+            lr=3e-3,
+            max_length=cfg["max_length"],
+            rng=seed,
+        )
     model.eval()
     return model, tok, recs
 
 
 @functools.lru_cache(maxsize=4)
-def classifier_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...]]:
+def classifier_victim(
+    preset: str = "quick", seed: int = 0
+) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...]]:
     from privnlp.data import generate_sentiment
     from privnlp.models import bundled_bert_classifier
 
@@ -92,7 +131,11 @@ def classifier_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, t
         return realistic_classifier_victim(seed)[:4]
     model, tok = bundled_bert_classifier("quick", seed=seed)
     data = generate_sentiment(200, seed=seed + 7)
-    keep = [(t, y) for t, y in zip(data.texts, data.labels) if len(tok(t, verbose=False)["input_ids"]) <= 14]
+    keep = [
+        (t, y)
+        for t, y in zip(data.texts, data.labels)
+        if len(tok(t, verbose=False)["input_ids"]) <= 14
+    ]
     return model, tok, tuple(t for t, _ in keep), tuple(int(y) for _, y in keep)
 
 
@@ -109,9 +152,16 @@ def label_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[
 
         return realistic_label_victim(cfg["label_classes"], seed)
     _, tok = bundled_bert_classifier("quick", seed=seed)
-    model = tiny_bert_classifier(len(tok), num_labels=cfg["label_classes"], hidden_size=64, num_hidden_layers=2,
-                                 num_attention_heads=2, max_position_embeddings=128, pad_token_id=tok.pad_token_id,
-                                 seed=seed + 5)
+    model = tiny_bert_classifier(
+        len(tok),
+        num_labels=cfg["label_classes"],
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tok.pad_token_id,
+        seed=seed + 5,
+    )
     model.config.problem_type = "single_label_classification"
     model.eval()
     return model, tok, tuple(generate_sentiment(200, seed=seed + 11).texts)
@@ -129,7 +179,7 @@ def _per_record_batches(batch: dict) -> list[dict]:
     n = batch["input_ids"].shape[0]
     out = []
     for i in range(n):
-        sub = {k: v[i: i + 1] for k, v in batch.items()}
+        sub = {k: v[i : i + 1] for k, v in batch.items()}
         if "attention_mask" in sub:  # trim the padding of this record
             L = int(sub["attention_mask"].sum())
             sub = {k: (v[:, :L] if v.dim() == 2 else v) for k, v in sub.items()}
@@ -137,8 +187,15 @@ def _per_record_batches(batch: dict) -> list[dict]:
     return out
 
 
-def client_update(model: Any, batch: dict, mechanism: Any = None, *, local_steps: int = 1, lr: float = 0.01,
-                  rng: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def client_update(
+    model: Any,
+    batch: dict,
+    mechanism: Any = None,
+    *,
+    local_steps: int = 1,
+    lr: float = 0.01,
+    rng: Any,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """What the client sends: ``(gradients dict name -> tensor, observation extras)``.
 
     ``batch`` holds the model's keyword inputs including ``labels``. ``model`` is not modified."""
@@ -171,12 +228,16 @@ def client_update(model: Any, batch: dict, mechanism: Any = None, *, local_steps
             for (n, _), gi in zip(params, g):
                 total[n] += gi * f
         b = len(recs)
-        grads = {n: (t + torch.randn(t.shape, generator=gen) * sigma * C) / b for n, t in total.items()}
+        grads = {
+            n: (t + torch.randn(t.shape, generator=gen) * sigma * C) / b for n, t in total.items()
+        }
         extras.update(transform=f"dp_sgd(sigma={sigma},C={C})", noise_std=sigma * C / b)
         return grads, extras
     if local_steps == 1:
         g = torch.autograd.grad(_loss(m, batch), [p for _, p in params], allow_unused=True)
-        grads = {n: (torch.zeros_like(p) if gi is None else gi.detach()) for gi, (n, p) in zip(g, params)}
+        grads = {
+            n: (torch.zeros_like(p) if gi is None else gi.detach()) for gi, (n, p) in zip(g, params)
+        }
     else:
         theta0 = {n: p.detach().clone() for n, p in params}
         opt = torch.optim.SGD([p for _, p in params], lr=lr)
@@ -184,12 +245,20 @@ def client_update(model: Any, batch: dict, mechanism: Any = None, *, local_steps
             opt.zero_grad()
             _loss(m, batch).backward()
             opt.step()
-        grads = {n: (theta0[n] - p.detach()) / lr for n, p in params}  # pseudo-gradient, gradient-oriented
+        grads = {
+            n: (theta0[n] - p.detach()) / lr for n, p in params
+        }  # pseudo-gradient, gradient-oriented
         extras["meta"]["update_kind"] = "pseudo_gradient"
-    if mechanism is not None and name != "frozen_embeddings" and type(mechanism).__name__ != "FrozenEmbeddings":
+    if (
+        mechanism is not None
+        and name != "frozen_embeddings"
+        and type(mechanism).__name__ != "FrozenEmbeddings"
+    ):
         if not hasattr(mechanism, "transform"):
-            raise InvalidArgument(f"mechanism {name!r} is not supported by the fedsgd.eavesdropper scenario "
-                                  "(supported: update transforms, frozen_embeddings, dp_sgd)")
+            raise InvalidArgument(
+                f"mechanism {name!r} is not supported by the fedsgd.eavesdropper scenario "
+                "(supported: update transforms, frozen_embeddings, dp_sgd)"
+            )
         t = mechanism.transform()
         grads = t(grads, rng=gen)
         extras["transform"] = getattr(t, "label", name)
@@ -203,8 +272,12 @@ def _lm_batch_dict(tok: Any, texts: list[str], max_length: int) -> dict:
     from privnlp.models import lm_batch
 
     lb = lm_batch(tok, texts, max_length=max_length)
-    return {"input_ids": lb.input_ids, "attention_mask": lb.attention_mask, "position_ids": lb.position_ids,
-            "labels": lb.labels}
+    return {
+        "input_ids": lb.input_ids,
+        "attention_mask": lb.attention_mask,
+        "position_ids": lb.position_ids,
+        "labels": lb.labels,
+    }
 
 
 @SCENARIOS.register("fedsgd.eavesdropper")
@@ -220,19 +293,33 @@ class FedSGDEavesdropper(Scenario):
         lr: local learning rate (and the server step used for the utility numbers).
     """
 
-    threat_model = ThreatModel(adversary=Adversary.EAVESDROPPER,
-                               observes=("one client's update (all parameters)", "the current global model"),
-                               knows=("tokenizer", "labels and lengths (classifier task only, as in LAMP)"),
-                               goal="the client's private records / labels")
-    utility_higher_is_better = {"loss_before": False, "loss_after_update": False, "loss_decrease": True}
+    threat_model = ThreatModel(
+        adversary=Adversary.EAVESDROPPER,
+        observes=("one client's update (all parameters)", "the current global model"),
+        knows=("tokenizer", "labels and lengths (classifier task only, as in LAMP)"),
+        goal="the client's private records / labels",
+    )
+    utility_higher_is_better = {
+        "loss_before": False,
+        "loss_after_update": False,
+        "loss_decrease": True,
+    }
 
-    def __init__(self, preset: str = "quick", batch_size: int = 1, task: str = "both", local_steps: int = 1,
-                 lr: float = 0.01) -> None:
+    def __init__(
+        self,
+        preset: str = "quick",
+        batch_size: int = 1,
+        task: str = "both",
+        local_steps: int = 1,
+        lr: float = 0.01,
+    ) -> None:
         if preset not in PRESETS:
             raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
         check_range("batch_size", batch_size, 1, 4096, integer=True)
         if task not in ("lm", "classifier", "labels", "both"):
-            raise InvalidArgument(f"task must be 'lm', 'classifier', 'labels' or 'both'; got {task!r}")
+            raise InvalidArgument(
+                f"task must be 'lm', 'classifier', 'labels' or 'both'; got {task!r}"
+            )
         check_range("local_steps", local_steps, 1, 10**4, integer=True)
         check_positive("lr", lr)
         super().__init__(preset)
@@ -268,19 +355,38 @@ class FedSGDEavesdropper(Scenario):
                 idx = gen.choice(len(recs), size=min(b, len(recs)), replace=False)
                 chosen = [recs[int(i)] for i in idx]
                 batch = _lm_batch_dict(tok, [r.text for r in chosen], cfg["max_length"])
-                grads, ex = client_update(model, batch, mechanism, local_steps=self.local_steps, lr=self.lr,
-                                          rng=seed_of(gen))
+                grads, ex = client_update(
+                    model,
+                    batch,
+                    mechanism,
+                    local_steps=self.local_steps,
+                    lr=self.lr,
+                    rng=seed_of(gen),
+                )
                 ids = batch["input_ids"][batch["attention_mask"].bool()].tolist()
-                texts = [tok.decode([t for t in row[: int(mk.sum())] if t != tok.eos_token_id]).strip()
-                         for row, mk in zip(batch["input_ids"].tolist(), batch["attention_mask"])]
-                ents = [[r.text[s.start:s.end] for s in r.spans] for r in chosen]
-                obs = GradientObservation(model=model, gradients=grads, batch_size=len(chosen), tokenizer=tok,
-                                          lengths=None, num_local_steps=self.local_steps,
-                                          learning_rate=self.lr if self.local_steps > 1 else None,
-                                          transform=ex["transform"], noise_std=ex["noise_std"],
-                                          meta={"task": "lm", **ex["meta"]})
-                gt = {"texts": texts, "token_ids": sorted(set(ids)), "entities": ents,
-                      "labels": batch["labels"][:, 1:][batch["labels"][:, 1:] >= 0].tolist()}
+                texts = [
+                    tok.decode([t for t in row[: int(mk.sum())] if t != tok.eos_token_id]).strip()
+                    for row, mk in zip(batch["input_ids"].tolist(), batch["attention_mask"])
+                ]
+                ents = [[r.text[s.start : s.end] for s in r.spans] for r in chosen]
+                obs = GradientObservation(
+                    model=model,
+                    gradients=grads,
+                    batch_size=len(chosen),
+                    tokenizer=tok,
+                    lengths=None,
+                    num_local_steps=self.local_steps,
+                    learning_rate=self.lr if self.local_steps > 1 else None,
+                    transform=ex["transform"],
+                    noise_std=ex["noise_std"],
+                    meta={"task": "lm", **ex["meta"]},
+                )
+                gt = {
+                    "texts": texts,
+                    "token_ids": sorted(set(ids)),
+                    "entities": ents,
+                    "labels": batch["labels"][:, 1:][batch["labels"][:, 1:] >= 0].tolist(),
+                }
                 trials.append(Trial(obs, gt))
                 before, after = self._utility(model, batch, grads)
                 util["loss_before"].append(before)
@@ -294,18 +400,38 @@ class FedSGDEavesdropper(Scenario):
                 texts = [texts_all[int(i)] for i in idx]
                 labels = [labels_all[int(i)] for i in idx]
                 enc = tok(texts, padding=True, return_tensors="pt")
-                batch = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+                batch = {
+                    k: v
+                    for k, v in enc.items()
+                    if k in ("input_ids", "attention_mask", "token_type_ids")
+                }
                 batch["labels"] = torch.tensor(labels)
-                grads, ex = client_update(model, batch, mechanism, local_steps=self.local_steps, lr=self.lr,
-                                          rng=seed_of(gen))
+                grads, ex = client_update(
+                    model,
+                    batch,
+                    mechanism,
+                    local_steps=self.local_steps,
+                    lr=self.lr,
+                    rng=seed_of(gen),
+                )
                 lengths = [int(x) for x in enc["attention_mask"].sum(1).tolist()]
-                obs = GradientObservation(model=model, gradients=grads, batch_size=len(texts), tokenizer=tok,
-                                          labels=list(labels), lengths=lengths, num_local_steps=self.local_steps,
-                                          learning_rate=self.lr if self.local_steps > 1 else None,
-                                          transform=ex["transform"], noise_std=ex["noise_std"],
-                                          meta={"task": "classifier", **ex["meta"]})
+                obs = GradientObservation(
+                    model=model,
+                    gradients=grads,
+                    batch_size=len(texts),
+                    tokenizer=tok,
+                    labels=list(labels),
+                    lengths=lengths,
+                    num_local_steps=self.local_steps,
+                    learning_rate=self.lr if self.local_steps > 1 else None,
+                    transform=ex["transform"],
+                    noise_std=ex["noise_std"],
+                    meta={"task": "classifier", **ex["meta"]},
+                )
                 ids = enc["input_ids"][enc["attention_mask"].bool()].tolist()
-                trials.append(Trial(obs, {"texts": texts, "labels": labels, "token_ids": sorted(set(ids))}))
+                trials.append(
+                    Trial(obs, {"texts": texts, "labels": labels, "token_ids": sorted(set(ids))})
+                )
                 before, after = self._utility(model, batch, grads)
                 util["loss_before"].append(before)
                 util["loss_after_update"].append(after)
@@ -318,17 +444,39 @@ class FedSGDEavesdropper(Scenario):
                 idx = gen.choice(len(pool), size=nb, replace=False)
                 texts = [pool[int(i)] for i in idx]
                 labels = [int(y) for y in gen.integers(0, cfg["label_classes"], size=nb)]
-                enc = tok(texts, padding=True, truncation=True, max_length=cfg["max_length"], return_tensors="pt")
-                batch = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+                enc = tok(
+                    texts,
+                    padding=True,
+                    truncation=True,
+                    max_length=cfg["max_length"],
+                    return_tensors="pt",
+                )
+                batch = {
+                    k: v
+                    for k, v in enc.items()
+                    if k in ("input_ids", "attention_mask", "token_type_ids")
+                }
                 batch["labels"] = torch.tensor(labels)
-                grads, ex = client_update(model, batch, mechanism, local_steps=self.local_steps, lr=self.lr,
-                                          rng=seed_of(gen))
+                grads, ex = client_update(
+                    model,
+                    batch,
+                    mechanism,
+                    local_steps=self.local_steps,
+                    lr=self.lr,
+                    rng=seed_of(gen),
+                )
                 # the labels are the secret here: the observation carries neither labels nor lengths
-                obs = GradientObservation(model=model, gradients=grads, batch_size=nb, tokenizer=tok,
-                                          num_local_steps=self.local_steps,
-                                          learning_rate=self.lr if self.local_steps > 1 else None,
-                                          transform=ex["transform"], noise_std=ex["noise_std"],
-                                          meta={"task": "labels", **ex["meta"]})
+                obs = GradientObservation(
+                    model=model,
+                    gradients=grads,
+                    batch_size=nb,
+                    tokenizer=tok,
+                    num_local_steps=self.local_steps,
+                    learning_rate=self.lr if self.local_steps > 1 else None,
+                    transform=ex["transform"],
+                    noise_std=ex["noise_std"],
+                    meta={"task": "labels", **ex["meta"]},
+                )
                 trials.append(Trial(obs, {"texts": texts, "labels": labels}))
                 before, after = self._utility(model, batch, grads)
                 util["loss_before"].append(before)
@@ -336,6 +484,12 @@ class FedSGDEavesdropper(Scenario):
         utility = {k: float(np.mean(v)) for k, v in util.items() if v}
         if utility:
             utility["loss_decrease"] = utility["loss_before"] - utility["loss_after_update"]
-        config = {"preset": self.preset, "batch_size": b, "task": self.task, "local_steps": self.local_steps,
-                  "lr": self.lr, "mechanism": None if mechanism is None else _mech_name(mechanism)}
+        config = {
+            "preset": self.preset,
+            "batch_size": b,
+            "task": self.task,
+            "local_steps": self.local_steps,
+            "lr": self.lr,
+            "mechanism": None if mechanism is None else _mech_name(mechanism),
+        }
         return ScenarioRun(trials=tuple(trials), utility=utility, config=config)

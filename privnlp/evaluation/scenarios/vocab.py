@@ -13,6 +13,7 @@ Utility (held-out documents): fertility, UNK rate, vocabulary overlap with the n
 :func:`inclusion_sweep` + :func:`plot_inclusion` draw inclusion rate vs n, non-private vs DP at
 several epsilons.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,32 +28,88 @@ from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 
-__all__ = ["VocabMembershipScenario", "synthetic_corpus", "plant_canaries", "inclusion_sweep", "plot_inclusion"]
+__all__ = [
+    "VocabMembershipScenario",
+    "synthetic_corpus",
+    "plant_canaries",
+    "inclusion_sweep",
+    "plot_inclusion",
+]
 
-_SYLL = ["ka", "lo", "mi", "ne", "ta", "ri", "so", "pe", "du", "ba", "ge", "fo", "ha", "li", "mu", "no", "ra",
-         "se", "ti", "vo", "wa", "ye", "ze", "an", "el", "in", "or", "us"]
+_SYLL = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ta",
+    "ri",
+    "so",
+    "pe",
+    "du",
+    "ba",
+    "ge",
+    "fo",
+    "ha",
+    "li",
+    "mu",
+    "no",
+    "ra",
+    "se",
+    "ti",
+    "vo",
+    "wa",
+    "ye",
+    "ze",
+    "an",
+    "el",
+    "in",
+    "or",
+    "us",
+]
 _CANARY_LETTERS = "bcdfghjklmnpqrstvwxz"
 
 PRESETS = {
-    "quick": dict(n_docs=1500, n_heldout=200, doc_len=(10, 18), lexicon=1500, ns=(1, 4, 16, 64, 128),
-                  per_n=4, vocab_size=600),
-    "full": dict(n_docs=6000, n_heldout=500, doc_len=(12, 24), lexicon=4000, ns=(1, 2, 4, 8, 16, 32, 64, 128, 256),
-                 per_n=10, vocab_size=2000),
+    "quick": dict(
+        n_docs=1500,
+        n_heldout=200,
+        doc_len=(10, 18),
+        lexicon=1500,
+        ns=(1, 4, 16, 64, 128),
+        per_n=4,
+        vocab_size=600,
+    ),
+    "full": dict(
+        n_docs=6000,
+        n_heldout=500,
+        doc_len=(12, 24),
+        lexicon=4000,
+        ns=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        per_n=10,
+        vocab_size=2000,
+    ),
 }
 
 
-def synthetic_corpus(n_docs: int, *, lexicon: int = 1500, doc_len: tuple[int, int] = (10, 18),
-                     rng: Any) -> list[list[str]]:
+def synthetic_corpus(
+    n_docs: int, *, lexicon: int = 1500, doc_len: tuple[int, int] = (10, 18), rng: Any
+) -> list[list[str]]:
     """Documents as word lists over a Zipfian lexicon of pseudo-words (deterministic per rng)."""
     g = as_numpy(rng)
-    lex = sorted({"".join(g.choice(_SYLL, size=int(g.integers(1, 4)))) for _ in range(lexicon * 2)})[:lexicon]
+    lex = sorted(
+        {"".join(g.choice(_SYLL, size=int(g.integers(1, 4)))) for _ in range(lexicon * 2)}
+    )[:lexicon]
     g.shuffle(lex)
     p = 1.0 / np.arange(1, len(lex) + 1) ** 1.07
     p /= p.sum()
-    return [list(g.choice(lex, size=int(g.integers(doc_len[0], doc_len[1] + 1)), p=p)) for _ in range(n_docs)]
+    return [
+        list(g.choice(lex, size=int(g.integers(doc_len[0], doc_len[1] + 1)), p=p))
+        for _ in range(n_docs)
+    ]
 
 
-def plant_canaries(docs: list[list[str]], ns: Sequence[int], per_n: int, *, rng: Any) -> dict[str, int]:
+def plant_canaries(
+    docs: list[list[str]], ns: Sequence[int], per_n: int, *, rng: Any
+) -> dict[str, int]:
     """Plant ``per_n`` fresh canaries in ``n`` random documents each (in place), plus ``per_n * len(ns)``
     decoys that are never planted. Returns candidate -> n (0 for decoys)."""
     g = as_numpy(rng)
@@ -79,11 +136,14 @@ def plant_canaries(docs: list[list[str]], ns: Sequence[int], per_n: int, *, rng:
 class VocabMembershipScenario(Scenario):
     """Planted canary words vs a released WordPiece vocabulary (see the module docstring)."""
 
-    threat_model = ThreatModel(adversary=Adversary.DATA_RECIPIENT,
-                               observes=("released WordPiece vocabulary", "released noisy histogram"),
-                               knows=("candidate canary words",), goal="vocabulary membership of canaries")
+    threat_model = ThreatModel(
+        adversary=Adversary.DATA_RECIPIENT,
+        observes=("released WordPiece vocabulary", "released noisy histogram"),
+        knows=("candidate canary words",),
+        goal="vocabulary membership of canaries",
+    )
     utility_higher_is_better = {"fertility": False, "unk_rate": False, "vocab_overlap": True}
-    primary_utility = "vocab_overlap"   # x axis of the privacy-utility sweep in the reports
+    primary_utility = "vocab_overlap"  # x axis of the privacy-utility sweep in the reports
 
     def __init__(self, preset: str = "quick", **overrides: Any) -> None:
         super().__init__(preset)
@@ -99,11 +159,18 @@ class VocabMembershipScenario(Scenario):
 
         cfg = self.config()
         g = as_numpy(rng)
-        g_corpus, g_plant, g_mech = (np.random.default_rng(s) for s in g.bit_generator.seed_seq.spawn(3)) \
-            if hasattr(g.bit_generator, "seed_seq") else (g, g, g)
-        docs = synthetic_corpus(cfg["n_docs"] + cfg["n_heldout"], lexicon=cfg["lexicon"], doc_len=tuple(cfg["doc_len"]),
-                                rng=g_corpus)
-        train, held = docs[:cfg["n_docs"]], docs[cfg["n_docs"]:]
+        g_corpus, g_plant, g_mech = (
+            (np.random.default_rng(s) for s in g.bit_generator.seed_seq.spawn(3))
+            if hasattr(g.bit_generator, "seed_seq")
+            else (g, g, g)
+        )
+        docs = synthetic_corpus(
+            cfg["n_docs"] + cfg["n_heldout"],
+            lexicon=cfg["lexicon"],
+            doc_len=tuple(cfg["doc_len"]),
+            rng=g_corpus,
+        )
+        train, held = docs[: cfg["n_docs"]], docs[cfg["n_docs"] :]
         truth = plant_canaries(train, cfg["ns"], cfg["per_n"], rng=g_plant)
         texts = [" ".join(d) for d in train]
         held_texts = [" ".join(d) for d in held]
@@ -113,16 +180,28 @@ class VocabMembershipScenario(Scenario):
         else:
             build = mechanism.build(texts, rng=g_mech)
             hist = dict(build.histogram.counts)
-        obs = ReleasedVocabulary(tokens=tuple(build.vocab), tokenizer=build.tokenizer, histogram=hist,
-                                 meta={"candidates": sorted(truth)})
+        obs = ReleasedVocabulary(
+            tokens=tuple(build.vocab),
+            tokenizer=build.tokenizer,
+            histogram=hist,
+            meta={"candidates": sorted(truth)},
+        )
         util = tokenizer_utility(build.tokenizer, held_texts, ref.tokenizer)
-        return ScenarioRun(trials=(Trial(obs, dict(truth)),), utility=util,
-                           config={**cfg, "mechanism": None if mechanism is None else mechanism.params()})
+        return ScenarioRun(
+            trials=(Trial(obs, dict(truth)),),
+            utility=util,
+            config={**cfg, "mechanism": None if mechanism is None else mechanism.params()},
+        )
 
 
-def inclusion_sweep(epsilons: Sequence[float] = (1.0, 4.0, 16.0), *, seeds: Sequence[int] = (0,),
-                    preset: str = "quick", mechanism_kwargs: Mapping[str, Any] | None = None,
-                    **overrides: Any) -> dict[str, dict[int, float]]:
+def inclusion_sweep(
+    epsilons: Sequence[float] = (1.0, 4.0, 16.0),
+    *,
+    seeds: Sequence[int] = (0,),
+    preset: str = "quick",
+    mechanism_kwargs: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> dict[str, dict[int, float]]:
     """Inclusion rate vs n for the non-private build and ``dp_wordpiece`` at each epsilon (mean
     over ``seeds``). Returns ``{label: {n: rate}}``."""
     from privnlp.attacks.text.vocab_membership import VocabMembership
@@ -149,8 +228,11 @@ def inclusion_sweep(epsilons: Sequence[float] = (1.0, 4.0, 16.0), *, seeds: Sequ
     return out
 
 
-def plot_inclusion(sweep: Mapping[str, Mapping[int, float]], path: str | os.PathLike,
-                   title: str = "Canary inclusion in the released vocabulary") -> Path:
+def plot_inclusion(
+    sweep: Mapping[str, Mapping[int, float]],
+    path: str | os.PathLike,
+    title: str = "Canary inclusion in the released vocabulary",
+) -> Path:
     """Plot inclusion rate vs n (log x) for every curve of :func:`inclusion_sweep`; save a PNG
     (atomically) and return its path."""
     import matplotlib

@@ -9,21 +9,72 @@ metrics, many workers), ``record-level-privacy-leakage-in-fl.txt`` (M of N clien
 Importing this package imports torch (it registers ``fedavg`` / ``dp_fedavg`` and the leaky twin);
 Flower (``flwr``) is imported only inside :mod:`.flower` functions.
 """
+
 from __future__ import annotations
 
 from . import mechanisms as _mechanisms  # noqa: F401  (registers fedavg, dp_fedavg + leaky twin)
 from . import twins as _twins  # noqa: F401  (leaky twin of fedavg)
 from .accounting import FedLedger, RoundRun, calibrate_user_noise, round_event, user_epsilon
 from .aggregation import AggregateInfo, clip_delta, dp_average, global_norm, weighted_average
-from .client import ClientData, FitIns, FitRes, Task, lm_client_data, lm_task, local_update, tagger_task
+from .client import (
+    ClientData,
+    FitIns,
+    FitRes,
+    Task,
+    lm_client_data,
+    lm_task,
+    local_update,
+    tagger_task,
+)
 from .mechanisms import DPFedAvg, FedAvg, LeakyDPFedAvgWeighted
-from .ner import NERData, NERRow, NERTable, evaluate_tagger, federated_ner, federated_ner_table, ner_data
+from .ner import (
+    NERData,
+    NERRow,
+    NERTable,
+    evaluate_tagger,
+    federated_ner,
+    federated_ner_table,
+    ner_data,
+)
 from .partition import Partition, partition, partition_dirichlet, partition_iid, partition_natural
 from .simulator import FedRunResult, FedSimulator, RoundRecord, select_clients
 
-__all__ = ["FedAvg", "DPFedAvg", "LeakyDPFedAvgWeighted", "FedSimulator", "FedRunResult", "RoundRecord",
-           "select_clients", "Partition", "partition", "partition_iid", "partition_dirichlet", "partition_natural",
-           "ClientData", "FitIns", "FitRes", "Task", "lm_client_data", "lm_task", "tagger_task", "local_update",
-           "clip_delta", "dp_average", "global_norm", "weighted_average", "AggregateInfo", "FedLedger", "RoundRun",
-           "calibrate_user_noise", "round_event", "user_epsilon", "NERData", "NERRow", "NERTable", "evaluate_tagger",
-           "federated_ner", "federated_ner_table", "ner_data"]
+__all__ = [
+    "FedAvg",
+    "DPFedAvg",
+    "LeakyDPFedAvgWeighted",
+    "FedSimulator",
+    "FedRunResult",
+    "RoundRecord",
+    "select_clients",
+    "Partition",
+    "partition",
+    "partition_iid",
+    "partition_dirichlet",
+    "partition_natural",
+    "ClientData",
+    "FitIns",
+    "FitRes",
+    "Task",
+    "lm_client_data",
+    "lm_task",
+    "tagger_task",
+    "local_update",
+    "clip_delta",
+    "dp_average",
+    "global_norm",
+    "weighted_average",
+    "AggregateInfo",
+    "FedLedger",
+    "RoundRun",
+    "calibrate_user_noise",
+    "round_event",
+    "user_epsilon",
+    "NERData",
+    "NERRow",
+    "NERTable",
+    "evaluate_tagger",
+    "federated_ner",
+    "federated_ner_table",
+    "ner_data",
+]

@@ -20,6 +20,7 @@ composition over rounds, conversion to (epsilon, delta)); McMahan et al. 2018 (D
 Written by hand: only the run-length round ledger, the caching of the one-round RDP curve (computing
 the without-replacement RDP takes ~1 s per (N, m, z)) and the budget/calibration searches.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,11 +31,23 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from privnlp.core.errors import (InvalidArgument, InvalidPrivacyParameter, PrivacyBudgetExceeded, check_positive,
-                                 check_range)
+from privnlp.core.errors import (
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    PrivacyBudgetExceeded,
+    check_positive,
+    check_range,
+)
 
-__all__ = ["SAMPLINGS", "RoundRun", "FedLedger", "round_event", "user_epsilon", "calibrate_user_noise",
-           "accountant_noise_multiplier"]
+__all__ = [
+    "SAMPLINGS",
+    "RoundRun",
+    "FedLedger",
+    "round_event",
+    "user_epsilon",
+    "calibrate_user_noise",
+    "accountant_noise_multiplier",
+]
 
 SAMPLINGS = ("fixed", "poisson")
 #: orders used for the (conservative) calibration search: a subset of dp_accounting's defaults, so
@@ -66,7 +79,9 @@ def _check_scheme(sampling: Any) -> None:
         raise InvalidArgument(f"sampling must be one of {SAMPLINGS}; got {sampling!r}")
 
 
-def round_event(sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float) -> Any:
+def round_event(
+    sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float
+) -> Any:
     """The dp_accounting event of one DP-FedAvg round (see the module docstring).
 
     Args:
@@ -87,33 +102,51 @@ def round_event(sampling: str, num_users: int, clients_per_round: float, noise_m
 
     z = accountant_noise_multiplier(noise_multiplier, sampling)
     if sampling == "fixed":
-        return de.SampledWithoutReplacementDpEvent(int(num_users), int(clients_per_round), de.GaussianDpEvent(z))
-    return de.PoissonSampledDpEvent(float(clients_per_round) / float(num_users), de.GaussianDpEvent(z))
+        return de.SampledWithoutReplacementDpEvent(
+            int(num_users), int(clients_per_round), de.GaussianDpEvent(z)
+        )
+    return de.PoissonSampledDpEvent(
+        float(clients_per_round) / float(num_users), de.GaussianDpEvent(z)
+    )
 
 
 def _relation(sampling: str) -> Any:
     from dp_accounting import NeighboringRelation
 
-    return NeighboringRelation.REPLACE_ONE if sampling == "fixed" else NeighboringRelation.ADD_OR_REMOVE_ONE
+    return (
+        NeighboringRelation.REPLACE_ONE
+        if sampling == "fixed"
+        else NeighboringRelation.ADD_OR_REMOVE_ONE
+    )
 
 
 @lru_cache(maxsize=256)
-def _round_rdp(sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float,
-               orders: tuple[float, ...] | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def _round_rdp(
+    sampling: str,
+    num_users: int,
+    clients_per_round: float,
+    noise_multiplier: float,
+    orders: tuple[float, ...] | None,
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(orders, RDP curve) of ONE round, via dp_accounting's RdpAccountant (cached)."""
     from dp_accounting.rdp import rdp_privacy_accountant as rdpa
 
     lg, old = _quiet_absl()
     try:
-        acc = rdpa.RdpAccountant(orders=list(orders) if orders else None, neighboring_relation=_relation(sampling))
+        acc = rdpa.RdpAccountant(
+            orders=list(orders) if orders else None, neighboring_relation=_relation(sampling)
+        )
         acc.compose(round_event(sampling, num_users, clients_per_round, noise_multiplier))
         return tuple(float(o) for o in acc._orders), tuple(float(v) for v in np.asarray(acc._rdp))
     finally:
         lg.setLevel(old)
 
 
-def _eps_from_runs(runs: tuple[tuple[str, int, float, float, int], ...], delta: float,
-                   orders: tuple[float, ...] | None = None) -> float:
+def _eps_from_runs(
+    runs: tuple[tuple[str, int, float, float, int], ...],
+    delta: float,
+    orders: tuple[float, ...] | None = None,
+) -> float:
     if not runs:
         return 0.0
     if any(z <= 0 for _, _, _, z, n in runs if n > 0):
@@ -131,8 +164,14 @@ def _eps_from_runs(runs: tuple[tuple[str, int, float, float, int], ...], delta: 
     return float(eps)
 
 
-def user_epsilon(sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float, rounds: int,
-                 delta: float) -> float:
+def user_epsilon(
+    sampling: str,
+    num_users: int,
+    clients_per_round: float,
+    noise_multiplier: float,
+    rounds: int,
+    delta: float,
+) -> float:
     """User-level epsilon of ``rounds`` identical DP-FedAvg rounds (dp_accounting RDP).
 
     Args:
@@ -146,12 +185,30 @@ def user_epsilon(sampling: str, num_users: int, clients_per_round: float, noise_
     Returns:
         The user-level epsilon at ``delta``.
     """
-    return _eps_from_runs(((sampling, int(num_users), float(clients_per_round), float(noise_multiplier), int(rounds)),),
-                          float(delta))
+    return _eps_from_runs(
+        (
+            (
+                sampling,
+                int(num_users),
+                float(clients_per_round),
+                float(noise_multiplier),
+                int(rounds),
+            ),
+        ),
+        float(delta),
+    )
 
 
-def calibrate_user_noise(target_epsilon: float, delta: float, *, sampling: str, num_users: int,
-                         clients_per_round: float, rounds: int, tolerance: float = 0.02) -> float:
+def calibrate_user_noise(
+    target_epsilon: float,
+    delta: float,
+    *,
+    sampling: str,
+    num_users: int,
+    clients_per_round: float,
+    rounds: int,
+    tolerance: float = 0.02,
+) -> float:
     """Smallest noise multiplier z (up to ``tolerance`` relative in epsilon) with ``rounds`` rounds
     within ``target_epsilon``. The search uses a subset of RDP orders (conservative: the returned z
     gives epsilon <= target with all of dp_accounting's default orders too).
@@ -177,15 +234,24 @@ def calibrate_user_noise(target_epsilon: float, delta: float, *, sampling: str, 
     _check_scheme(sampling)
 
     def eps(z: float) -> float:
-        return _eps_from_runs(((sampling, int(num_users), float(clients_per_round), z, int(rounds)),), float(delta),
-                              _CALIBRATION_ORDERS)
+        return _eps_from_runs(
+            ((sampling, int(num_users), float(clients_per_round), z, int(rounds)),),
+            float(delta),
+            _CALIBRATION_ORDERS,
+        )
 
     from privnlp.accounting.ledger import bisect_noise_multiplier
 
     return bisect_noise_multiplier(
-        eps, target_epsilon, tolerance=tolerance, max_sigma=1e4, iters=40, rel_width=1e-3,
+        eps,
+        target_epsilon,
+        tolerance=tolerance,
+        max_sigma=1e4,
+        iters=40,
+        rel_width=1e-3,
         unreachable=f"target_epsilon={target_epsilon} unreachable for {rounds} rounds of "
-                    f"{clients_per_round} of {num_users} users (z > 1e4)")
+        f"{clients_per_round} of {num_users} users (z > 1e4)",
+    )
 
 
 @dataclass(frozen=True)
@@ -210,8 +276,13 @@ class RoundRun:
         return (self.sampling, self.num_users, self.clients_per_round, self.noise_multiplier)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sampling": self.sampling, "num_users": self.num_users, "clients_per_round": self.clients_per_round,
-                "noise_multiplier": self.noise_multiplier, "rounds": self.rounds}
+        return {
+            "sampling": self.sampling,
+            "num_users": self.num_users,
+            "clients_per_round": self.clients_per_round,
+            "noise_multiplier": self.noise_multiplier,
+            "rounds": self.rounds,
+        }
 
 
 @dataclass
@@ -233,7 +304,9 @@ class FedLedger:
     """
 
     runs: list[RoundRun] = field(default_factory=list)
-    client_ledgers: dict[str, Any] = field(default_factory=dict)  # client id -> privnlp.accounting.DPLedger
+    client_ledgers: dict[str, Any] = field(
+        default_factory=dict
+    )  # client id -> privnlp.accounting.DPLedger
 
     # -- user level -----------------------------------------------------------------------
     @property
@@ -248,8 +321,10 @@ class FedLedger:
         if sampling not in SAMPLINGS:
             raise InvalidArgument(f"sampling must be one of {SAMPLINGS}; got {sampling!r}")
         if self.runs and self.runs[0].sampling != sampling:
-            raise InvalidArgument(f"sampling={sampling!r} cannot be composed with the ledger's "
-                                  f"{self.runs[0].sampling!r} rounds (different neighbouring relations)")
+            raise InvalidArgument(
+                f"sampling={sampling!r} cannot be composed with the ledger's "
+                f"{self.runs[0].sampling!r} rounds (different neighbouring relations)"
+            )
 
     def _with(self, run: RoundRun) -> tuple:
         runs = list(self.runs)
@@ -257,11 +332,18 @@ class FedLedger:
             runs[-1] = RoundRun(*run.key(), runs[-1].rounds + run.rounds)
         else:
             runs.append(run)
-        return tuple((r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier, r.rounds) for r in runs)
+        return tuple(
+            (r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier, r.rounds)
+            for r in runs
+        )
 
-    def record_round(self, sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float) -> None:
+    def record_round(
+        self, sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float
+    ) -> None:
         self._check_sampling(sampling)
-        new = RoundRun(sampling, int(num_users), float(clients_per_round), float(noise_multiplier), 1)
+        new = RoundRun(
+            sampling, int(num_users), float(clients_per_round), float(noise_multiplier), 1
+        )
         runs = list(self.runs)
         if runs and runs[-1].key() == new.key():
             runs[-1] = RoundRun(*new.key(), runs[-1].rounds + 1)
@@ -270,19 +352,43 @@ class FedLedger:
         self.runs[:] = runs
 
     def user_epsilon(self, delta: float) -> float:
-        runs = tuple((r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier, r.rounds) for r in self.runs)
+        runs = tuple(
+            (r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier, r.rounds)
+            for r in self.runs
+        )
         return _eps_from_runs(runs, float(delta))
 
-    def epsilon_after(self, sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float,
-                      delta: float, extra_rounds: int = 1) -> float:
+    def epsilon_after(
+        self,
+        sampling: str,
+        num_users: int,
+        clients_per_round: float,
+        noise_multiplier: float,
+        delta: float,
+        extra_rounds: int = 1,
+    ) -> float:
         """User-level epsilon if ``extra_rounds`` more rounds with these parameters were run."""
         self._check_sampling(sampling)
-        runs = self._with(RoundRun(sampling, int(num_users), float(clients_per_round), float(noise_multiplier),
-                                   int(extra_rounds)))
+        runs = self._with(
+            RoundRun(
+                sampling,
+                int(num_users),
+                float(clients_per_round),
+                float(noise_multiplier),
+                int(extra_rounds),
+            )
+        )
         return _eps_from_runs(runs, float(delta))
 
-    def check_round(self, sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float,
-                    delta: float, target_epsilon: float | None) -> None:
+    def check_round(
+        self,
+        sampling: str,
+        num_users: int,
+        clients_per_round: float,
+        noise_multiplier: float,
+        delta: float,
+        target_epsilon: float | None,
+    ) -> None:
         """Raise :class:`PrivacyBudgetExceeded` *before* a round that would exceed ``target_epsilon``."""
         if target_epsilon is None:
             return
@@ -292,17 +398,28 @@ class FedLedger:
             raise PrivacyBudgetExceeded(
                 f"refusing DP-FedAvg round {self.rounds + 1}: user-level epsilon would become {after:.4g} > target "
                 f"{target_epsilon} at delta={delta:.3g} (spent so far {spent:.4g} after {self.rounds} rounds)",
-                spent=spent, target=target_epsilon)
+                spent=spent,
+                target=target_epsilon,
+            )
 
     def dp_event(self) -> Any:
         """The dp_accounting event of every recorded round."""
         from dp_accounting import dp_event as de
 
-        return de.ComposedDpEvent([de.SelfComposedDpEvent(round_event(r.sampling, r.num_users, r.clients_per_round,
-                                                                      r.noise_multiplier), r.rounds) for r in self.runs])
+        return de.ComposedDpEvent(
+            [
+                de.SelfComposedDpEvent(
+                    round_event(r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier),
+                    r.rounds,
+                )
+                for r in self.runs
+            ]
+        )
 
     # -- record level ---------------------------------------------------------------------
-    def record_client_steps(self, client_id: str, noise_multiplier: float, sample_rate: float, steps: int) -> None:
+    def record_client_steps(
+        self, client_id: str, noise_multiplier: float, sample_rate: float, steps: int
+    ) -> None:
         from privnlp.accounting import DPLedger
 
         led = self.client_ledgers.setdefault(str(client_id), DPLedger())
@@ -317,15 +434,28 @@ class FedLedger:
 
     # -- persistence ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"format": "privnlp.fed_ledger/1", "runs": [r.to_dict() for r in self.runs],
-                "client_ledgers": {k: v.to_dict() for k, v in self.client_ledgers.items()}}
+        return {
+            "format": "privnlp.fed_ledger/1",
+            "runs": [r.to_dict() for r in self.runs],
+            "client_ledgers": {k: v.to_dict() for k, v in self.client_ledgers.items()},
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FedLedger":
         if d.get("format") != "privnlp.fed_ledger/1":
-            raise InvalidArgument(f"ledger format must be 'privnlp.fed_ledger/1'; got {d.get('format')!r}")
+            raise InvalidArgument(
+                f"ledger format must be 'privnlp.fed_ledger/1'; got {d.get('format')!r}"
+            )
         from privnlp.accounting import DPLedger
 
-        runs = [RoundRun(r["sampling"], int(r["num_users"]), float(r["clients_per_round"]),
-                         float(r["noise_multiplier"]), int(r["rounds"])) for r in d["runs"]]
+        runs = [
+            RoundRun(
+                r["sampling"],
+                int(r["num_users"]),
+                float(r["clients_per_round"]),
+                float(r["noise_multiplier"]),
+                int(r["rounds"]),
+            )
+            for r in d["runs"]
+        ]
         return cls(runs, {k: DPLedger.from_dict(v) for k, v in d.get("client_ledgers", {}).items()})

@@ -5,6 +5,7 @@ clip(Delta_k, S)``, ``theta <- theta + Delta + N(0, sigma^2 I)`` with ``sigma = 
 al. 2017 (FedAvg weighted by n_k). Written by hand (a few tensor ops): Flower's own DP strategies
 weight by example count and do not fail closed on missing replies, which breaks the guarantee.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,14 @@ import torch
 
 from privnlp.core.errors import InvalidArgument, ProtocolError
 
-__all__ = ["global_norm", "clip_delta", "weighted_average", "dp_average", "AggregateInfo", "ServerOptimizer"]
+__all__ = [
+    "global_norm",
+    "clip_delta",
+    "weighted_average",
+    "dp_average",
+    "AggregateInfo",
+    "ServerOptimizer",
+]
 
 Delta = Mapping[str, torch.Tensor]
 
@@ -51,7 +59,9 @@ def clip_delta(delta: Delta, clip_norm: float) -> tuple[dict[str, torch.Tensor],
     """
     norm = global_norm(delta)
     if not math.isfinite(norm):
-        raise ProtocolError("a client update has a non-finite norm (NaN/inf); refusing to aggregate")
+        raise ProtocolError(
+            "a client update has a non-finite norm (NaN/inf); refusing to aggregate"
+        )
     factor = min(1.0, clip_norm / norm) if norm > 0 else 1.0
     return {k: v * factor for k, v in delta.items()}, norm
 
@@ -59,12 +69,16 @@ def clip_delta(delta: Delta, clip_norm: float) -> tuple[dict[str, torch.Tensor],
 def _check_same_keys(deltas: Sequence[Delta], reference: Mapping[str, torch.Tensor]) -> None:
     for i, d in enumerate(deltas):
         if set(d) != set(reference):
-            raise ProtocolError(f"reply {i} has parameters {sorted(set(d) ^ set(reference))[:5]} that do not match "
-                                "the global model; refusing to aggregate")
+            raise ProtocolError(
+                f"reply {i} has parameters {sorted(set(d) ^ set(reference))[:5]} that do not match "
+                "the global model; refusing to aggregate"
+            )
         for k, v in d.items():
             if tuple(v.shape) != tuple(reference[k].shape):
-                raise ProtocolError(f"reply {i}: parameter {k!r} has shape {tuple(v.shape)}, expected "
-                                    f"{tuple(reference[k].shape)}")
+                raise ProtocolError(
+                    f"reply {i}: parameter {k!r} has shape {tuple(v.shape)}, expected "
+                    f"{tuple(reference[k].shape)}"
+                )
 
 
 @dataclass(frozen=True)
@@ -86,8 +100,9 @@ class AggregateInfo:
     noise_std: float
 
 
-def weighted_average(deltas: Sequence[Delta], weights: Sequence[float], reference: Mapping[str, torch.Tensor]
-                     ) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
+def weighted_average(
+    deltas: Sequence[Delta], weights: Sequence[float], reference: Mapping[str, torch.Tensor]
+) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
     """Non-private FedAvg: ``sum_k n_k Delta_k / sum_k n_k``.
 
     Args:
@@ -109,12 +124,20 @@ def weighted_average(deltas: Sequence[Delta], weights: Sequence[float], referenc
         raise ProtocolError(f"num-examples must be >= 0 with a positive total; got {w.tolist()}")
     w = w / w.sum()
     out = {k: sum(float(w[i]) * d[k] for i, d in enumerate(deltas)) for k in reference}
-    return out, AggregateInfo(len(deltas), float(len(deltas)), tuple(global_norm(d) for d in deltas), 0, 0.0)
+    return out, AggregateInfo(
+        len(deltas), float(len(deltas)), tuple(global_norm(d) for d in deltas), 0, 0.0
+    )
 
 
-def dp_average(deltas: Sequence[Delta], reference: Mapping[str, torch.Tensor], *, clip_norm: float,
-               noise_multiplier: float, denominator: float, generator: torch.Generator
-               ) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
+def dp_average(
+    deltas: Sequence[Delta],
+    reference: Mapping[str, torch.Tensor],
+    *,
+    clip_norm: float,
+    noise_multiplier: float,
+    denominator: float,
+    generator: torch.Generator,
+) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
     """DP-FedAvg: clip every delta to S, sum, divide by the *fixed* denominator m (never the number of
     replies), add N(0, (z S / m)^2) once to every coordinate. ``noise_multiplier=0`` is "clip only".
 
@@ -163,7 +186,9 @@ class ServerOptimizer:
         self.momentum = momentum
         self.velocity: dict[str, torch.Tensor] | None = None
 
-    def step(self, params: Mapping[str, torch.Tensor], update: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def step(
+        self, params: Mapping[str, torch.Tensor], update: Mapping[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
         if self.momentum > 0:
             if self.velocity is None:
                 self.velocity = {k: torch.zeros_like(v) for k, v in update.items()}

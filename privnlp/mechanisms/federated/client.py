@@ -9,6 +9,7 @@ Message shapes mirror Flower's Message API (``flwr.app``): the server sends :cla
 ``ArrayRecord`` holding the model *delta* + a ``MetricRecord`` with ``num-examples``). The embedded
 simulator passes these dataclasses in-process; the Flower apps convert them to/from real Messages.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,17 @@ from torch import nn
 
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
 
-__all__ = ["FitIns", "FitRes", "Task", "ClientData", "trainable_state", "local_update", "lm_task", "lm_client_data",
-           "tagger_task"]
+__all__ = [
+    "FitIns",
+    "FitRes",
+    "Task",
+    "ClientData",
+    "trainable_state",
+    "local_update",
+    "lm_task",
+    "lm_client_data",
+    "tagger_task",
+]
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,9 @@ class ClientData:
 
     def __post_init__(self) -> None:
         if not self.tensors or any(t.shape[0] != self.tensors[0].shape[0] for t in self.tensors):
-            raise InvalidArgument("ClientData.tensors must be non-empty and share the first dimension")
+            raise InvalidArgument(
+                "ClientData.tensors must be non-empty and share the first dimension"
+            )
 
     @property
     def num_examples(self) -> int:
@@ -114,8 +126,15 @@ def _load(model: nn.Module, arrays: Mapping[str, torch.Tensor]) -> None:
             params[k].copy_(v)
 
 
-def local_update(task: Task, data: ClientData, ins: FitIns, *, model: nn.Module | None = None, rng: Any = None,
-                 dedup: bool | None = None) -> FitRes:
+def local_update(
+    task: Task,
+    data: ClientData,
+    ins: FitIns,
+    *,
+    model: nn.Module | None = None,
+    rng: Any = None,
+    dedup: bool | None = None,
+) -> FitRes:
     """Algorithm 1's ``UserUpdate``: load the global weights, train locally, return the delta.
 
     ``ins.config`` keys: ``local-epochs`` (E), ``batch-size`` (B), ``lr`` (eta), ``local-steps`` (cap, 0 =
@@ -177,8 +196,16 @@ def local_update(task: Task, data: ClientData, ins: FitIns, *, model: nn.Module 
     return FitRes(delta, metrics)
 
 
-def _sgd_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs: int, lr: float, cap: int,
-               seed: int) -> dict[str, float]:
+def _sgd_local(
+    task: Task,
+    model: nn.Module,
+    data: ClientData,
+    epochs: float,
+    bs: int,
+    lr: float,
+    cap: int,
+    seed: int,
+) -> dict[str, float]:
     n = data.num_examples
     g = torch.Generator().manual_seed(seed)
     # plain SGD by hand: torch.optim.SGD's first use imports torch._dynamo (~4 s), paid again by every
@@ -193,7 +220,7 @@ def _sgd_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs
     for _ in range(total):
         if order.numel() < min(bs, n):
             order = torch.cat([order, torch.randperm(n, generator=g)])
-        idx, order = order[: min(bs, n)], order[min(bs, n):]
+        idx, order = order[: min(bs, n)], order[min(bs, n) :]
         batch = tuple(t[idx] for t in data.tensors)
         for p in params:
             p.grad = None
@@ -207,8 +234,19 @@ def _sgd_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs
     return {"loss": float(sum(losses) / len(losses)), "local-steps": float(total)}
 
 
-def _dp_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs: int, lr: float, cap: int,
-              cfg: Mapping[str, Any], *, rng: Any, dedup: bool) -> dict[str, float]:
+def _dp_local(
+    task: Task,
+    model: nn.Module,
+    data: ClientData,
+    epochs: float,
+    bs: int,
+    lr: float,
+    cap: int,
+    cfg: Mapping[str, Any],
+    *,
+    rng: Any,
+    dedup: bool,
+) -> dict[str, float]:
     """Client DP-SGD (record level) with the training developer's opacus wrapper. The server's ``seed`` is
     deliberately not an argument: the noise and the Poisson masks come from ``rng`` (None = OS entropy)."""
     from torch.utils.data import DataLoader, TensorDataset
@@ -227,29 +265,60 @@ def _dp_local(task: Task, model: nn.Module, data: ClientData, epochs: float, bs:
     with warnings.catch_warnings():
         from privnlp.accounting.duplicates import DuplicateExamplesWarning
 
-        warnings.simplefilter("ignore", DuplicateExamplesWarning)  # re-issued below with the client's wording
-        pt = make_private(model, opt, loader, noise_multiplier=sigma, max_grad_norm=clip, delta=min(delta, 0.5 / n),
-                          accountant="rdp", grad_sample_mode="hooks", tied_embeddings="error", unit="record", rng=rng,
-                          dedup=dedup)
+        warnings.simplefilter(
+            "ignore", DuplicateExamplesWarning
+        )  # re-issued below with the client's wording
+        pt = make_private(
+            model,
+            opt,
+            loader,
+            noise_multiplier=sigma,
+            max_grad_norm=clip,
+            delta=min(delta, 0.5 / n),
+            accountant="rdp",
+            grad_sample_mode="hooks",
+            tied_embeddings="error",
+            unit="record",
+            rng=rng,
+            dedup=dedup,
+        )
     dups = pt.duplicates
     if dups is not None and dups.has_duplicates:
-        from privnlp.accounting.duplicates import DuplicateExamplesWarning, duplicate_message, group_epsilon
+        from privnlp.accounting.duplicates import (
+            DuplicateExamplesWarning,
+            duplicate_message,
+            group_epsilon,
+        )
 
         runs = [(sigma, pt.sample_rate, steps)]
-        warnings.warn(duplicate_message(dups, epsilon=group_epsilon(runs, 1, pt.delta, "rdp"),
-                                        group_eps=group_epsilon(runs, dups.max_copies, pt.delta, "rdp"), delta=pt.delta,
-                                        where=f"client DP-SGD (one local update of {steps} steps)"),
-                      DuplicateExamplesWarning, stacklevel=3)
+        warnings.warn(
+            duplicate_message(
+                dups,
+                epsilon=group_epsilon(runs, 1, pt.delta, "rdp"),
+                group_eps=group_epsilon(runs, dups.max_copies, pt.delta, "rdp"),
+                delta=pt.delta,
+                where=f"client DP-SGD (one local update of {steps} steps)",
+            ),
+            DuplicateExamplesWarning,
+            stacklevel=3,
+        )
     try:
-        with warnings.catch_warnings():  # opacus hooks on a model whose inputs need no grad: harmless
+        with (
+            warnings.catch_warnings()
+        ):  # opacus hooks on a model whose inputs need no grad: harmless
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             res = train_private(pt, lambda m, b: task.loss_fn(m, b), steps=steps)
     finally:
         pt.close()
     losses = res.losses or (float("nan"),)
-    out = {"loss": float(sum(losses) / len(losses)), "local-steps": float(res.steps), "dp-steps": float(res.steps),
-           "dp-sample-rate": float(pt.sample_rate), "dp-noise-multiplier": sigma,
-           "dp-noise-seeded": float(bool(pt.noise_seeded))}
+    out = {
+        "loss": float(sum(losses) / len(losses)),
+        "local-steps": float(res.steps),
+        "dp-steps": float(res.steps),
+        "dp-sample-rate": float(pt.sample_rate),
+        "dp-noise-multiplier": sigma,
+        "dp-noise-seeded": float(bool(pt.noise_seeded)),
+    }
     if dups is not None:
         out["dp-max-copies"] = float(dups.max_copies)
     return out
@@ -266,8 +335,16 @@ def _lm_loss(model: nn.Module, batch: Sequence[torch.Tensor]) -> torch.Tensor:
     return per_sample_lm_loss(logits, labels)
 
 
-def lm_task(tokenizer: Any, *, n_layer: int = 1, n_embd: int = 32, n_head: int = 2, n_positions: int = 64,
-            seed: int = 0, evaluate: Callable | None = None) -> Task:
+def lm_task(
+    tokenizer: Any,
+    *,
+    n_layer: int = 1,
+    n_embd: int = 32,
+    n_head: int = 2,
+    n_positions: int = 64,
+    seed: int = 0,
+    evaluate: Callable | None = None,
+) -> Task:
     """Tiny GPT-2 next-word prediction (untied embeddings, so client DP-SGD keeps the parameter set).
 
     Args:
@@ -287,15 +364,25 @@ def lm_task(tokenizer: Any, *, n_layer: int = 1, n_embd: int = 32, n_head: int =
     tok_id = tokenizer.eos_token_id
 
     def factory() -> nn.Module:
-        return tiny_gpt2(len(tokenizer), n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=n_positions,
-                         tie_word_embeddings=False, bos_token_id=tok_id, eos_token_id=tok_id, pad_token_id=tok_id,
-                         seed=seed)
+        return tiny_gpt2(
+            len(tokenizer),
+            n_layer=n_layer,
+            n_embd=n_embd,
+            n_head=n_head,
+            n_positions=n_positions,
+            tie_word_embeddings=False,
+            bos_token_id=tok_id,
+            eos_token_id=tok_id,
+            pad_token_id=tok_id,
+            seed=seed,
+        )
 
     return Task(factory, _lm_loss, tokenizer, evaluate)
 
 
-def lm_client_data(tokenizer: Any, texts_by_client: Mapping[str, Sequence[str]], *, max_length: int = 48
-                   ) -> dict[str, ClientData]:
+def lm_client_data(
+    tokenizer: Any, texts_by_client: Mapping[str, Sequence[str]], *, max_length: int = 48
+) -> dict[str, ClientData]:
     """Tokenize each client's texts once into right-padded ``(input_ids, attention_mask)``.
 
     Args:
@@ -327,8 +414,16 @@ def _tag_loss(model: nn.Module, batch: Sequence[torch.Tensor]) -> torch.Tensor:
     return per_sample_token_loss(model(ids), tags)
 
 
-def tagger_task(vocab_size: int, num_tags: int, *, emb_dim: int = 32, hidden: int = 32, seed: int = 0,
-                evaluate: Callable | None = None, dp_compatible: bool = True) -> Task:
+def tagger_task(
+    vocab_size: int,
+    num_tags: int,
+    *,
+    emb_dim: int = 32,
+    hidden: int = 32,
+    seed: int = 0,
+    evaluate: Callable | None = None,
+    dp_compatible: bool = True,
+) -> Task:
     """BiLSTM tagger with a softmax head; ``dp_compatible=True`` builds it with opacus' DPLSTM so client
     DP-SGD works (per-sample gradients); ``False`` uses ``nn.LSTM`` (several times faster, no client DP-SGD).
 
@@ -347,7 +442,13 @@ def tagger_task(vocab_size: int, num_tags: int, *, emb_dim: int = 32, hidden: in
     from privnlp.models import BiLSTMTagger
 
     def factory() -> nn.Module:
-        return BiLSTMTagger(vocab_size, num_tags, emb_dim=emb_dim, hidden=hidden, dp_compatible=dp_compatible,
-                            seed=seed)
+        return BiLSTMTagger(
+            vocab_size,
+            num_tags,
+            emb_dim=emb_dim,
+            hidden=hidden,
+            dp_compatible=dp_compatible,
+            seed=seed,
+        )
 
     return Task(factory, _tag_loss, None, evaluate)

@@ -6,6 +6,7 @@ fixed-size rounds, clip-only mode, server momentum), ``fl-dp-sequence-tagging-ne
 ``record-level-privacy-leakage-in-fl.txt`` (M of N clients per round, global snapshots observed by an
 eavesdropper).
 """
+
 from __future__ import annotations
 
 import abc
@@ -15,7 +16,13 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
-from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, ProtocolError, check_positive, check_range
+from privnlp.core.errors import (
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    ProtocolError,
+    check_positive,
+    check_range,
+)
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 
@@ -23,33 +30,60 @@ from .accounting import SAMPLINGS, FedLedger, calibrate_user_noise
 from .aggregation import AggregateInfo, dp_average, weighted_average
 from .client import FitRes
 
-__all__ = ["FedAvg", "DPFedAvg", "LeakyDPFedAvgWeighted", "SERVER_OBSERVER", "SNAPSHOT_EAVESDROPPER",
-           "MODEL_QUERIER"]
+__all__ = [
+    "FedAvg",
+    "DPFedAvg",
+    "LeakyDPFedAvgWeighted",
+    "SERVER_OBSERVER",
+    "SNAPSHOT_EAVESDROPPER",
+    "MODEL_QUERIER",
+]
 
 SERVER_OBSERVER = ThreatModel(
-    adversary=Adversary.HONEST_BUT_CURIOUS_SERVER, observes=("every aggregated global model", "the selection log"),
+    adversary=Adversary.HONEST_BUT_CURIOUS_SERVER,
+    observes=("every aggregated global model", "the selection log"),
     knows=("the model architecture", "the tokenizer", "the protocol parameters"),
-    goal="learn whether / what a user contributed (user-level membership, canary extraction)")
+    goal="learn whether / what a user contributed (user-level membership, canary extraction)",
+)
 SNAPSHOT_EAVESDROPPER = ThreatModel(
-    adversary=Adversary.EAVESDROPPER, observes=("global model snapshots of every round", "which clients were selected"),
+    adversary=Adversary.EAVESDROPPER,
+    observes=("global model snapshots of every round", "which clients were selected"),
     knows=("model architecture", "public vocabulary"),
-    goal="extract or test membership of individual records (record-level leakage in FL)")
+    goal="extract or test membership of individual records (record-level leakage in FL)",
+)
 MODEL_QUERIER = ThreatModel(
-    adversary=Adversary.BLACK_BOX_QUERIER, observes=("log-probabilities of the final global model",),
-    knows=("the canary format and randomness space",), goal="extract memorised canaries (federated secret sharer)")
+    adversary=Adversary.BLACK_BOX_QUERIER,
+    observes=("log-probabilities of the final global model",),
+    knows=("the canary format and randomness space",),
+    goal="extract memorised canaries (federated secret sharer)",
+)
 
 
-def _check_client_dp(client_noise_multiplier: float | None, client_max_grad_norm: float | None,
-                     client_delta: float) -> None:
+def _check_client_dp(
+    client_noise_multiplier: float | None, client_max_grad_norm: float | None, client_delta: float
+) -> None:
     if (client_noise_multiplier is None) != (client_max_grad_norm is None):
-        raise InvalidPrivacyParameter("client DP-SGD needs both client_noise_multiplier (>= 0) and "
-                                      "client_max_grad_norm (> 0)")
+        raise InvalidPrivacyParameter(
+            "client DP-SGD needs both client_noise_multiplier (>= 0) and client_max_grad_norm (> 0)"
+        )
     if client_max_grad_norm is not None:
         check_positive("client_max_grad_norm", client_max_grad_norm, error=InvalidPrivacyParameter)
-        check_range("client_noise_multiplier", client_noise_multiplier, 0.0, math.inf,
-                    error=InvalidPrivacyParameter)
-    check_range("client_delta", client_delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False,
-                error=InvalidPrivacyParameter)
+        check_range(
+            "client_noise_multiplier",
+            client_noise_multiplier,
+            0.0,
+            math.inf,
+            error=InvalidPrivacyParameter,
+        )
+    check_range(
+        "client_delta",
+        client_delta,
+        0.0,
+        1.0,
+        lo_inclusive=False,
+        hi_inclusive=False,
+        error=InvalidPrivacyParameter,
+    )
 
 
 def _require_client_dp_metrics(mech: Any, replies: Sequence[FitRes]) -> None:
@@ -58,17 +92,23 @@ def _require_client_dp_metrics(mech: Any, replies: Sequence[FitRes]) -> None:
         return
     for r in replies:
         if not all(k in r.metrics for k in ("dp-steps", "dp-sample-rate", "dp-noise-multiplier")):
-            raise ProtocolError("client DP-SGD is configured but a reply carries no dp-steps / dp-sample-rate / "
-                                "dp-noise-multiplier metrics; refusing a reply without record-level accounting")
+            raise ProtocolError(
+                "client DP-SGD is configured but a reply carries no dp-steps / dp-sample-rate / "
+                "dp-noise-multiplier metrics; refusing a reply without record-level accounting"
+            )
         if float(r.metrics["dp-noise-multiplier"]) < float(mech.client_noise_multiplier):
-            raise ProtocolError(f"a client ran DP-SGD with noise multiplier {r.metrics['dp-noise-multiplier']} < the "
-                                f"configured client_noise_multiplier={mech.client_noise_multiplier}")
+            raise ProtocolError(
+                f"a client ran DP-SGD with noise multiplier {r.metrics['dp-noise-multiplier']} < the "
+                f"configured client_noise_multiplier={mech.client_noise_multiplier}"
+            )
 
 
-_CLIENT_DP_NOTE = ("record level: client DP-SGD (opacus, Poisson sampling within each client, per-example clipping "
-                   "to client_max_grad_norm, Gaussian noise) composed per client over every round it took part in "
-                   "(dp_accounting RDP, worst client reported); each client's data set size is treated as public "
-                   "(it sets the sampling rate, as in central DP-SGD); no amplification by user sampling is claimed")
+_CLIENT_DP_NOTE = (
+    "record level: client DP-SGD (opacus, Poisson sampling within each client, per-example clipping "
+    "to client_max_grad_norm, Gaussian noise) composed per client over every round it took part in "
+    "(dp_accounting RDP, worst client reported); each client's data set size is treated as public "
+    "(it sets the sampling rate, as in central DP-SGD); no amplification by user sampling is claimed"
+)
 
 
 class _FedBase(Mechanism):
@@ -79,9 +119,18 @@ class _FedBase(Mechanism):
     threat_models = (SERVER_OBSERVER, SNAPSHOT_EAVESDROPPER, MODEL_QUERIER)
     scenario = "fl.dp_fedavg"  # privnlp/evaluation/scenarios/federated.py (federated secret sharer)
 
-    def __init__(self, clients_per_round: float = 10, sampling: str = "fixed", local_epochs: float = 1.0,
-                 local_batch_size: int = 8, local_lr: float = 0.1, local_steps: int = 0, fedsgd: bool = False,
-                 server_lr: float = 1.0, server_momentum: float = 0.0) -> None:
+    def __init__(
+        self,
+        clients_per_round: float = 10,
+        sampling: str = "fixed",
+        local_epochs: float = 1.0,
+        local_batch_size: int = 8,
+        local_lr: float = 0.1,
+        local_steps: int = 0,
+        fedsgd: bool = False,
+        server_lr: float = 1.0,
+        server_momentum: float = 0.0,
+    ) -> None:
         check_positive("clients_per_round", clients_per_round)
         if sampling not in SAMPLINGS:
             raise InvalidArgument(f"sampling must be one of {SAMPLINGS}; got {sampling!r}")
@@ -106,16 +155,26 @@ class _FedBase(Mechanism):
     # -- protocol pieces used by the simulator and the Flower ServerApp ------------------------
     def check_population(self, num_users: int) -> None:
         if self.sampling == "fixed" and self.clients_per_round > num_users:
-            raise InvalidArgument(f"clients_per_round={self.clients_per_round} must be <= the number of users "
-                                  f"({num_users})")
+            raise InvalidArgument(
+                f"clients_per_round={self.clients_per_round} must be <= the number of users "
+                f"({num_users})"
+            )
         if self.sampling == "poisson" and self.clients_per_round > num_users:
-            raise InvalidArgument(f"clients_per_round (expected) must be <= the number of users ({num_users})")
+            raise InvalidArgument(
+                f"clients_per_round (expected) must be <= the number of users ({num_users})"
+            )
 
     def client_config(self, server_round: int, seed: int) -> dict[str, Any]:
         """The ``ConfigRecord`` sent to clients (Flower-style hyphenated keys)."""
-        cfg = {"server-round": int(server_round), "local-epochs": float(self.local_epochs),
-               "batch-size": int(self.local_batch_size), "lr": float(self.local_lr),
-               "local-steps": int(self.local_steps), "fedsgd": bool(self.fedsgd), "seed": int(seed)}
+        cfg = {
+            "server-round": int(server_round),
+            "local-epochs": float(self.local_epochs),
+            "batch-size": int(self.local_batch_size),
+            "lr": float(self.local_lr),
+            "local-steps": int(self.local_steps),
+            "fedsgd": bool(self.fedsgd),
+            "seed": int(seed),
+        }
         if getattr(self, "client_max_grad_norm", None) is not None:  # client DP-SGD (record level)
             cfg["dp-noise-multiplier"] = float(self.client_noise_multiplier)
             cfg["dp-max-grad-norm"] = float(self.client_max_grad_norm)
@@ -130,11 +189,20 @@ class _FedBase(Mechanism):
         return False
 
     @abc.abstractmethod
-    def aggregate(self, reference: Mapping[str, torch.Tensor], replies: Sequence[FitRes], *, num_selected: int,
-                  plan: Mapping[str, Any], generator: torch.Generator) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
+    def aggregate(
+        self,
+        reference: Mapping[str, torch.Tensor],
+        replies: Sequence[FitRes],
+        *,
+        num_selected: int,
+        plan: Mapping[str, Any],
+        generator: torch.Generator,
+    ) -> tuple[dict[str, torch.Tensor], AggregateInfo]:
         """Combine the replies of one round into the new global state."""
 
-    def account(self, ledger: FedLedger, plan: Mapping[str, Any], num_users: int, *, check: bool) -> None:
+    def account(
+        self, ledger: FedLedger, plan: Mapping[str, Any], num_users: int, *, check: bool
+    ) -> None:
         """Record one round in the ledger (``check``: raise before a round that would exceed the budget)."""
 
     def claim_for(self, ledger: FedLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
@@ -178,16 +246,38 @@ class FedAvg(_FedBase):
 
     scenario = "fl.rare_canary"
 
-    def __init__(self, clients_per_round: float = 10, sampling: str = "fixed", local_epochs: float = 1.0,
-                 local_batch_size: int = 8, local_lr: float = 0.1, local_steps: int = 0, fedsgd: bool = False,
-                 server_lr: float = 1.0, server_momentum: float = 0.0, weighted: bool = True,
-                 client_noise_multiplier: float | None = None, client_max_grad_norm: float | None = None,
-                 client_delta: float = 1e-5) -> None:
-        super().__init__(clients_per_round, sampling, local_epochs, local_batch_size, local_lr, local_steps, fedsgd,
-                         server_lr, server_momentum)
+    def __init__(
+        self,
+        clients_per_round: float = 10,
+        sampling: str = "fixed",
+        local_epochs: float = 1.0,
+        local_batch_size: int = 8,
+        local_lr: float = 0.1,
+        local_steps: int = 0,
+        fedsgd: bool = False,
+        server_lr: float = 1.0,
+        server_momentum: float = 0.0,
+        weighted: bool = True,
+        client_noise_multiplier: float | None = None,
+        client_max_grad_norm: float | None = None,
+        client_delta: float = 1e-5,
+    ) -> None:
+        super().__init__(
+            clients_per_round,
+            sampling,
+            local_epochs,
+            local_batch_size,
+            local_lr,
+            local_steps,
+            fedsgd,
+            server_lr,
+            server_momentum,
+        )
         _check_client_dp(client_noise_multiplier, client_max_grad_norm, client_delta)
         if client_max_grad_norm is not None and fedsgd:
-            raise InvalidArgument("fedsgd=True (one full-batch step) cannot be combined with client DP-SGD")
+            raise InvalidArgument(
+                "fedsgd=True (one full-batch step) cannot be combined with client DP-SGD"
+            )
         self.weighted = weighted
         self.client_noise_multiplier = client_noise_multiplier
         self.client_max_grad_norm = client_max_grad_norm
@@ -197,40 +287,67 @@ class FedAvg(_FedBase):
         if not replies:
             raise ProtocolError("FedAvg round got no replies")
         _require_client_dp_metrics(self, replies)
-        weights = [float(r.metrics.get("num-examples", 1.0)) if self.weighted else 1.0 for r in replies]
+        weights = [
+            float(r.metrics.get("num-examples", 1.0)) if self.weighted else 1.0 for r in replies
+        ]
         return weighted_average([r.arrays for r in replies], weights, reference)
 
     def claim_for(self, ledger: FedLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
         rec = ledger.record_epsilon(self.client_delta)
         if self.client_max_grad_norm is None or rec is None:
             return self.claim()
-        extra = {"record_epsilon": float(rec), "record_delta": float(self.client_delta),
-                 "record_epsilon_client_dp_sgd": float(rec), "user_epsilon": math.inf,
-                 "client_noise_multiplier": float(self.client_noise_multiplier),
-                 "client_max_grad_norm": float(self.client_max_grad_norm), "rounds": int(ledger.rounds),
-                 "num_users": int(num_users), "clients_with_dp_sgd": len(ledger.client_ledgers)}
-        return PrivacyClaim.dp(rec, self.client_delta, "record", neighbouring="add/remove",
-                               accountant="dp_accounting.rdp (per-client PoissonSampledDpEvent DP-SGD steps)",
-                               ledger=ledger.to_dict(), extra=extra,
-                               notes=(_CLIENT_DP_NOTE, "user level: no guarantee (epsilon = inf): FedAvg neither "
-                                      "clips user updates nor adds server noise"))
+        extra = {
+            "record_epsilon": float(rec),
+            "record_delta": float(self.client_delta),
+            "record_epsilon_client_dp_sgd": float(rec),
+            "user_epsilon": math.inf,
+            "client_noise_multiplier": float(self.client_noise_multiplier),
+            "client_max_grad_norm": float(self.client_max_grad_norm),
+            "rounds": int(ledger.rounds),
+            "num_users": int(num_users),
+            "clients_with_dp_sgd": len(ledger.client_ledgers),
+        }
+        return PrivacyClaim.dp(
+            rec,
+            self.client_delta,
+            "record",
+            neighbouring="add/remove",
+            accountant="dp_accounting.rdp (per-client PoissonSampledDpEvent DP-SGD steps)",
+            ledger=ledger.to_dict(),
+            extra=extra,
+            notes=(
+                _CLIENT_DP_NOTE,
+                "user level: no guarantee (epsilon = inf): FedAvg neither "
+                "clips user updates nor adds server noise",
+            ),
+        )
 
     def claim(self) -> PrivacyClaim:
         if self.client_max_grad_norm is not None:
             return PrivacyClaim.heuristic(
                 "FedAvg with client DP-SGD: the record-level epsilon depends on how many rounds each client takes "
                 "part in and on its data set size, so it is accounted per run (FedSimulator.run(...).claim); no "
-                "user-level guarantee", extra={"user_epsilon": math.inf,
-                                              "client_noise_multiplier": float(self.client_noise_multiplier),
-                                              "client_max_grad_norm": float(self.client_max_grad_norm)})
+                "user-level guarantee",
+                extra={
+                    "user_epsilon": math.inf,
+                    "client_noise_multiplier": float(self.client_noise_multiplier),
+                    "client_max_grad_norm": float(self.client_max_grad_norm),
+                },
+            )
         return PrivacyClaim.heuristic(
             "FedAvg: raw data stays on the clients, but every (weighted) model update and global snapshot can "
-            "leak records; no clipping, no noise, no formal guarantee")
+            "leak records; no clipping, no noise, no formal guarantee"
+        )
 
     @classmethod
     def example(cls, preset: str = "quick") -> "FedAvg":
         # the client hyperparameters of the fl.dp_fedavg scenario's presets
-        return cls(clients_per_round=4 if preset == "quick" else 10, local_epochs=2, local_batch_size=8, local_lr=0.5)
+        return cls(
+            clients_per_round=4 if preset == "quick" else 10,
+            local_epochs=2,
+            local_batch_size=8,
+            local_lr=0.5,
+        )
 
 
 @MECHANISMS.register("dp_fedavg")
@@ -284,33 +401,73 @@ class DPFedAvg(_FedBase):
         ProtocolError: (``aggregate``) a round with fewer replies than planned users (fails closed).
     """
 
-    def __init__(self, clip_norm: float = 1.0, noise_multiplier: float | None = 1.0, target_epsilon: float | None = None,
-                 delta: float | None = None, rounds: int | None = None, num_users: int | None = None,
-                 clients_per_round: float = 10, sampling: str = "fixed", local_epochs: float = 1.0,
-                 local_batch_size: int = 8, local_lr: float = 0.1, local_steps: int = 0, fedsgd: bool = False,
-                 server_lr: float = 1.0, server_momentum: float = 0.0,
-                 client_noise_multiplier: float | None = None, client_max_grad_norm: float | None = None,
-                 client_delta: float = 1e-5, enforce_budget: bool = True) -> None:
-        super().__init__(clients_per_round, sampling, local_epochs, local_batch_size, local_lr, local_steps, fedsgd,
-                         server_lr, server_momentum)
+    def __init__(
+        self,
+        clip_norm: float = 1.0,
+        noise_multiplier: float | None = 1.0,
+        target_epsilon: float | None = None,
+        delta: float | None = None,
+        rounds: int | None = None,
+        num_users: int | None = None,
+        clients_per_round: float = 10,
+        sampling: str = "fixed",
+        local_epochs: float = 1.0,
+        local_batch_size: int = 8,
+        local_lr: float = 0.1,
+        local_steps: int = 0,
+        fedsgd: bool = False,
+        server_lr: float = 1.0,
+        server_momentum: float = 0.0,
+        client_noise_multiplier: float | None = None,
+        client_max_grad_norm: float | None = None,
+        client_delta: float = 1e-5,
+        enforce_budget: bool = True,
+    ) -> None:
+        super().__init__(
+            clients_per_round,
+            sampling,
+            local_epochs,
+            local_batch_size,
+            local_lr,
+            local_steps,
+            fedsgd,
+            server_lr,
+            server_momentum,
+        )
         check_positive("clip_norm", clip_norm, error=InvalidPrivacyParameter)
         if noise_multiplier is not None:
-            check_range("noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
+            check_range(
+                "noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter
+            )
         if target_epsilon is not None:
             check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
         if noise_multiplier is None and target_epsilon is None:
-            raise InvalidPrivacyParameter("pass noise_multiplier (>= 0; 0 = clip only) or target_epsilon (> 0)")
+            raise InvalidPrivacyParameter(
+                "pass noise_multiplier (>= 0; 0 = clip only) or target_epsilon (> 0)"
+            )
         if noise_multiplier is None and rounds is None:
-            raise InvalidPrivacyParameter("target_epsilon without noise_multiplier needs rounds (>= 1) to calibrate z")
+            raise InvalidPrivacyParameter(
+                "target_epsilon without noise_multiplier needs rounds (>= 1) to calibrate z"
+            )
         if delta is not None:
-            check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
+            check_range(
+                "delta",
+                delta,
+                0.0,
+                1.0,
+                lo_inclusive=False,
+                hi_inclusive=False,
+                error=InvalidPrivacyParameter,
+            )
         if rounds is not None:
             check_range("rounds", rounds, 1, math.inf, integer=True)
         if num_users is not None:
             check_range("num_users", num_users, 1, math.inf, integer=True)
         _check_client_dp(client_noise_multiplier, client_max_grad_norm, client_delta)
         if client_max_grad_norm is not None and fedsgd:
-            raise InvalidArgument("fedsgd=True (one full-batch step) cannot be combined with client DP-SGD")
+            raise InvalidArgument(
+                "fedsgd=True (one full-batch step) cannot be combined with client DP-SGD"
+            )
         self.clip_norm = clip_norm
         self.noise_multiplier = noise_multiplier
         self.target_epsilon = target_epsilon
@@ -329,7 +486,9 @@ class DPFedAvg(_FedBase):
 
         d = default_delta(num_users) if self.delta is None else float(self.delta)
         if d >= 1.0 / num_users:
-            raise InvalidPrivacyParameter(f"delta must be < 1/N = {1.0 / num_users:.3g} for N={num_users} users; got {d}")
+            raise InvalidPrivacyParameter(
+                f"delta must be < 1/N = {1.0 / num_users:.3g} for N={num_users} users; got {d}"
+            )
         return d
 
     def plan(self, num_users: int, rounds: int) -> dict[str, Any]:
@@ -337,34 +496,65 @@ class DPFedAvg(_FedBase):
         delta = self.delta_for(num_users)
         z = self.noise_multiplier
         if z is None:
-            z = calibrate_user_noise(self.target_epsilon, delta, sampling=self.sampling, num_users=num_users,
-                                     clients_per_round=self.clients_per_round, rounds=int(self.rounds or rounds))
-        return {"noise_multiplier": float(z), "delta": delta, "denominator": float(self.clients_per_round),
-                "clip_norm": float(self.clip_norm), "num_users": int(num_users)}
+            z = calibrate_user_noise(
+                self.target_epsilon,
+                delta,
+                sampling=self.sampling,
+                num_users=num_users,
+                clients_per_round=self.clients_per_round,
+                rounds=int(self.rounds or rounds),
+            )
+        return {
+            "noise_multiplier": float(z),
+            "delta": delta,
+            "denominator": float(self.clients_per_round),
+            "clip_norm": float(self.clip_norm),
+            "num_users": int(num_users),
+        }
 
     def client_config(self, server_round: int, seed: int) -> dict[str, Any]:
         cfg = super().client_config(server_round, seed)
-        cfg["clip-norm"] = float(self.clip_norm)  # honest clients clip locally too (Algorithm 1); the server re-clips
+        cfg["clip-norm"] = float(
+            self.clip_norm
+        )  # honest clients clip locally too (Algorithm 1); the server re-clips
         return cfg
 
     def require_all_replies(self) -> bool:
         return True
 
     def aggregate(self, reference, replies, *, num_selected, plan, generator):
-        if len(replies) < num_selected or (self.sampling == "fixed" and len(replies) < plan["denominator"]):
-            raise ProtocolError(f"DP-FedAvg round got {len(replies)} replies but {num_selected} clients were selected "
-                                f"(denominator m={plan['denominator']:g}); failing closed: averaging fewer updates "
-                                "with the same noise would not match the accounted mechanism")
+        if len(replies) < num_selected or (
+            self.sampling == "fixed" and len(replies) < plan["denominator"]
+        ):
+            raise ProtocolError(
+                f"DP-FedAvg round got {len(replies)} replies but {num_selected} clients were selected "
+                f"(denominator m={plan['denominator']:g}); failing closed: averaging fewer updates "
+                "with the same noise would not match the accounted mechanism"
+            )
         if len(replies) > num_selected:
-            raise ProtocolError(f"DP-FedAvg round got {len(replies)} replies for {num_selected} selected clients")
+            raise ProtocolError(
+                f"DP-FedAvg round got {len(replies)} replies for {num_selected} selected clients"
+            )
         _require_client_dp_metrics(self, replies)
-        return dp_average([r.arrays for r in replies], reference, clip_norm=plan["clip_norm"],
-                          noise_multiplier=plan["noise_multiplier"], denominator=plan["denominator"],
-                          generator=generator)
+        return dp_average(
+            [r.arrays for r in replies],
+            reference,
+            clip_norm=plan["clip_norm"],
+            noise_multiplier=plan["noise_multiplier"],
+            denominator=plan["denominator"],
+            generator=generator,
+        )
 
-    def account(self, ledger: FedLedger, plan: Mapping[str, Any], num_users: int, *, check: bool) -> None:
+    def account(
+        self, ledger: FedLedger, plan: Mapping[str, Any], num_users: int, *, check: bool
+    ) -> None:
         args = (self.sampling, num_users, float(self.clients_per_round), plan["noise_multiplier"])
-        if check and self.enforce_budget and self.target_epsilon is not None and plan["noise_multiplier"] > 0:
+        if (
+            check
+            and self.enforce_budget
+            and self.target_epsilon is not None
+            and plan["noise_multiplier"] > 0
+        ):
             ledger.check_round(*args, plan["delta"], self.target_epsilon)
         if not check:
             ledger.record_round(*args)
@@ -375,17 +565,29 @@ class DPFedAvg(_FedBase):
         z = plan["noise_multiplier"]
         eps = ledger.user_epsilon(delta) if z > 0 else (math.inf if ledger.rounds else 0.0)
         neighbouring = "replace-one" if self.sampling == "fixed" else "add/remove"
-        acct = ("dp_accounting.rdp (SampledWithoutReplacementDpEvent, REPLACE_ONE; accountant noise multiplier z/2)"
-                if self.sampling == "fixed" else "dp_accounting.rdp (PoissonSampledDpEvent, ADD_OR_REMOVE_ONE)")
-        extra: dict[str, Any] = {"noise_multiplier": float(z), "clip_norm": float(self.clip_norm),
-                                 "clients_per_round": float(self.clients_per_round), "num_users": int(num_users),
-                                 "rounds": int(ledger.rounds), "sampling": self.sampling,
-                                 "noise_std_on_average": float(z) * float(self.clip_norm) / float(self.clients_per_round)}
+        acct = (
+            "dp_accounting.rdp (SampledWithoutReplacementDpEvent, REPLACE_ONE; accountant noise multiplier z/2)"
+            if self.sampling == "fixed"
+            else "dp_accounting.rdp (PoissonSampledDpEvent, ADD_OR_REMOVE_ONE)"
+        )
+        extra: dict[str, Any] = {
+            "noise_multiplier": float(z),
+            "clip_norm": float(self.clip_norm),
+            "clients_per_round": float(self.clients_per_round),
+            "num_users": int(num_users),
+            "rounds": int(ledger.rounds),
+            "sampling": self.sampling,
+            "noise_std_on_average": float(z)
+            * float(self.clip_norm)
+            / float(self.clients_per_round),
+        }
         if self.target_epsilon is not None:
             extra["target_epsilon"] = float(self.target_epsilon)
         notes = []
         if z == 0:
-            notes.append("clip only (noise_multiplier=0): bounded user contribution, no formal guarantee (epsilon = inf)")
+            notes.append(
+                "clip only (noise_multiplier=0): bounded user contribution, no formal guarantee (epsilon = inf)"
+            )
         rec = ledger.record_epsilon(self.client_delta)
         extra["user_epsilon"] = float(eps)
         if rec is not None:
@@ -398,15 +600,31 @@ class DPFedAvg(_FedBase):
             if self.sampling == "fixed" and ledger.rounds:
                 extra["record_epsilon_from_user_level"] = float(eps)
                 extra["record_delta_from_user_level"] = float(delta)
-            notes.append(f"record level: ({rec:.4g}, {self.client_delta:.3g})-DP per record from client DP-SGD"
-                         + (f" and ({eps:.4g}, {delta:.3g}) implied by the user-level replace-one guarantee; "
-                            if self.sampling == "fixed" and ledger.rounds else "; ") + _CLIENT_DP_NOTE)
+            notes.append(
+                f"record level: ({rec:.4g}, {self.client_delta:.3g})-DP per record from client DP-SGD"
+                + (
+                    f" and ({eps:.4g}, {delta:.3g}) implied by the user-level replace-one guarantee; "
+                    if self.sampling == "fixed" and ledger.rounds
+                    else "; "
+                )
+                + _CLIENT_DP_NOTE
+            )
         elif self.sampling == "fixed" and ledger.rounds:
             extra["record_epsilon"] = float(eps)
             extra["record_delta"] = float(delta)
-            notes.append("record level: implied by the user-level replace-one guarantee (any change inside one user)")
-        return PrivacyClaim.dp(eps, delta, "user", neighbouring=neighbouring, accountant=acct,
-                               ledger=ledger.to_dict(), notes=tuple(notes), extra=extra)
+            notes.append(
+                "record level: implied by the user-level replace-one guarantee (any change inside one user)"
+            )
+        return PrivacyClaim.dp(
+            eps,
+            delta,
+            "user",
+            neighbouring=neighbouring,
+            accountant=acct,
+            ledger=ledger.to_dict(),
+            notes=tuple(notes),
+            extra=extra,
+        )
 
     def claim(self) -> PrivacyClaim:
         if self._last_claim is not None:
@@ -416,22 +634,49 @@ class DPFedAvg(_FedBase):
         plan = self.plan(n, rounds)
         ledger = FedLedger()
         for _ in range(rounds):
-            ledger.record_round(self.sampling, n, float(self.clients_per_round), plan["noise_multiplier"])
+            ledger.record_round(
+                self.sampling, n, float(self.clients_per_round), plan["noise_multiplier"]
+            )
         c = self.claim_for(ledger, n, plan)
-        note = (f"planned claim for {rounds} rounds over N={n} users"
-                + ("" if self.num_users else " (num_users not given: N=100 assumed)"))
-        return PrivacyClaim.dp(c.epsilon, c.delta, c.unit, neighbouring=c.neighbouring, accountant=c.accountant,
-                               ledger=c.ledger, notes=(note,) + c.notes, extra=c.extra)
+        note = f"planned claim for {rounds} rounds over N={n} users" + (
+            "" if self.num_users else " (num_users not given: N=100 assumed)"
+        )
+        return PrivacyClaim.dp(
+            c.epsilon,
+            c.delta,
+            c.unit,
+            neighbouring=c.neighbouring,
+            accountant=c.accountant,
+            ledger=c.ledger,
+            notes=(note,) + c.notes,
+            extra=c.extra,
+        )
 
     @classmethod
     def example(cls, preset: str = "quick") -> "DPFedAvg":
         # rounds / num_users / clients_per_round match the fl.dp_fedavg scenario's presets, so the planned claim
         # is the claim of the audited run
         if preset == "full":
-            return cls(clip_norm=0.5, noise_multiplier=1.0, rounds=60, num_users=35, clients_per_round=10,
-                       local_epochs=2, local_batch_size=8, local_lr=0.5)
-        return cls(clip_norm=0.5, noise_multiplier=1.0, rounds=12, num_users=8, clients_per_round=4,
-                   local_epochs=2, local_batch_size=8, local_lr=0.5)
+            return cls(
+                clip_norm=0.5,
+                noise_multiplier=1.0,
+                rounds=60,
+                num_users=35,
+                clients_per_round=10,
+                local_epochs=2,
+                local_batch_size=8,
+                local_lr=0.5,
+            )
+        return cls(
+            clip_norm=0.5,
+            noise_multiplier=1.0,
+            rounds=12,
+            num_users=8,
+            clients_per_round=4,
+            local_epochs=2,
+            local_batch_size=8,
+            local_lr=0.5,
+        )
 
 
 @LEAKY_TWINS.register("dp_fedavg")
@@ -480,5 +725,8 @@ class LeakyDPFedAvgWeighted(DPFedAvg):
         weights = [float(r.metrics.get("num-examples", 1.0)) for r in replies]
         avg, info = weighted_average([r.arrays for r in replies], weights, reference)
         std = plan["noise_multiplier"] * plan["clip_norm"] / max(1, len(replies))
-        out = {k: v + std * torch.randn(v.shape, generator=generator, dtype=v.dtype) for k, v in avg.items()}
+        out = {
+            k: v + std * torch.randn(v.shape, generator=generator, dtype=v.dtype)
+            for k, v in avg.items()
+        }
         return out, AggregateInfo(len(replies), float(len(replies)), info.update_norms, 0, std)

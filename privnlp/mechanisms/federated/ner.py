@@ -11,6 +11,7 @@ Usage::
     table = federated_ner_table((1, 2, 4), rounds=5, rng=0)
     print(table.to_markdown())       # one row per (clients, dp)
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,15 @@ from .client import ClientData, tagger_task
 from .mechanisms import FedAvg
 from .simulator import FedSimulator
 
-__all__ = ["NERData", "NERRow", "NERTable", "ner_data", "evaluate_tagger", "federated_ner", "federated_ner_table"]
+__all__ = [
+    "NERData",
+    "NERRow",
+    "NERTable",
+    "ner_data",
+    "evaluate_tagger",
+    "federated_ner",
+    "federated_ner_table",
+]
 
 PAD, UNK = "<pad>", "<unk>"
 
@@ -50,19 +59,29 @@ class NERData:
     tags: tuple[str, ...]
     max_len: int
 
-    def encode(self, sents: Sequence[tuple[list[str], list[str]]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, sents: Sequence[tuple[list[str], list[str]]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.zeros(len(sents), self.max_len, dtype=torch.long)
         tg = torch.full((len(sents), self.max_len), -100, dtype=torch.long)
         t2i = {t: i for i, t in enumerate(self.tags)}
         for r, (toks, tags) in enumerate(sents):
             toks, tags = toks[: self.max_len], tags[: self.max_len]
-            ids[r, : len(toks)] = torch.tensor([self.vocab.get(w.lower(), 1) for w in toks], dtype=torch.long)
+            ids[r, : len(toks)] = torch.tensor(
+                [self.vocab.get(w.lower(), 1) for w in toks], dtype=torch.long
+            )
             tg[r, : len(tags)] = torch.tensor([t2i[t] for t in tags], dtype=torch.long)
         return ids, tg
 
 
-def ner_data(n_users: int = 24, records_per_user: int = 10, *, heldout_users: int = 4, max_len: int = 48,
-             seed: int = 0) -> NERData:
+def ner_data(
+    n_users: int = 24,
+    records_per_user: int = 10,
+    *,
+    heldout_users: int = 4,
+    max_len: int = 48,
+    seed: int = 0,
+) -> NERData:
     """The bundled PII-tagged corpus as tagging data; the last ``heldout_users`` users are the test set.
 
     Args:
@@ -90,7 +109,12 @@ def ner_data(n_users: int = 24, records_per_user: int = 10, *, heldout_users: in
         (test.append(tt) if r.user_id in held else train.append((r.user_id, tt)))
     words = sorted({w.lower() for _, (toks, _) in train for w in toks})
     vocab = {PAD: 0, UNK: 1, **{w: i + 2 for i, w in enumerate(words)}}
-    tags = tuple(["O"] + sorted(({t for _, (_, tg) in train for t in tg} | {t for _, tg in test for t in tg}) - {"O"}))
+    tags = tuple(
+        ["O"]
+        + sorted(
+            ({t for _, (_, tg) in train for t in tg} | {t for _, tg in test for t in tg}) - {"O"}
+        )
+    )
     return NERData(tuple(train), tuple(test), vocab, tags, int(max_len))
 
 
@@ -121,8 +145,13 @@ def evaluate_tagger(model: torch.nn.Module, data: NERData) -> dict[str, float]:
     out = {}
     for scheme in ("strict", "partial"):
         prf = getattr(m, scheme)
-        out.update({f"{scheme}_precision": float(prf.precision), f"{scheme}_recall": float(prf.recall),
-                    f"{scheme}_f1": float(prf.f1)})
+        out.update(
+            {
+                f"{scheme}_precision": float(prf.precision),
+                f"{scheme}_recall": float(prf.recall),
+                f"{scheme}_f1": float(prf.f1),
+            }
+        )
     return out
 
 
@@ -139,6 +168,7 @@ class NERRow:
         rounds: the number of FedAvg rounds.
         seconds: wall-clock seconds of the run.
     """
+
     clients: int
     dp: bool
     metrics: Mapping[str, float]
@@ -156,6 +186,7 @@ class NERTable:
         rows: one row per configuration.
         config: the data and training settings.
     """
+
     rows: tuple[NERRow, ...]
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -163,14 +194,23 @@ class NERTable:
         return {"rows": [asdict(r) for r in self.rows], "config": dict(self.config)}
 
     def to_markdown(self) -> str:
-        head = ("| clients | client DP-SGD | record eps | strict P | strict R | strict F1 | partial P | partial R "
-                "| partial F1 |\n|---|---|---|---|---|---|---|---|---|")
+        head = (
+            "| clients | client DP-SGD | record eps | strict P | strict R | strict F1 | partial P | partial R "
+            "| partial F1 |\n|---|---|---|---|---|---|---|---|---|"
+        )
         lines = [head]
         for r in self.rows:
             m = r.metrics
             eps = "-" if r.record_epsilon is None else f"{r.record_epsilon:.3g}"
-            lines.append(f"| {r.clients} | {'yes' if r.dp else 'no'} | {eps} | " + " | ".join(
-                f"{m[f'{s}_{k}']:.3f}" for s in ("strict", "partial") for k in ("precision", "recall", "f1")) + " |")
+            lines.append(
+                f"| {r.clients} | {'yes' if r.dp else 'no'} | {eps} | "
+                + " | ".join(
+                    f"{m[f'{s}_{k}']:.3f}"
+                    for s in ("strict", "partial")
+                    for k in ("precision", "recall", "f1")
+                )
+                + " |"
+            )
         return "\n".join(lines)
 
 
@@ -180,10 +220,22 @@ def _split(train: Sequence[Any], n_clients: int, g: np.random.Generator) -> list
     return [[train[i] for i in part] for part in np.array_split(order, n_clients)]
 
 
-def federated_ner(data: NERData, n_clients: int, *, rounds: int = 5, dp: bool = False,
-                  client_noise_multiplier: float = 0.6, client_max_grad_norm: float = 1.0, client_delta: float = 1e-4,
-                  local_epochs: float = 5.0, batch_size: int = 8, lr: float = 3.0, emb_dim: int = 32,
-                  hidden: int = 32, rng: Any) -> NERRow:
+def federated_ner(
+    data: NERData,
+    n_clients: int,
+    *,
+    rounds: int = 5,
+    dp: bool = False,
+    client_noise_multiplier: float = 0.6,
+    client_max_grad_norm: float = 1.0,
+    client_delta: float = 1e-4,
+    local_epochs: float = 5.0,
+    batch_size: int = 8,
+    lr: float = 3.0,
+    emb_dim: int = 32,
+    hidden: int = 32,
+    rng: Any,
+) -> NERRow:
     """FedAvg (all n clients every round, weighted by examples) of a BiLSTM softmax tagger; with ``dp``
     every client runs DP-SGD (record level) instead of SGD.
 
@@ -217,25 +269,55 @@ def federated_ner(data: NERData, n_clients: int, *, rounds: int = 5, dp: bool = 
     seed = int(g.integers(0, 2**31 - 1))
     parts = _split([tt for _, tt in data.train], n_clients, g)
     clients = {f"client-{i:03d}": ClientData(data.encode(p)) for i, p in enumerate(parts)}
-    task = tagger_task(len(data.vocab), len(data.tags), emb_dim=emb_dim, hidden=hidden, seed=seed % (2**31),
-                       dp_compatible=bool(dp))
+    task = tagger_task(
+        len(data.vocab),
+        len(data.tags),
+        emb_dim=emb_dim,
+        hidden=hidden,
+        seed=seed % (2**31),
+        dp_compatible=bool(dp),
+    )
     kw: dict[str, Any] = {}
     if dp:
-        kw = dict(client_noise_multiplier=client_noise_multiplier, client_max_grad_norm=client_max_grad_norm,
-                  client_delta=client_delta)
-    mech = FedAvg(clients_per_round=n_clients, local_epochs=local_epochs, local_batch_size=batch_size, local_lr=lr,
-                  **kw)
+        kw = dict(
+            client_noise_multiplier=client_noise_multiplier,
+            client_max_grad_norm=client_max_grad_norm,
+            client_delta=client_delta,
+        )
+    mech = FedAvg(
+        clients_per_round=n_clients,
+        local_epochs=local_epochs,
+        local_batch_size=batch_size,
+        local_lr=lr,
+        **kw,
+    )
     t0 = time.perf_counter()
     res = FedSimulator(mech, task, clients).run(rounds, rng=seed, evaluate=False)
     metrics = evaluate_tagger(res.model, data)
     rec = res.claim.extra.get("record_epsilon") if dp else None
-    return NERRow(n_clients, bool(dp), metrics, None if rec is None else float(rec), client_delta if dp else None,
-                  int(rounds), time.perf_counter() - t0)
+    return NERRow(
+        n_clients,
+        bool(dp),
+        metrics,
+        None if rec is None else float(rec),
+        client_delta if dp else None,
+        int(rounds),
+        time.perf_counter() - t0,
+    )
 
 
-def federated_ner_table(client_counts: Sequence[int] = (1, 2, 4, 8), *, dp: Sequence[bool] = (False, True),
-                        n_users: int = 24, records_per_user: int = 10, heldout_users: int = 4, rounds: int = 5,
-                        rng: Any, progress: bool = False, **kw: Any) -> NERTable:
+def federated_ner_table(
+    client_counts: Sequence[int] = (1, 2, 4, 8),
+    *,
+    dp: Sequence[bool] = (False, True),
+    n_users: int = 24,
+    records_per_user: int = 10,
+    heldout_users: int = 4,
+    rounds: int = 5,
+    rng: Any,
+    progress: bool = False,
+    **kw: Any,
+) -> NERTable:
     """The NER paper's table: strict / partial P, R, F1 per number of clients, without and with client
     DP-SGD. ``kw`` goes to :func:`federated_ner` (``client_noise_multiplier``, ``lr``, ...).
 
@@ -259,7 +341,9 @@ def federated_ner_table(client_counts: Sequence[int] = (1, 2, 4, 8), *, dp: Sequ
     if not client_counts:
         raise InvalidArgument("client_counts must not be empty")
     g = as_numpy(rng)
-    data = ner_data(n_users, records_per_user, heldout_users=heldout_users, seed=int(g.integers(0, 2**31 - 1)))
+    data = ner_data(
+        n_users, records_per_user, heldout_users=heldout_users, seed=int(g.integers(0, 2**31 - 1))
+    )
     combos = [(n, d) for d in dp for n in client_counts]
     it: Any = combos
     if progress:
@@ -269,9 +353,25 @@ def federated_ner_table(client_counts: Sequence[int] = (1, 2, 4, 8), *, dp: Sequ
     base = int(g.integers(0, 2**31 - 1))
     rows = []
     for n, d in it:  # every configuration gets its own seed (same split/init with and without DP)
-        rows.append(federated_ner(data, int(n), rounds=rounds, dp=bool(d), rng=np.random.default_rng([base, int(n)]),
-                                  **kw))
-    cfg = {"n_users": n_users, "records_per_user": records_per_user, "heldout_users": heldout_users,
-           "rounds": rounds, "train_sentences": len(data.train), "test_sentences": len(data.test),
-           "vocab": len(data.vocab), "tags": list(data.tags), **{k: v for k, v in kw.items()}}
+        rows.append(
+            federated_ner(
+                data,
+                int(n),
+                rounds=rounds,
+                dp=bool(d),
+                rng=np.random.default_rng([base, int(n)]),
+                **kw,
+            )
+        )
+    cfg = {
+        "n_users": n_users,
+        "records_per_user": records_per_user,
+        "heldout_users": heldout_users,
+        "rounds": rounds,
+        "train_sentences": len(data.train),
+        "test_sentences": len(data.test),
+        "vocab": len(data.vocab),
+        "tags": list(data.tags),
+        **{k: v for k, v in kw.items()},
+    }
     return NERTable(tuple(rows), cfg)

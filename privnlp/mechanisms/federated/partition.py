@@ -5,6 +5,7 @@ users of the data set; "IID" = records shuffled and assigned sequentially to syn
 same number of records). The Dirichlet partition (label skew over record kinds, Hsu et al. 2019) is
 the usual knob between the two.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,7 +40,9 @@ class Partition:
         return [len(v) for v in self.clients.values()]
 
 
-def partition_natural(records: Sequence[Any], *, key: Callable[[Any], str] = lambda r: r.user_id) -> Partition:
+def partition_natural(
+    records: Sequence[Any], *, key: Callable[[Any], str] = lambda r: r.user_id
+) -> Partition:
     """One client per natural user (``record.user_id``): the non-IID setting.
 
     Args:
@@ -60,8 +63,13 @@ def partition_natural(records: Sequence[Any], *, key: Callable[[Any], str] = lam
     return Partition({k: tuple(v) for k, v in out.items()}, "natural")
 
 
-def partition_iid(records: Sequence[Any], *, rng: Any, sizes: Sequence[int] | None = None,
-                  key: Callable[[Any], str] = lambda r: r.user_id) -> Partition:
+def partition_iid(
+    records: Sequence[Any],
+    *,
+    rng: Any,
+    sizes: Sequence[int] | None = None,
+    key: Callable[[Any], str] = lambda r: r.user_id,
+) -> Partition:
     """Shuffle the records and assign them sequentially to synthetic users with the natural users'
     sizes (or ``sizes``): IID users, same size distribution.
 
@@ -80,17 +88,26 @@ def partition_iid(records: Sequence[Any], *, rng: Any, sizes: Sequence[int] | No
     if sizes is None:
         sizes = partition_natural(records, key=key).sizes()
     if sum(sizes) != len(records):
-        raise InvalidArgument(f"sizes must sum to the number of records ({len(records)}); got {sum(sizes)}")
+        raise InvalidArgument(
+            f"sizes must sum to the number of records ({len(records)}); got {sum(sizes)}"
+        )
     order = as_numpy(rng).permutation(len(records))
     out, i = {}, 0
     for j, s in enumerate(sizes):
-        out[f"iid-{j:04d}"] = tuple(records[k] for k in order[i:i + s])
+        out[f"iid-{j:04d}"] = tuple(records[k] for k in order[i : i + s])
         i += s
     return Partition(out, "iid")
 
 
-def partition_dirichlet(records: Sequence[Any], num_clients: int, *, alpha: float, rng: Any,
-                        label: Callable[[Any], str] = lambda r: r.kind, min_size: int = 1) -> Partition:
+def partition_dirichlet(
+    records: Sequence[Any],
+    num_clients: int,
+    *,
+    alpha: float,
+    rng: Any,
+    label: Callable[[Any], str] = lambda r: r.kind,
+    min_size: int = 1,
+) -> Partition:
     """Label-skewed partition: for every label, split its records among clients with proportions drawn
     from Dirichlet(alpha); small ``alpha`` = very non-IID. Every client gets at least ``min_size``
     records (redrawn up to 100 times).
@@ -127,14 +144,24 @@ def partition_dirichlet(records: Sequence[Any], num_clients: int, *, alpha: floa
         if min(len(b) for b in buckets) >= min_size:
             break
     else:
-        raise InvalidArgument(f"could not give every one of {num_clients} clients >= {min_size} records with "
-                              f"alpha={alpha}; use fewer clients or a larger alpha")
-    return Partition({f"dir-{c:04d}": tuple(records[i] for i in sorted(b)) for c, b in enumerate(buckets)},
-                     f"dirichlet(alpha={alpha})")
+        raise InvalidArgument(
+            f"could not give every one of {num_clients} clients >= {min_size} records with "
+            f"alpha={alpha}; use fewer clients or a larger alpha"
+        )
+    return Partition(
+        {f"dir-{c:04d}": tuple(records[i] for i in sorted(b)) for c, b in enumerate(buckets)},
+        f"dirichlet(alpha={alpha})",
+    )
 
 
-def partition(records: Sequence[Any], scheme: str = "natural", *, rng: Any = None, num_clients: int | None = None,
-              alpha: float = 0.5) -> Partition:
+def partition(
+    records: Sequence[Any],
+    scheme: str = "natural",
+    *,
+    rng: Any = None,
+    num_clients: int | None = None,
+    alpha: float = 0.5,
+) -> Partition:
     """Dispatch: ``natural`` | ``iid`` | ``dirichlet``.
 
     Args:

@@ -24,6 +24,7 @@ of round r comes from ``(seed, r)`` and client j's DP-SGD noise from ``(seed, r,
 :func:`local_update` as ``rng`` in-process, never through the ``FitIns`` config (whose ``seed`` drives
 only the data order of plain local SGD) -- and the claim says "noise seeded".
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +43,13 @@ import torch
 from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, ProtocolError, check_range
 from privnlp.core.observations import ModelSnapshots
-from privnlp.core.rng import check_noise_seed_allowed, noise_is_seeded, secure_numpy, secure_torch, seed_of
+from privnlp.core.rng import (
+    check_noise_seed_allowed,
+    noise_is_seeded,
+    secure_numpy,
+    secure_torch,
+    seed_of,
+)
 
 from .accounting import FedLedger
 from .aggregation import ServerOptimizer
@@ -111,16 +118,24 @@ def round_seeds(base_seed: int, server_round: int) -> tuple[np.random.Generator,
     """
     ss = np.random.SeedSequence(int(base_seed), spawn_key=(int(server_round),))
     a, b, c = ss.spawn(3)
-    return (np.random.default_rng(a), int(b.generate_state(1)[0]), int(c.generate_state(2, np.uint64)[0] >> 1))
+    return (
+        np.random.default_rng(a),
+        int(b.generate_state(1)[0]),
+        int(c.generate_state(2, np.uint64)[0] >> 1),
+    )
 
 
 def client_noise_rng(base_seed: int, server_round: int, j: int) -> np.random.Generator:
     """Seeded simulation only: the DP-SGD noise generator of the ``j``-th selected client of a round (a stream
     separate from :func:`round_seeds`; never sent to the client in a config)."""
-    return np.random.default_rng(np.random.SeedSequence(int(base_seed), spawn_key=(int(server_round), 7, int(j))))
+    return np.random.default_rng(
+        np.random.SeedSequence(int(base_seed), spawn_key=(int(server_round), 7, int(j)))
+    )
 
 
-def select_clients(ids: Sequence[str], clients_per_round: float, sampling: str, g: np.random.Generator) -> list[str]:
+def select_clients(
+    ids: Sequence[str], clients_per_round: float, sampling: str, g: np.random.Generator
+) -> list[str]:
     """Fixed-size: ``m`` of ``N`` without replacement; Poisson: each with probability ``m/N``.
 
     Args:
@@ -165,9 +180,14 @@ class FedSimulator:
         init_state: optional initial trainable weights (default: ``task.model_factory()``'s).
     """
 
-    def __init__(self, mechanism: Any, task: Task, clients: Mapping[str, ClientData],
-                 client_fn: Callable[[str, FitIns], FitRes] | None = None,
-                 init_state: Mapping[str, torch.Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        mechanism: Any,
+        task: Task,
+        clients: Mapping[str, ClientData],
+        client_fn: Callable[[str, FitIns], FitRes] | None = None,
+        init_state: Mapping[str, torch.Tensor] | None = None,
+    ) -> None:
         if not clients:
             raise InvalidArgument("clients must not be empty")
         self.mechanism = mechanism
@@ -177,9 +197,17 @@ class FedSimulator:
         self.init_state = init_state
 
     # ------------------------------------------------------------------------------------------
-    def run(self, rounds: int, *, rng: Any = None, snapshot_dir: str | os.PathLike | None = None,
-            checkpoint_path: str | os.PathLike | None = None, resume_from: str | os.PathLike | None = None,
-            evaluate: bool = True, progress: bool = False) -> FedRunResult:
+    def run(
+        self,
+        rounds: int,
+        *,
+        rng: Any = None,
+        snapshot_dir: str | os.PathLike | None = None,
+        checkpoint_path: str | os.PathLike | None = None,
+        resume_from: str | os.PathLike | None = None,
+        evaluate: bool = True,
+        progress: bool = False,
+    ) -> FedRunResult:
         """Train until ``rounds`` rounds in total (a resumed run continues to ``rounds``).
 
         ``snapshot_dir``: write ``round_00000.pt`` (initial), ``round_00001.pt``... and
@@ -195,7 +223,11 @@ class FedSimulator:
         mech.check_population(n_users)
         model = self.task.model_factory()
         worker = self.task.model_factory()
-        params = trainable_state(model) if self.init_state is None else {k: v.clone() for k, v in self.init_state.items()}
+        params = (
+            trainable_state(model)
+            if self.init_state is None
+            else {k: v.clone() for k, v in self.init_state.items()}
+        )
         server = ServerOptimizer(mech.server_lr, mech.server_momentum)
         ledger = FedLedger()
         history: list[RoundRecord] = []
@@ -207,10 +239,14 @@ class FedSimulator:
         if resume_from is not None:
             ck = torch.load(resume_from, map_location="cpu", weights_only=False)
             if ck.get("format") != "privnlp.fed_checkpoint/1":
-                raise InvalidArgument(f"resume_from: {resume_from} is not a privnlp federated checkpoint")
+                raise InvalidArgument(
+                    f"resume_from: {resume_from} is not a privnlp federated checkpoint"
+                )
             if ck["mechanism"] != type(mech).__name__ or ck["params_of_mechanism"] != mech.params():
-                raise InvalidArgument("resume_from: the checkpoint was written with another mechanism configuration; "
-                                      "resuming under other accounting parameters is refused")
+                raise InvalidArgument(
+                    "resume_from: the checkpoint was written with another mechanism configuration; "
+                    "resuming under other accounting parameters is refused"
+                )
             params, base_seed, start_round = ck["params"], int(ck["base_seed"]), int(ck["round"])
             server.load_state_dict(ck["server"])
             ledger = FedLedger.from_dict(ck["ledger"])
@@ -218,13 +254,19 @@ class FedSimulator:
             selection_log = [tuple(s) for s in ck["selection"]]
             snap_paths = list(ck.get("snapshots", []))
             plan = ck["plan"]
-            seeded = bool(ck.get("noise_seeded", seeded))  # the run keeps its noise source across a resume
+            seeded = bool(
+                ck.get("noise_seeded", seeded)
+            )  # the run keeps its noise source across a resume
         else:
             base_seed = seed_of(rng if rng is not None else secure_numpy())
             plan = mech.plan(n_users, max(1, rounds))
-        noisy = (plan.get("noise_multiplier") or 0) > 0 or getattr(mech, "client_max_grad_norm", None) is not None
+        noisy = (plan.get("noise_multiplier") or 0) > 0 or getattr(
+            mech, "client_max_grad_norm", None
+        ) is not None
         if seeded and noisy:
-            check_noise_seed_allowed(rng if resume_from is None else 0)  # PRIVNLP_REFUSE_SEEDED_NOISE=1 refuses
+            check_noise_seed_allowed(
+                rng if resume_from is None else 0
+            )  # PRIVNLP_REFUSE_SEEDED_NOISE=1 refuses
         snap_dir = Path(snapshot_dir) if snapshot_dir is not None else None
         if snap_dir is not None:
             snap_dir.mkdir(parents=True, exist_ok=True)
@@ -235,20 +277,32 @@ class FedSimulator:
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=max(0, rounds - start_round), desc=f"{type(mech).__name__}", unit="round")
+            bar = tqdm(
+                total=max(0, rounds - start_round), desc=f"{type(mech).__name__}", unit="round"
+            )
         try:
             for r in range(start_round + 1, rounds + 1):
                 t0 = time.perf_counter()
-                mech.account(ledger, plan, n_users, check=True)  # budget: refuse before any client trains
+                mech.account(
+                    ledger, plan, n_users, check=True
+                )  # budget: refuse before any client trains
                 g_sel, client_seed, noise_seed = round_seeds(base_seed, r)
                 selected = select_clients(ids, mech.clients_per_round, mech.sampling, g_sel)
                 replies, losses = [], []
                 for j, cid in enumerate(selected):
                     ins = FitIns(params, mech.client_config(r, (client_seed + j) % (2**31 - 1)))
                     try:
-                        rep = (self.client_fn(cid, ins) if self.client_fn is not None
-                               else local_update(self.task, self.clients[cid], ins, model=worker,
-                                                 rng=client_noise_rng(base_seed, r, j) if seeded else None))
+                        rep = (
+                            self.client_fn(cid, ins)
+                            if self.client_fn is not None
+                            else local_update(
+                                self.task,
+                                self.clients[cid],
+                                ins,
+                                model=worker,
+                                rng=client_noise_rng(base_seed, r, j) if seeded else None,
+                            )
+                        )
                     except ProtocolError:
                         raise
                     except Exception:  # noqa: BLE001 - a failing client is a missing reply
@@ -259,37 +313,73 @@ class FedSimulator:
                             losses.append(float(rep.metrics["loss"]))
                 if mech.require_all_replies() and len(replies) < len(selected):
                     missing = sorted(set(selected) - {c for c, _ in replies})
-                    raise ProtocolError(f"round {r}: clients {missing} did not reply; {type(mech).__name__} fails "
-                                        "closed (nothing of this round is released or accounted)")
+                    raise ProtocolError(
+                        f"round {r}: clients {missing} did not reply; {type(mech).__name__} fails "
+                        "closed (nothing of this round is released or accounted)"
+                    )
                 if not replies and not selected and not mech.require_all_replies():
                     update = None
                 else:
-                    g_noise = torch.Generator().manual_seed(noise_seed) if seeded else secure_torch()
-                    update, info = mech.aggregate(params, [rep for _, rep in replies], num_selected=len(selected),
-                                                  plan=plan, generator=g_noise)
+                    g_noise = (
+                        torch.Generator().manual_seed(noise_seed) if seeded else secure_torch()
+                    )
+                    update, info = mech.aggregate(
+                        params,
+                        [rep for _, rep in replies],
+                        num_selected=len(selected),
+                        plan=plan,
+                        generator=g_noise,
+                    )
                 if update is not None:
                     params = server.step(params, update)
                 mech.account(ledger, plan, n_users, check=False)
                 for cid, rep in replies:
                     max_copies = max(max_copies, int(rep.metrics.get("dp-max-copies", 1)))
                     if "dp-steps" in rep.metrics:
-                        ledger.record_client_steps(cid, rep.metrics["dp-noise-multiplier"],
-                                                   rep.metrics["dp-sample-rate"], int(rep.metrics["dp-steps"]))
+                        ledger.record_client_steps(
+                            cid,
+                            rep.metrics["dp-noise-multiplier"],
+                            rep.metrics["dp-sample-rate"],
+                            int(rep.metrics["dp-steps"]),
+                        )
                 selection_log.append(tuple(selected))
                 if snap_dir is not None:
                     snap_paths.append(self._snapshot(model, params, snap_dir, r))
                     with open(snap_dir / "selection.jsonl", "a") as f:
                         f.write(json.dumps({"round": r, "selected": list(selected)}) + "\n")
                 eps = None
-                if plan.get("noise_multiplier") is not None and getattr(mech, "target_epsilon", None) is not None:
+                if (
+                    plan.get("noise_multiplier") is not None
+                    and getattr(mech, "target_epsilon", None) is not None
+                ):
                     eps = ledger.user_epsilon(plan["delta"])
-                history.append(RoundRecord(
-                    r, tuple(selected), len(replies), float(np.mean(losses)) if losses else math.nan,
-                    tuple(info.update_norms) if update is not None else (), info.clipped if update is not None else 0,
-                    info.noise_std if update is not None else 0.0, eps, time.perf_counter() - t0))
+                history.append(
+                    RoundRecord(
+                        r,
+                        tuple(selected),
+                        len(replies),
+                        float(np.mean(losses)) if losses else math.nan,
+                        tuple(info.update_norms) if update is not None else (),
+                        info.clipped if update is not None else 0,
+                        info.noise_std if update is not None else 0.0,
+                        eps,
+                        time.perf_counter() - t0,
+                    )
+                )
                 if checkpoint_path is not None:
-                    self._checkpoint(Path(checkpoint_path), params, server, ledger, history, selection_log, snap_paths,
-                                     plan, base_seed, r, seeded)
+                    self._checkpoint(
+                        Path(checkpoint_path),
+                        params,
+                        server,
+                        ledger,
+                        history,
+                        selection_log,
+                        snap_paths,
+                        plan,
+                        base_seed,
+                        r,
+                        seeded,
+                    )
                 if bar is not None:
                     bar.update(1)
         finally:
@@ -302,23 +392,47 @@ class FedSimulator:
         if seeded and noisy and claim.kind.value == "dp":
             claim = dataclasses.replace(claim, noise_seeded=True)
         if max_copies > 1 and claim.kind.value == "dp":
-            claim = dataclasses.replace(claim, extra={**claim.extra, "record_max_copies": max_copies}, notes=claim.notes + (
-                f"a client's data held up to {max_copies} copies of one record: the record-level guarantee of that "
-                f"record is the group-privacy one (group size {max_copies}); set dp-dedup (local_update(dedup=True)) "
-                "or rely on the user-level guarantee",))
+            claim = dataclasses.replace(
+                claim,
+                extra={**claim.extra, "record_max_copies": max_copies},
+                notes=claim.notes
+                + (
+                    f"a client's data held up to {max_copies} copies of one record: the record-level guarantee of that "
+                    f"record is the group-privacy one (group size {max_copies}); set dp-dedup (local_update(dedup=True)) "
+                    "or rely on the user-level guarantee",
+                ),
+            )
         if hasattr(mech, "_last_claim"):
             mech._last_claim = claim
-        metrics = dict(self.task.evaluate(model)) if (evaluate and self.task.evaluate is not None) else {}
+        metrics = (
+            dict(self.task.evaluate(model)) if (evaluate and self.task.evaluate is not None) else {}
+        )
         snaps = None
         if snap_dir is not None:
-            snaps = ModelSnapshots(paths=tuple(snap_paths), selection=tuple(selection_log),
-                                   model_factory=self.task.model_factory, tokenizer=self.task.tokenizer,
-                                   meta={"mechanism": type(mech).__name__, "rounds": len(snap_paths) - 1,
-                                         "num_users": n_users, "clients_per_round": mech.clients_per_round,
-                                         "sampling": mech.sampling, "selection_index": "selection[r] = round r (1-based); "
-                                         "selection[0] = () for the initial model"})
-        return FedRunResult(model, snaps, claim, ledger.to_dict(), tuple(history), metrics,
-                            str(checkpoint_path) if checkpoint_path is not None else None)
+            snaps = ModelSnapshots(
+                paths=tuple(snap_paths),
+                selection=tuple(selection_log),
+                model_factory=self.task.model_factory,
+                tokenizer=self.task.tokenizer,
+                meta={
+                    "mechanism": type(mech).__name__,
+                    "rounds": len(snap_paths) - 1,
+                    "num_users": n_users,
+                    "clients_per_round": mech.clients_per_round,
+                    "sampling": mech.sampling,
+                    "selection_index": "selection[r] = round r (1-based); "
+                    "selection[0] = () for the initial model",
+                },
+            )
+        return FedRunResult(
+            model,
+            snaps,
+            claim,
+            ledger.to_dict(),
+            tuple(history),
+            metrics,
+            str(checkpoint_path) if checkpoint_path is not None else None,
+        )
 
     # ------------------------------------------------------------------------------------------
     @staticmethod
@@ -328,20 +442,45 @@ class FedSimulator:
             for k, v in params.items():
                 named[k].copy_(v)
 
-    def _snapshot(self, model: torch.nn.Module, params: Mapping[str, torch.Tensor], d: Path, r: int) -> str:
+    def _snapshot(
+        self, model: torch.nn.Module, params: Mapping[str, torch.Tensor], d: Path, r: int
+    ) -> str:
         self._set(model, params)
         p = d / f"round_{r:05d}.pt"
         _atomic_torch_save(model.state_dict(), p)
         return str(p)
 
-    def _checkpoint(self, path: Path, params, server, ledger, history, selection, snaps, plan, base_seed, r,
-                    seeded: bool = True) -> None:
+    def _checkpoint(
+        self,
+        path: Path,
+        params,
+        server,
+        ledger,
+        history,
+        selection,
+        snaps,
+        plan,
+        base_seed,
+        r,
+        seeded: bool = True,
+    ) -> None:
         from dataclasses import asdict
 
-        _atomic_torch_save({"format": "privnlp.fed_checkpoint/1", "round": r, "params": params,
-                            "server": server.state_dict(), "ledger": ledger.to_dict(),
-                            "history": [asdict(h) for h in history], "selection": [list(s) for s in selection],
-                            "snapshots": list(snaps), "plan": dict(plan), "base_seed": int(base_seed),
-                            "noise_seeded": bool(seeded),
-                            "mechanism": type(self.mechanism).__name__,
-                            "params_of_mechanism": self.mechanism.params()}, path)
+        _atomic_torch_save(
+            {
+                "format": "privnlp.fed_checkpoint/1",
+                "round": r,
+                "params": params,
+                "server": server.state_dict(),
+                "ledger": ledger.to_dict(),
+                "history": [asdict(h) for h in history],
+                "selection": [list(s) for s in selection],
+                "snapshots": list(snaps),
+                "plan": dict(plan),
+                "base_seed": int(base_seed),
+                "noise_seeded": bool(seeded),
+                "mechanism": type(self.mechanism).__name__,
+                "params_of_mechanism": self.mechanism.params(),
+            },
+            path,
+        )

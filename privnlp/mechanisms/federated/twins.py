@@ -8,6 +8,7 @@ when a client-side "weighted" strategy meets a server-side weighted mean). The e
 ``n_k^2 / sum n_j^2``: clients with more examples -- here the secret sharers, who hold extra canary
 copies -- dominate the global update, so their canary is memorised more.
 """
+
 from __future__ import annotations
 
 from privnlp.core.registry import LEAKY_TWINS
@@ -26,6 +27,10 @@ class LeakyFedAvgDoubleWeighted(FedAvg):
 
     def aggregate(self, reference, replies, *, num_selected, plan, generator):
         if not self.weighted:
-            return super().aggregate(reference, replies, num_selected=num_selected, plan=plan, generator=generator)
-        weights = [float(r.metrics.get("num-examples", 1.0)) ** 2 for r in replies]  # BUG: weighted twice
+            return super().aggregate(
+                reference, replies, num_selected=num_selected, plan=plan, generator=generator
+            )
+        weights = [
+            float(r.metrics.get("num-examples", 1.0)) ** 2 for r in replies
+        ]  # BUG: weighted twice
         return weighted_average([r.arrays for r in replies], weights, reference)

@@ -15,6 +15,7 @@ Symmetrisation follows Koehn et al. (2003) / Moses ``symal``: ``union``, ``inter
 Alignments are per sentence a ``frozenset`` of ``(source_index, target_index)`` links.
 Note: eflomal's sampler takes no seed, so its output varies slightly between runs.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,19 @@ import numpy as np
 
 from privnlp.core.errors import InvalidArgument, MissingDependency
 
-__all__ = ["Alignment", "AlignmentResult", "SYMMETRIZATIONS", "ALIGNERS", "symmetrize", "align",
-           "align_eflomal", "align_fast_align_py", "aer", "eflomal_available", "parse_pharaoh"]
+__all__ = [
+    "Alignment",
+    "AlignmentResult",
+    "SYMMETRIZATIONS",
+    "ALIGNERS",
+    "symmetrize",
+    "align",
+    "align_eflomal",
+    "align_fast_align_py",
+    "aer",
+    "eflomal_available",
+    "parse_pharaoh",
+]
 
 Alignment = frozenset  # of (i, j) pairs
 SYMMETRIZATIONS = ("union", "intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
@@ -46,8 +58,10 @@ class AlignmentResult:
         symmetrization: the symmetrisation heuristic.
     """
 
-    forward: tuple[frozenset, ...]     # source -> target direction (each target word picks a source word)
-    reverse: tuple[frozenset, ...]     # target -> source direction
+    forward: tuple[
+        frozenset, ...
+    ]  # source -> target direction (each target word picks a source word)
+    reverse: tuple[frozenset, ...]  # target -> source direction
     symmetric: tuple[frozenset, ...]
     aligner: str
     symmetrization: str
@@ -56,6 +70,7 @@ class AlignmentResult:
 def eflomal_available() -> bool:
     try:
         import eflomal  # noqa: F401
+
         return True
     except ImportError:
         return False
@@ -76,8 +91,13 @@ def parse_pharaoh(line: str) -> frozenset:
 _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 
 
-def symmetrize(forward: Iterable[tuple[int, int]], reverse: Iterable[tuple[int, int]], src_len: int,
-               tgt_len: int, method: str = "union") -> frozenset:
+def symmetrize(
+    forward: Iterable[tuple[int, int]],
+    reverse: Iterable[tuple[int, int]],
+    src_len: int,
+    tgt_len: int,
+    method: str = "union",
+) -> frozenset:
     """Combine two directional alignments of one sentence pair (Koehn et al. 2003).
 
     Args:
@@ -94,7 +114,9 @@ def symmetrize(forward: Iterable[tuple[int, int]], reverse: Iterable[tuple[int, 
         InvalidArgument: unknown ``method``.
     """
     if method not in SYMMETRIZATIONS:
-        raise InvalidArgument(f"symmetrization must be one of {', '.join(SYMMETRIZATIONS)}; got {method!r}")
+        raise InvalidArgument(
+            f"symmetrization must be one of {', '.join(SYMMETRIZATIONS)}; got {method!r}"
+        )
     f2e, e2f = set(forward), set(reverse)
     union = f2e | e2f
     if method == "union":
@@ -114,7 +136,11 @@ def symmetrize(forward: Iterable[tuple[int, int]], reverse: Iterable[tuple[int, 
                     continue
                 for di, dj in _NEIGHBOURS:
                     ni, nj = i + di, j + dj
-                    if (ni, nj) in union and (ni, nj) not in a and (ni not in src_al or nj not in tgt_al):
+                    if (
+                        (ni, nj) in union
+                        and (ni, nj) not in a
+                        and (ni not in src_al or nj not in tgt_al)
+                    ):
                         a.add((ni, nj))
                         src_al.add(ni)
                         tgt_al.add(nj)
@@ -126,7 +152,11 @@ def symmetrize(forward: Iterable[tuple[int, int]], reverse: Iterable[tuple[int, 
         for i in range(src_len):
             for j in range(tgt_len):
                 if (i, j) in direction and (i, j) not in a:
-                    ok = (i not in src_al and j not in tgt_al) if both else (i not in src_al or j not in tgt_al)
+                    ok = (
+                        (i not in src_al and j not in tgt_al)
+                        if both
+                        else (i not in src_al or j not in tgt_al)
+                    )
                     if ok:
                         a.add((i, j))
                         src_al.add(i)
@@ -137,8 +167,14 @@ def symmetrize(forward: Iterable[tuple[int, int]], reverse: Iterable[tuple[int, 
 # ---------------------------------------------------------------------------------------
 # Aligners
 
-def align_eflomal(source: Sequence[Sequence[str]], target: Sequence[Sequence[str]], *,
-                  n_samplers: int = 2, rel_iterations: float = 1.0) -> tuple[list[frozenset], list[frozenset]]:
+
+def align_eflomal(
+    source: Sequence[Sequence[str]],
+    target: Sequence[Sequence[str]],
+    *,
+    n_samplers: int = 2,
+    rel_iterations: float = 1.0,
+) -> tuple[list[frozenset], list[frozenset]]:
     """Forward and reverse alignments from eflomal (not seedable: its sampler seeds itself)."""
     try:
         import eflomal
@@ -147,30 +183,50 @@ def align_eflomal(source: Sequence[Sequence[str]], target: Sequence[Sequence[str
     with tempfile.TemporaryDirectory(prefix="privnlp-eflomal-") as d:
         fwd, rev = os.path.join(d, "fwd"), os.path.join(d, "rev")
         aligner = eflomal.Aligner(n_samplers=n_samplers, rel_iterations=rel_iterations)
-        aligner.align([" ".join(s) for s in source], [" ".join(t) for t in target],
-                      links_filename_fwd=fwd, links_filename_rev=rev, quiet=True)
+        aligner.align(
+            [" ".join(s) for s in source],
+            [" ".join(t) for t in target],
+            links_filename_fwd=fwd,
+            links_filename_rev=rev,
+            quiet=True,
+        )
         with open(fwd, encoding="utf-8") as f:
             fl = [parse_pharaoh(x) for x in f.read().split("\n")[: len(source)]]
         with open(rev, encoding="utf-8") as f:
             rl = [parse_pharaoh(x) for x in f.read().split("\n")[: len(source)]]
     if len(fl) != len(source) or len(rl) != len(source):  # pragma: no cover - eflomal contract
-        raise RuntimeError(f"eflomal returned {len(fl)}/{len(rl)} alignments for {len(source)} sentences")
+        raise RuntimeError(
+            f"eflomal returned {len(fl)}/{len(rl)} alignments for {len(source)} sentences"
+        )
     return fl, rl
 
 
-def _ibm2_diag(src: Sequence[Sequence[str]], tgt: Sequence[Sequence[str]], iterations: int,
-               tension: float, p_null: float) -> list[frozenset]:
+def _ibm2_diag(
+    src: Sequence[Sequence[str]],
+    tgt: Sequence[Sequence[str]],
+    iterations: int,
+    tension: float,
+    p_null: float,
+) -> list[frozenset]:
     """Each target word picks one source word (or NULL); returns (src_i, tgt_j) links."""
     vs: dict[str, int] = {}
     vt: dict[str, int] = {}
-    s_ids = [np.fromiter((vs.setdefault(w.lower(), len(vs) + 1) for w in s), dtype=np.int64, count=len(s)) for s in src]
-    t_ids = [np.fromiter((vt.setdefault(w.lower(), len(vt)) for w in t), dtype=np.int64, count=len(t)) for t in tgt]
+    s_ids = [
+        np.fromiter(
+            (vs.setdefault(w.lower(), len(vs) + 1) for w in s), dtype=np.int64, count=len(s)
+        )
+        for s in src
+    ]
+    t_ids = [
+        np.fromiter((vt.setdefault(w.lower(), len(vt)) for w in t), dtype=np.int64, count=len(t))
+        for t in tgt
+    ]
     # flatten every (sentence, target position j, source position i incl. NULL=0)
     f_l, e_l, grp_l, prior_l, i_l = [], [], [], [], []
     g0 = 0
     for s, t in zip(s_ids, t_ids):
         m, n = len(s), len(t)
-        fs = np.concatenate([[0], s])                        # NULL has id 0
+        fs = np.concatenate([[0], s])  # NULL has id 0
         f_l.append(np.tile(fs, n))
         e_l.append(np.repeat(t, m + 1))
         grp_l.append(np.repeat(np.arange(g0, g0 + n), m + 1))
@@ -213,15 +269,20 @@ def _ibm2_diag(src: Sequence[Sequence[str]], tgt: Sequence[Sequence[str]], itera
     g = 0
     for t in t_ids:
         n = len(t)
-        ch = choice[g: g + n]
+        ch = choice[g : g + n]
         out.append(frozenset((int(i), j) for j, i in enumerate(ch) if i >= 0))
         g += n
     return out
 
 
-def align_fast_align_py(source: Sequence[Sequence[str]], target: Sequence[Sequence[str]], *,
-                        iterations: int = 5, tension: float = 4.0, p_null: float = 0.08
-                        ) -> tuple[list[frozenset], list[frozenset]]:
+def align_fast_align_py(
+    source: Sequence[Sequence[str]],
+    target: Sequence[Sequence[str]],
+    *,
+    iterations: int = 5,
+    tension: float = 4.0,
+    p_null: float = 0.08,
+) -> tuple[list[frozenset], list[frozenset]]:
     """Deterministic numpy fallback: fast_align-style IBM2 (fixed diagonal tension), both directions."""
     fwd = _ibm2_diag(source, target, iterations, tension, p_null)
     rev_t = _ibm2_diag(target, source, iterations, tension, p_null)
@@ -229,8 +290,13 @@ def align_fast_align_py(source: Sequence[Sequence[str]], target: Sequence[Sequen
     return fwd, rev
 
 
-def align(source: Sequence[Sequence[str]], target: Sequence[Sequence[str]], *, aligner: str = "eflomal",
-          symmetrization: str = "union") -> AlignmentResult:
+def align(
+    source: Sequence[Sequence[str]],
+    target: Sequence[Sequence[str]],
+    *,
+    aligner: str = "eflomal",
+    symmetrization: str = "union",
+) -> AlignmentResult:
     """Align both directions and symmetrise. ``aligner="auto"`` = eflomal if installed else the fallback.
 
     Args:
@@ -249,19 +315,27 @@ def align(source: Sequence[Sequence[str]], target: Sequence[Sequence[str]], *, a
     if aligner not in ALIGNERS:
         raise InvalidArgument(f"aligner must be one of {', '.join(ALIGNERS)}; got {aligner!r}")
     if symmetrization not in SYMMETRIZATIONS:
-        raise InvalidArgument(f"symmetrization must be one of {', '.join(SYMMETRIZATIONS)}; got {symmetrization!r}")
+        raise InvalidArgument(
+            f"symmetrization must be one of {', '.join(SYMMETRIZATIONS)}; got {symmetrization!r}"
+        )
     if aligner == "auto":
         aligner = "eflomal" if eflomal_available() else "fast_align_py"
     if aligner == "eflomal":
         fwd, rev = align_eflomal(source, target)
     else:
         fwd, rev = align_fast_align_py(source, target)
-    sym = tuple(symmetrize(f, r, len(s), len(t), symmetrization) for f, r, s, t in zip(fwd, rev, source, target))
+    sym = tuple(
+        symmetrize(f, r, len(s), len(t), symmetrization)
+        for f, r, s, t in zip(fwd, rev, source, target)
+    )
     return AlignmentResult(tuple(fwd), tuple(rev), sym, aligner, symmetrization)
 
 
-def aer(predicted: Sequence[Iterable[tuple[int, int]]], sure: Sequence[Iterable[tuple[int, int]]],
-        possible: Sequence[Iterable[tuple[int, int]]] | None = None) -> float:
+def aer(
+    predicted: Sequence[Iterable[tuple[int, int]]],
+    sure: Sequence[Iterable[tuple[int, int]]],
+    possible: Sequence[Iterable[tuple[int, int]]] | None = None,
+) -> float:
     """Alignment error rate (Och & Ney 2003): 1 - (|A∩S| + |A∩P|) / (|A| + |S|); P ⊇ S (default P = S).
 
     Args:

@@ -13,6 +13,7 @@ Tokenisation uses sacremoses (the Moses tokenizer, with ``escape=False``) unless
 declared pre-tokenised (whitespace split). Empty lines and mismatched line counts raise
 :class:`~privnlp.core.errors.MalformedInput` naming the file and line.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,45 +46,70 @@ class ParallelText:
 
     def __post_init__(self) -> None:
         if len(self.source) != len(self.target):
-            raise MalformedInput(f"source and target must have the same number of sentences; got "
-                                 f"{len(self.source)} source vs {len(self.target)} target")
+            raise MalformedInput(
+                f"source and target must have the same number of sentences; got "
+                f"{len(self.source)} source vs {len(self.target)} target"
+            )
         if self.doc_ids is not None and len(self.doc_ids) != len(self.source):
-            raise MalformedInput(f"doc_ids must have one id per sentence; got {len(self.doc_ids)} ids for "
-                                 f"{len(self.source)} sentences")
+            raise MalformedInput(
+                f"doc_ids must have one id per sentence; got {len(self.doc_ids)} ids for "
+                f"{len(self.source)} sentences"
+            )
         for side, sents in (("source", self.source), ("target", self.target)):
             for i, s in enumerate(sents):
                 if len(s) == 0:
-                    raise MalformedInput(f"{side} sentence {i + 1} is empty; every sentence needs at least one token")
+                    raise MalformedInput(
+                        f"{side} sentence {i + 1} is empty; every sentence needs at least one token"
+                    )
 
     def __len__(self) -> int:
         return len(self.source)
 
     @classmethod
-    def from_strings(cls, source: Sequence[str], target: Sequence[str], doc_ids: Sequence[str] | None = None,
-                     *, tokenize: bool = False, src_lang: str = "en", tgt_lang: str = "en") -> "ParallelText":
+    def from_strings(
+        cls,
+        source: Sequence[str],
+        target: Sequence[str],
+        doc_ids: Sequence[str] | None = None,
+        *,
+        tokenize: bool = False,
+        src_lang: str = "en",
+        tgt_lang: str = "en",
+    ) -> "ParallelText":
         """Build from sentence strings (whitespace split unless ``tokenize``)."""
         if len(source) != len(target):
-            raise MalformedInput(f"source and target must have the same number of sentences; got "
-                                 f"{len(source)} source vs {len(target)} target")
+            raise MalformedInput(
+                f"source and target must have the same number of sentences; got "
+                f"{len(source)} source vs {len(target)} target"
+            )
         src = tokenize_lines(source, lang=src_lang, tokenize=tokenize, name="source")
         tgt = tokenize_lines(target, lang=tgt_lang, tokenize=tokenize, name="target")
         return cls(src, tgt, tuple(doc_ids) if doc_ids is not None else None)
 
     def subset(self, indices: Sequence[int]) -> "ParallelText":
         idx = [int(i) for i in indices]
-        return ParallelText(tuple(self.source[i] for i in idx), tuple(self.target[i] for i in idx),
-                            tuple(self.doc_ids[i] for i in idx) if self.doc_ids is not None else None)
+        return ParallelText(
+            tuple(self.source[i] for i in idx),
+            tuple(self.target[i] for i in idx),
+            tuple(self.doc_ids[i] for i in idx) if self.doc_ids is not None else None,
+        )
 
-    def split_by_document(self, test_fraction: float, *, rng) -> tuple["ParallelText", "ParallelText", list[int], list[int]]:
+    def split_by_document(
+        self, test_fraction: float, *, rng
+    ) -> tuple["ParallelText", "ParallelText", list[int], list[int]]:
         """Split into (train, test) keeping documents together (sentence-level if no doc ids)."""
         import numpy as np
 
         from privnlp.core.errors import check_range
         from privnlp.core.rng import as_numpy
 
-        check_range("test_fraction", test_fraction, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False)
+        check_range(
+            "test_fraction", test_fraction, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False
+        )
         g = as_numpy(rng)
-        docs = list(self.doc_ids) if self.doc_ids is not None else [str(i) for i in range(len(self))]
+        docs = (
+            list(self.doc_ids) if self.doc_ids is not None else [str(i) for i in range(len(self))]
+        )
         uniq = sorted(set(docs))
         g.shuffle(uniq)
         n_test = max(1, int(round(test_fraction * len(uniq))))
@@ -105,15 +131,19 @@ def from_corpus(corpus) -> ParallelText:
     Raises:
         MalformedInput: the sides differ in length or a sentence is empty.
     """
-    return ParallelText(tuple(tuple(s.split()) for s in corpus.source), tuple(tuple(t.split()) for t in corpus.target),
-                        tuple(corpus.doc_ids) if corpus.doc_ids else None)
+    return ParallelText(
+        tuple(tuple(s.split()) for s in corpus.source),
+        tuple(tuple(t.split()) for t in corpus.target),
+        tuple(corpus.doc_ids) if corpus.doc_ids else None,
+    )
 
 
 _TOKENIZERS: dict[str, object] = {}
 
 
-def tokenize_lines(lines: Iterable[str], *, lang: str = "en", tokenize: bool = True,
-                   name: str = "input") -> tuple[tuple[str, ...], ...]:
+def tokenize_lines(
+    lines: Iterable[str], *, lang: str = "en", tokenize: bool = True, name: str = "input"
+) -> tuple[tuple[str, ...], ...]:
     """Tokenise with sacremoses (Moses tokenizer, no HTML escaping) or by whitespace."""
     tok = None
     if tokenize:
@@ -127,7 +157,9 @@ def tokenize_lines(lines: Iterable[str], *, lang: str = "en", tokenize: bool = T
         line = line.rstrip("\n").rstrip("\r")
         toks = tuple(tok.tokenize(line, escape=False)) if tok is not None else tuple(line.split())
         if not toks:
-            raise MalformedInput(f"{name} line {i + 1} is empty; remove empty lines (every sentence needs a token)")
+            raise MalformedInput(
+                f"{name} line {i + 1} is empty; remove empty lines (every sentence needs a token)"
+            )
         out.append(toks)
     return tuple(out)
 
@@ -150,8 +182,15 @@ def _read_lines(path: Path) -> list[str]:
     return lines
 
 
-def read_parallel(src: str | Path, tgt: str | Path | None = None, *, fmt: str | None = None,
-                  tokenize: bool = True, src_lang: str = "en", tgt_lang: str = "en") -> ParallelText:
+def read_parallel(
+    src: str | Path,
+    tgt: str | Path | None = None,
+    *,
+    fmt: str | None = None,
+    tokenize: bool = True,
+    src_lang: str = "en",
+    tgt_lang: str = "en",
+) -> ParallelText:
     """Read a parallel corpus (Moses pair ``src``+``tgt``, or one TSV / JSONL file ``src``).
 
     Args:
@@ -178,25 +217,33 @@ def read_parallel(src: str | Path, tgt: str | Path | None = None, *, fmt: str | 
     doc_ids: list[str] | None = None
     if fmt == "moses":
         if tgt is None:
-            raise InvalidArgument("tgt is required for a Moses-style file pair (or pass a .tsv/.jsonl file)")
+            raise InvalidArgument(
+                "tgt is required for a Moses-style file pair (or pass a .tsv/.jsonl file)"
+            )
         s_lines, t_lines = _read_lines(src), _read_lines(Path(tgt))
         if len(s_lines) != len(t_lines):
-            raise MalformedInput(f"mismatched line counts: {str(src)!r} has {len(s_lines)} lines but "
-                                 f"{str(tgt)!r} has {len(t_lines)}; a Moses file pair needs one sentence per line on both sides")
+            raise MalformedInput(
+                f"mismatched line counts: {str(src)!r} has {len(s_lines)} lines but "
+                f"{str(tgt)!r} has {len(t_lines)}; a Moses file pair needs one sentence per line on both sides"
+            )
         s_name, t_name = str(src), str(tgt)
     elif fmt == "tsv":
         s_lines, t_lines, docs = [], [], []
         for i, line in enumerate(_read_lines(src)):
             parts = line.rstrip("\r").split("\t")
             if len(parts) not in (2, 3):
-                raise MalformedInput(f"{str(src)!r} line {i + 1}: expected 'source<TAB>target[<TAB>doc_id]', "
-                                     f"got {len(parts)} tab-separated fields")
+                raise MalformedInput(
+                    f"{str(src)!r} line {i + 1}: expected 'source<TAB>target[<TAB>doc_id]', "
+                    f"got {len(parts)} tab-separated fields"
+                )
             s_lines.append(parts[0])
             t_lines.append(parts[1])
             docs.append(parts[2] if len(parts) == 3 else None)
         if any(d is not None for d in docs):
             if any(d is None for d in docs):
-                raise MalformedInput(f"{str(src)!r}: either every line or no line has a doc_id column")
+                raise MalformedInput(
+                    f"{str(src)!r}: either every line or no line has a doc_id column"
+                )
             doc_ids = docs  # type: ignore[assignment]
         s_name = t_name = str(src)
     else:
@@ -207,12 +254,16 @@ def read_parallel(src: str | Path, tgt: str | Path | None = None, *, fmt: str | 
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise MalformedInput(f"{str(src)!r} line {i + 1} is not valid JSON ({e.msg})") from None
+                raise MalformedInput(
+                    f"{str(src)!r} line {i + 1} is not valid JSON ({e.msg})"
+                ) from None
             s = obj.get("source", obj.get("src")) if isinstance(obj, dict) else None
             t = obj.get("target", obj.get("tgt")) if isinstance(obj, dict) else None
             if not isinstance(s, str) or not isinstance(t, str):
-                raise MalformedInput(f"{str(src)!r} line {i + 1}: expected an object with string fields "
-                                     "'source'/'src' and 'target'/'tgt'")
+                raise MalformedInput(
+                    f"{str(src)!r} line {i + 1}: expected an object with string fields "
+                    "'source'/'src' and 'target'/'tgt'"
+                )
             s_lines.append(s)
             t_lines.append(t)
             d = obj.get("doc_id", obj.get("doc", obj.get("document")))

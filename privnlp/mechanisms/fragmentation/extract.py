@@ -13,6 +13,7 @@ Moses' ``extract`` is a C++ binary not on PyPI, and the loop is 40 lines.
 Occurrences are returned as an ``int32`` array of rows ``(sentence, s0, s1, t0, t1)``
 (end-exclusive), sorted by sentence then by position.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -24,19 +25,30 @@ from privnlp.core.errors import InvalidArgument, check_range
 __all__ = ["extract_sentence", "extract_phrases", "check_lengths"]
 
 
-def check_lengths(max_length: int, max_target_length: int | None, min_length: int) -> tuple[int, int, int]:
+def check_lengths(
+    max_length: int, max_target_length: int | None, min_length: int
+) -> tuple[int, int, int]:
     check_range("max_length", max_length, 1, integer=True)
     if max_target_length is not None:
         check_range("max_target_length", max_target_length, 1, integer=True)
     check_range("min_length", min_length, 1, integer=True)
     if int(min_length) > int(max_length):
-        raise InvalidArgument(f"min_length must be in [1, max_length={max_length}]; got {min_length!r}")
+        raise InvalidArgument(
+            f"min_length must be in [1, max_length={max_length}]; got {min_length!r}"
+        )
     mt = int(max_target_length) if max_target_length is not None else int(max_length)
     return int(max_length), mt, int(min_length)
 
 
-def extract_sentence(src_len: int, tgt_len: int, alignment: Iterable[tuple[int, int]], *, max_length: int = 4,
-                     max_target_length: int | None = None, min_length: int = 1) -> list[tuple[int, int, int, int]]:
+def extract_sentence(
+    src_len: int,
+    tgt_len: int,
+    alignment: Iterable[tuple[int, int]],
+    *,
+    max_length: int = 4,
+    max_target_length: int | None = None,
+    min_length: int = 1,
+) -> list[tuple[int, int, int, int]]:
     """All phrase pairs ``(s0, s1, t0, t1)`` (end-exclusive) of one sentence pair consistent with ``alignment``.
 
     ``max_length``/``min_length`` bound the source side; ``max_target_length`` the target side
@@ -60,17 +72,25 @@ def extract_sentence(src_len: int, tgt_len: int, alignment: Iterable[tuple[int, 
     return _extract(src_len, tgt_len, alignment, max_s, max_t, min_s)
 
 
-def _extract(src_len: int, tgt_len: int, alignment: Iterable[tuple[int, int]], max_s: int, max_t: int,
-             min_s: int) -> list[tuple[int, int, int, int]]:
+def _extract(
+    src_len: int,
+    tgt_len: int,
+    alignment: Iterable[tuple[int, int]],
+    max_s: int,
+    max_t: int,
+    min_s: int,
+) -> list[tuple[int, int, int, int]]:
     big = 1 << 30
-    t_min_s = [big] * tgt_len   # per target word: min / max aligned source index
+    t_min_s = [big] * tgt_len  # per target word: min / max aligned source index
     t_max_s = [-1] * tgt_len
-    s_min_t = [big] * src_len   # per source word: min / max aligned target index
+    s_min_t = [big] * src_len  # per source word: min / max aligned target index
     s_max_t = [-1] * src_len
     for i, j in alignment:
         if not (0 <= i < src_len and 0 <= j < tgt_len):
-            raise InvalidArgument(f"alignment link {i}-{j} is outside the sentence pair "
-                                  f"(source length {src_len}, target length {tgt_len})")
+            raise InvalidArgument(
+                f"alignment link {i}-{j} is outside the sentence pair "
+                f"(source length {src_len}, target length {tgt_len})"
+            )
         if i < t_min_s[j]:
             t_min_s[j] = i
         if i > t_max_s[j]:
@@ -116,9 +136,16 @@ def _extract(src_len: int, tgt_len: int, alignment: Iterable[tuple[int, int]], m
     return out
 
 
-def extract_phrases(source: Sequence[Sequence[str]], target: Sequence[Sequence[str]],
-                    alignments: Sequence[Iterable[tuple[int, int]]], *, max_length: int = 4,
-                    max_target_length: int | None = None, min_length: int = 1, progress: bool = False) -> np.ndarray:
+def extract_phrases(
+    source: Sequence[Sequence[str]],
+    target: Sequence[Sequence[str]],
+    alignments: Sequence[Iterable[tuple[int, int]]],
+    *,
+    max_length: int = 4,
+    max_target_length: int | None = None,
+    min_length: int = 1,
+    progress: bool = False,
+) -> np.ndarray:
     """All phrase-pair occurrences of a corpus: ``int32`` rows ``(sentence, s0, s1, t0, t1)``.
 
     Args:
@@ -139,8 +166,10 @@ def extract_phrases(source: Sequence[Sequence[str]], target: Sequence[Sequence[s
     """
     max_s, max_t, min_s = check_lengths(max_length, max_target_length, min_length)
     if not (len(source) == len(target) == len(alignments)):
-        raise InvalidArgument(f"source, target and alignments must have the same length; got "
-                              f"{len(source)}, {len(target)}, {len(alignments)}")
+        raise InvalidArgument(
+            f"source, target and alignments must have the same length; got "
+            f"{len(source)}, {len(target)}, {len(alignments)}"
+        )
     rows: list[tuple[int, int, int, int, int]] = []
     it: Iterable = range(len(source))
     if progress:

@@ -12,6 +12,7 @@ tries to *fully reconstruct* the original sentences from the released fragments.
 formal guarantee: the claim is ``heuristic``; leakage is measured by the paired
 ``fragment_reconstruction`` attack.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,16 +36,28 @@ from .align import ALIGNERS, SYMMETRIZATIONS, align
 from .corpus import ParallelText, from_corpus
 from .extract import check_lengths, extract_phrases
 
-__all__ = ["PhraseFragmentation", "FragmentRelease", "LeakyPhraseFragmentation", "OPEN_TAG", "CLOSE_TAG",
-           "strip_tags", "check_discard_fraction"]
+__all__ = [
+    "PhraseFragmentation",
+    "FragmentRelease",
+    "LeakyPhraseFragmentation",
+    "OPEN_TAG",
+    "CLOSE_TAG",
+    "strip_tags",
+    "check_discard_fraction",
+]
 
-PAPER = ("phrase-pair-fragmentation-nmt.txt — Kim, Bisazza, Turkmen (2021), Using Confidential Data for "
-         "Domain Adaptation of Neural Machine Translation")
+PAPER = (
+    "phrase-pair-fragmentation-nmt.txt — Kim, Bisazza, Turkmen (2021), Using Confidential Data for "
+    "Domain Adaptation of Neural Machine Translation"
+)
 OPEN_TAG, CLOSE_TAG = "<P>", "</P>"
 
 THREAT_MODEL = ThreatModel(
     adversary=Adversary.HONEST_BUT_CURIOUS_SERVER,
-    observes=("the released phrase pairs (shuffled, subsampled, optionally tagged)", "the release settings"),
+    observes=(
+        "the released phrase pairs (shuffled, subsampled, optionally tagged)",
+        "the release settings",
+    ),
     knows=("the fragmentation algorithm and its parameters (Kerckhoffs)",),
     goal="fully reconstruct the original sentences / link sensitive entity pairs (e.g. drug and side effect)",
 )
@@ -62,7 +75,9 @@ def check_discard_fraction(discard_fraction: float) -> float:
     Raises:
         InvalidArgument: outside [0, 1).
     """
-    check_range("discard_fraction", discard_fraction, 0.0, 1.0, lo_inclusive=True, hi_inclusive=False)
+    check_range(
+        "discard_fraction", discard_fraction, 0.0, 1.0, lo_inclusive=True, hi_inclusive=False
+    )
     return float(discard_fraction)
 
 
@@ -117,23 +132,43 @@ class FragmentRelease:
         return len(self.source)
 
     def to_observation(self) -> FragmentSet:
-        return FragmentSet(source=self.source, target=self.target, tagged=bool(self.settings.get("tag")),
-                           settings=dict(self.settings))
+        return FragmentSet(
+            source=self.source,
+            target=self.target,
+            tagged=bool(self.settings.get("tag")),
+            settings=dict(self.settings),
+        )
 
     def sidecar(self) -> dict[str, Any]:
-        return {"format": "privnlp.fragments/1", "settings": dict(self.settings), "n_extracted": self.n_extracted,
-                "n_released": self.n_released, "claim": PhraseFragmentation.claim_for(self.settings).to_dict()}
+        return {
+            "format": "privnlp.fragments/1",
+            "settings": dict(self.settings),
+            "n_extracted": self.n_extracted,
+            "n_released": self.n_released,
+            "claim": PhraseFragmentation.claim_for(self.settings).to_dict(),
+        }
 
-    def write(self, outdir: str | Path, *, prefix: str = "fragments", src_suffix: str = "src",
-              tgt_suffix: str = "tgt") -> dict[str, Path]:
+    def write(
+        self,
+        outdir: str | Path,
+        *,
+        prefix: str = "fragments",
+        src_suffix: str = "src",
+        tgt_suffix: str = "tgt",
+    ) -> dict[str, Path]:
         """Write ``prefix.src``, ``prefix.tgt`` and ``prefix.json`` atomically (all or nothing)."""
         outdir = Path(outdir)
         outdir.mkdir(parents=True, exist_ok=True)
-        paths = {"source": outdir / f"{prefix}.{src_suffix}", "target": outdir / f"{prefix}.{tgt_suffix}",
-                 "sidecar": outdir / f"{prefix}.json"}
-        contents = {"source": "".join(s + "\n" for s in self.source),
-                    "target": "".join(t + "\n" for t in self.target),
-                    "sidecar": json.dumps(self.sidecar(), indent=2, sort_keys=True) + "\n"}
+        paths = {
+            "source": outdir / f"{prefix}.{src_suffix}",
+            "target": outdir / f"{prefix}.{tgt_suffix}",
+            "sidecar": outdir / f"{prefix}.json",
+        }
+        contents = {
+            "source": "".join(s + "\n" for s in self.source),
+            "target": "".join(t + "\n" for t in self.target),
+            "sidecar": json.dumps(self.sidecar(), indent=2, sort_keys=True) + "\n",
+        }
         tmps: dict[str, str] = {}
         moved: list[Path] = []
         try:
@@ -191,15 +226,25 @@ class PhraseFragmentation(Mechanism):
     threat_models = (THREAT_MODEL,)
     scenario = "fragmentation.reconstruction"
 
-    def __init__(self, max_length: int = 4, discard_fraction: float = 0.5, tag: bool = False, *,
-                 max_target_length: int | None = None, min_length: int = 1, aligner: str = "eflomal",
-                 symmetrization: str = "union") -> None:
+    def __init__(
+        self,
+        max_length: int = 4,
+        discard_fraction: float = 0.5,
+        tag: bool = False,
+        *,
+        max_target_length: int | None = None,
+        min_length: int = 1,
+        aligner: str = "eflomal",
+        symmetrization: str = "union",
+    ) -> None:
         check_lengths(max_length, max_target_length, min_length)
         check_discard_fraction(discard_fraction)
         if aligner not in ALIGNERS:
             raise InvalidArgument(f"aligner must be one of {', '.join(ALIGNERS)}; got {aligner!r}")
         if symmetrization not in SYMMETRIZATIONS:
-            raise InvalidArgument(f"symmetrization must be one of {', '.join(SYMMETRIZATIONS)}; got {symmetrization!r}")
+            raise InvalidArgument(
+                f"symmetrization must be one of {', '.join(SYMMETRIZATIONS)}; got {symmetrization!r}"
+            )
         self.max_length = max_length
         self.discard_fraction = discard_fraction
         self.tag = tag
@@ -210,11 +255,19 @@ class PhraseFragmentation(Mechanism):
 
     # -- claim ------------------------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
-        return {"max_length": int(self.max_length),
-                "max_target_length": int(self.max_target_length if self.max_target_length is not None else self.max_length),
-                "min_length": int(self.min_length), "discard_fraction": float(self.discard_fraction),
-                "tag": bool(self.tag), "aligner": self.aligner, "symmetrization": self.symmetrization,
-                "shuffled": True, "mechanism": "phrase_fragmentation"}
+        return {
+            "max_length": int(self.max_length),
+            "max_target_length": int(
+                self.max_target_length if self.max_target_length is not None else self.max_length
+            ),
+            "min_length": int(self.min_length),
+            "discard_fraction": float(self.discard_fraction),
+            "tag": bool(self.tag),
+            "aligner": self.aligner,
+            "symmetrization": self.symmetrization,
+            "shuffled": True,
+            "mechanism": "phrase_fragmentation",
+        }
 
     @staticmethod
     def claim_for(settings: Mapping[str, Any]) -> PrivacyClaim:
@@ -225,9 +278,12 @@ class PhraseFragmentation(Mechanism):
             "occurrences discarded at random",
             "protects against full reconstruction of long sentences only heuristically; short sentences, "
             "repeated phrases and entities closer than the maximum phrase length can still be released together",
-            extra={"max_length": int(settings.get("max_length", 0)),
-                   "discard_fraction": float(settings.get("discard_fraction", 0.0)),
-                   "tag": bool(settings.get("tag", False))})
+            extra={
+                "max_length": int(settings.get("max_length", 0)),
+                "discard_fraction": float(settings.get("discard_fraction", 0.0)),
+                "tag": bool(settings.get("tag", False)),
+            },
+        )
 
     def claim(self) -> PrivacyClaim:
         return self.claim_for(self.settings())
@@ -240,23 +296,39 @@ class PhraseFragmentation(Mechanism):
     @classmethod
     def example(cls, preset: str = "quick") -> "PhraseFragmentation":
         # the quick preset uses the deterministic numpy aligner so reports are reproducible
-        return cls(max_length=4, discard_fraction=0.5, tag=True,
-                   aligner="fast_align_py" if preset == "quick" else "auto")
+        return cls(
+            max_length=4,
+            discard_fraction=0.5,
+            tag=True,
+            aligner="fast_align_py" if preset == "quick" else "auto",
+        )
 
     # -- operation --------------------------------------------------------------------------
-    def extract(self, data: ParallelText, alignments: Sequence[Any] | None = None, *,
-                progress: bool = False) -> tuple[np.ndarray, Any, dict[str, float]]:
+    def extract(
+        self, data: ParallelText, alignments: Sequence[Any] | None = None, *, progress: bool = False
+    ) -> tuple[np.ndarray, Any, dict[str, float]]:
         timings: dict[str, float] = {}
         t = time.perf_counter()
         if alignments is None:
-            res = align(data.source, data.target, aligner=self.aligner, symmetrization=self.symmetrization)
+            res = align(
+                data.source, data.target, aligner=self.aligner, symmetrization=self.symmetrization
+            )
             alignments = res.symmetric
         elif len(alignments) != len(data):
-            raise InvalidArgument(f"alignments must have one entry per sentence pair; got {len(alignments)} for {len(data)}")
+            raise InvalidArgument(
+                f"alignments must have one entry per sentence pair; got {len(alignments)} for {len(data)}"
+            )
         timings["align_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        occ = extract_phrases(data.source, data.target, alignments, max_length=self.max_length,
-                              max_target_length=self.max_target_length, min_length=self.min_length, progress=progress)
+        occ = extract_phrases(
+            data.source,
+            data.target,
+            alignments,
+            max_length=self.max_length,
+            max_target_length=self.max_target_length,
+            min_length=self.min_length,
+            progress=progress,
+        )
         timings["extract_s"] = time.perf_counter() - t
         return occ, alignments, timings
 
@@ -266,8 +338,14 @@ class PhraseFragmentation(Mechanism):
         n_keep = n - int(round(float(self.discard_fraction) * n))
         return g.permutation(n)[:n_keep]
 
-    def fragment(self, data: Any, *, rng: Any, alignments: Sequence[Any] | None = None,
-                 progress: bool = False) -> FragmentRelease:
+    def fragment(
+        self,
+        data: Any,
+        *,
+        rng: Any,
+        alignments: Sequence[Any] | None = None,
+        progress: bool = False,
+    ) -> FragmentRelease:
         """Align (unless ``alignments`` are given), extract, shuffle, subsample and (optionally) tag.
 
         ``data``: a :class:`ParallelText` or a :class:`privnlp.data.parallel.ParallelCorpus`.
@@ -286,7 +364,15 @@ class PhraseFragmentation(Mechanism):
             src_out.append(o + " ".join(S[k][s0:s1]) + c)
             tgt_out.append(o + " ".join(T[k][t0:t1]) + c)
         timings["release_s"] = time.perf_counter() - t
-        return FragmentRelease(tuple(src_out), tuple(tgt_out), self.settings(), int(len(occ)), kept, alignments, timings)
+        return FragmentRelease(
+            tuple(src_out),
+            tuple(tgt_out),
+            self.settings(),
+            int(len(occ)),
+            kept,
+            alignments,
+            timings,
+        )
 
 
 @LEAKY_TWINS.register("phrase_fragmentation")

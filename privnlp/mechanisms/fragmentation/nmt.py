@@ -9,6 +9,7 @@ pre-trained on the toy language's *general* sentences, and the in-domain data ar
 
 Imports torch: not imported by ``privnlp.mechanisms.fragmentation``'s ``__init__``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,7 +51,14 @@ class TinySeq2Seq(nn.Module):
         h, last = self.enc(self.src_emb(src))
         return h, torch.cat([last[0], last[1]], dim=-1).unsqueeze(0)
 
-    def step(self, y: torch.Tensor, state: torch.Tensor, ctx: torch.Tensor, enc: torch.Tensor, mask: torch.Tensor):
+    def step(
+        self,
+        y: torch.Tensor,
+        state: torch.Tensor,
+        ctx: torch.Tensor,
+        enc: torch.Tensor,
+        mask: torch.Tensor,
+    ):
         o, state = self.dec(torch.cat([self.tgt_emb(y), ctx], dim=-1), state)
         scores = torch.bmm(o, enc.transpose(1, 2)).masked_fill(~mask.unsqueeze(1), -1e9)
         ctx = torch.bmm(scores.softmax(-1), enc)
@@ -62,7 +70,7 @@ class TinySeq2Seq(nn.Module):
         ctx = torch.zeros(src.size(0), 1, enc.size(-1))
         logits = []
         for t in range(tgt_in.size(1)):
-            lo, state, ctx = self.step(tgt_in[:, t:t + 1], state, ctx, enc, mask)
+            lo, state, ctx = self.step(tgt_in[:, t : t + 1], state, ctx, enc, mask)
             logits.append(lo)
         return torch.cat(logits, dim=1)
 
@@ -72,9 +80,22 @@ def _pad(seqs: list[list[int]]) -> torch.Tensor:
     return torch.tensor([s + [PAD] * (n - len(s)) for s in seqs], dtype=torch.long)
 
 
-def train_seq2seq(model: TinySeq2Seq, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], sv: Vocab, tv: Vocab, *,
-                  steps: int, batch_size: int = 64, lr: float = 3e-3, rng: Any) -> list[float]:
-    g = np.random.default_rng(int(np.random.default_rng(rng).integers(2**31)) if not isinstance(rng, np.random.Generator) else rng.integers(2**31))
+def train_seq2seq(
+    model: TinySeq2Seq,
+    pairs: Sequence[tuple[Sequence[str], Sequence[str]]],
+    sv: Vocab,
+    tv: Vocab,
+    *,
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    rng: Any,
+) -> list[float]:
+    g = np.random.default_rng(
+        int(np.random.default_rng(rng).integers(2**31))
+        if not isinstance(rng, np.random.Generator)
+        else rng.integers(2**31)
+    )
     data = [(sv.encode(s), [BOS] + tv.encode(t) + [EOS]) for s, t in pairs]
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     lossf = nn.CrossEntropyLoss(ignore_index=PAD)
@@ -95,11 +116,13 @@ def train_seq2seq(model: TinySeq2Seq, pairs: Sequence[tuple[Sequence[str], Seque
 
 
 @torch.no_grad()
-def translate(model: TinySeq2Seq, sentences: Sequence[Sequence[str]], sv: Vocab, tv: Vocab, max_len: int = 40) -> list[list[str]]:
+def translate(
+    model: TinySeq2Seq, sentences: Sequence[Sequence[str]], sv: Vocab, tv: Vocab, max_len: int = 40
+) -> list[list[str]]:
     model.eval()
     out: list[list[str]] = []
     for b in range(0, len(sentences), 128):
-        src = _pad([sv.encode(s) for s in sentences[b:b + 128]])
+        src = _pad([sv.encode(s) for s in sentences[b : b + 128]])
         enc, state = model.encode(src)
         mask = src != PAD
         ctx = torch.zeros(src.size(0), 1, enc.size(-1))
@@ -124,8 +147,11 @@ def translate(model: TinySeq2Seq, sentences: Sequence[Sequence[str]], sv: Vocab,
 def bleu(hyps: Sequence[Sequence[str]], refs: Sequence[Sequence[str]]) -> float:
     import sacrebleu
 
-    return float(sacrebleu.corpus_bleu([" ".join(h) for h in hyps], [[" ".join(r) for r in refs]],
-                                       tokenize="none", force=True).score)
+    return float(
+        sacrebleu.corpus_bleu(
+            [" ".join(h) for h in hyps], [[" ".join(r) for r in refs]], tokenize="none", force=True
+        ).score
+    )
 
 
 @dataclass(frozen=True)
@@ -145,9 +171,17 @@ def table2(*, seed: int = 0, **kwargs: Any) -> list[Table2Row]:
         return _table2(seed=seed, **kwargs)
 
 
-def _table2(*, seed: int = 0, n_general: int = 2000, n_domain: int = 1000, n_test: int = 200,
-           pretrain_steps: int = 600, finetune_steps: int = 250, max_lengths: Sequence[int] = (4, 7),
-           discard_fraction: float = 0.5) -> list[Table2Row]:
+def _table2(
+    *,
+    seed: int = 0,
+    n_general: int = 2000,
+    n_domain: int = 1000,
+    n_test: int = 200,
+    pretrain_steps: int = 600,
+    finetune_steps: int = 250,
+    max_lengths: Sequence[int] = (4, 7),
+    discard_fraction: float = 0.5,
+) -> list[Table2Row]:
     """BLEU of: no fine-tuning, fine-tuning on fragments (per max length, tag/no tag), full sentences."""
     from privnlp.data.parallel import generate_parallel
 
@@ -157,7 +191,9 @@ def _table2(*, seed: int = 0, n_general: int = 2000, n_domain: int = 1000, n_tes
     general = generate_parallel(n_general, seed=seed + 1, medical_rate=0.0)
     domain = generate_parallel(n_domain + n_test, seed=seed + 2, medical_rate=0.7)
     pt = from_corpus(domain)
-    _, _, tr, te = pt.split_by_document(n_test / (n_domain + n_test), rng=np.random.default_rng(seed))
+    _, _, tr, te = pt.split_by_document(
+        n_test / (n_domain + n_test), rng=np.random.default_rng(seed)
+    )
     train_dom, test_dom = domain.subset(tr), domain.subset(te)
     g_src = [s.split() for s in general.source]
     g_tgt = [t.split() for t in general.target]
@@ -178,7 +214,10 @@ def _table2(*, seed: int = 0, n_general: int = 2000, n_domain: int = 1000, n_tes
     for L in max_lengths:
         for tag in (False, True):
             rel = PhraseFragmentation(L, discard_fraction, tag=tag).fragment(
-                from_corpus(train_dom), rng=np.random.default_rng(seed), alignments=train_dom.alignments)
+                from_corpus(train_dom),
+                rng=np.random.default_rng(seed),
+                alignments=train_dom.alignments,
+            )
             pairs = [(s.split(), t.split()) for s, t in zip(rel.source, rel.target)]
             m = copy.deepcopy(base)
             train_seq2seq(m, pairs, sv, tv, steps=finetune_steps, lr=1e-3, rng=seed)

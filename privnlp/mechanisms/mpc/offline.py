@@ -13,6 +13,7 @@ tuples ahead of time in **one** batched request (:meth:`OfflinePhase.fill`). The
 same as CrypTen's (same PRG streams, consumed in the same order on Alice, Bob and the TTP); only
 the number of messages changes. Imports CrypTen: load lazily.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -52,7 +53,9 @@ def _result_size(func: str, args: tuple, kwargs: dict) -> torch.Size:
         return _broadcast(args[0], args[1])
     if func in ("square", "wraps", "B2A"):
         return torch.Size(args[0])
-    raise ProtocolError(f"unknown TTP request {func!r}: the offline phase cannot size it, refusing (fail closed)")
+    raise ProtocolError(
+        f"unknown TTP request {func!r}: the offline phase cannot size it, refusing (fail closed)"
+    )
 
 
 class OfflinePhase:
@@ -100,7 +103,7 @@ class OfflinePhase:
         off = 0
         for _, ph in pending:
             k = ph.numel()
-            ph.copy_(flat[off:off + k].view(ph.shape))
+            ph.copy_(flat[off : off + k].view(ph.shape))
             off += k
 
     def clear(self) -> None:

@@ -20,6 +20,7 @@ Embedded mode re-implements ``crypten.mpc.run_multiprocess`` (same env-based ren
 ``TTPServer``) with what it lacks: a deadline, draining results before ``join`` and killing every
 party when one fails (``run_multiprocess`` joins forever when a party dies).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,14 +39,25 @@ import numpy as np
 
 from privnlp.core.errors import InvalidArgument, ProtocolError
 
-__all__ = ["ALICE", "BOB", "TTP", "ROLES", "PartyOutput", "run_party", "run_embedded", "free_port",
-           "check_port_free", "validate_embeddings", "MAX_RECORDED"]
+__all__ = [
+    "ALICE",
+    "BOB",
+    "TTP",
+    "ROLES",
+    "PartyOutput",
+    "run_party",
+    "run_embedded",
+    "free_port",
+    "check_port_free",
+    "validate_embeddings",
+    "MAX_RECORDED",
+]
 
 ALICE, BOB, TTP = 0, 1, 2
 ROLES = {"alice": ALICE, "bob": BOB, "ttp": TTP}
 PROVIDERS = ("TTP", "TFP")
-MAX_RECORDED = 4096          # elements kept per recorded message
-MAX_MESSAGES = 400           # messages kept per party
+MAX_RECORDED = 4096  # elements kept per recorded message
+MAX_MESSAGES = 400  # messages kept per party
 
 
 @dataclass(frozen=True)
@@ -53,13 +65,13 @@ class PartyOutput:
     """What one party returns (plain numpy, picklable)."""
 
     role: str
-    labels: Any = None                 # Bob only: int array (n,)
-    logits: Any = None                 # Bob only, and only when reveal="logits"
+    labels: Any = None  # Bob only: int array (n,)
+    logits: Any = None  # Bob only, and only when reveal="logits"
     received: Mapping[str, Any] = field(default_factory=dict)  # recorded view (int64 arrays)
     opened: Mapping[str, Any] = field(default_factory=dict)
-    comm: Mapping[str, float] = field(default_factory=dict)    # rounds, bytes, time
-    seconds: float = 0.0                # weight sharing + all batches
-    batch_seconds: tuple = ()           # wall time of each batch (text, in sequential mode)
+    comm: Mapping[str, float] = field(default_factory=dict)  # rounds, bytes, time
+    seconds: float = 0.0  # weight sharing + all batches
+    batch_seconds: tuple = ()  # wall time of each batch (text, in sequential mode)
 
 
 def validate_embeddings(x: Any, embed_dim: int | None = None) -> np.ndarray:
@@ -71,8 +83,10 @@ def validate_embeddings(x: Any, embed_dim: int | None = None) -> np.ndarray:
     if arr.shape[0] == 0:
         raise InvalidArgument("embeddings must hold at least one row (n >= 1); got an empty batch")
     if embed_dim is not None and arr.shape[1] != embed_dim:
-        raise InvalidArgument(f"embeddings must have embed_dim={embed_dim} columns (the model's input size); "
-                              f"got {arr.shape[1]}")
+        raise InvalidArgument(
+            f"embeddings must have embed_dim={embed_dim} columns (the model's input size); "
+            f"got {arr.shape[1]}"
+        )
     if not np.all(np.isfinite(arr)):
         raise InvalidArgument("embeddings must be finite (no NaN/inf)")
     return arr
@@ -89,12 +103,15 @@ def check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as e:
-            raise ProtocolError(f"rendezvous port {port} on {host} is already in use ({e.strerror}); "
-                                f"pick another with --rendezvous tcp://{host}:PORT") from None
+            raise ProtocolError(
+                f"rendezvous port {port} on {host} is already in use ({e.strerror}); "
+                f"pick another with --rendezvous tcp://{host}:PORT"
+            ) from None
 
 
 # --------------------------------------------------------------------------------------------
 # inside a party process
+
 
 def _patch_dist_timeout(seconds: float) -> None:
     """CrypTen calls ``init_process_group`` without a timeout (default 30 min): inject ours, so
@@ -133,7 +150,9 @@ class _Recorder:
         items = out if isinstance(out, (list, tuple)) else [out]
         for t in items:
             if torch.is_tensor(t) and t.dtype == torch.int64 and t.numel() > 0:
-                self.messages[f"msg/{self._n:04d}/{op}"] = t.detach().flatten()[:MAX_RECORDED].numpy().copy()
+                self.messages[f"msg/{self._n:04d}/{op}"] = (
+                    t.detach().flatten()[:MAX_RECORDED].numpy().copy()
+                )
                 self._n += 1
 
     def _wrap(self, op: str, fn: Any) -> Any:
@@ -149,6 +168,7 @@ class _Recorder:
                     return out
             self._log(op, out)
             return out
+
         return wrapped
 
 
@@ -183,9 +203,19 @@ def _open_label(logit: Any, dst: int) -> Any:
     return b.reveal(dst=dst)
 
 
-def run_party(rank: int, *, config: Mapping[str, Any] | None = None, state: Mapping[str, Any] | None = None,
-              embeddings: Any = None, mode: str = "batched", reveal: str = "label", record: bool = False,
-              leak: str | None = None, pool_method: str = "tournament", offline: bool = True) -> PartyOutput:
+def run_party(
+    rank: int,
+    *,
+    config: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+    embeddings: Any = None,
+    mode: str = "batched",
+    reveal: str = "label",
+    record: bool = False,
+    leak: str | None = None,
+    pool_method: str = "tournament",
+    offline: bool = True,
+) -> PartyOutput:
     """Alice's (rank 0) or Bob's (rank 1) side of pi_TEXT. CrypTen must be initialised.
 
     Public handshake first (Alice: architecture config; Bob: number of texts and embedding size),
@@ -198,13 +228,33 @@ def run_party(rank: int, *, config: Mapping[str, Any] | None = None, state: Mapp
 
     crypten = import_crypten()
     with _fast_config(crypten):
-        return _run_party(rank, config=config, state=state, embeddings=embeddings, mode=mode, reveal=reveal,
-                          record=record, leak=leak, pool_method=pool_method, offline=offline)
+        return _run_party(
+            rank,
+            config=config,
+            state=state,
+            embeddings=embeddings,
+            mode=mode,
+            reveal=reveal,
+            record=record,
+            leak=leak,
+            pool_method=pool_method,
+            offline=offline,
+        )
 
 
-def _run_party(rank: int, *, config: Mapping[str, Any] | None, state: Mapping[str, Any] | None, embeddings: Any,
-               mode: str, reveal: str, record: bool, leak: str | None, pool_method: str,
-               offline: bool) -> PartyOutput:
+def _run_party(
+    rank: int,
+    *,
+    config: Mapping[str, Any] | None,
+    state: Mapping[str, Any] | None,
+    embeddings: Any,
+    mode: str,
+    reveal: str,
+    record: bool,
+    leak: str | None,
+    pool_method: str,
+    offline: bool,
+) -> PartyOutput:
     import torch
 
     from ._crypten_shim import import_crypten
@@ -220,23 +270,35 @@ def _run_party(rank: int, *, config: Mapping[str, Any] | None, state: Mapping[st
         shape = None
         pub_cfg = dict(config or {})
     else:
-        arr = np.asarray(embeddings, dtype=np.float32) if embeddings is not None else np.zeros((0, 0), np.float32)
+        arr = (
+            np.asarray(embeddings, dtype=np.float32)
+            if embeddings is not None
+            else np.zeros((0, 0), np.float32)
+        )
         if arr.ndim == 1:
             arr = arr[None, :]
         shape = tuple(arr.shape)
         pub_cfg = None
     pub_cfg = comm.broadcast_obj(pub_cfg, ALICE)
     shape = comm.broadcast_obj(shape, BOB)
-    pub = comm.broadcast_obj({"mode": mode, "reveal": reveal, "leak": leak} if rank == ALICE else None, ALICE)
+    pub = comm.broadcast_obj(
+        {"mode": mode, "reveal": reveal, "leak": leak} if rank == ALICE else None, ALICE
+    )
     if (pub["mode"], pub["reveal"], pub["leak"]) != (mode, reveal, leak):
-        raise ProtocolError(f"parties disagree on the protocol settings: alice={pub}, "
-                            f"{role}={{'mode': {mode!r}, 'reveal': {reveal!r}, 'leak': {leak!r}}}")
+        raise ProtocolError(
+            f"parties disagree on the protocol settings: alice={pub}, "
+            f"{role}={{'mode': {mode!r}, 'reveal': {reveal!r}, 'leak': {leak!r}}}"
+        )
     embed_dim = int(pub_cfg["embed_dim"])
     if len(shape) != 2 or shape[0] == 0:
-        raise InvalidArgument(f"embeddings must hold at least one row of size {embed_dim}; Bob sent shape {shape}")
+        raise InvalidArgument(
+            f"embeddings must hold at least one row of size {embed_dim}; Bob sent shape {shape}"
+        )
     if shape[1] != embed_dim:
-        raise InvalidArgument(f"embeddings must have embed_dim={embed_dim} columns (Alice's model input); "
-                              f"Bob's have {shape[1]}")
+        raise InvalidArgument(
+            f"embeddings must have embed_dim={embed_dim} columns (Alice's model input); "
+            f"Bob's have {shape[1]}"
+        )
     n = int(shape[0])
     rec = _Recorder(comm, rank) if record else None
     crypten.cfg.communicator.verbose = True  # CrypTen only counts rounds/bytes in verbose mode
@@ -244,7 +306,11 @@ def _run_party(rank: int, *, config: Mapping[str, Any] | None, state: Mapping[st
     t0 = time.perf_counter()
 
     # -- Alice secret-shares her weights -----------------------------------------------------
-    st = {k: torch.as_tensor(v) for k, v in state.items()} if (rank == ALICE and state is not None) else None
+    st = (
+        {k: torch.as_tensor(v) for k, v in state.items()}
+        if (rank == ALICE and state is not None)
+        else None
+    )
     model = build_crypten_textcnn(pub_cfg, st, pool_method=pool_method)
     model.encrypt(src=ALICE)
     model.eval()
@@ -331,10 +397,20 @@ def _run_party(rank: int, *, config: Mapping[str, Any] | None, state: Mapping[st
         if reveal == "logits":
             out_logits = np.concatenate(logits)
             opened["logit"] = out_logits
-    return PartyOutput(role=role, labels=out_labels, logits=out_logits, received=received, opened=opened,
-                       comm={"rounds": float(stats["rounds"]), "bytes": float(stats["bytes"]),
-                             "comm_time": float(stats.get("time", 0.0))}, seconds=seconds,
-                       batch_seconds=tuple(batch_seconds))
+    return PartyOutput(
+        role=role,
+        labels=out_labels,
+        logits=out_logits,
+        received=received,
+        opened=opened,
+        comm={
+            "rounds": float(stats["rounds"]),
+            "bytes": float(stats["bytes"]),
+            "comm_time": float(stats.get("time", 0.0)),
+        },
+        seconds=seconds,
+        batch_seconds=tuple(batch_seconds),
+    )
 
 
 def init_party(rank: int, *, rendezvous: str, provider: str, timeout: float) -> Any:
@@ -345,8 +421,14 @@ def init_party(rank: int, *, rendezvous: str, provider: str, timeout: float) -> 
     from ._crypten_shim import import_crypten
 
     crypten = import_crypten()
-    os.environ.update({"RENDEZVOUS": rendezvous, "WORLD_SIZE": "2", "RANK": str(rank),
-                       "DISTRIBUTED_BACKEND": "gloo"})
+    os.environ.update(
+        {
+            "RENDEZVOUS": rendezvous,
+            "WORLD_SIZE": "2",
+            "RANK": str(rank),
+            "DISTRIBUTED_BACKEND": "gloo",
+        }
+    )
     crypten.cfg.mpc.provider = provider
     _patch_dist_timeout(timeout)
     return crypten
@@ -378,10 +460,21 @@ def _child(rank: int, rendezvous: str, provider: str, timeout: float, q: Any, kw
         os._exit(1)
 
 
-def run_embedded(*, config: Mapping[str, Any], state: Mapping[str, Any], embeddings: Any, provider: str = "TTP",
-                 mode: str = "batched", reveal: str = "label", record: bool = False, leak: str | None = None,
-                 pool_method: str = "tournament", timeout: float = 120.0,
-                 rendezvous: str | None = None, offline: bool = True) -> dict[str, PartyOutput]:
+def run_embedded(
+    *,
+    config: Mapping[str, Any],
+    state: Mapping[str, Any],
+    embeddings: Any,
+    provider: str = "TTP",
+    mode: str = "batched",
+    reveal: str = "label",
+    record: bool = False,
+    leak: str | None = None,
+    pool_method: str = "tournament",
+    timeout: float = 120.0,
+    rendezvous: str | None = None,
+    offline: bool = True,
+) -> dict[str, PartyOutput]:
     """Run pi_TEXT with Alice, Bob (and the TTP) as forked processes on this machine.
 
     Returns ``{"alice": PartyOutput, "bob": PartyOutput}``. Raises ``InvalidArgument`` for bad
@@ -399,12 +492,27 @@ def run_embedded(*, config: Mapping[str, Any], state: Mapping[str, Any], embeddi
         rendezvous = "file://" + os.path.join(tempfile.mkdtemp(prefix="privnlp-mpc-"), "rendezvous")
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    common = dict(config=dict(config), mode=mode, reveal=reveal, record=record, leak=leak, pool_method=pool_method,
-                  offline=offline)
-    procs = [ctx.Process(target=_child, args=(ALICE, rendezvous, provider, timeout, q, dict(common, state=dict(state))),
-                         daemon=False),
-             ctx.Process(target=_child, args=(BOB, rendezvous, provider, timeout, q, dict(common, embeddings=x)),
-                         daemon=False)]
+    common = dict(
+        config=dict(config),
+        mode=mode,
+        reveal=reveal,
+        record=record,
+        leak=leak,
+        pool_method=pool_method,
+        offline=offline,
+    )
+    procs = [
+        ctx.Process(
+            target=_child,
+            args=(ALICE, rendezvous, provider, timeout, q, dict(common, state=dict(state))),
+            daemon=False,
+        ),
+        ctx.Process(
+            target=_child,
+            args=(BOB, rendezvous, provider, timeout, q, dict(common, embeddings=x)),
+            daemon=False,
+        ),
+    ]
     if provider == "TTP":
         procs.append(ctx.Process(target=_child, args=(TTP, rendezvous, provider, timeout, q, {})))
     results: dict[int, Any] = {}
@@ -415,7 +523,9 @@ def run_embedded(*, config: Mapping[str, Any], state: Mapping[str, Any], embeddi
         while len(results) < len(procs):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ProtocolError(f"MPC run did not finish within timeout={timeout} s; all parties stopped")
+                raise ProtocolError(
+                    f"MPC run did not finish within timeout={timeout} s; all parties stopped"
+                )
             try:
                 rank, status, payload = q.get(timeout=min(left, 0.5))
             except queue_mod.Empty:
@@ -423,7 +533,9 @@ def run_embedded(*, config: Mapping[str, Any], state: Mapping[str, Any], embeddi
                 if dead and q.empty():
                     time.sleep(0.2)
                     if q.empty():
-                        raise ProtocolError(f"an MPC party died (exit code {dead[0].exitcode}); all parties stopped")
+                        raise ProtocolError(
+                            f"an MPC party died (exit code {dead[0].exitcode}); all parties stopped"
+                        )
                 continue
             if status == "error":
                 name, msg, tb = payload
@@ -441,7 +553,7 @@ def run_embedded(*, config: Mapping[str, Any], state: Mapping[str, Any], embeddi
         q.close()
         if rendezvous.startswith("file://"):
             with contextlib.suppress(OSError):
-                os.unlink(rendezvous[len("file://"):])
+                os.unlink(rendezvous[len("file://") :])
     return {"alice": results[ALICE], "bob": results[BOB]}
 
 

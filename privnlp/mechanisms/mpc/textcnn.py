@@ -7,6 +7,7 @@ initializer); only the label is opened, to Bob. Semi-honest (honest-but-curious)
 
 Also here: the deliberately leaky twin (``LEAKY_TWINS["crypten_textcnn"]``) used by the tests.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,18 +24,31 @@ from privnlp.core.observations import PartyView
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 
-__all__ = ["CryptenTextCNN", "LeakyCryptenTextCNN", "MPCResult", "AliceModel", "train_alice_model",
-           "save_alice_model", "load_alice_model", "PAPER"]
+__all__ = [
+    "CryptenTextCNN",
+    "LeakyCryptenTextCNN",
+    "MPCResult",
+    "AliceModel",
+    "train_alice_model",
+    "save_alice_model",
+    "load_alice_model",
+    "PAPER",
+]
 
 PAPER = "mpc-cnn-private-text-classification.txt (Adams et al., privacy-preserving text classification with CNNs and MPC)"
 
-THREAT_BOB = ThreatModel(adversary=Adversary.MPC_PARTY, observes=("Bob's shares of Alice's weights",
-                         "every message Bob receives", "the opened label"),
-                         knows=("the architecture", "the public encoder", "his own text"),
-                         goal="learn Alice's model parameters")
-THREAT_ALICE = ThreatModel(adversary=Adversary.MPC_PARTY, observes=("Alice's shares of Bob's embedding",
-                           "every message Alice receives"),
-                           knows=("her model", "the public encoder"), goal="learn Bob's text / embedding")
+THREAT_BOB = ThreatModel(
+    adversary=Adversary.MPC_PARTY,
+    observes=("Bob's shares of Alice's weights", "every message Bob receives", "the opened label"),
+    knows=("the architecture", "the public encoder", "his own text"),
+    goal="learn Alice's model parameters",
+)
+THREAT_ALICE = ThreatModel(
+    adversary=Adversary.MPC_PARTY,
+    observes=("Alice's shares of Bob's embedding", "every message Alice receives"),
+    knows=("her model", "the public encoder"),
+    goal="learn Bob's text / embedding",
+)
 
 
 @dataclass(frozen=True)
@@ -50,12 +64,12 @@ class MPCResult:
         batch_seconds: Bob's wall time per batch (per text in ``"sequential"`` mode).
     """
 
-    labels: np.ndarray                      # what Bob learns
-    logits: np.ndarray | None = None        # only with reveal="logits" (testing)
-    views: tuple[PartyView, ...] = ()       # recorded party views (record=True)
+    labels: np.ndarray  # what Bob learns
+    logits: np.ndarray | None = None  # only with reveal="logits" (testing)
+    views: tuple[PartyView, ...] = ()  # recorded party views (record=True)
     comm: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # per party rounds/bytes
-    seconds: float = 0.0                    # protocol wall time (inside the parties)
-    batch_seconds: tuple[float, ...] = ()   # Bob's wall time per batch (per text when sequential)
+    seconds: float = 0.0  # protocol wall time (inside the parties)
+    batch_seconds: tuple[float, ...] = ()  # Bob's wall time per batch (per text when sequential)
 
 
 @dataclass(frozen=True)
@@ -67,10 +81,19 @@ class AliceModel:
     accuracy: float = float("nan")
 
 
-def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, epochs: int = 20, seed: int = 0,
-                      texts: Sequence[str] | None = None, labels: Sequence[int] | None = None,
-                      held_out: float = 0.25, preset: str = "paper",
-                      embeddings: Any = None) -> tuple[AliceModel, np.ndarray, np.ndarray]:
+def train_alice_model(
+    *,
+    n: int = 600,
+    encoder: str = "auto",
+    dim: int = 128,
+    epochs: int = 20,
+    seed: int = 0,
+    texts: Sequence[str] | None = None,
+    labels: Sequence[int] | None = None,
+    held_out: float = 0.25,
+    preset: str = "paper",
+    embeddings: Any = None,
+) -> tuple[AliceModel, np.ndarray, np.ndarray]:
     """Train Alice's TextCNN in plaintext on ``privnlp.data.generate_sentiment`` (or given data).
 
     ``preset``: ``"paper"`` or ``"fast"`` (:data:`privnlp.models.cnn.PRESETS`). The input is
@@ -116,7 +139,9 @@ def train_alice_model(*, n: int = 600, encoder: str = "auto", dim: int = 128, ep
     x = enc.encode(texts) if embeddings is None else np.asarray(embeddings, np.float32)
     y = np.asarray(labels, np.int64)
     if len(x) != len(y):
-        raise InvalidArgument(f"embeddings and labels must have equal length; got {len(x)} and {len(y)}")
+        raise InvalidArgument(
+            f"embeddings and labels must have equal length; got {len(x)} and {len(y)}"
+        )
     k = int(round(len(x) * (1 - held_out)))
     rms = float(np.sqrt(np.mean(np.square(x[:k])))) if k else 1.0
     scale = float(f"{1.0 / rms:.2g}") if rms > 0 else 1.0
@@ -158,7 +183,10 @@ def load_alice_model(path: str) -> Any:
 
     d = torch.load(path, map_location="cpu", weights_only=True)
     cfg = dict(d["config"])
-    m = TextCNN(cfg.pop("embed_dim"), **{k: (tuple(v) if k == "kernel_sizes" else v) for k, v in cfg.items()})
+    m = TextCNN(
+        cfg.pop("embed_dim"),
+        **{k: (tuple(v) if k == "kernel_sizes" else v) for k, v in cfg.items()},
+    )
     m.load_state_dict(d["state_dict"])
     m.eval()
     return m
@@ -190,14 +218,21 @@ class CryptenTextCNN(Mechanism):
     scenario: ClassVar[str | None] = "mpc.inference"
     leak: ClassVar[str | None] = None
 
-    def __init__(self, provider: str = "TTP", mode: str = "batched", pool_method: str = "tournament",
-                 timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        provider: str = "TTP",
+        mode: str = "batched",
+        pool_method: str = "tournament",
+        timeout: float = 120.0,
+    ) -> None:
         if provider not in ("TTP", "TFP"):
             raise InvalidArgument(f"provider must be 'TTP' or 'TFP'; got {provider!r}")
         if mode not in ("batched", "sequential"):
             raise InvalidArgument(f"mode must be 'batched' or 'sequential'; got {mode!r}")
         if pool_method not in ("tournament", "max_pool2d"):
-            raise InvalidArgument(f"pool_method must be 'tournament' or 'max_pool2d'; got {pool_method!r}")
+            raise InvalidArgument(
+                f"pool_method must be 'tournament' or 'max_pool2d'; got {pool_method!r}"
+            )
         check_positive("timeout", timeout)
         self.provider = provider
         self.mode = mode
@@ -205,25 +240,39 @@ class CryptenTextCNN(Mechanism):
         self.timeout = timeout
 
     def claim(self) -> PrivacyClaim:
-        notes = ["CrypTen additive secret sharing over Z_2^64 with 16-bit fixed point, semi-honest (honest-but-curious) "
-                 "security, one corrupted party out of Alice and Bob",
-                 "Bob learns only the label; Alice learns nothing about Bob's embedding; "
-                 "public: the architecture, the number of texts and the embedding size",
-                 "the public encoder runs on Bob's side in the clear"]
+        notes = [
+            "CrypTen additive secret sharing over Z_2^64 with 16-bit fixed point, semi-honest (honest-but-curious) "
+            "security, one corrupted party out of Alice and Bob",
+            "Bob learns only the label; Alice learns nothing about Bob's embedding; "
+            "public: the architecture, the number of texts and the embedding size",
+            "the public encoder runs on Bob's side in the clear",
+        ]
         if self.provider == "TTP":
-            notes.append("Beaver triples from a trusted third party that does not collude with either party")
+            notes.append(
+                "Beaver triples from a trusted third party that does not collude with either party"
+            )
         else:
-            notes.append("provider TFP: Alice (the first party) deals the Beaver triples, so she could unmask Bob's "
-                         "input; only Alice's model is protected (from Bob). Testing only")
-        return PrivacyClaim.cryptographic(*notes, extra={"provider": self.provider, "ring_bits": 64,
-                                                         "precision_bits": 16})
+            notes.append(
+                "provider TFP: Alice (the first party) deals the Beaver triples, so she could unmask Bob's "
+                "input; only Alice's model is protected (from Bob). Testing only"
+            )
+        return PrivacyClaim.cryptographic(
+            *notes, extra={"provider": self.provider, "ring_bits": 64, "precision_bits": 16}
+        )
 
     @classmethod
     def example(cls, preset: str = "quick") -> "CryptenTextCNN":
         return cls(provider="TTP", mode="batched")
 
-    def classify(self, model: Any, embeddings: Any, *, rng: Any = None, reveal: str = "label",
-                 record: bool = False) -> MPCResult:
+    def classify(
+        self,
+        model: Any,
+        embeddings: Any,
+        *,
+        rng: Any = None,
+        reveal: str = "label",
+        record: bool = False,
+    ) -> MPCResult:
         """Run pi_TEXT on Bob's ``embeddings`` (n, embed_dim) with Alice's TextCNN ``model``.
 
         ``rng`` is accepted for the interface and ignored: the shares and triples come from
@@ -236,18 +285,39 @@ class CryptenTextCNN(Mechanism):
         from .crypten_model import plaintext_state
         from .protocol import run_embedded
 
-        out = run_embedded(config=model.public_config(), state={k: v.numpy() for k, v in plaintext_state(model).items()},
-                           embeddings=embeddings, provider=self.provider, mode=self.mode, reveal=reveal,
-                           record=record, leak=self.leak, pool_method=self.pool_method, timeout=self.timeout)
+        out = run_embedded(
+            config=model.public_config(),
+            state={k: v.numpy() for k, v in plaintext_state(model).items()},
+            embeddings=embeddings,
+            provider=self.provider,
+            mode=self.mode,
+            reveal=reveal,
+            record=record,
+            leak=self.leak,
+            pool_method=self.pool_method,
+            timeout=self.timeout,
+        )
         views = ()
         if record:
-            views = tuple(PartyView(party=role, received=dict(o.received), opened=dict(o.opened), ring_bits=64,
-                                    meta={"provider": self.provider, "mode": self.mode, "leak": self.leak})
-                          for role, o in out.items())
+            views = tuple(
+                PartyView(
+                    party=role,
+                    received=dict(o.received),
+                    opened=dict(o.opened),
+                    ring_bits=64,
+                    meta={"provider": self.provider, "mode": self.mode, "leak": self.leak},
+                )
+                for role, o in out.items()
+            )
         b = out["bob"]
-        return MPCResult(labels=b.labels, logits=b.logits, views=views,
-                         comm={r: dict(o.comm) for r, o in out.items()}, seconds=max(o.seconds for o in out.values()),
-                         batch_seconds=tuple(b.batch_seconds))
+        return MPCResult(
+            labels=b.labels,
+            logits=b.logits,
+            views=views,
+            comm={r: dict(o.comm) for r, o in out.items()},
+            seconds=max(o.seconds for o in out.values()),
+            batch_seconds=tuple(b.batch_seconds),
+        )
 
 
 @LEAKY_TWINS.register("crypten_textcnn")
@@ -269,12 +339,22 @@ class LeakyCryptenTextCNN(CryptenTextCNN):
 
     leak = "unmasked_shares"
 
-    def __init__(self, provider: str = "TTP", mode: str = "batched", pool_method: str = "tournament",
-                 timeout: float = 120.0, leak: str = "unmasked_shares") -> None:
+    def __init__(
+        self,
+        provider: str = "TTP",
+        mode: str = "batched",
+        pool_method: str = "tournament",
+        timeout: float = 120.0,
+        leak: str = "unmasked_shares",
+    ) -> None:
         super().__init__(provider, mode, pool_method, timeout)
         if leak not in ("unmasked_shares", "open_intermediate"):
-            raise InvalidArgument(f"leak must be 'unmasked_shares' or 'open_intermediate'; got {leak!r}")
+            raise InvalidArgument(
+                f"leak must be 'unmasked_shares' or 'open_intermediate'; got {leak!r}"
+            )
         self.leak = leak  # type: ignore[misc]
 
     def claim(self) -> PrivacyClaim:
-        return PrivacyClaim.none(f"leaky twin of crypten_textcnn ({self.leak}) used to test the audit")
+        return PrivacyClaim.none(
+            f"leaky twin of crypten_textcnn ({self.leak}) used to test the audit"
+        )

@@ -7,13 +7,32 @@
 * :mod:`.redact`: redaction with typed placeholders or consistent surrogates;
 * :mod:`.mechanism`: the registered mechanism ``pii_redaction`` and its leaky twin.
 """
+
 from __future__ import annotations
 
-from .annotate import AnnotatedDoc, AutoAnnotator, degrade_fields, evaluate_annotation, name_variants
+from .annotate import (
+    AnnotatedDoc,
+    AutoAnnotator,
+    degrade_fields,
+    evaluate_annotation,
+    name_variants,
+)
 from .mechanism import LeakyPIIRedactionFirstMention, PIIRedaction
 from .recognizers import PIISpan, luhn_ok, recognize
 from .redact import PIIRedactor, RedactionResult, redact_file
 
-__all__ = ["AutoAnnotator", "AnnotatedDoc", "evaluate_annotation", "degrade_fields", "name_variants", "PIISpan",
-           "recognize", "luhn_ok", "PIIRedaction", "LeakyPIIRedactionFirstMention", "PIIRedactor",
-           "RedactionResult", "redact_file"]
+__all__ = [
+    "AutoAnnotator",
+    "AnnotatedDoc",
+    "evaluate_annotation",
+    "degrade_fields",
+    "name_variants",
+    "PIISpan",
+    "recognize",
+    "luhn_ok",
+    "PIIRedaction",
+    "LeakyPIIRedactionFirstMention",
+    "PIIRedactor",
+    "RedactionResult",
+    "redact_file",
+]

@@ -5,6 +5,7 @@ Paper: ``../shared/papers/wikipii-pii-extraction-federated.txt``: Table 4 (auto-
 Table 5 (a tagger trained on the noisy labels vs gold), Figure 5 (F1 vs the number of federated sites, each
 site holding an equal random share of the training data, repeated over random divisions).
 """
+
 from __future__ import annotations
 
 import time
@@ -18,8 +19,16 @@ from privnlp.core.rng import as_numpy
 __all__ = ["noisy_label_effect", "sites_curve", "union_tags", "jitter_boundaries"]
 
 
-def _setup(n_users: int, records_per_user: int, heldout_users: int, seed: int, patterns: bool,
-           shared_names: bool = False, degraded: bool = False, annotator: dict[str, Any] | None = None):
+def _setup(
+    n_users: int,
+    records_per_user: int,
+    heldout_users: int,
+    seed: int,
+    patterns: bool,
+    shared_names: bool = False,
+    degraded: bool = False,
+    annotator: dict[str, Any] | None = None,
+):
     from privnlp.data import generate_corpus
 
     from .annotate import AutoAnnotator, degrade_fields
@@ -40,10 +49,21 @@ def _setup(n_users: int, records_per_user: int, heldout_users: int, seed: int, p
     return corpus, train, test, [d.tokens_and_tags() for d in tr_docs], te_docs
 
 
-def noisy_label_effect(*, n_users: int = 48, records_per_user: int = 10, heldout_users: int = 8, rounds: int = 10,
-                       patterns: bool = True, shared_names: bool = False, degraded: bool = False,
-                       annotator: dict[str, Any] | None = None, boundary_noise: float = 0.0,
-                       model: str = "bilstm", rng: Any = 0, **train_kw: Any) -> dict[str, Any]:
+def noisy_label_effect(
+    *,
+    n_users: int = 48,
+    records_per_user: int = 10,
+    heldout_users: int = 8,
+    rounds: int = 10,
+    patterns: bool = True,
+    shared_names: bool = False,
+    degraded: bool = False,
+    annotator: dict[str, Any] | None = None,
+    boundary_noise: float = 0.0,
+    model: str = "bilstm",
+    rng: Any = 0,
+    **train_kw: Any,
+) -> dict[str, Any]:
     """Noisy labels vs gold and the tagger trained on them vs gold, on held-out users' documents.
 
     The noisy labels of the held-out documents come from the same annotator and the same kind of fields as
@@ -58,8 +78,9 @@ def noisy_label_effect(*, n_users: int = 48, records_per_user: int = 10, heldout
 
     g = as_numpy(rng)
     seed = int(g.integers(0, 2**31 - 1))
-    _, train, test, sents, te_docs = _setup(n_users, records_per_user, heldout_users, seed, patterns, shared_names,
-                                            degraded, annotator)
+    _, train, test, sents, te_docs = _setup(
+        n_users, records_per_user, heldout_users, seed, patterns, shared_names, degraded, annotator
+    )
     gold = [r.tokens_and_tags() for r in test]
     gold_tags = [t for _, t in gold]
     te_labels = [d.tokens_and_tags()[1] for d in te_docs]
@@ -68,21 +89,42 @@ def noisy_label_effect(*, n_users: int = 48, records_per_user: int = 10, heldout
         sents = [(t, jitter_boundaries(tg, boundary_noise, rng=gn)) for t, tg in sents]
         te_labels = [jitter_boundaries(tg, boundary_noise, rng=gn) for tg in te_labels]
     noisy = evaluate_tags(gold_tags, te_labels)
-    regex = evaluate_tags(gold_tags, [to_bio(r.text, recognize(r.text, ("EMAIL", "PHONE", "SSN", "DATE")))[1]
-                                      for r in test])
+    regex = evaluate_tags(
+        gold_tags,
+        [to_bio(r.text, recognize(r.text, ("EMAIL", "PHONE", "SSN", "DATE")))[1] for r in test],
+    )
     t0 = time.perf_counter()
     defaults = {"lr": 3.0, "min_count": 4, "word_dropout": 0.25} if model == "bilstm" else {}
-    run = train_tagger(sents, groups=[r.user_id for r in train], sites=1, rounds=rounds, model=model,
-                       rng=int(g.integers(0, 2**31 - 1)), **{**defaults, **train_kw})
+    run = train_tagger(
+        sents,
+        groups=[r.user_id for r in train],
+        sites=1,
+        rounds=rounds,
+        model=model,
+        rng=int(g.integers(0, 2**31 - 1)),
+        **{**defaults, **train_kw},
+    )
     secs = time.perf_counter() - t0
     pred = run.tagger.tags_for_tokens([t for t, _ in gold])
     tagged = evaluate_tags(gold_tags, pred)
     union = evaluate_tags(gold_tags, [union_tags(lab, p) for lab, p in zip(te_labels, pred)])
-    return {"noisy_labels": noisy.to_dict(), "tagger": tagged.to_dict(), "regex_only": regex.to_dict(),
-            "labels_or_tagger": union.to_dict(), "train_seconds": secs, "seconds_per_epoch": run.seconds_per_round,
-            "model": model, "train_docs": len(train), "test_docs": len(test), "patterns": patterns,
-            "rounds": rounds, "degraded": degraded, "annotator": dict(annotator or {}), "boundary_noise": boundary_noise,
-            "train_kw": {k: v for k, v in train_kw.items() if isinstance(v, (int, float, str, bool))}}
+    return {
+        "noisy_labels": noisy.to_dict(),
+        "tagger": tagged.to_dict(),
+        "regex_only": regex.to_dict(),
+        "labels_or_tagger": union.to_dict(),
+        "train_seconds": secs,
+        "seconds_per_epoch": run.seconds_per_round,
+        "model": model,
+        "train_docs": len(train),
+        "test_docs": len(test),
+        "patterns": patterns,
+        "rounds": rounds,
+        "degraded": degraded,
+        "annotator": dict(annotator or {}),
+        "boundary_noise": boundary_noise,
+        "train_kw": {k: v for k, v in train_kw.items() if isinstance(v, (int, float, str, bool))},
+    }
 
 
 def jitter_boundaries(tags: Sequence[str], p: float, *, rng: Any) -> list[str]:
@@ -124,9 +166,20 @@ def union_tags(labels: Sequence[str], tagger: Sequence[str]) -> list[str]:
     return out
 
 
-def sites_curve(site_counts: Sequence[int] = (1, 2, 4, 8), *, total_sites: int = 8, repeats: int = 3,
-                n_users: int = 88, records_per_user: int = 10, heldout_users: int = 8, rounds: int = 12,
-                setting: str = "remote", patterns: bool = True, rng: Any = 0, **train_kw: Any) -> list[dict[str, Any]]:
+def sites_curve(
+    site_counts: Sequence[int] = (1, 2, 4, 8),
+    *,
+    total_sites: int = 8,
+    repeats: int = 3,
+    n_users: int = 88,
+    records_per_user: int = 10,
+    heldout_users: int = 8,
+    rounds: int = 12,
+    setting: str = "remote",
+    patterns: bool = True,
+    rng: Any = 0,
+    **train_kw: Any,
+) -> list[dict[str, Any]]:
     """Figure 5: the training users are divided at random among ``total_sites`` sites and the first K take part;
     strict / partial F1 on held-out users, mean and sd over ``repeats`` random divisions.
 
@@ -148,19 +201,36 @@ def sites_curve(site_counts: Sequence[int] = (1, 2, 4, 8), *, total_sites: int =
     rows = []
     res: dict[int, list[dict[str, float]]] = {k: [] for k in site_counts}
     for rep in range(repeats):
-        sites = split_sites(sents, [r.user_id for r in train], total_sites, rng=np.random.default_rng([seed, rep]))
+        sites = split_sites(
+            sents, [r.user_id for r in train], total_sites, rng=np.random.default_rng([seed, rep])
+        )
         for k in site_counts:
             part = sites[:k] if setting == "remote" else [[s for site in sites[:k] for s in site]]
             t0 = time.perf_counter()
-            run = train_tagger([], site_data=part, rounds=rounds, rng=int(g.integers(0, 2**31 - 1)), **kw)
+            run = train_tagger(
+                [], site_data=part, rounds=rounds, rng=int(g.integers(0, 2**31 - 1)), **kw
+            )
             secs = time.perf_counter() - t0
-            ev = evaluate_tags([t for _, t in gold], run.tagger.tags_for_tokens([t for t, _ in gold]))
-            res[k].append({"strict_f1": ev.metrics.strict.f1, "partial_f1": ev.metrics.partial.f1,
-                           "seqeval_f1": ev.seqeval_f1, "docs": sum(len(s) for s in sites[:k]),
-                           "seconds": secs})
+            ev = evaluate_tags(
+                [t for _, t in gold], run.tagger.tags_for_tokens([t for t, _ in gold])
+            )
+            res[k].append(
+                {
+                    "strict_f1": ev.metrics.strict.f1,
+                    "partial_f1": ev.metrics.partial.f1,
+                    "seqeval_f1": ev.seqeval_f1,
+                    "docs": sum(len(s) for s in sites[:k]),
+                    "seconds": secs,
+                }
+            )
     for k in site_counts:
         vals = res[k]
-        row = {"sites": k, "setting": setting, "rounds": rounds, "train_docs": float(np.mean([v["docs"] for v in vals]))}
+        row = {
+            "sites": k,
+            "setting": setting,
+            "rounds": rounds,
+            "train_docs": float(np.mean([v["docs"] for v in vals])),
+        }
         for m in ("strict_f1", "partial_f1", "seqeval_f1", "seconds"):
             row[m] = float(np.mean([v[m] for v in vals]))
             row[m + "_sd"] = float(np.std([v[m] for v in vals]))

@@ -19,14 +19,23 @@ ClientApp (to train on its site's data).
 
 :func:`tagger_from_state` turns the ServerApp's ``final.pt`` into a :class:`~.tagger.PIITagger`.
 """
+
 from __future__ import annotations
 
 import warnings
 from functools import lru_cache
 from typing import Any, Mapping
 
-__all__ = ["FLOWER_TASK", "USERS_PER_SITE", "RECORDS_PER_USER", "WORD_DROPOUT", "public_vocab", "site_sentences",
-           "flower_task_and_data", "tagger_from_state"]
+__all__ = [
+    "FLOWER_TASK",
+    "USERS_PER_SITE",
+    "RECORDS_PER_USER",
+    "WORD_DROPOUT",
+    "public_vocab",
+    "site_sentences",
+    "flower_task_and_data",
+    "tagger_from_state",
+]
 
 FLOWER_TASK = "pii_tagger"
 USERS_PER_SITE = 6
@@ -50,7 +59,9 @@ def public_vocab(seed: int) -> Any:
     return TagVocab.build(sents, min_count=2, labels=LABELS)
 
 
-def site_sentences(seed: int, partition_id: int, num_partitions: int) -> list[tuple[list[str], list[str]]]:
+def site_sentences(
+    seed: int, partition_id: int, num_partitions: int
+) -> list[tuple[list[str], list[str]]]:
     """One site's auto-annotated documents (tokens, noisy BIO tags), from its own known fields only."""
     from privnlp.core.errors import InvalidArgument
     from privnlp.data import generate_corpus
@@ -60,15 +71,19 @@ def site_sentences(seed: int, partition_id: int, num_partitions: int) -> list[tu
     if not 0 <= int(partition_id) < int(num_partitions):
         raise InvalidArgument(f"partition_id must be in [0, {num_partitions}); got {partition_id}")
     corpus = generate_corpus(int(num_partitions) * USERS_PER_SITE, RECORDS_PER_USER, seed=int(seed))
-    mine = set(list(corpus.users)[int(partition_id)::int(num_partitions)])
+    mine = set(list(corpus.users)[int(partition_id) :: int(num_partitions)])
     recs = [r for r in corpus.records if r.user_id in mine]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unmatched fields are expected noise here
-        docs = AutoAnnotator(patterns=True).annotate_records(recs, {r.id: corpus.known_fields[r.id] for r in recs})
+        docs = AutoAnnotator(patterns=True).annotate_records(
+            recs, {r.id: corpus.known_fields[r.id] for r in recs}
+        )
     return [d.tokens_and_tags() for d in docs]
 
 
-def flower_task_and_data(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) -> tuple[Any, Any]:
+def flower_task_and_data(
+    cfg: Mapping[str, Any], partition_id: int, num_partitions: int
+) -> tuple[Any, Any]:
     """``(Task, ClientData)`` of partition ``partition_id`` for the Flower apps (see the module docstring)."""
     from privnlp.mechanisms.federated.client import ClientData
 
@@ -77,9 +92,18 @@ def flower_task_and_data(cfg: Mapping[str, Any], partition_id: int, num_partitio
     seed = int(cfg.get("seed", 0))
     vocab = public_vocab(seed)
     dp = float(cfg.get("client-max-grad-norm", 0.0) or 0.0) > 0
-    task = bilstm_task(len(vocab.words), len(vocab.tags), emb_dim=EMB_DIM, hidden=HIDDEN, seed=seed,
-                       dp_compatible=dp, word_dropout=WORD_DROPOUT)
-    data = ClientData(vocab.encode(site_sentences(seed, partition_id, num_partitions), with_unk=True))
+    task = bilstm_task(
+        len(vocab.words),
+        len(vocab.tags),
+        emb_dim=EMB_DIM,
+        hidden=HIDDEN,
+        seed=seed,
+        dp_compatible=dp,
+        word_dropout=WORD_DROPOUT,
+    )
+    data = ClientData(
+        vocab.encode(site_sentences(seed, partition_id, num_partitions), with_unk=True)
+    )
     return task, data
 
 
@@ -93,12 +117,19 @@ def tagger_from_state(state: Mapping[str, Any], seed: int = 0) -> Any:
 
     vocab = public_vocab(int(seed))
     state = dict(state)
-    for dp in (False, True):  # nn.LSTM, or opacus' DPLSTM (a run with client DP-SGD): other parameter names
-        model = BiLSTMTagger(len(vocab.words), len(vocab.tags), emb_dim=EMB_DIM, hidden=HIDDEN, dp_compatible=dp)
+    for dp in (
+        False,
+        True,
+    ):  # nn.LSTM, or opacus' DPLSTM (a run with client DP-SGD): other parameter names
+        model = BiLSTMTagger(
+            len(vocab.words), len(vocab.tags), emb_dim=EMB_DIM, hidden=HIDDEN, dp_compatible=dp
+        )
         if set(state) == {k for k, _ in model.named_parameters()}:
             model.load_state_dict(state, strict=False)
             break
     else:
-        raise InvalidArgument(f"state does not fit the pii_tagger task's model (seed={seed}): keys {sorted(state)[:4]}")
+        raise InvalidArgument(
+            f"state does not fit the pii_tagger task's model (seed={seed}): keys {sorted(state)[:4]}"
+        )
     model.eval()
     return PIITagger(model, vocab)

@@ -8,6 +8,7 @@ best-effort, measured by the paired attacks (``pii_residual``: residual PII reca
 whose PII the redactor never saw + re-identification; ``canary_exposure``: an LM trained on the
 redacted corpus), never guaranteed.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,8 @@ REDACTED_DATA_RECIPIENT = ThreatModel(
     adversary=Adversary.DATA_RECIPIENT,
     observes=("the redacted documents", "models trained on them"),
     knows=("other documents of the same users (background knowledge)", "the redaction method"),
-    goal="read PII that survived redaction; link a redacted document to its author; extract canaries from a model")
+    goal="read PII that survived redaction; link a redacted document to its author; extract canaries from a model",
+)
 
 
 @MECHANISMS.register("pii_redaction")
@@ -63,9 +65,19 @@ class PIIRedaction(Mechanism):
     threat_models = (REDACTED_DATA_RECIPIENT,)
     scenario = "pii.redaction"
 
-    def __init__(self, mode: str = "placeholder", sites: int = 1, rounds: int = 10, local_epochs: float = 1.0,
-                 lr: float = 3.0, min_count: int = 4, patterns: bool = True, regex: bool = True,
-                 fuzzy_threshold: float = 85.0, word_dropout: float = 0.25) -> None:
+    def __init__(
+        self,
+        mode: str = "placeholder",
+        sites: int = 1,
+        rounds: int = 10,
+        local_epochs: float = 1.0,
+        lr: float = 3.0,
+        min_count: int = 4,
+        patterns: bool = True,
+        regex: bool = True,
+        fuzzy_threshold: float = 85.0,
+        word_dropout: float = 0.25,
+    ) -> None:
         if mode not in MODES:
             raise InvalidArgument(f"mode must be one of {MODES}; got {mode!r}")
         check_range("sites", sites, 1, 10**4, integer=True)
@@ -91,24 +103,39 @@ class PIIRedaction(Mechanism):
             "PII redaction by a tagger trained on auto-annotated (noisy) labels plus regex recognizers: best effort, "
             "no formal guarantee; PII the tagger misses (unseen name formats, free-text identifiers, writing style) "
             "stays in the text; see the measured residual PII recall and re-identification accuracy",
-            extra={"mode": self.mode, "sites": self.sites})
+            extra={"mode": self.mode, "sites": self.sites},
+        )
 
     def annotator(self) -> AutoAnnotator:
         return AutoAnnotator(fuzzy_threshold=self.fuzzy_threshold, patterns=self.patterns)
 
-    def fit(self, records: Sequence[Any], known_fields: Mapping[str, Any], *, rng: Any) -> PIIRedactor:
+    def fit(
+        self, records: Sequence[Any], known_fields: Mapping[str, Any], *, rng: Any
+    ) -> PIIRedactor:
         """Auto-annotate ``records`` (``.id``, ``.text``, ``.user_id``) and train the tagger; ``rounds=0``: no
         tagger (regex recognizers only)."""
         tagger = None
         if self.rounds > 0:
             from .tagger import train_tagger
 
-            ids = {str(r.id) for r in records}  # the fields of other documents are not this training set's
-            docs = self.annotator().annotate_records(records, {k: v for k, v in known_fields.items() if k in ids})
+            ids = {
+                str(r.id) for r in records
+            }  # the fields of other documents are not this training set's
+            docs = self.annotator().annotate_records(
+                records, {k: v for k, v in known_fields.items() if k in ids}
+            )
             sents = [d.tokens_and_tags() for d in docs]
-            run = train_tagger(sents, groups=[getattr(r, "user_id", str(i)) for i, r in enumerate(records)],
-                               sites=self.sites, rounds=self.rounds, local_epochs=self.local_epochs, lr=self.lr,
-                               min_count=self.min_count, word_dropout=self.word_dropout, rng=rng)
+            run = train_tagger(
+                sents,
+                groups=[getattr(r, "user_id", str(i)) for i, r in enumerate(records)],
+                sites=self.sites,
+                rounds=self.rounds,
+                local_epochs=self.local_epochs,
+                lr=self.lr,
+                min_count=self.min_count,
+                word_dropout=self.word_dropout,
+                rng=rng,
+            )
             tagger = run.tagger
         return self._redactor(tagger)
 

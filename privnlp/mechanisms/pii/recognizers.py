@@ -8,6 +8,7 @@ Every recognizer returns :class:`PIISpan` objects in Presidio's shape (``entity_
 ``score``); :func:`parse_date` turns a date mention in any of the common formats into a
 ``datetime.date`` so the annotator can compare it with a known (ISO) date.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -17,18 +18,54 @@ from typing import Iterable
 
 from privnlp.core.errors import InvalidArgument
 
-__all__ = ["PIISpan", "find_emails", "find_phones", "find_ssns", "find_cards", "find_dates", "luhn_ok",
-           "parse_date", "recognize", "DATE_FORMATS", "digits"]
+__all__ = [
+    "PIISpan",
+    "find_emails",
+    "find_phones",
+    "find_ssns",
+    "find_cards",
+    "find_dates",
+    "luhn_ok",
+    "parse_date",
+    "recognize",
+    "DATE_FORMATS",
+    "digits",
+]
 
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-           "november", "december")
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 _MON = {m[:3]: i + 1 for i, m in enumerate(_MONTHS)}
-_MONTH_RE = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
-             r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
+_MONTH_RE = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+    r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+)
 
 #: strftime formats a known date is rendered in before exact search (plus unpadded variants)
-DATE_FORMATS = ("%B %d, %Y", "%m/%d/%Y", "%Y-%m-%d", "%d %B %Y", "%b %d, %Y", "%m-%d-%Y", "%d/%m/%Y",
-                "%B %d %Y", "%d.%m.%Y", "%Y/%m/%d", "%b. %d, %Y")
+DATE_FORMATS = (
+    "%B %d, %Y",
+    "%m/%d/%Y",
+    "%Y-%m-%d",
+    "%d %B %Y",
+    "%b %d, %Y",
+    "%m-%d-%Y",
+    "%d/%m/%Y",
+    "%B %d %Y",
+    "%d.%m.%Y",
+    "%Y/%m/%d",
+    "%b. %d, %Y",
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +92,12 @@ class PIISpan:
 
     def to_presidio(self) -> dict:
         """Presidio's ``RecognizerResult`` shape."""
-        return {"entity_type": self.label, "start": int(self.start), "end": int(self.end),
-                "score": round(float(self.score), 4)}
+        return {
+            "entity_type": self.label,
+            "start": int(self.start),
+            "end": int(self.end),
+            "score": round(float(self.score), 4),
+        }
 
     def overlaps(self, other: "PIISpan") -> bool:
         return self.start < other.end and other.start < self.end
@@ -66,20 +107,35 @@ def digits(s: str) -> str:
     return re.sub(r"\D", "", s)
 
 
-_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
-_PHONE = re.compile(r"(?<![\w+])(?:\+?1[\s.-]?)?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?!\w)"
-                    r"|(?<![\w+])\+?1?\d{10}(?!\w)")
+_EMAIL = re.compile(
+    r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])"
+)
+_PHONE = re.compile(
+    r"(?<![\w+])(?:\+?1[\s.-]?)?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?!\w)"
+    r"|(?<![\w+])\+?1?\d{10}(?!\w)"
+)
 _SSN = re.compile(r"(?<![\w-])(?!000|666|9\d\d)\d{3}[- ](?!00)\d{2}[- ](?!0000)\d{4}(?![\w-])")
 _CARD = re.compile(r"(?<![\w-])(?:\d[ -]?){12,18}\d(?![\w-])")
 _DATE_PATTERNS = (
     # 05/30/2001, 5-30-01, 30.05.2001, 2001-05-30, 2001/5/30
-    re.compile(r"(?<![\w/.-])(?P<a>\d{1,2})(?P<s>[/.-])(?P<b>\d{1,2})(?P=s)(?P<y>\d{4}|\d{2})(?![\w/-])"),
+    re.compile(
+        r"(?<![\w/.-])(?P<a>\d{1,2})(?P<s>[/.-])(?P<b>\d{1,2})(?P=s)(?P<y>\d{4}|\d{2})(?![\w/-])"
+    ),
     re.compile(r"(?<![\w/.-])(?P<y>\d{4})(?P<s>[/.-])(?P<a>\d{1,2})(?P=s)(?P<b>\d{1,2})(?![\w/-])"),
     # May 30, 2001 / May 30th 2001 / Sept. 3, 2001
-    re.compile(r"(?<!\w)(?P<mon>" + _MONTH_RE + r")\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<y>\d{4})(?!\w)", re.I),
+    re.compile(
+        r"(?<!\w)(?P<mon>"
+        + _MONTH_RE
+        + r")\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<y>\d{4})(?!\w)",
+        re.I,
+    ),
     # 30 May 2001 / 30th of May, 2001
-    re.compile(r"(?<!\w)(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<mon>" + _MONTH_RE + r"),?\s+(?P<y>\d{4})(?!\w)",
-               re.I),
+    re.compile(
+        r"(?<!\w)(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<mon>"
+        + _MONTH_RE
+        + r"),?\s+(?P<y>\d{4})(?!\w)",
+        re.I,
+    ),
 )
 
 
@@ -159,12 +215,20 @@ def find_ssns(text: str, score: float = 0.85) -> list[PIISpan]:
 
 def find_cards(text: str, score: float = 0.9) -> list[PIISpan]:
     """Card numbers: 13-19 digits (spaces / dashes allowed) passing the Luhn check."""
-    return [PIISpan(m.start(), m.end(), "CREDIT_CARD", score, "regex") for m in _CARD.finditer(text)
-            if 13 <= len(digits(m.group())) <= 19 and luhn_ok(m.group())]
+    return [
+        PIISpan(m.start(), m.end(), "CREDIT_CARD", score, "regex")
+        for m in _CARD.finditer(text)
+        if 13 <= len(digits(m.group())) <= 19 and luhn_ok(m.group())
+    ]
 
 
-_FINDERS = {"EMAIL": find_emails, "PHONE": find_phones, "SSN": find_ssns, "CREDIT_CARD": find_cards,
-            "DATE": find_dates}
+_FINDERS = {
+    "EMAIL": find_emails,
+    "PHONE": find_phones,
+    "SSN": find_ssns,
+    "CREDIT_CARD": find_cards,
+    "DATE": find_dates,
+}
 
 
 def recognize(text: str, labels: Iterable[str] = tuple(_FINDERS)) -> list[PIISpan]:

@@ -12,6 +12,7 @@ is what finds the mentions). Spans are reported in Presidio's shape (``entity_ty
 
 Overlapping detections are merged (the union is redacted: never less than any recognizer flagged).
 """
+
 from __future__ import annotations
 
 import csv
@@ -32,7 +33,14 @@ from privnlp.core.report import atomic_write_text
 from .recognizers import PIISpan, digits, recognize
 from .spans import merge_for_redaction
 
-__all__ = ["PIIRedactor", "RedactionResult", "RedactionSummary", "redact_file", "PLACEHOLDERS", "MODES"]
+__all__ = [
+    "PIIRedactor",
+    "RedactionResult",
+    "RedactionSummary",
+    "redact_file",
+    "PLACEHOLDERS",
+    "MODES",
+]
 
 MODES = ("placeholder", "surrogate")
 PLACEHOLDERS = {"PERSON": "[NAME]", "NAME": "[NAME]"}
@@ -130,8 +138,15 @@ class PIIRedactor:
         labels: only these labels are redacted (default: all).
     """
 
-    def __init__(self, tagger: Any = None, regex: bool = True, mode: str = "placeholder", annotator: Any = None,
-                 labels: Sequence[str] | None = None, placeholders: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        tagger: Any = None,
+        regex: bool = True,
+        mode: str = "placeholder",
+        annotator: Any = None,
+        labels: Sequence[str] | None = None,
+        placeholders: Mapping[str, str] | None = None,
+    ) -> None:
         if mode not in MODES:
             raise InvalidArgument(f"mode must be one of {MODES}; got {mode!r}")
         self.tagger = tagger
@@ -142,7 +157,9 @@ class PIIRedactor:
         self.placeholders = dict(PLACEHOLDERS if placeholders is None else placeholders)
         self._first_mention_only = False  # the leaky twin's bug (privnlp.mechanisms.pii.mechanism)
 
-    def analyze(self, text: str, fields: Mapping[str, Sequence[str]] | None = None) -> list[PIISpan]:
+    def analyze(
+        self, text: str, fields: Mapping[str, Sequence[str]] | None = None
+    ) -> list[PIISpan]:
         """Merged, non-overlapping PII spans of ``text`` (Presidio's ``AnalyzerEngine.analyze`` analogue)."""
         if not isinstance(text, str):
             raise MalformedInput(f"text must be a string; got {type(text).__name__}")
@@ -161,33 +178,47 @@ class PIIRedactor:
             spans = [s for s in spans if s.label in self.labels]
         return merge_for_redaction(spans)
 
-    def redact(self, text: str, fields: Mapping[str, Sequence[str]] | None = None, *, seed: int = 0) -> RedactionResult:
+    def redact(
+        self, text: str, fields: Mapping[str, Sequence[str]] | None = None, *, seed: int = 0
+    ) -> RedactionResult:
         spans = self.analyze(text, fields)
         sur = _Surrogates(seed) if self.mode == "surrogate" else None
         pieces, pos, reps, seen = [], 0, [], set()
         kept: list[PIISpan] = []
         for s in spans:
-            orig = text[s.start:s.end]
+            orig = text[s.start : s.end]
             key = _norm(s.label, orig)
             if self._first_mention_only and key in seen:
                 continue
             seen.add(key)
-            rep = sur(s.label, orig) if sur is not None else self.placeholders.get(s.label, f"[{s.label}]")
-            pieces += [text[pos:s.start], rep]
+            rep = (
+                sur(s.label, orig)
+                if sur is not None
+                else self.placeholders.get(s.label, f"[{s.label}]")
+            )
+            pieces += [text[pos : s.start], rep]
             pos = s.end
             reps.append((orig, rep, s.label))
             kept.append(s)
         pieces.append(text[pos:])
         return RedactionResult("".join(pieces), tuple(kept), tuple(reps))
 
-    def redact_many(self, texts: Sequence[str], fields: Sequence[Mapping[str, Sequence[str]] | None] | None = None, *,
-                    rng: Any = 0, progress: bool = False) -> list[RedactionResult]:
+    def redact_many(
+        self,
+        texts: Sequence[str],
+        fields: Sequence[Mapping[str, Sequence[str]] | None] | None = None,
+        *,
+        rng: Any = 0,
+        progress: bool = False,
+    ) -> list[RedactionResult]:
         """Redact every text; surrogate seeds are drawn per document from ``rng`` (non-private randomness)."""
         from privnlp.core.rng import as_numpy
 
         texts = list(texts)
         if fields is not None and len(fields) != len(texts):
-            raise InvalidArgument(f"fields must hold one entry per text ({len(texts)}); got {len(fields)}")
+            raise InvalidArgument(
+                f"fields must hold one entry per text ({len(texts)}); got {len(fields)}"
+            )
         g = as_numpy(rng)
         seeds = g.integers(0, 2**62, size=len(texts))
         it: Any = range(len(texts))
@@ -195,7 +226,10 @@ class PIIRedactor:
             from tqdm.auto import tqdm
 
             it = tqdm(it, desc="redact", unit="doc")
-        return [self.redact(texts[i], None if fields is None else fields[i], seed=int(seeds[i])) for i in it]
+        return [
+            self.redact(texts[i], None if fields is None else fields[i], seed=int(seeds[i]))
+            for i in it
+        ]
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -211,9 +245,15 @@ class RedactionSummary:
     config: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"output": self.output, "spans": self.spans_path, "n_documents": self.n_documents,
-                "n_empty": self.n_empty, "counts": dict(self.counts), "warnings": list(self.warnings),
-                "config": dict(self.config)}
+        return {
+            "output": self.output,
+            "spans": self.spans_path,
+            "n_documents": self.n_documents,
+            "n_empty": self.n_empty,
+            "counts": dict(self.counts),
+            "warnings": list(self.warnings),
+            "config": dict(self.config),
+        }
 
 
 _EXT = {".txt": "txt", ".text": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
@@ -234,7 +274,9 @@ def _read_rows(path: Path, fmt: str, field_: str | None) -> tuple[list[Any], lis
             rows = rows[:-1]
         return rows, rows
     if field_ is None:
-        raise InvalidArgument(f"--field is required for {fmt} input (the column / key holding the text)")
+        raise InvalidArgument(
+            f"--field is required for {fmt} input (the column / key holding the text)"
+        )
     if fmt == "jsonl":
         rows, texts = [], []
         for i, line in enumerate(raw.splitlines(), 1):
@@ -247,9 +289,13 @@ def _read_rows(path: Path, fmt: str, field_: str | None) -> tuple[list[Any], lis
             except json.JSONDecodeError as e:
                 raise MalformedInput(f"{path}, line {i}: not JSON ({e.msg})") from None
             if not isinstance(obj, dict) or field_ not in obj:
-                raise MalformedInput(f"{path}, line {i}: no field {field_!r} (keys: {sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__})")
+                raise MalformedInput(
+                    f"{path}, line {i}: no field {field_!r} (keys: {sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__})"
+                )
             if obj[field_] is not None and not isinstance(obj[field_], str):
-                raise MalformedInput(f"{path}, line {i}: field {field_!r} is a {type(obj[field_]).__name__}, not text")
+                raise MalformedInput(
+                    f"{path}, line {i}: field {field_!r} is a {type(obj[field_]).__name__}, not text"
+                )
             rows.append(obj)
             texts.append(obj[field_] or "")
         return rows, texts
@@ -260,7 +306,9 @@ def _read_rows(path: Path, fmt: str, field_: str | None) -> tuple[list[Any], lis
     return rows, [r[field_] or "" for r in rows]
 
 
-def _write_rows(path: Path, fmt: str, field_: str | None, rows: list[Any], new_texts: list[str], header: Any) -> None:
+def _write_rows(
+    path: Path, fmt: str, field_: str | None, rows: list[Any], new_texts: list[str], header: Any
+) -> None:
     if fmt == "txt":
         atomic_write_text(path, "".join(t.replace("\n", " ") + "\n" for t in new_texts))
         return
@@ -311,16 +359,29 @@ def load_known_fields(path: str | os.PathLike) -> dict[str, dict[str, list[str]]
         except json.JSONDecodeError as e:
             raise MalformedInput(f"known fields: {p}, line {i}: not JSON ({e.msg})") from None
         if not isinstance(obj, dict) or "id" not in obj:
-            raise MalformedInput(f"known fields: {p}, line {i}: needs an 'id' key naming the document")
+            raise MalformedInput(
+                f"known fields: {p}, line {i}: needs an 'id' key naming the document"
+            )
         f = obj.get("fields", {k: v for k, v in obj.items() if k != "id"})
-        out[str(obj["id"])] = {a: list(b) for a, b in validate_fields(f, where=f"{p}, line {i}").items()}
+        out[str(obj["id"])] = {
+            a: list(b) for a, b in validate_fields(f, where=f"{p}, line {i}").items()
+        }
     return out
 
 
-def redact_file(input: str | os.PathLike, output: str | os.PathLike, *, field: str | None = None,
-                fmt: str | None = None, redactor: PIIRedactor | None = None,
-                known_fields: Mapping[str, Mapping[str, Sequence[str]]] | None = None, id_field: str = "id",
-                spans_path: str | os.PathLike | None = None, seed: int = 0, progress: bool = False) -> RedactionSummary:
+def redact_file(
+    input: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    field: str | None = None,
+    fmt: str | None = None,
+    redactor: PIIRedactor | None = None,
+    known_fields: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    id_field: str = "id",
+    spans_path: str | os.PathLike | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> RedactionSummary:
     """Redact a txt (one document per line) / JSONL / CSV file; other columns / keys are kept as they are.
 
     Writes ``output`` atomically, a sidecar ``OUTPUT.redaction.json`` (counts per type, warnings, config)
@@ -355,8 +416,10 @@ def redact_file(input: str | os.PathLike, output: str | os.PathLike, *, field: s
         raise InvalidArgument("output must differ from input (nothing is redacted in place)")
     fmt = fmt or _EXT.get(inp.suffix.lower())
     if fmt not in ("txt", "jsonl", "csv"):
-        raise InvalidArgument(f"fmt must be txt, jsonl or csv (or use one of the extensions {sorted(_EXT)}); "
-                              f"got {fmt!r} for {inp}")
+        raise InvalidArgument(
+            f"fmt must be txt, jsonl or csv (or use one of the extensions {sorted(_EXT)}); "
+            f"got {fmt!r} for {inp}"
+        )
     redactor = redactor or PIIRedactor()
     rows, texts = _read_rows(inp, fmt, field)
     header = None
@@ -368,39 +431,68 @@ def redact_file(input: str | os.PathLike, output: str | os.PathLike, *, field: s
         if fmt == "txt":
             ids = [str(i + 1) for i in range(len(texts))]
         else:
-            ids = [str(r.get(id_field)) if r is not None and r.get(id_field) is not None else f"#{i + 1}"
-                   for i, r in enumerate(rows)]
+            ids = [
+                str(r.get(id_field))
+                if r is not None and r.get(id_field) is not None
+                else f"#{i + 1}"
+                for i, r in enumerate(rows)
+            ]
         fields_list = [known_fields.get(i) for i in ids]
         absent = sum(f is None for f in fields_list)
         extra = sorted(set(known_fields) - set(ids))
         if absent == len(ids) and known_fields:
-            msgs.append(f"no document id matches the known-fields file (ids are read from {id_field!r}"
-                        f"{' = line numbers' if fmt == 'txt' else ''}; first known id: {next(iter(known_fields))!r}): "
-                        "documents were redacted with the tagger / regex only")
+            msgs.append(
+                f"no document id matches the known-fields file (ids are read from {id_field!r}"
+                f"{' = line numbers' if fmt == 'txt' else ''}; first known id: {next(iter(known_fields))!r}): "
+                "documents were redacted with the tagger / regex only"
+            )
         elif absent or extra:
-            msgs.append(f"known fields: {absent} documents have no entry, {len(extra)} entries match no document "
-                        f"(first: {extra[:3]})")
+            msgs.append(
+                f"known fields: {absent} documents have no entry, {len(extra)} entries match no document "
+                f"(first: {extra[:3]})"
+            )
     n_empty = sum(1 for t in texts if not t.strip())
     if n_empty:
         msgs.append(f"{n_empty} empty documents (kept as they are)")
-    results = redactor.redact_many(texts, fields_list, rng=np.random.default_rng(seed), progress=progress)
+    results = redactor.redact_many(
+        texts, fields_list, rng=np.random.default_rng(seed), progress=progress
+    )
     for m in msgs:
         warnings.warn(m, UserWarning, stacklevel=2)
     new_texts = [r.text for r in results]
     spath = None
     if spans_path is not None:
         spath = str(spans_path)
-        atomic_write_text(spans_path, "".join(json.dumps({"index": i, "spans": r.presidio()}) + "\n"
-                                              for i, r in enumerate(results)))
+        atomic_write_text(
+            spans_path,
+            "".join(
+                json.dumps({"index": i, "spans": r.presidio()}) + "\n"
+                for i, r in enumerate(results)
+            ),
+        )
     _write_rows(out, fmt, field, rows, new_texts, header)
     counts = Counter()
     for r in results:
         counts.update(r.counts())
-    cfg = {"mode": redactor.mode, "regex": redactor.regex, "tagger": None if redactor.tagger is None else
-           getattr(redactor.tagger, "kind", "custom"), "format": fmt, "field": field, "seed": seed,
-           "known_fields": known_fields is not None}
+    cfg = {
+        "mode": redactor.mode,
+        "regex": redactor.regex,
+        "tagger": None if redactor.tagger is None else getattr(redactor.tagger, "kind", "custom"),
+        "format": fmt,
+        "field": field,
+        "seed": seed,
+        "known_fields": known_fields is not None,
+    }
     sidecar = Path(str(out) + ".redaction.json")
-    summary = RedactionSummary(str(out), str(sidecar), len(texts), n_empty, dict(sorted(counts.items())), spath,
-                               tuple(msgs), cfg)
+    summary = RedactionSummary(
+        str(out),
+        str(sidecar),
+        len(texts),
+        n_empty,
+        dict(sorted(counts.items())),
+        spath,
+        tuple(msgs),
+        cfg,
+    )
     atomic_write_text(sidecar, json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary

@@ -2,6 +2,7 @@
 
 Paper: ``../shared/papers/wikipii-pii-extraction-federated.txt`` (BIO tagging of located PII).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -30,8 +31,13 @@ def merge_for_redaction(spans: Sequence[PIISpan]) -> list[PIISpan]:
         if out and s.start < out[-1].end:
             prev = out[-1]
             best = max((prev, s), key=lambda x: (x.end - x.start, x.score))
-            out[-1] = PIISpan(prev.start, max(prev.end, s.end), best.label, max(prev.score, s.score),
-                              "+".join(dict.fromkeys(filter(None, (prev.source, s.source)))))
+            out[-1] = PIISpan(
+                prev.start,
+                max(prev.end, s.end),
+                best.label,
+                max(prev.score, s.score),
+                "+".join(dict.fromkeys(filter(None, (prev.source, s.source)))),
+            )
         else:
             out.append(s)
     return out
@@ -46,7 +52,9 @@ def to_bio(text: str, spans: Sequence[PIISpan]) -> tuple[list[str], list[str]]:
     return spans_to_bio(text, as_corpus_spans(resolve_overlaps(spans)))
 
 
-def tags_to_spans(text: str, tags: Sequence[str], score: float = 1.0, source: str = "tagger") -> list[PIISpan]:
+def tags_to_spans(
+    text: str, tags: Sequence[str], score: float = 1.0, source: str = "tagger"
+) -> list[PIISpan]:
     """Character spans of BIO ``tags`` over ``tokenize(text)`` (a stray ``I-X`` starts an entity)."""
     from privnlp.metrics.ner import bio_to_spans
 

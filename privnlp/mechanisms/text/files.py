@@ -12,6 +12,7 @@ counting records that carry text) draws its noise from ``default_rng([seed, i])`
 identical for every N and chunk size, and equal to ``mechanism.as_map_function(seed=seed)`` under
 ``datasets.map(batched=True, with_indices=True, num_proc=N)``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -69,28 +70,44 @@ def _lines(fh: io.TextIOBase, path: Path) -> Iterator[tuple[int, str]]:
         try:
             line = fh.readline()
         except UnicodeDecodeError as e:
-            raise MalformedInput(f"{path}: not valid UTF-8 after line {n} ({e.reason} at byte {e.start})") from e
+            raise MalformedInput(
+                f"{path}: not valid UTF-8 after line {n} ({e.reason} at byte {e.start})"
+            ) from e
         if not line:
             return
         n += 1
         yield n, line
 
 
-_MECH: Any = None   # the mechanism of forked workers (inherited, never pickled: vectors may be a memory map)
+_MECH: Any = (
+    None  # the mechanism of forked workers (inherited, never pickled: vectors may be a memory map)
+)
 
 
 def _work(args: tuple) -> tuple[list[str], list[tuple]]:
     texts, start, seed = args
     if seed is None:
-        res = _MECH.sanitize_many(texts)             # OS entropy in each worker
+        res = _MECH.sanitize_many(texts)  # OS entropy in each worker
     else:
         res = _MECH.sanitize_many(texts, seed=seed, start=start)
-    return [r.text for r in res], [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res]
+    return [r.text for r in res], [
+        (r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res
+    ]
 
 
-def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism: Any, *, rng: Any = None,
-                  fmt: str | None = None, field: str = "text", chunk_records: int = 512, progress: bool = True,
-                  seed: int | None = None, num_proc: int = 1) -> FileReport:
+def sanitize_file(
+    input: str | os.PathLike,
+    output: str | os.PathLike,
+    mechanism: Any,
+    *,
+    rng: Any = None,
+    fmt: str | None = None,
+    field: str = "text",
+    chunk_records: int = 512,
+    progress: bool = True,
+    seed: int | None = None,
+    num_proc: int = 1,
+) -> FileReport:
     """Sanitize ``input`` into ``output`` with ``mechanism`` (a :class:`WordMetricDP`).
 
     ``fmt``: ``txt`` (one record per line), ``jsonl`` (``field`` of each object) or ``csv``
@@ -110,16 +127,20 @@ def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism
     check_range("num_proc", num_proc, 1, 1024, integer=True)
     check_range("chunk_records", chunk_records, 1, 1 << 24, integer=True)
     if seed is not None:
-        check_range("seed", seed, 0, 2 ** 63 - 1, integer=True)
+        check_range("seed", seed, 0, 2**63 - 1, integer=True)
         if rng is not None:
             raise InvalidArgument("pass either rng or seed, not both")
     elif num_proc > 1 and rng is not None:
-        raise InvalidArgument("num_proc > 1 needs seed=... (reproducible) or rng=None (OS entropy per worker)")
+        raise InvalidArgument(
+            "num_proc > 1 needs seed=... (reproducible) or rng=None (OS entropy per worker)"
+        )
     if src.stat().st_size == 0:
         raise MalformedInput(f"{src}: the input file is empty")
     with open(src, "rb") as fh:
         if b"\x00" in fh.read(8192):
-            raise MalformedInput(f"{src}: looks like a binary file (NUL bytes in the first 8 KiB); expected UTF-8 text")
+            raise MalformedInput(
+                f"{src}: looks like a binary file (NUL bytes in the first 8 KiB); expected UTF-8 text"
+            )
     g = None if seed is not None else (rng if rng is not None and num_proc == 1 else None)
     mechanism.resolve_embeddings()  # fail early (bad embeddings) before creating anything
     mechanism._nn()
@@ -129,9 +150,17 @@ def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism
     pool = None
     try:
         from tqdm.auto import tqdm
-        bar = tqdm(total=src.stat().st_size, unit="B", unit_scale=True, desc="sanitize", disable=not progress)
+
+        bar = tqdm(
+            total=src.stat().st_size,
+            unit="B",
+            unit_scale=True,
+            desc="sanitize",
+            disable=not progress,
+        )
         if num_proc > 1:
             import multiprocessing as mp
+
             global _MECH
             _MECH = mechanism
             pool = mp.get_context("fork").Pool(num_proc)
@@ -146,10 +175,14 @@ def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism
                     else:
                         res = mechanism.sanitize_many(texts, rng=g)
                     start += len(texts)
-                    _account(counts, [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res])
+                    _account(
+                        counts,
+                        [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res],
+                    )
                     yield [r.text for r in res]
                 return
             from collections import deque
+
             pending: deque = deque()
             for texts in chunks:
                 pending.append(pool.apply_async(_work, ((texts, start, seed),)))
@@ -163,8 +196,10 @@ def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism
                 _account(counts, st)
                 yield out
 
-        with open(src, "r", encoding="utf-8", errors="strict", newline="") as fin, \
-                os.fdopen(fd, "w", encoding="utf-8", newline="") as fout:
+        with (
+            open(src, "r", encoding="utf-8", errors="strict", newline="") as fin,
+            os.fdopen(fd, "w", encoding="utf-8", newline="") as fout,
+        ):
             runner = {"txt": _run_txt, "jsonl": _run_jsonl, "csv": _run_csv}[fmt]
             runner(fin, fout, src, run_chunks, chunk_records, bar, field)
         bar.close()
@@ -174,15 +209,28 @@ def sanitize_file(input: str | os.PathLike, output: str | os.PathLike, mechanism
         emb = mechanism.resolve_embeddings()
         sel = counts["perturbed"] + counts["oov"]
         meta = {
-            "input": str(src), "output": str(dst), "format": fmt, "field": field if fmt != "txt" else None,
-            "mechanism": mechanism.name, "params": mechanism.params(), "seed": seed,
-            "noise": "seeded (reproducible simulation: per-record generators default_rng([seed, i]))" if seed is not None
-                     else "OS entropy (secure)",
-            "embeddings": {"source": emb.source, "n_words": len(emb), "dim": emb.dim, "sha256_16": emb.fingerprint()},
+            "input": str(src),
+            "output": str(dst),
+            "format": fmt,
+            "field": field if fmt != "txt" else None,
+            "mechanism": mechanism.name,
+            "params": mechanism.params(),
+            "seed": seed,
+            "noise": "seeded (reproducible simulation: per-record generators default_rng([seed, i]))"
+            if seed is not None
+            else "OS entropy (secure)",
+            "embeddings": {
+                "source": emb.source,
+                "n_words": len(emb),
+                "dim": emb.dim,
+                "sha256_16": emb.fingerprint(),
+            },
             "oov_policy": mechanism.oov,
             "oov_rate": counts["oov"] / sel if sel else 0.0,
             "claim_per_word": _seeded(mechanism.claim(), seed).to_dict(),
-            "claim_per_record": _seeded(mechanism.claim(n_words=counts["max_words_per_record"]), seed).to_dict(),
+            "claim_per_record": _seeded(
+                mechanism.claim(n_words=counts["max_words_per_record"]), seed
+            ).to_dict(),
             "counts": counts,
         }
         os.replace(tmp, dst)
@@ -203,7 +251,10 @@ def _seeded(claim: Any, seed: int | None) -> Any:
     if seed is None:
         return claim
     import dataclasses
-    return dataclasses.replace(claim, noise_seeded=True) if hasattr(claim, "noise_seeded") else claim
+
+    return (
+        dataclasses.replace(claim, noise_seeded=True) if hasattr(claim, "noise_seeded") else claim
+    )
 
 
 def _account(counts: dict, res: list) -> None:
@@ -233,7 +284,8 @@ def _run_txt(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
         for _, line in _lines(fin, src):
             bar.update(len(line.encode("utf-8")))
             body = line.rstrip("\r\n")
-            yield body, line[len(body):]
+            yield body, line[len(body) :]
+
     recs = _chunked(records(), chunk)
     held: list = []
 
@@ -241,6 +293,7 @@ def _run_txt(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
         for c in recs:
             held.append(c)
             yield [b for b, _ in c]
+
     for out in run_chunks(texts()):
         c = held.pop(0)
         fout.write("".join(t + nl for t, (_, nl) in zip(out, c)))
@@ -256,15 +309,24 @@ def _run_jsonl(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise MalformedInput(f"{src}: line {n} is not JSON ({e.msg}); is this a JSONL file? "
-                                     "use --format txt/csv for other files") from e
+                raise MalformedInput(
+                    f"{src}: line {n} is not JSON ({e.msg}); is this a JSONL file? "
+                    "use --format txt/csv for other files"
+                ) from e
             if not isinstance(rec, dict):
-                raise MalformedInput(f"{src}: line {n} is a JSON {type(rec).__name__}, expected an object with field {field!r}")
+                raise MalformedInput(
+                    f"{src}: line {n} is a JSON {type(rec).__name__}, expected an object with field {field!r}"
+                )
             if field not in rec:
-                raise MalformedInput(f"{src}: line {n} has no field {field!r} (fields: {sorted(rec)[:10]}); pick one with --field")
+                raise MalformedInput(
+                    f"{src}: line {n} has no field {field!r} (fields: {sorted(rec)[:10]}); pick one with --field"
+                )
             if not isinstance(rec[field], str):
-                raise MalformedInput(f"{src}: line {n}: field {field!r} must be a string; got {type(rec[field]).__name__}")
+                raise MalformedInput(
+                    f"{src}: line {n}: field {field!r} must be a string; got {type(rec[field]).__name__}"
+                )
             yield rec
+
     recs = _chunked(records(), chunk)
     held: list = []
 
@@ -272,6 +334,7 @@ def _run_jsonl(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
         for c in recs:
             held.append(c)
             yield [r[field] for r in c if r is not None]
+
     for out in run_chunks(texts()):
         c = held.pop(0)
         it = iter(out)
@@ -295,7 +358,9 @@ def _run_csv(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
     except csv.Error as e:
         raise MalformedInput(f"{src}: CSV error in the header: {e}") from e
     if not names or field not in names:
-        raise MalformedInput(f"{src}: CSV has no column {field!r} (columns: {names}); pick one with --field")
+        raise MalformedInput(
+            f"{src}: CSV has no column {field!r} (columns: {names}); pick one with --field"
+        )
     writer = csv.DictWriter(fout, fieldnames=names, lineterminator="\n")
     writer.writeheader()
 
@@ -306,13 +371,18 @@ def _run_csv(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
             except StopIteration:
                 return
             except UnicodeDecodeError as e:
-                raise MalformedInput(f"{src}: not valid UTF-8 near line {reader.line_num} ({e.reason})") from e
+                raise MalformedInput(
+                    f"{src}: not valid UTF-8 near line {reader.line_num} ({e.reason})"
+                ) from e
             except csv.Error as e:
                 raise MalformedInput(f"{src}: CSV error near line {reader.line_num}: {e}") from e
             if None in row:
-                raise MalformedInput(f"{src}: line {reader.line_num} has more cells than the header")
+                raise MalformedInput(
+                    f"{src}: line {reader.line_num} has more cells than the header"
+                )
             bar.update(sum(len(str(v)) + 1 for v in row.values()))
             yield row
+
     recs = _chunked(records(), chunk)
     held: list = []
 
@@ -320,6 +390,7 @@ def _run_csv(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
         for c in recs:
             held.append(c)
             yield [r[field] or "" for r in c]
+
     for out in run_chunks(texts()):
         c = held.pop(0)
         for r, t in zip(c, out):

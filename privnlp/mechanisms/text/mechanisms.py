@@ -21,6 +21,7 @@ Claim: ``eps * d(phi(w), phi(w'))`` metric DP per word (Euclidean, or the regula
 Mahalanobis metric); for a text of n perturbed words, ``eps * sum_i d(phi(w_i), phi(w'_i))`` over
 word-aligned texts of the same length.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,7 +31,12 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 import numpy as np
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
-from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_positive, check_range
+from privnlp.core.errors import (
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    check_positive,
+    check_range,
+)
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
@@ -39,18 +45,29 @@ from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
 def _noise_rng(rng: Any) -> np.random.Generator:
     """The privacy-noise rule (issue #15): ``rng=None`` draws from the OS entropy pool; a seed / Generator is
     a reproducible simulation (not private against anyone who knows the seed)."""
-    check_noise_seed_allowed(rng)   # PRIVNLP_REFUSE_SEEDED_NOISE=1: deployments refuse seeded noise
+    check_noise_seed_allowed(rng)  # PRIVNLP_REFUSE_SEEDED_NOISE=1: deployments refuse seeded noise
     return secure_numpy() if rng is None else as_numpy(rng)
+
 
 from .embeddings import CLITICS, DEFAULT_STOPWORDS, Embeddings, default_embeddings, load_embeddings
 from .neighbors import NeighborResult, make_index
 from .textio import WORD_RE, SanitizedText
 
-__all__ = ["WordMetricDP", "LaplaceMetric", "Mahalanobis", "Vickrey", "VickreyK", "LeakyVickreyExcludesInput",
-           "OOV_POLICIES", "PAPER"]
+__all__ = [
+    "WordMetricDP",
+    "LaplaceMetric",
+    "Mahalanobis",
+    "Vickrey",
+    "VickreyK",
+    "LeakyVickreyExcludesInput",
+    "OOV_POLICIES",
+    "PAPER",
+]
 
-PAPER = ("vickrey-mechanism-metric-dp.txt — Xu, Aggarwal, Feyisetan, Teissier: On a Utilitarian Approach to "
-         "Privacy Preserving Text Generation (Vickrey mechanism, Algorithms 1-3, Theorems 1-2)")
+PAPER = (
+    "vickrey-mechanism-metric-dp.txt — Xu, Aggarwal, Feyisetan, Teissier: On a Utilitarian Approach to "
+    "Privacy Preserving Text Generation (Vickrey mechanism, Algorithms 1-3, Theorems 1-2)"
+)
 OOV_POLICIES = ("random", "mask", "keep")
 #: vocabulary of the card examples (GloVe's most frequent words; the paper's IMDb setup has 22k words)
 EXAMPLE_VOCAB = {"quick": 20_000, "full": 100_000}
@@ -58,8 +75,11 @@ EXAMPLE_VOCAB = {"quick": 20_000, "full": 100_000}
 THREAT = ThreatModel(
     adversary=Adversary.DATA_RECIPIENT,
     observes=("the sanitized text",),
-    knows=("the mechanism and its parameters (epsilon, t)", "the public vocabulary and embeddings",
-           "a prior over words (informative adversary)"),
+    knows=(
+        "the mechanism and its parameters (epsilon, t)",
+        "the public vocabulary and embeddings",
+        "a prior over words (informative adversary)",
+    ),
     goal="recover the original words (Bayesian inversion, Section 3.1)",
 )
 
@@ -94,14 +114,28 @@ class WordMetricDP(Mechanism):
     paper: ClassVar[str] = PAPER
     paired_attacks: ClassVar[tuple[str, ...]] = ("bayesian_inversion",)
     threat_models: ClassVar[tuple[ThreatModel, ...]] = (THREAT,)
-    scenario: ClassVar[str | None] = "text.licenses"   # real English text on the default vectors (issue #16)
+    scenario: ClassVar[str | None] = (
+        "text.licenses"  # real English text on the default vectors (issue #16)
+    )
     metric_name: ClassVar[str] = "euclidean"
     n_candidates: ClassVar[int] = 1
 
-    def __init__(self, epsilon: float = 10.0, *, embeddings: Embeddings | str | None = None, index: str = "exact",
-                 oov: str = "random", mask_token: str = "[MASK]", redactable: Iterable[str] | None = None,
-                 skip_stopwords: bool = False, lowercase: bool = True, ann_ef: int = 64,
-                 batch_tokens: int = 4096, ann_nprobe: int = 1, vocab_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        epsilon: float = 10.0,
+        *,
+        embeddings: Embeddings | str | None = None,
+        index: str = "exact",
+        oov: str = "random",
+        mask_token: str = "[MASK]",
+        redactable: Iterable[str] | None = None,
+        skip_stopwords: bool = False,
+        lowercase: bool = True,
+        ann_ef: int = 64,
+        batch_tokens: int = 4096,
+        ann_nprobe: int = 1,
+        vocab_limit: int | None = None,
+    ) -> None:
         check_positive("epsilon", epsilon, error=InvalidPrivacyParameter)
         if index not in ("exact", "hnsw", "faiss"):
             raise InvalidArgument(f"index must be 'exact', 'hnsw' or 'faiss'; got {index!r}")
@@ -113,7 +147,9 @@ class WordMetricDP(Mechanism):
         if vocab_limit is not None:
             check_range("vocab_limit", vocab_limit, 2, math.inf, integer=True)
         if embeddings is not None and not isinstance(embeddings, (Embeddings, str, os.PathLike)):
-            raise InvalidArgument(f"embeddings must be an Embeddings, a path or None; got {type(embeddings).__name__}")
+            raise InvalidArgument(
+                f"embeddings must be an Embeddings, a path or None; got {type(embeddings).__name__}"
+            )
         self.epsilon = epsilon
         self.embeddings = embeddings
         self.index = index
@@ -148,7 +184,11 @@ class WordMetricDP(Mechanism):
     def _nn(self) -> Any:
         nn = self.__dict__.get("_nn_index")
         if nn is None:
-            kw = {"ef": self.ann_ef} if self.index == "hnsw" else ({"nprobe": self.ann_nprobe} if self.index == "faiss" else {})
+            kw = (
+                {"ef": self.ann_ef}
+                if self.index == "hnsw"
+                else ({"nprobe": self.ann_nprobe} if self.index == "faiss" else {})
+            )
             nn = make_index(self.resolve_embeddings(), self.index, **kw)
             self.__dict__["_nn_index"] = nn
         return nn
@@ -156,8 +196,10 @@ class WordMetricDP(Mechanism):
     def params(self) -> dict[str, Any]:
         p = super().params()
         if isinstance(self.embeddings, Embeddings):
-            p["embeddings"] = f"Embeddings({self.embeddings.source or 'in-memory'}, n={len(self.embeddings)}, " \
-                              f"dim={self.embeddings.dim}, sha={self.embeddings.fingerprint()})"
+            p["embeddings"] = (
+                f"Embeddings({self.embeddings.source or 'in-memory'}, n={len(self.embeddings)}, "
+                f"dim={self.embeddings.dim}, sha={self.embeddings.fingerprint()})"
+            )
         if self.redactable is not None:
             p["redactable"] = f"{len(self.redactable)} words"
         return p
@@ -193,7 +235,7 @@ class WordMetricDP(Mechanism):
             fill(g, 0, n)
         else:
             spans = [(a, min(n, a + ch)) for a in range(0, n, ch)]
-            seeds = g.integers(0, 2 ** 63 - 1, size=len(spans))
+            seeds = g.integers(0, 2**63 - 1, size=len(spans))
             kids = [np.random.default_rng(int(sd)) for sd in seeds]
             nt = min(int(self.noise_threads), len(spans))
             if nt > 1:
@@ -264,7 +306,7 @@ class WordMetricDP(Mechanism):
                 a = mt.start()
                 for pa, pb in self.pieces(mt.group()):
                     n += 1
-                    o += emb.id_of(self._key(t[a + pa:a + pb])) < 0
+                    o += emb.id_of(self._key(t[a + pa : a + pb])) < 0
         return n, o
 
     # -- the operation -------------------------------------------------------------------
@@ -278,9 +320,9 @@ class WordMetricDP(Mechanism):
         out = np.empty_like(ids)
         bt = int(self.batch_tokens)
         for s in range(0, ids.size, bt):
-            b = ids[s:s + bt]
+            b = ids[s : s + bt]
             noisy = emb.vectors[b] + self.sample_noise(b.size, rng=g)
-            out[s:s + bt] = self._choose(self._neighbors(noisy, b), g)
+            out[s : s + bt] = self._choose(self._neighbors(noisy, b), g)
         return out
 
     def perturb_vectors(self, vectors: np.ndarray, *, rng: Any = None) -> np.ndarray:
@@ -289,7 +331,9 @@ class WordMetricDP(Mechanism):
         emb = self.resolve_embeddings()
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2 or v.shape[1] != emb.dim:
-            raise InvalidArgument(f"vectors must have shape (n, {emb.dim}); got {v.shape} (mismatched dims)")
+            raise InvalidArgument(
+                f"vectors must have shape (n, {emb.dim}); got {v.shape} (mismatched dims)"
+            )
         noisy = v + self.sample_noise(v.shape[0], rng=g)
         return self._choose(self._nn().query(noisy, self.n_candidates), g)
 
@@ -304,7 +348,9 @@ class WordMetricDP(Mechanism):
             return False
         return True
 
-    def _perturb_tokens(self, tokens: list[str], select: list[bool], g: np.random.Generator) -> tuple[list[str], dict]:
+    def _perturb_tokens(
+        self, tokens: list[str], select: list[bool], g: np.random.Generator
+    ) -> tuple[list[str], dict]:
         emb = self.resolve_embeddings()
         keys = [t.lower() if self.lowercase else t for t in tokens]
         out = list(tokens)
@@ -337,10 +383,16 @@ class WordMetricDP(Mechanism):
                     out[i] = self.mask_token
             else:
                 n_kept += len(oov_pos)
-        return out, {"n_perturbed": len(vid), "n_changed": n_changed, "n_oov": len(oov_pos), "n_kept": n_kept}
+        return out, {
+            "n_perturbed": len(vid),
+            "n_changed": n_changed,
+            "n_oov": len(oov_pos),
+            "n_kept": n_kept,
+        }
 
-    def sanitize_many(self, texts: Sequence[str], *, rng: Any = None, seed: int | None = None,
-                      start: int = 0) -> list[SanitizedText]:
+    def sanitize_many(
+        self, texts: Sequence[str], *, rng: Any = None, seed: int | None = None, start: int = 0
+    ) -> list[SanitizedText]:
         """Sanitize many texts with one batched perturbation pass (order and count preserved).
 
         Randomness: ``rng`` (``None`` = OS entropy) is drawn sequentially over all texts; or, with
@@ -353,10 +405,12 @@ class WordMetricDP(Mechanism):
         if seed is not None:
             if rng is not None:
                 raise InvalidArgument("pass either rng or seed, not both")
-            check_range("seed", seed, 0, 2 ** 63 - 1, integer=True)
-            check_range("start", start, 0, 2 ** 63 - 1, integer=True)
+            check_range("seed", seed, 0, 2**63 - 1, integer=True)
+            check_range("start", start, 0, 2**63 - 1, integer=True)
             check_noise_seed_allowed(seed)
-            gens: Any = [np.random.default_rng([int(seed), int(start) + i]) for i in range(len(texts))]
+            gens: Any = [
+                np.random.default_rng([int(seed), int(start) + i]) for i in range(len(texts))
+            ]
         else:
             gens = _noise_rng(rng)
         return self._sanitize(list(texts), gens)
@@ -365,14 +419,14 @@ class WordMetricDP(Mechanism):
         emb = self.resolve_embeddings()
         V = len(emb)
         # 1. tokens -> vocabulary units; what happens to each unit
-        units = []   # per text: list of (abs_start, abs_end, kind, vocab id) kind: 0 kept, 1 perturbed, 2 oov
+        units = []  # per text: list of (abs_start, abs_end, kind, vocab id) kind: 0 kept, 1 perturbed, 2 oov
         n_m, n_o = [], []
         for t in texts:
             us, m, o = [], 0, 0
             for mt in WORD_RE.finditer(t):
                 a = mt.start()
                 for pa, pb in self.pieces(mt.group()):
-                    k = self._key(t[a + pa:a + pb])
+                    k = self._key(t[a + pa : a + pb])
                     if not self._selected(k):
                         us.append((a + pa, a + pb, 0, -1))
                         continue
@@ -386,13 +440,19 @@ class WordMetricDP(Mechanism):
             units.append(us)
             n_m.append(m)
             n_o.append(o)
-        ids = np.fromiter((u[3] for us in units for u in us if u[2] == 1), dtype=np.int64, count=sum(n_m))
+        ids = np.fromiter(
+            (u[3] for us in units for u in us if u[2] == 1), dtype=np.int64, count=sum(n_m)
+        )
         # 2. randomness: noise, selection uniforms, OOV draws (shared generator or one per record)
         if isinstance(gens, list):
-            noise = np.concatenate([self.sample_noise(m, rng=g) for m, g in zip(n_m, gens)] or
-                                   [np.zeros((0, emb.dim), np.float32)])
+            noise = np.concatenate(
+                [self.sample_noise(m, rng=g) for m, g in zip(n_m, gens)]
+                or [np.zeros((0, emb.dim), np.float32)]
+            )
             uni = np.concatenate([g.random(m) for m, g in zip(n_m, gens)] or [np.zeros(0)])
-            oovr = np.concatenate([g.integers(0, V, size=o) for o, g in zip(n_o, gens)] or [np.zeros(0, np.int64)])
+            oovr = np.concatenate(
+                [g.integers(0, V, size=o) for o, g in zip(n_o, gens)] or [np.zeros(0, np.int64)]
+            )
         else:
             noise = self.sample_noise(int(ids.size), rng=gens)
             uni = gens.random(int(ids.size))
@@ -400,9 +460,9 @@ class WordMetricDP(Mechanism):
         out = np.empty_like(ids)
         bt = int(self.batch_tokens)
         for s in range(0, ids.size, bt):
-            b = ids[s:s + bt]
-            noisy = emb.vectors[b] + noise[s:s + bt]
-            out[s:s + bt] = self._choose_u(self._neighbors(noisy, b), uni[s:s + bt])
+            b = ids[s : s + bt]
+            noisy = emb.vectors[b] + noise[s : s + bt]
+            out[s : s + bt] = self._choose_u(self._neighbors(noisy, b), uni[s : s + bt])
         # 3. detokenise in place, casing of the input applied to the output word
         results, ci, co = [], 0, 0
         for t, us in zip(texts, units):
@@ -431,7 +491,7 @@ class WordMetricDP(Mechanism):
                 if kind and nw is not src and nw != self.mask_token:
                     nw = _apply_case(src, nw)
                     if a == last and parts and _is_clitic(src) and not _is_clitic(nw):
-                        nw = " " + nw   # "john's" -> "john the" rather than "johnthe"
+                        nw = " " + nw  # "john's" -> "john the" rather than "johnthe"
                 parts.append(t[last:a])
                 parts.append(nw)
                 last = b
@@ -443,8 +503,9 @@ class WordMetricDP(Mechanism):
         """Sanitize one text: perturb the selected words, keep whitespace and punctuation."""
         return self.sanitize_many([text], rng=rng, seed=seed)[0]
 
-    def as_map_function(self, column: str = "text", *, rng: Any = None,
-                        seed: int | None = None) -> Callable[..., dict]:
+    def as_map_function(
+        self, column: str = "text", *, rng: Any = None, seed: int | None = None
+    ) -> Callable[..., dict]:
         """A function for ``datasets.Dataset.map(fn, batched=True, ...)`` replacing ``column``.
 
         With ``seed``: call ``ds.map(fn, batched=True, with_indices=True, num_proc=N)``; record ``i``
@@ -454,24 +515,31 @@ class WordMetricDP(Mechanism):
         if seed is not None:
             if rng is not None:
                 raise InvalidArgument("pass either rng or seed, not both")
-            check_range("seed", seed, 0, 2 ** 63 - 1, integer=True)
+            check_range("seed", seed, 0, 2**63 - 1, integer=True)
 
             def fn_seeded(batch: Mapping[str, Any], indices: Any = None) -> dict:
                 if indices is None:
-                    raise InvalidArgument("as_map_function(seed=...) needs ds.map(..., with_indices=True)")
+                    raise InvalidArgument(
+                        "as_map_function(seed=...) needs ds.map(..., with_indices=True)"
+                    )
                 vals = batch[column]
                 if isinstance(vals, str):
-                    return {column: self.sanitize_many([vals], seed=seed, start=int(indices))[0].text}
+                    return {
+                        column: self.sanitize_many([vals], seed=seed, start=int(indices))[0].text
+                    }
                 idx = [int(i) for i in indices]
                 res: list[str] = []
                 i = 0
-                while i < len(idx):   # runs of consecutive indices share one batched pass
+                while i < len(idx):  # runs of consecutive indices share one batched pass
                     j = i + 1
                     while j < len(idx) and idx[j] == idx[j - 1] + 1:
                         j += 1
-                    res += [s.text for s in self.sanitize_many(list(vals[i:j]), seed=seed, start=idx[i])]
+                    res += [
+                        s.text for s in self.sanitize_many(list(vals[i:j]), seed=seed, start=idx[i])
+                    ]
                     i = j
                 return {column: res}
+
             return fn_seeded
         g = _noise_rng(rng)
 
@@ -480,29 +548,44 @@ class WordMetricDP(Mechanism):
             if isinstance(vals, str):
                 return {column: self.sanitize(vals, rng=g).text}
             return {column: [s.text for s in self.sanitize_many(list(vals), rng=g)]}
+
         return fn
 
     # -- claim ---------------------------------------------------------------------------
     def _claim_notes(self) -> list[str]:
-        notes = ["word count, positions, whitespace and punctuation are released unchanged",
-                 "a word is looked up lower-cased and split into vector-vocabulary units when it has no vector "
-                 "(clitics n't/'s/'ll..., hyphen and number parts); each unit is one perturbed word; the input's "
-                 "capitalisation pattern is applied to the output word (capitalisation is released)"]
+        notes = [
+            "word count, positions, whitespace and punctuation are released unchanged",
+            "a word is looked up lower-cased and split into vector-vocabulary units when it has no vector "
+            "(clitics n't/'s/'ll..., hyphen and number parts); each unit is one perturbed word; the input's "
+            "capitalisation pattern is applied to the output word (capitalisation is released)",
+        ]
         if self.oov == "keep":
-            notes.append("out-of-vocabulary words are released VERBATIM (oov='keep', opt-in): no protection for them")
+            notes.append(
+                "out-of-vocabulary words are released VERBATIM (oov='keep', opt-in): no protection for them"
+            )
         elif self.oov == "mask":
-            notes.append(f"out-of-vocabulary words are replaced by {self.mask_token!r} (reveals that a word was OOV)")
+            notes.append(
+                f"out-of-vocabulary words are replaced by {self.mask_token!r} (reveals that a word was OOV)"
+            )
         else:
-            notes.append("out-of-vocabulary words are replaced by a uniformly random vocabulary word")
+            notes.append(
+                "out-of-vocabulary words are replaced by a uniformly random vocabulary word"
+            )
         if self.redactable is not None:
-            notes.append(f"only the {len(self.redactable)} redactable words are perturbed; other words are released verbatim")
+            notes.append(
+                f"only the {len(self.redactable)} redactable words are perturbed; other words are released verbatim"
+            )
         if self.skip_stopwords:
             notes.append("stop words are released verbatim")
         if self.index == "hnsw":
-            notes.append("approximate nearest neighbours (hnswlib): post-processing of the noisy vector, same guarantee")
+            notes.append(
+                "approximate nearest neighbours (hnswlib): post-processing of the noisy vector, same guarantee"
+            )
         if self.index == "faiss":
-            notes.append(f"approximate nearest neighbours (faiss IVF, nprobe={self.ann_nprobe}): post-processing of the "
-                         "noisy vector, same guarantee")
+            notes.append(
+                f"approximate nearest neighbours (faiss IVF, nprobe={self.ann_nprobe}): post-processing of the "
+                "noisy vector, same guarantee"
+            )
         return notes
 
     def claim(self, n_words: int | None = None) -> PrivacyClaim:
@@ -512,14 +595,31 @@ class WordMetricDP(Mechanism):
         extra: dict[str, Any] = {"mechanism": self.name}
         extra.update(self._claim_extra())
         e = self.resolve_embeddings()
-        extra["embeddings"] = {"source": e.source, "sha256_16": e.fingerprint(), "n_words": len(e), "dim": e.dim}
+        extra["embeddings"] = {
+            "source": e.source,
+            "sha256_16": e.fingerprint(),
+            "n_words": len(e),
+            "dim": e.dim,
+        }
         if n_words is None:
-            return PrivacyClaim.metric_dp(self.epsilon, self.metric_name, "word", notes=tuple(notes), extra=extra)
+            return PrivacyClaim.metric_dp(
+                self.epsilon, self.metric_name, "word", notes=tuple(notes), extra=extra
+            )
         check_range("n_words", n_words, 0, math.inf, integer=True)
-        extra.update({"epsilon_per_word": float(self.epsilon), "n_perturbed_words": int(n_words),
-                      "composition": "sequential over word positions: ratio <= exp(eps * sum_i d(w_i, w'_i))"})
-        return PrivacyClaim.metric_dp(self.epsilon, f"{self.metric_name} summed over {int(n_words)} word positions",
-                                      "text", notes=tuple(notes), extra=extra)
+        extra.update(
+            {
+                "epsilon_per_word": float(self.epsilon),
+                "n_perturbed_words": int(n_words),
+                "composition": "sequential over word positions: ratio <= exp(eps * sum_i d(w_i, w'_i))",
+            }
+        )
+        return PrivacyClaim.metric_dp(
+            self.epsilon,
+            f"{self.metric_name} summed over {int(n_words)} word positions",
+            "text",
+            notes=tuple(notes),
+            extra=extra,
+        )
 
     def _claim_extra(self) -> dict[str, Any]:
         return {}
@@ -531,7 +631,12 @@ class WordMetricDP(Mechanism):
     @classmethod
     def sweep_grid(cls, preset: str = "quick") -> tuple[str, tuple[float, ...]]:
         """The epsilon sweep of the report's privacy-utility curve (inference accuracy vs words kept)."""
-        return ("epsilon", (5.0, 10.0, 20.0, 40.0, 80.0) if preset == "quick" else (2.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0))
+        return (
+            "epsilon",
+            (5.0, 10.0, 20.0, 40.0, 80.0)
+            if preset == "quick"
+            else (2.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0),
+        )
 
 
 @MECHANISMS.register("laplace_metric")
@@ -627,7 +732,9 @@ class VickreyK(WordMetricDP):
             a keyword argument of :class:`WordMetricDP` out of range.
     """
 
-    def __init__(self, epsilon: float = 10.0, ts: Sequence[float] = (0.0, 0.0, 0.0), **kw: Any) -> None:
+    def __init__(
+        self, epsilon: float = 10.0, ts: Sequence[float] = (0.0, 0.0, 0.0), **kw: Any
+    ) -> None:
         ts = tuple(float(x) for x in ts) if not isinstance(ts, (int, float)) else (float(ts),)
         if len(ts) < 1:
             raise InvalidArgument("ts (t_1..t_k) must have k >= 1 entries")
@@ -646,12 +753,16 @@ class VickreyK(WordMetricDP):
             raise InvalidArgument(f"k = len(ts) must be <= the vocabulary size; got {k}")
         return self._nn().query(noisy, k)
 
-    def perturb_vectors(self, vectors: np.ndarray, *, rng: Any = None) -> np.ndarray:  # k candidates here too
+    def perturb_vectors(
+        self, vectors: np.ndarray, *, rng: Any = None
+    ) -> np.ndarray:  # k candidates here too
         g = _noise_rng(rng)
         v = np.asarray(vectors, dtype=np.float32)
         emb = self.resolve_embeddings()
         if v.ndim != 2 or v.shape[1] != emb.dim:
-            raise InvalidArgument(f"vectors must have shape (n, {emb.dim}); got {v.shape} (mismatched dims)")
+            raise InvalidArgument(
+                f"vectors must have shape (n, {emb.dim}); got {v.shape} (mismatched dims)"
+            )
         return self._choose(self._neighbors(v + self.sample_noise(v.shape[0], rng=g), None), g)
 
     def selection_probs(self, nb: NeighborResult) -> np.ndarray:
@@ -785,7 +896,9 @@ class LeakyVickreyExcludesInput(Vickrey):
         keep = nb.ids != ids[:, None]
         # first two candidates that are not the input word
         order = np.argsort(~keep, axis=1, kind="stable")[:, :2]
-        return NeighborResult(np.take_along_axis(nb.ids, order, axis=1), np.take_along_axis(nb.dists, order, axis=1))
+        return NeighborResult(
+            np.take_along_axis(nb.ids, order, axis=1), np.take_along_axis(nb.dists, order, axis=1)
+        )
 
 
 _RUN_RE = __import__("re").compile(r"[^\-'\u2019.,]+")

@@ -9,6 +9,7 @@ utility / recall, which :func:`topk_recall` measures).
 Exact search is hand-written because no library does batched, chunked float32 top-k over a
 dense matrix with precomputed norms as fast as a plain BLAS matmul + two ``argmin`` passes.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,10 +41,13 @@ class NeighborResult:
 def _exact_dists(emb: Embeddings, q: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Euclidean distances recomputed in float64 for the selected rows (cheap: B x k x d)."""
     out = np.empty(ids.shape, dtype=np.float64)
-    step = 1024   # chunked: a (B, k, d) float64 temporary for a large batch is slower than the maths
+    step = 1024  # chunked: a (B, k, d) float64 temporary for a large batch is slower than the maths
     for s in range(0, ids.shape[0], step):
-        diff = emb.vectors[ids[s:s + step]].astype(np.float64) - q[s:s + step].astype(np.float64)[:, None, :]
-        out[s:s + step] = np.einsum("bkd,bkd->bk", diff, diff)
+        diff = (
+            emb.vectors[ids[s : s + step]].astype(np.float64)
+            - q[s : s + step].astype(np.float64)[:, None, :]
+        )
+        out[s : s + step] = np.einsum("bkd,bkd->bk", diff, diff)
     return np.sqrt(out)
 
 
@@ -60,19 +64,21 @@ def _check_queries(emb: Embeddings, q: Any, k: int) -> np.ndarray:
     return q
 
 
-def _pair_sq_dists(vectors: np.ndarray, rows: np.ndarray, q64: np.ndarray, qi: np.ndarray) -> np.ndarray:
+def _pair_sq_dists(
+    vectors: np.ndarray, rows: np.ndarray, q64: np.ndarray, qi: np.ndarray
+) -> np.ndarray:
     """``||vectors[rows[i]] - q64[qi[i]]||^2`` in float64 from difference vectors (the brute-force
     definition the exact search must match), chunked."""
     d2 = np.empty(rows.size, dtype=np.float64)
     step = 1 << 14
     for a in range(0, rows.size, step):
-        diff = vectors[rows[a:a + step]].astype(np.float64) - q64[qi[a:a + step]]
-        d2[a:a + step] = np.einsum("ij,ij->i", diff, diff)
+        diff = vectors[rows[a : a + step]].astype(np.float64) - q64[qi[a : a + step]]
+        d2[a : a + step] = np.einsum("ij,ij->i", diff, diff)
     return d2
 
 
-_U32 = 2.0 ** -24   # unit roundoff of float32
-_U16 = 2.0 ** -8    # unit roundoff of bfloat16 (8-bit significand)
+_U32 = 2.0**-24  # unit roundoff of float32
+_U16 = 2.0**-8  # unit roundoff of bfloat16 (8-bit significand)
 
 
 def _split3_bf16(x: np.ndarray) -> np.ndarray:
@@ -103,7 +109,9 @@ def _bf16_ok() -> bool:
     try:
         import torch
 
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        return bool(
+            torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        )
     except Exception:  # pragma: no cover - torch missing / old
         return False
 
@@ -163,9 +171,17 @@ class ExactIndex:
             queries or ``k`` outside [1, vocabulary size].
     """
 
-    def __init__(self, embeddings: Embeddings, block_bytes: int = 48 << 20, precision: str = "auto",
-                 group: int = 64, strategy: str = "auto", cell_size: int = 32,
-                 max_scan_fraction: float = 0.05, seed: int = 0) -> None:
+    def __init__(
+        self,
+        embeddings: Embeddings,
+        block_bytes: int = 48 << 20,
+        precision: str = "auto",
+        group: int = 64,
+        strategy: str = "auto",
+        cell_size: int = 32,
+        max_scan_fraction: float = 0.05,
+        seed: int = 0,
+    ) -> None:
         if precision not in ("auto", "bf16", "fp32"):
             raise InvalidArgument(f"precision must be 'auto', 'bf16' or 'fp32'; got {precision!r}")
         if strategy not in ("auto", "scan", "pruned"):
@@ -200,46 +216,59 @@ class ExactIndex:
             return cache[key]
         import torch
 
-        v = self.embeddings.vectors          # float32, possibly a read-only memory map: never copied whole
+        v = self.embeddings.vectors  # float32, possibly a read-only memory map: never copied whole
         n, d = v.shape
         G = int(self.group)
         W = -(-n // G)
         n_pad = W * G
         K = d + 6
         if prec == "bf16":
-            K = -(-K // 32) * 32                   # AMX tile width
+            K = -(-K // 32) * 32  # AMX tile width
         # the transposed prescreen matrix is filled in row chunks: no (n, d) float64 copy and no
         # (n, K) float32 temporary (on GloVe-400k these temporaries were ~0.6 GiB of peak memory)
         tdt = torch.bfloat16 if prec == "bf16" else torch.float32
         AT = torch.zeros((K, n_pad), dtype=tdt)
         if n_pad > n:
-            AT[d, n:] = 2.0 ** 100                 # padding rows: a huge score, never a candidate
+            AT[d, n:] = 2.0**100  # padding rows: a huge score, never a candidate
         max_e2 = max_r2 = max_et2 = max_hsq = max_sq_res = 0.0
         step = 1 << 15
         for a in range(0, n, step):
-            vc = np.asarray(v[a:a + step], dtype=np.float32)
+            vc = np.asarray(v[a : a + step], dtype=np.float32)
             v64 = vc.astype(np.float64)
             half_sq = 0.5 * np.einsum("ij,ij->i", v64, v64)
             if prec == "bf16":
-                vr = torch.from_numpy(np.require(vc, np.float32, ["C", "W"])).bfloat16().float().numpy().astype(np.float64)
+                vr = (
+                    torch.from_numpy(np.require(vc, np.float32, ["C", "W"]))
+                    .bfloat16()
+                    .float()
+                    .numpy()
+                    .astype(np.float64)
+                )
                 sq_parts = _split3_bf16(half_sq)
             else:
                 vr = v64
                 sq_parts = _split3_f32(half_sq)
             A = np.zeros((len(vc), K), dtype=np.float32)
             A[:, :d] = -vr
-            A[:, d:d + 3] = sq_parts
-            A[:, d + 3:d + 6] = 1.0
-            AT[:, a:a + len(vc)] = torch.from_numpy(A).to(tdt).T   # exact: A holds values of the GEMM precision
+            A[:, d : d + 3] = sq_parts
+            A[:, d + 3 : d + 6] = 1.0
+            AT[:, a : a + len(vc)] = (
+                torch.from_numpy(A).to(tdt).T
+            )  # exact: A holds values of the GEMM precision
             max_e2 = max(max_e2, float((2.0 * half_sq).max()))
             max_r2 = max(max_r2, float(((v64 - vr) ** 2).sum(axis=1).max()))
-            max_et2 = max(max_et2, float((vr ** 2).sum(axis=1).max()))
+            max_et2 = max(max_et2, float((vr**2).sum(axis=1).max()))
             max_hsq = max(max_hsq, float(half_sq.max()))
             max_sq_res = max(max_sq_res, float(np.abs(half_sq - sq_parts.sum(axis=1)).max()))
             del vc, v64, vr, A, sq_parts, half_sq
         AT = AT.contiguous()
-        stats = {"max_e": math.sqrt(max_e2), "max_r": math.sqrt(max_r2), "max_et": math.sqrt(max_et2),
-                 "max_hsq": max_hsq, "max_sq_res": max_sq_res}
+        stats = {
+            "max_e": math.sqrt(max_e2),
+            "max_r": math.sqrt(max_r2),
+            "max_et": math.sqrt(max_et2),
+            "max_hsq": max_hsq,
+            "max_sq_res": max_sq_res,
+        }
         cache[key] = {"prec": prec, "AT": AT, "n": n, "d": d, "K": K, "W": W, "G": G, **stats}
         return cache[key]
 
@@ -252,14 +281,16 @@ class ExactIndex:
         if B == 0:
             return NeighborResult(ids, dists)
         if self.resolved_strategy() == "pruned" and k <= len(emb):
-            if B > 512 and not self._prune_pays(q, k):   # decided once per call, on a 256-query probe
+            if B > 512 and not self._prune_pays(
+                q, k
+            ):  # decided once per call, on a 256-query probe
                 return self._scan(q, k)
             # blocks sized so that the (block, cells) float32 centre scores stay within block_bytes
             step = max(1024, min(8192, int(self.block_bytes) // (4 * self._cells()["C"])))
             for s in range(0, B, step):
-                i, dd = self._pruned_block(q[s:s + step], k)
-                ids[s:s + step] = i
-                dists[s:s + step] = dd
+                i, dd = self._pruned_block(q[s : s + step], k)
+                ids[s : s + step] = i
+                dists[s : s + step] = dd
             return NeighborResult(ids, dists)
         return self._scan(q, k)
 
@@ -273,9 +304,9 @@ class ExactIndex:
         bytes_per_q = P["W"] * P["G"] * (2 if P["prec"] == "bf16" else 4)
         block = max(1, min(B, int(self.block_bytes) // bytes_per_q))
         for s in range(0, B, block):
-            i, dd = self._query_block(P, q[s:s + block], k)
-            ids[s:s + block] = i
-            dists[s:s + block] = dd
+            i, dd = self._query_block(P, q[s : s + block], k)
+            ids[s : s + block] = i
+            dists[s : s + block] = dd
         return NeighborResult(ids, dists)
 
     # ---------------------------------------------------------------- pruned (cells + bounds)
@@ -284,21 +315,25 @@ class ExactIndex:
         cache = self.embeddings._cache
         if key in cache:
             return cache[key]
-        v = self.embeddings.vectors          # float32 (memory map): read in chunks, never copied to float64
+        v = self.embeddings.vectors  # float32 (memory map): read in chunks, never copied to float64
         v = v if v.dtype == np.float32 else np.asarray(v, dtype=np.float32)
-        assign = _cached_assign(self.embeddings, np.ascontiguousarray(v), int(self.cell_size), seed=int(self.seed))
+        assign = _cached_assign(
+            self.embeddings, np.ascontiguousarray(v), int(self.cell_size), seed=int(self.seed)
+        )
         C = int(assign.max()) + 1
         mu = _cell_means(v, assign, C)
         n = v.shape[0]
         step = 1 << 15
         rad0 = np.empty(n, dtype=np.float64)
         for s in range(0, n, step):
-            diff = v[s:s + step].astype(np.float64) - mu[assign[s:s + step]]
-            rad0[s:s + step] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-        order = np.lexsort((rad0, assign))          # by cell, then by distance to the cell's centre
+            diff = v[s : s + step].astype(np.float64) - mu[assign[s : s + step]]
+            rad0[s : s + step] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        order = np.lexsort((rad0, assign))  # by cell, then by distance to the cell's centre
         counts = np.bincount(assign, minlength=C)
         starts = np.concatenate([[0], np.cumsum(counts)])
-        vs32 = np.ascontiguousarray(v[order], dtype=np.float32)   # rows by cell (float32: exact in float64)
+        vs32 = np.ascontiguousarray(
+            v[order], dtype=np.float32
+        )  # rows by cell (float32: exact in float64)
         rad = rad0[order]
         del rad0
         R = np.zeros(C, dtype=np.float64)
@@ -307,18 +342,29 @@ class ExactIndex:
         R = R * (1 + 1e-12) + 1e-300
         en = np.empty(n, dtype=np.float64)
         for s in range(0, n, step):
-            x = vs32[s:s + step].astype(np.float64)
-            en[s:s + step] = np.einsum("ij,ij->i", x, x)
+            x = vs32[s : s + step].astype(np.float64)
+            en[s : s + step] = np.einsum("ij,ij->i", x, x)
         mun = np.einsum("ij,ij->i", mu, mu)
         R32 = (R * (1 + 1e-6)).astype(np.float32)
         R32 = np.nextafter(R32, np.float32(np.inf))
         # the per-cell float64 blocks (-2 e_j^T) are made when a cell is scanned, from vs32 (exact):
         # keeping them all would cost 8 n d bytes (157 MB on GloVe-400k)
-        cache[key] = {"C": C, "order": order, "starts": starts, "counts": counts, "en": en,
-                      "mu": mu, "mun": mun, "R": R, "R32": R32,
-                      "muA": np.ascontiguousarray(np.vstack([-2.0 * mu.T, mun[None, :]]).astype(np.float32)),
-                      "vs32": vs32, "maxR": float(R.max()),
-                      "max_en": float(en.max()) if en.size else 0.0, "max_mun": float(mun.max())}
+        cache[key] = {
+            "C": C,
+            "order": order,
+            "starts": starts,
+            "counts": counts,
+            "en": en,
+            "mu": mu,
+            "mun": mun,
+            "R": R,
+            "R32": R32,
+            "muA": np.ascontiguousarray(np.vstack([-2.0 * mu.T, mun[None, :]]).astype(np.float32)),
+            "vs32": vs32,
+            "maxR": float(R.max()),
+            "max_en": float(en.max()) if en.size else 0.0,
+            "max_mun": float(mun.max()),
+        }
         return cache[key]
 
     def _prune_pays(self, q: np.ndarray, k: int) -> bool:
@@ -341,8 +387,8 @@ class ExactIndex:
         big = math.sqrt(max(Pc["max_en"], Pc["max_mun"]))
         # rigorous rounding margins of the norm expansion ||q||^2 + ||x||^2 - 2 q.x (d-term dots):
         # tol in float64 (row scores), mq in float32 (centre distances); both generous
-        tol = 4.0 * (d + 4) * 2.0 ** -52 * (np.sqrt(qn) + big) ** 2 + 1e-300
-        mq = (4.0 * (d + 4) * 2.0 ** -23 * (np.sqrt(qn) + big) ** 2).astype(np.float32)
+        tol = 4.0 * (d + 4) * 2.0**-52 * (np.sqrt(qn) + big) ** 2 + 1e-300
+        mq = (4.0 * (d + 4) * 2.0**-23 * (np.sqrt(qn) + big) ** 2).astype(np.float32)
         # G = ||q - mu_c||^2 - ||q||^2 in one float32 GEMM of augmented vectors [q, 1] . [-2 mu_c, ||mu_c||^2]
         Xq = np.empty((b, d + 1), dtype=np.float32)
         Xq[:, :d] = q
@@ -355,7 +401,7 @@ class ExactIndex:
         small = counts[probe] < k
         if small.any():
             hk = counts >= k
-            if not hk.any():                                     # no cell holds k rows: full scan
+            if not hk.any():  # no cell holds k rows: full scan
                 if reach_only:
                     return np.full(b, float(n))
                 r = self._scan(q, k)
@@ -366,12 +412,13 @@ class ExactIndex:
         pos = starts[probe][:, None] + np.arange(L)[None, :]
         valid = np.arange(L)[None, :] < counts[probe][:, None]
         pos = np.where(valid, pos, starts[probe][:, None])
-        diff = Pc["vs32"][pos] - q[:, None, :]                  # float32; inflated below
+        diff = Pc["vs32"][pos] - q[:, None, :]  # float32; inflated below
         dd = np.einsum("ijk,ijk->ij", diff, diff).astype(np.float64)
         dd[~valid] = np.inf
         # float32 differences and sums: relative error <= (d + 2) * 2^-24; inflated generously
-        Ur = np.sqrt(np.partition(dd, k - 1, axis=1)[:, k - 1] * (1 + (d + 8) * 2.0 ** -21))
+        Ur = np.sqrt(np.partition(dd, k - 1, axis=1)[:, k - 1] * (1 + (d + 8) * 2.0**-21))
         U = np.minimum(hi + R[probe], Ur) * (1 + 1e-9) + 1e-300
+
         # a cell can hold a row within U only if ||q - mu_c|| - R_c <= U, i.e. (float32, with the
         # margin mq twice: GEMM error + the rounding of this test) G <= (U + R_c)^2 + 2 mq - ||q||^2
         def need_mask(rows: Any) -> np.ndarray:
@@ -380,7 +427,7 @@ class ExactIndex:
             T += (2.0 * mq[rows] - qn[rows]).astype(np.float32)[:, None]
             return G[rows] <= T
 
-        if reach_only:   # rows each query would scan (the decision of _prune_pays)
+        if reach_only:  # rows each query would scan (the decision of _prune_pays)
             return need_mask(slice(None)) @ counts
         pq, pc = np.nonzero(need_mask(slice(None)))
         scan_rows = np.bincount(pq, weights=counts[pc], minlength=b)
@@ -393,12 +440,12 @@ class ExactIndex:
         cs = np.searchsorted(pc, np.arange(C + 1))
         cand_q, cand_j, cand_s = [], [], []
         for c in np.nonzero(cs[1:] > cs[:-1])[0]:
-            Q = pq[cs[c]:cs[c + 1]]
-            S = q64[Q] @ (-2.0 * Pc["vs32"][starts[c]:starts[c + 1]].T.astype(np.float64))
-            S += Pc["en"][starts[c]:starts[c + 1]][None, :]
+            Q = pq[cs[c] : cs[c + 1]]
+            S = q64[Q] @ (-2.0 * Pc["vs32"][starts[c] : starts[c + 1]].T.astype(np.float64))
+            S += Pc["en"][starts[c] : starts[c + 1]][None, :]
             S += qn[Q, None]
             m = S.shape[1]
-            if m > k:   # keep rows within 2 tol of the cell's k-th best score (near-ties included)
+            if m > k:  # keep rows within 2 tol of the cell's k-th best score (near-ties included)
                 sk = np.partition(S, k - 1, axis=1)[:, k - 1]
                 qi, jj = np.nonzero(S <= (sk + 2.0 * tol[Q])[:, None])
             else:
@@ -445,7 +492,9 @@ class ExactIndex:
         q64 = q.astype(np.float64)
         hq = 0.5 * np.einsum("ij,ij->i", q64, q64)
         if P["prec"] == "bf16":
-            qt = torch.from_numpy(np.require(q, None, ["W"])).bfloat16()   # rows of a read-only memmap
+            qt = torch.from_numpy(
+                np.require(q, None, ["W"])
+            ).bfloat16()  # rows of a read-only memmap
             qr = qt.float().numpy().astype(np.float64)
             u_out = _U16
         else:
@@ -453,9 +502,13 @@ class ExactIndex:
             u_out = _U32
         # rigorous bound on |exact sum of the augmented products - ||q - e_j||^2 / 2|
         nq_err = np.sqrt(((q64 - qr) ** 2).sum(axis=1))
-        nqr = np.sqrt((qr ** 2).sum(axis=1))
-        m0 = (nq_err * P["max_e"] + nqr * P["max_r"] + P["max_sq_res"]
-              + 2.0 * K * _U32 * (nqr * P["max_et"] + 2.0 * (hq + P["max_hsq"]) + 3.0))
+        nqr = np.sqrt((qr**2).sum(axis=1))
+        m0 = (
+            nq_err * P["max_e"]
+            + nqr * P["max_r"]
+            + P["max_sq_res"]
+            + 2.0 * K * _U32 * (nqr * P["max_et"] + 2.0 * (hq + P["max_hsq"]) + 3.0)
+        )
         # offset c > bound: every computed score is > 0, so float order == integer order of the bits
         c = 4.0 * m0 + 1e-20
         hc = hq + c
@@ -463,12 +516,12 @@ class ExactIndex:
         m = (m0 + np.abs(hc - h_parts.sum(axis=1)) + 4.0 * K * _U32 * c) * (1.0 + 1e-6) + 1e-30
         X = np.zeros((b, K), dtype=np.float32)
         X[:, :d] = qr
-        X[:, d:d + 3] = 1.0
-        X[:, d + 3:d + 6] = h_parts
+        X[:, d : d + 3] = 1.0
+        X[:, d + 3 : d + 6] = h_parts
         Xt = torch.from_numpy(X)
         if P["prec"] == "bf16":
             Xt = Xt.bfloat16()
-        S = torch.mm(Xt, P["AT"])                   # (b, W*G) prescreen scores s~_j + c > 0
+        S = torch.mm(Xt, P["AT"])  # (b, W*G) prescreen scores s~_j + c > 0
         # group minima (group g = rows g, g+W, ..., g+(G-1)W) on the integer view of the bits:
         # positive floats order like their bit patterns; numpy's int16 min is fast and exact
         if P["prec"] == "bf16":
@@ -485,9 +538,11 @@ class ExactIndex:
         up = np.where(tk >= 0, tk / (1.0 - u_out), tk / (1.0 + u_out)) + m
         y = up + m
         thr = np.where(y >= 0, y * (1.0 + u_out), y * (1.0 - u_out))
-        thr = np.nextafter(thr.astype(np.float32), np.float32(np.inf))   # round up: stay conservative
-        cq, cc = np.nonzero(gmin <= thr[:, None])                         # candidate (query, group)
-        if P["prec"] == "bf16":   # gather the groups' raw bf16 bits and widen them exactly to fp32
+        thr = np.nextafter(
+            thr.astype(np.float32), np.float32(np.inf)
+        )  # round up: stay conservative
+        cq, cc = np.nonzero(gmin <= thr[:, None])  # candidate (query, group)
+        if P["prec"] == "bf16":  # gather the groups' raw bf16 bits and widen them exactly to fp32
             vals = (Sn[cq, :, cc].view(np.uint16).astype(np.uint32) << 16).view(np.float32)
         else:
             vals = Sn[cq, :, cc]
@@ -550,19 +605,24 @@ def _two_level_cells(v: np.ndarray, cell_size: int, *, seed: int) -> np.ndarray:
     order = np.argsort(top, kind="stable")
     bounds = np.searchsorted(top[order], np.arange(c1 + 1))
     for c in range(c1):
-        rows = order[bounds[c]:bounds[c + 1]]
+        rows = order[bounds[c] : bounds[c + 1]]
         if rows.size == 0:
             continue
         c2 = int(min(rows.size, -(-rows.size // cell_size)))
-        sub = (_kmeans_assign(v[rows], c2, seed=seed + 1 + c, use_faiss=rows.size > 4096) if c2 > 1
-               else np.zeros(rows.size, np.int64))
-        _, sub = np.unique(sub, return_inverse=True)          # drop empty sub-cells
+        sub = (
+            _kmeans_assign(v[rows], c2, seed=seed + 1 + c, use_faiss=rows.size > 4096)
+            if c2 > 1
+            else np.zeros(rows.size, np.int64)
+        )
+        _, sub = np.unique(sub, return_inverse=True)  # drop empty sub-cells
         out[rows] = nxt + sub
         nxt += int(sub.max()) + 1
     return out
 
 
-def _kmeans_assign(v: np.ndarray, C: int, *, seed: int, iters: int = 10, use_faiss: bool = True) -> np.ndarray:
+def _kmeans_assign(
+    v: np.ndarray, C: int, *, seed: int, iters: int = 10, use_faiss: bool = True
+) -> np.ndarray:
     """k-means cell of every row: faiss when installed, else Lloyd iterations from ``C`` random rows."""
     n = v.shape[0]
     if C >= n:
@@ -570,12 +630,19 @@ def _kmeans_assign(v: np.ndarray, C: int, *, seed: int, iters: int = 10, use_fai
     if C <= 1:
         return np.zeros(n, dtype=np.int64)
     try:
-        if not use_faiss:   # small sets: numpy is faster than faiss's per-call overhead
+        if not use_faiss:  # small sets: numpy is faster than faiss's per-call overhead
             raise ImportError
         import faiss
 
-        km = faiss.Kmeans(v.shape[1], C, niter=iters, seed=seed + 1, verbose=False,
-                          max_points_per_centroid=64, min_points_per_centroid=1)
+        km = faiss.Kmeans(
+            v.shape[1],
+            C,
+            niter=iters,
+            seed=seed + 1,
+            verbose=False,
+            max_points_per_centroid=64,
+            min_points_per_centroid=1,
+        )
         km.train(np.ascontiguousarray(v, dtype=np.float32))
         _, a = km.index.search(np.ascontiguousarray(v, dtype=np.float32), 1)
         return a[:, 0].astype(np.int64)
@@ -587,14 +654,14 @@ def _kmeans_assign(v: np.ndarray, C: int, *, seed: int, iters: int = 10, use_fai
     for it in range(iters + 1):
         cn = np.einsum("ij,ij->i", cent, cent)
         for s in range(0, n, 8192):
-            S = v[s:s + 8192] @ (-2.0 * cent.T)
+            S = v[s : s + 8192] @ (-2.0 * cent.T)
             S += cn
-            assign[s:s + 8192] = S.argmin(axis=1)
+            assign[s : s + 8192] = S.argmin(axis=1)
         if it == iters:
             break
         cent = _cell_means(v, assign, C).astype(np.float32)
         empty = np.bincount(assign, minlength=C) == 0
-        if empty.any():   # re-seed empty cells with random rows
+        if empty.any():  # re-seed empty cells with random rows
             cent[empty] = v[g.choice(n, int(empty.sum()), replace=False)]
     return assign
 
@@ -627,8 +694,15 @@ class HnswIndex:
         MissingDependency: hnswlib is not installed (on the first query).
     """
 
-    def __init__(self, embeddings: Embeddings, ef: int = 64, M: int = 16, ef_construction: int = 100,
-                 num_threads: int = 2, seed: int = 0) -> None:
+    def __init__(
+        self,
+        embeddings: Embeddings,
+        ef: int = 64,
+        M: int = 16,
+        ef_construction: int = 100,
+        num_threads: int = 2,
+        seed: int = 0,
+    ) -> None:
         check_range("ef", ef, 1, 100000, integer=True)
         self.embeddings = embeddings
         self.ef = ef
@@ -647,7 +721,12 @@ class HnswIndex:
                 raise MissingDependency("hnswlib", "ann") from e
             n, d = self.embeddings.vectors.shape
             idx = hnswlib.Index(space="l2", dim=d)
-            idx.init_index(max_elements=n, ef_construction=self.ef_construction, M=self.M, random_seed=self.seed)
+            idx.init_index(
+                max_elements=n,
+                ef_construction=self.ef_construction,
+                M=self.M,
+                random_seed=self.seed,
+            )
             idx.set_num_threads(self.num_threads)
             idx.add_items(self.embeddings.vectors, np.arange(n))
             cache[key] = idx
@@ -686,15 +765,25 @@ class FaissIndex:
     ``nprobe`` (IVF) = lists scanned per query; ``ef_search`` (HNSW) = faiss ``efSearch``.
     """
 
-    def __init__(self, embeddings: Embeddings, factory: str | None = None, nprobe: int = 1,
-                 k_factor: int = 1, ef_search: int = 32, num_threads: int = 2, batched: bool = True,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        embeddings: Embeddings,
+        factory: str | None = None,
+        nprobe: int = 1,
+        k_factor: int = 1,
+        ef_search: int = 32,
+        num_threads: int = 2,
+        batched: bool = True,
+        seed: int = 0,
+    ) -> None:
         check_range("nprobe", nprobe, 1, 1 << 20, integer=True)
         check_range("k_factor", k_factor, 1, 1 << 16, integer=True)
         check_range("ef_search", ef_search, 1, 1 << 20, integer=True)
         check_range("num_threads", num_threads, 1, 1024, integer=True)
         if factory is not None and not isinstance(factory, str):
-            raise InvalidArgument(f"factory must be a faiss index_factory string or None; got {factory!r}")
+            raise InvalidArgument(
+                f"factory must be a faiss index_factory string or None; got {factory!r}"
+            )
         self.embeddings = embeddings
         self.factory = factory
         self.nprobe = nprobe
@@ -730,7 +819,9 @@ class FaissIndex:
         try:
             idx = faiss.index_factory(d, fac)
         except RuntimeError as e:
-            raise InvalidArgument(f"factory: faiss cannot build {fac!r}: {str(e).strip().splitlines()[-1]}") from e
+            raise InvalidArgument(
+                f"factory: faiss cannot build {fac!r}: {str(e).strip().splitlines()[-1]}"
+            ) from e
         ivf = None
         try:
             ivf = faiss.extract_index_ivf(idx)
@@ -738,14 +829,19 @@ class FaissIndex:
             pass
         if ivf is not None:
             if ivf.nlist > n:
-                raise InvalidArgument(f"factory: {ivf.nlist} inverted lists for a vocabulary of {n} rows; use at most {n}")
+                raise InvalidArgument(
+                    f"factory: {ivf.nlist} inverted lists for a vocabulary of {n} rows; use at most {n}"
+                )
             ivf.cp.seed = self.seed
         if not idx.is_trained:
             idx.train(v)
         idx.add(v)
         P: dict = {"index": idx, "ivf": ivf, "gemm": False}
-        if (ivf is not None and isinstance(faiss.downcast_index(idx), faiss.IndexIVFFlat)
-                and ivf.metric_type == faiss.METRIC_L2):
+        if (
+            ivf is not None
+            and isinstance(faiss.downcast_index(idx), faiss.IndexIVFFlat)
+            and ivf.metric_type == faiss.METRIC_L2
+        ):
             nl = ivf.nlist
             C = ivf.quantizer.reconstruct_n(0, nl).astype(np.float32)
             _, a = ivf.quantizer.search(v, 1)
@@ -753,10 +849,18 @@ class FaissIndex:
             order = np.argsort(a, kind="stable")
             starts = np.searchsorted(a[order], np.arange(nl + 1))
             vs = v[order]
-            P.update(gemm=True, nlist=nl, order=order, starts=starts,
-                     CT=np.ascontiguousarray(-2.0 * C.T), cn=np.einsum("ij,ij->i", C, C),
-                     VT=[np.ascontiguousarray(-2.0 * vs[starts[j]:starts[j + 1]].T) for j in range(nl)],
-                     vsq=np.einsum("ij,ij->i", vs, vs))
+            P.update(
+                gemm=True,
+                nlist=nl,
+                order=order,
+                starts=starts,
+                CT=np.ascontiguousarray(-2.0 * C.T),
+                cn=np.einsum("ij,ij->i", C, C),
+                VT=[
+                    np.ascontiguousarray(-2.0 * vs[starts[j] : starts[j + 1]].T) for j in range(nl)
+                ],
+                vsq=np.einsum("ij,ij->i", vs, vs),
+            )
         cache[key] = P
         return P
 
@@ -782,17 +886,19 @@ class FaissIndex:
             _, labels = idx.search(q, kk)
             labels = labels.astype(np.int64)
         nt = max(1, min(self.num_threads, q.shape[0] // 512))
-        if nt > 1:   # numpy releases the GIL in the gather / float64 maths
+        if nt > 1:  # numpy releases the GIL in the gather / float64 maths
             from concurrent.futures import ThreadPoolExecutor
 
             parts = np.array_split(np.arange(q.shape[0]), nt)
             with ThreadPoolExecutor(nt) as pool:
                 rs = list(pool.map(lambda r: _rerank(emb, q[r], labels[r], k), parts))
-            res = NeighborResult(np.concatenate([r.ids for r in rs]), np.concatenate([r.dists for r in rs]))
+            res = NeighborResult(
+                np.concatenate([r.ids for r in rs]), np.concatenate([r.dists for r in rs])
+            )
         else:
             res = _rerank(emb, q, labels, k)
-        short = (labels < 0).sum(axis=1) > labels.shape[1] - k   # fewer than k candidates found
-        if short.any():   # rare (tiny inverted lists): answer those queries exactly
+        short = (labels < 0).sum(axis=1) > labels.shape[1] - k  # fewer than k candidates found
+        if short.any():  # rare (tiny inverted lists): answer those queries exactly
             ex = ExactIndex(emb).query(q[short], k)
             res.ids[short], res.dists[short] = ex.ids, ex.dists
         return res
@@ -834,7 +940,7 @@ class FaissIndex:
                     if s == e or m == 0:
                         continue
                     D = q[qrow[s:e]] @ VT[j]
-                    D += vsq[starts[j]:starts[j + 1]]
+                    D += vsq[starts[j] : starts[j + 1]]
                     dst = qo[s:e]
                     kk = min(k, m)
                     r = np.arange(e - s)
@@ -848,7 +954,11 @@ class FaissIndex:
                             cd[dst, 1] = D[r, i2]
                             ci[dst, 1] = i2 + starts[j]
                     else:
-                        part = np.argpartition(D, kk - 1, axis=1)[:, :kk] if kk < m else np.broadcast_to(np.arange(m), D.shape)
+                        part = (
+                            np.argpartition(D, kk - 1, axis=1)[:, :kk]
+                            if kk < m
+                            else np.broadcast_to(np.arange(m), D.shape)
+                        )
                         cd[dst, :kk] = np.take_along_axis(D, part, axis=1)
                         ci[dst, :kk] = part + starts[j]
 
@@ -880,6 +990,7 @@ def _rerank(emb: Embeddings, q: np.ndarray, labels: np.ndarray, k: int) -> Neigh
         lab = np.take_along_axis(lab, order, axis=1)
         d = np.take_along_axis(d, order, axis=1)
     return NeighborResult(np.ascontiguousarray(lab[:, :k]), np.ascontiguousarray(d[:, :k]))
+
 
 def make_index(embeddings: Embeddings, index: str = "exact", **kw: Any) -> Any:
     if index == "exact":

@@ -4,6 +4,7 @@ Paper: ``../shared/papers/vickrey-mechanism-metric-dp.txt`` (Algorithm 1 perturb
 string ``s = w1 ... wn`` independently). Everything that is not a word token (whitespace,
 punctuation) is copied verbatim, so the released text keeps the layout of the input.
 """
+
 from __future__ import annotations
 
 import re

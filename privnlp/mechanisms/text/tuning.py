@@ -8,6 +8,7 @@ the while loop; the text says it is done once the epsilon is found, which is wha
 Theorem 1 makes every selected (eps, t) eps-metric-DP, so tuning on public data is free; tuning
 on the private data itself is not covered by the claim (use the public vocabulary / a public prior).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,18 +38,32 @@ class TuneResult:
     points: tuple[Any, ...]
 
 
-def _prep(embeddings: Embeddings, support: Sequence[int] | None, prior: Any) -> tuple[np.ndarray, np.ndarray | None]:
+def _prep(
+    embeddings: Embeddings, support: Sequence[int] | None, prior: Any
+) -> tuple[np.ndarray, np.ndarray | None]:
     sup = np.arange(len(embeddings)) if support is None else np.asarray(support, dtype=np.int64)
     if prior is not None:
         prior = np.asarray(prior, dtype=np.float64)
         if prior.shape != sup.shape:
-            raise InvalidArgument(f"prior must have one weight per support word ({sup.size}); got {prior.shape}")
+            raise InvalidArgument(
+                f"prior must have one weight per support word ({sup.size}); got {prior.shape}"
+            )
     return sup, prior
 
 
-def select_parameters(embeddings: Embeddings, *, loss: Any, max_loss: float, prior: Any = None,
-                      support: Sequence[int] | None = None, epsilon0: float = 1.0, ts: Sequence[float] = DEFAULT_TS,
-                      n_samples: int = 200, max_doublings: int = 24, rng: Any) -> TuneResult:
+def select_parameters(
+    embeddings: Embeddings,
+    *,
+    loss: Any,
+    max_loss: float,
+    prior: Any = None,
+    support: Sequence[int] | None = None,
+    epsilon0: float = 1.0,
+    ts: Sequence[float] = DEFAULT_TS,
+    n_samples: int = 200,
+    max_doublings: int = 24,
+    rng: Any,
+) -> TuneResult:
     """Algorithm 2: the Vickrey (epsilon, t) with the highest ``E_M`` subject to ``L_M <= max_loss``.
 
     ``loss``: ``d_L`` as a callable over vocabulary ids or a ``(V, V)`` matrix (see
@@ -74,8 +89,10 @@ def select_parameters(embeddings: Embeddings, *, loss: Any, max_loss: float, pri
             break
         eps *= 2.0
     else:
-        raise InvalidArgument(f"max_loss={max_loss} not reached after {max_doublings} doublings of epsilon "
-                              f"(last epsilon {eps / 2:g}, loss {points[-1].utility_loss:.4g}); raise max_loss")
+        raise InvalidArgument(
+            f"max_loss={max_loss} not reached after {max_doublings} doublings of epsilon "
+            f"(last epsilon {eps / 2:g}, loss {points[-1].utility_loss:.4g}); raise max_loss"
+        )
     best = points[-1]
     ts = [float(t) for t in ts]
     chs = estimate_channels_vickrey(embeddings, eps, ts, sup, n_samples, rng=g)
@@ -84,15 +101,34 @@ def select_parameters(embeddings: Embeddings, *, loss: Any, max_loss: float, pri
         points.append(pt)
         if pt.utility_loss <= max_loss and pt.inference_error > best.inference_error:
             best = pt
-    return TuneResult(epsilon=eps, t=float(best.t or 0.0), inference_error=best.inference_error,
-                      utility_loss=best.utility_loss, max_loss=float(max_loss), points=tuple(points))
+    return TuneResult(
+        epsilon=eps,
+        t=float(best.t or 0.0),
+        inference_error=best.inference_error,
+        utility_loss=best.utility_loss,
+        max_loss=float(max_loss),
+        points=tuple(points),
+    )
 
 
-def tradeoff_points(embeddings: Embeddings, epsilons: Sequence[float], *, loss: Any, prior: Any = None,
-                    support: Sequence[int] | None = None, ts: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
-                    mahalanobis_lam: float | None = 0.2, n_samples: int = 200, rng: Any) -> list[Any]:
+def tradeoff_points(
+    embeddings: Embeddings,
+    epsilons: Sequence[float],
+    *,
+    loss: Any,
+    prior: Any = None,
+    support: Sequence[int] | None = None,
+    ts: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+    mahalanobis_lam: float | None = 0.2,
+    n_samples: int = 200,
+    rng: Any,
+) -> list[Any]:
     """Points (E_M, L_M) for Vickrey at every t (t = 0 is Laplace) and Mahalanobis, per epsilon."""
-    from privnlp.attacks.text.bayesian import empirical_point, estimate_channel, estimate_channels_vickrey
+    from privnlp.attacks.text.bayesian import (
+        empirical_point,
+        estimate_channel,
+        estimate_channels_vickrey,
+    )
     from .mechanisms import LaplaceMetric, Mahalanobis, Vickrey
 
     sup, prior = _prep(embeddings, support, prior)
@@ -102,7 +138,11 @@ def tradeoff_points(embeddings: Embeddings, epsilons: Sequence[float], *, loss: 
         check_positive("epsilon", eps)
         chs = estimate_channels_vickrey(embeddings, float(eps), ts, sup, n_samples, rng=g)
         for t, ch in zip(ts, chs):
-            m = LaplaceMetric(float(eps), embeddings=embeddings) if t == 0 else Vickrey(float(eps), t=float(t), embeddings=embeddings)
+            m = (
+                LaplaceMetric(float(eps), embeddings=embeddings)
+                if t == 0
+                else Vickrey(float(eps), t=float(t), embeddings=embeddings)
+            )
             out.append(empirical_point(m, ch, prior, loss))
         if mahalanobis_lam is not None:
             m = Mahalanobis(float(eps), lam=mahalanobis_lam, embeddings=embeddings)
@@ -123,6 +163,7 @@ def plot_tradeoff(points: Sequence[Any], path: str, *, title: str = "") -> str:
     import tempfile
 
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -133,7 +174,9 @@ def plot_tradeoff(points: Sequence[Any], path: str, *, title: str = "") -> str:
     for lab, ps in curves.items():
         ps = sorted(ps, key=lambda p: p.epsilon)
         ax[0].plot([p.epsilon for p in ps], [p.inference_error for p in ps], marker="o", label=lab)
-        ax[1].plot([p.utility_loss for p in ps], [p.inference_error for p in ps], marker="o", label=lab)
+        ax[1].plot(
+            [p.utility_loss for p in ps], [p.inference_error for p in ps], marker="o", label=lab
+        )
     ax[0].set_xscale("log")
     ax[0].set_xlabel("epsilon")
     ax[1].set_xlabel("expected utility loss L_M")

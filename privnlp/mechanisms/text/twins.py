@@ -23,6 +23,7 @@ The vickrey_k twin overrides the private ``_neighbors(noisy, ids)`` hook (the on
 ``LeakyVickreyExcludesInput`` and the Bayesian channel estimator use); everything else overrides a
 public method (``sample_noise``, ``sigma_sqrt``, ``perturb_vectors``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,7 +37,11 @@ from privnlp.core.rng import as_numpy
 from .mechanisms import LaplaceMetric, Mahalanobis, VickreyK
 from .neighbors import NeighborResult
 
-__all__ = ["LeakyLaplacePerCoordinate", "LeakyMahalanobisNoIdentity", "LeakyVickreyKPrecomputedNeighbors"]
+__all__ = [
+    "LeakyLaplacePerCoordinate",
+    "LeakyMahalanobisNoIdentity",
+    "LeakyVickreyKPrecomputedNeighbors",
+]
 
 
 @LEAKY_TWINS.register("laplace_metric")
@@ -56,7 +61,11 @@ class LeakyLaplacePerCoordinate(LaplaceMetric):
 
     def sample_noise(self, n: int, *, rng: Any, dtype: Any = np.float32) -> np.ndarray:
         d = self.resolve_embeddings().dim
-        return as_numpy(rng).laplace(0.0, 1.0 / float(self.epsilon), size=(n, d)).astype(dtype, copy=False)
+        return (
+            as_numpy(rng)
+            .laplace(0.0, 1.0 / float(self.epsilon), size=(n, d))
+            .astype(dtype, copy=False)
+        )
 
 
 @LEAKY_TWINS.register("mahalanobis")
@@ -87,7 +96,7 @@ class LeakyMahalanobisNoIdentity(Mahalanobis):
             S = np.atleast_2d(np.cov(X, rowvar=False)) if X.shape[0] > 1 else np.eye(d)
             tr = np.trace(S)
             S = S * (d / tr) if tr > 0 else np.eye(d)
-            S = float(self.lam) * S                      # BUG: "+ (1 - lam) * I" forgotten
+            S = float(self.lam) * S  # BUG: "+ (1 - lam) * I" forgotten
             w, V = np.linalg.eigh(S)
             root = ((V * np.sqrt(np.clip(w, 0.0, None))) @ V.T).astype(np.float32)
             self.__dict__["_leaky_root"] = root
@@ -122,8 +131,10 @@ class LeakyVickreyKPrecomputedNeighbors(VickreyK):
 
     def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
         emb = self.resolve_embeddings()
-        cand = self.neighbor_table()[np.asarray(ids, dtype=np.int64)]          # BUG: neighbours of phi(w)
-        diff = emb.vectors[cand].astype(np.float64) - np.asarray(noisy, dtype=np.float64)[:, None, :]
+        cand = self.neighbor_table()[np.asarray(ids, dtype=np.int64)]  # BUG: neighbours of phi(w)
+        diff = (
+            emb.vectors[cand].astype(np.float64) - np.asarray(noisy, dtype=np.float64)[:, None, :]
+        )
         return NeighborResult(cand, np.sqrt(np.einsum("bkd,bkd->bk", diff, diff)))
 
     def perturb_vectors(self, vectors: np.ndarray, *, rng: Any) -> np.ndarray:
@@ -131,7 +142,9 @@ class LeakyVickreyKPrecomputedNeighbors(VickreyK):
         emb = self.resolve_embeddings()
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2 or v.shape[1] != emb.dim:
-            raise InvalidArgument(f"vectors must have shape (n, {emb.dim}); got {v.shape} (mismatched dims)")
+            raise InvalidArgument(
+                f"vectors must have shape (n, {emb.dim}); got {v.shape} (mismatched dims)"
+            )
         g = as_numpy(rng)
         ids = self._nn().query(v, 1).ids[:, 0]
         return self._choose(self._neighbors(v + self.sample_noise(v.shape[0], rng=g), ids), g)

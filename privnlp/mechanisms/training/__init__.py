@@ -7,27 +7,80 @@ Papers: ``../shared/papers/dp-bert-and-dp-wordpiece.txt``, ``film-recovering-pri
 
 Importing this package imports torch (it registers the mechanisms); ``import privnlp`` does not.
 """
+
 from __future__ import annotations
 
 from . import mechanisms as _mechanisms  # noqa: F401  (registers the defenses + the leaky twin)
 from . import twins_embedding as _twins_embedding  # noqa: F401  (leaky twins)
 from . import twins_transforms as _twins_transforms  # noqa: F401  (leaky twins)
-from .dp_sgd import (PrivateTraining, make_private, per_sample_classification_loss, per_sample_lm_loss,
-                     per_sample_token_loss, private_training)
+from .dp_sgd import (
+    PrivateTraining,
+    make_private,
+    per_sample_classification_loss,
+    per_sample_lm_loss,
+    per_sample_token_loss,
+    private_training,
+)
 from .embedding import freeze_embeddings
 from .large_batch import sharded_dp_mean, effective_noise_multiplier
 from .loop import TrainResult, train_private
-from .mechanisms import (DPSGD, AdversarialEmbeddingDefense, DropoutEmbeddingDefense, FrozenEmbeddings,
-                         GaussianNoiseUpdate, GradDropDefense, GradientPruningDefense, LeakyDPSGDNoClipping,
-                         LSTMDropoutDefense, NoisedEmbeddingDefense, RandomMaskingDefense, SignSGDDefense)
-from .transforms import (ClipUpdate, Compose, GaussianNoise, GradDrop, GradientPruning, RandomMasking, SignSGD,
-                         UpdateTransform, apply_to_model_grads)
+from .mechanisms import (
+    DPSGD,
+    AdversarialEmbeddingDefense,
+    DropoutEmbeddingDefense,
+    FrozenEmbeddings,
+    GaussianNoiseUpdate,
+    GradDropDefense,
+    GradientPruningDefense,
+    LeakyDPSGDNoClipping,
+    LSTMDropoutDefense,
+    NoisedEmbeddingDefense,
+    RandomMaskingDefense,
+    SignSGDDefense,
+)
+from .transforms import (
+    ClipUpdate,
+    Compose,
+    GaussianNoise,
+    GradDrop,
+    GradientPruning,
+    RandomMasking,
+    SignSGD,
+    UpdateTransform,
+    apply_to_model_grads,
+)
 
-__all__ = ["DPSGD", "FrozenEmbeddings", "GaussianNoiseUpdate", "GradDropDefense", "GradientPruningDefense",
-           "RandomMaskingDefense", "SignSGDDefense", "AdversarialEmbeddingDefense",
-           "DropoutEmbeddingDefense", "LSTMDropoutDefense", "NoisedEmbeddingDefense", "LeakyDPSGDNoClipping",
-           "PrivateTraining", "make_private", "private_training", "train_private", "TrainResult",
-           "per_sample_lm_loss", "per_sample_classification_loss", "per_sample_token_loss",
-           "freeze_embeddings", "sharded_dp_mean", "effective_noise_multiplier", "UpdateTransform",
-           "Compose", "ClipUpdate", "GaussianNoise", "GradDrop", "GradientPruning", "RandomMasking",
-           "SignSGD", "apply_to_model_grads"]
+__all__ = [
+    "DPSGD",
+    "FrozenEmbeddings",
+    "GaussianNoiseUpdate",
+    "GradDropDefense",
+    "GradientPruningDefense",
+    "RandomMaskingDefense",
+    "SignSGDDefense",
+    "AdversarialEmbeddingDefense",
+    "DropoutEmbeddingDefense",
+    "LSTMDropoutDefense",
+    "NoisedEmbeddingDefense",
+    "LeakyDPSGDNoClipping",
+    "PrivateTraining",
+    "make_private",
+    "private_training",
+    "train_private",
+    "TrainResult",
+    "per_sample_lm_loss",
+    "per_sample_classification_loss",
+    "per_sample_token_loss",
+    "freeze_embeddings",
+    "sharded_dp_mean",
+    "effective_noise_multiplier",
+    "UpdateTransform",
+    "Compose",
+    "ClipUpdate",
+    "GaussianNoise",
+    "GradDrop",
+    "GradientPruning",
+    "RandomMasking",
+    "SignSGD",
+    "apply_to_model_grads",
+]

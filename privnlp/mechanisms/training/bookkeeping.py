@@ -23,6 +23,7 @@ activation gradients (no weight gradients at all). At ``optimizer.step()``:
 Threat model and claim: those of DP-SGD (example-level (epsilon, delta)-DP); BK computes the same clipped sum
 as hooks mode (tests compare them), so the claim is unchanged.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,7 +43,11 @@ def _samplers() -> tuple[dict, dict]:
 
 
 def _trainable_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    return [(n, m) for n, m in model.named_modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+    return [
+        (n, m)
+        for n, m in model.named_modules()
+        if any(p.requires_grad for p in m.parameters(recurse=False))
+    ]
 
 
 def supports_bookkeeping(model: nn.Module) -> bool:
@@ -68,7 +73,11 @@ def _linear_sq_norms(layer: nn.Linear, a: torch.Tensor, g: torch.Tensor) -> torc
     t = g.shape[1]
     d, p = a.shape[-1], g.shape[-1]
     if t * (d + p) <= d * p:
-        sq = (torch.bmm(g, g.transpose(1, 2)) * torch.bmm(a, a.transpose(1, 2))).sum((1, 2)).clamp(min=0)
+        sq = (
+            (torch.bmm(g, g.transpose(1, 2)) * torch.bmm(a, a.transpose(1, 2)))
+            .sum((1, 2))
+            .clamp(min=0)
+        )
     else:
         gs = torch.bmm(g.transpose(1, 2), a)
         sq = (gs * gs).sum((1, 2))
@@ -90,13 +99,19 @@ class BookKeeping:
         self.modules = _trainable_modules(model)
         bad = [f"{n} ({type(m).__name__})" for n, m in self.modules if type(m) not in grad_s]
         if bad:
-            raise InvalidArgument(f"grad_sample_mode='bookkeeping': layers without an opacus grad sampler: {bad}; "
-                                  "use grad_sample_mode='hooks'")
-        self.params = {m: [p for p in m.parameters(recurse=False) if p.requires_grad] for _, m in self.modules}
+            raise InvalidArgument(
+                f"grad_sample_mode='bookkeeping': layers without an opacus grad sampler: {bad}; "
+                "use grad_sample_mode='hooks'"
+            )
+        self.params = {
+            m: [p for p in m.parameters(recurse=False) if p.requires_grad] for _, m in self.modules
+        }
         self.store: dict[nn.Module, list] = {}
         self.handles = []
         for p in (p for ps in self.params.values() for p in ps):
-            p.requires_grad_(False)  # no weight gradients in autograd: BK computes the clipped sums itself
+            p.requires_grad_(
+                False
+            )  # no weight gradients in autograd: BK computes the clipped sums itself
         for _, m in self.modules:
             self.handles.append(m.register_forward_hook(self._forward_hook))
 
@@ -104,12 +119,16 @@ class BookKeeping:
         if not torch.is_grad_enabled():
             return None
         if not isinstance(output, torch.Tensor):
-            raise InvalidArgument(f"grad_sample_mode='bookkeeping': {type(module).__name__} returned "
-                                  f"{type(output).__name__}, not a tensor")
+            raise InvalidArgument(
+                f"grad_sample_mode='bookkeeping': {type(module).__name__} returned "
+                f"{type(output).__name__}, not a tensor"
+            )
         if not output.requires_grad:  # the first trainable layer (e.g. the embedding of token ids)
             output = output.detach().requires_grad_(True)
         entry = [[x.detach() for x in inputs if isinstance(x, torch.Tensor)], None]
-        self.store.setdefault(module, []).append(entry)  # forwards without a backward leave g=None (ignored)
+        self.store.setdefault(module, []).append(
+            entry
+        )  # forwards without a backward leave g=None (ignored)
 
         def grad_hook(g: torch.Tensor) -> None:
             entry[1] = g.detach() if entry[1] is None else entry[1] + g.detach()
@@ -130,7 +149,9 @@ class BookKeeping:
 
     # -- the clipped sum -----------------------------------------------------------------------
     @torch.no_grad()
-    def clipped_sum(self, loss_reduction: str = "mean") -> tuple[dict[nn.Parameter, torch.Tensor], torch.Tensor]:
+    def clipped_sum(
+        self, loss_reduction: str = "mean"
+    ) -> tuple[dict[nn.Parameter, torch.Tensor], torch.Tensor]:
         """``({param: sum_i c_i grad_i}, per-sample norms)`` from the book-kept ``(a, g)``; zero sums (and no
         norms) when nothing was book-kept (an empty Poisson batch)."""
         grad_s, norm_s = _samplers()
@@ -139,9 +160,11 @@ class BookKeeping:
             es = [e for e in es if e[1] is not None]
             if len(es) > 1:
                 self.clear()
-                raise InvalidArgument(f"grad_sample_mode='bookkeeping': layer {type(m).__name__} was used {len(es)} "
-                                      "times in the backward pass (shared weights or a reused layer); use "
-                                      "grad_sample_mode='hooks'")
+                raise InvalidArgument(
+                    f"grad_sample_mode='bookkeeping': layer {type(m).__name__} was used {len(es)} "
+                    "times in the backward pass (shared weights or a reused layer); use "
+                    "grad_sample_mode='hooks'"
+                )
             if es:
                 entries.append((m, es[0]))
         n = 0
@@ -150,25 +173,34 @@ class BookKeeping:
             break
         if n == 0:
             self.clear()
-            return {p: torch.zeros_like(p) for ps in self.params.values() for p in ps}, torch.zeros(0)
+            return {p: torch.zeros_like(p) for ps in self.params.values() for p in ps}, torch.zeros(
+                0
+            )
         sums: dict[nn.Parameter, torch.Tensor] = {}
-        scale = float(n) if loss_reduction == "mean" else 1.0   # backprops of the mean loss are grad_i / n
+        scale = (
+            float(n) if loss_reduction == "mean" else 1.0
+        )  # backprops of the mean loss are grad_i / n
         sq = None
         for m, e in entries:
             acts, g = e
             g = g * scale
             e[1] = g
-            if type(m) is nn.Linear and len(self.params[m]) == len([q for q in m.parameters(recurse=False)]):
+            if type(m) is nn.Linear and len(self.params[m]) == len(
+                [q for q in m.parameters(recurse=False)]
+            ):
                 v = _linear_sq_norms(m, acts[0], g).to(torch.float32)
                 sq = v if sq is None else sq + v
                 continue
             for p in self.params[m]:
-                p.requires_grad_(True)   # opacus' samplers skip parameters that do not require grad
+                p.requires_grad_(True)  # opacus' samplers skip parameters that do not require grad
             try:
                 if type(m) in norm_s:
                     norms = norm_s[type(m)](m, acts, g)
                 else:
-                    norms = {p: gs.reshape(n, -1).norm(2, dim=1) for p, gs in grad_s[type(m)](m, acts, g).items()}
+                    norms = {
+                        p: gs.reshape(n, -1).norm(2, dim=1)
+                        for p, gs in grad_s[type(m)](m, acts, g).items()
+                    }
             finally:
                 for p in self.params[m]:
                     p.requires_grad_(False)
@@ -184,12 +216,16 @@ class BookKeeping:
             if type(m) is nn.Linear:
                 a = acts[0].to(cg.dtype)
                 if id(m.weight) in pid:
-                    sums[m.weight] = (cg.reshape(-1, cg.shape[-1]).t() @ a.reshape(-1, a.shape[-1])).to(m.weight.dtype)
+                    sums[m.weight] = (
+                        cg.reshape(-1, cg.shape[-1]).t() @ a.reshape(-1, a.shape[-1])
+                    ).to(m.weight.dtype)
                 if m.bias is not None and id(m.bias) in pid:
                     sums[m.bias] = cg.reshape(-1, cg.shape[-1]).sum(0).to(m.bias.dtype)
             elif type(m) is nn.Embedding and pid == {id(m.weight)} and not m.max_norm:
                 ids = acts[0].reshape(-1)
-                sums[m.weight] = torch.zeros_like(m.weight).index_add_(0, ids, cg.reshape(-1, cg.shape[-1]).to(m.weight.dtype))
+                sums[m.weight] = torch.zeros_like(m.weight).index_add_(
+                    0, ids, cg.reshape(-1, cg.shape[-1]).to(m.weight.dtype)
+                )
                 # (padding_idx rows are not zeroed: opacus' per-sample embedding gradients include them too)
             else:
                 for p in ps:
@@ -212,27 +248,37 @@ def attach(gsm: nn.Module, model: nn.Module, optimizer: Any, max_grad_norm: floa
     """Book-keeping on ``model`` with opacus' DP optimizer (created over a ``no_op`` GradSampleModule ``gsm``):
     ``optimizer.pre_step`` computes the clipped sum (instead of reading per-sample gradients), then noise,
     scaling, accounting and the budget guard run as in opacus."""
-    trained = list(optimizer.params)  # before BK turns requires_grad off (opacus lists trainable params only)
+    trained = list(
+        optimizer.params
+    )  # before BK turns requires_grad off (opacus lists trainable params only)
     bk = BookKeeping(model, max_grad_norm)
     cls = type(optimizer)
-    optimizer.__class__ = type(f"BookKeeping{cls.__name__}", (cls,), {"params": property(lambda self: trained)})
+    optimizer.__class__ = type(
+        f"BookKeeping{cls.__name__}", (cls,), {"params": property(lambda self: trained)}
+    )
     if isinstance(gsm, nn.Module) and gsm is not model:
-        gsm.forward = lambda *args, **kwargs: model(*args, **kwargs)  # opacus' no_op wrapper takes one positional
+        gsm.forward = lambda *args, **kwargs: model(
+            *args, **kwargs
+        )  # opacus' no_op wrapper takes one positional
 
     def pre_step(closure: Any = None) -> bool:
         sums, _norms = bk.clipped_sum(optimizer.loss_reduction)
         for p in optimizer.params:
             p.grad_sample = None
             if p not in sums:
-                raise InvalidArgument("grad_sample_mode='bookkeeping': the optimizer holds a parameter outside the "
-                                      "model's trainable layers")
+                raise InvalidArgument(
+                    "grad_sample_mode='bookkeeping': the optimizer holds a parameter outside the "
+                    "model's trainable layers"
+                )
             # physical batches of one logical batch (BatchMemoryManager) accumulate; zero_grad resets
-            p.summed_grad = sums[p] if getattr(p, "summed_grad", None) is None else p.summed_grad + sums[p]
+            p.summed_grad = (
+                sums[p] if getattr(p, "summed_grad", None) is None else p.summed_grad + sums[p]
+            )
         if optimizer._check_skip_next_step():
             optimizer._is_last_step_skipped = True
             return False
         optimizer.add_noise()
-        for p in optimizer.params:   # scale_grad without opacus' per-sample-gradient count
+        for p in optimizer.params:  # scale_grad without opacus' per-sample-gradient count
             if optimizer.loss_reduction == "mean":
                 p.grad /= optimizer.expected_batch_size
         if optimizer.step_hook:

@@ -36,6 +36,7 @@ Launch (CPU, gloo on loopback)::
 
     torchrun --nproc_per_node 2 -m privnlp.cli.main train --noise-multiplier 1.0 --steps 20 --out runs/ddp
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +49,20 @@ from torch import nn
 
 from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded
 
-__all__ = ["DistributedContext", "resolve", "check_noise_rng", "poisson_loader", "wrap_model", "attach", "finish",
-           "KeepEmptyDistributedSampler", "init_from_env", "is_rank_zero", "broadcast_object", "process_group_from_env"]
+__all__ = [
+    "DistributedContext",
+    "resolve",
+    "check_noise_rng",
+    "poisson_loader",
+    "wrap_model",
+    "attach",
+    "finish",
+    "KeepEmptyDistributedSampler",
+    "init_from_env",
+    "is_rank_zero",
+    "broadcast_object",
+    "process_group_from_env",
+]
 
 
 class DistributedContext:
@@ -71,14 +84,18 @@ def resolve(distributed: bool | None) -> DistributedContext | None:
     """``None`` (auto): distributed when a default process group with >= 2 ranks is initialized.
     ``True``: require one. ``False``: single process (even inside a process group)."""
     if distributed is not None and not isinstance(distributed, bool):
-        raise InvalidArgument(f"distributed must be True, False or None (auto); got {distributed!r}")
+        raise InvalidArgument(
+            f"distributed must be True, False or None (auto); got {distributed!r}"
+        )
     if distributed is False:
         return None
     if not _initialized():
         if distributed:
-            raise InvalidArgument("distributed=True needs an initialized torch.distributed process group "
-                                  "(launch with torchrun and call torch.distributed.init_process_group('gloo'), or "
-                                  "privnlp.mechanisms.training.distributed.init_from_env())")
+            raise InvalidArgument(
+                "distributed=True needs an initialized torch.distributed process group "
+                "(launch with torchrun and call torch.distributed.init_process_group('gloo'), or "
+                "privnlp.mechanisms.training.distributed.init_from_env())"
+            )
         return None
     w = torch.distributed.get_world_size()
     if w < 2 and not distributed:
@@ -95,7 +112,11 @@ def init_from_env(backend: str | None = None) -> DistributedContext | None:
     if int(os.environ.get("WORLD_SIZE", "1")) < 2:
         return None
     if backend is None:
-        backend = "nccl" if torch.cuda.is_available() and os.environ.get("PRIVNLP_DDP_BACKEND") != "gloo" else "gloo"
+        backend = (
+            "nccl"
+            if torch.cuda.is_available() and os.environ.get("PRIVNLP_DDP_BACKEND") != "gloo"
+            else "gloo"
+        )
     torch.distributed.init_process_group(backend)
     return resolve(None)
 
@@ -118,15 +139,18 @@ def check_noise_rng(ctx: DistributedContext, rng: Any, poisson_sampling: bool = 
     from privnlp.core.rng import noise_is_seeded
 
     if not poisson_sampling:
-        raise InvalidArgument("poisson_sampling=False is not supported in a distributed run (each rank samples its "
-                              "shard with Poisson sampling at the global rate); pass poisson_sampling=True")
+        raise InvalidArgument(
+            "poisson_sampling=False is not supported in a distributed run (each rank samples its "
+            "shard with Poisson sampling at the global rate); pass poisson_sampling=True"
+        )
 
     if noise_is_seeded(rng):
         raise InvalidArgument(
             f"rng: a seed was given to a distributed run (rank {ctx.rank} of {ctx.world_size}); every rank gets the "
             "same launch arguments, so the seed would be shared and any rank could recompute the others' privacy "
             "noise. Distributed DP-SGD draws its noise and Poisson masks from each rank's own OS entropy: pass "
-            "rng=None (reproducible noise is available only in a single-process simulation)")
+            "rng=None (reproducible noise is available only in a single-process simulation)"
+        )
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -144,11 +168,13 @@ class KeepEmptyDistributedSampler(_sampler_base()):  # type: ignore[misc]
     def __iter__(self):
         if self.shuffle:
             g = torch.Generator()
-            g.manual_seed(self.shuffle_seed + self.epoch)  # public partition of the data (not privacy randomness)
+            g.manual_seed(
+                self.shuffle_seed + self.epoch
+            )  # public partition of the data (not privacy randomness)
             indices = torch.randperm(self.total_size, generator=g)
         else:
             indices = torch.arange(self.total_size)
-        indices = indices[self.rank: self.total_size: self.num_replicas]
+        indices = indices[self.rank : self.total_size : self.num_replicas]
         for _ in range(self.num_batches):
             mask = torch.rand(self.num_samples, generator=self.generator) < self.sample_rate
             yield indices[mask.nonzero(as_tuple=False).reshape(-1)]
@@ -160,7 +186,9 @@ def poisson_loader(ctx: DistributedContext, data_loader: Any, generator: torch.G
     from opacus.data_loader import DPDataLoader
 
     dl = DPDataLoader.from_data_loader(data_loader, generator=generator, distributed=True)
-    dl.batch_sampler.__class__ = KeepEmptyDistributedSampler  # same state, iteration that keeps empty batches
+    dl.batch_sampler.__class__ = (
+        KeepEmptyDistributedSampler  # same state, iteration that keeps empty batches
+    )
     return dl
 
 
@@ -176,24 +204,36 @@ def wrap_model(ctx: DistributedContext, model: nn.Module) -> nn.Module:
 def attach(ctx: DistributedContext, optimizer: Any, guard: Any) -> None:
     """Install split secure noise, a flat all-reduce and the collective budget check on opacus'
     distributed DP optimizer (called before privnlp's budget guard wraps ``add_noise``)."""
-    from opacus.optimizers.optimizer import _check_processed_flag, _generate_noise, _mark_as_processed
+    from opacus.optimizers.optimizer import (
+        _check_processed_flag,
+        _generate_noise,
+        _mark_as_processed,
+    )
 
     if getattr(optimizer, "world_size", None) != ctx.world_size:
-        raise InvalidArgument(f"internal: expected opacus' distributed DP optimizer for {ctx.world_size} ranks; got "
-                              f"{type(optimizer).__name__}")
+        raise InvalidArgument(
+            f"internal: expected opacus' distributed DP optimizer for {ctx.world_size} ranks; got "
+            f"{type(optimizer).__name__}"
+        )
     w = ctx.world_size
 
     def add_noise() -> None:
         std = optimizer.noise_multiplier * optimizer.max_grad_norm / math.sqrt(w)
         for p in optimizer.params:
             _check_processed_flag(p.summed_grad)
-            noise = _generate_noise(std=std, reference=p.summed_grad, generator=optimizer.generator,
-                                    secure_mode=optimizer.secure_mode)
+            noise = _generate_noise(
+                std=std,
+                reference=p.summed_grad,
+                generator=optimizer.generator,
+                secure_mode=optimizer.secure_mode,
+            )
             p.grad = (p.summed_grad + noise).view_as(p)
             _mark_as_processed(p.summed_grad)
 
     def reduce_gradients() -> None:
-        params = [p for p in optimizer.params if p.grad is not None]  # (bookkeeping turns requires_grad off)
+        params = [
+            p for p in optimizer.params if p.grad is not None
+        ]  # (bookkeeping turns requires_grad off)
         if not params:
             return
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -225,7 +265,8 @@ def attach(ctx: DistributedContext, optimizer: Any, guard: Any) -> None:
                 raise err
             raise PrivacyBudgetExceeded(
                 f"refusing DP-SGD step {guard.ledger.steps + 1}: another rank's budget check refused it (rank "
-                f"{ctx.rank} stops with it: no rank trains on alone)")
+                f"{ctx.rank} stops with it: no rank trains on alone)"
+            )
 
     guard.check_step = check_step
 
@@ -237,7 +278,8 @@ def finish(ctx: DistributedContext, pt: Any) -> Any:
         f"distributed: {ctx.world_size} ranks (torch.distributed {torch.distributed.get_backend()}); Poisson sampling "
         f"at the global rate on disjoint shards; per-rank secure noise std sigma*C/sqrt({ctx.world_size}), summed "
         "over ranks: std sigma*C (single-process noise); one ledger (same events on every rank); budget check "
-        "all-reduced",)
+        "all-reduced",
+    )
     pt.distributed = ctx
     local_save = pt.save_checkpoint
 

@@ -29,6 +29,7 @@ Usage::
         pt.optimizer.step()          # raises PrivacyBudgetExceeded *before* a step over budget
     print(pt.claim().statement())
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,26 +44,51 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from privnlp.accounting import (ACCOUNTANTS, REPORTED, BudgetGuard, DPLedger, calibrate_noise_multiplier,
-                                check_accounting_configuration, check_delta, default_delta, epsilon_for,
-                                epsilon_no_amplification)
+from privnlp.accounting import (
+    ACCOUNTANTS,
+    REPORTED,
+    BudgetGuard,
+    DPLedger,
+    calibrate_noise_multiplier,
+    check_accounting_configuration,
+    check_delta,
+    default_delta,
+    epsilon_for,
+    epsilon_no_amplification,
+)
 from privnlp.core.claims import PrivacyClaim
-from privnlp.core.errors import (InvalidArgument, InvalidPrivacyParameter, PrivacyBudgetExceeded, check_positive,
-                                 check_range)
+from privnlp.core.errors import (
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    PrivacyBudgetExceeded,
+    check_positive,
+    check_range,
+)
 from privnlp.core.rng import noise_torch
 
-__all__ = ["PrivateTraining", "make_private", "private_training", "per_sample_lm_loss",
-           "per_sample_classification_loss", "per_sample_token_loss", "add_batch_position_ids",
-           "handle_tied_embeddings", "tied_parameter_names", "choose_grad_sample_mode", "GRAD_SAMPLE_MODES",
-           "TIED_EMBEDDINGS"]
+__all__ = [
+    "PrivateTraining",
+    "make_private",
+    "private_training",
+    "per_sample_lm_loss",
+    "per_sample_classification_loss",
+    "per_sample_token_loss",
+    "add_batch_position_ids",
+    "handle_tied_embeddings",
+    "tied_parameter_names",
+    "choose_grad_sample_mode",
+    "GRAD_SAMPLE_MODES",
+    "TIED_EMBEDDINGS",
+]
 
 GRAD_SAMPLE_MODES = ("auto", "ghost", "hooks", "functorch", "bookkeeping")  # bookkeeping: issue #20
 TIED_EMBEDDINGS = ("untie", "freeze", "error")
 
 
 # ----------------------------------------------------------------------------- per-sample losses
-def per_sample_lm_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100,
-                       shift: bool = True) -> torch.Tensor:
+def per_sample_lm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100, shift: bool = True
+) -> torch.Tensor:
     """Causal-LM loss per sequence: mean token cross-entropy of each row (shape ``[B]``).
 
     The privacy unit is the sequence (one training example).
@@ -79,13 +105,16 @@ def per_sample_lm_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_ind
     if shift:
         logits, labels = logits[:, :-1, :], labels[:, 1:]
     b, t, v = logits.shape
-    tok = nn.functional.cross_entropy(logits.reshape(-1, v), labels.reshape(-1), ignore_index=ignore_index,
-                                      reduction="none").view(b, t)
+    tok = nn.functional.cross_entropy(
+        logits.reshape(-1, v), labels.reshape(-1), ignore_index=ignore_index, reduction="none"
+    ).view(b, t)
     valid = (labels != ignore_index).sum(1).clamp(min=1)
     return tok.sum(1) / valid
 
 
-def per_sample_token_loss(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:
+def per_sample_token_loss(
+    logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = -100
+) -> torch.Tensor:
     """Token-classification (tagging) loss per sequence, shape ``[B]``.
 
     Args:
@@ -134,7 +163,9 @@ def add_batch_position_ids(model: nn.Module) -> Any:
     want_tt = "token_type_ids" in params and getattr(cfg, "type_vocab_size", 0)
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        ids = kwargs.get("input_ids", args[0] if args and isinstance(args[0], torch.Tensor) else None)
+        ids = kwargs.get(
+            "input_ids", args[0] if args and isinstance(args[0], torch.Tensor) else None
+        )
         if ids is None or ids.dim() != 2:
             return args, kwargs
         b, t = ids.shape
@@ -169,7 +200,9 @@ def _set_param(model: nn.Module, name: str, value: nn.Parameter) -> None:
     setattr(mod, attr, value)
 
 
-def handle_tied_embeddings(model: nn.Module, optimizer: torch.optim.Optimizer | None, how: str = "untie") -> str | None:
+def handle_tied_embeddings(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, how: str = "untie"
+) -> str | None:
     """Resolve tied (shared) trainable weights before DP-SGD.
 
     ``untie``: every extra use gets its own copy (added to the optimizer's param group of the
@@ -183,7 +216,9 @@ def handle_tied_embeddings(model: nn.Module, optimizer: torch.optim.Optimizer | 
     if not groups:
         return None
     if how == "error":
-        raise InvalidArgument(f"model has tied trainable weights {groups}; pass tied_embeddings='untie' or 'freeze'")
+        raise InvalidArgument(
+            f"model has tied trainable weights {groups}; pass tied_embeddings='untie' or 'freeze'"
+        )
     params = dict(model.named_parameters(remove_duplicate=False))
     if how == "freeze":
         for g in groups:
@@ -226,7 +261,9 @@ def choose_grad_sample_mode(model: nn.Module, batch_size: int | None = None) -> 
 
     if tied_parameter_names(model):
         return "hooks"
-    known = set(GradSampleModuleFastGradientClipping.NORM_SAMPLERS) | set(GradSampleModule.GRAD_SAMPLERS)
+    known = set(GradSampleModuleFastGradientClipping.NORM_SAMPLERS) | set(
+        GradSampleModule.GRAD_SAMPLERS
+    )
     for mod in model.modules():
         if any(p.requires_grad for p in mod.parameters(recurse=False)):
             if type(mod) not in known or "RNN" in type(mod).__name__:
@@ -238,7 +275,7 @@ def choose_grad_sample_mode(model: nn.Module, batch_size: int | None = None) -> 
     from .bookkeeping import supports_bookkeeping
 
     if supports_bookkeeping(model):
-        return "bookkeeping"   # beats ghost (one backward instead of two, same memory class) -- issue #20
+        return "bookkeeping"  # beats ghost (one backward instead of two, same memory class) -- issue #20
     if batch_size is not None and per_sample_bytes <= AUTO_GHOST_BYTES:
         return "hooks"
     return "ghost"
@@ -250,11 +287,14 @@ def _trainable(model: nn.Module) -> list[nn.Parameter]:
 
 def _check_lstm(model: nn.Module) -> None:
     for name, mod in model.named_modules():
-        if type(mod) in (nn.LSTM, nn.GRU, nn.RNN) and any(p.requires_grad for p in mod.parameters()):
+        if type(mod) in (nn.LSTM, nn.GRU, nn.RNN) and any(
+            p.requires_grad for p in mod.parameters()
+        ):
             raise InvalidArgument(
                 f"model: layer {name!r} is a torch {type(mod).__name__}, which has no per-sample gradients in opacus; "
                 "build it with opacus.layers.DPLSTM (privnlp.models.BiLSTMTagger(..., dp_compatible=True)) or "
-                "convert with opacus.validators.ModuleValidator.fix before creating the optimizer")
+                "convert with opacus.validators.ModuleValidator.fix before creating the optimizer"
+            )
 
 
 # ----------------------------------------------------------------------------- the handle
@@ -267,12 +307,33 @@ class PrivateTraining:
     and the configuration. Use :meth:`loss` on per-sample losses so ghost clipping works.
     """
 
-    def __init__(self, *, model: nn.Module, optimizer: Any, data_loader: Any, original_model: nn.Module,
-                 grad_sample_mode: str, ledger: DPLedger, guard: BudgetGuard, noise_multiplier: float,
-                 max_grad_norm: float, sample_rate: float, expected_batch_size: int, dataset_size: int,
-                 delta: float, accountant: str, target_epsilon: float | None, poisson_sampling: bool,
-                 planned_steps: int | None, unit: str, notes: tuple[str, ...], hooks: tuple = (),
-                 noise_seeded: bool = False, generators: dict | None = None, duplicates: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        optimizer: Any,
+        data_loader: Any,
+        original_model: nn.Module,
+        grad_sample_mode: str,
+        ledger: DPLedger,
+        guard: BudgetGuard,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        sample_rate: float,
+        expected_batch_size: int,
+        dataset_size: int,
+        delta: float,
+        accountant: str,
+        target_epsilon: float | None,
+        poisson_sampling: bool,
+        planned_steps: int | None,
+        unit: str,
+        notes: tuple[str, ...],
+        hooks: tuple = (),
+        noise_seeded: bool = False,
+        generators: dict | None = None,
+        duplicates: Any = None,
+    ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.data_loader = data_loader
@@ -303,7 +364,9 @@ class PrivateTraining:
         """Reduce per-sample losses (shape ``[B]``) for ``.backward()``: the mean in hooks mode, the
         opacus double-backward tensor in ghost mode."""
         if loss_per_sample.dim() != 1:
-            raise InvalidArgument(f"loss_per_sample must have shape [batch]; got {tuple(loss_per_sample.shape)}")
+            raise InvalidArgument(
+                f"loss_per_sample must have shape [batch]; got {tuple(loss_per_sample.shape)}"
+            )
         if self.grad_sample_mode == "ghost":
             from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 
@@ -341,16 +404,25 @@ class PrivateTraining:
 
         if k is None:
             k = self.duplicates.max_copies if self.duplicates is not None else 1
-        return group_epsilon(self.ledger.as_tuple(), int(k), self.delta, self.accountant,
-                             poisson_sampling=self.poisson_sampling)
+        return group_epsilon(
+            self.ledger.as_tuple(),
+            int(k),
+            self.delta,
+            self.accountant,
+            poisson_sampling=self.poisson_sampling,
+        )
 
     def claim(self) -> PrivacyClaim:
         est = self.ledger.cross_check(self.delta, self.accountant)
         extra: dict[str, Any] = {
-            "noise_multiplier": float(self.optimizer.noise_multiplier), "max_grad_norm": float(self.max_grad_norm),
-            "sample_rate": float(self.sample_rate), "expected_batch_size": int(self.expected_batch_size),
-            "dataset_size": int(self.dataset_size), "steps": int(self.steps),
-            "epsilon_opacus": est.opacus, "epsilon_dp_accounting": est.dp_accounting,
+            "noise_multiplier": float(self.optimizer.noise_multiplier),
+            "max_grad_norm": float(self.max_grad_norm),
+            "sample_rate": float(self.sample_rate),
+            "expected_batch_size": int(self.expected_batch_size),
+            "dataset_size": int(self.dataset_size),
+            "steps": int(self.steps),
+            "epsilon_opacus": est.opacus,
+            "epsilon_dp_accounting": est.dp_accounting,
             "epsilon_pld": est.diagnostics.get("dp_accounting.pld", math.nan),
             "epsilon_rdp_wide": est.diagnostics.get("dp_accounting.rdp_wide", math.nan),
             "sampling": "poisson" if self.poisson_sampling else "shuffled/fixed-size",
@@ -368,16 +440,31 @@ class PrivateTraining:
             extra["duplicated_examples"] = int(self.duplicates.duplicated_examples)
             if self.duplicates.has_duplicates:
                 extra["group_epsilon"] = self.group_epsilon()
-                notes.append(duplicate_message(self.duplicates, epsilon=est.epsilon, group_eps=extra["group_epsilon"],
-                                               delta=self.delta))
+                notes.append(
+                    duplicate_message(
+                        self.duplicates,
+                        epsilon=est.epsilon,
+                        group_eps=extra["group_epsilon"],
+                        delta=self.delta,
+                    )
+                )
         if not self.poisson_sampling:
             extra["epsilon_no_amplification"] = self.ledger.epsilon_no_amplification(self.delta)
-            notes.append("the loader is shuffled/fixed-size, not Poisson: the accountants' epsilon assumes Poisson "
-                         "sampling; epsilon_no_amplification is the guarantee without amplification by sampling")
+            notes.append(
+                "the loader is shuffled/fixed-size, not Poisson: the accountants' epsilon assumes Poisson "
+                "sampling; epsilon_no_amplification is the guarantee without amplification by sampling"
+            )
         return PrivacyClaim.dp(
-            est.epsilon, self.delta, self.unit, neighbouring="add/remove",
+            est.epsilon,
+            self.delta,
+            self.unit,
+            neighbouring="add/remove",
             accountant=f"{REPORTED[self.accountant]} (reported); opacus.{self.accountant} diagnostic",
-            ledger=self.ledger.to_dict(), notes=tuple(notes), extra=extra, noise_seeded=bool(self.noise_seeded))
+            ledger=self.ledger.to_dict(),
+            notes=tuple(notes),
+            extra=extra,
+            noise_seeded=bool(self.noise_seeded),
+        )
 
     def privacy_statement(self) -> str:
         """A TF-Privacy-style multi-line privacy statement."""
@@ -385,24 +472,44 @@ class PrivateTraining:
         n, b, t = self.dataset_size, self.expected_batch_size, self.steps
         epochs = t * self.sample_rate
         lines = [
-            "DP-SGD performed over {} examples with expected batch size {} for {:.3g} epochs ({} steps).".format(n, b, epochs, t),
+            "DP-SGD performed over {} examples with expected batch size {} for {:.3g} epochs ({} steps).".format(
+                n, b, epochs, t
+            ),
             f"Noise multiplier {self.optimizer.noise_multiplier:.4g}, clipping norm {self.max_grad_norm:.4g}, "
             f"sampling: {c.extra['sampling']}, per-sample gradients: {self.grad_sample_mode}.",
             "",
             f"Epsilon with each example occurring once per epoch (Poisson sampling assumed), delta = {self.delta:.3g}:",
             f"  epsilon = {c.epsilon:.4f}   [{REPORTED[self.accountant]}; diagnostics: "
-            + ", ".join(f"{name} {c.extra[key]:.4f}" for name, key in (
-                ("dp_accounting PLD", "epsilon_pld"), ("RDP (wide orders)", "epsilon_rdp_wide"),
-                (f"opacus {self.accountant}", "epsilon_opacus")) if not math.isnan(c.extra[key])) + "]",
+            + ", ".join(
+                f"{name} {c.extra[key]:.4f}"
+                for name, key in (
+                    ("dp_accounting PLD", "epsilon_pld"),
+                    ("RDP (wide orders)", "epsilon_rdp_wide"),
+                    (f"opacus {self.accountant}", "epsilon_opacus"),
+                )
+                if not math.isnan(c.extra[key])
+            )
+            + "]",
         ]
-        eps_na = c.extra.get("epsilon_no_amplification", self.ledger.epsilon_no_amplification(self.delta))
+        eps_na = c.extra.get(
+            "epsilon_no_amplification", self.ledger.epsilon_no_amplification(self.delta)
+        )
         lines.append(f"Epsilon assuming no amplification by sampling: {eps_na:.4f}")
         if self.target_epsilon is not None:
-            lines.append(f"Budget: target epsilon {self.target_epsilon:.4g}; further steps allowed at these settings: "
-                         f"{self.allowed_steps()}")
+            lines.append(
+                f"Budget: target epsilon {self.target_epsilon:.4g}; further steps allowed at these settings: "
+                f"{self.allowed_steps()}"
+            )
         lines.append(f"Privacy unit: one {self.unit} (add/remove neighbours).")
-        lines.append("Noise: " + ("seeded by the caller (reproducible simulation): not private against anyone who "
-                                  "knows the seed" if self.noise_seeded else "fresh OS entropy (os.urandom-seeded)"))
+        lines.append(
+            "Noise: "
+            + (
+                "seeded by the caller (reproducible simulation): not private against anyone who "
+                "knows the seed"
+                if self.noise_seeded
+                else "fresh OS entropy (os.urandom-seeded)"
+            )
+        )
         for note in c.notes:
             lines.append(f"Note: {note}")
         return "\n".join(lines)
@@ -415,8 +522,11 @@ class PrivateTraining:
             return {"seeded": False}
         # torch's global RNG drives non-private randomness (dropout masks): restored too, so that a seeded
         # resumed run equals the uninterrupted one
-        return {"seeded": True, "torch_global": torch.get_rng_state(),
-                **{k: g.get_state() for k, g in self.generators.items()}}
+        return {
+            "seeded": True,
+            "torch_global": torch.get_rng_state(),
+            **{k: g.get_state() for k, g in self.generators.items()},
+        }
 
     def _load_rng_state(self, st: dict[str, Any] | None) -> None:
         if st is None:
@@ -424,7 +534,8 @@ class PrivateTraining:
                 raise InvalidArgument(
                     "checkpoint: it holds no generator states (written by an older privnlp); resuming it with a "
                     "seeded rng would replay the noise and the Poisson batches of step 1 -- resume with rng=None "
-                    "(fresh OS entropy)")
+                    "(fresh OS entropy)"
+                )
             return
         if self.noise_seeded and st.get("seeded"):
             for k, g in self.generators.items():
@@ -440,27 +551,43 @@ class PrivateTraining:
             self.noise_seeded = True  # earlier steps were seeded: the claim keeps saying so
 
     def state_dict(self) -> dict[str, Any]:
-        return {"format": "privnlp.dp_sgd_checkpoint/1", "ledger": self.ledger.to_dict(), "rng": self._rng_state(),
-                "config": {"noise_multiplier": float(self.optimizer.noise_multiplier),
-                           "max_grad_norm": float(self.max_grad_norm), "sample_rate": float(self.sample_rate),
-                           "delta": float(self.delta), "accountant": self.accountant,
-                           "target_epsilon": self.target_epsilon, "dataset_size": int(self.dataset_size)},
-                "model": self.original_model.state_dict(), "optimizer": self.optimizer.original_optimizer.state_dict()}
+        return {
+            "format": "privnlp.dp_sgd_checkpoint/1",
+            "ledger": self.ledger.to_dict(),
+            "rng": self._rng_state(),
+            "config": {
+                "noise_multiplier": float(self.optimizer.noise_multiplier),
+                "max_grad_norm": float(self.max_grad_norm),
+                "sample_rate": float(self.sample_rate),
+                "delta": float(self.delta),
+                "accountant": self.accountant,
+                "target_epsilon": self.target_epsilon,
+                "dataset_size": int(self.dataset_size),
+            },
+            "model": self.original_model.state_dict(),
+            "optimizer": self.optimizer.original_optimizer.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any], *, strict_config: bool = True) -> None:
         if state.get("format") != "privnlp.dp_sgd_checkpoint/1":
-            raise InvalidArgument("checkpoint: not a privnlp DP-SGD checkpoint (format privnlp.dp_sgd_checkpoint/1)")
+            raise InvalidArgument(
+                "checkpoint: not a privnlp DP-SGD checkpoint (format privnlp.dp_sgd_checkpoint/1)"
+            )
         cfg = state["config"]
         if strict_config:
             for k in ("sample_rate", "delta", "accountant", "dataset_size"):
                 mine = getattr(self, k)
                 if cfg[k] != mine:
-                    raise InvalidArgument(f"checkpoint: {k}={cfg[k]!r} differs from this run's {k}={mine!r}; "
-                                          "resuming under other accounting parameters is refused")
+                    raise InvalidArgument(
+                        f"checkpoint: {k}={cfg[k]!r} differs from this run's {k}={mine!r}; "
+                        "resuming under other accounting parameters is refused"
+                    )
         self.original_model.load_state_dict(state["model"])
         self.optimizer.original_optimizer.load_state_dict(state["optimizer"])
         restored = DPLedger.from_dict(state["ledger"])
-        self._load_rng_state(state.get("rng") if restored.steps else state.get("rng", {"seeded": False}))
+        self._load_rng_state(
+            state.get("rng") if restored.steps else state.get("rng", {"seeded": False})
+        )
         self.ledger.runs[:] = restored.runs
 
     def save_checkpoint(self, path: str | os.PathLike) -> Path:
@@ -521,13 +648,28 @@ def _install_guard(optimizer: Any, guard: BudgetGuard, sample_rate: float) -> No
     optimizer.step_hook = lambda opt: guard.record(opt.noise_multiplier, sample_rate)
 
 
-def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader: Any, *,
-                 noise_multiplier: float | None = None, target_epsilon: float | None = None,
-                 epochs: float | None = None, steps: int | None = None, max_grad_norm: float = 1.0,
-                 delta: float | None = None, accountant: str = "prv", poisson_sampling: bool = True,
-                 grad_sample_mode: str = "auto", tied_embeddings: str = "untie", unit: str = "example",
-                 wrap_model: bool = True, rng: Any = None, dedup: bool = False,
-                 duplicate_keys: Any = None, distributed: bool | None = None) -> PrivateTraining:
+def make_private(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data_loader: Any,
+    *,
+    noise_multiplier: float | None = None,
+    target_epsilon: float | None = None,
+    epochs: float | None = None,
+    steps: int | None = None,
+    max_grad_norm: float = 1.0,
+    delta: float | None = None,
+    accountant: str = "prv",
+    poisson_sampling: bool = True,
+    grad_sample_mode: str = "auto",
+    tied_embeddings: str = "untie",
+    unit: str = "example",
+    wrap_model: bool = True,
+    rng: Any = None,
+    dedup: bool = False,
+    duplicate_keys: Any = None,
+    distributed: bool | None = None,
+) -> PrivateTraining:
     """Make ``model`` / ``optimizer`` / ``data_loader`` private with DP-SGD (opacus).
 
     Args:
@@ -566,15 +708,23 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
         raise InvalidArgument(f"model must be a torch.nn.Module; got {type(model).__name__}")
     check_positive("max_grad_norm", max_grad_norm, error=InvalidPrivacyParameter)
     if accountant not in ACCOUNTANTS:
-        raise InvalidArgument(f"accountant must be one of {sorted(ACCOUNTANTS)}; got {accountant!r}")
+        raise InvalidArgument(
+            f"accountant must be one of {sorted(ACCOUNTANTS)}; got {accountant!r}"
+        )
     if grad_sample_mode not in GRAD_SAMPLE_MODES:
-        raise InvalidArgument(f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}; got {grad_sample_mode!r}")
+        raise InvalidArgument(
+            f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}; got {grad_sample_mode!r}"
+        )
     if noise_multiplier is not None:
-        check_range("noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
+        check_range(
+            "noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter
+        )
     if target_epsilon is not None:
         check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
     if noise_multiplier is None and target_epsilon is None:
-        raise InvalidPrivacyParameter("pass noise_multiplier (>= 0) or target_epsilon (> 0) to make_private")
+        raise InvalidPrivacyParameter(
+            "pass noise_multiplier (>= 0) or target_epsilon (> 0) to make_private"
+        )
     if epochs is not None:
         check_positive("epochs", epochs)
     if steps is not None:
@@ -582,27 +732,36 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
     try:
         n = len(data_loader.dataset)
     except (AttributeError, TypeError):
-        raise InvalidArgument("data_loader must be a torch DataLoader over a sized dataset") from None
+        raise InvalidArgument(
+            "data_loader must be a torch DataLoader over a sized dataset"
+        ) from None
     if n == 0 or len(data_loader) == 0:
         raise InvalidArgument("data_loader is empty (dataset size must be >= 1)")
     if not _trainable(model):
-        raise InvalidArgument("model has no trainable parameters (requires_grad=False everywhere); nothing to train")
+        raise InvalidArgument(
+            "model has no trainable parameters (requires_grad=False everywhere); nothing to train"
+        )
     if not isinstance(dedup, bool):
         raise InvalidArgument(f"dedup must be True or False; got {dedup!r}")
     notes: list[str] = []
     dups = _count_duplicates(data_loader.dataset, duplicate_keys)
     if dups is not None and dups.has_duplicates and dedup:
-        notes.append(f"dedup=True: trained on {dups.n_unique} unique of {dups.n} examples ({dups.method} duplicates "
-                     f"removed; up to {dups.max_copies} copies of a record)")
+        notes.append(
+            f"dedup=True: trained on {dups.n_unique} unique of {dups.n} examples ({dups.method} duplicates "
+            f"removed; up to {dups.max_copies} copies of a record)"
+        )
         data_loader = _subset_loader(data_loader, dups.keep)
         n = len(data_loader.dataset)
         from privnlp.accounting.duplicates import find_duplicates
 
-        dups = find_duplicates(range(n), method=dups.method)  # what is trained on: no duplicates left
+        dups = find_duplicates(
+            range(n), method=dups.method
+        )  # what is trained on: no duplicates left
     delta = default_delta(n) if delta is None else delta
     check_delta(delta, n)
     _check_lstm(model)
     from . import distributed as _dist  # issue #20: DP-SGD on N processes (None: single process)
+
     dist_ctx = _dist.resolve(distributed)
     if dist_ctx is not None:
         _dist.check_noise_rng(dist_ctx, rng, poisson_sampling)
@@ -612,8 +771,11 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
         notes.append(tie_note)
     if not _trainable(model):
         raise InvalidArgument("model has no trainable parameters left after freezing tied weights")
-    mode = (choose_grad_sample_mode(model, getattr(data_loader, "batch_size", None)) if grad_sample_mode == "auto"
-            else grad_sample_mode)
+    mode = (
+        choose_grad_sample_mode(model, getattr(data_loader, "batch_size", None))
+        if grad_sample_mode == "auto"
+        else grad_sample_mode
+    )
 
     sample_rate = 1.0 / len(data_loader)
     planned = None
@@ -623,27 +785,52 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
         planned = max(1, int(round(epochs * len(data_loader))))
     if noise_multiplier is None:
         if planned is None:
-            raise InvalidArgument("target_epsilon without noise_multiplier needs epochs or steps to calibrate sigma")
-        noise_multiplier = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned, accountant)
+            raise InvalidArgument(
+                "target_epsilon without noise_multiplier needs epochs or steps to calibrate sigma"
+            )
+        noise_multiplier = calibrate_noise_multiplier(
+            target_epsilon, delta, sample_rate, planned, accountant
+        )
     # inconsistent accounting configuration fails here, before training (never after it)
-    check_accounting_configuration(float(noise_multiplier), sample_rate, planned, float(delta), accountant)
+    check_accounting_configuration(
+        float(noise_multiplier), sample_rate, planned, float(delta), accountant
+    )
     if dups is not None and dups.has_duplicates:
-        from privnlp.accounting.duplicates import DuplicateExamplesWarning, duplicate_message, group_epsilon
+        from privnlp.accounting.duplicates import (
+            DuplicateExamplesWarning,
+            duplicate_message,
+            group_epsilon,
+        )
 
         k_steps = planned or len(data_loader)
         runs = [(float(noise_multiplier), sample_rate, k_steps)]
-        eps1 = (epsilon_for(runs, float(delta), accountant).epsilon if poisson_sampling
-                else epsilon_no_amplification(runs, float(delta)))
-        geps = group_epsilon(runs, dups.max_copies, float(delta), accountant, poisson_sampling=poisson_sampling)
-        warnings.warn(duplicate_message(dups, epsilon=eps1, group_eps=geps, delta=float(delta),
-                                        where=f"make_private (after {k_steps} {'planned ' if planned else ''}steps)"),
-                      DuplicateExamplesWarning, stacklevel=2)
+        eps1 = (
+            epsilon_for(runs, float(delta), accountant).epsilon
+            if poisson_sampling
+            else epsilon_no_amplification(runs, float(delta))
+        )
+        geps = group_epsilon(
+            runs, dups.max_copies, float(delta), accountant, poisson_sampling=poisson_sampling
+        )
+        warnings.warn(
+            duplicate_message(
+                dups,
+                epsilon=eps1,
+                group_eps=geps,
+                delta=float(delta),
+                where=f"make_private (after {k_steps} {'planned ' if planned else ''}steps)",
+            ),
+            DuplicateExamplesWarning,
+            stacklevel=2,
+        )
 
     # ---- rng: privacy noise and Poisson masks (OS entropy unless the caller seeds a simulation)
     (g_noise, g_sample, g_workers), noise_seeded = noise_torch(rng, 3)
     if not noise_seeded:
-        notes.append("noise and Poisson masks drawn from torch's PRNG seeded from os.urandom (fresh on every "
-                     "make_private and every resume)")
+        notes.append(
+            "noise and Poisson masks drawn from torch's PRNG seeded from os.urandom (fresh on every "
+            "make_private and every resume)"
+        )
 
     # ---- opacus
     from opacus import PrivacyEngine
@@ -654,25 +841,36 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
         warnings.simplefilter("ignore")
         engine = PrivacyEngine(accountant="rdp")
         if poisson_sampling:
-            dl = (DPDataLoader.from_data_loader(data_loader, generator=g_sample) if dist_ctx is None
-                  else _dist.poisson_loader(dist_ctx, data_loader, g_sample))
+            dl = (
+                DPDataLoader.from_data_loader(data_loader, generator=g_sample)
+                if dist_ctx is None
+                else _dist.poisson_loader(dist_ctx, data_loader, g_sample)
+            )
             # DataLoader draws a worker base seed from ``dl.generator`` at every new iteration: keep those draws
             # off the Poisson-mask generator, so the masks do not depend on where iterations (and resumes) start
             dl.generator = g_workers
         else:
             dl = data_loader
         try:
-            out = engine.make_private(module=model if dist_ctx is None else _dist.wrap_model(dist_ctx, model),
-                                      optimizer=optimizer, data_loader=dl,
-                                      noise_multiplier=float(noise_multiplier), max_grad_norm=float(max_grad_norm),
-                                      poisson_sampling=False, noise_generator=g_noise,
-                                      grad_sample_mode="no_op" if mode == "bookkeeping" else mode,
-                                      criterion=nn.CrossEntropyLoss(), wrap_model=wrap_model)
+            out = engine.make_private(
+                module=model if dist_ctx is None else _dist.wrap_model(dist_ctx, model),
+                optimizer=optimizer,
+                data_loader=dl,
+                noise_multiplier=float(noise_multiplier),
+                max_grad_norm=float(max_grad_norm),
+                poisson_sampling=False,
+                noise_generator=g_noise,
+                grad_sample_mode="no_op" if mode == "bookkeeping" else mode,
+                criterion=nn.CrossEntropyLoss(),
+                wrap_model=wrap_model,
+            )
         except (NotImplementedError, ValueError) as e:
             for h in hooks:
                 if h is not None:
                     h.remove()
-            raise InvalidArgument(f"model cannot be made private by opacus ({mode} mode): {e}") from e
+            raise InvalidArgument(
+                f"model cannot be made private by opacus ({mode} mode): {e}"
+            ) from e
     if len(out) == 4:
         gsm, dp_opt, _crit, dl = out
     else:
@@ -680,7 +878,9 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
     if poisson_sampling and hasattr(gsm, "forbid_grad_accumulation"):
         gsm.forbid_grad_accumulation()
     expected_batch_size = int(dp_opt.expected_batch_size)
-    if mode == "bookkeeping":  # one backward pass, clipped sums from book-kept activations (issue #20)
+    if (
+        mode == "bookkeeping"
+    ):  # one backward pass, clipped sums from book-kept activations (issue #20)
         from . import bookkeeping as _bk
 
         hooks.append(_bk.attach(gsm, model, dp_opt, float(max_grad_norm)))
@@ -690,14 +890,31 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader
     if dist_ctx is not None:
         _dist.attach(dist_ctx, dp_opt, guard)
     _install_guard(dp_opt, guard, sample_rate)
-    pt = PrivateTraining(model=gsm, optimizer=dp_opt, data_loader=dl, original_model=model, grad_sample_mode=mode,
-                           ledger=ledger, guard=guard, noise_multiplier=float(noise_multiplier),
-                           max_grad_norm=float(max_grad_norm), sample_rate=sample_rate,
-                           expected_batch_size=expected_batch_size, dataset_size=n, delta=float(delta),
-                           accountant=accountant, target_epsilon=target_epsilon, poisson_sampling=poisson_sampling,
-                           planned_steps=planned, unit=unit, notes=tuple(notes), hooks=tuple(hooks),
-                           noise_seeded=noise_seeded, generators={"noise": g_noise, "sampling": g_sample},
-                           duplicates=dups)
+    pt = PrivateTraining(
+        model=gsm,
+        optimizer=dp_opt,
+        data_loader=dl,
+        original_model=model,
+        grad_sample_mode=mode,
+        ledger=ledger,
+        guard=guard,
+        noise_multiplier=float(noise_multiplier),
+        max_grad_norm=float(max_grad_norm),
+        sample_rate=sample_rate,
+        expected_batch_size=expected_batch_size,
+        dataset_size=n,
+        delta=float(delta),
+        accountant=accountant,
+        target_epsilon=target_epsilon,
+        poisson_sampling=poisson_sampling,
+        planned_steps=planned,
+        unit=unit,
+        notes=tuple(notes),
+        hooks=tuple(hooks),
+        noise_seeded=noise_seeded,
+        generators={"noise": g_noise, "sampling": g_sample},
+        duplicates=dups,
+    )
     return pt if dist_ctx is None else _dist.finish(dist_ctx, pt)
 
 
@@ -710,7 +927,9 @@ def _count_duplicates(dataset: Any, keys: Any) -> Any:
     if keys is not None:
         keys = list(keys)
         if len(keys) != n:
-            raise InvalidArgument(f"duplicate_keys must have one key per example ({n}); got {len(keys)}")
+            raise InvalidArgument(
+                f"duplicate_keys must have one key per example ({n}); got {len(keys)}"
+            )
         return find_duplicates(keys, method="caller-keyed")
     tensors = getattr(dataset, "tensors", None)
     if tensors is not None:
@@ -720,9 +939,17 @@ def _count_duplicates(dataset: Any, keys: Any) -> Any:
 
         def key(item: Any) -> bytes:
             h = hashlib.blake2b(digest_size=16)
-            parts = item.values() if isinstance(item, dict) else (item if isinstance(item, (tuple, list)) else (item,))
+            parts = (
+                item.values()
+                if isinstance(item, dict)
+                else (item if isinstance(item, (tuple, list)) else (item,))
+            )
             for p in parts:
-                h.update(p.detach().cpu().numpy().tobytes() if isinstance(p, torch.Tensor) else repr(p).encode())
+                h.update(
+                    p.detach().cpu().numpy().tobytes()
+                    if isinstance(p, torch.Tensor)
+                    else repr(p).encode()
+                )
             return h.digest()
 
         if n > 1_000_000:
@@ -735,14 +962,22 @@ def _count_duplicates(dataset: Any, keys: Any) -> Any:
 def _subset_loader(dl: Any, keep: Any) -> Any:
     from torch.utils.data import DataLoader, RandomSampler, Subset
 
-    return DataLoader(Subset(dl.dataset, list(keep)), batch_size=dl.batch_size, collate_fn=dl.collate_fn,
-                      num_workers=dl.num_workers, drop_last=dl.drop_last, pin_memory=dl.pin_memory,
-                      shuffle=isinstance(dl.sampler, RandomSampler), generator=dl.generator)
+    return DataLoader(
+        Subset(dl.dataset, list(keep)),
+        batch_size=dl.batch_size,
+        collate_fn=dl.collate_fn,
+        num_workers=dl.num_workers,
+        drop_last=dl.drop_last,
+        pin_memory=dl.pin_memory,
+        shuffle=isinstance(dl.sampler, RandomSampler),
+        generator=dl.generator,
+    )
 
 
 @contextlib.contextmanager
-def private_training(model: nn.Module, optimizer: torch.optim.Optimizer, data_loader: Any,
-                     **kwargs: Any) -> Iterator[PrivateTraining]:
+def private_training(
+    model: nn.Module, optimizer: torch.optim.Optimizer, data_loader: Any, **kwargs: Any
+) -> Iterator[PrivateTraining]:
     """Context-manager form of :func:`make_private`; opacus hooks are removed on exit.
 
     >>> with private_training(model, opt, loader, noise_multiplier=1.0, max_grad_norm=1.0, rng=0) as pt:  # doctest: +SKIP

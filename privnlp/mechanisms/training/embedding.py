@@ -11,6 +11,7 @@ Threat model: an eavesdropper / honest-but-curious server that sees the client u
 trained model (record-level leakage: eavesdropping and watermark attacks; FILM's bag-of-words).
 None of these has a formal guarantee: their claims are heuristic.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
@@ -21,9 +22,19 @@ from torch import nn
 from privnlp.core.errors import InvalidArgument, check_positive, check_probability, check_range
 from privnlp.core.rng import as_torch
 
-__all__ = ["NoisedEmbedding", "DropoutEmbedding", "LSTMOutputDropout", "input_embedding", "replace_input_embedding",
-           "apply_noised_embedding", "apply_dropout_embedding", "apply_lstm_dropout", "adversarial_embedding_loss",
-           "freeze_embeddings", "position_embedding_modules"]
+__all__ = [
+    "NoisedEmbedding",
+    "DropoutEmbedding",
+    "LSTMOutputDropout",
+    "input_embedding",
+    "replace_input_embedding",
+    "apply_noised_embedding",
+    "apply_dropout_embedding",
+    "apply_lstm_dropout",
+    "adversarial_embedding_loss",
+    "freeze_embeddings",
+    "position_embedding_modules",
+]
 
 
 def input_embedding(model: nn.Module) -> tuple[str, nn.Module]:
@@ -126,7 +137,9 @@ class LSTMOutputDropout(nn.Module):
         self.train(lstm.training)
 
     def _drop(self, x: torch.Tensor) -> torch.Tensor:
-        keep = (torch.rand(x.shape, generator=self.generator) >= self.p).to(device=x.device, dtype=x.dtype)
+        keep = (torch.rand(x.shape, generator=self.generator) >= self.p).to(
+            device=x.device, dtype=x.dtype
+        )
         return x * keep / (1.0 - self.p)
 
     def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
@@ -156,10 +169,16 @@ def apply_dropout_embedding(model: nn.Module, p: float, *, rng: Any) -> nn.Modul
 def apply_lstm_dropout(model: nn.Module, p: float, *, rng: Any) -> nn.Module:
     """Wrap every LSTM / GRU (torch or opacus DP*) in ``model`` with :class:`LSTMOutputDropout`."""
     g = as_torch(rng)
-    targets = [(n, m) for n, m in model.named_modules()
-               if isinstance(m, (nn.LSTM, nn.GRU, nn.RNN)) or type(m).__name__ in ("DPLSTM", "DPGRU", "DPRNN")]
+    targets = [
+        (n, m)
+        for n, m in model.named_modules()
+        if isinstance(m, (nn.LSTM, nn.GRU, nn.RNN))
+        or type(m).__name__ in ("DPLSTM", "DPGRU", "DPRNN")
+    ]
     if not targets:
-        raise InvalidArgument(f"model: no LSTM/GRU layer found in {type(model).__name__} for LSTM dropout")
+        raise InvalidArgument(
+            f"model: no LSTM/GRU layer found in {type(model).__name__} for LSTM dropout"
+        )
     for name, mod in targets:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
@@ -182,10 +201,15 @@ def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
     return (p.exp() * (p - q)).sum(-1).mean()
 
 
-def adversarial_embedding_loss(model: nn.Module, inputs: Mapping[str, Any], *, epsilon: float = 1.0,
-                               xi: float = 1e-6, rng: Any,
-                               forward: Callable[[nn.Module, Mapping[str, Any]], Any] | None = None
-                               ) -> tuple[torch.Tensor, torch.Tensor]:
+def adversarial_embedding_loss(
+    model: nn.Module,
+    inputs: Mapping[str, Any],
+    *,
+    epsilon: float = 1.0,
+    xi: float = 1e-6,
+    rng: Any,
+    forward: Callable[[nn.Module, Mapping[str, Any]], Any] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Virtual adversarial training on the embedding output (Miyato et al. 2017).
 
     Runs the clean forward pass, finds the perturbation r_adv (L2 norm ``epsilon`` per example) of the
@@ -211,10 +235,10 @@ def adversarial_embedding_loss(model: nn.Module, inputs: Mapping[str, Any], *, e
         r = (xi * _unit(d)).requires_grad_(True)
         state["r"] = r
         kl = _kl(clean.detach(), _logits(fwd(model, inputs)))
-        grad, = torch.autograd.grad(kl, r, allow_unused=True)
+        (grad,) = torch.autograd.grad(kl, r, allow_unused=True)
         if grad is None:  # pragma: no cover
             grad = torch.zeros_like(r)
-        state["r"] = (epsilon * _unit(grad.detach()))
+        state["r"] = epsilon * _unit(grad.detach())
         vat = _kl(clean.detach(), _logits(fwd(model, inputs)))
     finally:
         h.remove()
@@ -223,11 +247,16 @@ def adversarial_embedding_loss(model: nn.Module, inputs: Mapping[str, Any], *, e
 
 def position_embedding_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """Absolute position embeddings of HF models (GPT-2 ``wpe``, BERT ``position_embeddings``)."""
-    return [(n, m) for n, m in model.named_modules()
-            if isinstance(m, nn.Embedding) and (n.endswith("wpe") or n.endswith("position_embeddings"))]
+    return [
+        (n, m)
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Embedding) and (n.endswith("wpe") or n.endswith("position_embeddings"))
+    ]
 
 
-def freeze_embeddings(model: nn.Module, *, word: bool = True, position: bool = False) -> tuple[str, ...]:
+def freeze_embeddings(
+    model: nn.Module, *, word: bool = True, position: bool = False
+) -> tuple[str, ...]:
     """Freeze the word (and optionally position) embeddings of ``model`` (FILM's defense).
 
     Sets ``requires_grad=False`` on their weights; for GPT-2 with tied weights this also freezes

@@ -10,6 +10,7 @@ Large *logical* batches on one device use opacus' ``BatchMemoryManager`` (see
 batches are accumulated and only the last one of a logical batch adds noise and makes one
 accounting event.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,7 +18,12 @@ from typing import Any
 import torch
 
 from privnlp.accounting import effective_noise_multiplier
-from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_positive, check_range
+from privnlp.core.errors import (
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    check_positive,
+    check_range,
+)
 from privnlp.core.rng import as_torch, check_noise_seed_allowed, secure_torch
 
 __all__ = ["effective_noise_multiplier", "clip_per_example", "sharded_dp_mean"]
@@ -30,8 +36,14 @@ def clip_per_example(per_example: torch.Tensor, max_grad_norm: float) -> torch.T
     return per_example * (max_grad_norm / (norms + 1e-12)).clamp(max=1.0)
 
 
-def sharded_dp_mean(per_example: torch.Tensor, *, num_shards: int, noise_multiplier: float, max_grad_norm: float,
-                    rng: Any = None) -> torch.Tensor:
+def sharded_dp_mean(
+    per_example: torch.Tensor,
+    *,
+    num_shards: int,
+    noise_multiplier: float,
+    max_grad_norm: float,
+    rng: Any = None,
+) -> torch.Tensor:
     """Simulate TF-Privacy + CrossShardOptimizer: P shards of B/P examples each clip, sum, add
     N(0, sigma^2 C^2), divide by B/P; the shard results are averaged. Returns the [D] update.
 
@@ -55,14 +67,18 @@ def sharded_dp_mean(per_example: torch.Tensor, *, num_shards: int, noise_multipl
     check_range("num_shards", num_shards, 1, b, integer=True)
     if b % num_shards:
         raise InvalidArgument(f"num_shards must divide the batch size {b}; got {num_shards}")
-    check_range("noise_multiplier", noise_multiplier, 0.0, float("inf"), error=InvalidPrivacyParameter)
+    check_range(
+        "noise_multiplier", noise_multiplier, 0.0, float("inf"), error=InvalidPrivacyParameter
+    )
     check_noise_seed_allowed(rng)
-    g = secure_torch() if rng is None else as_torch(rng)   # rng=None: OS entropy (privacy-noise rule)
+    g = (
+        secure_torch() if rng is None else as_torch(rng)
+    )  # rng=None: OS entropy (privacy-noise rule)
     clipped = clip_per_example(per_example, max_grad_norm)
     per_shard = b // num_shards
     shards = []
     for j in range(num_shards):
-        s = clipped[j * per_shard:(j + 1) * per_shard].sum(0)
+        s = clipped[j * per_shard : (j + 1) * per_shard].sum(0)
         noise = torch.randn(s.shape, generator=g, dtype=s.dtype) * noise_multiplier * max_grad_norm
         shards.append((s + noise) / per_shard)
     return torch.stack(shards).mean(0)

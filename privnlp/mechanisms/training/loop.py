@@ -5,6 +5,7 @@ from accumulated physical batches). One accounting event is recorded per *logica
 ``BatchMemoryManager`` tells the optimizer to skip noise / accounting on all but the last physical
 batch of a logical batch.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -53,10 +54,17 @@ def batch_len(batch: Any) -> int:
     raise InvalidArgument(f"cannot tell the batch size of a {type(batch).__name__}")
 
 
-def train_private(pt: PrivateTraining, loss_fn: Callable[[Any, Any], torch.Tensor], *, epochs: float | None = None,
-                  steps: int | None = None, max_physical_batch_size: int | None = None,
-                  stop_at_budget: bool = False, on_step: Callable[[PrivateTraining, float], None] | None = None,
-                  progress: bool = False) -> TrainResult:
+def train_private(
+    pt: PrivateTraining,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    *,
+    epochs: float | None = None,
+    steps: int | None = None,
+    max_physical_batch_size: int | None = None,
+    stop_at_budget: bool = False,
+    on_step: Callable[[PrivateTraining, float], None] | None = None,
+    progress: bool = False,
+) -> TrainResult:
     """Run DP-SGD with the handle from :func:`make_private`.
 
     Args:
@@ -75,7 +83,9 @@ def train_private(pt: PrivateTraining, loss_fn: Callable[[Any, Any], torch.Tenso
     if steps is not None:
         check_range("steps", steps, 1, float("inf"), integer=True)
     if max_physical_batch_size is not None:
-        check_range("max_physical_batch_size", max_physical_batch_size, 1, float("inf"), integer=True)
+        check_range(
+            "max_physical_batch_size", max_physical_batch_size, 1, float("inf"), integer=True
+        )
     n_batches = len(pt.data_loader)
     target = int(steps) if steps is not None else max(1, int(round(epochs * n_batches)))
     start = pt.steps
@@ -93,8 +103,11 @@ def train_private(pt: PrivateTraining, loss_fn: Callable[[Any, Any], torch.Tenso
             return
         from opacus.utils.batch_memory_manager import BatchMemoryManager
 
-        with BatchMemoryManager(data_loader=pt.data_loader, max_physical_batch_size=int(max_physical_batch_size),
-                                optimizer=pt.optimizer) as dl:
+        with BatchMemoryManager(
+            data_loader=pt.data_loader,
+            max_physical_batch_size=int(max_physical_batch_size),
+            optimizer=pt.optimizer,
+        ) as dl:
             yield from dl
 
     pt.model.train() if hasattr(pt.model, "train") else None
@@ -108,8 +121,12 @@ def train_private(pt: PrivateTraining, loss_fn: Callable[[Any, Any], torch.Tenso
                 else:
                     lps = loss_fn(pt.model, batch)
                     loss = pt.loss(lps)
-                    with warnings.catch_warnings():   # benign with opacus hooks when the first layer's inputs
-                        warnings.filterwarnings("ignore", message="Full backward hook is firing")  # are token ids
+                    with (
+                        warnings.catch_warnings()
+                    ):  # benign with opacus hooks when the first layer's inputs
+                        warnings.filterwarnings(
+                            "ignore", message="Full backward hook is firing"
+                        )  # are token ids
                         loss.backward()
                     pt.optimizer.step()
                     losses.append(float(lps.detach().mean()))
@@ -137,8 +154,10 @@ def _ddp_trainer_mode(model: Any, batch_size: int, mode: str | None) -> str:
 
     mode = mode or "auto"
     if mode == "bookkeeping":
-        raise InvalidArgument("DPTrainer under torchrun/accelerate (DDP): grad_sample_mode='bookkeeping' is not "
-                              "supported with the Trainer's DDP wrapper; use 'ghost' or 'hooks', or train_private")
+        raise InvalidArgument(
+            "DPTrainer under torchrun/accelerate (DDP): grad_sample_mode='bookkeeping' is not "
+            "supported with the Trainer's DDP wrapper; use 'ghost' or 'hooks', or train_private"
+        )
     if mode == "auto" and choose_grad_sample_mode(model, batch_size) == "bookkeeping":
         return "ghost"
     return mode
@@ -165,15 +184,23 @@ def _make_dp_trainer() -> type:
         ``per_device_train_batch_size x W``; ``dp_rng`` must stay ``None`` (secure noise on each rank).
         """
 
-        def __init__(self, *args: Any, dp: dict | None = None, per_sample_loss: Callable | None = None,
-                     dp_rng: Any = None, **kwargs: Any) -> None:
+        def __init__(
+            self,
+            *args: Any,
+            dp: dict | None = None,
+            per_sample_loss: Callable | None = None,
+            dp_rng: Any = None,
+            **kwargs: Any,
+        ) -> None:
             super().__init__(*args, **kwargs)
             if not dp:
                 raise InvalidArgument("DPTrainer needs dp={...} (make_private keyword arguments)")
             if int(self.args.gradient_accumulation_steps) != 1:
-                raise InvalidArgument("DPTrainer: gradient_accumulation_steps must be 1 (each optimizer step is one "
-                                      "Poisson-sampled DP batch; for large logical batches use train_private with "
-                                      f"max_physical_batch_size); got {self.args.gradient_accumulation_steps}")
+                raise InvalidArgument(
+                    "DPTrainer: gradient_accumulation_steps must be 1 (each optimizer step is one "
+                    "Poisson-sampled DP batch; for large logical batches use train_private with "
+                    f"max_physical_batch_size); got {self.args.gradient_accumulation_steps}"
+                )
             self.dp = dict(dp)
             self.per_sample_loss = per_sample_loss
             self.dp_rng = dp_rng
@@ -183,7 +210,9 @@ def _make_dp_trainer() -> type:
         def _default_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             if logits.dim() == 3:
                 cfg = getattr(self.model, "config", None)
-                causal = getattr(cfg, "model_type", "") in ("gpt2", "gpt_neo", "llama") or getattr(cfg, "is_decoder", False)
+                causal = getattr(cfg, "model_type", "") in ("gpt2", "gpt_neo", "llama") or getattr(
+                    cfg, "is_decoder", False
+                )
                 return per_sample_lm_loss(logits, labels, shift=bool(causal))
             return torch.nn.functional.cross_entropy(logits, labels, reduction="none")
 
@@ -196,15 +225,21 @@ def _make_dp_trainer() -> type:
                     ds = self._remove_unused_columns(ds, description="training")
                 # under torchrun / accelerate launch (DDP) the expected *global* batch is per_device x world_size,
                 # as in HF; each rank Poisson-samples its shard at that global rate (issue #20, distributed.py)
-                dl = DataLoader(ds, batch_size=self.args.per_device_train_batch_size * max(1, self.args.world_size),
-                                collate_fn=self.data_collator)
+                dl = DataLoader(
+                    ds,
+                    batch_size=self.args.per_device_train_batch_size * max(1, self.args.world_size),
+                    collate_fn=self.data_collator,
+                )
                 if self.optimizer is None:
                     super().create_optimizer()
                 dp = dict(self.dp)
                 if self.args.world_size > 1:  # the Trainer wraps the model in torch DDP (issue #20)
-                    dp["grad_sample_mode"] = _ddp_trainer_mode(self.model, dl.batch_size, dp.get("grad_sample_mode"))
-                self.private = make_private(self.model, self.optimizer, dl, wrap_model=False, rng=self.dp_rng,
-                                            **dp)
+                    dp["grad_sample_mode"] = _ddp_trainer_mode(
+                        self.model, dl.batch_size, dp.get("grad_sample_mode")
+                    )
+                self.private = make_private(
+                    self.model, self.optimizer, dl, wrap_model=False, rng=self.dp_rng, **dp
+                )
                 self.optimizer = self.private.optimizer
             return self.private.data_loader
 

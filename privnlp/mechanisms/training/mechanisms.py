@@ -6,6 +6,7 @@ Papers (``../shared/papers/``): ``dp-bert-and-dp-wordpiece.txt`` (DP-SGD),
 ``lamp-extracting-text-from-gradients.txt`` (Gaussian noise, masking),
 ``record-level-privacy-leakage-in-fl.txt`` (noised / dropout / adversarial embedding, LSTM dropout).
 """
+
 from __future__ import annotations
 
 import abc
@@ -14,26 +15,56 @@ from typing import Any, ClassVar
 
 from privnlp.accounting.ledger import REPORTED
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
-from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_positive, check_probability, check_range
+from privnlp.core.errors import (
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    check_positive,
+    check_probability,
+    check_range,
+)
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 
-__all__ = ["DPSGD", "FrozenEmbeddings", "GradientPruningDefense", "SignSGDDefense", "GradDropDefense",
-           "GaussianNoiseUpdate", "RandomMaskingDefense", "NoisedEmbeddingDefense", "DropoutEmbeddingDefense",
-           "AdversarialEmbeddingDefense", "LSTMDropoutDefense", "LeakyDPSGDNoClipping", "TransformMechanism"]
+__all__ = [
+    "DPSGD",
+    "FrozenEmbeddings",
+    "GradientPruningDefense",
+    "SignSGDDefense",
+    "GradDropDefense",
+    "GaussianNoiseUpdate",
+    "RandomMaskingDefense",
+    "NoisedEmbeddingDefense",
+    "DropoutEmbeddingDefense",
+    "AdversarialEmbeddingDefense",
+    "LSTMDropoutDefense",
+    "LeakyDPSGDNoClipping",
+    "TransformMechanism",
+]
 
 _GRADIENT_OBSERVER = ThreatModel(
-    adversary=Adversary.HONEST_BUT_CURIOUS_SERVER, observes=("every gradient / model update a client sends",),
-    knows=("model weights", "tokenizer", "batch size"), goal="reconstruct the training text or labels from gradients")
+    adversary=Adversary.HONEST_BUT_CURIOUS_SERVER,
+    observes=("every gradient / model update a client sends",),
+    knows=("model weights", "tokenizer", "batch size"),
+    goal="reconstruct the training text or labels from gradients",
+)
 _EAVESDROPPER = ThreatModel(
-    adversary=Adversary.EAVESDROPPER, observes=("transmitted gradients / model updates",),
-    knows=("model weights", "tokenizer"), goal="recover the bag of words, the text or the labels of a batch")
+    adversary=Adversary.EAVESDROPPER,
+    observes=("transmitted gradients / model updates",),
+    knows=("model weights", "tokenizer"),
+    goal="recover the bag of words, the text or the labels of a batch",
+)
 _MODEL_QUERIER = ThreatModel(
-    adversary=Adversary.BLACK_BOX_QUERIER, observes=("the trained model's log-probabilities",),
-    knows=("the canary pattern / randomness space",), goal="extract memorised training records (canaries)")
+    adversary=Adversary.BLACK_BOX_QUERIER,
+    observes=("the trained model's log-probabilities",),
+    knows=("the canary pattern / randomness space",),
+    goal="extract memorised training records (canaries)",
+)
 _RECORD_LEAKAGE = ThreatModel(
-    adversary=Adversary.EAVESDROPPER, observes=("model snapshots / updates of federated training",),
-    knows=("model architecture", "public vocabulary"), goal="extract or test membership of individual records")
+    adversary=Adversary.EAVESDROPPER,
+    observes=("model snapshots / updates of federated training",),
+    knows=("model architecture", "public vocabulary"),
+    goal="extract or test membership of individual records",
+)
 
 
 # ============================================================================ DP-SGD
@@ -79,20 +110,41 @@ class DPSGD(Mechanism):
     threat_models = (_GRADIENT_OBSERVER, _MODEL_QUERIER)
     scenario = ("lm.canary", "fedsgd.eavesdropper")
 
-    def __init__(self, noise_multiplier: float | None = None, target_epsilon: float | None = None,
-                 max_grad_norm: float = 1.0, delta: float | None = None, accountant: str = "prv",
-                 epochs: float | None = None, steps: int | None = None, poisson_sampling: bool = True,
-                 grad_sample_mode: str = "auto", tied_embeddings: str = "untie", freeze_embeddings: bool = False,
-                 unit: str = "example", dedup: bool = False) -> None:
+    def __init__(
+        self,
+        noise_multiplier: float | None = None,
+        target_epsilon: float | None = None,
+        max_grad_norm: float = 1.0,
+        delta: float | None = None,
+        accountant: str = "prv",
+        epochs: float | None = None,
+        steps: int | None = None,
+        poisson_sampling: bool = True,
+        grad_sample_mode: str = "auto",
+        tied_embeddings: str = "untie",
+        freeze_embeddings: bool = False,
+        unit: str = "example",
+        dedup: bool = False,
+    ) -> None:
         check_positive("max_grad_norm", max_grad_norm, error=InvalidPrivacyParameter)
         if noise_multiplier is not None:
-            check_range("noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
+            check_range(
+                "noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter
+            )
         if target_epsilon is not None:
             check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
         if noise_multiplier is None and target_epsilon is None:
             raise InvalidPrivacyParameter("pass noise_multiplier (>= 0) or target_epsilon (> 0)")
         if delta is not None:
-            check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
+            check_range(
+                "delta",
+                delta,
+                0.0,
+                1.0,
+                lo_inclusive=False,
+                hi_inclusive=False,
+                error=InvalidPrivacyParameter,
+            )
         self.noise_multiplier = noise_multiplier
         self.target_epsilon = target_epsilon
         self.max_grad_norm = max_grad_norm
@@ -114,11 +166,24 @@ class DPSGD(Mechanism):
         from .embedding import freeze_embeddings as _freeze
 
         frozen = _freeze(model) if self.freeze_embeddings else ()
-        pt = make_private(model, optimizer, data_loader, noise_multiplier=self.noise_multiplier,
-                          target_epsilon=self.target_epsilon, epochs=self.epochs, steps=self.steps,
-                          max_grad_norm=self.max_grad_norm, delta=self.delta, accountant=self.accountant,
-                          poisson_sampling=self.poisson_sampling, grad_sample_mode=self.grad_sample_mode,
-                          tied_embeddings=self.tied_embeddings, unit=self.unit, rng=rng, dedup=self.dedup)
+        pt = make_private(
+            model,
+            optimizer,
+            data_loader,
+            noise_multiplier=self.noise_multiplier,
+            target_epsilon=self.target_epsilon,
+            epochs=self.epochs,
+            steps=self.steps,
+            max_grad_norm=self.max_grad_norm,
+            delta=self.delta,
+            accountant=self.accountant,
+            poisson_sampling=self.poisson_sampling,
+            grad_sample_mode=self.grad_sample_mode,
+            tied_embeddings=self.tied_embeddings,
+            unit=self.unit,
+            rng=rng,
+            dedup=self.dedup,
+        )
         if frozen:
             pt.notes = pt.notes + (f"word embeddings frozen: {list(frozen)}",)
         self._last = pt
@@ -128,19 +193,32 @@ class DPSGD(Mechanism):
         if self._last is not None:
             return self._last.claim()
         if self.target_epsilon is None:
-            return PrivacyClaim.dp(math.inf if self.noise_multiplier == 0 else self.target_epsilon or math.inf,
-                                   self.delta or 1e-5, self.unit, neighbouring="add/remove",
-                                   notes=("planned claim: epsilon is known once the data loader and the number of "
-                                          "steps are known (make_private)",),
-                                   extra={"noise_multiplier": self.noise_multiplier,
-                                          "max_grad_norm": self.max_grad_norm})
+            return PrivacyClaim.dp(
+                math.inf if self.noise_multiplier == 0 else self.target_epsilon or math.inf,
+                self.delta or 1e-5,
+                self.unit,
+                neighbouring="add/remove",
+                notes=(
+                    "planned claim: epsilon is known once the data loader and the number of "
+                    "steps are known (make_private)",
+                ),
+                extra={
+                    "noise_multiplier": self.noise_multiplier,
+                    "max_grad_norm": self.max_grad_norm,
+                },
+            )
         notes = ["planned claim: the hard budget target_epsilon is enforced step by step"]
         if self.delta is None:
             notes.append("delta defaults to min(1e-5, N^-1.1) once the dataset size N is known")
-        return PrivacyClaim.dp(self.target_epsilon, self.delta or 1e-5, self.unit, neighbouring="add/remove",
-                               accountant=f"{REPORTED.get(self.accountant, self.accountant)} (reported)",
-                               notes=tuple(notes),
-                               extra={"max_grad_norm": self.max_grad_norm})
+        return PrivacyClaim.dp(
+            self.target_epsilon,
+            self.delta or 1e-5,
+            self.unit,
+            neighbouring="add/remove",
+            accountant=f"{REPORTED.get(self.accountant, self.accountant)} (reported)",
+            notes=tuple(notes),
+            extra={"max_grad_norm": self.max_grad_norm},
+        )
 
     @classmethod
     def example(cls, preset: str = "quick") -> "DPSGD":
@@ -234,7 +312,8 @@ class FrozenEmbeddings(Mechanism):
         return PrivacyClaim.heuristic(
             f"{what} embeddings frozen: their gradient rows are never transmitted (all zero), so the "
             "bag-of-words step of FILM-style attacks gets nothing; other layers still leak",
-            "tied output embeddings (GPT-2 lm_head) are frozen too")
+            "tied output embeddings (GPT-2 lm_head) are frozen too",
+        )
 
 
 # ============================================================================ update transforms
@@ -259,8 +338,10 @@ class TransformMechanism(Mechanism):
         return self.transform()(grads, rng=rng)
 
     def claim(self) -> PrivacyClaim:
-        return PrivacyClaim.heuristic(f"update transform {self.transform().label} before transmission; "
-                                      "no formal privacy guarantee")
+        return PrivacyClaim.heuristic(
+            f"update transform {self.transform().label} before transmission; "
+            "no formal privacy guarantee"
+        )
 
 
 @MECHANISMS.register("gradient_pruning")
@@ -462,8 +543,10 @@ class NoisedEmbeddingDefense(_EmbeddingObfuscation):
         return cls(sigma=0.01) if preset == "full" else cls(sigma=0.3)
 
     def claim(self) -> PrivacyClaim:
-        return PrivacyClaim.heuristic(f"Gaussian noise (sigma={self.sigma}) on embedding outputs during training; "
-                                      "no clipping, no formal guarantee")
+        return PrivacyClaim.heuristic(
+            f"Gaussian noise (sigma={self.sigma}) on embedding outputs during training; "
+            "no clipping, no formal guarantee"
+        )
 
 
 @MECHANISMS.register("dropout_embedding")
@@ -498,7 +581,9 @@ class DropoutEmbeddingDefense(_EmbeddingObfuscation):
         return cls(p=0.5)
 
     def claim(self) -> PrivacyClaim:
-        return PrivacyClaim.heuristic(f"dropout (p={self.p}) on embedding outputs during training; no formal guarantee")
+        return PrivacyClaim.heuristic(
+            f"dropout (p={self.p}) on embedding outputs during training; no formal guarantee"
+        )
 
 
 @MECHANISMS.register("adversarial_embedding")
@@ -531,8 +616,9 @@ class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
         """``(clean_logits, alpha * vat_term)``; add the second to the task loss."""
         from .embedding import adversarial_embedding_loss
 
-        clean, vat = adversarial_embedding_loss(model, inputs, epsilon=self.epsilon, xi=self.xi, rng=rng,
-                                                forward=forward)
+        clean, vat = adversarial_embedding_loss(
+            model, inputs, epsilon=self.epsilon, xi=self.xi, rng=rng, forward=forward
+        )
         return clean, self.alpha * vat
 
     @classmethod
@@ -550,8 +636,10 @@ class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
         return cls(epsilon=1.0, alpha=1.0)
 
     def claim(self) -> PrivacyClaim:
-        return PrivacyClaim.heuristic(f"virtual adversarial training on embeddings (epsilon={self.epsilon}); "
-                                      "robustness, not privacy: no formal guarantee, may increase leakage")
+        return PrivacyClaim.heuristic(
+            f"virtual adversarial training on embeddings (epsilon={self.epsilon}); "
+            "robustness, not privacy: no formal guarantee, may increase leakage"
+        )
 
 
 @MECHANISMS.register("lstm_dropout")
@@ -588,4 +676,6 @@ class LSTMDropoutDefense(_EmbeddingObfuscation):
         return cls(p=0.3)
 
     def claim(self) -> PrivacyClaim:
-        return PrivacyClaim.heuristic(f"dropout (p={self.p}) on LSTM outputs during training; no formal guarantee")
+        return PrivacyClaim.heuristic(
+            f"dropout (p={self.p}) on LSTM outputs during training; no formal guarantee"
+        )

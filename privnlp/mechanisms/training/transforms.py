@@ -18,6 +18,7 @@ Every transform is a frozen dataclass; ``t(grads, *, rng=None)`` returns a new d
 mutates its input. Stochastic transforms (``stochastic = True``) require keyword-only ``rng``
 (int seed, numpy or torch Generator). None of them has a formal guarantee (claim kind heuristic).
 """
+
 from __future__ import annotations
 
 import abc
@@ -30,8 +31,18 @@ import torch
 from privnlp.core.errors import InvalidArgument, check_positive, check_probability, check_range
 from privnlp.core.rng import as_torch, spawn
 
-__all__ = ["UpdateTransform", "GradientPruning", "SignSGD", "GradDrop", "GaussianNoise", "RandomMasking",
-           "ClipUpdate", "Compose", "apply_to_model_grads", "global_norm"]
+__all__ = [
+    "UpdateTransform",
+    "GradientPruning",
+    "SignSGD",
+    "GradDrop",
+    "GaussianNoise",
+    "RandomMasking",
+    "ClipUpdate",
+    "Compose",
+    "apply_to_model_grads",
+    "global_norm",
+]
 
 Grads = Mapping[str, torch.Tensor]
 
@@ -55,7 +66,9 @@ def global_norm(grads: Grads) -> float:
     return float(torch.sqrt(sum((v.detach().double() ** 2).sum() for v in g.values())))
 
 
-def _keep_top(grads: dict[str, torch.Tensor], keep_fraction: float, scope: str) -> dict[str, torch.Tensor]:
+def _keep_top(
+    grads: dict[str, torch.Tensor], keep_fraction: float, scope: str
+) -> dict[str, torch.Tensor]:
     """Zero all but the ``keep_fraction`` largest-|g| entries (globally or per tensor). Ties at the
     threshold are kept (at least ``ceil(keep * n)`` entries survive)."""
     if scope not in ("global", "per_tensor"):
@@ -73,13 +86,19 @@ def _keep_top(grads: dict[str, torch.Tensor], keep_fraction: float, scope: str) 
             thr = v.detach().abs().flatten().kthvalue(n - keep + 1).values
             out[k] = torch.where(v.abs() >= thr, v, torch.zeros_like(v))
         return out
-    flat = torch.cat([v.detach().abs().flatten().float() for v in grads.values()]) if grads else torch.zeros(0)
+    flat = (
+        torch.cat([v.detach().abs().flatten().float() for v in grads.values()])
+        if grads
+        else torch.zeros(0)
+    )
     n = flat.numel()
     keep = int(math.ceil(keep_fraction * n))
     if keep <= 0 or n == 0:
         return {k: torch.zeros_like(v) for k, v in grads.items()}
     thr = flat.kthvalue(n - keep + 1).values
-    return {k: torch.where(v.abs().float() >= thr, v, torch.zeros_like(v)) for k, v in grads.items()}
+    return {
+        k: torch.where(v.abs().float() >= thr, v, torch.zeros_like(v)) for k, v in grads.items()
+    }
 
 
 class UpdateTransform(abc.ABC):
@@ -90,8 +109,10 @@ class UpdateTransform(abc.ABC):
     def __call__(self, grads: Grads, *, rng: Any = None) -> dict[str, torch.Tensor]:
         g = _check_grads(grads)
         if self.stochastic and rng is None:
-            raise InvalidArgument(f"{type(self).__name__} is stochastic: pass keyword-only rng "
-                                  "(int seed, numpy.random.Generator or torch.Generator)")
+            raise InvalidArgument(
+                f"{type(self).__name__} is stochastic: pass keyword-only rng "
+                "(int seed, numpy.random.Generator or torch.Generator)"
+            )
         return self._apply(g, rng)
 
     @abc.abstractmethod
@@ -198,7 +219,9 @@ class GaussianNoise(UpdateTransform):
         g = as_torch(rng)
         out = {}
         for k, v in grads.items():
-            noise = torch.randn(v.shape, generator=g, dtype=torch.float32).to(device=v.device, dtype=v.dtype)
+            noise = torch.randn(v.shape, generator=g, dtype=torch.float32).to(
+                device=v.device, dtype=v.dtype
+            )
             out[k] = v + self.std * noise
         return out
 
@@ -269,7 +292,9 @@ class Compose(UpdateTransform):
     def __init__(self, *transforms: UpdateTransform) -> None:
         for i, t in enumerate(transforms):
             if not isinstance(t, UpdateTransform):
-                raise InvalidArgument(f"transforms[{i}] must be an UpdateTransform; got {type(t).__name__}")
+                raise InvalidArgument(
+                    f"transforms[{i}] must be an UpdateTransform; got {type(t).__name__}"
+                )
         flat: list[UpdateTransform] = []
         for t in transforms:
             flat.extend(t.transforms if isinstance(t, Compose) else (t,))
@@ -286,7 +311,9 @@ class Compose(UpdateTransform):
         g = _check_grads(grads)
         if self.stochastic and rng is None:
             raise InvalidArgument("Compose contains a stochastic transform: pass keyword-only rng")
-        rngs = spawn(rng, len(self.transforms)) if rng is not None else [None] * len(self.transforms)
+        rngs = (
+            spawn(rng, len(self.transforms)) if rng is not None else [None] * len(self.transforms)
+        )
         for t, r in zip(self.transforms, rngs):
             g = t(g, rng=r)
         return g
@@ -305,7 +332,9 @@ class Compose(UpdateTransform):
         return hash(self.transforms)
 
 
-def apply_to_model_grads(model: torch.nn.Module, transform: UpdateTransform, *, rng: Any = None) -> dict[str, torch.Tensor]:
+def apply_to_model_grads(
+    model: torch.nn.Module, transform: UpdateTransform, *, rng: Any = None
+) -> dict[str, torch.Tensor]:
     """Apply ``transform`` to the ``.grad`` of every trainable parameter of ``model`` in place
     (parameters without a gradient are treated as zero and left ``None``); returns the sent dict.
 

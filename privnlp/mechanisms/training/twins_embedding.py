@@ -26,6 +26,7 @@ twins are also caught by the direct behavioural checks in
 ``tests/memorization/test_twins_embedding.py`` (in training mode the twin's forward equals the
 clean forward / the VAT term has no gradient), which do not depend on one noisy quick seed.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -35,13 +36,27 @@ import torch
 from privnlp.core.registry import LEAKY_TWINS
 from privnlp.core.rng import as_torch
 
-from .embedding import (DropoutEmbedding, LSTMOutputDropout, NoisedEmbedding, adversarial_embedding_loss,
-                        input_embedding, replace_input_embedding)
-from .mechanisms import (AdversarialEmbeddingDefense, DropoutEmbeddingDefense, LSTMDropoutDefense,
-                         NoisedEmbeddingDefense)
+from .embedding import (
+    DropoutEmbedding,
+    LSTMOutputDropout,
+    NoisedEmbedding,
+    adversarial_embedding_loss,
+    input_embedding,
+    replace_input_embedding,
+)
+from .mechanisms import (
+    AdversarialEmbeddingDefense,
+    DropoutEmbeddingDefense,
+    LSTMDropoutDefense,
+    NoisedEmbeddingDefense,
+)
 
-__all__ = ["LeakyNoisedEmbeddingUnits", "LeakyDropoutEmbeddingEvalOnly", "LeakyAdversarialEmbeddingDetached",
-           "LeakyLSTMDropoutEvalOnly"]
+__all__ = [
+    "LeakyNoisedEmbeddingUnits",
+    "LeakyDropoutEmbeddingEvalOnly",
+    "LeakyAdversarialEmbeddingDetached",
+    "LeakyLSTMDropoutEvalOnly",
+]
 
 
 class _EvalOnlyDropoutEmbedding(DropoutEmbedding):
@@ -100,8 +115,9 @@ class LeakyAdversarialEmbeddingDetached(AdversarialEmbeddingDefense):
     contributes a gradient -- local training is plain next-token training."""
 
     def loss_terms(self, model: Any, inputs: Any, *, rng: Any, forward: Any = None) -> Any:
-        clean, vat = adversarial_embedding_loss(model, inputs, epsilon=self.epsilon, xi=self.xi, rng=rng,
-                                                forward=forward)
+        clean, vat = adversarial_embedding_loss(
+            model, inputs, epsilon=self.epsilon, xi=self.xi, rng=rng, forward=forward
+        )
         return clean, self.alpha * vat.detach()  # BUG: detached (meant for logging only)
 
 
@@ -115,11 +131,16 @@ class LeakyLSTMDropoutEvalOnly(LSTMDropoutDefense):
         from privnlp.core.errors import InvalidArgument
 
         g = as_torch(rng)
-        targets = [(n, m) for n, m in model.named_modules()
-                   if isinstance(m, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN))
-                   or type(m).__name__ in ("DPLSTM", "DPGRU", "DPRNN")]
+        targets = [
+            (n, m)
+            for n, m in model.named_modules()
+            if isinstance(m, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN))
+            or type(m).__name__ in ("DPLSTM", "DPGRU", "DPRNN")
+        ]
         if not targets:
-            raise InvalidArgument(f"model: no LSTM/GRU layer found in {type(model).__name__} for LSTM dropout")
+            raise InvalidArgument(
+                f"model: no LSTM/GRU layer found in {type(model).__name__} for LSTM dropout"
+            )
         for name, mod in targets:
             parent_name, _, attr = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model

@@ -8,6 +8,7 @@ docstring: RLG (``../shared/papers/rlg-revealing-labels-from-gradients.txt``) on
 trials, LAMP (``../shared/papers/lamp-extracting-text-from-gradients.txt``) on the classifier trial.
 ``tests/gradient/test_twins_transforms.py`` checks both the bug's behaviour and that it is caught.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,12 +18,24 @@ import torch
 
 from privnlp.core.registry import LEAKY_TWINS
 
-from .mechanisms import (FrozenEmbeddings, GaussianNoiseUpdate, GradDropDefense, GradientPruningDefense,
-                         RandomMaskingDefense, SignSGDDefense)
+from .mechanisms import (
+    FrozenEmbeddings,
+    GaussianNoiseUpdate,
+    GradDropDefense,
+    GradientPruningDefense,
+    RandomMaskingDefense,
+    SignSGDDefense,
+)
 from .transforms import GaussianNoise, GradDrop, GradientPruning, RandomMasking, SignSGD, _keep_top
 
-__all__ = ["LeakyFrozenEmbeddingsDataFlag", "LeakyGradientPruningInvertedRatio", "LeakySignSGDScaleShortcut",
-           "LeakyGradDropDenseSmallTensors", "LeakyGaussianNoiseDiscarded", "LeakyRandomMaskingDiscarded"]
+__all__ = [
+    "LeakyFrozenEmbeddingsDataFlag",
+    "LeakyGradientPruningInvertedRatio",
+    "LeakySignSGDScaleShortcut",
+    "LeakyGradDropDenseSmallTensors",
+    "LeakyGaussianNoiseDiscarded",
+    "LeakyRandomMaskingDiscarded",
+]
 
 
 class _Disguised:
@@ -67,7 +80,9 @@ class _InvertedPruning(_Disguised, GradientPruning):
     """``keep_fraction`` handed to code written for the prune ratio ``p`` (Zhu et al. / FILM's knob)."""
 
     def _apply(self, grads, rng):
-        return _keep_top(grads, 1.0 - self.keep_fraction, self.scope)  # the bug: keeps 1 - keep_fraction
+        return _keep_top(
+            grads, 1.0 - self.keep_fraction, self.scope
+        )  # the bug: keeps 1 - keep_fraction
 
 
 @LEAKY_TWINS.register("gradient_pruning")
@@ -136,7 +151,9 @@ class _NoiseDiscarded(_Disguised, GaussianNoise):
         g = as_torch(rng)
         out = {}
         for k, v in grads.items():
-            noise = torch.randn(v.shape, generator=g, dtype=torch.float32).to(device=v.device, dtype=v.dtype)
+            noise = torch.randn(v.shape, generator=g, dtype=torch.float32).to(
+                device=v.device, dtype=v.dtype
+            )
             w = v.clone()
             w.add(self.std * noise)  # the bug: out-of-place add, result discarded (meant add_)
             out[k] = w

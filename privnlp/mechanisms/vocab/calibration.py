@@ -33,6 +33,7 @@ Gaussian with thresholding: ``sigma`` from the analytic Gaussian mechanism (Ball
 Thm 8) for L2 sensitivity sqrt(k) (sqrt(2k) for replace-one) at ``(eps, delta/2)``; the other
 ``delta/2`` pays for the threshold: ``tau = 1 + sigma * Phi^-1(1 - delta/(2k))``.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,9 +41,17 @@ from dataclasses import asdict, dataclass
 
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_range
 
-__all__ = ["NoiseCalibration", "calibrate", "laplace_threshold", "gaussian_threshold",
-           "analytic_gaussian_sigma", "analytic_gaussian_delta", "paper_calibration",
-           "single_contributor_release_probability", "NEIGHBOURING"]
+__all__ = [
+    "NoiseCalibration",
+    "calibrate",
+    "laplace_threshold",
+    "gaussian_threshold",
+    "analytic_gaussian_sigma",
+    "analytic_gaussian_delta",
+    "paper_calibration",
+    "single_contributor_release_probability",
+    "NEIGHBOURING",
+]
 
 NEIGHBOURING = ("add/remove", "replace-one")
 NOISES = ("laplace", "gaussian")
@@ -79,9 +88,24 @@ class NoiseCalibration:
 
 
 def _check_common(epsilon: float, delta: float, k: int, neighbouring: str) -> None:
-    check_range("epsilon", epsilon, 0.0, math.inf, lo_inclusive=False, hi_inclusive=False,
-                error=InvalidPrivacyParameter)
-    check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
+    check_range(
+        "epsilon",
+        epsilon,
+        0.0,
+        math.inf,
+        lo_inclusive=False,
+        hi_inclusive=False,
+        error=InvalidPrivacyParameter,
+    )
+    check_range(
+        "delta",
+        delta,
+        0.0,
+        1.0,
+        lo_inclusive=False,
+        hi_inclusive=False,
+        error=InvalidPrivacyParameter,
+    )
     check_range("max_words_per_contributor (k)", k, 1, math.inf, integer=True, hi_inclusive=False)
     if neighbouring not in NEIGHBOURING:
         raise InvalidArgument(f"neighbouring must be one of {NEIGHBOURING}; got {neighbouring!r}")
@@ -92,7 +116,9 @@ def _sens(k: int, neighbouring: str) -> tuple[int, float, float]:
     return m * k, float(m * k), math.sqrt(m * k)
 
 
-def laplace_threshold(epsilon: float, delta: float, k: int = 1, neighbouring: str = "add/remove") -> NoiseCalibration:
+def laplace_threshold(
+    epsilon: float, delta: float, k: int = 1, neighbouring: str = "add/remove"
+) -> NoiseCalibration:
     """Laplace scale and threshold for ``(epsilon, delta)``-DP (see the module docstring).
 
     Args:
@@ -117,7 +143,9 @@ def laplace_threshold(epsilon: float, delta: float, k: int = 1, neighbouring: st
         tau = 1.0 - b * math.log(2.0 * p_bin)
     else:  # delta > k/2 (e.g. k = 1, delta = 0.6): P[1 + Lap(b) >= tau] = p_bin still holds on this side
         tau = 1.0 + b * math.log(2.0 * (1.0 - p_bin))
-    return NoiseCalibration("laplace", b, tau, float(epsilon), float(delta), int(k), neighbouring, l0, l1, l2)
+    return NoiseCalibration(
+        "laplace", b, tau, float(epsilon), float(delta), int(k), neighbouring, l0, l1, l2
+    )
 
 
 def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
@@ -164,7 +192,9 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
     return hi
 
 
-def gaussian_threshold(epsilon: float, delta: float, k: int = 1, neighbouring: str = "add/remove") -> NoiseCalibration:
+def gaussian_threshold(
+    epsilon: float, delta: float, k: int = 1, neighbouring: str = "add/remove"
+) -> NoiseCalibration:
     """Gaussian sigma (analytic, delta/2) and threshold (delta/2 over k bins).
 
     Args:
@@ -186,10 +216,14 @@ def gaussian_threshold(epsilon: float, delta: float, k: int = 1, neighbouring: s
     l0, l1, l2 = _sens(int(k), neighbouring)
     sigma = analytic_gaussian_sigma(epsilon, delta / 2.0, l2)
     tau = 1.0 + sigma * float(norm.isf(delta / (2.0 * k)))
-    return NoiseCalibration("gaussian", sigma, tau, float(epsilon), float(delta), int(k), neighbouring, l0, l1, l2)
+    return NoiseCalibration(
+        "gaussian", sigma, tau, float(epsilon), float(delta), int(k), neighbouring, l0, l1, l2
+    )
 
 
-def calibrate(noise: str, epsilon: float, delta: float, k: int = 1, neighbouring: str = "add/remove") -> NoiseCalibration:
+def calibrate(
+    noise: str, epsilon: float, delta: float, k: int = 1, neighbouring: str = "add/remove"
+) -> NoiseCalibration:
     """Laplace or Gaussian calibration with thresholding (:func:`laplace_threshold` / :func:`gaussian_threshold`).
 
     Args:
@@ -228,8 +262,18 @@ def paper_calibration(epsilon: float, delta: float) -> NoiseCalibration:
         InvalidPrivacyParameter: ``epsilon`` or ``delta`` out of range.
     """
     _check_common(epsilon, delta, 1, "replace-one")
-    return NoiseCalibration("laplace", 2.0 / epsilon, 1.0 + 2.0 * math.log(2.0 / delta) / epsilon,
-                            float(epsilon), float(delta), 1, "replace-one", 2, 2.0, math.sqrt(2.0))
+    return NoiseCalibration(
+        "laplace",
+        2.0 / epsilon,
+        1.0 + 2.0 * math.log(2.0 / delta) / epsilon,
+        float(epsilon),
+        float(delta),
+        1,
+        "replace-one",
+        2,
+        2.0,
+        math.sqrt(2.0),
+    )
 
 
 def single_contributor_release_probability(cal: NoiseCalibration) -> float:

@@ -7,6 +7,7 @@ Words are what the BERT pre-tokenizer yields (``BertNormalizer`` + ``BertPreToke
 accents stripped, split on whitespace and punctuation), so the histogram's keys are exactly the
 "words" the WordPiece trainer would count.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,14 @@ from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
 
 from .calibration import NoiseCalibration
 
-__all__ = ["WordSplitter", "bound_contributions", "contributor_histogram", "NoisyHistogram",
-           "release_histogram", "group_by_contributor"]
+__all__ = [
+    "WordSplitter",
+    "bound_contributions",
+    "contributor_histogram",
+    "NoisyHistogram",
+    "release_histogram",
+    "group_by_contributor",
+]
 
 
 class WordSplitter:
@@ -36,14 +43,18 @@ class WordSplitter:
         self.lowercase = lowercase
         from tokenizers import normalizers, pre_tokenizers
 
-        self._norm = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=None if not lowercase else True)
+        self._norm = normalizers.BertNormalizer(
+            lowercase=lowercase, strip_accents=None if not lowercase else True
+        )
         self._pre = pre_tokenizers.BertPreTokenizer()
 
     def __call__(self, text: str) -> list[str]:
         return [w for w, _ in self._pre.pre_tokenize_str(self._norm.normalize_str(text))]
 
 
-def group_by_contributor(texts: Sequence[str], contributor_ids: Sequence[Any] | None) -> list[list[str]]:
+def group_by_contributor(
+    texts: Sequence[str], contributor_ids: Sequence[Any] | None
+) -> list[list[str]]:
     """Group texts by contributor (one group per text when ``contributor_ids`` is None), in
     first-appearance order so that seeded runs are reproducible.
 
@@ -60,7 +71,9 @@ def group_by_contributor(texts: Sequence[str], contributor_ids: Sequence[Any] | 
     if contributor_ids is None:
         return [[t] for t in texts]
     if len(contributor_ids) != len(texts):
-        raise InvalidArgument(f"contributor_ids must have one id per text ({len(texts)}); got {len(contributor_ids)}")
+        raise InvalidArgument(
+            f"contributor_ids must have one id per text ({len(texts)}); got {len(contributor_ids)}"
+        )
     groups: dict[Any, list[str]] = {}
     for t, u in zip(texts, contributor_ids):
         groups.setdefault(u, []).append(t)
@@ -131,8 +144,14 @@ class NoisyHistogram:
         return len(self.counts)
 
 
-def release_histogram(hist: Mapping[str, int], cal: NoiseCalibration, *, rng: Any = None, secure: bool = False,
-                      n_contributors: int = 0) -> NoisyHistogram:
+def release_histogram(
+    hist: Mapping[str, int],
+    cal: NoiseCalibration,
+    *,
+    rng: Any = None,
+    secure: bool = False,
+    n_contributors: int = 0,
+) -> NoisyHistogram:
     """Add noise to every positive count and keep those ``>= cal.threshold``.
 
     ``secure=False``: numpy floating-point Laplace / Gaussian drawn from ``rng`` (seedable; not
@@ -159,7 +178,9 @@ def release_histogram(hist: Mapping[str, int], cal: NoiseCalibration, *, rng: An
     if secure:
         return _release_opendp(hist, words, cal, n_contributors)
     check_noise_seed_allowed(rng)
-    g = secure_numpy() if rng is None else as_numpy(rng)   # rng=None: OS entropy (issue #15 noise rule)
+    g = (
+        secure_numpy() if rng is None else as_numpy(rng)
+    )  # rng=None: OS entropy (issue #15 noise rule)
     x = np.fromiter((hist[w] for w in words), dtype=np.float64, count=len(words))
     if cal.noise == "laplace":
         noisy = x + g.laplace(0.0, cal.scale, size=len(words))
@@ -170,17 +191,23 @@ def release_histogram(hist: Mapping[str, int], cal: NoiseCalibration, *, rng: An
     return NoisyHistogram(counts, cal, n_contributors, secure=False)
 
 
-def _release_opendp(hist: Mapping[str, int], words: list[str], cal: NoiseCalibration, n: int) -> NoisyHistogram:
+def _release_opendp(
+    hist: Mapping[str, int], words: list[str], cal: NoiseCalibration, n: int
+) -> NoisyHistogram:
     try:
         import opendp.prelude as dp
     except ImportError as e:  # pragma: no cover
-        raise MissingDependency("opendp", hint="secure=True draws the noise with OpenDP; pip install opendp") from e
+        raise MissingDependency(
+            "opendp", hint="secure=True draws the noise with OpenDP; pip install opendp"
+        ) from e
     dp.enable_features("contrib")
     dom = dp.map_domain(dp.atom_domain(T=str), dp.atom_domain(T=int))
     met = dp.l01inf_distance(dp.absolute_distance(T=int))
     if cal.noise != "laplace":
-        raise InvalidArgument("secure=True supports noise='laplace' only (OpenDP's Gaussian threshold is "
-                              "accounted in zCDP, not with the analytic Gaussian calibration); got noise='gaussian'")
+        raise InvalidArgument(
+            "secure=True supports noise='laplace' only (OpenDP's Gaussian threshold is "
+            "accounted in zCDP, not with the analytic Gaussian calibration); got noise='gaussian'"
+        )
     make = dp.m.make_laplace_threshold
     tau = int(math.ceil(cal.threshold))
     meas = make(dom, met, scale=float(cal.scale), threshold=tau)

@@ -2,6 +2,7 @@
 
 Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` (Section 3.2 DP vocabulary).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -9,7 +10,9 @@ from typing import Any, Sequence
 __all__ = ["tokenizer_utility"]
 
 
-def tokenizer_utility(tokenizer: Any, texts: Sequence[str], reference: Any | None = None) -> dict[str, float]:
+def tokenizer_utility(
+    tokenizer: Any, texts: Sequence[str], reference: Any | None = None
+) -> dict[str, float]:
     """``fertility`` (WordPieces per word), ``unk_rate`` (fraction of words mapped to ``[UNK]``),
     and, with a ``reference`` tokenizer (the non-private one), ``vocab_overlap`` = |V ∩ V_ref| / |V_ref|.
     Works on ``tokenizers.Tokenizer`` objects.

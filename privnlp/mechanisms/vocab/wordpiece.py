@@ -26,6 +26,7 @@ tokenizer (``histogram.json``); :func:`train_wordpiece_from_histogram` feeds wor
 and re-numbers the learned tokens canonically (specials first, then sorted), so ``vocab.txt`` is
 identical whenever the learned token *set* is; only the choice among exactly tied merges can vary.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,18 +38,42 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
-from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, MalformedInput, check_range
+from privnlp.core.errors import (
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    MalformedInput,
+    check_range,
+)
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.core.report import atomic_write_text
 
-from .calibration import NoiseCalibration, calibrate, paper_calibration, single_contributor_release_probability
-from .histogram import (NoisyHistogram, WordSplitter, bound_contributions, contributor_histogram,
-                        group_by_contributor, release_histogram)
+from .calibration import (
+    NoiseCalibration,
+    calibrate,
+    paper_calibration,
+    single_contributor_release_probability,
+)
+from .histogram import (
+    NoisyHistogram,
+    WordSplitter,
+    bound_contributions,
+    contributor_histogram,
+    group_by_contributor,
+    release_histogram,
+)
 
-__all__ = ["DPWordPiece", "VocabBuild", "train_wordpiece_from_histogram", "histogram_iterator",
-           "build_nonprivate_wordpiece", "LeakyOccurrenceWordPiece", "SPECIAL_TOKENS", "PUBLIC_ALPHABET",
-           "min_vocab_size"]
+__all__ = [
+    "DPWordPiece",
+    "VocabBuild",
+    "train_wordpiece_from_histogram",
+    "histogram_iterator",
+    "build_nonprivate_wordpiece",
+    "LeakyOccurrenceWordPiece",
+    "SPECIAL_TOKENS",
+    "PUBLIC_ALPHABET",
+    "min_vocab_size",
+]
 
 PAPER = "dp-bert-and-dp-wordpiece.txt (Section 3.2): DP WordPiece from a noised, thresholded word histogram"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -58,14 +83,20 @@ PUBLIC_ALPHABET = string.ascii_lowercase + string.digits + string.punctuation
 THREAT_MODEL = ThreatModel(
     adversary=Adversary.DATA_RECIPIENT,
     observes=("released WordPiece vocabulary / tokenizer.json", "released noisy word histogram"),
-    knows=("the mechanism and its parameters", "candidate private words (e.g. a surname or an ID)",
-           "all other contributors' data"),
+    knows=(
+        "the mechanism and its parameters",
+        "candidate private words (e.g. a surname or an ID)",
+        "all other contributors' data",
+    ),
     goal="decide whether a candidate word occurs in the private corpus (vocabulary membership)",
 )
 
 
-def min_vocab_size(words: Sequence[str], alphabet: str = PUBLIC_ALPHABET,
-                   special_tokens: Sequence[str] = SPECIAL_TOKENS) -> int:
+def min_vocab_size(
+    words: Sequence[str],
+    alphabet: str = PUBLIC_ALPHABET,
+    special_tokens: Sequence[str] = SPECIAL_TOKENS,
+) -> int:
     """Size of the initial vocabulary: specials + characters + ``##``-characters (the public
     alphabet's ``##`` forms are always added, so that any word over the alphabet can be segmented)."""
     chars = set(alphabet)
@@ -76,7 +107,9 @@ def min_vocab_size(words: Sequence[str], alphabet: str = PUBLIC_ALPHABET,
     return len(special_tokens) + len(chars) + len(cont)
 
 
-def histogram_iterator(counts: Mapping[str, float], count_scale: float = 1.0, chunk: int = 512) -> Iterator[str]:
+def histogram_iterator(
+    counts: Mapping[str, float], count_scale: float = 1.0, chunk: int = 512
+) -> Iterator[str]:
     """Yield each word ``max(1, round(count * count_scale))`` times (space-joined chunks), words in
     sorted order. This is everything the WordPiece trainer sees.
 
@@ -99,16 +132,28 @@ def histogram_iterator(counts: Mapping[str, float], count_scale: float = 1.0, ch
 def _base_tokenizer(lowercase: bool = True):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=None if not lowercase else True)
+    tok = Tokenizer(
+        models.WordPiece(
+            unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100
+        )
+    )
+    tok.normalizer = normalizers.BertNormalizer(
+        lowercase=lowercase, strip_accents=None if not lowercase else True
+    )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     return tok, processors
 
 
-def train_wordpiece_from_histogram(counts: Mapping[str, float], vocab_size: int, *, count_scale: float = 1.0,
-                                   alphabet: str = PUBLIC_ALPHABET, special_tokens: Sequence[str] = SPECIAL_TOKENS,
-                                   lowercase: bool = True):
+def train_wordpiece_from_histogram(
+    counts: Mapping[str, float],
+    vocab_size: int,
+    *,
+    count_scale: float = 1.0,
+    alphabet: str = PUBLIC_ALPHABET,
+    special_tokens: Sequence[str] = SPECIAL_TOKENS,
+    lowercase: bool = True,
+):
     """Train a BERT-style WordPiece ``tokenizers.Tokenizer`` from a word histogram only.
 
     During training the tokenizer has no normalizer and a plain whitespace pre-tokenizer, so the
@@ -135,8 +180,10 @@ def train_wordpiece_from_histogram(counts: Mapping[str, float], vocab_size: int,
     check_range("vocab_size", vocab_size, 1, math.inf, integer=True, hi_inclusive=False)
     need = min_vocab_size(list(counts), alphabet, special_tokens)
     if vocab_size < need:
-        raise InvalidArgument(f"vocab_size must be >= {need} (special tokens + the alphabet of the released histogram "
-                              f"and its '##' continuation forms); got {vocab_size}")
+        raise InvalidArgument(
+            f"vocab_size must be >= {need} (special tokens + the alphabet of the released histogram "
+            f"and its '##' continuation forms); got {vocab_size}"
+        )
     tok, processors = _base_tokenizer(lowercase)
     normalizer, pre = tok.normalizer, tok.pre_tokenizer
     tok.normalizer = None
@@ -149,19 +196,31 @@ def train_wordpiece_from_histogram(counts: Mapping[str, float], vocab_size: int,
     # merges through the deterministic BpeTrainer: identical vocabularies every run.
     from privnlp.models.tokenization import learn_wordpiece_pieces
 
-    pieces = learn_wordpiece_pieces(histogram_iterator(counts, count_scale), int(vocab_size) - len(extra),
-                                    special_tokens=list(special_tokens), initial_alphabet=sorted(set(alphabet)),
-                                    min_frequency=1, both_forms=False)
+    pieces = learn_wordpiece_pieces(
+        histogram_iterator(counts, count_scale),
+        int(vocab_size) - len(extra),
+        special_tokens=list(special_tokens),
+        initial_alphabet=sorted(set(alphabet)),
+        min_frequency=1,
+        both_forms=False,
+    )
     # Canonical ids (specials first, then sorted).
     learned = set(pieces) | set(special_tokens) | set(extra)
     order = list(special_tokens) + sorted(learned - set(special_tokens))
-    tok.model = models.WordPiece(vocab={t: i for i, t in enumerate(order)}, unk_token="[UNK]",
-                                 continuing_subword_prefix="##", max_input_chars_per_word=100)
+    tok.model = models.WordPiece(
+        vocab={t: i for i, t in enumerate(order)},
+        unk_token="[UNK]",
+        continuing_subword_prefix="##",
+        max_input_chars_per_word=100,
+    )
     tok.normalizer, tok.pre_tokenizer = normalizer, pre
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     if cls is not None and sep is not None:
         tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+        )
     return tok
 
 
@@ -193,28 +252,57 @@ class VocabBuild:
         """A ``transformers.PreTrainedTokenizerFast`` wrapping the tokenizer."""
         from transformers import PreTrainedTokenizerFast
 
-        return PreTrainedTokenizerFast(tokenizer_object=self.tokenizer, unk_token="[UNK]", pad_token="[PAD]",
-                                       cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+        return PreTrainedTokenizerFast(
+            tokenizer_object=self.tokenizer,
+            unk_token="[UNK]",
+            pad_token="[PAD]",
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            mask_token="[MASK]",
+        )
 
     def save(self, out_dir: str | os.PathLike) -> dict[str, Path]:
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
-        paths = {"tokenizer": d / "tokenizer.json", "vocab": d / "vocab.txt", "histogram": d / "histogram.json",
-                 "claim": d / "claim.json"}
+        paths = {
+            "tokenizer": d / "tokenizer.json",
+            "vocab": d / "vocab.txt",
+            "histogram": d / "histogram.json",
+            "claim": d / "claim.json",
+        }
         atomic_write_text(paths["tokenizer"], self.tokenizer.to_str(pretty=True))
         atomic_write_text(paths["vocab"], "\n".join(self.vocab) + "\n")
-        atomic_write_text(paths["histogram"], json.dumps(
-            {"counts": dict(self.histogram.counts), "n_contributors": self.histogram.n_contributors,
-             "calibration": self.histogram.calibration.to_dict() if self.histogram.calibration else None,
-             "secure": self.histogram.secure}, indent=1, sort_keys=True))
-        atomic_write_text(paths["claim"], json.dumps({"claim": self.claim.to_dict(), "config": dict(self.config)},
-                                                     indent=2, default=str))
+        atomic_write_text(
+            paths["histogram"],
+            json.dumps(
+                {
+                    "counts": dict(self.histogram.counts),
+                    "n_contributors": self.histogram.n_contributors,
+                    "calibration": self.histogram.calibration.to_dict()
+                    if self.histogram.calibration
+                    else None,
+                    "secure": self.histogram.secure,
+                },
+                indent=1,
+                sort_keys=True,
+            ),
+        )
+        atomic_write_text(
+            paths["claim"],
+            json.dumps(
+                {"claim": self.claim.to_dict(), "config": dict(self.config)}, indent=2, default=str
+            ),
+        )
         return paths
 
 
-def _split_corpus(texts: Sequence[str], contributor_ids: Sequence[Any] | None, lowercase: bool) -> list[list[str]]:
+def _split_corpus(
+    texts: Sequence[str], contributor_ids: Sequence[Any] | None, lowercase: bool
+) -> list[list[str]]:
     if isinstance(texts, str):
-        raise InvalidArgument("texts must be a sequence of strings (one per document), not a single str")
+        raise InvalidArgument(
+            "texts must be a sequence of strings (one per document), not a single str"
+        )
     texts = list(texts)
     if not texts:
         raise MalformedInput("texts: empty corpus (need at least one non-empty document)")
@@ -260,24 +348,59 @@ class DPWordPiece(Mechanism):
     threat_models = (THREAT_MODEL,)
     scenario = "vocab.membership"
 
-    def __init__(self, epsilon: float = 1.0, delta: float = 1e-6, max_words_per_contributor: int = 32, *,
-                 unit: str = "document", noise: str = "laplace", neighbouring: str = "add/remove",
-                 vocab_size: int = 8000, count_scale: float = 1.0, secure: bool = False,
-                 lowercase: bool = True) -> None:
-        check_range("epsilon", epsilon, 0.0, math.inf, lo_inclusive=False, hi_inclusive=False,
-                    error=InvalidPrivacyParameter)
-        check_range("delta", delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False, error=InvalidPrivacyParameter)
-        check_range("max_words_per_contributor (k)", max_words_per_contributor, 1, math.inf, integer=True,
-                    hi_inclusive=False)
+    def __init__(
+        self,
+        epsilon: float = 1.0,
+        delta: float = 1e-6,
+        max_words_per_contributor: int = 32,
+        *,
+        unit: str = "document",
+        noise: str = "laplace",
+        neighbouring: str = "add/remove",
+        vocab_size: int = 8000,
+        count_scale: float = 1.0,
+        secure: bool = False,
+        lowercase: bool = True,
+    ) -> None:
+        check_range(
+            "epsilon",
+            epsilon,
+            0.0,
+            math.inf,
+            lo_inclusive=False,
+            hi_inclusive=False,
+            error=InvalidPrivacyParameter,
+        )
+        check_range(
+            "delta",
+            delta,
+            0.0,
+            1.0,
+            lo_inclusive=False,
+            hi_inclusive=False,
+            error=InvalidPrivacyParameter,
+        )
+        check_range(
+            "max_words_per_contributor (k)",
+            max_words_per_contributor,
+            1,
+            math.inf,
+            integer=True,
+            hi_inclusive=False,
+        )
         if unit not in ("document", "user"):
             raise InvalidArgument(f"unit must be 'document' or 'user'; got {unit!r}")
         if noise not in ("laplace", "gaussian"):
             raise InvalidArgument(f"noise must be 'laplace' or 'gaussian'; got {noise!r}")
         if neighbouring not in ("add/remove", "replace-one"):
-            raise InvalidArgument(f"neighbouring must be 'add/remove' or 'replace-one'; got {neighbouring!r}")
+            raise InvalidArgument(
+                f"neighbouring must be 'add/remove' or 'replace-one'; got {neighbouring!r}"
+            )
         need = min_vocab_size([], PUBLIC_ALPHABET, SPECIAL_TOKENS)
         check_range("vocab_size", vocab_size, need, math.inf, integer=True, hi_inclusive=False)
-        check_range("count_scale", count_scale, 0.0, math.inf, lo_inclusive=False, hi_inclusive=False)
+        check_range(
+            "count_scale", count_scale, 0.0, math.inf, lo_inclusive=False, hi_inclusive=False
+        )
         if secure and noise != "laplace":
             raise InvalidArgument("secure=True supports noise='laplace' only; got noise='gaussian'")
         self.epsilon = epsilon
@@ -293,7 +416,13 @@ class DPWordPiece(Mechanism):
 
     # ------------------------------------------------------------------ claim
     def calibration(self) -> NoiseCalibration:
-        return calibrate(self.noise, self.epsilon, self.delta, int(self.max_words_per_contributor), self.neighbouring)
+        return calibrate(
+            self.noise,
+            self.epsilon,
+            self.delta,
+            int(self.max_words_per_contributor),
+            self.neighbouring,
+        )
 
     def claim(self) -> PrivacyClaim:
         cal = self.calibration()
@@ -301,24 +430,43 @@ class DPWordPiece(Mechanism):
         # word occurrence, composed over the 256 WordPieces of a BERT example (Theorem 1).
         eps_word = self.epsilon / self.max_words_per_contributor
         delta_word = single_contributor_release_probability(cal)
-        notes = [f"{self.noise} noise scale {cal.scale:.4g}, threshold {cal.threshold:.4g}, at most "
-                 f"k={self.max_words_per_contributor} distinct words per {self.unit}",
-                 "the vocabulary and tokenizer are post-processing of the released histogram"]
+        notes = [
+            f"{self.noise} noise scale {cal.scale:.4g}, threshold {cal.threshold:.4g}, at most "
+            f"k={self.max_words_per_contributor} distinct words per {self.unit}",
+            "the vocabulary and tokenizer are post-processing of the released histogram",
+        ]
         if not self.secure:
-            notes.append("noise from numpy floating-point samplers (not hardened against floating-point attacks); "
-                         "secure=True uses OpenDP's discrete Laplace")
-        return PrivacyClaim.dp(self.epsilon, self.delta, self.unit, neighbouring=self.neighbouring,
-                               accountant="laplace/gaussian thresholding (partition selection)", notes=tuple(notes),
-                               extra={"k": int(self.max_words_per_contributor), "noise_scale": cal.scale,
-                                      "threshold": cal.threshold,
-                                      "paper_per_word_epsilon": eps_word, "paper_per_word_delta": delta_word,
-                                      "paper_example256_epsilon": 256 * eps_word,
-                                      "paper_example256_delta": min(1.0, 256 * delta_word)})
+            notes.append(
+                "noise from numpy floating-point samplers (not hardened against floating-point attacks); "
+                "secure=True uses OpenDP's discrete Laplace"
+            )
+        return PrivacyClaim.dp(
+            self.epsilon,
+            self.delta,
+            self.unit,
+            neighbouring=self.neighbouring,
+            accountant="laplace/gaussian thresholding (partition selection)",
+            notes=tuple(notes),
+            extra={
+                "k": int(self.max_words_per_contributor),
+                "noise_scale": cal.scale,
+                "threshold": cal.threshold,
+                "paper_per_word_epsilon": eps_word,
+                "paper_per_word_delta": delta_word,
+                "paper_example256_epsilon": 256 * eps_word,
+                "paper_example256_delta": min(1.0, 256 * delta_word),
+            },
+        )
 
     @classmethod
     def sweep_grid(cls, preset: str = "quick") -> tuple[str, tuple[float, ...]]:
         """The epsilon sweep of the report's privacy-utility curve (membership advantage vs vocabulary overlap)."""
-        return ("epsilon", (0.25, 1.0, 4.0, 16.0) if preset == "quick" else (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0))
+        return (
+            "epsilon",
+            (0.25, 1.0, 4.0, 16.0)
+            if preset == "quick"
+            else (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
+        )
 
     @classmethod
     def example(cls, preset: str = "quick") -> "DPWordPiece":
@@ -330,31 +478,43 @@ class DPWordPiece(Mechanism):
     def _histogram(self, word_sets: list[list[str]], *, rng: Any) -> NoisyHistogram:
         n = len(word_sets)
         if not (self.delta < 1.0 / n):
-            raise InvalidPrivacyParameter(f"delta must be in (0, 1/n) = (0, {1.0 / n:.3g}) for n={n} contributors; "
-                                          f"got {self.delta!r}")
+            raise InvalidPrivacyParameter(
+                f"delta must be in (0, 1/n) = (0, {1.0 / n:.3g}) for n={n} contributors; "
+                f"got {self.delta!r}"
+            )
         if rng is None:  # the privacy-noise rule (issue #15): no seed given -> OS entropy
             from privnlp.core.rng import secure_numpy
 
             rng = secure_numpy()
         bounded = bound_contributions(word_sets, int(self.max_words_per_contributor), rng=rng)
         hist = contributor_histogram(bounded)
-        return release_histogram(hist, self.calibration(), rng=rng, secure=self.secure, n_contributors=n)
+        return release_histogram(
+            hist, self.calibration(), rng=rng, secure=self.secure, n_contributors=n
+        )
 
-    def release_histogram(self, texts: Sequence[str], *, contributor_ids: Sequence[Any] | None = None,
-                          rng: Any = None) -> NoisyHistogram:
+    def release_histogram(
+        self, texts: Sequence[str], *, contributor_ids: Sequence[Any] | None = None, rng: Any = None
+    ) -> NoisyHistogram:
         """Step 1-3 only: the DP word histogram (``rng=None``: noise from the OS entropy pool)."""
         if self.unit == "user" and contributor_ids is None:
-            raise InvalidArgument("contributor_ids is required for unit='user' (one user id per text)")
-        return self._histogram(_split_corpus(texts, contributor_ids if self.unit == "user" else None, self.lowercase),
-                               rng=rng)
+            raise InvalidArgument(
+                "contributor_ids is required for unit='user' (one user id per text)"
+            )
+        return self._histogram(
+            _split_corpus(texts, contributor_ids if self.unit == "user" else None, self.lowercase),
+            rng=rng,
+        )
 
-    def build(self, texts: Sequence[str], *, contributor_ids: Sequence[Any] | None = None, rng: Any = None) -> VocabBuild:
+    def build(
+        self, texts: Sequence[str], *, contributor_ids: Sequence[Any] | None = None, rng: Any = None
+    ) -> VocabBuild:
         """Release the DP histogram and train the WordPiece tokenizer on it. ``rng=None``: the noise comes from
         the OS entropy pool; a seed / Generator makes a reproducible simulation and the claim says "noise
         seeded" (``secure=True`` draws OpenDP's noise from its CSPRNG whatever ``rng`` is)."""
         h = self.release_histogram(texts, contributor_ids=contributor_ids, rng=rng)
-        tok = train_wordpiece_from_histogram(h.counts, int(self.vocab_size), count_scale=self.count_scale,
-                                             lowercase=self.lowercase)
+        tok = train_wordpiece_from_histogram(
+            h.counts, int(self.vocab_size), count_scale=self.count_scale, lowercase=self.lowercase
+        )
         claim = self.claim()
         from privnlp.core.rng import noise_is_seeded
 
@@ -365,7 +525,9 @@ class DPWordPiece(Mechanism):
         return VocabBuild(tok, h, claim, config=self.params())
 
 
-def build_nonprivate_wordpiece(texts: Sequence[str], vocab_size: int, *, lowercase: bool = True) -> VocabBuild:
+def build_nonprivate_wordpiece(
+    texts: Sequence[str], vocab_size: int, *, lowercase: bool = True
+) -> VocabBuild:
     """The non-private baseline: WordPiece on the raw occurrence histogram (no cap, no noise).
 
     Args:
@@ -388,7 +550,12 @@ def build_nonprivate_wordpiece(texts: Sequence[str], vocab_size: int, *, lowerca
         c.update(ws)
     h = NoisyHistogram({w: float(v) for w, v in c.items()}, None, len(word_sets))
     tok = train_wordpiece_from_histogram(h.counts, vocab_size, lowercase=lowercase)
-    return VocabBuild(tok, h, PrivacyClaim.none("non-private WordPiece baseline"), config={"vocab_size": vocab_size})
+    return VocabBuild(
+        tok,
+        h,
+        PrivacyClaim.none("non-private WordPiece baseline"),
+        config={"vocab_size": vocab_size},
+    )
 
 
 @LEAKY_TWINS.register("dp_wordpiece")
@@ -421,6 +588,16 @@ class LeakyOccurrenceWordPiece(DPWordPiece):
         for ws in word_sets:
             c.update(ws)
         cal = self.calibration()
-        leaky = NoiseCalibration(cal.noise, cal.scale, 1.0, cal.epsilon, cal.delta, cal.k, cal.neighbouring,
-                                 cal.l0, cal.l1, cal.l2)
+        leaky = NoiseCalibration(
+            cal.noise,
+            cal.scale,
+            1.0,
+            cal.epsilon,
+            cal.delta,
+            cal.k,
+            cal.neighbouring,
+            cal.l0,
+            cal.l1,
+            cal.l2,
+        )
         return release_histogram(c, leaky, rng=rng, n_contributors=len(word_sets))
