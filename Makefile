@@ -13,7 +13,7 @@ export HF_DATASETS_OFFLINE=1
 export FLWR_TELEMETRY_ENABLED=0
 export TOKENIZERS_PARALLELISM=false
 
-.PHONY: demo test repro repro-realistic bench venv clean check-cards docs docs-serve readme
+.PHONY: demo test lint format repro repro-realistic bench venv clean check-cards docs docs-serve readme
 
 venv: $(STAMP)
 
@@ -31,6 +31,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -x --timeout=900 tests
+
+# issue #30: ruff lint + format check (the configuration lives in pyproject.toml); `make format` applies it
+LINT_PATHS := privnlp tests scripts benchmarks
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix $(LINT_PATHS)
+	$(BIN)/ruff format $(LINT_PATHS)
 
 # issue #17: regenerate the quick cards in an empty cache and fail when a headline number leaves the
 # committed report's interval (ONLY=dp_sgd,gaussian_noise_update for a subset)

@@ -6,7 +6,6 @@ import os
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
-import torch
 
 from privnlp.attacks.gradient.film import FILM, beam_search, recover_bag
 from privnlp.core.observations import GradientObservation

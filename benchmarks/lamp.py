@@ -4,7 +4,6 @@ import os
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
-import torch
 
 from privnlp.attacks.gradient.lamp import LAMP, aux_lm
 from privnlp.evaluation.scenarios.gradient import FedSGDEavesdropper

@@ -322,7 +322,7 @@ def main() -> None:
         if faiss_rows:
             best = max(ok) if ok else None
             print(
-                f"  faiss >= 50x at top-2 recall >= 0.99  : "
+                "  faiss >= 50x at top-2 recall >= 0.99  : "
                 + (
                     f"{best[0]:5.1f}x at recall {best[1]:.4f} ({best[2]})  {'met' if best[0] >= 50 else 'NOT met'}"
                     if best

@@ -26,9 +26,10 @@ caching of one-step RDP curves and the step-budget search (neither library has a
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from privnlp.core.errors import (
     InvalidArgument,
@@ -697,7 +698,7 @@ class DPLedger:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "DPLedger":
+    def from_dict(cls, d: Mapping[str, Any]) -> DPLedger:
         if d.get("format") != "privnlp.dp_ledger/1":
             raise InvalidArgument(
                 f"ledger format must be 'privnlp.dp_ledger/1'; got {d.get('format')!r}"

@@ -62,8 +62,9 @@ epsilon is never evidence that a mechanism is private.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -131,7 +132,7 @@ class EpsilonBound:
         )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "EpsilonBound":
+    def from_dict(cls, d: Mapping[str, Any]) -> EpsilonBound:
         f = lambda x: None if x is None else float(x)  # noqa: E731  ("inf" strings parse too)
         return cls(
             float(d["epsilon"]),

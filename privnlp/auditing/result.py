@@ -4,8 +4,9 @@ its leaky twin), gathered in a :class:`DPAuditSuite` per registered defense."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from privnlp.core.claims import _jsonable
 
@@ -84,7 +85,7 @@ class DPAuditResult:
         )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "DPAuditResult":
+    def from_dict(cls, d: Mapping[str, Any]) -> DPAuditResult:
         return cls(
             d["mechanism"],
             d["system"],
@@ -140,7 +141,7 @@ class DPAuditSuite:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "DPAuditSuite":
+    def from_dict(cls, d: Mapping[str, Any]) -> DPAuditSuite:
         return cls(
             d["mechanism"],
             d["preset"],

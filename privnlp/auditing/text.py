@@ -150,7 +150,7 @@ def audit_metric_dp(
             )
     # selection on the first 30% of every word's samples
     best = (-1.0, None)
-    for vname, (emb, pairs) in audit_vocabularies(1.0 / eps).items():
+    for vname, (_emb, pairs) in audit_vocabularies(1.0 / eps).items():
         for i, j in pairs:
             d = samples[(vname, "d", i, j)]
             for a, b in ((i, j), (j, i)):

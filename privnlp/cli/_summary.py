@@ -4,7 +4,8 @@ attack's headline metric undefended / defended / leaky twin, plus the failures."
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["summary_table", "short_claim"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -58,12 +58,12 @@ def _load_observation(path: Path) -> Any:
 def _run(
     name: str,
     attack: Any,
-    observation: Optional[Path],
+    observation: Path | None,
     batch_size: int,
     seed: int,
-    mechanism: Optional[str],
+    mechanism: str | None,
     task: str,
-    out: Optional[Path],
+    out: Path | None,
 ) -> None:
     import numpy as np
 
@@ -122,14 +122,14 @@ def _run(
 
 @app.command()
 def film(
-    observation: Optional[Path] = _OBS,
+    observation: Path | None = _OBS,
     batch_size: int = _BATCH,
     beam_size: int = typer.Option(32, help="beam size k"),
     reorder_steps: int = typer.Option(200, help="steps of each reordering stage"),
     repetitions: int = typer.Option(1, help="sentences to recover (repeated beam searches)"),
-    mechanism: Optional[str] = _MECH,
+    mechanism: str | None = _MECH,
     seed: int = _SEED,
-    out: Optional[Path] = _OUT,
+    out: Path | None = _OUT,
 ) -> None:
     """FILM: bag of words -> beam search -> reordering on a GPT-2 style LM's gradient."""
     from privnlp.attacks import get
@@ -140,14 +140,14 @@ def film(
 
 @app.command()
 def rlg(
-    observation: Optional[Path] = _OBS,
-    layer: Optional[str] = typer.Option(None, help="output layer parameter name"),
-    num_labels: Optional[int] = typer.Option(None, help="known S (default: from the spectrum)"),
+    observation: Path | None = _OBS,
+    layer: str | None = typer.Option(None, help="output layer parameter name"),
+    num_labels: int | None = typer.Option(None, help="known S (default: from the spectrum)"),
     method: str = typer.Option("rlg", help="rlg | sign (Yin et al. baseline)"),
     batch_size: int = _BATCH,
-    mechanism: Optional[str] = _MECH,
+    mechanism: str | None = _MECH,
     seed: int = _SEED,
-    out: Optional[Path] = _OUT,
+    out: Path | None = _OUT,
 ) -> None:
     """RLG: the set of labels behind an update, from the output layer's gradient."""
     from privnlp.attacks import get
@@ -165,13 +165,13 @@ def _gm(name: str, observation, batch_size, iterations, mechanism, seed, out, **
 
 @app.command()
 def lamp(
-    observation: Optional[Path] = _OBS,
+    observation: Path | None = _OBS,
     batch_size: int = _BATCH,
     iterations: int = typer.Option(10),
     loss: str = typer.Option("cos", help="cos | tag (L2+L1)"),
-    mechanism: Optional[str] = _MECH,
+    mechanism: str | None = _MECH,
     seed: int = _SEED,
-    out: Optional[Path] = _OUT,
+    out: Path | None = _OUT,
 ) -> None:
     """LAMP: gradient matching + discrete steps guided by an auxiliary LM (classifier, known labels/lengths)."""
     _gm("lamp", observation, batch_size, iterations, mechanism, seed, out, loss=loss)
@@ -179,12 +179,12 @@ def lamp(
 
 @app.command()
 def dlg(
-    observation: Optional[Path] = _OBS,
+    observation: Path | None = _OBS,
     batch_size: int = _BATCH,
     iterations: int = typer.Option(10),
-    mechanism: Optional[str] = _MECH,
+    mechanism: str | None = _MECH,
     seed: int = _SEED,
-    out: Optional[Path] = _OUT,
+    out: Path | None = _OUT,
 ) -> None:
     """DLG: L2 gradient matching (LAMP engine preset)."""
     _gm("dlg", observation, batch_size, iterations, mechanism, seed, out)
@@ -192,12 +192,12 @@ def dlg(
 
 @app.command()
 def tag(
-    observation: Optional[Path] = _OBS,
+    observation: Path | None = _OBS,
     batch_size: int = _BATCH,
     iterations: int = typer.Option(10),
-    mechanism: Optional[str] = _MECH,
+    mechanism: str | None = _MECH,
     seed: int = _SEED,
-    out: Optional[Path] = _OUT,
+    out: Path | None = _OUT,
 ) -> None:
     """TAG: L2 + L1 gradient matching (LAMP engine preset)."""
     _gm("tag", observation, batch_size, iterations, mechanism, seed, out)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 __all__ = ["register"]
 
 
-def _emit(payload: dict[str, Any], out: Optional[Path]) -> None:
+def _emit(payload: dict[str, Any], out: Path | None) -> None:
     text = json.dumps(payload, indent=2, sort_keys=True, default=str)
     if out is not None:
         from privnlp.core.report import atomic_write_text
@@ -37,19 +37,19 @@ def register(app: typer.Typer) -> typer.Typer:
 
     @app.command("canary")
     def canary(
-        mechanism: Optional[str] = typer.Option(
+        mechanism: str | None = typer.Option(
             None,
             help="registered DP-SGD-like mechanism (e.g. dp_sgd); default: undefended training",
         ),
         preset: str = typer.Option("quick", help="quick | full"),
-        repeats: Optional[int] = typer.Option(
+        repeats: int | None = typer.Option(
             None, min=0, help="canary insertions (default: the preset's)"
         ),
-        pattern: Optional[str] = typer.Option(
+        pattern: str | None = typer.Option(
             None, help="canary pattern, e.g. 'my pin code is {digits:4}'"
         ),
         seed: int = typer.Option(0, min=0),
-        out: Optional[Path] = typer.Option(None, help="write the JSON result here"),
+        out: Path | None = typer.Option(None, help="write the JSON result here"),
     ) -> None:
         """Train the lm.canary model and measure canary exposure + extraction (RS / BS / beam)."""
         import numpy as np
@@ -83,9 +83,7 @@ def register(app: typer.Typer) -> typer.Typer:
             out,
         )
 
-    def _fl(
-        attack: str, preset: str, seed: int, rounds: Optional[int], out: Optional[Path]
-    ) -> None:
+    def _fl(attack: str, preset: str, seed: int, rounds: int | None, out: Path | None) -> None:
         import numpy as np
 
         from privnlp.attacks import get as get_attack
@@ -113,8 +111,8 @@ def register(app: typer.Typer) -> typer.Typer:
     def eavesdrop(
         preset: str = typer.Option("quick"),
         seed: int = typer.Option(0, min=0),
-        rounds: Optional[int] = typer.Option(None, min=3),
-        out: Optional[Path] = typer.Option(None),
+        rounds: int | None = typer.Option(None, min=3),
+        out: Path | None = typer.Option(None),
     ) -> None:
         """Eavesdropping attack (ECorr + final exposure) on the fl.snapshots scenario vs the Carlini baseline."""
         _fl("eavesdropping", preset, seed, rounds, out)
@@ -123,8 +121,8 @@ def register(app: typer.Typer) -> typer.Typer:
     def watermark(
         preset: str = typer.Option("quick"),
         seed: int = typer.Option(0, min=0),
-        rounds: Optional[int] = typer.Option(None, min=3),
-        out: Optional[Path] = typer.Option(None),
+        rounds: int | None = typer.Option(None, min=3),
+        out: Path | None = typer.Option(None),
     ) -> None:
         """Watermark attack (WCorr + final exposure) on the fl.snapshots scenario vs the Carlini baseline."""
         _fl("watermark", preset, seed, rounds, out)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -17,7 +16,7 @@ app = typer.Typer(
 def evaluate(
     ctx: typer.Context,
     all_: bool = typer.Option(False, "--all", help="Evaluate every registered defense."),
-    defense: Optional[List[str]] = typer.Option(
+    defense: list[str] | None = typer.Option(
         None, "--defense", "-d", help="Defense name (repeatable)."
     ),
     preset: str = typer.Option(
@@ -34,7 +33,7 @@ def evaluate(
     cards_dir: Path = typer.Option(
         Path("mechanisms"), "--cards-dir", help="Folder of the mechanism cards."
     ),
-    cache_dir: Optional[Path] = typer.Option(
+    cache_dir: Path | None = typer.Option(
         None, "--cache-dir", help="Resume cache (default: <report-dir>/.cache)."
     ),
     keep_going: bool = typer.Option(
@@ -49,16 +48,16 @@ def evaluate(
         help="Also run the empirical DP audits (audited epsilon lower bound vs the claim, "
         "leaky twins included; cached). quick: short audits, full: long ones.",
     ),
-    model: Optional[Path] = typer.Option(
+    model: Path | None = typer.Option(
         None,
         "--model",
         help="Audit your own local HF checkpoint (causal LM or "
         "sequence classifier, a save_pretrained folder) on --data (issue #17).",
     ),
-    data: Optional[Path] = typer.Option(
+    data: Path | None = typer.Option(
         None, "--data", help="Your records for --model (txt / jsonl / csv)."
     ),
-    field: Optional[str] = typer.Option(
+    field: str | None = typer.Option(
         None, "--field", help="The text field of --data (jsonl / csv)."
     ),
     batch_size: int = typer.Option(

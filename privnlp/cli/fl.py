@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -29,7 +28,7 @@ def simulate(
     clip_norm: float = typer.Option(0.5),
     noise_multiplier: float = typer.Option(1.0),
     sampling: str = typer.Option("fixed", help="fixed | poisson"),
-    snapshot_dir: Optional[Path] = typer.Option(
+    snapshot_dir: Path | None = typer.Option(
         None, help="write per-round snapshots + selection log here"
     ),
     seed: int = typer.Option(0),
@@ -222,7 +221,7 @@ def server(
         typer.echo(json.dumps(res["claim"], indent=2, default=str))
     except _Terminated as e:
         typer.echo(f"interrupted by signal {e.signum}; stopping the SuperLink", err=True)
-        raise typer.Exit(128 + e.signum)
+        raise typer.Exit(128 + e.signum) from None
     finally:
         _stop_quietly(fl, [link])
         log.close()
@@ -253,6 +252,6 @@ def client(
         if rc:
             raise typer.Exit(rc)
     except _Terminated as e:
-        raise typer.Exit(128 + e.signum)
+        raise typer.Exit(128 + e.signum) from None
     finally:
         _stop_quietly(fl, [p])

@@ -7,7 +7,6 @@ command so ``privnlp --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -23,15 +22,15 @@ def fragment(
     src: Path = typer.Argument(
         ..., help="Source file (Moses pair with TGT), or one .tsv / .jsonl file."
     ),
-    tgt: Optional[Path] = typer.Argument(None, help="Target file of a Moses-style pair."),
+    tgt: Path | None = typer.Argument(None, help="Target file of a Moses-style pair."),
     outdir: Path = typer.Option(..., "-o", "--outdir", help="Output folder (created)."),
-    fmt: Optional[str] = typer.Option(
+    fmt: str | None = typer.Option(
         None, "--format", help="moses | tsv | jsonl (default: from the suffix)."
     ),
     max_length: int = typer.Option(
         4, "--max-length", help="Maximum source phrase length (paper: 4 or 7)."
     ),
-    max_target_length: Optional[int] = typer.Option(
+    max_target_length: int | None = typer.Option(
         None, "--max-target-length", help="Default: --max-length."
     ),
     min_length: int = typer.Option(1, "--min-length", help="Minimum source phrase length."),
@@ -59,7 +58,7 @@ def fragment(
         False, "--pretokenized", help="Input is already tokenised (split on spaces)."
     ),
     prefix: str = typer.Option("fragments", "--prefix", help="Output file prefix."),
-    seed: Optional[int] = typer.Option(
+    seed: int | None = typer.Option(
         None, "--seed", help="Seed for shuffling/discarding (default: OS entropy)."
     ),
 ) -> None:
@@ -97,7 +96,7 @@ def fragment(
         paths = release.write(outdir, prefix=prefix)
     except PrivnlpError as e:
         console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     console.print(
         f"extracted {release.n_extracted} phrase-pair occurrences, released {release.n_released} "
         f"({100 * (1 - float(discard_fraction)):.0f}% kept, shuffled)"

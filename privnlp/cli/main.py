@@ -7,7 +7,6 @@ Each subcommand group lives in its own module (``privnlp/cli/<group>.py``) expos
 from __future__ import annotations
 
 import importlib
-from typing import Optional
 
 import typer
 
@@ -31,7 +30,7 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Optional[bool] = typer.Option(
+    version: bool | None = typer.Option(
         None,
         "--version",
         callback=_version_callback,

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from typing import Optional
 
 import typer
 
@@ -34,22 +32,22 @@ def serve(
     role: str = typer.Option(
         ..., "--role", help="alice (model owner), bob (text owner) or ttp (trusted initializer)"
     ),
-    rendezvous: Optional[str] = typer.Option(
+    rendezvous: str | None = typer.Option(
         None, "--rendezvous", help="tcp://HOST:PORT (default: $RENDEZVOUS)"
     ),
-    model: Optional[str] = typer.Option(
+    model: str | None = typer.Option(
         None, "--model", help="alice: TextCNN file saved by save_alice_model"
     ),
-    texts: Optional[str] = typer.Option(
+    texts: str | None = typer.Option(
         None, "--texts", help="bob: texts file (txt/jsonl/csv), embedded with the public encoder"
     ),
-    embeddings: Optional[str] = typer.Option(
+    embeddings: str | None = typer.Option(
         None, "--embeddings", help="bob: .npy embeddings instead of --texts"
     ),
     encoder: str = typer.Option(
         "auto", "--encoder", help="bob: public encoder (auto, minilm, hashed)"
     ),
-    out: Optional[str] = typer.Option(None, "--out", help="bob: write the labels (JSON) here"),
+    out: str | None = typer.Option(None, "--out", help="bob: write the labels (JSON) here"),
     provider: str = typer.Option(
         "TTP", "--provider", help="TTP (third process) or TFP (CrypTen's default)"
     ),

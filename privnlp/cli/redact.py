@@ -7,7 +7,6 @@ auto-annotated from known fields). Heavy imports happen inside the command so ``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,10 +23,10 @@ def redact(
     output: Path = typer.Option(
         ..., "-o", "--output", help="Output file (atomic) + OUTPUT.redaction.json sidecar."
     ),
-    field: Optional[str] = typer.Option(
+    field: str | None = typer.Option(
         None, "--field", "-f", help="JSONL key / CSV column holding the text."
     ),
-    fmt: Optional[str] = typer.Option(
+    fmt: str | None = typer.Option(
         None, "--format", help="txt, jsonl or csv (default: from the extension)."
     ),
     mode: str = typer.Option(
@@ -43,7 +42,7 @@ def redact(
         help="bundled (BiLSTM trained on the bundled corpus' auto-"
         "annotations, cached), none (regex / known fields only) or a tagger file path.",
     ),
-    known_fields: Optional[Path] = typer.Option(
+    known_fields: Path | None = typer.Option(
         None,
         "--known-fields",
         help="JSON {id: {LABEL: [values]}} or JSONL "
@@ -54,7 +53,7 @@ def redact(
         "--id-field",
         help="Key / column matching documents to --known-fields (txt: line numbers 1, 2, ...).",
     ),
-    spans: Optional[Path] = typer.Option(
+    spans: Path | None = typer.Option(
         None,
         "--spans",
         help="Also write the spans per document (JSONL, Presidio "

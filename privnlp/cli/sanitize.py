@@ -7,7 +7,7 @@ commands so ``privnlp --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import click
 import typer
@@ -53,7 +53,7 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def _embeddings(path: Optional[Path], fmt: Optional[str], vocab_limit: Optional[int]) -> Any:
+def _embeddings(path: Path | None, fmt: str | None, vocab_limit: int | None) -> Any:
     """The user's vectors (gensim formats) or the default (GloVe 6B 50-d, else bundled word2vec + warning)."""
     import warnings
 
@@ -76,10 +76,10 @@ def _embeddings(path: Optional[Path], fmt: Optional[str], vocab_limit: Optional[
 @app.callback()
 def sanitize(
     ctx: typer.Context,
-    input: Optional[Path] = typer.Argument(
+    input: Path | None = typer.Argument(
         None, help="Input file: .txt (one record per line), .jsonl or .csv."
     ),
-    output: Optional[Path] = typer.Option(
+    output: Path | None = typer.Option(
         None,
         "-o",
         "--output",
@@ -94,27 +94,25 @@ def sanitize(
     t: float = typer.Option(
         0.5, "-t", "--t", help="Vickrey tuning parameter in [0, 1] (0 = Laplace)."
     ),
-    ts: Optional[str] = typer.Option(
-        None, "--ts", help="vickrey_k: comma-separated t_1..t_k (>= 0)."
-    ),
+    ts: str | None = typer.Option(None, "--ts", help="vickrey_k: comma-separated t_1..t_k (>= 0)."),
     lam: float = typer.Option(
         0.2, "--lambda", help="mahalanobis: regularization lambda in [0, 1]."
     ),
-    fmt: Optional[str] = typer.Option(
+    fmt: str | None = typer.Option(
         None, "--format", help="txt | jsonl | csv (default: from the suffix)."
     ),
     field: str = typer.Option("text", "--field", help="JSONL field / CSV column to sanitize."),
-    embeddings: Optional[Path] = typer.Option(
+    embeddings: Path | None = typer.Option(
         None,
         "--embeddings",
         help="Vectors file (GloVe .txt, word2vec .txt/.bin, fastText .vec/.bin, gensim .kv); default: GloVe 6B 50-d (privnlp[vectors]), else the bundled word2vec.",
     ),
-    embeddings_format: Optional[str] = typer.Option(
+    embeddings_format: str | None = typer.Option(
         None,
         "--embeddings-format",
         help="glove | word2vec | word2vec-binary | fasttext | keyedvectors.",
     ),
-    vocab_limit: Optional[int] = typer.Option(
+    vocab_limit: int | None = typer.Option(
         None, "--vocab-limit", "--top-k", help="Keep the N most frequent vocabulary words (>= 2)."
     ),
     num_proc: int = typer.Option(
@@ -133,7 +131,7 @@ def sanitize(
         "--index",
         help="Nearest neighbours: exact | hnsw | faiss (approximate: post-processing, same claim).",
     ),
-    seed: Optional[int] = typer.Option(
+    seed: int | None = typer.Option(
         None,
         "--seed",
         help="Seed: a reproducible simulation (noise seeded: anyone who knows it can undo the noise); default: OS entropy (secure).",
@@ -214,17 +212,17 @@ def tune(
         "d_L = sentiment flip), 'licenses' (200 most frequent words of the Debian license texts, "
         "Zipf prior over GloVe rank, d_L = word changed) or a file with one word per line (d_L = word changed).",
     ),
-    embeddings: Optional[Path] = typer.Option(
+    embeddings: Path | None = typer.Option(
         None,
         "--embeddings",
         help="Vectors file; default: GloVe 6B 50-d (privnlp[vectors]), else bundled word2vec.",
     ),
-    embeddings_format: Optional[str] = typer.Option(None, "--embeddings-format"),
-    vocab_limit: Optional[int] = typer.Option(
+    embeddings_format: str | None = typer.Option(None, "--embeddings-format"),
+    vocab_limit: int | None = typer.Option(
         None, "--vocab-limit", help="Keep the N most frequent vocabulary words first."
     ),
     samples: int = typer.Option(200, "--samples", help="Monte Carlo samples per word."),
-    plot: Optional[Path] = typer.Option(
+    plot: Path | None = typer.Option(
         None, "--plot", help="Write the privacy-utility plot (Figure 2 style) here."
     ),
     epsilons: str = typer.Option(

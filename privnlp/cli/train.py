@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -22,28 +21,28 @@ DEFENSES = ("dp_sgd", "frozen_embeddings", "none")
 @app.callback(invoke_without_command=True)
 def train(
     ctx: typer.Context,
-    data: Optional[Path] = typer.Option(
+    data: Path | None = typer.Option(
         None,
         "--data",
         help="Text file (.txt: one text per line) or .jsonl/.csv; "
         "default: the bundled synthetic private corpus.",
     ),
-    field: Optional[str] = typer.Option(
+    field: str | None = typer.Option(
         None, "--field", help="Field holding the text in JSONL/CSV (default: text)."
     ),
     defense: str = typer.Option("dp_sgd", "--defense", help=f"One of {', '.join(DEFENSES)}."),
-    epsilon: Optional[float] = typer.Option(
+    epsilon: float | None = typer.Option(
         None,
         "--epsilon",
         help="Target epsilon (hard budget; calibrates sigma unless --noise-multiplier is given).",
     ),
-    noise_multiplier: Optional[float] = typer.Option(
+    noise_multiplier: float | None = typer.Option(
         None, "--noise-multiplier", help="DP-SGD noise multiplier sigma."
     ),
     max_grad_norm: float = typer.Option(
         1.0, "--max-grad-norm", help="Per-example clipping norm C (> 0)."
     ),
-    delta: Optional[float] = typer.Option(
+    delta: float | None = typer.Option(
         None, "--delta", help="Delta (default min(1e-5, N^-1.1); must be < 1/N)."
     ),
     accountant: str = typer.Option("prv", "--accountant", help="prv (default) or rdp."),
@@ -54,7 +53,7 @@ def train(
     batch_size: int = typer.Option(
         16, "--batch-size", min=1, help="Expected (logical) batch size."
     ),
-    physical_batch_size: Optional[int] = typer.Option(
+    physical_batch_size: int | None = typer.Option(
         None, "--physical-batch-size", min=1, help="Split logical batches (BatchMemoryManager)."
     ),
     lr: float = typer.Option(5e-3, "--lr", help="Learning rate (AdamW)."),
@@ -67,7 +66,7 @@ def train(
         help="Seed of the non-private randomness (split, tokenizer, model "
         "init). The DP noise and Poisson masks do NOT use it (see --noise-seed).",
     ),
-    noise_seed: Optional[int] = typer.Option(
+    noise_seed: int | None = typer.Option(
         None,
         "--noise-seed",
         min=0,
@@ -82,10 +81,10 @@ def train(
         "after normalising whitespace/case). Without it duplicates are counted and the group "
         "epsilon of the most repeated text is reported.",
     ),
-    steps_opt: Optional[int] = typer.Option(
+    steps_opt: int | None = typer.Option(
         None, "--steps", min=1, help="Total logical steps (default: epochs x batches per epoch)."
     ),
-    resume: Optional[Path] = typer.Option(
+    resume: Path | None = typer.Option(
         None,
         "--resume",
         help="Resume from a checkpoint.pt written by an earlier "
@@ -93,7 +92,7 @@ def train(
         "generator states are restored (seeded) or fresh (secure): noise is never "
         "replayed.",
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None,
         "--out",
         help="Folder for claim.json, privacy_statement.txt, "
@@ -114,20 +113,20 @@ def train(
             raise InvalidArgument(f"--defense must be one of {DEFENSES}; got {defense!r}")
         if not epochs > 0:
             raise InvalidArgument(f"--epochs must be > 0; got {epochs}")
+        import os
+
         import numpy as np
         import torch
         from torch.utils.data import DataLoader, TensorDataset
 
         from privnlp.mechanisms.training import make_private, train_private
-        from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
-        from privnlp.mechanisms.training.embedding import freeze_embeddings as _freeze
-        from privnlp.models import lm_batch, tiny_gpt2, train_bpe_tokenizer
-        import os
-
         from privnlp.mechanisms.training.distributed import (
             init_from_env,
             is_rank_zero,
         )  # torchrun (issue #20)
+        from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
+        from privnlp.mechanisms.training.embedding import freeze_embeddings as _freeze
+        from privnlp.models import lm_batch, tiny_gpt2, train_bpe_tokenizer
 
         if defense != "dp_sgd" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise InvalidArgument(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -11,10 +10,10 @@ app = typer.Typer(help="Build DP WordPiece vocabularies.", no_args_is_help=True)
 
 
 def _read_corpus(
-    corpus: Optional[Path],
-    field: Optional[str],
-    user_field: Optional[str],
-    fmt: Optional[str],
+    corpus: Path | None,
+    field: str | None,
+    user_field: str | None,
+    fmt: str | None,
     bundled: bool,
 ):
     """Return (texts, user_ids or None). txt / JSONL / CSV via privnlp.data.load_texts; an HF dataset
@@ -70,7 +69,7 @@ def _read_corpus(
 
 @app.command("build")
 def build(
-    corpus: Optional[Path] = typer.Argument(
+    corpus: Path | None = typer.Argument(
         None, help="txt (one document per line) / JSONL / CSV file or a saved HF dataset dir"
     ),
     out: Path = typer.Option(
@@ -88,17 +87,15 @@ def build(
     noise: str = typer.Option("laplace", help="laplace | gaussian"),
     neighbouring: str = typer.Option("add/remove", help="add/remove | replace-one"),
     vocab_size: int = typer.Option(8000, help="WordPiece vocabulary size"),
-    field: Optional[str] = typer.Option(
-        None, help="text field/column (JSONL/CSV/HF; default 'text')"
-    ),
-    user_field: Optional[str] = typer.Option(None, help="user-id field (JSONL/HF) for --unit user"),
-    fmt: Optional[str] = typer.Option(
+    field: str | None = typer.Option(None, help="text field/column (JSONL/CSV/HF; default 'text')"),
+    user_field: str | None = typer.Option(None, help="user-id field (JSONL/HF) for --unit user"),
+    fmt: str | None = typer.Option(
         None, "--format", help="txt | jsonl | csv (default: from the extension)"
     ),
     bundled: bool = typer.Option(
         False, help="use the bundled synthetic corpus (privnlp.data.generate_corpus)"
     ),
-    seed: Optional[int] = typer.Option(None, help="seed (testing only); default: OS entropy"),
+    seed: int | None = typer.Option(None, help="seed (testing only); default: OS entropy"),
     secure: bool = typer.Option(
         False, help="OpenDP discrete Laplace noise (needs `pip install opendp`)"
     ),
@@ -129,7 +126,7 @@ def build(
         paths = res.save(out)
     except PrivnlpError as e:
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     typer.echo(res.claim.statement())
     typer.echo(
         json.dumps(

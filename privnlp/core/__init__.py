@@ -4,6 +4,7 @@ mechanism/attack protocols, results, reports, registries, errors, rng helpers).
 Importing this package does not import torch.
 """
 
+from . import rng
 from .claims import Adversary, ClaimKind, PrivacyClaim, PrivacyUnit, ThreatModel
 from .errors import (
     InvalidArgument,
@@ -48,7 +49,6 @@ from .report import (
     package_versions,
     summarize,
 )
-from . import rng
 
 __all__ = [
     "PrivacyClaim",

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import InvalidPrivacyParameter
 
@@ -111,7 +112,7 @@ class PrivacyClaim:
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
-    def dp(cls, epsilon: float, delta: float, unit: str | PrivacyUnit, **kw: Any) -> "PrivacyClaim":
+    def dp(cls, epsilon: float, delta: float, unit: str | PrivacyUnit, **kw: Any) -> PrivacyClaim:
         return cls(
             ClaimKind.DP, epsilon=float(epsilon), delta=float(delta), unit=PrivacyUnit(unit), **kw
         )
@@ -119,7 +120,7 @@ class PrivacyClaim:
     @classmethod
     def metric_dp(
         cls, epsilon: float, metric: str, unit: str | PrivacyUnit = PrivacyUnit.WORD, **kw: Any
-    ) -> "PrivacyClaim":
+    ) -> PrivacyClaim:
         return cls(
             ClaimKind.METRIC_DP,
             epsilon=float(epsilon),
@@ -130,15 +131,15 @@ class PrivacyClaim:
         )
 
     @classmethod
-    def heuristic(cls, *notes: str, **kw: Any) -> "PrivacyClaim":
+    def heuristic(cls, *notes: str, **kw: Any) -> PrivacyClaim:
         return cls(ClaimKind.HEURISTIC, notes=tuple(notes), **kw)
 
     @classmethod
-    def cryptographic(cls, *notes: str, **kw: Any) -> "PrivacyClaim":
+    def cryptographic(cls, *notes: str, **kw: Any) -> PrivacyClaim:
         return cls(ClaimKind.CRYPTOGRAPHIC, notes=tuple(notes), **kw)
 
     @classmethod
-    def none(cls, *notes: str) -> "PrivacyClaim":
+    def none(cls, *notes: str) -> PrivacyClaim:
         return cls(ClaimKind.NONE, notes=tuple(notes) or ("no protection (baseline)",))
 
     # -- rendering ----------------------------------------------------------------------
@@ -181,7 +182,7 @@ class PrivacyClaim:
         return _jsonable(d)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PrivacyClaim":
+    def from_dict(cls, d: Mapping[str, Any]) -> PrivacyClaim:
         d = dict(d)
         d.pop("statement", None)
         d["notes"] = tuple(d.get("notes", ()))
@@ -250,7 +251,7 @@ class ThreatModel:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ThreatModel":
+    def from_dict(cls, d: Mapping[str, Any]) -> ThreatModel:
         d = dict(d)
         d.pop("description", None)
         return cls(**d)

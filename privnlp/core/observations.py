@@ -9,8 +9,9 @@ Adding a field: append it *with a default* at the end so existing constructors k
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "DiskLease",

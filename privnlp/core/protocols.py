@@ -15,8 +15,9 @@ recovered labels, ...). Reports and leaky-twin tests rely on it.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .claims import PrivacyClaim, ThreatModel
 from .errors import InvalidArgument
@@ -51,7 +52,7 @@ class AttackResult:
     attack: str
     reconstructions: tuple[Any, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict)
-    scorer: Callable[["AttackResult", Any], Mapping[str, float]] | None = field(
+    scorer: Callable[[AttackResult, Any], Mapping[str, float]] | None = field(
         default=None, repr=False, compare=False
     )
 
@@ -86,7 +87,7 @@ class Mechanism(abc.ABC):
         """The privacy claim of this configured mechanism."""
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "Mechanism":
+    def example(cls, preset: str = "quick") -> Mechanism:
         """A sensibly configured instance used by ``privnlp evaluate`` (``quick``/``full``)."""
         return cls()  # type: ignore[call-arg]
 
@@ -129,7 +130,7 @@ class Attack(abc.ABC):
         return isinstance(observation, self.observation_type)
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "Attack":
+    def example(cls, preset: str = "quick") -> Attack:
         return cls()  # type: ignore[call-arg]
 
     def params(self) -> dict[str, Any]:

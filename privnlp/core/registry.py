@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from .errors import InvalidArgument
 
@@ -47,7 +48,7 @@ class Registry(dict):
                 ) or getattr(prev, "__module__", None) != getattr(obj, "__module__", None):
                     raise InvalidArgument(f"{self.kind} {name!r} is already registered by {prev!r}")
             try:
-                setattr(obj, "name", name)
+                obj.name = name
                 for k, v in metadata.items():
                     setattr(obj, k, v)
             except (AttributeError, TypeError):  # pragma: no cover - functions with slots
@@ -57,7 +58,7 @@ class Registry(dict):
 
         return deco
 
-    def load_all(self) -> "Registry":
+    def load_all(self) -> Registry:
         if not self._loaded:
             self._loaded = True
             for mod in self.modules:

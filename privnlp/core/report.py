@@ -12,9 +12,10 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,7 @@ class MetricSummary:
         )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "MetricSummary":
+    def from_dict(cls, d: Mapping[str, Any]) -> MetricSummary:
         f = lambda x: float(x) if x is not None else math.nan  # noqa: E731
         return cls(
             f(d["mean"]),
@@ -144,7 +145,7 @@ class AttackMetrics:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AttackMetrics":
+    def from_dict(cls, d: Mapping[str, Any]) -> AttackMetrics:
         return cls(
             attack=d["attack"],
             headline_metric=d["headline_metric"],
@@ -180,7 +181,7 @@ class Figure:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Figure":
+    def from_dict(cls, d: Mapping[str, Any]) -> Figure:
         return cls(d["name"], base64.b64decode(d["png_base64"]), d.get("caption", ""))
 
 
@@ -300,7 +301,7 @@ class LeakageReport:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LeakageReport":
+    def from_dict(cls, d: Mapping[str, Any]) -> LeakageReport:
         if d.get("schema") != SCHEMA_VERSION:
             raise ValueError(
                 f"unsupported report schema {d.get('schema')!r}; expected {SCHEMA_VERSION!r}"
@@ -514,7 +515,7 @@ class LeakageReport:
         return paths
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "LeakageReport":
+    def load(cls, path: str | os.PathLike) -> LeakageReport:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 

@@ -70,7 +70,7 @@ def as_numpy(rng: Any, *, name: str = "rng") -> np.random.Generator:
     )
 
 
-def as_torch(rng: Any, *, name: str = "rng", device: str = "cpu") -> "torch.Generator":
+def as_torch(rng: Any, *, name: str = "rng", device: str = "cpu") -> torch.Generator:
     """Return a torch.Generator for ``rng`` (torch.Generator, int seed, or numpy Generator)."""
     import torch
 
@@ -132,7 +132,7 @@ def secure_numpy() -> np.random.Generator:
     return _SecureNumpyGenerator(np.random.PCG64DXSM(secrets.randbits(256)))
 
 
-def secure_torch(device: str = "cpu") -> "torch.Generator":
+def secure_torch(device: str = "cpu") -> torch.Generator:
     """A torch.Generator seeded from ``os.urandom``."""
     g = _secure_torch_type()(device=device)
     g.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
@@ -174,9 +174,7 @@ def check_noise_seed_allowed(rng: Any) -> None:
         )
 
 
-def noise_torch(
-    rng: Any, n: int = 1, *, device: str = "cpu"
-) -> "tuple[list[torch.Generator], bool]":
+def noise_torch(rng: Any, n: int = 1, *, device: str = "cpu") -> tuple[list[torch.Generator], bool]:
     """``n`` independent torch Generators for privacy noise and whether they are seeded.
 
     ``rng=None`` (or a secure generator): each seeded from ``os.urandom`` (not reproducible, never

@@ -15,8 +15,8 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterator, Sequence
 
 import numpy as np
 

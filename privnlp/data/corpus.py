@@ -20,9 +20,9 @@ import json
 import os
 import random
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 from ..core.errors import InvalidArgument, MalformedInput, check_range
 from ..core.report import atomic_write_text
@@ -135,7 +135,7 @@ class Record:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Record":
+    def from_dict(cls, d: dict) -> Record:
         return cls(
             id=str(d["id"]),
             user_id=str(d["user_id"]),

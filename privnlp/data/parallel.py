@@ -19,8 +19,8 @@ per seed and cheap: ``generate_parallel(1000, seed=0)`` takes a few milliseconds
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class ParallelCorpus:
     def __len__(self) -> int:
         return len(self.source)
 
-    def subset(self, indices: Sequence[int]) -> "ParallelCorpus":
+    def subset(self, indices: Sequence[int]) -> ParallelCorpus:
         """The sentences at ``indices`` (planted pairs re-indexed)."""
         idx = [int(i) for i in indices]
         pos = {old: new for new, old in enumerate(idx)}

@@ -221,7 +221,7 @@ class LabeledDataset:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def split(self, test_fraction: float = 0.2) -> tuple["LabeledDataset", "LabeledDataset"]:
+    def split(self, test_fraction: float = 0.2) -> tuple[LabeledDataset, LabeledDataset]:
         """Deterministic head/tail split (the data are already shuffled)."""
         k = len(self.texts) - int(round(len(self.texts) * test_fraction))
         return (

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from .audit import FunctionMechanism, audit
 from .cards import PRESETS, evaluate_all, evaluate_defense, render_mechanism_card
-from .sweep import SweepResult, sweep, with_params
 from .secret_sharer import SecretSharerCell, SecretSharerGrid, secret_sharer_grid, secret_sharer_run
+from .sweep import SweepResult, sweep, with_params
 
 __all__ = [
     "audit",

@@ -13,7 +13,8 @@ of a copy of the model on the records, and black-box canary exposure / extractio
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_range

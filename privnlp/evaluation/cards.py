@@ -12,9 +12,10 @@ import html as _html
 import inspect
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.registry import ATTACKS, MECHANISMS, SCENARIOS

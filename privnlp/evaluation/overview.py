@@ -15,8 +15,9 @@ import base64
 import html as _html
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["overview_matrix", "overview_figures", "overview_html"]
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from privnlp.core.report import Figure, LeakageReport, figure_from_matplotlib
 

@@ -13,7 +13,8 @@ on, and the card says so. ``scripts/check_cards.py`` (``make check-cards``) uses
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["SYSTEMS", "compare", "widen_intervals", "carry_cpu_intervals"]
 

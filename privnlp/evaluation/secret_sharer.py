@@ -20,8 +20,9 @@ Usage::
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -114,7 +115,6 @@ def secret_sharer_run(
     from privnlp.data import generate_corpus, make_canary
     from privnlp.evaluation.scenarios.federated import FL_DP_FEDAVG_PRESETS
     from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer, heldout_loss
-
     from privnlp.mechanisms.federated.client import lm_client_data, lm_task
     from privnlp.mechanisms.federated.mechanisms import FedAvg
     from privnlp.mechanisms.federated.simulator import FedSimulator

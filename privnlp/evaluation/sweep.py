@@ -3,8 +3,9 @@ mechanism configuration family), the plots a user reads to pick a setting."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.report import Figure

@@ -8,8 +8,8 @@ maximum-score one-to-one matching (scipy's ``linear_sum_assignment``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 

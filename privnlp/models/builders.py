@@ -48,7 +48,7 @@ def tiny_gpt2(
     pad_token_id: int | None = None,
     seed: int = 0,
     **config_overrides: Any,
-) -> "GPT2LMHeadModel":
+) -> GPT2LMHeadModel:
     """A GPT-2 LM head model built from ``GPT2Config`` (weights seeded by ``seed``).
 
     ``vocab_size`` is usually ``len(tokenizer)``; pass the tokenizer's special ids as
@@ -168,7 +168,7 @@ def tiny_bert_classifier(
     pad_token_id: int = 0,
     seed: int = 0,
     **config_overrides: Any,
-) -> "BertForSequenceClassification":
+) -> BertForSequenceClassification:
     """A ``BertForSequenceClassification`` from a small ``BertConfig`` (weights seeded by ``seed``).
 
     ``pad_token_id=0`` matches :func:`~privnlp.models.train_wordpiece_tokenizer` (``[PAD]`` = 0).
@@ -225,7 +225,7 @@ def tiny_bert_mlm(
     tie_word_embeddings: bool = True,
     seed: int = 0,
     **config_overrides: Any,
-) -> "BertForMaskedLM":
+) -> BertForMaskedLM:
     """A ``BertForMaskedLM`` from a small ``BertConfig`` (weights seeded by ``seed``).
 
     The sizes, ``dropout``, ``pad_token_id`` and ``seed`` are those of :func:`tiny_bert_classifier`.

@@ -50,7 +50,6 @@ def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     import privnlp
-
     from privnlp.core.numerics import numerics_fingerprint, source_fingerprint
 
     out = {"privnlp": privnlp.__version__}

@@ -26,7 +26,8 @@ MPC-friendly details (they change no math of a branch, only which positions are 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn

@@ -83,7 +83,7 @@ def train_bpe_tokenizer(
     *,
     min_frequency: int = 1,
     model_max_length: int = 128,
-) -> "PreTrainedTokenizerFast":
+) -> PreTrainedTokenizerFast:
     """Train a GPT-2 style byte-level BPE tokenizer on ``texts``.
 
     ``vocab_size`` counts the 256 byte symbols and ``<|endoftext|>`` (allowed range
@@ -213,7 +213,7 @@ def train_wordpiece_tokenizer(
     min_frequency: int = 1,
     lowercase: bool = True,
     model_max_length: int = 128,
-) -> "PreTrainedTokenizerFast":
+) -> PreTrainedTokenizerFast:
     """Train a BERT style WordPiece tokenizer (``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``).
 
     BERT normalizer (lowercasing by default) and pre-tokenizer, ``##`` continuation prefix,
@@ -245,7 +245,6 @@ def train_wordpiece_tokenizer(
         normalizers,
         pre_tokenizers,
         processors,
-        trainers,
     )
     from transformers import PreTrainedTokenizerFast
 

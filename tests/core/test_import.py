@@ -1,6 +1,5 @@
 import subprocess
 import sys
-import time
 
 
 def test_import_is_light_and_fast():

@@ -11,7 +11,6 @@ from privnlp.core.errors import InvalidArgument
 from privnlp.data import (
     LABELS,
     PrivateCorpus,
-    Record,
     Span,
     generate_corpus,
     read_jsonl_corpus,

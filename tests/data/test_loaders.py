@@ -1,5 +1,3 @@
-import json
-
 import pytest
 
 from privnlp.core.errors import InvalidArgument, MalformedInput

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-
 from privnlp.core import AttackMetrics, LeakageReport, PrivacyClaim, summarize
 from privnlp.evaluation.plots import headline_bar_figure
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded
-from privnlp.mechanisms.federated.accounting import calibrate_user_noise, round_event, user_epsilon
 from privnlp.mechanisms.federated import (
     DPFedAvg,
     FedAvg,
@@ -19,10 +18,12 @@ from privnlp.mechanisms.federated import (
     partition_iid,
     partition_natural,
 )
+from privnlp.mechanisms.federated.accounting import calibrate_user_noise, round_event, user_epsilon
 
 
 def _direct_epsilon(sampling, n, m, z, rounds, delta):
-    from dp_accounting import NeighboringRelation, dp_event as de
+    from dp_accounting import NeighboringRelation
+    from dp_accounting import dp_event as de
     from dp_accounting.rdp import rdp_privacy_accountant as rdpa
 
     logging.getLogger("absl").setLevel(logging.ERROR)
@@ -85,7 +86,6 @@ def test_budget_refuses_the_round_before_training(linear_task, linear_clients, t
         sampling="poisson",
         delta=1e-3,
     )
-    calls = []
     sim = FedSimulator(dp, linear_task, linear_clients)
     with pytest.raises(PrivacyBudgetExceeded):
         sim.run(6, rng=0, checkpoint_path=tmp_path / "ck.pt")

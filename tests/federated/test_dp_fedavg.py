@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
-from privnlp.core.errors import InvalidPrivacyParameter, PrivacyBudgetExceeded, ProtocolError
+from privnlp.core.errors import InvalidPrivacyParameter, ProtocolError
+from privnlp.core.registry import LEAKY_TWINS
 from privnlp.mechanisms.federated import (
     DPFedAvg,
     FedAvg,
@@ -20,7 +20,6 @@ from privnlp.mechanisms.federated import (
     global_norm,
     weighted_average,
 )
-from privnlp.core.registry import LEAKY_TWINS
 
 
 def _ref():

@@ -66,7 +66,7 @@ def test_pii_tagger_task_sites_hold_disjoint_users_and_share_the_model():
     from privnlp.mechanisms.pii.federated import site_sentences
 
     cfg = dict(fl.DEFAULT_RUN_CONFIG, task="pii_tagger", seed=3)
-    (t0, d0), (t1, d1) = fl._task_and_data(cfg, 0, 2), fl._task_and_data(cfg, 1, 2)
+    (t0, d0), (t1, _d1) = fl._task_and_data(cfg, 0, 2), fl._task_and_data(cfg, 1, 2)
     a, b = trainable_state(t0.model_factory()), trainable_state(t1.model_factory())
     assert a.keys() == b.keys() and all(
         bool((a[k] == b[k]).all()) for k in a

@@ -40,9 +40,8 @@ def _fake_flower(monkeypatch, result):
 def test_server_exit_code_follows_the_run(monkeypatch, tmp_path, result, code):
     from typer.testing import CliRunner
 
-    from privnlp.cli.fl import app
-
     import privnlp.cli.fl as cli_fl
+    from privnlp.cli.fl import app
 
     _fake_flower(monkeypatch, result)
     monkeypatch.setattr(

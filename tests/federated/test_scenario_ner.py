@@ -63,7 +63,7 @@ def test_rare_canary_is_not_saturated_for_fedavg(exposure_attack):
 
 
 def test_federated_ner_two_clients_beats_all_o():
-    from privnlp.mechanisms.federated import evaluate_tagger, federated_ner, ner_data
+    from privnlp.mechanisms.federated import federated_ner, ner_data
     from privnlp.metrics import ner_span_metrics
 
     data = ner_data(12, 8, heldout_users=3, max_len=32, seed=0)

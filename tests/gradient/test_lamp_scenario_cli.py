@@ -11,8 +11,10 @@ from privnlp.core.observations import GradientObservation
 
 def _tiny_bert(vocab: list[str]):
     """(tokenizer, 1-layer 32-d BERT classifier in eval mode) on a word-level ``vocab``."""
+    import os
+    import tempfile
+
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
-    import tempfile, os
 
     d = tempfile.mkdtemp()
     with open(os.path.join(d, "vocab.txt"), "w") as f:

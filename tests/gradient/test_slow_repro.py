@@ -245,9 +245,9 @@ def test_film_results():
 def _short_sentence_trials(n, *, lo=7, hi=12):
     """B=1 FedSGD gradients of the bundled tiny BERT sentiment classifier on short sentences (lo..hi
     tokens with [CLS]/[SEP]: the first sentence of held-out synthetic reviews, the review's label)."""
+    from privnlp.core.observations import GradientObservation
     from privnlp.data import generate_sentiment
     from privnlp.evaluation.scenarios.gradient import classifier_victim, client_update
-    from privnlp.core.observations import GradientObservation
 
     model, tok, _, _ = classifier_victim("quick", 0)
     data = generate_sentiment(300, seed=7)

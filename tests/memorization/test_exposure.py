@@ -7,8 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from privnlp.core.errors import InvalidArgument
-from privnlp.core.observations import BlackBoxLM
 from privnlp.attacks.memorization import (
     CanaryExposure,
     canary_exposure,
@@ -20,6 +18,8 @@ from privnlp.attacks.memorization import (
     rank_with_ties,
     skewnorm_log_cdf,
 )
+from privnlp.core.errors import InvalidArgument
+from privnlp.core.observations import BlackBoxLM
 
 
 def test_rank_hand_computed_ties_count_against_canary():

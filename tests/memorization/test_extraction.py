@@ -5,8 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privnlp.core.observations import BlackBoxLM
-from privnlp.data import make_canary
 from privnlp.attacks.memorization import (
     CanaryExtraction,
     beam_search_test,
@@ -14,6 +12,8 @@ from privnlp.attacks.memorization import (
     random_sampling_test,
     render_partial,
 )
+from privnlp.core.observations import BlackBoxLM
+from privnlp.data import make_canary
 
 
 def test_render_partial():

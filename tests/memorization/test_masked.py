@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def test_masked_secret_memorized_vs_not():
     import torch

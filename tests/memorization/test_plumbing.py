@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 
 def test_fedavg_snapshots_and_attacks_run(tmp_path):
     from privnlp.attacks.memorization import (

@@ -1,7 +1,5 @@
 """Every metric against hand-computed values."""
 
-import math
-
 import numpy as np
 import pytest
 

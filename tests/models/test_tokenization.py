@@ -56,11 +56,11 @@ def test_tokenizers_reproducible_and_order_independent(texts, bpe, wordpiece):
 def other_process() -> list:
     """Builds in a second interpreter (other hash seeds, TOKENIZERS_PARALLELISM unset)."""
     code = (
-        "import json,sys; sys.path.insert(0, %r); from conftest import make_texts;"
+        f"import json,sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); from conftest import make_texts;"
         "from privnlp.models import train_bpe_tokenizer as b, train_wordpiece_tokenizer as w;"
         "from privnlp.models.tokenization import _vocab_fingerprint as f; t=make_texts();"
         "print(json.dumps([f(b(t, 400)), f(w(t, 300)), w(make_texts(400), 150).get_vocab()]))"
-    ) % os.path.dirname(__file__)
+    )
     env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
     env["PYTHONHASHSEED"] = "12345"
     out = subprocess.run(

@@ -125,7 +125,7 @@ def test_bad_fields_and_mismatched_known_fields(pii_corpus):
         AutoAnnotator().annotate_records(recs, {"nope": {"PERSON": ["Jane Doe"]}})
     with pytest.raises(MalformedInput, match="does not match"):
         AutoAnnotator().annotate_records(recs, {}, missing="error")
-    with warnings.catch_warnings(record=True) as w:
+    with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         docs = AutoAnnotator().annotate_records(recs, shifted)
     assert len(docs) == len(recs)  # nothing lost

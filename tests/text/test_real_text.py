@@ -2,7 +2,6 @@
 text, corpus-scale streaming (``--num-proc`` determinism, HF ``datasets`` path) and bad inputs."""
 
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np

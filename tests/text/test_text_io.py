@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from privnlp.core.errors import InvalidArgument, MalformedInput
-from privnlp.mechanisms.text import Embeddings, LaplaceMetric, Vickrey, load_embeddings, word_spans
+from privnlp.mechanisms.text import Vickrey, load_embeddings, word_spans
 from privnlp.mechanisms.text.files import sanitize_file, sidecar_path
 
 

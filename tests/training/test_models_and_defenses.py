@@ -17,7 +17,6 @@ from privnlp.mechanisms.training import (
     GradientPruning,
     RandomMasking,
     SignSGD,
-    freeze_embeddings,
     make_private,
     train_private,
 )

@@ -6,7 +6,8 @@ Metrics come from :mod:`privnlp.metrics` when it is installed in the tree; a min
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

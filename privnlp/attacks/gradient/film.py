@@ -35,8 +35,9 @@ client's gradient and the current model (weights, vocabulary), at any round.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -647,7 +648,7 @@ class FILM(Attack):
         )
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "FILM":
+    def example(cls, preset: str = "quick") -> FILM:
         if preset == "quick":
             return cls(beam_size=8, reorder_steps=20)
         return cls()

@@ -23,7 +23,8 @@ for scoring).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -385,7 +386,6 @@ class _Engine:
         return loss_of
 
     def grad_dist(self, gs) -> Any:
-        import torch
 
         if self.loss_kind == "cos":
             tot = 0.0
@@ -591,7 +591,7 @@ def reconstruct(
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=50, gamma=lr_decay)
     history = []
     best_val, best_x = float("inf"), x.detach().clone()
-    for it in range(iterations):
+    for _it in range(iterations):
         for _ in range(n_c):
             opt.zero_grad()
             val = eng.rec(x)
@@ -840,7 +840,7 @@ class LAMP(_GradientMatching):
     """
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "LAMP":
+    def example(cls, preset: str = "quick") -> LAMP:
         return (
             cls(n_init=20, n_perm=20, iterations=8, n_c=25, n_d=16)
             if preset == "quick"
@@ -900,7 +900,7 @@ class TAG(_GradientMatching):
         )
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "TAG":
+    def example(cls, preset: str = "quick") -> TAG:
         return cls(iterations=8) if preset == "quick" else cls(iterations=100)
 
 
@@ -953,5 +953,5 @@ class DLG(_GradientMatching):
         )
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "DLG":
+    def example(cls, preset: str = "quick") -> DLG:
         return cls(iterations=8) if preset == "quick" else cls(iterations=100)

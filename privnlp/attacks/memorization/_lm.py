@@ -17,8 +17,9 @@ All functions run under ``torch.inference_mode`` and leave the model in its prev
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch

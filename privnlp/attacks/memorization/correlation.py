@@ -32,8 +32,9 @@ import abc
 import math
 import os
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -215,8 +216,8 @@ def wcorr(trajectories: np.ndarray, watermark: Sequence[float]) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- model queries
-_TRAJ_CACHE: "OrderedDict[tuple, dict[str, np.ndarray]]" = OrderedDict()
-_CAND_CACHE: "OrderedDict[tuple, tuple[str, ...]]" = OrderedDict()
+_TRAJ_CACHE: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()
+_CAND_CACHE: OrderedDict[tuple, tuple[str, ...]] = OrderedDict()
 _CACHE_SIZE = 16
 
 
@@ -347,7 +348,7 @@ def generate_candidates(
         g = as_numpy(rng)
         alph = _flat_alphabets(template)
         seqs: list[list[str]] = [[] for _ in range(int(n_samples))]
-        for pos, a in enumerate(alph):
+        for a in alph:
             texts = [render_partial(template, s + [x]) for s in seqs for x in a]
             lp = causal_log_probs(model, tokenizer, texts).total.reshape(len(seqs), len(a)) / float(
                 temperature
@@ -444,7 +445,7 @@ class _CorrelationAttack(Attack):
         self.batch_size = batch_size
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "_CorrelationAttack":
+    def example(cls, preset: str = "quick") -> _CorrelationAttack:
         # quick: one shared beam search (width 32) per training run, no per-victim sampling -- on
         # fl.snapshots quick the true record's recall in the pool was the same as with 64 + 64
         # samples, at a fraction of the cost (see docs/readme/90-memorization.md)

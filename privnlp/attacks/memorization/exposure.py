@@ -25,8 +25,9 @@ randomness space, not the secret.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -464,7 +465,7 @@ class CanaryExposure(Attack):
         self.batch_size = batch_size
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "CanaryExposure":
+    def example(cls, preset: str = "quick") -> CanaryExposure:
         return cls(n_samples=2000 if preset == "quick" else 20000)
 
     def run(self, observation: BlackBoxLM, *, rng: Any) -> AttackResult:

@@ -29,9 +29,9 @@ of it (Carlini extraction).
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -406,7 +406,7 @@ class CanaryExtraction(Attack):
         self.n_samples = n_samples
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "CanaryExtraction":
+    def example(cls, preset: str = "quick") -> CanaryExtraction:
         return cls(
             beam_width=32 if preset == "quick" else 128,
             n_samples=2000 if preset == "quick" else 20000,

@@ -21,7 +21,8 @@ the headline to 1 (a perfect distinguisher from the ideal view: uniform shares +
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 

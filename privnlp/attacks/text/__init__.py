@@ -9,21 +9,21 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-for _m in pkgutil.iter_modules(__path__):
-    if not _m.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_m.name}")
-
 from .bayesian import (
     BayesianInversion,
     Channel,
     estimate_channel,
-    expected_inference_error,  # noqa: E402
+    expected_inference_error,
     expected_utility_loss,
     metric_dp_audit,
     sentiment_flip_loss,
 )
-from .fragment_reconstruction import FragmentReconstruction, assemble, score_reconstruction  # noqa: E402
-from .vocab_membership import VocabMembership, score_vocab_membership  # noqa: E402
+from .fragment_reconstruction import FragmentReconstruction, assemble, score_reconstruction
+from .vocab_membership import VocabMembership, score_vocab_membership
+
+for _m in pkgutil.iter_modules(__path__):
+    if not _m.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = [
     "BayesianInversion",

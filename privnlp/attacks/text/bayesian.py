@@ -21,8 +21,9 @@ means more leakage. :func:`metric_dp_audit` is the empirical metric-DP check use
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 

@@ -27,8 +27,9 @@ fragment) and ``sensitive_link_rate_reconstructed`` (inside one reconstructed co
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_range
@@ -59,7 +60,7 @@ class FragmentGroundTruth:
     planted: tuple[tuple[str, str, int], ...] = ()
 
     @classmethod
-    def from_corpus(cls, corpus: Any) -> "FragmentGroundTruth":
+    def from_corpus(cls, corpus: Any) -> FragmentGroundTruth:
         """From a :class:`privnlp.data.parallel.ParallelCorpus` (source side)."""
         return cls(
             tuple(tuple(s.split()) for s in corpus.source),

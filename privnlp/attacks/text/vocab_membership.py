@@ -17,7 +17,8 @@ against which candidates were really planted (and in how many documents):
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument

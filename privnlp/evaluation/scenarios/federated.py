@@ -31,11 +31,12 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument
-from privnlp.core.observations import DiskLease, BlackBoxLM, ModelSnapshots
+from privnlp.core.observations import BlackBoxLM, DiskLease, ModelSnapshots
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy

@@ -15,7 +15,8 @@ held-out (test documents) n-grams by the released fragments, source and target s
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -441,7 +442,7 @@ class FedLedger:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FedLedger":
+    def from_dict(cls, d: Mapping[str, Any]) -> FedLedger:
         if d.get("format") != "privnlp.fed_ledger/1":
             raise InvalidArgument(
                 f"ledger format must be 'privnlp.fed_ledger/1'; got {d.get('format')!r}"

@@ -9,8 +9,9 @@ weight by example count and do not fail closed on missing replies, which breaks 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shutil
 import signal
@@ -40,10 +39,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from privnlp.core.errors import InvalidArgument, MissingDependency, ProtocolError
+
+if TYPE_CHECKING:  # torch is imported where it runs (see the ClientApp note below)
+    import torch
 
 __all__ = [
     "DEFAULT_RUN_CONFIG",
@@ -938,7 +941,7 @@ def _selection_generator(cfg: Mapping[str, Any], seeded: Any) -> Any:
     return seeded if bool(cfg.get("seeded-noise", False)) else secure_numpy()
 
 
-def _server_noise_generator(cfg: Mapping[str, Any], nseed: int) -> "torch.Generator":
+def _server_noise_generator(cfg: Mapping[str, Any], nseed: int) -> torch.Generator:
     """The generator of the DP-FedAvg server noise (issue #15).
 
     The run config (and so ``cfg["seed"]`` and every seed derived from it) is sent to every SuperNode:
@@ -1029,7 +1032,7 @@ class LoopbackDeployment:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "LoopbackDeployment":
+    def __enter__(self) -> LoopbackDeployment:
         self.start()
         return self
 

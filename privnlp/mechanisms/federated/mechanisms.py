@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -340,7 +341,7 @@ class FedAvg(_FedBase):
         )
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "FedAvg":
+    def example(cls, preset: str = "quick") -> FedAvg:
         # the client hyperparameters of the fl.dp_fedavg scenario's presets
         return cls(
             clients_per_round=4 if preset == "quick" else 10,
@@ -653,7 +654,7 @@ class DPFedAvg(_FedBase):
         )
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "DPFedAvg":
+    def example(cls, preset: str = "quick") -> DPFedAvg:
         # rounds / num_users / clients_per_round match the fl.dp_fedavg scenario's presets, so the planned claim
         # is the claim of the audited run
         if preset == "full":

@@ -8,9 +8,9 @@ the usual knob between the two.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 

@@ -17,9 +17,9 @@ declared pre-tokenised (whitespace split). Empty lines and mismatched line count
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from privnlp.core.errors import InvalidArgument, MalformedInput
 
@@ -75,7 +75,7 @@ class ParallelText:
         tokenize: bool = False,
         src_lang: str = "en",
         tgt_lang: str = "en",
-    ) -> "ParallelText":
+    ) -> ParallelText:
         """Build from sentence strings (whitespace split unless ``tokenize``)."""
         if len(source) != len(target):
             raise MalformedInput(
@@ -86,7 +86,7 @@ class ParallelText:
         tgt = tokenize_lines(target, lang=tgt_lang, tokenize=tokenize, name="target")
         return cls(src, tgt, tuple(doc_ids) if doc_ids is not None else None)
 
-    def subset(self, indices: Sequence[int]) -> "ParallelText":
+    def subset(self, indices: Sequence[int]) -> ParallelText:
         idx = [int(i) for i in indices]
         return ParallelText(
             tuple(self.source[i] for i in idx),
@@ -96,9 +96,8 @@ class ParallelText:
 
     def split_by_document(
         self, test_fraction: float, *, rng
-    ) -> tuple["ParallelText", "ParallelText", list[int], list[int]]:
+    ) -> tuple[ParallelText, ParallelText, list[int], list[int]]:
         """Split into (train, test) keeping documents together (sentence-level if no doc ids)."""
-        import numpy as np
 
         from privnlp.core.errors import check_range
         from privnlp.core.rng import as_numpy

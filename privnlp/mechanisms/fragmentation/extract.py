@@ -16,7 +16,7 @@ Occurrences are returned as an ``int32`` array of rows ``(sentence, s0, s1, t0, 
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

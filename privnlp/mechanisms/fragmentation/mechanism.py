@@ -19,9 +19,10 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -294,7 +295,7 @@ class PhraseFragmentation(Mechanism):
         return ("max_length", (2, 4, 7, 12) if preset == "quick" else (2, 3, 4, 5, 7, 10, 15))
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "PhraseFragmentation":
+    def example(cls, preset: str = "quick") -> PhraseFragmentation:
         # the quick preset uses the deterministic numpy aligner so reports are reproducible
         return cls(
             max_length=4,

@@ -13,8 +13,9 @@ Imports torch: not imported by ``privnlp.mechanisms.fragmentation``'s ``__init__
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch

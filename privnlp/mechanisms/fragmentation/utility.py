@@ -8,7 +8,7 @@ test n-grams occur in the released fragments). The end-to-end BLEU check lives i
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 __all__ = ["ngram_coverage"]
 

@@ -32,8 +32,9 @@ import socket
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -261,6 +262,7 @@ def _run_party(
 
     crypten = import_crypten()
     import crypten.communicator as comm_mod  # type: ignore[import-not-found]
+
     from .crypten_model import build_crypten_textcnn
 
     comm = comm_mod.get()
@@ -327,8 +329,8 @@ def _run_party(
     def share_input(xp: torch.Tensor) -> Any:
         if leak == "unmasked_shares":
             # LEAKY: Bob hands Alice his fixed-point encoded input and keeps a zero share.
-            from crypten.mpc.primitives import ArithmeticSharedTensor  # type: ignore[import-not-found]
             from crypten.encoder import FixedPointEncoder  # type: ignore[import-not-found]
+            from crypten.mpc.primitives import ArithmeticSharedTensor  # type: ignore[import-not-found]
 
             enc = FixedPointEncoder().encode(xp)
             if rank == BOB:
@@ -535,7 +537,7 @@ def run_embedded(
                     if q.empty():
                         raise ProtocolError(
                             f"an MPC party died (exit code {dead[0].exitcode}); all parties stopped"
-                        )
+                        ) from None
                 continue
             if status == "error":
                 name, msg, tb = payload

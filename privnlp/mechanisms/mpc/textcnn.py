@@ -10,11 +10,10 @@ Also here: the deliberately leaky twin (``LEAKY_TWINS["crypten_textcnn"]``) used
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -261,7 +260,7 @@ class CryptenTextCNN(Mechanism):
         )
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "CryptenTextCNN":
+    def example(cls, preset: str = "quick") -> CryptenTextCNN:
         return cls(provider="TTP", mode="batched")
 
     def classify(

@@ -32,8 +32,9 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from privnlp.core.errors import MalformedInput, check_range
 from privnlp.core.rng import as_numpy

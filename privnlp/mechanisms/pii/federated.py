@@ -23,8 +23,9 @@ ClientApp (to train on its site's data).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = [
     "FLOWER_TASK",
@@ -109,11 +110,10 @@ def flower_task_and_data(
 
 def tagger_from_state(state: Mapping[str, Any], seed: int = 0) -> Any:
     """A :class:`~.tagger.PIITagger` from a trained state dict (the ServerApp's ``final.pt``)."""
+    from privnlp.core.errors import InvalidArgument
     from privnlp.models import BiLSTMTagger
 
     from .tagger import PIITagger
-
-    from privnlp.core.errors import InvalidArgument
 
     vocab = public_vocab(int(seed))
     state = dict(state)

@@ -11,8 +11,8 @@ redacted corpus), never guaranteed.
 
 from __future__ import annotations
 
-import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
@@ -143,7 +143,7 @@ class PIIRedaction(Mechanism):
         return PIIRedactor(tagger=tagger, regex=self.regex, mode=self.mode)
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "PIIRedaction":
+    def example(cls, preset: str = "quick") -> PIIRedaction:
         return cls(rounds=8 if preset == "quick" else 15)
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from privnlp.core.errors import InvalidArgument
 
@@ -99,7 +99,7 @@ class PIISpan:
             "score": round(float(self.score), 4),
         }
 
-    def overlaps(self, other: "PIISpan") -> bool:
+    def overlaps(self, other: PIISpan) -> bool:
         return self.start < other.end and other.start < self.end
 
 

@@ -5,7 +5,7 @@ Paper: ``../shared/papers/wikipii-pii-extraction-federated.txt`` (BIO tagging of
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from privnlp.data.corpus import Span, spans_to_bio, tokenize
 

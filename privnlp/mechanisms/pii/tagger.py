@@ -25,12 +25,12 @@ The real Flower deployment trains the same BiLSTM with run-config ``task = "pii_
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -82,7 +82,7 @@ class TagVocab:
         min_count: int = 2,
         max_len: int = 64,
         labels: Sequence[str] = (),
-    ) -> "TagVocab":
+    ) -> TagVocab:
         cnt = Counter(word_key(w) for toks, _ in sentences for w in toks)
         words = [w for w, c in sorted(cnt.items()) if c >= min_count]
         vocab = {PAD: 0, UNK: 1, UNK_CAP: 2, **{w: i + 3 for i, w in enumerate(words)}}
@@ -137,7 +137,7 @@ class TagVocab:
         return {"words": dict(self.words), "tags": list(self.tags), "max_len": self.max_len}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TagVocab":
+    def from_dict(cls, d: Mapping[str, Any]) -> TagVocab:
         return cls(dict(d["words"]), tuple(d["tags"]), int(d["max_len"]))
 
 
@@ -177,10 +177,11 @@ class PIITagger:
 
     def save(self, path: Any) -> None:
         """``state_dict`` + vocabulary in one file (BiLSTM taggers)."""
-        from privnlp.core.report import atomic_write_text  # noqa: F401  (atomic torch save below)
         import os
         import tempfile
         from pathlib import Path
+
+        from privnlp.core.report import atomic_write_text  # noqa: F401  (atomic torch save below)
 
         if self.kind != "bilstm":
             raise InvalidArgument(
@@ -202,7 +203,7 @@ class PIITagger:
         os.replace(tmp, p)
 
     @classmethod
-    def load(cls, path: Any) -> "PIITagger":
+    def load(cls, path: Any) -> PIITagger:
         from privnlp.models import BiLSTMTagger
 
         try:

@@ -8,6 +8,7 @@ and the leaky twin of ``vickrey``.
 
 from __future__ import annotations
 
+from . import twins as _twins  # noqa: F401  (leaky twins of laplace_metric, mahalanobis, vickrey_k)
 from .embeddings import (
     DEFAULT_STOPWORDS,
     Embeddings,
@@ -16,6 +17,7 @@ from .embeddings import (
     load_embeddings,
 )
 from .mechanisms import (
+    OOV_POLICIES,
     LaplaceMetric,
     LeakyVickreyExcludesInput,
     LeakyVickreyWrongRadius,
@@ -23,9 +25,7 @@ from .mechanisms import (
     Vickrey,
     VickreyK,
     WordMetricDP,
-    OOV_POLICIES,
 )
-from . import twins as _twins  # noqa: F401  (leaky twins of laplace_metric, mahalanobis, vickrey_k)
 from .neighbors import ExactIndex, HnswIndex, NeighborResult, topk_recall
 from .textio import SanitizedText, word_spans
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -145,7 +146,7 @@ class Embeddings:
         words: Iterable[str] | None = None,
         drop_stopwords: bool = False,
         stopwords: Iterable[str] = DEFAULT_STOPWORDS,
-    ) -> "Embeddings":
+    ) -> Embeddings:
         """A new vocabulary: the ``top_k`` most frequent words (needs ``counts``; file order otherwise,
         which is frequency order for GloVe/word2vec/fastText files), only ``words`` (a
         "redactable" set, as in the IMDb setup), and/or without stop words."""
@@ -172,7 +173,7 @@ class Embeddings:
         )
 
     @classmethod
-    def from_keyed_vectors(cls, kv: Any, source: str = "") -> "Embeddings":
+    def from_keyed_vectors(cls, kv: Any, source: str = "") -> Embeddings:
         words = tuple(kv.index_to_key)
         counts = None
         try:

@@ -20,9 +20,10 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from privnlp.core.errors import InvalidArgument, MalformedInput, check_range
 from privnlp.core.report import atomic_write_text
@@ -197,7 +198,7 @@ def sanitize_file(
                 yield out
 
         with (
-            open(src, "r", encoding="utf-8", errors="strict", newline="") as fin,
+            open(src, encoding="utf-8", errors="strict", newline="") as fin,
             os.fdopen(fd, "w", encoding="utf-8", newline="") as fout,
         ):
             runner = {"txt": _run_txt, "jsonl": _run_jsonl, "csv": _run_csv}[fmt]

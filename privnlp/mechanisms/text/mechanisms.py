@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -41,6 +42,10 @@ from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
 
+from .embeddings import CLITICS, DEFAULT_STOPWORDS, Embeddings, default_embeddings, load_embeddings
+from .neighbors import NeighborResult, make_index
+from .textio import WORD_RE, SanitizedText
+
 
 def _noise_rng(rng: Any) -> np.random.Generator:
     """The privacy-noise rule (issue #15): ``rng=None`` draws from the OS entropy pool; a seed / Generator is
@@ -48,10 +53,6 @@ def _noise_rng(rng: Any) -> np.random.Generator:
     check_noise_seed_allowed(rng)  # PRIVNLP_REFUSE_SEEDED_NOISE=1: deployments refuse seeded noise
     return secure_numpy() if rng is None else as_numpy(rng)
 
-
-from .embeddings import CLITICS, DEFAULT_STOPWORDS, Embeddings, default_embeddings, load_embeddings
-from .neighbors import NeighborResult, make_index
-from .textio import WORD_RE, SanitizedText
 
 __all__ = [
     "WordMetricDP",
@@ -368,7 +369,7 @@ class WordMetricDP(Mechanism):
                 vid.append(j)
         if vid:
             res = self.perturb_ids(np.asarray(vid), rng=g)
-            for i, j_in, j_out in zip(pos, vid, res):
+            for i, j_out in zip(pos, res):
                 out[i] = emb.words[j_out]
             n_changed = int(np.count_nonzero(res != np.asarray(vid)))
         else:
@@ -625,7 +626,7 @@ class WordMetricDP(Mechanism):
         return {}
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "WordMetricDP":
+    def example(cls, preset: str = "quick") -> WordMetricDP:
         return cls(epsilon=10.0, vocab_limit=EXAMPLE_VOCAB[preset])
 
     @classmethod
@@ -708,7 +709,7 @@ class Vickrey(WordMetricDP):
         return {"t": float(self.t)}
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "Vickrey":
+    def example(cls, preset: str = "quick") -> Vickrey:
         return cls(epsilon=10.0, t=0.5, vocab_limit=EXAMPLE_VOCAB[preset])
 
 
@@ -775,7 +776,7 @@ class VickreyK(WordMetricDP):
         return {"ts": list(self.ts), "k": self.k}
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "VickreyK":
+    def example(cls, preset: str = "quick") -> VickreyK:
         return cls(epsilon=10.0, ts=(1.0, 1.0, 1.0), vocab_limit=EXAMPLE_VOCAB[preset])
 
 
@@ -843,7 +844,7 @@ class Mahalanobis(WordMetricDP):
         return {"lambda": float(self.lam), "sigma": "sample covariance normalised to trace d"}
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "Mahalanobis":
+    def example(cls, preset: str = "quick") -> Mahalanobis:
         return cls(epsilon=10.0, lam=0.2, vocab_limit=EXAMPLE_VOCAB[preset])
 
 

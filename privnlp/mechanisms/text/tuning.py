@@ -11,8 +11,9 @@ on the private data itself is not covered by the claim (use the public vocabular
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +71,7 @@ def select_parameters(
     :func:`privnlp.attacks.text.bayesian.expected_utility_loss`).
     """
     from privnlp.attacks.text.bayesian import empirical_point, estimate_channels_vickrey
+
     from .mechanisms import Vickrey
 
     check_positive("max_loss", max_loss)
@@ -129,6 +131,7 @@ def tradeoff_points(
         estimate_channel,
         estimate_channels_vickrey,
     )
+
     from .mechanisms import LaplaceMetric, Mahalanobis, Vickrey
 
     sup, prior = _prep(embeddings, support, prior)

@@ -22,7 +22,7 @@ from .dp_sgd import (
     private_training,
 )
 from .embedding import freeze_embeddings
-from .large_batch import sharded_dp_mean, effective_noise_multiplier
+from .large_batch import effective_noise_multiplier, sharded_dp_mean
 from .loop import TrainResult, train_private
 from .mechanisms import (
     DPSGD,

@@ -168,7 +168,7 @@ class BookKeeping:
             if es:
                 entries.append((m, es[0]))
         n = 0
-        for m, (acts, g) in entries:
+        for _m, (_acts, g) in entries:
             n = g.shape[0]
             break
         if n == 0:

@@ -38,8 +38,9 @@ import math
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -472,9 +473,7 @@ class PrivateTraining:
         n, b, t = self.dataset_size, self.expected_batch_size, self.steps
         epochs = t * self.sample_rate
         lines = [
-            "DP-SGD performed over {} examples with expected batch size {} for {:.3g} epochs ({} steps).".format(
-                n, b, epochs, t
-            ),
+            f"DP-SGD performed over {n} examples with expected batch size {b} for {epochs:.3g} epochs ({t} steps).",
             f"Noise multiplier {self.optimizer.noise_multiplier:.4g}, clipping norm {self.max_grad_norm:.4g}, "
             f"sampling: {c.extra['sampling']}, per-sample gradients: {self.grad_sample_mode}.",
             "",
@@ -620,7 +619,7 @@ class PrivateTraining:
             self.model._close()
         self.closed = True
 
-    def __enter__(self) -> "PrivateTraining":
+    def __enter__(self) -> PrivateTraining:
         return self
 
     def __exit__(self, *exc: Any) -> None:

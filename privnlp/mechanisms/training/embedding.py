@@ -14,7 +14,8 @@ None of these has a formal guarantee: their claims are heuristic.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn

@@ -9,9 +9,9 @@ batch of a logical batch.
 from __future__ import annotations
 
 import warnings
-
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -20,7 +20,7 @@ from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded, check_po
 
 from .dp_sgd import PrivateTraining, make_private, per_sample_lm_loss
 
-__all__ = ["TrainResult", "train_private", "batch_len", "DPTrainer"]
+__all__ = ["TrainResult", "train_private", "batch_len", "DPTrainer"]  # noqa: F822 (DPTrainer: module __getattr__, transformers loaded on first use)
 
 
 @dataclass(frozen=True)

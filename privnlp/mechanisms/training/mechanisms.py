@@ -221,7 +221,7 @@ class DPSGD(Mechanism):
         )
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "DPSGD":
+    def example(cls, preset: str = "quick") -> DPSGD:
         if preset == "full":
             return cls(target_epsilon=3.0, max_grad_norm=1.0, epochs=3, accountant="prv")
         return cls(target_epsilon=8.0, max_grad_norm=1.0, epochs=1, accountant="rdp")
@@ -373,7 +373,7 @@ class GradientPruningDefense(TransformMechanism):
         return GradientPruning(self.keep_fraction, self.scope)
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "GradientPruningDefense":
+    def example(cls, preset: str = "quick") -> GradientPruningDefense:
         # prune ratio 0.99 (FILM Table 4a evaluates up to 0.9999): at 0.9 the output layer's label
         # rows survive whole and neither RLG nor FILM loses anything
         return cls(keep_fraction=0.01)
@@ -434,7 +434,7 @@ class GradDropDefense(TransformMechanism):
         return GradDrop(self.drop_fraction, self.scope)
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "GradDropDefense":
+    def example(cls, preset: str = "quick") -> GradDropDefense:
         # Aji & Heafield drop up to 99%; the RLG paper applies GradDrop to the projection layer's
         # update (per-tensor threshold). A global threshold keeps the head whole (its entries are
         # the largest), which leaves RLG untouched.
@@ -531,7 +531,7 @@ class NoisedEmbeddingDefense(_EmbeddingObfuscation):
         return apply_noised_embedding(model, self.sigma, rng=rng)
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "NoisedEmbeddingDefense":
+    def example(cls, preset: str = "quick") -> NoisedEmbeddingDefense:
         """``full``: the paper's largest noise scale (sigma=0.01). ``quick``: sigma=0.3.
 
         At the quick ``fl.snapshots`` scale (64-d tiny GPT-2, 20 rounds; embeddings initialised with
@@ -573,7 +573,7 @@ class DropoutEmbeddingDefense(_EmbeddingObfuscation):
         return apply_dropout_embedding(model, self.p, rng=rng)
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "DropoutEmbeddingDefense":
+    def example(cls, preset: str = "quick") -> DropoutEmbeddingDefense:
         """``p=0.5``, the largest rate of the paper's Table VIII (where it lowers eavesdropping top-1
         from 0.98 to 0.65 at no utility cost), in both presets. At the quick ``fl.snapshots`` scale
         p=0.2 leaves the attacks at or above the undefended level; p=0.5 partially helps (mean
@@ -622,7 +622,7 @@ class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
         return clean, self.alpha * vat
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "AdversarialEmbeddingDefense":
+    def example(cls, preset: str = "quick") -> AdversarialEmbeddingDefense:
         """The paper's largest magnitude (``epsilon=1.0``, ``alpha=1.0``) in both presets.
 
         Kept on purpose although the attacks cannot tell it from its leaky twin at the quick scale:
@@ -669,7 +669,7 @@ class LSTMDropoutDefense(_EmbeddingObfuscation):
         return apply_lstm_dropout(model, self.p, rng=rng)
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "LSTMDropoutDefense":
+    def example(cls, preset: str = "quick") -> LSTMDropoutDefense:
         """``p=0.3`` (a rate of the paper's Table X) in both presets. Quick ``fl.snapshots.lstm``,
         seeds 0 and 1: both attacks' top-1 0.0 (undefended 0.5,0.25 / 0.5,0.0; leaky twin
         0.25,0.25 / 0.25,0.5). p=0.4-0.7 measured 0.0-0.25 (not monotone: one seed, 4 victims)."""

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import torch
 
@@ -119,7 +120,7 @@ class UpdateTransform(abc.ABC):
     def _apply(self, grads: dict[str, torch.Tensor], rng: Any) -> dict[str, torch.Tensor]:
         """Return the transformed copy of ``grads``."""
 
-    def __rshift__(self, other: "UpdateTransform") -> "Compose":
+    def __rshift__(self, other: UpdateTransform) -> Compose:
         return Compose(self, other)
 
     @property

@@ -5,7 +5,8 @@ Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` (Section 3.2 DP vocabul
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["tokenizer_utility"]
 

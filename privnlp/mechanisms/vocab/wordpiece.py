@@ -33,9 +33,10 @@ import json
 import math
 import os
 import string
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
@@ -51,7 +52,6 @@ from privnlp.core.report import atomic_write_text
 from .calibration import (
     NoiseCalibration,
     calibrate,
-    paper_calibration,
     single_contributor_release_probability,
 )
 from .histogram import (
@@ -175,7 +175,7 @@ def train_wordpiece_from_histogram(
     Raises:
         InvalidArgument: ``vocab_size`` too small.
     """
-    from tokenizers import models, pre_tokenizers, trainers
+    from tokenizers import models, pre_tokenizers
 
     check_range("vocab_size", vocab_size, 1, math.inf, integer=True, hi_inclusive=False)
     need = min_vocab_size(list(counts), alphabet, special_tokens)
@@ -469,7 +469,7 @@ class DPWordPiece(Mechanism):
         )
 
     @classmethod
-    def example(cls, preset: str = "quick") -> "DPWordPiece":
+    def example(cls, preset: str = "quick") -> DPWordPiece:
         if preset == "quick":
             return cls(epsilon=1.0, delta=1e-5, max_words_per_contributor=8, vocab_size=600)
         return cls(epsilon=1.0, delta=1e-6, max_words_per_contributor=16, vocab_size=2000)
