@@ -9,10 +9,10 @@ This file is both
 
 What it generates (virtual files, never written into ``docs/``):
 
-* ``cards/<defense>.md`` - the leakage card of every defense, rendered from ``mechanisms/<name>/report.json``
-  by :func:`privnlp.evaluation.cards.card_text` (the renderer of ``mechanisms/<name>/README.md``), plus its
+* ``cards/<defense>.md`` - the leakage card of every defense, rendered from ``cards/mechanisms/<name>/report.json``
+  by :func:`privnlp.evaluation.cards.card_text` (the renderer of ``cards/mechanisms/<name>/README.md``), plus its
   figures; ``cards/index.md`` - the headline table (defenses x measured leakage);
-* ``attack-cards/<attack>.md`` - every attack card (``attacks/<name>/README.md``, whose tables the
+* ``attack-cards/<attack>.md`` - every attack card (``cards/attacks/<name>/README.md``, whose tables the
   reproductions generate from ``results.json``) followed by ``expected.json`` / ``results.json`` rendered as
   tables;
 * ``notebooks/*.ipynb`` - the tutorial notebooks (rendered by mkdocs-jupyter, not executed: the
@@ -193,7 +193,9 @@ def _num(v: Any) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
 
 
-def headline_rows(mechanisms_dir: Path = ROOT / "mechanisms") -> list[tuple[str, str, str]]:
+def headline_rows(
+    mechanisms_dir: Path = ROOT / "cards" / "mechanisms",
+) -> list[tuple[str, str, str]]:
     """(defense, claim, leakage cell) per defense with a ``report.json``, read from the reports only."""
     from privnlp.core.report import LeakageReport
 
@@ -214,10 +216,10 @@ def headline_rows(mechanisms_dir: Path = ROOT / "mechanisms") -> list[tuple[str,
 
 
 def headline_table(
-    link: str = "cards/{name}.md", mechanisms_dir: Path = ROOT / "mechanisms"
+    link: str = "cards/{name}.md", mechanisms_dir: Path = ROOT / "cards" / "mechanisms"
 ) -> str:
     """Markdown table: every defense, its claim, and each paired attack's headline metric undefended →
-    defended (leaky twin), from ``mechanisms/*/report.json``. ``link`` formats the defense's link."""
+    defended (leaky twin), from ``cards/mechanisms/*/report.json``. ``link`` formats the defense's link."""
     lines = [
         "| defense | claim | attack metric: undefended → **defended** (leaky twin) |",
         "|---|---|---|",
@@ -238,15 +240,15 @@ def card_pages() -> dict[str, str | Path]:
 
     out: dict[str, str | Path] = {}
     registered = set(MECHANISMS.names())
-    for rep_path in sorted((ROOT / "mechanisms").glob("*/report.json")):
+    for rep_path in sorted((ROOT / "cards" / "mechanisms").glob("*/report.json")):
         name = rep_path.parent.name
         if name not in registered:
             continue
         text = card_text(name, LeakageReport.load(rep_path), rep_path.parent)
         out[f"cards/{name}.md"] = text + (
-            f"\n*Source: `mechanisms/{name}/report.json` rendered by "
+            f"\n*Source: `cards/mechanisms/{name}/report.json` rendered by "
             "`privnlp.evaluation.cards.card_text`, the renderer of the card "
-            f"`mechanisms/{name}/README.md`.*\n"
+            f"`cards/mechanisms/{name}/README.md`.*\n"
         )
         for png in sorted(rep_path.parent.glob("*.png")):
             out[f"cards/{png.name}"] = png
@@ -256,7 +258,7 @@ def card_pages() -> dict[str, str | Path]:
             "",
             "Every bundled defense with its claim and its *measured* leakage: the headline metric of each paired "
             "attack on the undefended system, on the defense, and on the defense's deliberately leaky twin "
-            "(higher = more leakage). Generated from `mechanisms/*/report.json` (quick preset; `make demo` / "
+            "(higher = more leakage). Generated from `cards/mechanisms/*/report.json` (quick preset; `make demo` / "
             "`privnlp evaluate --all --cards` regenerates them). Open a defense for its threat models, confidence "
             "intervals, utility cost and figures.",
             "",
@@ -316,7 +318,7 @@ def render_json(obj: Any, depth: int = 3) -> str:
 def attack_pages() -> dict[str, str]:
     out: dict[str, str] = {}
     rows = []
-    for card in sorted((ROOT / "attacks").glob("*/README.md")):
+    for card in sorted((ROOT / "cards" / "attacks").glob("*/README.md")):
         name = card.parent.name
         text = card.read_text().rstrip() + "\n"
         first = next((ln for ln in text.splitlines() if ln.startswith("# ")), f"# {name}")
@@ -329,7 +331,7 @@ def attack_pages() -> dict[str, str]:
             if f.exists():
                 text += f"\n## {title}\n\n" + render_json(json.loads(f.read_text())) + "\n"
         out[f"attack-cards/{name}.md"] = text + (
-            f"\n*Source: `attacks/{name}/` (card, `expected.json`, `results.json`).*\n"
+            f"\n*Source: `cards/attacks/{name}/` (card, `expected.json`, `results.json`).*\n"
         )
     out["attack-cards/index.md"] = "\n".join(
         [

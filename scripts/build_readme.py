@@ -8,10 +8,10 @@ Sources, so nothing is typed twice:
 * ``docs/readme/00-header.md`` - what privnlp is and the two commands;
 * ``docs/snippets/{train,sanitize,evaluate}.py`` - the three snippets (the site's home page includes the same
   files; tests/docs/test_readme.py runs them from README.md);
-* ``mechanisms/*/report.json`` - the headline table (defenses x measured leakage), rendered by
+* ``cards/mechanisms/*/report.json`` - the headline table (defenses x measured leakage), rendered by
   ``scripts/build_docs.py:headline_table`` exactly as on the site.
 
-Links are relative and point at files of the repository (docs/, notebooks/, mechanisms/, attacks/), so they
+Links are relative and point at files of the repository (docs/, notebooks/, cards/mechanisms/, cards/attacks/), so they
 resolve on GitHub as well as in a clone; tests/docs/test_readme.py checks every one.
 """
 
@@ -65,10 +65,10 @@ DOCS_LINKS = [
     ),
     (
         "Leakage cards",
-        "mechanisms/",
+        "cards/mechanisms/",
         "every defense: claim, threat models, measured leakage, utility cost",
     ),
-    ("Attack cards", "attacks/", "every attack: paper, threat model, reproduction"),
+    ("Attack cards", "cards/attacks/", "every attack: paper, threat model, reproduction"),
     (
         "Troubleshooting",
         "docs/readme/95-troubleshooting.md",
@@ -111,10 +111,10 @@ def build() -> str:
         "## Every defense, measured",
         "",
         "The headline metric of each paired attack (higher = more leakage) on the undefended system, on the "
-        "defense, and on its deliberately leaky twin, generated from `mechanisms/*/report.json` (quick preset; "
+        "defense, and on its deliberately leaky twin, generated from `cards/mechanisms/*/report.json` (quick preset; "
         "`make demo` recomputes them into `reports/`). Each name opens its leakage card.",
         "",
-        _build_docs().headline_table("mechanisms/{name}/README.md"),
+        _build_docs().headline_table("cards/mechanisms/{name}/README.md"),
         "",
         "## Documentation",
         "",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """CI check (issue #17): regenerate the quick leakage cards from scratch and compare them with the
-committed ``mechanisms/<name>/report.json``.
+committed ``cards/mechanisms/<name>/report.json``.
 
 Every headline number (each paired attack's headline metric on the undefended system, the defense
 and its leaky twin) must fall inside the committed report's stated 95% interval
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated defenses (default: every card with a report.json)",
     )
     ap.add_argument("--preset", default="quick")
-    ap.add_argument("--cards-dir", default=str(ROOT / "mechanisms"))
+    ap.add_argument("--cards-dir", default=str(ROOT / "cards" / "mechanisms"))
     ap.add_argument(
         "--work",
         default=None,
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         path = cards / name / "report.json"
         if not path.exists():
-            failures[name] = [f"mechanisms/{name}: no committed report.json"]
+            failures[name] = [f"cards/mechanisms/{name}: no committed report.json"]
             continue
         committed = json.loads(path.read_text())
         if committed.get("config", {}).get("preset", "quick") != args.preset:
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         except Exception as exc:  # noqa: BLE001 - reported as a failing card
             failures[name] = [
-                f"mechanisms/{name}: regeneration failed: {type(exc).__name__}: {exc}"
+                f"cards/mechanisms/{name}: regeneration failed: {type(exc).__name__}: {exc}"
             ]
             print(f"FAIL {name}: {failures[name][0]}", flush=True)
             continue

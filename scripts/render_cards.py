@@ -1,4 +1,4 @@
-"""Re-render every mechanism card (mechanisms/<name>/README.md) from its report.json and NOTES.md
+"""Re-render every mechanism card (cards/mechanisms/<name>/README.md) from its report.json and NOTES.md
 without re-running any audit — after editing a NOTES.md or a mechanism's docstring.
 
     .venv/bin/python scripts/render_cards.py
@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     for name in MECHANISMS.names():
-        folder = ROOT / "mechanisms" / name
+        folder = ROOT / "cards" / "mechanisms" / name
         rep = folder / "report.json"
         if not rep.exists():
             print(f"skip {name}: no report.json (run `privnlp evaluate --defense {name} --cards`)")
             continue
         atomic_write_text(folder / "README.md", card_text(name, LeakageReport.load(rep), folder))
-        print(f"rendered mechanisms/{name}/README.md")
+        print(f"rendered cards/mechanisms/{name}/README.md")
 
 
 if __name__ == "__main__":

@@ -28,10 +28,10 @@ def evaluate(
         Path("reports"), "--report-dir", help="Where reports are written."
     ),
     cards: bool = typer.Option(
-        False, "--cards/--no-cards", help="Also (re)write mechanisms/<name>/README.md cards."
+        False, "--cards/--no-cards", help="Also (re)write cards/mechanisms/<name>/README.md cards."
     ),
     cards_dir: Path = typer.Option(
-        Path("mechanisms"), "--cards-dir", help="Folder of the mechanism cards."
+        Path("cards/mechanisms"), "--cards-dir", help="Folder of the mechanism cards."
     ),
     cache_dir: Path | None = typer.Option(
         None, "--cache-dir", help="Resume cache (default: <report-dir>/.cache)."

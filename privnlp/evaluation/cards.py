@@ -1,7 +1,7 @@
-"""`privnlp evaluate`: reports for every defense and the leakage cards under ``mechanisms/``.
+"""`privnlp evaluate`: reports for every defense and the leakage cards under ``cards/mechanisms/``.
 
-A mechanism card (``mechanisms/<name>/README.md``) is rendered *only* from the report file
-next to it (``mechanisms/<name>/report.json``), so every number in a card comes from a
+A mechanism card (``cards/mechanisms/<name>/README.md``) is rendered *only* from the report file
+next to it (``cards/mechanisms/<name>/report.json``), so every number in a card comes from a
 report produced by the code; a conformance test re-renders each card from its JSON and
 compares.
 """

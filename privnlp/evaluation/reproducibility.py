@@ -1,7 +1,7 @@
 """Reproducible cards (issue #17): compare a regenerated report with the committed one, and keep the
 CPU-dependent intervals a card states.
 
-A committed ``mechanisms/<name>/report.json`` states, for each paired attack's headline metric and
+A committed ``cards/mechanisms/<name>/report.json`` states, for each paired attack's headline metric and
 each system (undefended / defended / leaky twin), a 95% interval ``[ci_low, ci_high]``. With torch
 threads pinned (:mod:`privnlp.core.numerics`) a rerun on the same kind of CPU is bit-identical; a
 number that still moves between CPU kernel families (AVX-512 vs AVX2 float kernels change the last
@@ -46,7 +46,7 @@ def compare(
     fresh_by = _by_key(fresh)
     for a in committed.get("attacks", []):
         m = a["headline_metric"]
-        label = f"mechanisms/{name}: {a['attack']} {m}"
+        label = f"cards/mechanisms/{name}: {a['attack']} {m}"
         b = fresh_by.get((a["attack"], a.get("params", {}).get("scenario")))
         if b is None:
             errs.append(f"{label}: attack missing from the regenerated report")

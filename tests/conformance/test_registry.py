@@ -35,8 +35,8 @@ def test_mechanism_entry_is_complete(name):
     assert isinstance(claim, PrivacyClaim), f"{name}: claim() must return a PrivacyClaim"
     for a in cls.paired_attacks:
         assert a in ATTACKS.names(), f"{name}: paired attack {a!r} is not registered"
-    assert (ROOT / "mechanisms" / name / "README.md").exists(), (
-        f"mechanisms/{name}/README.md missing"
+    assert (ROOT / "cards" / "mechanisms" / name / "README.md").exists(), (
+        f"cards/mechanisms/{name}/README.md missing"
     )
 
 
@@ -47,17 +47,21 @@ def test_attack_entry_is_complete(name):
     assert len(inspect.getdoc(cls) or "") > 40 and cls.paper, f"{name}: docstring + paper required"
     assert cls.headline_metric, f"{name}: headline_metric (higher = more leakage) required"
     assert cls.threat_model is not None, f"{name}: threat_model required"
-    assert (ROOT / "attacks" / name / "README.md").exists(), f"attacks/{name}/README.md missing"
+    assert (ROOT / "cards" / "attacks" / name / "README.md").exists(), (
+        f"cards/attacks/{name}/README.md missing"
+    )
 
 
 def test_card_folders_match_registries_one_to_one():
     for folder, reg in (("mechanisms", MECHANISMS), ("attacks", ATTACKS)):
-        dirs = {p.name for p in (ROOT / folder).iterdir() if p.is_dir()}
+        dirs = {p.name for p in (ROOT / "cards" / folder).iterdir() if p.is_dir()}
         assert dirs == set(reg.names()), (
-            f"{folder}/ folders != registry: extra {dirs - set(reg.names())}, "
+            f"cards/{folder}/ folders != registry: extra {dirs - set(reg.names())}, "
             f"missing {set(reg.names()) - dirs}"
         )
-        assert not list((ROOT / folder).rglob("__init__.py")), f"{folder}/ must not be importable"
+        assert not list((ROOT / "cards" / folder).rglob("__init__.py")), (
+            f"cards/{folder}/ must not be importable"
+        )
 
 
 def test_leaky_twins_imitate_registered_mechanisms():
@@ -86,15 +90,15 @@ def test_generated_card_numbers_come_from_its_report(name):
     from privnlp.core.report import LeakageReport
     from privnlp.evaluation.cards import card_text
 
-    folder = ROOT / "mechanisms" / name
+    folder = ROOT / "cards" / "mechanisms" / name
     rep = folder / "report.json"
     assert rep.exists(), (
-        f"mechanisms/{name}/report.json missing: run `privnlp evaluate --defense {name} --cards`"
+        f"cards/mechanisms/{name}/report.json missing: run `privnlp evaluate --defense {name} --cards`"
     )
     report = LeakageReport.load(rep)
     expected = card_text(name, report, folder)
     assert (folder / "README.md").read_text() == expected, (
-        f"mechanisms/{name}/README.md was edited by hand or is stale"
+        f"cards/mechanisms/{name}/README.md was edited by hand or is stale"
     )
     for f in report.figures:
         assert (folder / f"{name}-{f.name}.png").exists()

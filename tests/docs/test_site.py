@@ -61,14 +61,14 @@ def test_site_has_every_generated_page(site):
         "notebooks/a_private_training/index.html",
     ):
         assert (site / name).exists(), name
-    for rep in (ROOT / "mechanisms").glob("*/report.json"):
+    for rep in (ROOT / "cards" / "mechanisms").glob("*/report.json"):
         page = site / "cards" / rep.parent.name / "index.html"
         assert page.exists(), page
         # the numbers on the page are the report's (rendered by the card renderer, not copied by hand)
         head = json.loads(rep.read_text())
         assert rep.parent.name in page.read_text()
         assert head["mechanism"] == rep.parent.name
-    for card in (ROOT / "attacks").glob("*/README.md"):
+    for card in (ROOT / "cards" / "attacks").glob("*/README.md"):
         assert (site / "attack-cards" / card.parent.name / "index.html").exists()
     for sec in (ROOT / "docs" / "readme").glob("*.md"):
         assert (site / "readme" / sec.stem / "index.html").exists(), sec.name
@@ -79,7 +79,7 @@ def test_site_has_every_generated_page(site):
 def test_the_card_page_shows_the_reports_numbers(site):
     from privnlp.core.report import LeakageReport
 
-    rep = LeakageReport.load(ROOT / "mechanisms" / "dp_sgd" / "report.json")
+    rep = LeakageReport.load(ROOT / "cards" / "mechanisms" / "dp_sgd" / "report.json")
     page = (site / "cards" / "dp_sgd" / "index.html").read_text()
     for row in rep._attack_rows():
         assert (

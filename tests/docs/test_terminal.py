@@ -74,7 +74,9 @@ def _outcomes():
 
     names = ["dp_sgd", "vickrey", "crypten_textcnn"]
     return [
-        EvaluationOutcome(n, LeakageReport.load(ROOT / "mechanisms" / n / "report.json"), {}, 1.5)
+        EvaluationOutcome(
+            n, LeakageReport.load(ROOT / "cards" / "mechanisms" / n / "report.json"), {}, 1.5
+        )
         for n in names
     ]
 

@@ -128,7 +128,7 @@ def test_realistic_fl_snapshots_refuses_the_lstm_and_dp_classifier_checks_its_se
 
 
 def test_a_mechanism_card_appends_the_realistic_block(tmp_path):
-    """The realistic reproduction writes mechanisms/<name>/REALISTIC.md; the one card renderer appends it after
+    """The realistic reproduction writes cards/mechanisms/<name>/REALISTIC.md; the one card renderer appends it after
     the developer notes (and renders as before without it)."""
     import shutil
     from pathlib import Path
@@ -136,7 +136,7 @@ def test_a_mechanism_card_appends_the_realistic_block(tmp_path):
     from privnlp.core.report import LeakageReport
     from privnlp.evaluation.cards import card_text
 
-    src = Path(__file__).resolve().parents[2] / "mechanisms" / "dp_sgd"
+    src = Path(__file__).resolve().parents[2] / "cards" / "mechanisms" / "dp_sgd"
     d = tmp_path / "dp_sgd"
     d.mkdir()
     shutil.copy(src / "report.json", d / "report.json")

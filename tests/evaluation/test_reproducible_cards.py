@@ -213,7 +213,9 @@ def test_check_cards_names_card_metric_and_system():
     committed = _report()
     assert compare("dp_sgd", committed, _report(und=(0.55, 0.55, 0.55))) == []
     errs = compare("dp_sgd", committed, _report(und=(0.0, 0.0, 0.0)))
-    assert len(errs) == 1 and "mechanisms/dp_sgd: lamp rouge2 (undefended) = 0.0000" in errs[0]
+    assert (
+        len(errs) == 1 and "cards/mechanisms/dp_sgd: lamp rouge2 (undefended) = 0.0000" in errs[0]
+    )
     assert "[0.4000, 0.6000]" in errs[0]
     # a CPU-dependent interval stated in the committed report widens the check
     wide = _report(cpu={"lamp": {"undefended": [0.0, 0.6]}})

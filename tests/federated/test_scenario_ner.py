@@ -85,7 +85,7 @@ def test_federated_ner_table_repro():
         (1, 2, 4), rounds=5, n_users=16, records_per_user=8, heldout_users=3, rng=0, progress=True
     )
     atomic_write_text(
-        ROOT / "mechanisms" / "fedavg" / "ner_results.json",
+        ROOT / "cards" / "mechanisms" / "fedavg" / "ner_results.json",
         json.dumps({**table.to_dict(), "markdown": table.to_markdown()}, indent=2, default=str),
     )
     nodp = {r.clients: r for r in table.rows if not r.dp}
@@ -108,7 +108,7 @@ def test_secret_sharer_grid_repro():
         mechanism=DPFedAvg(clip_norm=0.5, noise_multiplier=1.0, clients_per_round=4),
     )
     atomic_write_text(
-        ROOT / "mechanisms" / "fedavg" / "secret_sharer_grid.json",
+        ROOT / "cards" / "mechanisms" / "fedavg" / "secret_sharer_grid.json",
         json.dumps({"fedavg": grid.to_dict(), "dp_fedavg": dp.to_dict()}, indent=2, default=str),
     )
     mean = grid.mean_exposure()

@@ -1,4 +1,4 @@
-"""Full curves for the attack cards (``make repro``): each writes ``attacks/<name>/results.json``."""
+"""Full curves for the attack cards (``make repro``): each writes ``cards/attacks/<name>/results.json``."""
 
 import json
 from pathlib import Path
@@ -9,7 +9,7 @@ import torch
 
 from privnlp.core.report import atomic_write_text
 
-ROOT = Path(__file__).resolve().parents[2] / "attacks"
+ROOT = Path(__file__).resolve().parents[2] / "cards" / "attacks"
 pytestmark = pytest.mark.slow
 
 
@@ -20,7 +20,7 @@ BEGIN, END = (
 
 
 def _write(name, payload, table=None):
-    """Write ``attacks/<name>/results.json`` and, when ``table`` (markdown) is given, put it in the
+    """Write ``cards/attacks/<name>/results.json`` and, when ``table`` (markdown) is given, put it in the
     card between the results markers, so every number of ours in the card comes from this JSON."""
     atomic_write_text(ROOT / name / "results.json", json.dumps(payload, indent=2, sort_keys=True))
     if table is None:

@@ -4,7 +4,7 @@
 watermark attacks, on the asynchronous FedAvg engine and the tiny LSTM LM.
 
 Fast tests use the ``smoke`` preset (plumbing: too short to memorize). The slow test reproduces
-the shape of the countermeasure table and writes ``attacks/eavesdropping/countermeasures.json``.
+the shape of the countermeasure table and writes ``cards/attacks/eavesdropping/countermeasures.json``.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ SLOW_SEEDS = (0, 1)
 def test_repro_countermeasure_table():
     """Shape of Tables VII-X on fl.snapshots quick with the LSTM LM: per defense setting, the
     eavesdropping / watermark top-1 accuracy and smallest edit distance (ours and the Carlini
-    baseline) and the held-out loss; writes attacks/eavesdropping/countermeasures.json."""
+    baseline) and the held-out loss; writes cards/attacks/eavesdropping/countermeasures.json."""
     import torch
 
     torch.set_num_threads(1)
@@ -215,7 +215,7 @@ def test_repro_countermeasure_table():
         "settings": table,
     }
     atomic_write_text(
-        ROOT / "attacks" / "eavesdropping" / "countermeasures.json",
+        ROOT / "cards" / "attacks" / "eavesdropping" / "countermeasures.json",
         json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n",
     )
     und = table["none"]["eavesdropping"]

@@ -1,4 +1,4 @@
-"""Slow reproductions (``make repro``): write attacks/<name>/results.json for the cards.
+"""Slow reproductions (``make repro``): write cards/attacks/<name>/results.json for the cards.
 
 Seeds 0, 1, 2; mean and a 95% t-interval over seeds (``privnlp.core.report.summarize``).
 """
@@ -28,7 +28,7 @@ def _write(name: str, payload: dict) -> None:
     from privnlp.core.report import atomic_write_text
 
     atomic_write_text(
-        ROOT / "attacks" / name / "results.json",
+        ROOT / "cards" / "attacks" / name / "results.json",
         json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n",
     )
 
@@ -133,10 +133,10 @@ def test_repro_table1_grid_small():
     _write(
         "canary_extraction",
         {
-            **json.loads((ROOT / "attacks/canary_extraction/results.json").read_text()),
+            **json.loads((ROOT / "cards/attacks/canary_extraction/results.json").read_text()),
             "table1_grid_seed0": grid,
         }
-        if (ROOT / "attacks/canary_extraction/results.json").exists()
+        if (ROOT / "cards/attacks/canary_extraction/results.json").exists()
         else {"table1_grid_seed0": grid},
     )
     assert sum(v["RS"] for v in grid.values()) >= 1

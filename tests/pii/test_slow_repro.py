@@ -1,6 +1,6 @@
 """Slow reproductions (``make repro``): the paper's effects on the bundled corpus, and the MiniLM tagger.
 
-Numbers are written to ``attacks/pii_residual/results.json``-style dicts in the test output; the
+Numbers are written to ``cards/attacks/pii_residual/results.json``-style dicts in the test output; the
 assertions state what we measured, not the paper's claim where it does not reproduce (see
 ``docs/readme/55-pii-redaction.md``).
 """
