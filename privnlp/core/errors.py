@@ -16,6 +16,7 @@ __all__ = [
     "PrivacyBudgetExceeded",
     "MalformedInput",
     "MissingDependency",
+    "RegistryImportError",
     "ProtocolError",
     "check_range",
     "check_positive",
@@ -74,6 +75,21 @@ class MissingDependency(PrivnlpError, ImportError):
         super().__init__(msg)
         self.package = package
         self.extra = extra
+
+
+class RegistryImportError(PrivnlpError, ImportError):
+    """A registry entry was asked for whose module failed to import; the ``ImportError`` is the cause.
+
+    Args:
+        message: names the entry, the module and the original error.
+        module: the dotted module that failed to import (kept as ``module``).
+        name: the registry name asked for (kept as ``entry``).
+    """
+
+    def __init__(self, message: str, *, module: str, name: str) -> None:
+        super().__init__(message, name=module)
+        self.module = module
+        self.entry = name
 
 
 class ProtocolError(PrivnlpError, RuntimeError):

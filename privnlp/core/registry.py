@@ -8,12 +8,18 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, RegistryImportError
 
 __all__ = ["Registry", "MECHANISMS", "ATTACKS", "SCENARIOS", "LEAKY_TWINS", "AUDITS"]
+
+#: ``@SOMETHING.register("name"`` in a module's source: the names a module would register
+_REGISTER = re.compile(r"""\.register\(\s*["']([^"']+)["']""")
 
 T = TypeVar("T")
 
@@ -25,11 +31,15 @@ class Registry(dict):
     Args:
         kind: what is registered (``"mechanism"``, ``"attack"``, ...), used in error messages.
         modules: dotted module names imported on the first lookup; an ``ImportError`` (a missing optional
-            dependency) is recorded in ``import_errors`` rather than raised.
+            dependency, a broken import) is recorded in ``import_errors`` (module -> the exception) rather than
+            raised, so the other modules' entries stay usable. Asking for an entry that the failed module
+            registers (found in its source) raises that error, naming the module.
 
     Raises:
         InvalidArgument: (``register``) the name is already taken by a different object; (``get``) the name
-            is unknown.
+            is unknown (the message lists the modules that failed to import, if any).
+        RegistryImportError: (``get``) the name is registered by a module that failed to import; the
+            original ``ImportError`` is its ``__cause__``.
     """
 
     def __init__(self, kind: str, modules: tuple[str, ...] = ()) -> None:
@@ -37,7 +47,7 @@ class Registry(dict):
         self.kind = kind
         self.modules = list(modules)
         self._loaded = False
-        self.import_errors: dict[str, str] = {}
+        self.import_errors: dict[str, ImportError] = {}
 
     def register(self, name: str, **metadata: Any) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -64,17 +74,41 @@ class Registry(dict):
             for mod in self.modules:
                 try:
                     importlib.import_module(mod)
-                except ImportError as e:  # an optional dependency is missing
-                    self.import_errors[mod] = f"{type(e).__name__}: {e}"
+                except (
+                    ImportError
+                ) as e:  # an optional dependency is missing, or an import is broken
+                    self.import_errors[mod] = e
         return self
+
+    def failed_module_for(self, name: str) -> str | None:
+        """The module that failed to import and whose source registers ``name`` (``None`` if none)."""
+        for mod in self.import_errors:
+            if name in _registered_in_source(mod):
+                return mod
+        return None
 
     def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
         self.load_all()
         if name not in self:
             if default is not None:
                 return default
+            mod = self.failed_module_for(name)
+            if mod is not None:
+                err = self.import_errors[mod]
+                raise RegistryImportError(
+                    f"{self.kind} {name!r} is unavailable: importing its module {mod!r} failed with "
+                    f"{type(err).__name__}: {err}",
+                    module=mod,
+                    name=name,
+                ) from err
             known = ", ".join(sorted(self)) or "(none)"
-            raise InvalidArgument(f"unknown {self.kind} {name!r}; known: {known}")
+            msg = f"unknown {self.kind} {name!r}; known: {known}"
+            if self.import_errors:
+                failed = "; ".join(
+                    f"{m} ({type(e).__name__}: {e})" for m, e in self.import_errors.items()
+                )
+                msg += f". Modules that failed to import: {failed}"
+            raise InvalidArgument(msg)
         return dict.__getitem__(self, name)
 
     def names(self) -> list[str]:
@@ -84,6 +118,26 @@ class Registry(dict):
     def items_loaded(self) -> Iterator[tuple[str, Any]]:
         self.load_all()
         return iter(sorted(dict.items(self)))
+
+
+def _registered_in_source(module: str) -> set[str]:
+    """Names a module (and, for a package, its submodules) registers, read from the source without
+    importing it (it failed to import)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return set()
+    if spec is None or spec.origin is None:
+        return set()
+    origin = Path(spec.origin)
+    files = sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
+    names: set[str] = set()
+    for f in files:
+        try:
+            names.update(_REGISTER.findall(f.read_text(encoding="utf-8")))
+        except OSError:  # pragma: no cover - unreadable source
+            continue
+    return names
 
 
 # Modules that register entries; each issue's code adds its module here.

@@ -50,29 +50,40 @@ __all__ = [
 class FunctionMechanism(Mechanism):
     """Wrap a user's callable as a mechanism ("bring your own defense").
 
-    The scenario decides how the callable is applied (each scenario documents the method it
-    calls on a mechanism; ``FunctionMechanism`` forwards every such method to ``fn``). The
-    claim is whatever the user states: privnlp measures, it does not certify.
+    The scenario decides how a mechanism is applied: each scenario documents the method it calls
+    (``text.perturbation``: ``perturb_words``; ``fedsgd.eavesdropper``: ``transform``; ...). Name that
+    method in ``operation``: ``FunctionMechanism`` then answers it with ``fn`` and has no other method,
+    so a scenario that needs something else fails with a message that says what is missing (it does
+    not receive ``fn`` for every name it asks about). The claim is whatever the user states: privnlp
+    measures, it does not certify.
 
     Args:
-        fn: the user's callable; every method a scenario calls on the mechanism is forwarded to it.
+        fn: the user's callable.
         claim: the privacy claim the user states (stored as ``claim_``; returned by ``claim()``).
+        operation: the method name(s) ``fn`` implements (a Python identifier not starting with ``_``,
+            not one of the mechanism's own attributes such as ``claim`` or ``params``); ``()`` = only
+            calling the object itself.
         name: the name shown in the report.
         paired_attacks: registry names of the attacks to run against it.
         scenario: the registry name of the scenario to run it in (``None`` = pass one to :func:`audit`).
         threat_models: the threat models the claim is about.
 
     Raises:
-        InvalidArgument: ``fn`` is not callable.
+        InvalidArgument: ``fn`` is not callable, or an ``operation`` is not a usable method name.
     """
 
     name = "user_function"
+    _RESERVED = frozenset(
+        {"claim", "claim_", "fn", "operation", "params", "example", "name", "paired_attacks"}
+        | {"scenario", "threat_models", "paper"}
+    )
 
     def __init__(
         self,
         fn: Any,
         *,
         claim: PrivacyClaim,
+        operation: str | Sequence[str] = (),
         name: str = "user_function",
         paired_attacks: Sequence[str] = (),
         scenario: str | None = None,
@@ -80,8 +91,20 @@ class FunctionMechanism(Mechanism):
     ) -> None:
         if not callable(fn):
             raise InvalidArgument(f"fn must be callable; got {type(fn).__name__}")
+        ops = (operation,) if isinstance(operation, str) else tuple(operation)
+        for op in ops:
+            if not (isinstance(op, str) and op.isidentifier()) or op.startswith("_"):
+                raise InvalidArgument(
+                    f"operation must be method names (identifiers not starting with '_'); got {op!r}"
+                )
+            if op in self._RESERVED:
+                raise InvalidArgument(
+                    f"operation {op!r} is one of the mechanism's own attributes "
+                    f"({', '.join(sorted(self._RESERVED))}); name the method the scenario calls"
+                )
         self.fn = fn
         self.claim_ = claim
+        self.operation = ops
         self.name = name  # type: ignore[misc]
         self.paired_attacks = tuple(paired_attacks)  # type: ignore[misc]
         self.scenario = scenario  # type: ignore[misc]
@@ -94,13 +117,21 @@ class FunctionMechanism(Mechanism):
         return self.fn(*args, **kwargs)
 
     def __getattr__(self, item: str) -> Any:
-        # Scenarios call e.g. mechanism.sanitize_words(...) / mechanism.transform(...)
-        if item.startswith("_") or item in ("fn", "claim_"):
-            raise AttributeError(item)
-        return self.fn
+        # only reached for names that are not attributes: the declared operations answer with fn
+        ops = self.__dict__.get("operation", ())
+        if item in ops:
+            return self.fn
+        raise AttributeError(
+            f"FunctionMechanism {self.__dict__.get('name', '?')!r} has no {item!r}: it implements "
+            f"{ops or 'no method (only calling it)'}; pass operation={item!r} if fn is that method"
+        )
 
     def params(self) -> dict[str, Any]:
-        return {"fn": getattr(self.fn, "__qualname__", repr(self.fn)), "name": self.name}
+        return {
+            "fn": getattr(self.fn, "__qualname__", repr(self.fn)),
+            "name": self.name,
+            "operation": list(self.operation),
+        }
 
 
 def resolve_mechanism(mechanism: Any, preset: str = "quick") -> Mechanism:

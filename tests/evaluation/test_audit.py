@@ -129,6 +129,7 @@ def test_same_seed_same_numbers_and_bring_your_own_callable():
     mech = FunctionMechanism(
         my_defense,
         claim=PrivacyClaim.heuristic("constant output"),
+        operation="release",
         name="zeros",
         paired_attacks=("guess",),
     )
@@ -158,6 +159,26 @@ def test_bad_arguments():
         audit(RandomizedResponse(1.0), None, [Guess()], seeds=[0], progress=False)
     with pytest.raises(InvalidArgument, match="fn must be callable"):
         FunctionMechanism(3, claim=PrivacyClaim.none())
+    with pytest.raises(InvalidArgument, match="operation"):
+        FunctionMechanism(len, claim=PrivacyClaim.none(), operation="claim")
+    with pytest.raises(InvalidArgument, match="operation"):
+        FunctionMechanism(len, claim=PrivacyClaim.none(), operation="_private")
+
+
+def test_function_mechanism_exposes_only_its_operation():
+    """Issue #30 item 4: it answered every name with fn, so `hasattr(m, anything)` was True and a
+    scenario read e.g. `requires_model` as '<function ...>'."""
+    m = FunctionMechanism(len, claim=PrivacyClaim.none(), operation="transform", name="mine")
+    assert m.transform is len and m("abc") == 3
+    for missing in ("requires_model", "apply", "make_private", "aggregate"):
+        assert not hasattr(m, missing)
+    with pytest.raises(AttributeError, match=r"'mine' has no 'apply'.*operation='apply'"):
+        m.apply  # noqa: B018
+    bare = FunctionMechanism(len, claim=PrivacyClaim.none())
+    assert not hasattr(bare, "release") and bare.params()["operation"] == []
+    # a scenario that calls an undeclared method fails with the missing name, not with fn's behaviour
+    with pytest.raises(AttributeError, match="release"):
+        audit(bare, BitScenario(), [Guess()], seeds=[0], progress=False)
 
 
 class BitScenarioB(BitScenario):
