@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from privnlp.core.errors import InvalidArgument, MalformedInput
+from privnlp.data.loaders import TXT_UNIT_RULES, TXT_UNITS, load_texts
+
 app = typer.Typer(help="Build DP WordPiece vocabularies.", no_args_is_help=True)
+
+
+def _check_text(v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise MalformedInput(
+            f"{where}: the text is {'null' if v is None else type(v).__name__}, expected a string"
+        )
+    return v
+
+
+def _check_user(v: Any, where: str) -> str | int:
+    # a user id is a string or an integer (a bool, float, list, object or null is refused: two
+    # spellings of one user would split its contribution bound)
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        raise MalformedInput(
+            f"{where}: the user id is {'null' if v is None else type(v).__name__}, "
+            "expected a string or an integer"
+        )
+    return v
 
 
 def _read_corpus(
@@ -15,18 +39,20 @@ def _read_corpus(
     user_field: str | None,
     fmt: str | None,
     bundled: bool,
-):
-    """Return (texts, user_ids or None). txt / JSONL / CSV via privnlp.data.load_texts; an HF dataset
-    saved with ``save_to_disk`` (a directory); or the bundled synthetic corpus."""
-    import json
-
-    from privnlp.core.errors import InvalidArgument, MalformedInput
-
+    txt_unit: str = "line",
+) -> tuple[list[str], list | None, str]:
+    """Return (texts, user_ids or None, the record rule). txt / JSONL / CSV via
+    privnlp.data.load_texts; an HF dataset saved with ``save_to_disk`` (a directory); or the bundled
+    synthetic corpus. Records end only where the format says (never at a form feed or U+2028)."""
     if bundled:
         from privnlp.data import generate_corpus
 
         c = generate_corpus()
-        return [r.text for r in c.records], [r.user_id for r in c.records]
+        return (
+            [r.text for r in c.records],
+            [r.user_id for r in c.records],
+            "records of the bundled synthetic corpus",
+        )
     if corpus is None:
         raise InvalidArgument(
             "CORPUS is required (a .txt/.jsonl/.csv file or a saved HF dataset dir), or --bundled"
@@ -34,37 +60,56 @@ def _read_corpus(
     if not corpus.exists():
         raise MalformedInput(f"corpus: {corpus} does not exist")
     if corpus.is_dir():
-        import datasets
+        import datasets  # heavy and optional: only for a saved HF dataset
 
         ds = datasets.load_from_disk(str(corpus))
         if isinstance(ds, datasets.DatasetDict):
             ds = ds[list(ds.keys())[0]]
         col = field or "text"
-        if col not in ds.column_names:
-            raise MalformedInput(
-                f"field: column {col!r} not in the dataset; columns: {ds.column_names}"
-            )
-        users = list(ds[user_field]) if user_field else None
-        return [str(t) for t in ds[col]], users
+        for name, c in (("field", col), ("user-field", user_field)):
+            if c is not None and c not in ds.column_names:
+                raise MalformedInput(
+                    f"{name}: column {c!r} not in the dataset; columns: {ds.column_names}"
+                )
+        texts = [_check_text(t, f"corpus: row {i} of {corpus}") for i, t in enumerate(ds[col])]
+        users = (
+            [_check_user(u, f"corpus: row {i} of {corpus}") for i, u in enumerate(ds[user_field])]
+            if user_field
+            else None
+        )
+        return texts, users, f"one record per row of the dataset's {col!r} column"
     if user_field:
-        if (fmt or corpus.suffix.lstrip(".")) not in ("jsonl", "json"):
+        if (fmt or corpus.suffix.lstrip(".")) not in ("jsonl", "json", "ndjson"):
             raise InvalidArgument("--user-field needs a JSONL corpus or an HF dataset directory")
         texts, users = [], []
-        for i, line in enumerate(corpus.read_text(encoding="utf-8").splitlines(), 1):
+        raw = corpus.read_text(encoding="utf-8-sig")
+        for i, line in enumerate(raw.split("\n"), 1):  # LF only: U+2028 is valid inside JSON
             if not line.strip():
                 continue
+            where = f"corpus: line {i} of {corpus}"
             try:
                 obj = json.loads(line)
-                texts.append(str(obj[field or "text"]))
-                users.append(obj[user_field])
-            except (json.JSONDecodeError, KeyError) as e:
-                raise MalformedInput(
-                    f"corpus: line {i} of {corpus}: {type(e).__name__}: {e}"
-                ) from None
-        return texts, users
-    from privnlp.data.loaders import load_texts
-
-    return load_texts(str(corpus), field=field, fmt=fmt), None
+            except json.JSONDecodeError as e:
+                raise MalformedInput(f"{where}: invalid JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise MalformedInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            for f in (field or "text", user_field):
+                if f not in obj:
+                    raise MalformedInput(f"{where}: missing field {f!r} (fields: {sorted(obj)})")
+            texts.append(_check_text(obj[field or "text"], where))
+            users.append(_check_user(obj[user_field], where))
+        if not texts:
+            raise MalformedInput(f"corpus: {corpus} has no records")
+        return texts, users, "one record per line of the JSONL file (a line ends at LF only)"
+    texts = load_texts(str(corpus), field=field, fmt=fmt, txt_unit=txt_unit)
+    kind = fmt or {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}.get(
+        corpus.suffix.lower(), "txt"
+    )
+    rule = {
+        "jsonl": "one record per line of the JSONL file (a line ends at LF only)",
+        "csv": "one record per CSV row (quoted line breaks stay inside their row)",
+    }.get(kind, TXT_UNIT_RULES[txt_unit])
+    return texts, None, rule
 
 
 @app.command("build")
@@ -92,6 +137,12 @@ def build(
     fmt: str | None = typer.Option(
         None, "--format", help="txt | jsonl | csv (default: from the extension)"
     ),
+    txt_unit: str = typer.Option(
+        "line",
+        "--txt-unit",
+        help="how a .txt corpus is cut into documents: line (a line ends at LF/CRLF only; form "
+        "feeds stay inside) | paragraph (blank-line separated) | file; stated in the claim",
+    ),
     bundled: bool = typer.Option(
         False, help="use the bundled synthetic corpus (privnlp.data.generate_corpus)"
     ),
@@ -101,8 +152,6 @@ def build(
     ),
 ) -> None:
     """Build a DP WordPiece tokenizer from CORPUS and write it with its privacy claim."""
-    import json
-
     import numpy as np
 
     from privnlp.core.errors import PrivnlpError
@@ -110,7 +159,14 @@ def build(
     from privnlp.mechanisms.vocab import DPWordPiece
 
     try:
-        texts, users = _read_corpus(corpus, field, user_field, fmt, bundled)
+        if txt_unit not in TXT_UNITS:
+            raise InvalidArgument(f"--txt-unit must be one of {TXT_UNITS}; got {txt_unit!r}")
+        if user_field is not None and unit != "user":
+            raise InvalidArgument(
+                "--user-field is only used with --unit user (the privacy unit would silently stay "
+                "'document'); add --unit user or drop --user-field"
+            )
+        texts, users, rule = _read_corpus(corpus, field, user_field, fmt, bundled, txt_unit)
         mech = DPWordPiece(
             epsilon,
             delta,
@@ -122,7 +178,9 @@ def build(
             secure=secure,
         )
         rng = np.random.default_rng(seed) if seed is not None else secure_numpy()
-        res = mech.build(texts, contributor_ids=users if unit == "user" else None, rng=rng)
+        res = mech.build(
+            texts, contributor_ids=users if unit == "user" else None, rng=rng, records=rule
+        )
         paths = res.save(out)
     except PrivnlpError as e:
         typer.echo(f"error: {e}", err=True)

@@ -11,14 +11,65 @@ import csv
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import InvalidArgument, MalformedInput
 
-__all__ = ["load_texts", "load_parallel"]
+__all__ = ["load_texts", "load_parallel", "split_records", "TXT_UNITS", "TXT_UNIT_RULES"]
 
 _FORMATS = ("txt", "jsonl", "csv")
+#: how a .txt file is cut into records (documents); the DP vocabulary's claim states the rule used
+TXT_UNITS = ("line", "paragraph", "file")
+TXT_UNIT_RULES = {
+    "line": "one record per line of the .txt file: a line ends at LF or CRLF only (form feeds, "
+    "vertical tabs, U+0085, U+2028 and U+2029 stay inside their record); blank lines are skipped",
+    "paragraph": "one record per paragraph of the .txt file: records are separated by one or more "
+    "blank lines (lines ending at LF or CRLF only); form feeds and U+2028 stay inside their record",
+    "file": "the whole .txt file is one record",
+}
+_BLANK_RUN = re.compile(r"(?:\r?\n)(?:[ \t]*\r?\n)+")
+
+
+def split_records(text: str, unit: str = "line") -> list[str]:
+    """Cut the text of a .txt file into records by the rule ``unit`` (see :data:`TXT_UNIT_RULES`).
+
+    Unlike ``str.splitlines()``, which also splits at form feeds (GPL-1 and the LGPLs hold them),
+    U+2028 and other Unicode line separators, a record ends only where the rule says.
+
+    Args:
+        text: the file's text.
+        unit: ``"line"``, ``"paragraph"`` or ``"file"``.
+
+    Returns:
+        The non-blank records, in order (line ends stripped).
+
+    Raises:
+        InvalidArgument: an unknown ``unit``.
+    """
+    if unit not in TXT_UNITS:
+        raise InvalidArgument(f"unit must be one of {TXT_UNITS}; got {unit!r}")
+    if unit == "file":
+        parts = [text]
+    elif unit == "paragraph":
+        parts = _BLANK_RUN.split(text)
+    else:
+        parts = text.split("\n")
+    out = []
+    for part in parts:
+        part = part.removesuffix("\r") if unit == "line" else part.strip("\r\n")
+        if part.strip():
+            out.append(part)
+    return out
+
+
+def _jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSONL (or Moses) file: a line ends at LF (CRLF) only; a raw U+2028 inside a
+    JSON string is valid JSON and never splits an object."""
+    return [ln.removesuffix("\r") for ln in text.split("\n")]
+
+
 _EXT = {".txt": "txt", ".text": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 
 
@@ -45,10 +96,14 @@ def _is_hf_dataset(obj: Any) -> bool:
     return mod.startswith("datasets") and hasattr(obj, "column_names")
 
 
-def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -> list[str]:
+def load_texts(
+    path: Any, *, field: str | None = None, fmt: str | None = None, txt_unit: str = "line"
+) -> list[str]:
     """Load texts from a txt/JSONL/CSV file or an HF ``datasets.Dataset``.
 
-    * txt: one record per non-blank line.
+    * txt: one record per non-blank line (``txt_unit="line"``: a line ends at LF / CRLF only, never
+      at a form feed or U+2028), per blank-line separated paragraph (``"paragraph"``) or the whole
+      file (``"file"``); see :data:`TXT_UNIT_RULES`.
     * JSONL: one JSON object per non-blank line; ``field`` (default ``"text"``) is taken from each.
     * CSV: a header row; ``field`` is the column (default ``"text"``, or the only column).
     * ``datasets.Dataset``: the column ``field`` (default ``"text"``).
@@ -59,6 +114,7 @@ def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -
         path: a file path (``.txt``, ``.jsonl``, ``.csv``) or a ``datasets.Dataset``.
         field: the JSON key / CSV column / dataset column holding the text (not used for txt).
         fmt: ``"txt"``, ``"jsonl"`` or ``"csv"`` to override the extension.
+        txt_unit: how a txt file is cut into records: ``"line"``, ``"paragraph"`` or ``"file"``.
 
     Returns:
         The texts, in file order (blank lines skipped).
@@ -95,17 +151,19 @@ def load_texts(path: Any, *, field: str | None = None, fmt: str | None = None) -
             )
     if fmt not in _FORMATS:
         raise InvalidArgument(f"fmt must be one of {_FORMATS}; got {fmt!r}")
+    if txt_unit not in TXT_UNITS:
+        raise InvalidArgument(f"txt_unit must be one of {TXT_UNITS}; got {txt_unit!r}")
     text = _read(p)
     if fmt == "txt":
         if field is not None:
             raise InvalidArgument(
                 "field is not used for txt files (one record per line); pass field=None"
             )
-        return [ln for ln in text.splitlines() if ln.strip()]
+        return split_records(text, txt_unit)
     if fmt == "jsonl":
         col = field or "text"
         out = []
-        for i, ln in enumerate(text.splitlines(), 1):
+        for i, ln in enumerate(_jsonl_lines(text), 1):
             if not ln.strip():
                 continue
             try:
@@ -178,8 +236,8 @@ def load_parallel(
             line is empty on one side only.
     """
     sp, tp = Path(src_path), Path(tgt_path)
-    src = _read(sp).splitlines()
-    tgt = _read(tp).splitlines()
+    src = _jsonl_lines(_read(sp).removesuffix("\n"))  # LF / CRLF only, as the txt rule
+    tgt = _jsonl_lines(_read(tp).removesuffix("\n"))
     while src and not src[-1].strip() and tgt and not tgt[-1].strip():
         src.pop(), tgt.pop()
     if len(src) != len(tgt):

@@ -16,6 +16,7 @@ identical for every N and chunk size, and equal to ``mechanism.as_map_function(s
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -27,6 +28,7 @@ from typing import Any
 
 from privnlp.core.errors import InvalidArgument, MalformedInput, check_range
 from privnlp.core.report import atomic_write_text
+from privnlp.core.rng import noise_is_seeded
 
 __all__ = ["FileReport", "sanitize_file", "sidecar_path", "FORMATS"]
 
@@ -143,6 +145,7 @@ def sanitize_file(
                 f"{src}: looks like a binary file (NUL bytes in the first 8 KiB); expected UTF-8 text"
             )
     g = None if seed is not None else (rng if rng is not None and num_proc == 1 else None)
+    seeded = seed is not None or noise_is_seeded(g)
     mechanism.resolve_embeddings()  # fail early (bad embeddings) before creating anything
     mechanism._nn()
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -217,9 +220,7 @@ def sanitize_file(
             "mechanism": mechanism.name,
             "params": mechanism.params(),
             "seed": seed,
-            "noise": "seeded (reproducible simulation: per-record generators default_rng([seed, i]))"
-            if seed is not None
-            else "OS entropy (secure)",
+            "noise": _noise_note(seed, rng),
             "embeddings": {
                 "source": emb.source,
                 "n_words": len(emb),
@@ -228,9 +229,9 @@ def sanitize_file(
             },
             "oov_policy": mechanism.oov,
             "oov_rate": counts["oov"] / sel if sel else 0.0,
-            "claim_per_word": _seeded(mechanism.claim(), seed).to_dict(),
+            "claim_per_word": _seeded(mechanism.claim(), seeded).to_dict(),
             "claim_per_record": _seeded(
-                mechanism.claim(n_words=counts["max_words_per_record"]), seed
+                mechanism.claim(n_words=counts["max_words_per_record"]), seeded
             ).to_dict(),
             "counts": counts,
         }
@@ -247,15 +248,21 @@ def sanitize_file(
     return FileReport(str(src), str(dst), str(side), fmt, **counts)
 
 
-def _seeded(claim: Any, seed: int | None) -> Any:
-    """The claim with the "noise seeded" note when the user passed a seed (issue #15's rule)."""
-    if seed is None:
-        return claim
-    import dataclasses
+def _noise_note(seed: int | None, rng: Any) -> str:
+    """The sidecar's ``noise`` entry: seeded whenever the noise is reproducible by a seed holder."""
+    if seed is not None:
+        return "seeded (reproducible simulation: per-record generators default_rng([seed, i]))"
+    if noise_is_seeded(rng):
+        return f"seeded (reproducible simulation: rng={type(rng).__name__} given by the caller)"
+    return "OS entropy (secure)"
 
-    return (
-        dataclasses.replace(claim, noise_seeded=True) if hasattr(claim, "noise_seeded") else claim
-    )
+
+def _seeded(claim: Any, seeded: Any) -> Any:
+    """The claim with the "noise seeded" note when the noise was seeded (issue #15's rule);
+    ``seeded``: a bool, or a seed (``None`` = not seeded) for older callers."""
+    if seeded is None or seeded is False:
+        return claim
+    return dataclasses.replace(claim, noise_seeded=True)
 
 
 def _account(counts: dict, res: list) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -44,7 +45,7 @@ from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
 
 from .embeddings import CLITICS, DEFAULT_STOPWORDS, Embeddings, default_embeddings, load_embeddings
 from .neighbors import NeighborResult, make_index
-from .textio import WORD_RE, SanitizedText
+from .textio import WORD_RE, SanitizedText, nfc
 
 
 def _noise_rng(rng: Any) -> np.random.Generator:
@@ -276,7 +277,9 @@ class WordMetricDP(Mechanism):
 
     # -- tokenisation that fits the vectors -----------------------------------------------
     def _key(self, piece: str) -> str:
-        k = piece.replace("\u2019", "'")
+        """The vocabulary key of a word unit: Unicode NFC (so NFD "cafe\u0301" is "café"), the
+        typographic apostrophe as ASCII, lower-cased when ``lowercase``."""
+        k = nfc(piece).replace("\u2019", "'")
         return k.lower() if self.lowercase else k
 
     def pieces(self, token: str) -> list[tuple[int, int]]:
@@ -353,7 +356,7 @@ class WordMetricDP(Mechanism):
         self, tokens: list[str], select: list[bool], g: np.random.Generator
     ) -> tuple[list[str], dict]:
         emb = self.resolve_embeddings()
-        keys = [t.lower() if self.lowercase else t for t in tokens]
+        keys = [self._key(t) for t in tokens]
         out = list(tokens)
         pos, vid, oov_pos = [], [], []
         n_kept = 0
@@ -555,10 +558,17 @@ class WordMetricDP(Mechanism):
     # -- claim ---------------------------------------------------------------------------
     def _claim_notes(self) -> list[str]:
         notes = [
-            "word count, positions, whitespace and punctuation are released unchanged",
-            "a word is looked up lower-cased and split into vector-vocabulary units when it has no vector "
-            "(clitics n't/'s/'ll..., hyphen and number parts); each unit is one perturbed word; the input's "
-            "capitalisation pattern is applied to the output word (capitalisation is released)",
+            "released unchanged: the input's word tokens' number and positions, the whitespace and "
+            "punctuation between them, and for each token the number of vector-vocabulary units it is "
+            "split into (a token with no vector is split at a clitic n't/'s/'ll/... or at hyphens, "
+            "apostrophes and number separators, which are released verbatim); each unit is one "
+            "perturbed word, so the released word count is the number of units",
+            "NOT preserved: the number of whitespace-separated tokens (or of word tokens re-read from the "
+            "output); a clitic unit replaced by a word that is not a clitic is set off by a space "
+            '("don\'t promise" -> "do did promise": 2 -> 3 whitespace tokens)',
+            "a word is a run of Unicode word characters including combining marks, looked up in Unicode "
+            'NFC ("cafe\\u0301" is the one word "café" and is replaced whole), lower-cased; the '
+            "input's capitalisation pattern is applied to the output word (capitalisation is released)",
         ]
         if self.oov == "keep":
             notes.append(
@@ -902,7 +912,7 @@ class LeakyVickreyExcludesInput(Vickrey):
         )
 
 
-_RUN_RE = __import__("re").compile(r"[^\-'\u2019.,]+")
+_RUN_RE = re.compile(r"[^\-'\u2019.,]+")
 
 
 def _is_clitic(w: str) -> bool:

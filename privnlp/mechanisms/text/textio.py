@@ -7,15 +7,24 @@ punctuation) is copied verbatim, so the released text keeps the layout of the in
 
 from __future__ import annotations
 
-import re
+import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["WORD_RE", "word_spans", "SanitizedText"]
+import regex  # Unicode word characters incl. combining marks (stdlib ``re`` splits "nai\u0308ve")
 
-#: a word token: a run of letters/digits/underscore, with inner apostrophes ("don't", "o'neil", "john’s"),
-#: inner hyphens ("well-known") and number separators ("3.5", "1,000"); the mechanism splits a token
-#: into vector-vocabulary units when the whole token has no vector (see ``WordMetricDP.pieces``)
-WORD_RE = re.compile(r"\w+(?:(?:['’\-]|(?<=\d)[.,](?=\d))\w+)*")
+__all__ = ["WORD_RE", "word_spans", "nfc", "SanitizedText"]
+
+#: a word token: a run of Unicode word characters (letters, digits, underscore *and combining marks*,
+#: UTS #18 ``\w`` as the ``regex`` library implements it, so NFD "nai\u0308ve" and Devanagari vowel
+#: signs stay inside their word), with inner apostrophes ("don't", "o'neil", "john’s"), inner hyphens
+#: ("well-known") and number separators ("3.5", "1,000"); the mechanism splits a token into
+#: vector-vocabulary units when the whole token has no vector (see ``WordMetricDP.pieces``)
+WORD_RE = regex.compile(r"\w+(?:(?:['’\-]|(?<=\d)[.,](?=\d))\w+)*")
+
+
+def nfc(s: str) -> str:
+    """``s`` in Unicode normal form C (the form vocabulary lookups use; ASCII returned as is)."""
+    return s if s.isascii() else unicodedata.normalize("NFC", s)
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:

@@ -30,7 +30,7 @@ def tokenizer_utility(
     unk_id = tokenizer.token_to_id("[UNK]")
     for enc in tokenizer.encode_batch(list(texts), add_special_tokens=False):
         wid = enc.word_ids
-        pieces += len(enc.ids)
+        pieces += sum(enc.attention_mask)  # [PAD] of a batch (tokenizer.json pads) not counted
         seen = {}
         for i, w in zip(enc.ids, wid):
             if w is None:

@@ -29,6 +29,7 @@ identical whenever the learned token *set* is; only the choice among exactly tie
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -48,6 +49,7 @@ from privnlp.core.errors import (
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.core.report import atomic_write_text
+from privnlp.core.rng import noise_is_seeded, secure_numpy
 
 from .calibration import (
     NoiseCalibration,
@@ -214,6 +216,11 @@ def train_wordpiece_from_histogram(
         max_input_chars_per_word=100,
     )
     tok.normalizer, tok.pre_tokenizer = normalizer, pre
+    pad = tok.token_to_id("[PAD]")
+    if (
+        pad is not None
+    ):  # recorded in tokenizer.json: PreTrainedTokenizerFast(tokenizer_file=...) pads
+        tok.enable_padding(pad_id=pad, pad_token="[PAD]")
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     if cls is not None and sep is not None:
         tok.post_processor = processors.TemplateProcessing(
@@ -271,6 +278,24 @@ class VocabBuild:
             "claim": d / "claim.json",
         }
         atomic_write_text(paths["tokenizer"], self.tokenizer.to_str(pretty=True))
+        # AutoTokenizer.from_pretrained(dir) reads the class and the special tokens from here
+        paths["tokenizer_config"] = d / "tokenizer_config.json"
+        atomic_write_text(
+            paths["tokenizer_config"],
+            json.dumps(
+                {
+                    "tokenizer_class": "PreTrainedTokenizerFast",
+                    "unk_token": "[UNK]",
+                    "pad_token": "[PAD]",
+                    "cls_token": "[CLS]",
+                    "sep_token": "[SEP]",
+                    "mask_token": "[MASK]",
+                    "model_max_length": 512,
+                },
+                indent=2,
+            )
+            + "\n",
+        )
         atomic_write_text(paths["vocab"], "\n".join(self.vocab) + "\n")
         atomic_write_text(
             paths["histogram"],
@@ -483,8 +508,6 @@ class DPWordPiece(Mechanism):
                 f"got {self.delta!r}"
             )
         if rng is None:  # the privacy-noise rule (issue #15): no seed given -> OS entropy
-            from privnlp.core.rng import secure_numpy
-
             rng = secure_numpy()
         bounded = bound_contributions(word_sets, int(self.max_words_per_contributor), rng=rng)
         hist = contributor_histogram(bounded)
@@ -506,23 +529,34 @@ class DPWordPiece(Mechanism):
         )
 
     def build(
-        self, texts: Sequence[str], *, contributor_ids: Sequence[Any] | None = None, rng: Any = None
+        self,
+        texts: Sequence[str],
+        *,
+        contributor_ids: Sequence[Any] | None = None,
+        rng: Any = None,
+        records: str | None = None,
     ) -> VocabBuild:
         """Release the DP histogram and train the WordPiece tokenizer on it. ``rng=None``: the noise comes from
         the OS entropy pool; a seed / Generator makes a reproducible simulation and the claim says "noise
-        seeded" (``secure=True`` draws OpenDP's noise from its CSPRNG whatever ``rng`` is)."""
+        seeded" (``secure=True`` draws OpenDP's noise from its CSPRNG whatever ``rng`` is). ``records``:
+        how the caller cut its files into documents (e.g. :data:`privnlp.data.loaders.TXT_UNIT_RULES`);
+        the claim states it, since the per-document bound holds for documents so defined."""
         h = self.release_histogram(texts, contributor_ids=contributor_ids, rng=rng)
         tok = train_wordpiece_from_histogram(
             h.counts, int(self.vocab_size), count_scale=self.count_scale, lowercase=self.lowercase
         )
+        return VocabBuild(tok, h, self._release_claim(rng, records), config=self.params())
+
+    def _release_claim(self, rng: Any, records: str | None) -> PrivacyClaim:
+        """The claim of one release: "noise seeded" for a seeded ``rng``, the record rule as a note."""
         claim = self.claim()
-        from privnlp.core.rng import noise_is_seeded
-
         if noise_is_seeded(rng) and not self.secure and claim.kind.value == "dp":
-            import dataclasses
-
             claim = dataclasses.replace(claim, noise_seeded=True)
-        return VocabBuild(tok, h, claim, config=self.params())
+        if records:
+            claim = dataclasses.replace(
+                claim, notes=claim.notes + (f"a {self.unit}'s records: {records}",)
+            )
+        return claim
 
 
 def build_nonprivate_wordpiece(
