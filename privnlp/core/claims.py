@@ -19,6 +19,7 @@ __all__ = [
     "ClaimKind",
     "PrivacyUnit",
     "PrivacyClaim",
+    "AdversaryBound",
     "Adversary",
     "ThreatModel",
     "SEEDED_NOISE_NOTE",
@@ -58,6 +59,85 @@ class PrivacyUnit(str, enum.Enum):
     TEXT = "text"
 
 
+def _eps_text(eps: float | None) -> str:
+    if eps is None:
+        return "-"
+    return "inf" if math.isinf(eps) else f"{eps:.4g}"
+
+
+@dataclass(frozen=True)
+class AdversaryBound:
+    """The (epsilon, delta) guarantee against ONE adversary a threat model names.
+
+    Different adversaries observe different things (the DP-FedAvg server sees which users it selected,
+    an observer of the released models does not), so one mechanism can give each a different epsilon.
+    A :class:`PrivacyClaim` lists them in ``adversaries`` and headlines the largest (the strongest
+    named adversary).
+
+    Attributes:
+        adversary: who (a value of :class:`Adversary` where one fits, e.g. ``"honest-but-curious
+            server"``; otherwise a short phrase such as ``"observer of the released models"``).
+        observes: what it sees, in words (``"every noised aggregate and the selection log"``).
+        epsilon, delta: the guarantee against it (epsilon in [0, inf], delta in [0, 1)).
+        accountant: how epsilon was computed (``"dp_accounting PLD"``, ...).
+        amplified: ``True`` when epsilon uses privacy amplification by sampling (only sound against an
+            adversary who does not see the sample).
+        note: how the bound was obtained (e.g. the tail bound on participations charged to delta).
+
+    Raises:
+        InvalidPrivacyParameter: epsilon not in [0, inf] or delta not in [0, 1); an empty ``adversary``.
+    """
+
+    adversary: str
+    observes: str
+    epsilon: float
+    delta: float
+    accountant: str
+    amplified: bool
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        adv = self.adversary.value if isinstance(self.adversary, Adversary) else self.adversary
+        if not isinstance(adv, str) or not adv.strip():
+            raise InvalidPrivacyParameter(
+                f"adversary must be a non-empty string (an Adversary value where one fits); got {adv!r}"
+            )
+        object.__setattr__(self, "adversary", adv)
+        eps = float(self.epsilon)
+        if not (eps >= 0):
+            raise InvalidPrivacyParameter(
+                f"epsilon of the bound against {adv!r} must be in [0, inf]; got {self.epsilon!r}"
+            )
+        d = float(self.delta)
+        if not (0.0 <= d < 1.0):
+            raise InvalidPrivacyParameter(
+                f"delta of the bound against {adv!r} must be in [0, 1); got {self.delta!r}"
+            )
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "delta", d)
+        object.__setattr__(self, "amplified", bool(self.amplified))
+
+    def describe(self) -> str:
+        """One line: who, what it sees, (epsilon, delta), amplified or not, and the note."""
+        s = (
+            f"{self.adversary} (observes {self.observes}): ({_eps_text(self.epsilon)}, "
+            f"{self.delta:.3g})-DP, {'amplified by sampling' if self.amplified else 'no amplification'}"
+            f", {self.accountant}"
+        )
+        return s + (f"; {self.note}" if self.note else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AdversaryBound:
+        d = dict(d)
+        for k in ("epsilon", "delta"):
+            if isinstance(d.get(k), str):
+                d[k] = float(d[k])
+        return cls(**d)
+
+
 @dataclass(frozen=True)
 class PrivacyClaim:
     """What a mechanism promises.
@@ -74,6 +154,14 @@ class PrivacyClaim:
         extra: additional claimed quantities (e.g. ``epsilon_no_amplification``, per-level claims).
         noise_seeded: the privacy noise was drawn from a user-seeded generator (a reproducible
             simulation): the statement then says so (:data:`SEEDED_NOISE_NOTE`).
+        adversaries: the guarantee against each adversary the threat model names
+            (:class:`AdversaryBound`). When non-empty, ``epsilon`` is the largest of theirs (the
+            strongest named adversary; filled in when ``None``, checked otherwise) and ``delta`` the
+            delta of that bound when ``None``.
+
+    Raises:
+        InvalidPrivacyParameter: epsilon / delta out of range; a DP claim without ``unit``; a metric-DP
+            claim without ``metric``; ``epsilon`` not the largest epsilon of ``adversaries``.
     """
 
     kind: ClaimKind
@@ -87,10 +175,27 @@ class PrivacyClaim:
     notes: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     noise_seeded: bool = False
+    adversaries: tuple[AdversaryBound, ...] = ()
 
     def __post_init__(self) -> None:
         kind = ClaimKind(self.kind)
         object.__setattr__(self, "kind", kind)
+        advs = tuple(
+            a if isinstance(a, AdversaryBound) else AdversaryBound.from_dict(a)
+            for a in self.adversaries
+        )
+        object.__setattr__(self, "adversaries", advs)
+        if advs:
+            strongest = self.strongest_adversary()
+            if self.epsilon is None:
+                object.__setattr__(self, "epsilon", strongest.epsilon)
+            elif not _same_eps(float(self.epsilon), strongest.epsilon):
+                raise InvalidPrivacyParameter(
+                    f"epsilon must be the largest epsilon of the named adversaries "
+                    f"({strongest.adversary}: {strongest.epsilon:.6g}); got {self.epsilon!r}"
+                )
+            if self.delta is None:
+                object.__setattr__(self, "delta", strongest.delta)
         if self.unit is not None:
             object.__setattr__(self, "unit", PrivacyUnit(self.unit))
         object.__setattr__(self, "notes", tuple(self.notes))
@@ -142,7 +247,40 @@ class PrivacyClaim:
     def none(cls, *notes: str) -> PrivacyClaim:
         return cls(ClaimKind.NONE, notes=tuple(notes) or ("no protection (baseline)",))
 
+    def strongest_adversary(self) -> AdversaryBound | None:
+        """The named adversary with the largest epsilon (the first of equals), or ``None``."""
+        if not self.adversaries:
+            return None
+        return max(self.adversaries, key=lambda a: a.epsilon)
+
+    def epsilon_against(self, adversary: str | Adversary) -> float | None:
+        """The epsilon against ``adversary`` (its :class:`Adversary` value or phrase); ``None`` when
+        the claim does not name it."""
+        name = adversary.value if isinstance(adversary, Adversary) else str(adversary)
+        for a in self.adversaries:
+            if a.adversary == name:
+                return a.epsilon
+        return None
+
     # -- rendering ----------------------------------------------------------------------
+    def headline(self) -> str:
+        """One line a reader can quote: the guarantee against the strongest named adversary, the
+        unit, and the group epsilon where the claim records one (``extra["group_epsilon"]`` with
+        ``extra["group_size"]``)."""
+        if self.kind != ClaimKind.DP:
+            return self.statement().split(". ")[0]
+        s = f"({_eps_text(self.epsilon)}, {self.delta:.3g})-DP per {self.unit.value}"
+        strongest = self.strongest_adversary()
+        if strongest is not None:
+            s += f" against the {strongest.adversary}"
+            if len(self.adversaries) > 1:
+                s += " (the strongest named adversary)"
+        g = self.extra.get("group_epsilon")
+        k = self.extra.get("group_size")
+        if isinstance(g, (int, float)) and isinstance(k, (int, float)) and k > 1:
+            s += f"; a record repeated {int(k)} times: epsilon {_eps_text(float(g))}"
+        return s
+
     def statement(self) -> str:
         """A human-readable, TF-Privacy-style privacy statement."""
         if self.kind == ClaimKind.DP:
@@ -167,6 +305,8 @@ class PrivacyClaim:
         for k, v in self.extra.items():
             if isinstance(v, (int, float, str)):
                 s += f"; {k}={v:.4g}" if isinstance(v, float) else f"; {k}={v}"
+        if self.adversaries:
+            s += ". Per adversary: " + "; ".join(a.describe() for a in self.adversaries)
         notes = self.notes + ((SEEDED_NOISE_NOTE,) if self.noise_seeded else ())
         if notes:
             s += ". " + " ".join(n if n.endswith(".") else n + "." for n in notes)
@@ -178,15 +318,19 @@ class PrivacyClaim:
         d["unit"] = self.unit.value if self.unit else None
         d["notes"] = list(self.notes)
         d["extra"] = dict(self.extra)
+        d["adversaries"] = [a.to_dict() for a in self.adversaries]
         d["statement"] = self.statement()
+        d["headline"] = self.headline()
         return _jsonable(d)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PrivacyClaim:
         d = dict(d)
         d.pop("statement", None)
+        d.pop("headline", None)
         d["notes"] = tuple(d.get("notes", ()))
         d["extra"] = dict(d.get("extra") or {})
+        d["adversaries"] = tuple(AdversaryBound.from_dict(a) for a in d.get("adversaries") or ())
         for k in ("epsilon", "delta"):
             if isinstance(d.get(k), str):
                 d[k] = float(d[k])
@@ -203,6 +347,8 @@ class Adversary(str, enum.Enum):
     WHITE_BOX_ANALYST = "white-box analyst"
     MPC_PARTY = "MPC party"
     DATA_RECIPIENT = "data recipient"
+    #: sees the released models (final model / published snapshots) but NOT which users took part
+    MODEL_OBSERVER = "observer of the released models"
 
 
 @dataclass(frozen=True)
@@ -255,6 +401,12 @@ class ThreatModel:
         d = dict(d)
         d.pop("description", None)
         return cls(**d)
+
+
+def _same_eps(a: float, b: float) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def _jsonable(x: Any) -> Any:

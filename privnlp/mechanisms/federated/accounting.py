@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.core.claims import Adversary, AdversaryBound
 from privnlp.core.errors import (
     InvalidArgument,
     InvalidPrivacyParameter,
@@ -48,7 +49,33 @@ __all__ = [
     "user_epsilon",
     "calibrate_user_noise",
     "accountant_noise_multiplier",
+    "dp_fedavg_adversary_bounds",
+    "no_amplification_epsilon",
+    "participation_tail_bound",
+    "SELECTION_OBSERVERS",
 ]
+
+#: the adversaries of DP-FedAvg who see which users took part in each round (no amplification by
+#: sampling against them) and what they observe
+SELECTION_OBSERVERS: tuple[tuple[str, str], ...] = (
+    (
+        Adversary.HONEST_BUT_CURIOUS_SERVER.value,
+        "every noised aggregate and the selection log (which users took part in each round)",
+    ),
+    (
+        Adversary.EAVESDROPPER.value,
+        "the broadcast global model of every round and the selection (which clients were selected)",
+    ),
+)
+#: the adversary who sees only what is released (final model, published snapshots, black-box queries)
+RELEASE_OBSERVER: tuple[str, str] = (
+    Adversary.MODEL_OBSERVER.value,
+    "the released models only (final model, published snapshots or black-box queries), "
+    "not which users were selected",
+)
+#: the share of delta charged to the binomial tail bound on participations (the rest goes to the
+#: Gaussian composition over the participations)
+TAIL_DELTA_SHARE = 0.5
 
 SAMPLINGS = ("fixed", "poisson")
 #: orders used for the (conservative) calibration search: a subset of dp_accounting's defaults, so
@@ -255,6 +282,190 @@ def calibrate_user_noise(
     )
 
 
+def participation_tail_bound(rounds: int, rate: float, tail_delta: float) -> int:
+    """Smallest k with P(K > k) <= ``tail_delta`` for K ~ Binomial(``rounds``, ``rate``): the number
+    of rounds one user takes part in, when each round selects it independently with probability
+    ``rate`` (Poisson rounds: q; fixed-size rounds of m of N users: m / N).
+
+    Raises:
+        InvalidArgument: ``rounds`` not an integer >= 0, ``rate`` outside [0, 1], ``tail_delta``
+            outside (0, 1).
+    """
+    from scipy.stats import binom  # scipy is heavy to import; only the accounting needs it
+
+    check_range("rounds", rounds, 0, math.inf, integer=True)
+    check_range("rate", rate, 0.0, 1.0)
+    check_range("tail_delta", tail_delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False)
+    k = int(max(0.0, binom.isf(tail_delta, int(rounds), float(rate))))
+    while k < rounds and binom.sf(k, int(rounds), float(rate)) > tail_delta:
+        k += 1
+    while k > 0 and binom.sf(k - 1, int(rounds), float(rate)) <= tail_delta:
+        k -= 1
+    return min(k, int(rounds))
+
+
+def _gaussian_pld_epsilon(mu_squared: float, delta: float) -> float:
+    """epsilon at ``delta`` of one Gaussian mechanism of sensitivity 1 and std 1/sqrt(mu^2) (the
+    exact composition of Gaussians with sum_i 1/z_i^2 = mu^2), dp_accounting PLD."""
+    if mu_squared <= 0:
+        return 0.0
+    if math.isinf(mu_squared):
+        return math.inf
+    from dp_accounting import dp_event as de
+    from dp_accounting.pld import pld_privacy_accountant as pa
+
+    acc = pa.PLDAccountant()
+    acc.compose(de.GaussianDpEvent(1.0 / math.sqrt(mu_squared)))
+    return float(acc.get_epsilon(delta))
+
+
+def no_amplification_epsilon(
+    runs: tuple[tuple[str, int, float, float, int], ...], delta: float
+) -> tuple[float, str]:
+    """User-level epsilon against an adversary who sees which users were selected (no amplification).
+
+    Conditioned on the selection, a user's view is the Gaussian mechanism of each round it took part
+    in (noise multiplier :func:`accountant_noise_multiplier`), so epsilon is their composition. The
+    number of participations K_i of run i is Binomial(rounds_i, m_i / N_i); with k_i the
+    :func:`participation_tail_bound` at ``TAIL_DELTA_SHARE * delta / len(runs)`` (a union bound
+    over the runs), epsilon is the Gaussian composition over k_i rounds of each run at the remaining
+    delta. Every round of every run (at the whole delta) is also a bound; the smaller is returned.
+
+    Args:
+        runs: ``(sampling, N, m, z, rounds)`` tuples (see :class:`RoundRun`).
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        ``(epsilon, note)``: the note states the bound used (k, its tail probability, the deltas).
+    """
+    check_range(
+        "delta",
+        delta,
+        0.0,
+        1.0,
+        lo_inclusive=False,
+        hi_inclusive=False,
+        error=InvalidPrivacyParameter,
+    )
+    runs = tuple(r for r in runs if int(r[4]) > 0)
+    if not runs:
+        return 0.0, "no rounds"
+    for r in runs:
+        _check_scheme(r[0])
+    if any(float(z) <= 0 for _, _, _, z, _ in runs):
+        return math.inf, "a round without noise (z = 0): no guarantee"
+    every = sum(int(t) / accountant_noise_multiplier(z, s) ** 2 for s, _, _, z, t in runs)
+    eps_every = _gaussian_pld_epsilon(every, delta)
+    tail_delta = TAIL_DELTA_SHARE * delta / len(runs)
+    ks = [
+        participation_tail_bound(int(t), min(1.0, float(m) / float(n)), tail_delta)
+        for _, n, m, _, t in runs
+    ]
+    tail = sum(k / accountant_noise_multiplier(z, s) ** 2 for k, (s, _, _, z, _) in zip(ks, runs))
+    eps_tail = _gaussian_pld_epsilon(tail, (1.0 - TAIL_DELTA_SHARE) * delta)
+    parts = ", ".join(
+        f"{k} of {int(t)} rounds at rate {float(m) / float(n):.3g}"
+        for k, (_, n, m, _, t) in zip(ks, runs)
+    )
+    if eps_tail < eps_every:
+        note = (
+            f"no amplification by sampling: Gaussian composition over the rounds the user took part "
+            f"in, at most {parts} (binomial tail P(K > k) <= {tail_delta:.3g} per run, charged to "
+            f"delta; the Gaussian composition at delta {(1.0 - TAIL_DELTA_SHARE) * delta:.3g})"
+        )
+        return eps_tail, note
+    note = (
+        "no amplification by sampling: Gaussian composition over every round (tighter here than the "
+        f"binomial tail bound on participations, {parts}: epsilon {eps_tail:.4g})"
+    )
+    return eps_every, note
+
+
+def _bounds_from_runs(
+    runs: tuple[tuple[str, int, float, float, int], ...], delta: float
+) -> tuple[AdversaryBound, ...]:
+    eps_na, note = no_amplification_epsilon(runs, delta)
+    # the no-amplification bound holds against this observer too: the smaller of the two is reported
+    eps_amp = min(_eps_from_runs(runs, float(delta)), eps_na)
+    sampling = runs[0][0] if runs else "poisson"
+    scheme = (
+        "fixed-size rounds (m of N without replacement, replace-one users)"
+        if sampling == "fixed"
+        else "Poisson rounds (add/remove one user)"
+    )
+    bounds = [
+        AdversaryBound(adv, obs, eps_na, float(delta), "dp_accounting PLD", False, note)
+        for adv, obs in SELECTION_OBSERVERS
+    ]
+    bounds.append(
+        AdversaryBound(
+            RELEASE_OBSERVER[0],
+            RELEASE_OBSERVER[1],
+            eps_amp,
+            float(delta),
+            "dp_accounting RDP",
+            True,
+            f"amplified by user sampling ({scheme}); sound only against an adversary who does not "
+            "see the selection (the no-amplification bound where smaller)",
+        )
+    )
+    return tuple(bounds)
+
+
+def dp_fedavg_adversary_bounds(
+    *,
+    noise_multiplier: float,
+    clients_per_round: int,
+    population: int,
+    rounds: int,
+    delta: float,
+    sampling: str,
+) -> tuple[AdversaryBound, ...]:
+    """The user-level (epsilon, delta) of DP-FedAvg against each adversary it names.
+
+    The honest-but-curious server and the eavesdropper see which users were selected: against them
+    sampling does not amplify, and epsilon is :func:`no_amplification_epsilon` (Gaussian composition
+    over the rounds the user took part in, a binomial tail bound on participations charged to delta,
+    or every round if tighter). An observer of the released models only, who does not see the
+    selection, gets the amplified figure (:func:`user_epsilon`), labelled ``amplified=True``.
+
+    Args:
+        noise_multiplier: z, the noise std on the sum relative to the clip norm S; >= 0 (0: inf).
+        clients_per_round: m, the (expected) number of users per round; in [1, population].
+        population: N, the number of users; an integer >= 1.
+        rounds: the number of rounds; an integer >= 0.
+        delta: the target delta, in (0, 1).
+        sampling: ``"fixed"`` or ``"poisson"`` (see :func:`round_event`).
+
+    Returns:
+        ``(server, eavesdropper, observer of the released models)`` bounds; the claim's headline
+        epsilon is the largest (:class:`privnlp.core.claims.PrivacyClaim` enforces it).
+
+    Raises:
+        InvalidArgument: an unknown ``sampling``; ``population``, ``clients_per_round`` or ``rounds``
+            out of range.
+        InvalidPrivacyParameter: ``noise_multiplier`` < 0 or ``delta`` outside (0, 1).
+    """
+    _check_scheme(sampling)
+    check_range("population", population, 1, math.inf, integer=True)
+    check_range("clients_per_round", clients_per_round, 1, population)
+    check_range("rounds", rounds, 0, math.inf, integer=True)
+    check_range("noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
+    check_range(
+        "delta",
+        delta,
+        0.0,
+        1.0,
+        lo_inclusive=False,
+        hi_inclusive=False,
+        error=InvalidPrivacyParameter,
+    )
+    runs = (
+        (sampling, int(population), float(clients_per_round), float(noise_multiplier), int(rounds)),
+    )
+    return _bounds_from_runs(runs, float(delta))
+
+
 @dataclass(frozen=True)
 class RoundRun:
     """``rounds`` consecutive DP-FedAvg rounds with the same parameters.
@@ -358,6 +569,15 @@ class FedLedger:
             for r in self.runs
         )
         return _eps_from_runs(runs, float(delta))
+
+    def adversary_bounds(self, delta: float) -> tuple[AdversaryBound, ...]:
+        """The user-level bound against each DP-FedAvg adversary after the recorded rounds (see
+        :func:`dp_fedavg_adversary_bounds`)."""
+        runs = tuple(
+            (r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier, r.rounds)
+            for r in self.runs
+        )
+        return _bounds_from_runs(runs, float(delta))
 
     def epsilon_after(
         self,
