@@ -15,6 +15,8 @@ set ``noise_seeded=True``). A seed that crosses a party boundary never seeds pri
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import secrets
 from typing import TYPE_CHECKING, Any, Union
@@ -108,8 +110,38 @@ def seed_of(rng: Any) -> int:
     return int(as_numpy(rng).integers(0, 2**31 - 1))
 
 
+#: process-local key of the seed tags below: a tag reveals nothing about the seed it was made from
+_TAG_KEY = secrets.token_bytes(32)
+
+
+def _seed_tag(seed: int) -> bytes:
+    return hashlib.blake2b(int(seed).to_bytes(8, "little"), key=_TAG_KEY, digest_size=16).digest()
+
+
+class _SecureBitGenerator(np.random.PCG64DXSM):
+    """PCG64DXSM seeded from the OS entropy pool whose state cannot be assigned (a caller who sets it has
+    made a seeded generator: issue #28 item 6)."""
+
+    @property
+    def state(self) -> dict:
+        return np.random.PCG64DXSM.state.__get__(self)
+
+    @state.setter
+    def state(self, value: dict) -> None:
+        raise InvalidArgument(
+            "rng: a secure_numpy() generator cannot be re-seeded (its state is OS entropy); make a seeded "
+            "simulation with numpy.random.default_rng(seed) instead"
+        )
+
+
 class _SecureNumpyGenerator(np.random.Generator):
-    """Marker type of :func:`secure_numpy` generators (an id() registry would misfire once ids are reused)."""
+    """Marker type of :func:`secure_numpy` generators (an id() registry would misfire once ids are reused).
+    A copy (``copy.deepcopy``, pickle) replays this generator's draws, so it is an ordinary seeded generator."""
+
+    def __reduce__(self) -> tuple:
+        plain = np.random.PCG64DXSM()
+        plain.state = {**self.bit_generator.state, "bit_generator": "PCG64DXSM"}
+        return (np.random.Generator, (plain,))
 
 
 _SECURE_TORCH_TYPE: Any = None
@@ -121,29 +153,56 @@ def _secure_torch_type() -> Any:
         import torch
 
         class _SecureTorchGenerator(torch.Generator):
-            """Marker type of :func:`secure_torch` generators."""
+            """Marker type of :func:`secure_torch` generators. Re-seeding one (``manual_seed``, ``seed``,
+            ``set_state``) makes it an ordinary seeded generator: :func:`is_secure` then says ``False``, and it
+            checks the generator's current seed as well, so a re-seed through ``torch.Generator.manual_seed(g,
+            s)`` is caught too (issue #28 item 6)."""
+
+            def manual_seed(self, seed: int) -> Any:
+                self._privnlp_reseeded = True
+                return super().manual_seed(seed)
+
+            def seed(self) -> int:
+                self._privnlp_reseeded = True
+                return super().seed()
+
+            def set_state(self, new_state: Any) -> Any:
+                self._privnlp_reseeded = True
+                return super().set_state(new_state)
 
         _SECURE_TORCH_TYPE = _SecureTorchGenerator
     return _SECURE_TORCH_TYPE
 
 
 def secure_numpy() -> np.random.Generator:
-    """A numpy Generator seeded from the OS entropy pool (256 bits); it refuses to be reseeded by us."""
-    return _SecureNumpyGenerator(np.random.PCG64DXSM(secrets.randbits(256)))
+    """A numpy Generator seeded from the OS entropy pool (256 bits); its state cannot be re-assigned."""
+    return _SecureNumpyGenerator(_SecureBitGenerator(secrets.randbits(256)))
 
 
-def secure_torch(device: str = "cpu") -> torch.Generator:
-    """A torch.Generator seeded from ``os.urandom``."""
+def secure_torch(device: Any = "cpu") -> torch.Generator:
+    """A torch.Generator on ``device`` seeded from ``os.urandom`` (63 bits; one per call, so per device and per
+    process). Re-seeding it makes it a seeded generator (:func:`is_secure` is then ``False``)."""
+    import torch
+
     g = _secure_torch_type()(device=device)
-    g.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
+    seed = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+    torch.Generator.manual_seed(g, seed)  # the base method: this seeding is the secure one
+    g._privnlp_tag = _seed_tag(seed)
     return g
 
 
 def is_secure(rng: Any) -> bool:
-    """Whether ``rng`` was created by :func:`secure_numpy` / :func:`secure_torch`."""
-    return isinstance(rng, _SecureNumpyGenerator) or (
-        _SECURE_TORCH_TYPE is not None and isinstance(rng, _SECURE_TORCH_TYPE)
-    )
+    """Whether ``rng`` is a :func:`secure_numpy` / :func:`secure_torch` generator that still holds its OS
+    entropy: judged by what it is now (its type and, for torch, its current seed), not by how it was made --
+    a secure generator the caller re-seeded (``secure_torch().manual_seed(1234)``, ``set_state``) is not."""
+    if isinstance(rng, _SecureNumpyGenerator):
+        return type(rng.bit_generator) is _SecureBitGenerator
+    if _SECURE_TORCH_TYPE is None or not isinstance(rng, _SECURE_TORCH_TYPE):
+        return False
+    if getattr(rng, "_privnlp_reseeded", False):
+        return False
+    tag = getattr(rng, "_privnlp_tag", None)
+    return tag is not None and hmac.compare_digest(tag, _seed_tag(rng.initial_seed()))
 
 
 def refuse_seeded(rng: Any, *, name: str = "rng") -> Any:

@@ -180,12 +180,19 @@ class KeepEmptyDistributedSampler(_sampler_base()):  # type: ignore[misc]
             yield indices[mask.nonzero(as_tuple=False).reshape(-1)]
 
 
-def poisson_loader(ctx: DistributedContext, data_loader: Any, generator: torch.Generator) -> Any:
-    """opacus' distributed ``DPDataLoader`` over ``data_loader``'s dataset at the global rate
-    ``1 / len(data_loader)``, keeping empty local batches (``len()`` = batches of one pass)."""
-    from opacus.data_loader import DPDataLoader
+def poisson_loader(
+    ctx: DistributedContext,
+    data_loader: Any,
+    generator: torch.Generator,
+    *,
+    sample_rate: float | None = None,
+) -> Any:
+    """opacus' distributed ``DPDataLoader`` over ``data_loader``'s dataset at the global rate ``sample_rate``
+    (default ``1 / len(data_loader)``), keeping empty local batches (``len()`` = batches of one pass)."""
+    from .dp_sgd import _poisson_loader
 
-    dl = DPDataLoader.from_data_loader(data_loader, generator=generator, distributed=True)
+    q = 1.0 / len(data_loader) if sample_rate is None else float(sample_rate)
+    dl = _poisson_loader(data_loader, q, generator, distributed=True)
     dl.batch_sampler.__class__ = (
         KeepEmptyDistributedSampler  # same state, iteration that keeps empty batches
     )

@@ -6,7 +6,10 @@ against FILM, with the noise-threshold attack variant), Abadi et al. 2016 (DP-SG
 
 Threat model: anyone who sees the trained model or every intermediate noised update (an
 honest-but-curious server / eavesdropper / black-box querier of the released LM). Guarantee:
-(epsilon, delta)-DP at the example level (add/remove one training example), accounted with the
+(epsilon, delta)-DP at the example level -- add/remove one training example when the sampling rate and the
+expected batch size are public hyperparameters (``expected_batch_size`` + ``public_dataset_size`` or
+``sample_rate``); by default they are computed from the dataset size N, and the relation is zero-out
+neighbours with N public (issue #28 item 2) --, accounted with the
 tightest sound accountant (``prv`` default: min of dp_accounting PLD and wide-order RDP; ``rdp``:
 dp_accounting RDP with orders up to 8192); opacus' accountants are diagnostics. Poisson sampling is the
 default (what the accountants assume); with a shuffled / fixed-size loader the claim also states the
@@ -39,9 +42,11 @@ import os
 import tempfile
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -69,6 +74,8 @@ from privnlp.core.rng import noise_torch
 
 __all__ = [
     "PrivateTraining",
+    "Sampling",
+    "resolve_sampling",
     "make_private",
     "private_training",
     "per_sample_lm_loss",
@@ -298,6 +305,147 @@ def _check_lstm(model: nn.Module) -> None:
             )
 
 
+# ----------------------------------------------------------------------------- sampling (issue #28 item 2)
+#: the neighbouring relation of a claim whose sampling rate and normaliser come from the dataset size N
+ZERO_OUT = "zero-out (dataset size N public)"
+ADD_REMOVE = "add/remove"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling rate q and the normaliser B of DP-SGD, and where they come from.
+
+    Attributes:
+        sample_rate: Poisson inclusion probability q of each example per step.
+        expected_batch_size: B, the fixed denominator of the noisy mean (noise std sigma*C/B).
+        public_dataset_size: the public N (bound) that q and B were derived from; ``None`` when the caller gave
+            q and B directly, or in the default (data-derived) mode.
+        public: q and B are public hyperparameters (independent of the private dataset size).
+        neighbouring: the relation the claim holds for: ``"add/remove"`` when public, else zero-out neighbours
+            with N public (an added / removed example can change q = 1/len(loader) and B).
+        reference_size: the N that the default delta uses (the public N where there is one).
+    """
+
+    sample_rate: float
+    expected_batch_size: float
+    public_dataset_size: int | None
+    public: bool
+    neighbouring: str
+    reference_size: int
+
+
+def _positive_int(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise InvalidArgument(f"{name} must be an integer >= 1; got {v!r}")
+    return int(v)
+
+
+def resolve_sampling(
+    n: int,
+    n_batches: int,
+    *,
+    expected_batch_size: int | None = None,
+    sample_rate: float | None = None,
+    public_dataset_size: int | None = None,
+) -> Sampling:
+    """Resolve DP-SGD's sampling rate q and normaliser B.
+
+    Public mode (any of the three keyword arguments given; two of them are needed): q and B never depend on
+    the private dataset size, so the claim holds for add/remove neighbours. ``expected_batch_size`` B with
+    ``public_dataset_size`` N_pub (a public upper bound on N): q = B / N_pub; with ``sample_rate`` q: both as
+    given; ``sample_rate`` with ``public_dataset_size``: B = q * N_pub. Default (none given): q = 1/n_batches
+    and B = int(n * q) as opacus computes them from the private N: an added example can change both, so the
+    claim is for zero-out neighbours with N public.
+
+    Args:
+        n: the number of training examples (private unless the claim makes it public).
+        n_batches: ``len(data_loader)``.
+        expected_batch_size: public expected batch size B (integer >= 1).
+        sample_rate: public Poisson sampling rate q in (0, 1].
+        public_dataset_size: public bound on N (integer >= 1); must be >= n.
+
+    Returns:
+        A :class:`Sampling`.
+
+    Raises:
+        InvalidArgument: only one of the three given, all three given, or a value out of range.
+    """
+    given = {
+        k: v
+        for k, v in (
+            ("expected_batch_size", expected_batch_size),
+            ("sample_rate", sample_rate),
+            ("public_dataset_size", public_dataset_size),
+        )
+        if v is not None
+    }
+    if not given:
+        q = 1.0 / n_batches
+        return Sampling(q, int(n * q), None, False, ZERO_OUT, n)
+    if len(given) != 2:
+        raise InvalidArgument(
+            "public sampling: give exactly two of expected_batch_size (integer >= 1), sample_rate (in (0, 1]) "
+            f"and public_dataset_size (integer >= 1, a public bound on N); got {sorted(given)}"
+        )
+    if expected_batch_size is not None:
+        expected_batch_size = _positive_int("expected_batch_size", expected_batch_size)
+    if public_dataset_size is not None:
+        public_dataset_size = _positive_int("public_dataset_size", public_dataset_size)
+        if public_dataset_size < n:
+            raise InvalidArgument(
+                f"public_dataset_size must be a public upper bound on the dataset size (>= {n}); got "
+                f"{public_dataset_size}"
+            )
+    if sample_rate is not None:
+        check_range("sample_rate", sample_rate, 0.0, 1.0, error=InvalidPrivacyParameter)
+        if not sample_rate > 0:
+            raise InvalidPrivacyParameter(f"sample_rate must be in (0, 1]; got {sample_rate!r}")
+        q = float(sample_rate)
+    if expected_batch_size is not None and public_dataset_size is not None:
+        if expected_batch_size > public_dataset_size:
+            raise InvalidArgument(
+                f"expected_batch_size must be <= public_dataset_size ({public_dataset_size}); got "
+                f"{expected_batch_size}"
+            )
+        q = expected_batch_size / public_dataset_size
+    b = float(expected_batch_size) if expected_batch_size is not None else q * public_dataset_size
+    ref = public_dataset_size if public_dataset_size is not None else int(math.ceil(b / q))
+    return Sampling(q, b, public_dataset_size, True, ADD_REMOVE, max(1, ref))
+
+
+def _poisson_loader(
+    data_loader: Any, sample_rate: float, generator: torch.Generator, *, distributed: bool = False
+) -> Any:
+    """opacus' ``DPDataLoader`` over ``data_loader``'s dataset at ``sample_rate``: ``from_data_loader`` with the
+    rate given (``from_data_loader`` itself takes 1/len(data_loader), computed from the private N)."""
+    from opacus.data_loader import DPDataLoader
+    from torch.utils.data import IterableDataset
+
+    if isinstance(data_loader.dataset, IterableDataset):
+        raise InvalidArgument(
+            "data_loader: Poisson sampling needs a map-style dataset, not an IterableDataset"
+        )
+    return DPDataLoader(
+        data_loader.dataset,
+        sample_rate=sample_rate,
+        collate_fn=data_loader.collate_fn,
+        generator=generator,
+        distributed=distributed,
+        num_workers=data_loader.num_workers,
+        pin_memory=data_loader.pin_memory,
+        timeout=data_loader.timeout,
+        worker_init_fn=data_loader.worker_init_fn,
+        multiprocessing_context=data_loader.multiprocessing_context,
+        prefetch_factor=data_loader.prefetch_factor,
+        persistent_workers=data_loader.persistent_workers,
+    )
+
+
+def _num(x: float) -> float | int:
+    """``x`` as an int when it is integral (an expected batch size of 16, not 16.0)."""
+    return int(x) if float(x).is_integer() else float(x)
+
+
 # ----------------------------------------------------------------------------- the handle
 class PrivateTraining:
     """The private model / optimizer / data loader plus the ledger and the budget.
@@ -321,7 +469,7 @@ class PrivateTraining:
         noise_multiplier: float,
         max_grad_norm: float,
         sample_rate: float,
-        expected_batch_size: int,
+        expected_batch_size: float,
         dataset_size: int,
         delta: float,
         accountant: str,
@@ -334,6 +482,8 @@ class PrivateTraining:
         noise_seeded: bool = False,
         generators: dict | None = None,
         duplicates: Any = None,
+        public_dataset_size: int | None = None,
+        public_sampling: bool = False,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -358,7 +508,14 @@ class PrivateTraining:
         self.noise_seeded = noise_seeded
         self.generators = dict(generators or {})
         self.duplicates = duplicates
+        self.public_dataset_size = public_dataset_size
+        self.public_sampling = public_sampling
         self.closed = False
+
+    @property
+    def neighbouring(self) -> str:
+        """``"add/remove"`` when q and B are public hyperparameters, else zero-out neighbours with N public."""
+        return ADD_REMOVE if self.public_sampling else ZERO_OUT
 
     # -- training helpers ------------------------------------------------------------------
     def loss(self, loss_per_sample: torch.Tensor) -> Any:
@@ -396,7 +553,9 @@ class PrivateTraining:
         return self.ledger.epsilon(self.delta, self.accountant)
 
     def epsilon(self) -> float:
-        """Epsilon spent so far (max of the opacus and dp_accounting accountants)."""
+        """Epsilon spent so far at ``self.delta``: the tightest sound accountant's value (``prv``: the minimum of
+        dp_accounting PLD and wide-order RDP; ``rdp``: dp_accounting RDP); opacus' accountants are diagnostics
+        in :meth:`claim`, never part of this number."""
         return self.estimate().epsilon
 
     def group_epsilon(self, k: int | None = None) -> float:
@@ -419,8 +578,7 @@ class PrivateTraining:
             "noise_multiplier": float(self.optimizer.noise_multiplier),
             "max_grad_norm": float(self.max_grad_norm),
             "sample_rate": float(self.sample_rate),
-            "expected_batch_size": int(self.expected_batch_size),
-            "dataset_size": int(self.dataset_size),
+            "expected_batch_size": _num(self.expected_batch_size),
             "steps": int(self.steps),
             "epsilon_opacus": est.opacus,
             "epsilon_dp_accounting": est.dp_accounting,
@@ -432,13 +590,33 @@ class PrivateTraining:
         if self.target_epsilon is not None:
             extra["target_epsilon"] = float(self.target_epsilon)
         notes = list(self.notes)
+        # issue #28 item 2: a private dataset size is never published; with q and B derived from N, N is public
+        # by the claim's own relation (zero-out neighbours)
+        if self.public_sampling:
+            if self.public_dataset_size is not None:
+                extra["public_dataset_size"] = int(self.public_dataset_size)
+            notes.append(
+                "sampling rate and expected batch size are public hyperparameters (independent of the "
+                "dataset size): add/remove neighbours"
+            )
+        else:
+            extra["dataset_size"] = int(self.dataset_size)
+            notes.append(
+                "sampling rate 1/len(data_loader) and the expected batch size are computed from the dataset size "
+                "N, which adding or removing an example can change: the guarantee is for zero-out neighbours "
+                "(one example replaced by a null example) with N public; pass expected_batch_size and "
+                "public_dataset_size (or sample_rate) to make_private for add/remove neighbours"
+            )
         if "cross_check" in est.diagnostics:
             notes.append("accountant diagnostic: " + est.diagnostics["cross_check"])
         if self.duplicates is not None:
             from privnlp.accounting.duplicates import duplicate_message
 
             extra["max_copies"] = int(self.duplicates.max_copies)
-            extra["duplicated_examples"] = int(self.duplicates.duplicated_examples)
+            if (
+                not self.public_sampling
+            ):  # counts of the private data are published only when N is public
+                extra["duplicated_examples"] = int(self.duplicates.duplicated_examples)
             if self.duplicates.has_duplicates:
                 extra["group_epsilon"] = self.group_epsilon()
                 notes.append(
@@ -448,6 +626,10 @@ class PrivateTraining:
                         group_eps=extra["group_epsilon"],
                         delta=self.delta,
                     )
+                    if not self.public_sampling
+                    else f"duplicated examples: a record with k={self.duplicates.max_copies} copies is only "
+                    f"protected at group size k: epsilon {extra['group_epsilon']:.4g} instead of "
+                    f"{est.epsilon:.4g} (delta {self.delta:.3g})"
                 )
         if not self.poisson_sampling:
             extra["epsilon_no_amplification"] = self.ledger.epsilon_no_amplification(self.delta)
@@ -459,7 +641,7 @@ class PrivateTraining:
             est.epsilon,
             self.delta,
             self.unit,
-            neighbouring="add/remove",
+            neighbouring=self.neighbouring,
             accountant=f"{REPORTED[self.accountant]} (reported); opacus.{self.accountant} diagnostic",
             ledger=self.ledger.to_dict(),
             notes=tuple(notes),
@@ -470,10 +652,18 @@ class PrivateTraining:
     def privacy_statement(self) -> str:
         """A TF-Privacy-style multi-line privacy statement."""
         c = self.claim()
-        n, b, t = self.dataset_size, self.expected_batch_size, self.steps
+        b, t = _num(self.expected_batch_size), self.steps
         epochs = t * self.sample_rate
+        over = (
+            f"{self.dataset_size} examples (a public dataset size)"
+            if not self.public_sampling
+            else f"a dataset of at most {self.public_dataset_size} examples (a public bound)"
+            if self.public_dataset_size is not None
+            else "a dataset of private size"
+        )
         lines = [
-            f"DP-SGD performed over {n} examples with expected batch size {b} for {epochs:.3g} epochs ({t} steps).",
+            f"DP-SGD performed over {over} with sampling rate {self.sample_rate:.4g} and expected batch size "
+            f"{b} for {epochs:.3g} epochs ({t} steps).",
             f"Noise multiplier {self.optimizer.noise_multiplier:.4g}, clipping norm {self.max_grad_norm:.4g}, "
             f"sampling: {c.extra['sampling']}, per-sample gradients: {self.grad_sample_mode}.",
             "",
@@ -499,7 +689,7 @@ class PrivateTraining:
                 f"Budget: target epsilon {self.target_epsilon:.4g}; further steps allowed at these settings: "
                 f"{self.allowed_steps()}"
             )
-        lines.append(f"Privacy unit: one {self.unit} (add/remove neighbours).")
+        lines.append(f"Privacy unit: one {self.unit} ({self.neighbouring} neighbours).")
         lines.append(
             "Noise: "
             + (
@@ -668,6 +858,9 @@ def make_private(
     dedup: bool = False,
     duplicate_keys: Any = None,
     distributed: bool | None = None,
+    expected_batch_size: int | None = None,
+    sample_rate: float | None = None,
+    public_dataset_size: int | None = None,
 ) -> PrivateTraining:
     """Make ``model`` / ``optimizer`` / ``data_loader`` private with DP-SGD (opacus).
 
@@ -701,6 +894,13 @@ def make_private(
         distributed: ``None`` (default): DP-SGD on all ranks when a torch.distributed process group with >= 2
             ranks is initialized (torchrun); ``True`` requires one; ``False`` never. The claim and ledger are the
             single-process ones for the same global batch (:mod:`privnlp.mechanisms.training.distributed`).
+        expected_batch_size / sample_rate / public_dataset_size: the sampling rate q and the normaliser B (noise
+            std on the mean sigma*C/B) as *public* hyperparameters (issue #28 item 2): give two of them
+            (``public_dataset_size`` is a public upper bound on N; q = B / N_public). The claim is then
+            add/remove-DP and names no private dataset size: N and N+1 examples train with the same q, B and
+            noise. Without them (default) q = 1/len(data_loader) and B are computed from the dataset size N,
+            which an add/remove neighbour can change: the claim is then for zero-out neighbours with N public
+            (:func:`resolve_sampling`).
     """
     # ---- validation
     if not isinstance(model, nn.Module):
@@ -745,9 +945,12 @@ def make_private(
     notes: list[str] = []
     dups = _count_duplicates(data_loader.dataset, duplicate_keys)
     if dups is not None and dups.has_duplicates and dedup:
+        public = any(v is not None for v in (expected_batch_size, sample_rate, public_dataset_size))
         notes.append(
-            f"dedup=True: trained on {dups.n_unique} unique of {dups.n} examples ({dups.method} duplicates "
-            f"removed; up to {dups.max_copies} copies of a record)"
+            f"dedup=True: {dups.method} duplicates removed (up to {dups.max_copies} copies of a record)"
+            if public  # the counts would publish the private dataset size
+            else f"dedup=True: trained on {dups.n_unique} unique of {dups.n} examples ({dups.method} "
+            f"duplicates removed; up to {dups.max_copies} copies of a record)"
         )
         data_loader = _subset_loader(data_loader, dups.keep)
         n = len(data_loader.dataset)
@@ -756,8 +959,17 @@ def make_private(
         dups = find_duplicates(
             range(n), method=dups.method
         )  # what is trained on: no duplicates left
-    delta = default_delta(n) if delta is None else delta
-    check_delta(delta, n)
+    sampling = resolve_sampling(
+        n,
+        len(data_loader),
+        expected_batch_size=expected_batch_size,
+        sample_rate=sample_rate,
+        public_dataset_size=public_dataset_size,
+    )
+    # the default delta uses the public N where there is one (a default computed from the private N would
+    # publish it); the check also holds for the actual N (an error before training releases nothing)
+    delta = default_delta(sampling.reference_size) if delta is None else delta
+    check_delta(delta, max(n, sampling.reference_size))
     _check_lstm(model)
     from . import distributed as _dist  # issue #20: DP-SGD on N processes (None: single process)
 
@@ -776,12 +988,12 @@ def make_private(
         else grad_sample_mode
     )
 
-    sample_rate = 1.0 / len(data_loader)
+    sample_rate = sampling.sample_rate
     planned = None
     if steps is not None:
         planned = int(steps)
     elif epochs is not None:
-        planned = max(1, int(round(epochs * len(data_loader))))
+        planned = max(1, int(round(epochs / sample_rate)))
     if noise_multiplier is None:
         if planned is None:
             raise InvalidArgument(
@@ -833,7 +1045,6 @@ def make_private(
 
     # ---- opacus
     from opacus import PrivacyEngine
-    from opacus.data_loader import DPDataLoader
 
     hooks = [add_batch_position_ids(model)]
     with warnings.catch_warnings():
@@ -841,9 +1052,9 @@ def make_private(
         engine = PrivacyEngine(accountant="rdp")
         if poisson_sampling:
             dl = (
-                DPDataLoader.from_data_loader(data_loader, generator=g_sample)
+                _poisson_loader(data_loader, sample_rate, g_sample)
                 if dist_ctx is None
-                else _dist.poisson_loader(dist_ctx, data_loader, g_sample)
+                else _dist.poisson_loader(dist_ctx, data_loader, g_sample, sample_rate=sample_rate)
             )
             # DataLoader draws a worker base seed from ``dl.generator`` at every new iteration: keep those draws
             # off the Poisson-mask generator, so the masks do not depend on where iterations (and resumes) start
@@ -876,7 +1087,12 @@ def make_private(
         gsm, dp_opt, dl = out
     if poisson_sampling and hasattr(gsm, "forbid_grad_accumulation"):
         gsm.forbid_grad_accumulation()
-    expected_batch_size = int(dp_opt.expected_batch_size)
+    # opacus derives its normaliser from len(dataset) (the private N); ours is the resolved one (public where the
+    # caller gave it). opacus' distributed optimizer divides by the per-rank share and all-reduces the mean.
+    dp_opt.expected_batch_size = sampling.expected_batch_size / (
+        1 if dist_ctx is None else dist_ctx.world_size
+    )
+    expected_batch_size = sampling.expected_batch_size
     if (
         mode == "bookkeeping"
     ):  # one backward pass, clipped sums from book-kept activations (issue #20)
@@ -902,6 +1118,8 @@ def make_private(
         sample_rate=sample_rate,
         expected_batch_size=expected_batch_size,
         dataset_size=n,
+        public_dataset_size=sampling.public_dataset_size,
+        public_sampling=sampling.public,
         delta=float(delta),
         accountant=accountant,
         target_epsilon=target_epsilon,

@@ -25,6 +25,17 @@ from privnlp.core.errors import (
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 
+from .dp_sgd import ADD_REMOVE, ZERO_OUT, make_private
+from .embedding import (
+    adversarial_embedding_loss,
+    apply_dropout_embedding,
+    apply_lstm_dropout,
+    apply_noised_embedding,
+    freeze_embeddings,
+)
+from .embedding import freeze_embeddings as _freeze
+from .transforms import GaussianNoise, GradDrop, GradientPruning, RandomMasking, SignSGD
+
 __all__ = [
     "DPSGD",
     "FrozenEmbeddings",
@@ -76,7 +87,8 @@ class DPSGD(Mechanism):
     training); evaluated against FILM (``film-recovering-private-text-in-fl.txt`` Sec. 6.3, DP threshold
     variant), LAMP and canary exposure.
     Threat model: a server / eavesdropper seeing every noised update, or anyone querying the final
-    model. Claim: (epsilon, delta)-DP per example (add/remove), reported by the tightest sound accountant
+    model. Claim: (epsilon, delta)-DP per example (add/remove with public ``expected_batch_size`` and
+    ``public_dataset_size`` / ``sample_rate``; else zero-out with N public), reported by the tightest sound accountant
     (dp_accounting PLD / wide-order RDP; opacus as a diagnostic). Noise from OS entropy unless ``rng`` seeds a
     simulation (the claim then says "noise seeded").
     Operation: :meth:`make_private` -> :class:`~privnlp.mechanisms.training.dp_sgd.PrivateTraining`.
@@ -98,6 +110,10 @@ class DPSGD(Mechanism):
         freeze_embeddings: freeze the word embeddings before wrapping.
         unit: the privacy unit of one dataset element (``"example"``, ``"record"``, ``"user"``, ...).
         dedup: train on one copy of each duplicated example.
+        expected_batch_size / sample_rate / public_dataset_size: two of them make the sampling rate and the
+            normaliser public hyperparameters (add/remove claim; see
+            :func:`~privnlp.mechanisms.training.dp_sgd.resolve_sampling`); without them they are computed from
+            the dataset size and the claim is for zero-out neighbours with N public.
 
     Raises:
         InvalidPrivacyParameter: ``max_grad_norm``, ``noise_multiplier``, ``target_epsilon`` or ``delta`` out of
@@ -125,6 +141,9 @@ class DPSGD(Mechanism):
         freeze_embeddings: bool = False,
         unit: str = "example",
         dedup: bool = False,
+        expected_batch_size: int | None = None,
+        sample_rate: float | None = None,
+        public_dataset_size: int | None = None,
     ) -> None:
         check_positive("max_grad_norm", max_grad_norm, error=InvalidPrivacyParameter)
         if noise_multiplier is not None:
@@ -158,12 +177,13 @@ class DPSGD(Mechanism):
         self.freeze_embeddings = freeze_embeddings
         self.unit = unit
         self.dedup = dedup
+        self.expected_batch_size = expected_batch_size
+        self.sample_rate = sample_rate
+        self.public_dataset_size = public_dataset_size
         self._last = None
 
     def make_private(self, model: Any, optimizer: Any, data_loader: Any, *, rng: Any = None) -> Any:
         """Wrap ``model``/``optimizer``/``data_loader``; returns a ``PrivateTraining`` handle."""
-        from .dp_sgd import make_private
-        from .embedding import freeze_embeddings as _freeze
 
         frozen = _freeze(model) if self.freeze_embeddings else ()
         pt = make_private(
@@ -183,11 +203,19 @@ class DPSGD(Mechanism):
             unit=self.unit,
             rng=rng,
             dedup=self.dedup,
+            expected_batch_size=self.expected_batch_size,
+            sample_rate=self.sample_rate,
+            public_dataset_size=self.public_dataset_size,
         )
         if frozen:
             pt.notes = pt.notes + (f"word embeddings frozen: {list(frozen)}",)
         self._last = pt
         return pt
+
+    def _neighbouring(self) -> str:
+
+        given = (self.expected_batch_size, self.sample_rate, self.public_dataset_size)
+        return ADD_REMOVE if sum(v is not None for v in given) == 2 else ZERO_OUT
 
     def claim(self) -> PrivacyClaim:
         if self._last is not None:
@@ -197,7 +225,7 @@ class DPSGD(Mechanism):
                 math.inf if self.noise_multiplier == 0 else self.target_epsilon or math.inf,
                 self.delta or 1e-5,
                 self.unit,
-                neighbouring="add/remove",
+                neighbouring=self._neighbouring(),
                 notes=(
                     "planned claim: epsilon is known once the data loader and the number of "
                     "steps are known (make_private)",
@@ -214,7 +242,7 @@ class DPSGD(Mechanism):
             self.target_epsilon,
             self.delta or 1e-5,
             self.unit,
-            neighbouring="add/remove",
+            neighbouring=self._neighbouring(),
             accountant=f"{REPORTED.get(self.accountant, self.accountant)} (reported)",
             notes=tuple(notes),
             extra={"max_grad_norm": self.max_grad_norm},
@@ -303,7 +331,6 @@ class FrozenEmbeddings(Mechanism):
 
     def apply(self, model: Any) -> tuple[str, ...]:
         """Freeze in place; returns the frozen parameter names. Create the optimizer afterwards."""
-        from .embedding import freeze_embeddings
 
         return freeze_embeddings(model, word=self.word, position=self.position)
 
@@ -368,7 +395,6 @@ class GradientPruningDefense(TransformMechanism):
         self.scope = scope
 
     def transform(self) -> Any:
-        from .transforms import GradientPruning
 
         return GradientPruning(self.keep_fraction, self.scope)
 
@@ -400,7 +426,6 @@ class SignSGDDefense(TransformMechanism):
         self.scale = scale
 
     def transform(self) -> Any:
-        from .transforms import SignSGD
 
         return SignSGD(self.scale)
 
@@ -429,7 +454,6 @@ class GradDropDefense(TransformMechanism):
         self.scope = scope
 
     def transform(self) -> Any:
-        from .transforms import GradDrop
 
         return GradDrop(self.drop_fraction, self.scope)
 
@@ -463,7 +487,6 @@ class GaussianNoiseUpdate(TransformMechanism):
         self.std = std
 
     def transform(self) -> Any:
-        from .transforms import GaussianNoise
 
         return GaussianNoise(self.std)
 
@@ -494,7 +517,6 @@ class RandomMaskingDefense(TransformMechanism):
         self.rescale = rescale
 
     def transform(self) -> Any:
-        from .transforms import RandomMasking
 
         return RandomMasking(self.mask_fraction, self.rescale)
 
@@ -526,7 +548,6 @@ class NoisedEmbeddingDefense(_EmbeddingObfuscation):
         self.sigma = sigma
 
     def apply(self, model: Any, *, rng: Any) -> Any:
-        from .embedding import apply_noised_embedding
 
         return apply_noised_embedding(model, self.sigma, rng=rng)
 
@@ -568,7 +589,6 @@ class DropoutEmbeddingDefense(_EmbeddingObfuscation):
         self.p = p
 
     def apply(self, model: Any, *, rng: Any) -> Any:
-        from .embedding import apply_dropout_embedding
 
         return apply_dropout_embedding(model, self.p, rng=rng)
 
@@ -614,7 +634,6 @@ class AdversarialEmbeddingDefense(_EmbeddingObfuscation):
 
     def loss_terms(self, model: Any, inputs: Any, *, rng: Any, forward: Any = None) -> Any:
         """``(clean_logits, alpha * vat_term)``; add the second to the task loss."""
-        from .embedding import adversarial_embedding_loss
 
         clean, vat = adversarial_embedding_loss(
             model, inputs, epsilon=self.epsilon, xi=self.xi, rng=rng, forward=forward
@@ -664,7 +683,6 @@ class LSTMDropoutDefense(_EmbeddingObfuscation):
         self.p = p
 
     def apply(self, model: Any, *, rng: Any) -> Any:
-        from .embedding import apply_lstm_dropout
 
         return apply_lstm_dropout(model, self.p, rng=rng)
 
