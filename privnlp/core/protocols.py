@@ -30,8 +30,21 @@ __all__ = [
     "Trial",
     "ScenarioRun",
     "Scenario",
-    "MechanismProtocol",
     "AttackProtocol",
+    "MechanismProtocol",
+    "PrivateTrainer",
+    "UpdateTransformer",
+    "EmbeddingFreezer",
+    "ModelDefense",
+    "TrainingLossTerm",
+    "Aggregator",
+    "WordSanitizer",
+    "TextSanitizer",
+    "VocabularyReleaser",
+    "Fragmenter",
+    "SecureInference",
+    "Redactor",
+    "MECHANISM_FAMILIES",
 ]
 
 
@@ -141,9 +154,11 @@ class Attack(abc.ABC):
         return f"{type(self).__name__}({args})"
 
 
+# Unused by privnlp (the family protocols replace it): kept only while privnlp/core/__init__.py
+# re-exports it; removing both is the lead's change (issue #30 item 3).
 @runtime_checkable
 class MechanismProtocol(Protocol):
-    """Structural protocol for user-supplied mechanisms (bring your own)."""
+    """Deprecated: any object with ``claim()``; use the family protocols (:class:`PrivateTrainer`, ...)."""
 
     def claim(self) -> PrivacyClaim: ...
 
@@ -157,6 +172,135 @@ class AttackProtocol(Protocol):
     observation_type: type
 
     def run(self, observation: Observation, *, rng: Any) -> AttackResult: ...
+
+
+# ---------------------------------------------------------------------------- mechanism families
+# One interface per family: what a scenario calls on a mechanism. They are structural (runtime-checkable
+# Protocols), so ``isinstance(mech, UpdateTransformer)`` holds for every class with the method, ours or a
+# user's, without inheriting from anything; scenarios dispatch on them instead of probing with
+# ``hasattr`` or comparing class names. ``isinstance`` on a Protocol checks that the members exist, not
+# their signatures: where two families share a method name (``apply``), a scenario tests the more
+# specific family first (:class:`EmbeddingFreezer` declares its ``word`` / ``position`` fields).
+
+
+@runtime_checkable
+class PrivateTrainer(Protocol):
+    """A training-time DP mechanism (DP-SGD): wraps a model, optimizer and data loader and returns a handle
+    (``.model``, ``.optimizer``, ``.data_loader``, ``.loss(per_sample)``, ``.epsilon()``, ``.claim()``)."""
+
+    noise_multiplier: float | None
+    max_grad_norm: float
+
+    def make_private(
+        self, model: Any, optimizer: Any, data_loader: Any, *, rng: Any = None
+    ) -> Any: ...
+
+
+@runtime_checkable
+class UpdateTransformer(Protocol):
+    """A defense on a client's gradient / model update (pruning, sign, GradDrop, noise, masking):
+    ``transform()`` returns a callable ``(grads: dict[str, Tensor], *, rng) -> dict[str, Tensor]``."""
+
+    def transform(self) -> Callable[..., Mapping[str, Any]]: ...
+
+
+@runtime_checkable
+class EmbeddingFreezer(Protocol):
+    """Freezes embedding rows before training: ``apply(model)`` returns the frozen parameter names."""
+
+    word: bool
+    position: bool
+
+    def apply(self, model: Any) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class ModelDefense(Protocol):
+    """Changes a local model before it trains (noised / dropout embeddings, LSTM dropout):
+    ``apply(model, *, rng)``."""
+
+    def apply(self, model: Any, *, rng: Any) -> Any: ...
+
+
+@runtime_checkable
+class TrainingLossTerm(Protocol):
+    """Adds a term to the local training loss (adversarial embedding / VAT):
+    ``loss_terms(model, inputs, *, rng, forward=None)``."""
+
+    def loss_terms(self, model: Any, inputs: Any, *, rng: Any, forward: Any = None) -> Any: ...
+
+
+@runtime_checkable
+class Aggregator(Protocol):
+    """Server-side federated aggregation (FedAvg, DP-FedAvg): the population check, the per-round client
+    configuration and the aggregate of the replies."""
+
+    def check_population(self, num_users: int) -> None: ...
+
+    def client_config(self, server_round: int, seed: int) -> dict[str, Any]: ...
+
+    def aggregate(
+        self, reference: Any, replies: Any, *, num_selected: int, plan: Any, generator: Any
+    ) -> Any: ...
+
+
+@runtime_checkable
+class WordSanitizer(Protocol):
+    """Word-level text perturbation (metric DP): ``perturb_words(words, *, rng)`` -> released words."""
+
+    def perturb_words(self, words: Any, *, rng: Any = None) -> list[str]: ...
+
+
+@runtime_checkable
+class TextSanitizer(Protocol):
+    """Sanitizes one text: ``sanitize(text, *, rng)`` -> a sanitized-text result."""
+
+    def sanitize(self, text: str, *, rng: Any = None) -> Any: ...
+
+
+@runtime_checkable
+class VocabularyReleaser(Protocol):
+    """Builds and releases a vocabulary from private documents (DP WordPiece): ``build(...)``."""
+
+    def build(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class Fragmenter(Protocol):
+    """Releases a parallel corpus as phrase fragments: ``fragment(...)``."""
+
+    def fragment(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class SecureInference(Protocol):
+    """Runs inference under MPC: ``classify(...)``."""
+
+    def classify(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class Redactor(Protocol):
+    """Redacts personal data from records after fitting on them (PII redaction): ``fit(...)``."""
+
+    def fit(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+#: every mechanism family, most specific first (the order a scenario tests them in)
+MECHANISM_FAMILIES: tuple[type, ...] = (
+    PrivateTrainer,
+    Aggregator,
+    UpdateTransformer,
+    EmbeddingFreezer,
+    TrainingLossTerm,
+    ModelDefense,
+    WordSanitizer,
+    TextSanitizer,
+    VocabularyReleaser,
+    Fragmenter,
+    SecureInference,
+    Redactor,
+)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from privnlp.core.protocols import PrivateTrainer
+
 __all__ = [
     "BASE",
     "REALISTIC_SCENARIOS",
@@ -518,7 +520,7 @@ def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
     }
     if mechanism is None:
         out_info["train_loss"] = float(sum(info["losses"][-10:]) / len(info["losses"][-10:]))
-    elif hasattr(mechanism, "make_private"):
+    elif isinstance(mechanism, PrivateTrainer):
         from privnlp.core.numerics import pinned_threads
         from privnlp.models import tiny_gpt2
 

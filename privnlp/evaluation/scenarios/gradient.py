@@ -9,11 +9,13 @@ A client holds ``b`` private records, computes the gradient of the current globa
 optionally through a defense, and sends it. Defenses (``mechanism``):
 
 * ``None``: undefended.
-* update transforms (``gradient_pruning``, ``sign_sgd``, ``graddrop``, ``gaussian_noise_update``,
-  ``random_masking``; anything with ``.transform()``): applied to the sent dict.
-* ``frozen_embeddings``: the frozen rows are never computed nor sent (absent from the dict).
-* ``dp_sgd``: per-record clipping to ``max_grad_norm`` then Gaussian noise ``sigma*C`` on the sum,
-  divided by ``b``; the observation's ``noise_std`` is ``sigma*C/b`` (what FILM's DP threshold uses).
+* an :class:`~privnlp.core.protocols.UpdateTransformer` (``gradient_pruning``, ``sign_sgd``, ``graddrop``,
+  ``gaussian_noise_update``, ``random_masking``; anything with ``.transform()``): applied to the sent dict.
+* an :class:`~privnlp.core.protocols.EmbeddingFreezer` (``frozen_embeddings``): the frozen rows are never
+  computed nor sent (absent from the dict).
+* a :class:`~privnlp.core.protocols.PrivateTrainer` (``dp_sgd``): the mechanism's own ``make_private`` (opacus)
+  takes one step on the fixed batch: per-record clipping to ``max_grad_norm``, Gaussian noise ``sigma*C`` on the
+  sum, divided by ``b``; the observation's ``noise_std`` is ``sigma*C/b`` (what FILM's DP threshold uses).
 
 Three victim models: the bundled tiny GPT-2 (``task="lm"``, fine-tuned on the client's records first
 so it has memorised them, as in FILM Fig. 4) and the bundled tiny BERT sentiment classifier
@@ -37,7 +39,14 @@ import numpy as np
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
 from privnlp.core.observations import GradientObservation
-from privnlp.core.protocols import Scenario, ScenarioRun, Trial
+from privnlp.core.protocols import (
+    EmbeddingFreezer,
+    PrivateTrainer,
+    Scenario,
+    ScenarioRun,
+    Trial,
+    UpdateTransformer,
+)
 from privnlp.core.registry import SCENARIOS
 
 __all__ = ["FedSGDEavesdropper", "client_update", "lm_victim", "classifier_victim", "label_victim"]
@@ -175,16 +184,70 @@ def _loss(model: Any, batch: dict) -> Any:
     return model(**batch).loss
 
 
-def _per_record_batches(batch: dict) -> list[dict]:
-    n = batch["input_ids"].shape[0]
-    out = []
-    for i in range(n):
-        sub = {k: v[i : i + 1] for k, v in batch.items()}
-        if "attention_mask" in sub:  # trim the padding of this record
-            L = int(sub["attention_mask"].sum())
-            sub = {k: (v[:, :L] if v.dim() == 2 else v) for k, v in sub.items()}
-        out.append(sub)
-    return out
+def _dp_sgd_update(
+    mechanism: PrivateTrainer, m: Any, batch: dict, *, rng: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The update a DP-SGD client sends, produced by the mechanism itself (``make_private`` on opacus:
+    per-example clipping to C, Gaussian noise sigma*C on the sum, divided by the batch size b).
+
+    The eavesdropper sees one update of one fixed batch, so the scenario runs the mechanism with
+    ``poisson_sampling=False`` on a one-batch loader; a budget-calibrated mechanism (``noise_multiplier``
+    None) is run at sigma = 1, the setting of this scenario's cards. Tied weights (GPT-2's wte / lm_head)
+    are untied by the mechanism (``tied_embeddings="untie"``): the update holds each copy's noised
+    gradient under its own name, each with per-coordinate noise std sigma*C/b."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from privnlp.mechanisms.training.dp_sgd import (
+        per_sample_classification_loss,
+        per_sample_lm_loss,
+        tied_parameter_names,
+    )
+
+    mech = copy.copy(mechanism)
+    if mech.noise_multiplier is None:
+        mech.noise_multiplier, mech.target_epsilon = 1.0, None
+    mech.poisson_sampling = False
+    mech.epochs, mech.steps = None, 1
+    keys = list(batch)
+    b = int(batch["input_ids"].shape[0])
+    loader = DataLoader(TensorDataset(*(batch[k] for k in keys)), batch_size=b, shuffle=False)
+    tied = tied_parameter_names(m)
+    opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.0)
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=rng))
+    m.train()  # opacus needs training mode (it validates it and its hooks record only then) ...
+    pt = mech.make_private(m, opt, loader, rng=seed)
+    for (
+        mod
+    ) in pt.model.modules():  # ... but the replayed update has no dropout: every module without
+        if not any(True for _ in mod.parameters(recurse=False)):  # parameters of its own (dropout,
+            mod.training = False  # attention wrappers, blocks; not recursive) leaves training mode
+    (row,) = list(pt.data_loader)
+    inputs = dict(zip(keys, row))
+    labels = inputs.pop("labels")
+    logits = pt.model(**inputs).logits
+    per = (
+        per_sample_lm_loss(logits, labels)
+        if logits.dim() == 3
+        else per_sample_classification_loss(logits, labels)
+    )
+    pt.optimizer.zero_grad()
+    pt.loss(per).backward()
+    pt.optimizer.step()  # clip, noise, scale (lr 0: the parameters do not move)
+    grads = {
+        n: p.grad.detach().clone()
+        for n, p in pt.original_model.named_parameters()
+        if p.requires_grad and p.grad is not None
+    }
+    sigma, C = float(pt.optimizer.noise_multiplier), float(pt.max_grad_norm)
+    extras: dict[str, Any] = {
+        "transform": f"dp_sgd(sigma={sigma:g},C={C:g})",
+        "noise_std": sigma * C / b,
+        "meta": {"dp_sgd": "the mechanism's make_private (opacus), one step on the fixed batch"},
+    }
+    if tied:  # the mechanism trains untied copies; the client sends each copy's noised gradient
+        extras["meta"]["untied"] = [list(g) for g in tied]
+    return grads, extras
 
 
 def client_update(
@@ -208,31 +271,22 @@ def client_update(
     gen = as_torch(rng)
     m = copy.deepcopy(model)
     m.eval()  # no dropout in the update the attacker replays
+    if mechanism is not None and not isinstance(
+        mechanism, (PrivateTrainer, EmbeddingFreezer, UpdateTransformer)
+    ):
+        raise InvalidArgument(
+            f"mechanism {_mech_name(mechanism)!r} is not supported by the fedsgd.eavesdropper scenario "
+            "(supported: a PrivateTrainer (make_private: dp_sgd), an EmbeddingFreezer (frozen_embeddings) "
+            "or an UpdateTransformer (transform(): gradient_pruning, sign_sgd, ...); core.protocols)"
+        )
+    if isinstance(mechanism, PrivateTrainer):
+        return _dp_sgd_update(mechanism, m, batch, rng=gen)
     extras: dict[str, Any] = {"transform": None, "noise_std": None, "meta": {}}
-    name = _mech_name(mechanism) if mechanism is not None else None
-    if name == "frozen_embeddings" or type(mechanism).__name__ == "FrozenEmbeddings":
+    if isinstance(mechanism, EmbeddingFreezer):
         frozen = mechanism.apply(m)
         extras["transform"] = "frozen_embeddings"
         extras["meta"]["frozen"] = list(frozen)
     params = [(n, p) for n, p in m.named_parameters() if p.requires_grad]
-    if name == "dp_sgd" or type(mechanism).__name__.startswith(("DPSGD", "LeakyDPSGD")):
-        sigma = mechanism.noise_multiplier if mechanism.noise_multiplier is not None else 1.0
-        C = float(mechanism.max_grad_norm)
-        recs = _per_record_batches(batch)
-        total = {n: torch.zeros_like(p) for n, p in params}
-        for sub in recs:
-            g = torch.autograd.grad(_loss(m, sub), [p for _, p in params], allow_unused=True)
-            g = [torch.zeros_like(p) if gi is None else gi for gi, (_, p) in zip(g, params)]
-            norm = torch.sqrt(sum((gi.double() ** 2).sum() for gi in g))
-            f = min(1.0, C / (float(norm) + 1e-12)) if type(mechanism).__name__ == "DPSGD" else 1.0
-            for (n, _), gi in zip(params, g):
-                total[n] += gi * f
-        b = len(recs)
-        grads = {
-            n: (t + torch.randn(t.shape, generator=gen) * sigma * C) / b for n, t in total.items()
-        }
-        extras.update(transform=f"dp_sgd(sigma={sigma},C={C})", noise_std=sigma * C / b)
-        return grads, extras
     if local_steps == 1:
         g = torch.autograd.grad(_loss(m, batch), [p for _, p in params], allow_unused=True)
         grads = {
@@ -249,19 +303,10 @@ def client_update(
             n: (theta0[n] - p.detach()) / lr for n, p in params
         }  # pseudo-gradient, gradient-oriented
         extras["meta"]["update_kind"] = "pseudo_gradient"
-    if (
-        mechanism is not None
-        and name != "frozen_embeddings"
-        and type(mechanism).__name__ != "FrozenEmbeddings"
-    ):
-        if not hasattr(mechanism, "transform"):
-            raise InvalidArgument(
-                f"mechanism {name!r} is not supported by the fedsgd.eavesdropper scenario "
-                "(supported: update transforms, frozen_embeddings, dp_sgd)"
-            )
+    if isinstance(mechanism, UpdateTransformer) and not isinstance(mechanism, EmbeddingFreezer):
         t = mechanism.transform()
         grads = t(grads, rng=gen)
-        extras["transform"] = getattr(t, "label", name)
+        extras["transform"] = getattr(t, "label", _mech_name(mechanism))
         std = getattr(t, "std", None)
         if std:
             extras["noise_std"] = float(std)

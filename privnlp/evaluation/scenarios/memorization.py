@@ -29,7 +29,15 @@ import numpy as np
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.observations import BlackBoxLM, DiskLease, ModelSnapshots
-from privnlp.core.protocols import Scenario, ScenarioRun, Trial
+from privnlp.core.protocols import (
+    Aggregator,
+    ModelDefense,
+    PrivateTrainer,
+    Scenario,
+    ScenarioRun,
+    TrainingLossTerm,
+    Trial,
+)
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 
@@ -277,7 +285,7 @@ def train_canary_lm(
     if mechanism is None:
         log = train_lm(model, tok, texts, **cfg["train"], rng=g)
         info["train_loss"] = log.mean_last(10)
-    elif hasattr(mechanism, "make_private"):
+    elif isinstance(mechanism, PrivateTrainer):
         model, dp = _dp_train(mechanism, model, tok, texts, cfg, rng=g)
         info.update(dp)
     else:
@@ -492,7 +500,7 @@ def _local_adam(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=float(lr))
-    extra = getattr(mechanism, "loss_terms", None) if mechanism is not None else None
+    extra = mechanism.loss_terms if isinstance(mechanism, TrainingLossTerm) else None
     tgen = torch.Generator().manual_seed(int(rng.integers(2**62)))
     losses: list[float] = []
     order = np.empty(0, dtype=np.int64)
@@ -581,9 +589,7 @@ def async_fedavg_snapshots(
     """
     import torch
 
-    if mechanism is not None and not (
-        hasattr(mechanism, "apply") or hasattr(mechanism, "loss_terms")
-    ):
+    if mechanism is not None and not isinstance(mechanism, (ModelDefense, TrainingLossTerm)):
         raise InvalidArgument(
             "the asynchronous FedAvg engine supports mechanisms with apply(model, *, rng) or "
             f"loss_terms(model, inputs, *, rng); got {type(mechanism).__name__}"
@@ -616,7 +622,7 @@ def async_fedavg_snapshots(
             live = local_model.state_dict(
                 keep_vars=True
             )  # the tensors themselves, before any wrapping
-            if mechanism is not None and hasattr(mechanism, "apply"):
+            if isinstance(mechanism, ModelDefense):
                 mechanism.apply(local_model, rng=int(g.integers(2**31)))
             _local_adam(
                 local_model,
@@ -761,11 +767,7 @@ class FLSnapshotsScenario(Scenario):
         rounds = int(self.rounds or cfg["rounds"])
         engine = "async_fedavg_snapshots (record-level paper: M of N clients, local Adam, size-weighted average)"
         extra: dict[str, Any] = {}
-        if (
-            mechanism is not None
-            and hasattr(mechanism, "aggregate")
-            and hasattr(mechanism, "check_population")
-        ):
+        if isinstance(mechanism, Aggregator):
             # a federated mechanism (fedavg / dp_fedavg): privnlp.mechanisms.federated's simulator
             from privnlp.mechanisms.federated import FedSimulator, lm_client_data
             from privnlp.mechanisms.federated.client import Task, _lm_loss
