@@ -24,3 +24,29 @@ def test_cli_help_and_version():
     )
     for g in ("train", "fl", "sanitize", "vocab", "fragment", "mpc", "attack", "evaluate", "data"):
         assert g in out.stdout
+
+
+def test_entry_points_are_lazy_and_resolve():
+    """Issue #30 item 5: one entry point per job re-exported from privnlp, loaded on first access, so
+    `import privnlp` stays torch-free."""
+    code = (
+        "import sys, privnlp; assert 'torch' not in sys.modules; "
+        "assert {'make_private', 'train_private', 'audit', 'sanitize_file', 'evaluate_defense'} <= set(dir(privnlp)); "
+        "from privnlp.evaluation import audit; assert privnlp.audit is audit; "
+        "from privnlp.mechanisms.training import make_private; assert privnlp.make_private is make_private; "
+        "from privnlp.mechanisms.text.files import sanitize_file; assert privnlp.sanitize_file is sanitize_file; "
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_unknown_attribute_names_itself():
+    import privnlp
+
+    try:
+        privnlp.no_such_thing  # noqa: B018
+    except AttributeError as e:
+        assert "no_such_thing" in str(e)
+    else:  # pragma: no cover
+        raise AssertionError("privnlp.no_such_thing must raise AttributeError")
