@@ -22,6 +22,7 @@ from .dp_sgd import (
     private_training,
 )
 from .embedding import freeze_embeddings
+from .engine import Budget, Clipping, DPEngine, Noise, Sampling
 from .large_batch import effective_noise_multiplier, sharded_dp_mean
 from .loop import TrainResult, train_private
 from .mechanisms import (
@@ -64,6 +65,11 @@ __all__ = [
     "NoisedEmbeddingDefense",
     "LeakyDPSGDNoClipping",
     "PrivateTraining",
+    "DPEngine",
+    "Noise",
+    "Sampling",
+    "Clipping",
+    "Budget",
     "make_private",
     "private_training",
     "train_private",

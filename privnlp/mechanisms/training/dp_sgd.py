@@ -36,11 +36,11 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import math
 import os
 import tempfile
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,32 +49,32 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Subset
 
 from privnlp.accounting import (
-    ACCOUNTANTS,
     REPORTED,
     BudgetGuard,
     DPLedger,
-    calibrate_noise_multiplier,
-    check_accounting_configuration,
-    check_delta,
-    default_delta,
-    epsilon_for,
-    epsilon_no_amplification,
+)
+from privnlp.accounting.duplicates import (
+    duplicate_message,
+    find_duplicates,
+    group_epsilon,
+    row_keys,
 )
 from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import (
     InvalidArgument,
     InvalidPrivacyParameter,
     PrivacyBudgetExceeded,
-    check_positive,
     check_range,
 )
-from privnlp.core.rng import noise_torch
+
+from .bookkeeping import supports_bookkeeping
 
 __all__ = [
     "PrivateTraining",
-    "Sampling",
+    "SamplingPlan",
     "resolve_sampling",
     "make_private",
     "private_training",
@@ -280,8 +280,6 @@ def choose_grad_sample_mode(model: nn.Module, batch_size: int | None = None) -> 
         per_sample_bytes = int(batch_size) * sum(p.numel() for p in _trainable(model)) * 4
         if per_sample_bytes <= min(AUTO_GHOST_BYTES, AUTO_BOOKKEEPING_BYTES):
             return "hooks"
-    from .bookkeeping import supports_bookkeeping
-
     if supports_bookkeeping(model):
         return "bookkeeping"  # beats ghost (one backward instead of two, same memory class) -- issue #20
     if batch_size is not None and per_sample_bytes <= AUTO_GHOST_BYTES:
@@ -312,7 +310,7 @@ ADD_REMOVE = "add/remove"
 
 
 @dataclass(frozen=True)
-class Sampling:
+class SamplingPlan:
     """The sampling rate q and the normaliser B of DP-SGD, and where they come from.
 
     Attributes:
@@ -347,7 +345,7 @@ def resolve_sampling(
     expected_batch_size: int | None = None,
     sample_rate: float | None = None,
     public_dataset_size: int | None = None,
-) -> Sampling:
+) -> SamplingPlan:
     """Resolve DP-SGD's sampling rate q and normaliser B.
 
     Public mode (any of the three keyword arguments given; two of them are needed): q and B never depend on
@@ -365,7 +363,7 @@ def resolve_sampling(
         public_dataset_size: public bound on N (integer >= 1); must be >= n.
 
     Returns:
-        A :class:`Sampling`.
+        A :class:`SamplingPlan`.
 
     Raises:
         InvalidArgument: only one of the three given, all three given, or a value out of range.
@@ -381,7 +379,7 @@ def resolve_sampling(
     }
     if not given:
         q = 1.0 / n_batches
-        return Sampling(q, int(n * q), None, False, ZERO_OUT, n)
+        return SamplingPlan(q, int(n * q), None, False, ZERO_OUT, n)
     if len(given) != 2:
         raise InvalidArgument(
             "public sampling: give exactly two of expected_batch_size (integer >= 1), sample_rate (in (0, 1]) "
@@ -410,7 +408,7 @@ def resolve_sampling(
         q = expected_batch_size / public_dataset_size
     b = float(expected_batch_size) if expected_batch_size is not None else q * public_dataset_size
     ref = public_dataset_size if public_dataset_size is not None else int(math.ceil(b / q))
-    return Sampling(q, b, public_dataset_size, True, ADD_REMOVE, max(1, ref))
+    return SamplingPlan(q, b, public_dataset_size, True, ADD_REMOVE, max(1, ref))
 
 
 def _poisson_loader(
@@ -419,7 +417,6 @@ def _poisson_loader(
     """opacus' ``DPDataLoader`` over ``data_loader``'s dataset at ``sample_rate``: ``from_data_loader`` with the
     rate given (``from_data_loader`` itself takes 1/len(data_loader), computed from the private N)."""
     from opacus.data_loader import DPDataLoader
-    from torch.utils.data import IterableDataset
 
     if isinstance(data_loader.dataset, IterableDataset):
         raise InvalidArgument(
@@ -560,8 +557,6 @@ class PrivateTraining:
 
     def group_epsilon(self, k: int | None = None) -> float:
         """Epsilon of a record present ``k`` times (default: the most repeated record of the data)."""
-        from privnlp.accounting.duplicates import group_epsilon
-
         if k is None:
             k = self.duplicates.max_copies if self.duplicates is not None else 1
         return group_epsilon(
@@ -610,8 +605,6 @@ class PrivateTraining:
         if "cross_check" in est.diagnostics:
             notes.append("accountant diagnostic: " + est.diagnostics["cross_check"])
         if self.duplicates is not None:
-            from privnlp.accounting.duplicates import duplicate_message
-
             extra["max_copies"] = int(self.duplicates.max_copies)
             if (
                 not self.public_sampling
@@ -902,244 +895,34 @@ def make_private(
             which an add/remove neighbour can change: the claim is then for zero-out neighbours with N public
             (:func:`resolve_sampling`).
     """
-    # ---- validation
-    if not isinstance(model, nn.Module):
-        raise InvalidArgument(f"model must be a torch.nn.Module; got {type(model).__name__}")
-    check_positive("max_grad_norm", max_grad_norm, error=InvalidPrivacyParameter)
-    if accountant not in ACCOUNTANTS:
-        raise InvalidArgument(
-            f"accountant must be one of {sorted(ACCOUNTANTS)}; got {accountant!r}"
-        )
-    if grad_sample_mode not in GRAD_SAMPLE_MODES:
-        raise InvalidArgument(
-            f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}; got {grad_sample_mode!r}"
-        )
-    if noise_multiplier is not None:
-        check_range(
-            "noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter
-        )
-    if target_epsilon is not None:
-        check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
-    if noise_multiplier is None and target_epsilon is None:
-        raise InvalidPrivacyParameter(
-            "pass noise_multiplier (>= 0) or target_epsilon (> 0) to make_private"
-        )
-    if epochs is not None:
-        check_positive("epochs", epochs)
-    if steps is not None:
-        check_range("steps", steps, 1, math.inf, integer=True)
-    try:
-        n = len(data_loader.dataset)
-    except (AttributeError, TypeError):
-        raise InvalidArgument(
-            "data_loader must be a torch DataLoader over a sized dataset"
-        ) from None
-    if n == 0 or len(data_loader) == 0:
-        raise InvalidArgument("data_loader is empty (dataset size must be >= 1)")
-    if not _trainable(model):
-        raise InvalidArgument(
-            "model has no trainable parameters (requires_grad=False everywhere); nothing to train"
-        )
-    if not isinstance(dedup, bool):
-        raise InvalidArgument(f"dedup must be True or False; got {dedup!r}")
-    notes: list[str] = []
-    dups = _count_duplicates(data_loader.dataset, duplicate_keys)
-    if dups is not None and dups.has_duplicates and dedup:
-        public = any(v is not None for v in (expected_batch_size, sample_rate, public_dataset_size))
-        notes.append(
-            f"dedup=True: {dups.method} duplicates removed (up to {dups.max_copies} copies of a record)"
-            if public  # the counts would publish the private dataset size
-            else f"dedup=True: trained on {dups.n_unique} unique of {dups.n} examples ({dups.method} "
-            f"duplicates removed; up to {dups.max_copies} copies of a record)"
-        )
-        data_loader = _subset_loader(data_loader, dups.keep)
-        n = len(data_loader.dataset)
-        from privnlp.accounting.duplicates import find_duplicates
+    # the engine module imports this one (its helpers and PrivateTraining): imported here to break the cycle
+    from .engine import Budget, Clipping, DPEngine, Noise, Sampling
 
-        dups = find_duplicates(
-            range(n), method=dups.method
-        )  # what is trained on: no duplicates left
-    sampling = resolve_sampling(
-        n,
-        len(data_loader),
-        expected_batch_size=expected_batch_size,
-        sample_rate=sample_rate,
-        public_dataset_size=public_dataset_size,
-    )
-    # the default delta uses the public N where there is one (a default computed from the private N would
-    # publish it); the check also holds for the actual N (an error before training releases nothing)
-    delta = default_delta(sampling.reference_size) if delta is None else delta
-    check_delta(delta, max(n, sampling.reference_size))
-    _check_lstm(model)
-    from . import distributed as _dist  # issue #20: DP-SGD on N processes (None: single process)
-
-    dist_ctx = _dist.resolve(distributed)
-    if dist_ctx is not None:
-        _dist.check_noise_rng(dist_ctx, rng, poisson_sampling)
-
-    tie_note = handle_tied_embeddings(model, optimizer, tied_embeddings)
-    if tie_note:
-        notes.append(tie_note)
-    if not _trainable(model):
-        raise InvalidArgument("model has no trainable parameters left after freezing tied weights")
-    mode = (
-        choose_grad_sample_mode(model, getattr(data_loader, "batch_size", None))
-        if grad_sample_mode == "auto"
-        else grad_sample_mode
-    )
-
-    sample_rate = sampling.sample_rate
-    planned = None
-    if steps is not None:
-        planned = int(steps)
-    elif epochs is not None:
-        planned = max(1, int(round(epochs / sample_rate)))
-    if noise_multiplier is None:
-        if planned is None:
-            raise InvalidArgument(
-                "target_epsilon without noise_multiplier needs epochs or steps to calibrate sigma"
-            )
-        noise_multiplier = calibrate_noise_multiplier(
-            target_epsilon, delta, sample_rate, planned, accountant
-        )
-    # inconsistent accounting configuration fails here, before training (never after it)
-    check_accounting_configuration(
-        float(noise_multiplier), sample_rate, planned, float(delta), accountant
-    )
-    if dups is not None and dups.has_duplicates:
-        from privnlp.accounting.duplicates import (
-            DuplicateExamplesWarning,
-            duplicate_message,
-            group_epsilon,
-        )
-
-        k_steps = planned or len(data_loader)
-        runs = [(float(noise_multiplier), sample_rate, k_steps)]
-        eps1 = (
-            epsilon_for(runs, float(delta), accountant).epsilon
-            if poisson_sampling
-            else epsilon_no_amplification(runs, float(delta))
-        )
-        geps = group_epsilon(
-            runs, dups.max_copies, float(delta), accountant, poisson_sampling=poisson_sampling
-        )
-        warnings.warn(
-            duplicate_message(
-                dups,
-                epsilon=eps1,
-                group_eps=geps,
-                delta=float(delta),
-                where=f"make_private (after {k_steps} {'planned ' if planned else ''}steps)",
-            ),
-            DuplicateExamplesWarning,
-            stacklevel=2,
-        )
-
-    # ---- rng: privacy noise and Poisson masks (OS entropy unless the caller seeds a simulation)
-    (g_noise, g_sample, g_workers), noise_seeded = noise_torch(rng, 3)
-    if not noise_seeded:
-        notes.append(
-            "noise and Poisson masks drawn from torch's PRNG seeded from os.urandom (fresh on every "
-            "make_private and every resume)"
-        )
-
-    # ---- opacus
-    from opacus import PrivacyEngine
-
-    hooks = [add_batch_position_ids(model)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        engine = PrivacyEngine(accountant="rdp")
-        if poisson_sampling:
-            dl = (
-                _poisson_loader(data_loader, sample_rate, g_sample)
-                if dist_ctx is None
-                else _dist.poisson_loader(dist_ctx, data_loader, g_sample, sample_rate=sample_rate)
-            )
-            # DataLoader draws a worker base seed from ``dl.generator`` at every new iteration: keep those draws
-            # off the Poisson-mask generator, so the masks do not depend on where iterations (and resumes) start
-            dl.generator = g_workers
-        else:
-            dl = data_loader
-        try:
-            out = engine.make_private(
-                module=model if dist_ctx is None else _dist.wrap_model(dist_ctx, model),
-                optimizer=optimizer,
-                data_loader=dl,
-                noise_multiplier=float(noise_multiplier),
-                max_grad_norm=float(max_grad_norm),
-                poisson_sampling=False,
-                noise_generator=g_noise,
-                grad_sample_mode="no_op" if mode == "bookkeeping" else mode,
-                criterion=nn.CrossEntropyLoss(),
-                wrap_model=wrap_model,
-            )
-        except (NotImplementedError, ValueError) as e:
-            for h in hooks:
-                if h is not None:
-                    h.remove()
-            raise InvalidArgument(
-                f"model cannot be made private by opacus ({mode} mode): {e}"
-            ) from e
-    if len(out) == 4:
-        gsm, dp_opt, _crit, dl = out
-    else:
-        gsm, dp_opt, dl = out
-    if poisson_sampling and hasattr(gsm, "forbid_grad_accumulation"):
-        gsm.forbid_grad_accumulation()
-    # opacus derives its normaliser from len(dataset) (the private N); ours is the resolved one (public where the
-    # caller gave it). opacus' distributed optimizer divides by the per-rank share and all-reduces the mean.
-    dp_opt.expected_batch_size = sampling.expected_batch_size / (
-        1 if dist_ctx is None else dist_ctx.world_size
-    )
-    expected_batch_size = sampling.expected_batch_size
-    if (
-        mode == "bookkeeping"
-    ):  # one backward pass, clipped sums from book-kept activations (issue #20)
-        from . import bookkeeping as _bk
-
-        hooks.append(_bk.attach(gsm, model, dp_opt, float(max_grad_norm)))
-
-    ledger = DPLedger()
-    guard = BudgetGuard(ledger, target_epsilon, float(delta), accountant)
-    if dist_ctx is not None:
-        _dist.attach(dist_ctx, dp_opt, guard)
-    _install_guard(dp_opt, guard, sample_rate)
-    pt = PrivateTraining(
-        model=gsm,
-        optimizer=dp_opt,
-        data_loader=dl,
-        original_model=model,
-        grad_sample_mode=mode,
-        ledger=ledger,
-        guard=guard,
-        noise_multiplier=float(noise_multiplier),
-        max_grad_norm=float(max_grad_norm),
-        sample_rate=sample_rate,
-        expected_batch_size=expected_batch_size,
-        dataset_size=n,
-        public_dataset_size=sampling.public_dataset_size,
-        public_sampling=sampling.public,
-        delta=float(delta),
+    engine = DPEngine(
+        noise=Noise(noise_multiplier=noise_multiplier, rng=rng),
+        sampling=Sampling(
+            poisson=poisson_sampling,
+            expected_batch_size=expected_batch_size,
+            sample_rate=sample_rate,
+            public_dataset_size=public_dataset_size,
+        ),
+        clipping=Clipping(
+            max_grad_norm=max_grad_norm, mode=grad_sample_mode, tied_embeddings=tied_embeddings
+        ),
+        budget=Budget(target_epsilon=target_epsilon, delta=delta, epochs=epochs, steps=steps),
         accountant=accountant,
-        target_epsilon=target_epsilon,
-        poisson_sampling=poisson_sampling,
-        planned_steps=planned,
         unit=unit,
-        notes=tuple(notes),
-        hooks=tuple(hooks),
-        noise_seeded=noise_seeded,
-        generators={"noise": g_noise, "sampling": g_sample},
-        duplicates=dups,
+        dedup=dedup,
+        distributed=distributed,
     )
-    return pt if dist_ctx is None else _dist.finish(dist_ctx, pt)
+    return engine.make_private(
+        model, optimizer, data_loader, wrap_model=wrap_model, duplicate_keys=duplicate_keys
+    )
 
 
 def _count_duplicates(dataset: Any, keys: Any) -> Any:
     """A :class:`~privnlp.accounting.duplicates.DuplicateReport` of the dataset's examples (``None`` if they
     cannot be read cheaply)."""
-    from privnlp.accounting.duplicates import find_duplicates, row_keys
-
     n = len(dataset)
     if keys is not None:
         keys = list(keys)
@@ -1152,7 +935,6 @@ def _count_duplicates(dataset: Any, keys: Any) -> Any:
     if tensors is not None:
         return find_duplicates(row_keys(tensors), method="exact")
     try:
-        import hashlib
 
         def key(item: Any) -> bytes:
             h = hashlib.blake2b(digest_size=16)
@@ -1177,8 +959,6 @@ def _count_duplicates(dataset: Any, keys: Any) -> Any:
 
 
 def _subset_loader(dl: Any, keep: Any) -> Any:
-    from torch.utils.data import DataLoader, RandomSampler, Subset
-
     return DataLoader(
         Subset(dl.dataset, list(keep)),
         batch_size=dl.batch_size,

@@ -1,0 +1,429 @@
+"""One engine for private training: :class:`DPEngine` with grouped options, as opacus' ``PrivacyEngine``.
+
+Paper: Abadi et al. 2016 (DP-SGD); ``../shared/papers/dp-bert-and-dp-wordpiece.txt``. Threat model and claim: those
+of :mod:`privnlp.mechanisms.training.dp_sgd` (example-level (epsilon, delta)-DP; add/remove neighbours with public
+sampling, zero-out with N public otherwise).
+
+The options come in groups, each a frozen dataclass (issue #30 item 5):
+
+* :class:`Noise` -- ``noise_multiplier`` (sigma; ``None``: calibrated from the budget) and ``rng`` (``None``: OS
+  entropy; a seed: a reproducible simulation whose claim says "noise seeded");
+* :class:`Sampling` -- Poisson or not, and the public ``expected_batch_size`` / ``sample_rate`` /
+  ``public_dataset_size`` (:func:`~privnlp.mechanisms.training.dp_sgd.resolve_sampling`);
+* :class:`Clipping` -- ``max_grad_norm`` C, the per-sample gradient ``mode`` (``auto``, ``bookkeeping``,
+  ``ghost``, ``hooks``, ``functorch``) and what to do with ``tied_embeddings``;
+* :class:`Budget` -- ``target_epsilon`` (the hard budget), ``delta`` and the planned ``epochs`` / ``steps``;
+* ``accountant`` -- ``"prv"`` (min of dp_accounting PLD and wide-order RDP) or ``"rdp"``.
+
+Usage::
+
+    engine = DPEngine(noise=Noise(rng=None), clipping=Clipping(max_grad_norm=1.0),
+                      budget=Budget(target_epsilon=3.0, epochs=2))
+    pt = engine.make_private(model, optimizer, loader)     # a PrivateTraining handle
+    ...
+    engine.epsilon()
+
+:func:`~privnlp.mechanisms.training.dp_sgd.make_private` is a thin function over it (same keyword arguments as
+before, flat).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from privnlp.accounting import (
+    ACCOUNTANTS,
+    BudgetGuard,
+    DPLedger,
+    calibrate_noise_multiplier,
+    check_accounting_configuration,
+    check_delta,
+    default_delta,
+    epsilon_for,
+    epsilon_no_amplification,
+)
+from privnlp.accounting.duplicates import (
+    DuplicateExamplesWarning,
+    duplicate_message,
+    find_duplicates,
+    group_epsilon,
+)
+from privnlp.core.errors import (
+    InvalidArgument,
+    InvalidPrivacyParameter,
+    check_positive,
+    check_range,
+)
+from privnlp.core.rng import noise_torch
+
+from . import bookkeeping as _bk
+from . import distributed as _dist
+from .dp_sgd import (
+    GRAD_SAMPLE_MODES,
+    PrivateTraining,
+    _check_lstm,
+    _count_duplicates,
+    _install_guard,
+    _poisson_loader,
+    _subset_loader,
+    _trainable,
+    add_batch_position_ids,
+    choose_grad_sample_mode,
+    handle_tied_embeddings,
+    resolve_sampling,
+)
+
+__all__ = ["DPEngine", "Noise", "Sampling", "Clipping", "Budget"]
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Privacy noise: ``noise_multiplier`` sigma (>= 0; ``None``: calibrated from the :class:`Budget`) and ``rng``
+    (``None``: generators seeded from the OS entropy pool, one per device and per process; a seed / Generator: a
+    reproducible simulation in one process, and the claim says "noise seeded")."""
+
+    noise_multiplier: float | None = None
+    rng: Any = None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How batches are drawn: ``poisson`` (what the accountants assume; ``False`` keeps the caller's loader and
+    the claim adds the no-amplification epsilon) and the public sampling hyperparameters (give two of
+    ``expected_batch_size``, ``sample_rate``, ``public_dataset_size`` for an add/remove claim)."""
+
+    poisson: bool = True
+    expected_batch_size: int | None = None
+    sample_rate: float | None = None
+    public_dataset_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Clipping:
+    """Per-example clipping: ``max_grad_norm`` C (> 0), the per-sample gradient ``mode`` (one of
+    ``GRAD_SAMPLE_MODES``) and ``tied_embeddings`` (``untie`` / ``freeze`` / ``error``)."""
+
+    max_grad_norm: float = 1.0
+    mode: str = "auto"
+    tied_embeddings: str = "untie"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The privacy budget: ``target_epsilon`` (the step that would exceed it is refused before it is taken),
+    ``delta`` (default ``min(1e-5, N^-1.1)`` of the public N) and the planned ``epochs`` / ``steps`` (needed to
+    calibrate sigma from ``target_epsilon``)."""
+
+    target_epsilon: float | None = None
+    delta: float | None = None
+    epochs: float | None = None
+    steps: int | None = None
+
+
+@dataclass
+class DPEngine:
+    """Private training with grouped options; :meth:`make_private` returns the
+    :class:`~privnlp.mechanisms.training.dp_sgd.PrivateTraining` handle (kept as ``engine.private``).
+
+    Attributes:
+        noise: :class:`Noise`.
+        sampling: :class:`Sampling`.
+        clipping: :class:`Clipping`.
+        budget: :class:`Budget`.
+        accountant: ``"prv"`` (reported: min of dp_accounting PLD and wide-order RDP) or ``"rdp"``.
+        unit: the privacy unit of one dataset element (``example``, ``record``, ``user``...).
+        dedup: train on the first copy of each duplicated example.
+        distributed: ``None``: DP-SGD on every rank when a process group of >= 2 ranks exists; ``True`` requires
+            one; ``False`` never.
+    """
+
+    noise: Noise = field(default_factory=Noise)
+    sampling: Sampling = field(default_factory=Sampling)
+    clipping: Clipping = field(default_factory=Clipping)
+    budget: Budget = field(default_factory=Budget)
+    accountant: str = "prv"
+    unit: str = "example"
+    dedup: bool = False
+    distributed: bool | None = None
+    private: PrivateTraining | None = field(default=None, init=False, repr=False)
+
+    def epsilon(self) -> float:
+        """Epsilon spent so far by the last :meth:`make_private` run (see ``PrivateTraining.epsilon``)."""
+        if self.private is None:
+            raise InvalidArgument("DPEngine.epsilon: call make_private first")
+        return self.private.epsilon()
+
+    def make_private(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        data_loader: Any,
+        *,
+        wrap_model: bool = True,
+        duplicate_keys: Any = None,
+    ) -> PrivateTraining:
+        """Make ``model`` / ``optimizer`` / ``data_loader`` private with DP-SGD (opacus).
+
+        Args:
+            model: the model (``model.train()`` is called, as Hugging Face's ``Trainer`` does).
+            optimizer: its optimizer.
+            data_loader: a DataLoader over a sized (map-style) dataset.
+            wrap_model: ``False`` attaches opacus hooks to ``model`` itself (the HF ``Trainer`` integration).
+            duplicate_keys: optional per-example keys for duplicate detection.
+
+        Returns:
+            The handle (also ``self.private``).
+
+        Raises:
+            InvalidArgument / InvalidPrivacyParameter: a bad option, named with its allowed range; raised before
+                any step is taken and before any epsilon is spent.
+        """
+        noise_multiplier, rng = self.noise.noise_multiplier, self.noise.rng
+        poisson_sampling = self.sampling.poisson
+        expected_batch_size = self.sampling.expected_batch_size
+        sample_rate = self.sampling.sample_rate
+        public_dataset_size = self.sampling.public_dataset_size
+        max_grad_norm = self.clipping.max_grad_norm
+        grad_sample_mode = self.clipping.mode
+        tied_embeddings = self.clipping.tied_embeddings
+        target_epsilon, delta = self.budget.target_epsilon, self.budget.delta
+        epochs, steps = self.budget.epochs, self.budget.steps
+        accountant, unit, dedup, distributed = (
+            self.accountant,
+            self.unit,
+            self.dedup,
+            self.distributed,
+        )
+        # ---- validation
+        if not isinstance(model, nn.Module):
+            raise InvalidArgument(f"model must be a torch.nn.Module; got {type(model).__name__}")
+        check_positive("max_grad_norm", max_grad_norm, error=InvalidPrivacyParameter)
+        if accountant not in ACCOUNTANTS:
+            raise InvalidArgument(
+                f"accountant must be one of {sorted(ACCOUNTANTS)}; got {accountant!r}"
+            )
+        if grad_sample_mode not in GRAD_SAMPLE_MODES:
+            raise InvalidArgument(
+                f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}; got {grad_sample_mode!r}"
+            )
+        if noise_multiplier is not None:
+            check_range(
+                "noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter
+            )
+        if target_epsilon is not None:
+            check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
+        if noise_multiplier is None and target_epsilon is None:
+            raise InvalidPrivacyParameter(
+                "pass noise_multiplier (>= 0) or target_epsilon (> 0) to make_private"
+            )
+        if epochs is not None:
+            check_positive("epochs", epochs)
+        if steps is not None:
+            check_range("steps", steps, 1, math.inf, integer=True)
+        try:
+            n = len(data_loader.dataset)
+        except (AttributeError, TypeError):
+            raise InvalidArgument(
+                "data_loader must be a torch DataLoader over a sized dataset"
+            ) from None
+        if n == 0 or len(data_loader) == 0:
+            raise InvalidArgument("data_loader is empty (dataset size must be >= 1)")
+        if not _trainable(model):
+            raise InvalidArgument(
+                "model has no trainable parameters (requires_grad=False everywhere); nothing to train"
+            )
+        if not isinstance(dedup, bool):
+            raise InvalidArgument(f"dedup must be True or False; got {dedup!r}")
+        notes: list[str] = []
+        dups = _count_duplicates(data_loader.dataset, duplicate_keys)
+        if dups is not None and dups.has_duplicates and dedup:
+            public = any(
+                v is not None for v in (expected_batch_size, sample_rate, public_dataset_size)
+            )
+            notes.append(
+                f"dedup=True: {dups.method} duplicates removed (up to {dups.max_copies} copies of a record)"
+                if public  # the counts would publish the private dataset size
+                else f"dedup=True: trained on {dups.n_unique} unique of {dups.n} examples ({dups.method} "
+                f"duplicates removed; up to {dups.max_copies} copies of a record)"
+            )
+            data_loader = _subset_loader(data_loader, dups.keep)
+            n = len(data_loader.dataset)
+            dups = find_duplicates(
+                range(n), method=dups.method
+            )  # what is trained on: no duplicates left
+        sampling = resolve_sampling(
+            n,
+            len(data_loader),
+            expected_batch_size=expected_batch_size,
+            sample_rate=sample_rate,
+            public_dataset_size=public_dataset_size,
+        )
+        # the default delta uses the public N where there is one (a default computed from the private N would
+        # publish it); the check also holds for the actual N (an error before training releases nothing)
+        delta = default_delta(sampling.reference_size) if delta is None else delta
+        check_delta(delta, max(n, sampling.reference_size))
+        _check_lstm(model)
+        dist_ctx = _dist.resolve(distributed)
+        if dist_ctx is not None:
+            _dist.check_noise_rng(dist_ctx, rng, poisson_sampling)
+
+        tie_note = handle_tied_embeddings(model, optimizer, tied_embeddings)
+        if tie_note:
+            notes.append(tie_note)
+        if not _trainable(model):
+            raise InvalidArgument(
+                "model has no trainable parameters left after freezing tied weights"
+            )
+        mode = (
+            choose_grad_sample_mode(model, int(math.ceil(sampling.expected_batch_size)))
+            if grad_sample_mode == "auto"
+            else grad_sample_mode
+        )
+
+        sample_rate = sampling.sample_rate
+        planned = None
+        if steps is not None:
+            planned = int(steps)
+        elif epochs is not None:
+            planned = max(1, int(round(epochs / sample_rate)))
+        if noise_multiplier is None:
+            if planned is None:
+                raise InvalidArgument(
+                    "target_epsilon without noise_multiplier needs epochs or steps to calibrate sigma"
+                )
+            noise_multiplier = calibrate_noise_multiplier(
+                target_epsilon, delta, sample_rate, planned, accountant
+            )
+        # inconsistent accounting configuration fails here, before training (never after it)
+        check_accounting_configuration(
+            float(noise_multiplier), sample_rate, planned, float(delta), accountant
+        )
+        if dups is not None and dups.has_duplicates:
+            k_steps = planned or len(data_loader)
+            runs = [(float(noise_multiplier), sample_rate, k_steps)]
+            eps1 = (
+                epsilon_for(runs, float(delta), accountant).epsilon
+                if poisson_sampling
+                else epsilon_no_amplification(runs, float(delta))
+            )
+            geps = group_epsilon(
+                runs, dups.max_copies, float(delta), accountant, poisson_sampling=poisson_sampling
+            )
+            warnings.warn(
+                duplicate_message(
+                    dups,
+                    epsilon=eps1,
+                    group_eps=geps,
+                    delta=float(delta),
+                    where=f"make_private (after {k_steps} {'planned ' if planned else ''}steps)",
+                ),
+                DuplicateExamplesWarning,
+                stacklevel=2,
+            )
+
+        # ---- rng: privacy noise and Poisson masks (OS entropy unless the caller seeds a simulation)
+        (g_noise, g_sample, g_workers), noise_seeded = noise_torch(rng, 3)
+        if not noise_seeded:
+            notes.append(
+                "noise and Poisson masks drawn from torch's PRNG seeded from os.urandom (fresh on every "
+                "make_private and every resume)"
+            )
+
+        # ---- opacus
+        from opacus import PrivacyEngine
+
+        hooks = [add_batch_position_ids(model)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            engine = PrivacyEngine(accountant="rdp")
+            if poisson_sampling:
+                dl = (
+                    _poisson_loader(data_loader, sample_rate, g_sample)
+                    if dist_ctx is None
+                    else _dist.poisson_loader(
+                        dist_ctx, data_loader, g_sample, sample_rate=sample_rate
+                    )
+                )
+                # DataLoader draws a worker base seed from ``dl.generator`` at every new iteration: keep those draws
+                # off the Poisson-mask generator, so the masks do not depend on where iterations (and resumes) start
+                dl.generator = g_workers
+            else:
+                dl = data_loader
+            try:
+                out = engine.make_private(
+                    module=model if dist_ctx is None else _dist.wrap_model(dist_ctx, model),
+                    optimizer=optimizer,
+                    data_loader=dl,
+                    noise_multiplier=float(noise_multiplier),
+                    max_grad_norm=float(max_grad_norm),
+                    poisson_sampling=False,
+                    noise_generator=g_noise,
+                    grad_sample_mode="no_op" if mode == "bookkeeping" else mode,
+                    criterion=nn.CrossEntropyLoss(),
+                    wrap_model=wrap_model,
+                )
+            except (NotImplementedError, ValueError) as e:
+                for h in hooks:
+                    if h is not None:
+                        h.remove()
+                raise InvalidArgument(
+                    f"model cannot be made private by opacus ({mode} mode): {e}"
+                ) from e
+        if len(out) == 4:
+            gsm, dp_opt, _crit, dl = out
+        else:
+            gsm, dp_opt, dl = out
+        if poisson_sampling and hasattr(gsm, "forbid_grad_accumulation"):
+            gsm.forbid_grad_accumulation()
+        # opacus derives its normaliser from len(dataset) (the private N); ours is the resolved one (public where the
+        # caller gave it). opacus' distributed optimizer divides by the per-rank share and all-reduces the mean.
+        dp_opt.expected_batch_size = sampling.expected_batch_size / (
+            1 if dist_ctx is None else dist_ctx.world_size
+        )
+        expected_batch_size = sampling.expected_batch_size
+        if (
+            mode == "bookkeeping"
+        ):  # one backward pass, clipped sums from book-kept activations (issue #20)
+            hooks.append(_bk.attach(gsm, model, dp_opt, float(max_grad_norm)))
+
+        ledger = DPLedger()
+        guard = BudgetGuard(ledger, target_epsilon, float(delta), accountant)
+        if dist_ctx is not None:
+            _dist.attach(dist_ctx, dp_opt, guard)
+        _install_guard(dp_opt, guard, sample_rate)
+        pt = PrivateTraining(
+            model=gsm,
+            optimizer=dp_opt,
+            data_loader=dl,
+            original_model=model,
+            grad_sample_mode=mode,
+            ledger=ledger,
+            guard=guard,
+            noise_multiplier=float(noise_multiplier),
+            max_grad_norm=float(max_grad_norm),
+            sample_rate=sample_rate,
+            expected_batch_size=expected_batch_size,
+            dataset_size=n,
+            public_dataset_size=sampling.public_dataset_size,
+            public_sampling=sampling.public,
+            delta=float(delta),
+            accountant=accountant,
+            target_epsilon=target_epsilon,
+            poisson_sampling=poisson_sampling,
+            planned_steps=planned,
+            unit=unit,
+            notes=tuple(notes),
+            hooks=tuple(hooks),
+            noise_seeded=noise_seeded,
+            generators={"noise": g_noise, "sampling": g_sample},
+            duplicates=dups,
+        )
+        self.private = pt if dist_ctx is None else _dist.finish(dist_ctx, pt)
+
+        return self.private
