@@ -160,14 +160,87 @@ def server(
         "(rounds and privacy ledger); --no-resume refuses an out/ that holds one",
     ),
     timeout: float = typer.Option(3600.0, help="seconds to wait for the whole run"),
+    certs: Path | None = typer.Option(
+        None,
+        help="TLS: a folder made by `privnlp fl certs` (ca.crt, server.pem, server.key); "
+        "or give the three files below",
+    ),
+    ssl_certfile: Path | None = typer.Option(None, help="TLS: the SuperLink's certificate (PEM)"),
+    ssl_keyfile: Path | None = typer.Option(None, help="TLS: the SuperLink's private key (PEM)"),
+    ssl_ca_certfile: Path | None = typer.Option(None, help="TLS: the CA certificate (PEM)"),
+    auth_keys: Path | None = typer.Option(
+        None,
+        help="SuperNode authentication: the public-key list (one OpenSSH EC key a line, e.g. "
+        "supernode_public_keys.txt of `privnlp fl keys`); only these nodes can join. Needs TLS",
+    ),
+    insecure: bool = typer.Option(
+        False,
+        "--insecure",
+        help="no TLS (the labelled demo): accepted on a loopback --host; elsewhere only with "
+        "--allow-insecure-network",
+    ),
+    allow_insecure_network: bool = typer.Option(
+        False,
+        "--allow-insecure-network",
+        help="accept --insecure on a non-loopback --host (an eavesdropper reads every update; the "
+        "claim says so)",
+    ),
+    aggregation: str = typer.Option(
+        "central",
+        help="central (the server adds the noise: trusted) | secagg (SecAgg+ with distributed "
+        "Skellam noise: the server sees only the noisy sum)",
+    ),
+    secagg_levels: int = typer.Option(
+        1024, help="secagg: integer levels of the clip norm (quantisation step clip-norm/levels)"
+    ),
+    secagg_bits: int = typer.Option(32, help="secagg: SecAgg+ modulus 2^bits (8..32)"),
+    secagg_min_survivors: int = typer.Option(
+        0,
+        help="secagg: minimum surviving clients per round (SecAgg+ threshold; the noise shares are "
+        "sized for it; 0 = all selected: any dropout fails the round closed)",
+    ),
 ) -> None:
     """Start a SuperLink, submit the privnlp app with `flwr run`, wait for the result, stop the SuperLink.
+
+    Secure by default: a non-loopback --host needs TLS (--certs); --auth-keys admits only registered
+    SuperNodes; --aggregation secagg keeps individual updates from the server. Without certificates on a
+    loopback --host the run is the insecure demo, and its claim says so.
 
     Exit status: 0 = the run finished and its claim is printed; 1 = the run failed (e.g. a DP-FedAvg round
     failed closed, no result within --timeout, `flwr run` failed; the error is printed on stderr);
     128 + signal number after SIGTERM / SIGINT. Running it again with the same --work-dir resumes the run.
     """
+    from privnlp.core.errors import InvalidArgument
     from privnlp.mechanisms.federated import flower as fl
+    from privnlp.mechanisms.federated import tls as T
+
+    try:
+        tls_files = _server_tls(certs, ssl_certfile, ssl_keyfile, ssl_ca_certfile, insecure)
+        if tls_files is None:
+            if not T.is_loopback(host) and not (insecure and allow_insecure_network):
+                _fail(
+                    f"error: --host {host} is not loopback: pass TLS certificates (--certs DIR, make test "
+                    "ones with `privnlp fl certs DIR --host <this-host>`), or --insecure "
+                    "--allow-insecure-network to knowingly send every update in clear",
+                    2,
+                )
+            typer.echo(
+                "WARNING: insecure transport (no TLS, no SuperNode authentication): loopback demo only",
+                err=True,
+            )
+        else:
+            T.check_server_tls(tls_files, None if host in ("0.0.0.0", "::") else host)
+        keys = T.read_key_list(auth_keys) if auth_keys is not None else []
+        if keys and tls_files is None:
+            _fail("error: --auth-keys needs TLS (--certs DIR)", 2)
+        if keys and num_clients > len(keys):
+            _fail(
+                f"error: --num-clients {num_clients} exceeds the {len(keys)} authenticated SuperNodes "
+                f"of {auth_keys} (the accounted population is the authenticated one)",
+                2,
+            )
+    except InvalidArgument as e:
+        _fail(f"error: {e}", 2)
 
     work_dir.mkdir(parents=True, exist_ok=True)
     out = (work_dir / "out").resolve()
@@ -187,10 +260,28 @@ def server(
         "round-timeout": round_timeout,
         "round-retries": round_retries,
         "resume": resume,
+        "aggregation": aggregation,
+        "secagg-levels": secagg_levels,
+        "secagg-bits": secagg_bits,
+        "secagg-min-survivors": secagg_min_survivors,
+        "transport-tls": tls_files is not None,
+        "transport-node-auth": bool(keys),
+        "transport-authenticated-nodes": len(keys),
+        "transport-host": host,
     }
+    try:
+        fl.validate_run_config(
+            cfg
+        )  # a threshold, modulus, mechanism error: before any process starts
+    except InvalidArgument as e:
+        _fail(f"error: {e}", 2)
     app_dir = fl.write_app(work_dir / "app", cfg)
     _forward_termination()
-    env = fl.flower_env(work_dir / "flwr_home", f"127.0.0.1:{port}")
+    env = fl.flower_env(
+        work_dir / "flwr_home",
+        f"127.0.0.1:{port}",
+        root_certificates=tls_files.ca_certfile if tls_files else None,
+    )
     log = open(work_dir / "superlink.log", "ab")
     link = None
     try:
@@ -201,11 +292,19 @@ def server(
             host=host,
             log=log,
             extra=["--database", str((work_dir / "superlink.db").resolve())],
+            tls=tls_files,
+            node_auth=bool(keys),
+            allow_insecure=insecure and allow_insecure_network,
         )
         fl._wait_port(port, 30.0, link)
+        if keys:  # before any SuperNode can activate: an unknown node is refused, never selected
+            fl.register_nodes(keys, env=env, work_dir=work_dir)
+            typer.echo(f"registered {len(keys)} SuperNode public keys from {auth_keys}")
         typer.echo(
             f"SuperLink on {host}:{port}; start {num_clients} clients with "
-            f"`privnlp fl client --superlink <this-host>:{port} --partition-id i --num-partitions {num_clients}`"
+            f"`privnlp fl client --superlink <this-host>:{port} --partition-id i --num-partitions {num_clients}"
+            + (" --root-certificates ca.crt" if tls_files else " --insecure")
+            + (" --auth-key node-i.key`" if keys else "`")
         )
         fl.clear_result(out)
         sub = fl.submit_run(app_dir, env=env, timeout=60)
@@ -234,20 +333,52 @@ def client(
     num_partitions: int = typer.Option(3),
     port: int = typer.Option(0, help="local SuperNode runtime port (0 = a free one)"),
     flwr_home: Path = typer.Option(Path("fl-node"), help="FLWR_HOME of this node"),
+    root_certificates: Path | None = typer.Option(
+        None, help="TLS: the CA certificate (ca.crt) that signed the SuperLink's certificate"
+    ),
+    auth_key: Path | None = typer.Option(
+        None,
+        help="SuperNode authentication: this node's private key (node-i.key of `privnlp fl keys`)",
+    ),
+    insecure: bool = typer.Option(
+        False, "--insecure", help="no TLS: accepted for a loopback SuperLink (the demo)"
+    ),
+    allow_insecure_network: bool = typer.Option(
+        False, "--allow-insecure-network", help="accept --insecure for a non-loopback SuperLink"
+    ),
 ) -> None:
     """Run a SuperNode (foreground) serving partition ``partition_id`` of the privnlp app.
 
     SIGTERM / SIGINT stop the SuperNode and its ClientApp processes, then exit 128 + signal number; if the
     SuperNode exits by itself, its exit status is returned."""
+    from privnlp.core.errors import InvalidArgument
     from privnlp.mechanisms.federated import flower as fl
 
+    if root_certificates is None and not insecure and not fl.is_loopback(fl._host_of(superlink)):
+        _fail(
+            f"error: --superlink {superlink} is not loopback: pass --root-certificates ca.crt (TLS), or "
+            "--insecure --allow-insecure-network",
+            2,
+        )
+    if root_certificates is not None and insecure:
+        _fail("error: --insecure contradicts --root-certificates", 2)
     env = fl.flower_env(flwr_home)
     _forward_termination()
     p = None
     try:
-        p = fl.start_supernode(
-            superlink, partition_id, num_partitions, port or fl.free_port(), env=env
-        )
+        try:
+            p = fl.start_supernode(
+                superlink,
+                partition_id,
+                num_partitions,
+                port or fl.free_port(),
+                env=env,
+                root_certificates=root_certificates,
+                auth_key=auth_key,
+                allow_insecure=insecure and allow_insecure_network,
+            )
+        except InvalidArgument as e:
+            _fail(f"error: {e}", 2)
         rc = p.wait()
         if rc:
             raise typer.Exit(rc)
@@ -255,3 +386,68 @@ def client(
         raise typer.Exit(128 + e.signum) from None
     finally:
         _stop_quietly(fl, [p])
+
+
+def _server_tls(certs, certfile, keyfile, cafile, insecure):
+    """The SuperLink's TLS files from --certs DIR or the three --ssl-* options; ``None`` for --insecure."""
+    from privnlp.mechanisms.federated.tls import TlsFiles
+
+    given = [x for x in (certfile, keyfile, cafile) if x is not None]
+    if insecure and (certs is not None or given):
+        _fail("error: --insecure contradicts the TLS certificates given", 2)
+    if certs is not None:
+        if given:
+            _fail("error: give --certs DIR or the --ssl-* files, not both", 2)
+        return TlsFiles.in_dir(certs)
+    if given:
+        if len(given) != 3:
+            _fail(
+                "error: TLS needs --ssl-certfile, --ssl-keyfile and --ssl-ca-certfile together", 2
+            )
+        return TlsFiles(cafile, certfile, keyfile)
+    return None
+
+
+@app.command()
+def certs(
+    out_dir: Path = typer.Argument(..., help="folder for ca.crt, ca.key, server.pem, server.key"),
+    host: list[str] = typer.Option(
+        [],
+        "--host",
+        help="a name or address the SuperLink is reached at (repeat); localhost and "
+        "127.0.0.1 are always included",
+    ),
+    days: float = typer.Option(30.0, help="validity in days"),
+    parties: int = typer.Option(0, help="also party-<i>.pem / .key for MPC parties"),
+) -> None:
+    """Make a CA and a SuperLink certificate for a TEST deployment (keep ca.key off the machines)."""
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.mechanisms.federated.tls import make_certs
+
+    try:
+        f = make_certs(out_dir, list(host), days=days, parties=parties)
+    except InvalidArgument as e:
+        _fail(f"error: {e}", 2)
+    typer.echo(
+        f"wrote {f.ca_certfile}, {f.certfile}, {f.keyfile}; server: --certs {out_dir}; "
+        f"nodes: --root-certificates {f.ca_certfile}"
+    )
+
+
+@app.command()
+def keys(
+    out_dir: Path = typer.Argument(..., help="folder for node-<i>.key / .pub and the key list"),
+    nodes: int = typer.Option(..., "--nodes", help="number of SuperNode key pairs"),
+) -> None:
+    """Make SuperNode key pairs (OpenSSH EC P-384) and the public-key list for `fl server --auth-keys`."""
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.mechanisms.federated.tls import make_node_keys
+
+    try:
+        lst = make_node_keys(out_dir, nodes)
+    except InvalidArgument as e:
+        _fail(f"error: {e}", 2)
+    typer.echo(
+        f"wrote {nodes} key pairs and {lst}; server: --auth-keys {lst}; node i: --auth-key "
+        f"{out_dir}/node-<i>.key"
+    )

@@ -112,6 +112,8 @@ DEFAULT_RUN_CONFIG: dict[str, Any] = {
     "transport-node-auth": False,
     "transport-authenticated-nodes": 0,
     "transport-host": "127.0.0.1",
+    # tests / audits: write every reply the ServerApp receives to out-dir/server_view.pkl (what the server sees)
+    "record-server-view": False,
 }
 
 # Run-config keys a checkpoint must agree with before a server resumes from it (everything that changes the
@@ -882,6 +884,51 @@ def validate_run_config(run_config: Mapping[str, Any]) -> SkellamPlan | None:
     return secagg_plan(cfg, {k: int(v.numel()) for k, v in params.items()})
 
 
+class _ServerView:
+    """Records every reply the ServerApp pulls (arrays, config values, metrics) to ``out/server_view.pkl``:
+    the server's whole view of the clients, for the adversary tests (``record-server-view = true``)."""
+
+    def __init__(self, grid: Any, path: Path) -> None:
+        self._grid = grid
+        self._path = path
+        self.seen: list[dict[str, Any]] = []
+
+    def pull_messages(self, ids: Any) -> list:
+        import pickle
+
+        import numpy as np
+
+        got = list(self._grid.pull_messages(ids))
+        for m in got:
+            if m.has_error():
+                continue
+            c = m.content
+            self.seen.append(
+                {
+                    "src": int(m.metadata.src_node_id),
+                    "arrays": {
+                        f"{rk}/{k}": np.asarray(a.numpy())
+                        for rk, rec in c.array_records.items()
+                        for k, a in rec.items()
+                    },
+                    "configs": {
+                        f"{rk}/{k}": v for rk, rec in c.config_records.items() for k, v in rec.items()
+                    },
+                    "metrics": {
+                        f"{rk}/{k}": v for rk, rec in c.metric_records.items() for k, v in rec.items()
+                    },
+                }
+            )
+        if got:
+            tmp = self._path.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(self.seen))
+            os.replace(tmp, self._path)
+        return got
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+
 class _FastGrid:
     """The Grid for SecAggPlusWorkflow with :func:`_exchange`'s 0.25 s polling (Flower's own
     ``send_and_receive`` polls every 3 s: 4 stages would cost >= 12 s a round)."""
@@ -1092,6 +1139,8 @@ def _server_main(grid: Any, context: Any) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     owner = _Owner(out)
+    if bool(cfg.get("record-server-view", False)):
+        grid = _ServerView(grid, out / "server_view.pkl")
 
     def log(msg: str) -> None:
         with open(out / "server.log", "a") as f:
