@@ -37,3 +37,32 @@ def linear_clients():
         x = torch.randn(n, 4, generator=g)
         out[f"c{i:02d}"] = ClientData((x, x @ w + 0.1 * torch.randn(n, generator=g)))
     return out
+
+
+def _no_amplification_reference(sampling, n, m, z, rounds, delta):
+    """The DP-FedAvg server's user-level epsilon, computed here with dp_accounting directly (issue 28):
+    participations K ~ Binomial(rounds, m/n) bounded by the smallest k with P(K > k) <= delta/2, the
+    Gaussian composition over k rounds at delta/2 (PLD, pessimistic), or every round at delta if
+    smaller. Noise multiplier z/2 for fixed-size rounds (replace-one: sensitivity 2S)."""
+    from dp_accounting import dp_event as de
+    from dp_accounting.pld import pld_privacy_accountant as pa
+    from scipy.stats import binom
+
+    za = z / 2 if sampling == "fixed" else z
+
+    def gauss(k, d):
+        if k == 0:
+            return 0.0
+        acc = pa.PLDAccountant(value_discretization_interval=1e-2)
+        acc.compose(de.GaussianDpEvent(za), k)
+        return acc.get_epsilon(d)
+
+    k = 0
+    while binom.sf(k, rounds, m / n) > delta / 2:
+        k += 1
+    return min(gauss(k, delta / 2), gauss(rounds, delta))
+
+
+@pytest.fixture(scope="session")
+def no_amplification_reference():
+    return _no_amplification_reference

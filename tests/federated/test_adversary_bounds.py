@@ -21,7 +21,10 @@ DELTA = 1e-5
 
 
 def _gauss_eps(z: float, k: int, delta: float) -> float:
-    acc = pa.PLDAccountant()
+    """dp_accounting PLD (pessimistic: an upper bound, within ~1e-7 relative here)."""
+    if k == 0:
+        return 0.0
+    acc = pa.PLDAccountant(value_discretization_interval=1e-2)
     acc.compose(de.GaussianDpEvent(z), k)
     return acc.get_epsilon(delta)
 
@@ -59,17 +62,17 @@ def test_server_epsilon_is_the_no_amplification_bound(n, m, z, rounds, sampling,
     for adv in (Adversary.HONEST_BUT_CURIOUS_SERVER, Adversary.EAVESDROPPER):
         b = by[adv.value]
         assert not b.amplified and "selection" in b.observes
-        # exact Gaussian composition: the single-event PLD may only be tighter by discretisation
-        assert b.epsilon == pytest.approx(ref, rel=2e-3)
+        # analytic Gaussian composition vs the pessimistic PLD: equal up to discretisation
+        assert b.epsilon == pytest.approx(ref, rel=1e-4) and b.epsilon <= ref * (1 + 1e-9)
         assert "tail" in b.note and "charged to delta" in b.note
     obs = by[Adversary.MODEL_OBSERVER.value]
     assert obs.amplified
     assert obs.epsilon == pytest.approx(
-        min(user_epsilon(sampling, n, m, z, rounds, DELTA), ref), rel=2e-3
+        min(user_epsilon(sampling, n, m, z, rounds, DELTA), ref), rel=1e-4
     )
     # the headline of a claim built from them is the server's (strongest) epsilon
     claim = PrivacyClaim.dp(max(b.epsilon for b in bounds), DELTA, "user", adversaries=bounds)
-    assert claim.epsilon == pytest.approx(ref, rel=2e-3)
+    assert claim.epsilon == pytest.approx(ref, rel=1e-4)
     assert claim.strongest_adversary().adversary == Adversary.HONEST_BUT_CURIOUS_SERVER.value
 
 
@@ -101,7 +104,7 @@ def test_every_round_bound_used_when_tighter():
     )
     server = bounds[0]
     assert server.epsilon == pytest.approx(
-        min(_gauss_eps(0.5, 12, DELTA), _reference_no_amp(10, 4, 1.0, 12, "fixed")), rel=2e-3
+        min(_gauss_eps(0.5, 12, DELTA), _reference_no_amp(10, 4, 1.0, 12, "fixed")), rel=1e-4
     )
 
 

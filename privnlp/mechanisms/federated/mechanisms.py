@@ -564,12 +564,19 @@ class DPFedAvg(_FedBase):
     def claim_for(self, ledger: FedLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
         delta = plan["delta"]
         z = plan["noise_multiplier"]
-        eps = ledger.user_epsilon(delta) if z > 0 else (math.inf if ledger.rounds else 0.0)
+        bounds = ledger.adversary_bounds(delta)
+        eps = max(b.epsilon for b in bounds)  # the strongest named adversary: the server
+        if z <= 0:
+            eps = math.inf if ledger.rounds else 0.0
         neighbouring = "replace-one" if self.sampling == "fixed" else "add/remove"
         acct = (
-            "dp_accounting.rdp (SampledWithoutReplacementDpEvent, REPLACE_ONE; accountant noise multiplier z/2)"
-            if self.sampling == "fixed"
-            else "dp_accounting.rdp (PoissonSampledDpEvent, ADD_OR_REMOVE_ONE)"
+            "per adversary: server / eavesdropper dp_accounting analytic Gaussian (no amplification, "
+            "tail-bounded participations); observer of the released models dp_accounting.rdp ("
+            + (
+                "SampledWithoutReplacementDpEvent, REPLACE_ONE; accountant noise multiplier z/2)"
+                if self.sampling == "fixed"
+                else "PoissonSampledDpEvent, ADD_OR_REMOVE_ONE)"
+            )
         )
         extra: dict[str, Any] = {
             "noise_multiplier": float(z),
@@ -591,6 +598,9 @@ class DPFedAvg(_FedBase):
             )
         rec = ledger.record_epsilon(self.client_delta)
         extra["user_epsilon"] = float(eps)
+        extra["user_epsilon_amplified_release_only"] = float(
+            min(b.epsilon for b in bounds) if z > 0 else eps
+        )
         if rec is not None:
             # both bounds hold at once; they are reported side by side (different deltas, no min taken)
             extra["record_epsilon"] = float(rec)
@@ -625,6 +635,7 @@ class DPFedAvg(_FedBase):
             ledger=ledger.to_dict(),
             notes=tuple(notes),
             extra=extra,
+            adversaries=bounds if z > 0 else (),
         )
 
     def claim(self) -> PrivacyClaim:
@@ -651,6 +662,7 @@ class DPFedAvg(_FedBase):
             ledger=c.ledger,
             notes=(note,) + c.notes,
             extra=c.extra,
+            adversaries=c.adversaries,
         )
 
     @classmethod
