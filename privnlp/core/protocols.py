@@ -126,7 +126,9 @@ class Attack(abc.ABC):
     """Base class of every evaluator (attack).
 
     Class attributes a subclass sets: ``name``, ``paper``, ``observation_type``,
-    ``threat_model``, ``headline_metric`` (higher = more leakage).
+    ``threat_model``, ``headline_metric`` (higher = more leakage), and ``unmeasured_presets``:
+    preset -> why the attack's headline is not a measurement at that size (an audit that runs the paired
+    attacks skips it there and says so on the card; asking for the attack by name still runs it).
     """
 
     name: ClassVar[str] = ""
@@ -134,6 +136,7 @@ class Attack(abc.ABC):
     observation_type: ClassVar[type[Observation]] = Observation
     threat_model: ClassVar[ThreatModel | None] = None
     headline_metric: ClassVar[str] = ""
+    unmeasured_presets: ClassVar[Mapping[str, str]] = {}
 
     @abc.abstractmethod
     def run(self, observation: Observation, *, rng: Any) -> AttackResult:

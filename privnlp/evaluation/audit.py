@@ -418,6 +418,14 @@ def audit(
     else:
         scens = [resolve_scenario(scen_specs, mech, preset)]
     atks = resolve_attacks(attacks, mech, preset)
+    notes = []
+    if attacks is None:  # the paired attacks: skip those whose headline is not a measurement here
+        skipped = [a for a in atks if preset in getattr(a, "unmeasured_presets", {})]
+        for a in skipped:
+            notes.append(
+                f"{a.name}: not measured in the {preset} preset: {a.unmeasured_presets[preset]}"
+            )
+        atks = [a for a in atks if a not in skipped]
     cache = Path(cache_dir) if cache_dir else None
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
@@ -486,7 +494,6 @@ def audit(
         threat_models = tuple(
             x.threat_model for x in scens if getattr(x, "threat_model", None) is not None
         )
-    notes = []
     if not attack_metrics:
         applicable = [a.name for a in atks]
         notes.append(
