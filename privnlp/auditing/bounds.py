@@ -49,9 +49,22 @@ takes raw counts; Google's ``dp_auditorium`` / ``jax_privacy.auditing`` need JAX
      consistent mu (found by bisection, assuming the rejected set is an interval ``[0, mu*)``), converted
      to epsilon at delta as in 2. :func:`fdp_one_run_mu_lower_bound`.
 
-What is approximated / recalled rather than read (no network and no copy of the papers here): the
-Steinke et al. delta term is written as we recall Theorem 3 (factor ``2 m``; if the paper's factor were
-``2 r`` ours is more conservative since ``r <= m``). The f-DP recursion is written from our understanding
+Which bound is the headline (:func:`headline_bound`). The conversions of 2. and of the f-DP one-run
+bound to epsilon assume a Gaussian-shaped mechanism: on randomized response the one-run f-DP bound
+converted to epsilon exceeded the true epsilon in 20 of 20 seeds (issue 28). They are therefore
+headlined only where the audited mechanism is Gaussian-shaped (one unsubsampled Gaussian step: the
+white-box DP-SGD step at q = 1, one DP-FedAvg round of M of M users); everywhere else (subsampled
+DP-SGD, randomized response, ...) the assumption-free bound (Clopper-Pearson / Steinke et al.) is the
+headline and the Gaussian conversion is a side figure.
+
+Edges that could overstate, closed here: the one-run guesses break ties in score at random (a stable
+sort would let the caller's array order decide: tied scores listed included-first audited a mechanism
+that leaks nothing at epsilon ~ 9.5 for m = 1000); NaN scores, ``delta = 0`` for a GDP conversion (mu-GDP
+has no finite epsilon at delta = 0: the float underflow used to give ~34.6) and ``confidence`` outside
+(0, 1) are rejected with an error naming the argument.
+
+The Steinke et al. delta term uses the factor ``2 m`` (Theorem 3 / Algorithm 2; the appendix reference
+code and ``jax_privacy``'s auditing module use ``2 m`` too, which issue 28's review checked). The f-DP recursion is written from our understanding
 of Mahloujifar et al.'s Algorithm for the "guessing with abstention" game and cross-checked against an
 independent public re-implementation (Meta's ``privacy_guard`` ``FDPAnalysisNode``); its validity on
 the Gaussian mechanism is checked by simulation in ``tests/auditing/test_bounds.py`` (the bound stays
@@ -87,8 +100,17 @@ __all__ = [
     "one_run_epsilon_lower_bound_gdp",
     "threshold_audit",
     "one_run_audit",
+    "headline_bound",
+    "GAUSSIAN_CONVERSIONS",
     "DEFAULT_CONFIDENCE",
 ]
+
+#: the methods whose epsilon is a conversion that assumes a Gaussian-shaped mechanism, and the
+#: assumption-free method headlined instead where the mechanism is not Gaussian-shaped
+GAUSSIAN_CONVERSIONS = {
+    "gdp_clopper_pearson": "clopper_pearson",
+    "fdp_gaussian_one_run": "steinke_one_run",
+}
 
 DEFAULT_CONFIDENCE = 0.95
 
@@ -189,9 +211,24 @@ def clopper_pearson(k: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> t
     return cp_lower(k, n, a), cp_upper(k, n, a)
 
 
-def _check_conf(confidence: float, delta: float) -> None:
+def _check_conf(confidence: float, delta: float, *, gdp: bool = False) -> None:
     check_range("confidence", confidence, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False)
-    check_range("delta", delta, 0.0, 1.0, hi_inclusive=False)
+    if gdp:
+        _check_gdp_delta(delta)
+    else:
+        check_range("delta", delta, 0.0, 1.0, hi_inclusive=False)
+
+
+def _check_gdp_delta(delta: float) -> None:
+    if not (isinstance(delta, (int, float, np.floating)) and 0.0 < float(delta) < 1.0):
+        raise InvalidArgument(
+            f"delta must be in (0, 1) to convert a GDP parameter mu to epsilon (mu-GDP has no finite "
+            f"epsilon at delta = 0); got {delta!r}"
+        )
+
+
+def _check_confidence(confidence: float) -> None:
+    check_range("confidence", confidence, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False)
 
 
 def _eps_from_rates(fpr_hi: float, fnr_hi: float, delta: float) -> float:
@@ -270,7 +307,13 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 
     Returns:
         Epsilon at ``delta``.
+
+    Raises:
+        InvalidArgument: ``delta`` not in (0, 1) (no finite epsilon at delta = 0), ``mu`` NaN.
     """
+    _check_gdp_delta(delta)
+    if math.isnan(mu):
+        raise InvalidArgument("mu must be a number; got nan")
     if mu <= 0:
         return 0.0
     if math.isinf(mu):
@@ -286,6 +329,7 @@ def gdp_mu_lower_bound(
     """``mu >= Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi)`` (one-sided CP bounds at ``(1-confidence)/2`` each)."""
     from scipy.stats import norm
 
+    _check_confidence(confidence)
     a = (1.0 - confidence) / 2.0
     fpr_hi = cp_upper(fp, fp + tn, a)
     fnr_hi = cp_upper(fn, fn + tp, a)
@@ -312,7 +356,7 @@ def epsilon_lower_bound_gdp(
     Raises:
         InvalidArgument: ``delta`` or ``confidence`` out of range, or a negative count.
     """
-    _check_conf(confidence, delta)
+    _check_conf(confidence, delta, gdp=True)
     mu = gdp_mu_lower_bound(tp, fp, tn, fn, confidence=confidence)
     return EpsilonBound(
         gdp_epsilon(mu, delta),
@@ -441,8 +485,13 @@ def fdp_one_run_mu_lower_bound(
 ) -> float:
     """The largest mu (on a grid of step <= ``resolution``, i.e. rounded down: conservative) for which
     the one-run outcome is *inconsistent* with mu-GDP (Mahloujifar et al.); 0 if even mu = 0 is
-    consistent. Assumes, as the paper's search does, that the rejected mu form an interval ``[0, mu*)``."""
+    consistent. Assumes, as the paper's search does, that the rejected mu form an interval ``[0, mu*)``.
+
+    Raises:
+        InvalidArgument: bad counts, ``confidence`` not in (0, 1) (0 used to give mu = 7.5).
+    """
     _check_game(m, r, v)
+    _check_confidence(confidence)
 
     def rejected(mus: np.ndarray) -> np.ndarray:
         return ~np.asarray(
@@ -481,7 +530,7 @@ def one_run_epsilon_lower_bound_gdp(
     Raises:
         InvalidArgument: the counts violate ``0 <= v <= r <= m, m >= 1``, or ``delta`` / ``confidence`` out of range.
     """
-    _check_conf(confidence, delta)
+    _check_conf(confidence, delta, gdp=True)
     mu = fdp_one_run_mu_lower_bound(m, r, v, confidence=confidence)
     return EpsilonBound(
         gdp_epsilon(mu, delta),
@@ -495,6 +544,45 @@ def one_run_epsilon_lower_bound_gdp(
 
 
 # ----------------------------------------------------------------------------- from scores
+def _scores(name: str, x: Any) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 1:
+        raise InvalidArgument(f"{name} must be 1-D; got shape {a.shape}")
+    if np.isnan(a).any():
+        raise InvalidArgument(
+            f"{name} holds {int(np.isnan(a).sum())} NaN score(s): an audit from NaN scores would "
+            "silently rank them; fix the attack's statistic"
+        )
+    return a
+
+
+def headline_bound(
+    bounds: Mapping[str, EpsilonBound], *, gaussian_shaped: bool
+) -> tuple[EpsilonBound, tuple[EpsilonBound, ...]]:
+    """(the headline bound, the others) of an audit's bounds.
+
+    A bound that converts a GDP parameter to epsilon (``gdp_clopper_pearson``,
+    ``fdp_gaussian_one_run``) is a lower bound on epsilon only if the audited mechanism's privacy curve
+    is Gaussian-shaped; it is the headline only when ``gaussian_shaped`` (one unsubsampled Gaussian
+    step) and otherwise the assumption-free bound of the same game is (``clopper_pearson``,
+    ``steinke_one_run``).
+
+    Raises:
+        InvalidArgument: no assumption-free bound to headline among ``bounds``.
+    """
+    names = list(bounds)
+    if gaussian_shaped:
+        head = next((n for n in names if n in GAUSSIAN_CONVERSIONS), names[0] if names else None)
+    else:
+        head = next((n for n in names if n not in GAUSSIAN_CONVERSIONS), None)
+    if head is None:
+        raise InvalidArgument(
+            f"bounds {names}: none is assumption-free (clopper_pearson / steinke_one_run) and the "
+            "mechanism is not Gaussian-shaped, so no bound can be headlined"
+        )
+    return bounds[head], tuple(b for n, b in bounds.items() if n != head)
+
+
 def _counts_at(neg: np.ndarray, pos: np.ndarray, t: float, sign: int) -> tuple[int, int, int, int]:
     """(tp, fp, tn, fn) of the test "positive iff sign * score >= sign * t"."""
     p = int(np.count_nonzero(sign * pos >= sign * t))
@@ -540,10 +628,13 @@ def threshold_audit(
         "selection_fraction", selection_fraction, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False
     )
     g = as_numpy(rng)
-    neg = np.asarray(neg_scores, dtype=np.float64)
-    pos = np.asarray(pos_scores, dtype=np.float64)
+    neg = _scores("neg_scores", neg_scores)
+    pos = _scores("pos_scores", pos_scores)
     if neg.size < 2 or pos.size < 2:
         raise InvalidArgument(f"need >= 2 scores per side; got {neg.size} and {pos.size}")
+    _check_confidence(confidence)
+    if "gdp_clopper_pearson" in methods:
+        _check_gdp_delta(delta)
     neg, pos = neg[g.permutation(neg.size)], pos[g.permutation(pos.size)]
     k0, k1 = max(1, int(neg.size * selection_fraction)), max(1, int(pos.size * selection_fraction))
     sel_n, ev_n, sel_p, ev_p = neg[:k0], neg[k0:], pos[:k1], pos[k1:]
@@ -608,36 +699,45 @@ def one_run_audit(
     included: Sequence[bool],
     *,
     delta: float,
+    rng: Any,
     confidence: float = DEFAULT_CONFIDENCE,
     guess_fractions: Sequence[float] = ONE_RUN_GUESS_FRACTIONS,
 ) -> dict[str, EpsilonBound]:
     """One-run audit from per-canary scores (higher = "more likely included") and the true inclusion bits:
     for each pre-declared number of guesses ``r`` (``guess_fractions`` of ``m``), guess "in" for the
-    ``r/2`` highest scores and "out" for the ``r/2`` lowest; both analyses (Steinke et al.; Mahloujifar
-    et al. with the Gaussian curve), Bonferroni over the grid; the best bound of each is returned.
+    ``r/2`` highest scores and "out" for the ``r/2`` lowest, ties in score broken at random (``rng``:
+    the array order must not decide); both analyses (Steinke et al.; Mahloujifar et al. with the
+    Gaussian curve, only for ``delta > 0``), Bonferroni over the grid; the best bound of each is
+    returned. Which one to headline: :func:`headline_bound`.
 
     Args:
         scores: one score per canary, higher = more likely included (at least 2).
         included: whether each canary was included in the run.
-        delta: the delta of the claim being audited, in [0, 1).
+        delta: the delta of the claim being audited, in [0, 1) (0: no f-DP/GDP bound).
+        rng: breaks ties in score (keyword-only; a seed, Generator or SeedSequence).
         confidence: the overall probability that the bounds hold, in (0, 1) (split over the grid).
         guess_fractions: the pre-declared fractions of the canaries guessed on, each in (0, 1].
 
     Returns:
-        ``{"steinke_one_run": ..., "fdp_gaussian_one_run": ...}``, the best bound of each analysis.
+        ``{"steinke_one_run": ..., "fdp_gaussian_one_run": ...}``, the best bound of each analysis
+        (without ``fdp_gaussian_one_run`` when ``delta == 0``).
 
     Raises:
-        InvalidArgument: ``scores`` and ``included`` not 1-D of the same length >= 2, or ``delta`` /
-            ``confidence`` out of range.
+        InvalidArgument: ``scores`` and ``included`` not 1-D of the same length >= 2, NaN scores, or
+            ``delta`` / ``confidence`` out of range.
     """
-    s = np.asarray(scores, dtype=np.float64)
+    from privnlp.core.rng import as_numpy
+
+    _check_conf(confidence, delta)
+    s = _scores("scores", scores)
     inc = np.asarray(included, dtype=bool)
     if s.shape != inc.shape or s.ndim != 1 or s.size < 2:
         raise InvalidArgument(
             f"scores and included must be 1-D of the same length >= 2; got {s.shape}, {inc.shape}"
         )
     m = s.size
-    order = np.argsort(-s, kind="stable")
+    # ties broken at random: sort by score, then by a random key (lexsort: last key is primary)
+    order = np.lexsort((as_numpy(rng).random(m), -s))
     conf = 1.0 - (1.0 - confidence) / len(guess_fractions)
     best: dict[str, EpsilonBound] = {}
     for frac in guess_fractions:
@@ -646,10 +746,10 @@ def one_run_audit(
         top, bottom = order[:half], order[m - half :]
         r = 2 * half
         v = int(inc[top].sum() + (~inc[bottom]).sum())
-        for b in (
-            one_run_epsilon_lower_bound(m, r, v, delta=delta, confidence=conf),
-            one_run_epsilon_lower_bound_gdp(m, r, v, delta=delta, confidence=conf),
-        ):
+        cands = [one_run_epsilon_lower_bound(m, r, v, delta=delta, confidence=conf)]
+        if delta > 0:
+            cands.append(one_run_epsilon_lower_bound_gdp(m, r, v, delta=delta, confidence=conf))
+        for b in cands:
             if b.method not in best or b.epsilon > best[b.method].epsilon:
                 best[b.method] = EpsilonBound(
                     b.epsilon,

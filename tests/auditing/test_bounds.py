@@ -154,7 +154,7 @@ def test_bounds_valid_over_seeds():
     for s in range(20):
         g = np.random.default_rng(100 + s)
         inc = g.random(1000) < 0.5
-        one = one_run_audit(g.standard_normal(1000) + mu * inc, inc, delta=delta)
+        one = one_run_audit(g.standard_normal(1000) + mu * inc, inc, delta=delta, rng=g)
         assert one["steinke_one_run"].epsilon <= truth
         assert one["fdp_gaussian_one_run"].mu <= mu and one["fdp_gaussian_one_run"].epsilon <= truth
         steinke_le_fdp += one["steinke_one_run"].epsilon <= one["fdp_gaussian_one_run"].epsilon
