@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
+from privnlp.core.claims import Adversary, AdversaryBound, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
     InvalidArgument,
     InvalidPrivacyParameter,
@@ -110,6 +110,48 @@ _CLIENT_DP_NOTE = (
     "(dp_accounting RDP, worst client reported); each client's data set size is treated as public "
     "(it sets the sampling rate, as in central DP-SGD); no amplification by user sampling is claimed"
 )
+
+
+def client_dp_adversary_bounds(epsilon: float, delta: float) -> tuple[AdversaryBound, ...]:
+    """The record-level bound of client DP-SGD against each federated adversary: the same epsilon for
+    all, amplified only by each client's local Poisson sampling of its examples (which no named
+    adversary observes), composed over every round the client took part in (no amplification by
+    user sampling: the server and the eavesdropper see the selection)."""
+    note = (
+        "amplified only by the client's local Poisson sampling of its records, which none of these "
+        "adversaries sees; composed over every round the client took part in (no amplification by "
+        "user sampling)"
+    )
+    acct = "dp_accounting RDP (per-client PoissonSampledDpEvent steps)"
+    return (
+        AdversaryBound(
+            Adversary.HONEST_BUT_CURIOUS_SERVER,
+            "every DP-SGD update the client sends and the selection log",
+            epsilon,
+            delta,
+            acct,
+            True,
+            note,
+        ),
+        AdversaryBound(
+            Adversary.EAVESDROPPER,
+            "the global model of every round and the selection",
+            epsilon,
+            delta,
+            acct,
+            True,
+            note,
+        ),
+        AdversaryBound(
+            Adversary.MODEL_OBSERVER,
+            "the released models only",
+            epsilon,
+            delta,
+            acct,
+            True,
+            note,
+        ),
+    )
 
 
 class _FedBase(Mechanism):
@@ -316,6 +358,7 @@ class FedAvg(_FedBase):
             accountant="dp_accounting.rdp (per-client PoissonSampledDpEvent DP-SGD steps)",
             ledger=ledger.to_dict(),
             extra=extra,
+            adversaries=client_dp_adversary_bounds(rec, self.client_delta),
             notes=(
                 _CLIENT_DP_NOTE,
                 "user level: no guarantee (epsilon = inf): FedAvg neither "
