@@ -127,9 +127,14 @@ def sanitize(
         False, "--skip-stopwords", help="Release stop words verbatim (recorded in the claim)."
     ),
     index: str = typer.Option(
-        "exact",
+        "auto",
         "--index",
-        help="Nearest neighbours: exact | hnsw | faiss (approximate: post-processing, same claim).",
+        help="Nearest neighbours: auto | exact | faiss | hnsw. auto: exact for small inputs, else faiss "
+        "calibrated to top-k recall >= --recall-target on a public probe (recorded in the sidecar); "
+        "any index is post-processing, same claim.",
+    ),
+    recall_target: float = typer.Option(
+        0.99, "--recall-target", help="Top-k recall an approximate index must reach, in [0.5, 1]."
     ),
     seed: int | None = typer.Option(
         None,
@@ -154,7 +159,9 @@ def sanitize(
         if mechanism not in MECHS:
             _fail(f"--mechanism must be one of {MECHS}; got {mechanism!r}")
         cls = get(mechanism)
-        kw: dict[str, Any] = dict(oov=oov, skip_stopwords=skip_stopwords, index=index)
+        kw: dict[str, Any] = dict(
+            oov=oov, skip_stopwords=skip_stopwords, index=index, recall_target=recall_target
+        )
         if mechanism == "vickrey":
             kw["t"] = t
         elif mechanism == "vickrey_k":

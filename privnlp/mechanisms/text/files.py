@@ -21,6 +21,7 @@ import io
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,8 +68,9 @@ def _guess_fmt(path: Path) -> str:
     return {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}.get(suf, "txt")
 
 
-def _lines(fh: io.TextIOBase, path: Path) -> Iterator[tuple[int, str]]:
-    n = 0
+def _lines(fh: io.TextIOBase, path: Path, line0: int = 0) -> Iterator[tuple[int, str]]:
+    """``(line number, line with its end)``; a line ends at LF only (CR, CRLF kept in the line)."""
+    n = line0
     while True:
         try:
             line = fh.readline()
@@ -147,14 +149,19 @@ def sanitize_file(
     g = None if seed is not None else (rng if rng is not None and num_proc == 1 else None)
     seeded = seed is not None or noise_is_seeded(g)
     mechanism.resolve_embeddings()  # fail early (bad embeddings) before creating anything
-    mechanism._nn()
-    dst.parent.mkdir(parents=True, exist_ok=True)
+    # index="auto": exact for small inputs, else an approximate index calibrated to the recall target
+    # (about 6 bytes per word of English text; only the speed and recall depend on the estimate)
+    expected_words = src.stat().st_size // 6
+    mechanism.plan_index(expected_words)
+    made = make_parent(dst)  # removed again if the run fails (no leftover output folder)
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    bom = has_bom(src)
     counts = dict(records=0, words=0, perturbed=0, changed=0, oov=0, kept=0, max_words_per_record=0)
     pool = None
     try:
         from tqdm.auto import tqdm
 
+        t0 = time.perf_counter()
         bar = tqdm(
             total=src.stat().st_size,
             unit="B",
@@ -183,6 +190,7 @@ def sanitize_file(
                         counts,
                         [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res],
                     )
+                    _rate_postfix(bar, counts, t0)
                     yield [r.text for r in res]
                 return
             from collections import deque
@@ -194,58 +202,120 @@ def sanitize_file(
                 if len(pending) >= 2 * num_proc:
                     out, st = pending.popleft().get()
                     _account(counts, st)
+                    _rate_postfix(bar, counts, t0)
                     yield out
             while pending:
                 out, st = pending.popleft().get()
                 _account(counts, st)
+                _rate_postfix(bar, counts, t0)
                 yield out
 
         with (
-            open(src, encoding="utf-8", errors="strict", newline="") as fin,
+            # newline="\n": a record ends at LF only (CRLF kept; a lone CR, a form feed or U+2028 stays
+            # inside its record); a UTF-8 BOM is skipped for parsing and written back
+            open(src, encoding="utf-8", errors="strict", newline="\n") as fin,
             os.fdopen(fd, "w", encoding="utf-8", newline="") as fout,
         ):
-            runner = {"txt": _run_txt, "jsonl": _run_jsonl, "csv": _run_csv}[fmt]
+            if bom:
+                fin.read(1)
+                fout.write("\ufeff")
+            runner = RUNNERS[fmt]
             runner(fin, fout, src, run_chunks, chunk_records, bar, field)
         bar.close()
         if counts["records"] == 0:
             raise MalformedInput(f"{src}: no records to sanitize")
         side = sidecar_path(dst)
-        emb = mechanism.resolve_embeddings()
-        sel = counts["perturbed"] + counts["oov"]
-        meta = {
-            "input": str(src),
-            "output": str(dst),
-            "format": fmt,
-            "field": field if fmt != "txt" else None,
-            "mechanism": mechanism.name,
-            "params": mechanism.params(),
-            "seed": seed,
-            "noise": _noise_note(seed, rng),
-            "embeddings": {
-                "source": emb.source,
-                "n_words": len(emb),
-                "dim": emb.dim,
-                "sha256_16": emb.fingerprint(),
-            },
-            "oov_policy": mechanism.oov,
-            "oov_rate": counts["oov"] / sel if sel else 0.0,
-            "claim_per_word": _seeded(mechanism.claim(), seeded).to_dict(),
-            "claim_per_record": _seeded(
-                mechanism.claim(n_words=counts["max_words_per_record"]), seeded
-            ).to_dict(),
-            "counts": counts,
-        }
+        meta = sidecar_meta(src, dst, fmt, field, mechanism, seed, rng, seeded, counts)
+        honour_umask(tmp)
         os.replace(tmp, dst)
         atomic_write_text(side, json.dumps(meta, indent=2, default=str) + "\n")
+        honour_umask(side)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        remove_made(made)
         raise
     finally:
         if pool is not None:
             pool.terminate()
             pool.join()
     return FileReport(str(src), str(dst), str(side), fmt, **counts)
+
+
+def has_bom(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(3) == b"\xef\xbb\xbf"
+
+
+def make_parent(dst: Path) -> list[Path]:
+    """Create ``dst``'s missing parent folders; returns the ones created (deepest last)."""
+    missing = []
+    p = dst.parent
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    return missing[::-1]
+
+
+def remove_made(made: list[Path]) -> None:
+    """Remove the folders :func:`make_parent` created, if still empty (deepest first)."""
+    for d in reversed(made):
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def honour_umask(path: str | os.PathLike) -> None:
+    """``mkstemp`` creates files with mode 0600; give the output the mode a plain ``open`` would
+    (0666 minus the process umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
+def sidecar_meta(
+    src: Path,
+    dst: Path,
+    fmt: str,
+    field: str,
+    mechanism: Any,
+    seed: int | None,
+    rng: Any,
+    seeded: bool,
+    counts: dict,
+) -> dict[str, Any]:
+    """The sidecar of a sanitized file (one writer for the single-process and the engine runs)."""
+    emb = mechanism.resolve_embeddings()
+    sel = counts["perturbed"] + counts["oov"]
+    return {
+        "input": str(src),
+        "output": str(dst),
+        "format": fmt,
+        "field": field if fmt != "txt" else None,
+        "mechanism": mechanism.name,
+        "params": mechanism.params(),
+        "seed": seed,
+        "noise": _noise_note(seed, rng),
+        "embeddings": {
+            "source": emb.source,
+            "n_words": len(emb),
+            "dim": emb.dim,
+            "sha256_16": emb.fingerprint(),
+        },
+        "index": mechanism.index_report(),
+        "oov_policy": mechanism.oov,
+        "oov_rate": counts["oov"] / sel if sel else 0.0,
+        "claim_per_word": _seeded(mechanism.claim(), seeded).to_dict(),
+        "claim_per_record": _seeded(
+            mechanism.claim(n_words=counts["max_words_per_record"]), seeded
+        ).to_dict(),
+        "counts": counts,
+    }
+
+
+RUNNERS: dict[str, Callable] = {}
 
 
 def _noise_note(seed: int | None, rng: Any) -> str:
@@ -263,6 +333,13 @@ def _seeded(claim: Any, seeded: Any) -> Any:
     if seeded is None or seeded is False:
         return claim
     return dataclasses.replace(claim, noise_seeded=True)
+
+
+def _rate_postfix(bar: Any, counts: dict, t0: float) -> None:
+    """words/s (whole run so far, loading excluded) on the progress bar."""
+    dt = time.perf_counter() - t0
+    if dt > 0 and not bar.disable:
+        bar.set_postfix_str(f"{counts['words'] / dt:,.0f} words/s", refresh=False)
 
 
 def _account(counts: dict, res: list) -> None:
@@ -287,12 +364,16 @@ def _chunked(items: Iterator[Any], chunk: int) -> Iterator[list[Any]]:
         yield buf
 
 
-def _run_txt(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
+def _split_eol(line: str) -> tuple[str, str]:
+    body = line.rstrip("\r\n")
+    return body, line[len(body) :]
+
+
+def _run_txt(fin, fout, src, run_chunks: Callable, chunk, bar, field, line0=0, header=True) -> None:
     def records() -> Iterator[tuple[str, str]]:
-        for _, line in _lines(fin, src):
+        for _, line in _lines(fin, src, line0):
             bar.update(len(line.encode("utf-8")))
-            body = line.rstrip("\r\n")
-            yield body, line[len(body) :]
+            yield _split_eol(line)
 
     recs = _chunked(records(), chunk)
     held: list = []
@@ -307,15 +388,18 @@ def _run_txt(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
         fout.write("".join(t + nl for t, (_, nl) in zip(out, c)))
 
 
-def _run_jsonl(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
+def _run_jsonl(
+    fin, fout, src, run_chunks: Callable, chunk, bar, field, line0=0, header=True
+) -> None:
     def records() -> Iterator[Any]:
-        for n, line in _lines(fin, src):
+        for n, line in _lines(fin, src, line0):
             bar.update(len(line.encode("utf-8")))
-            if not line.strip():
-                yield None
+            body, nl = _split_eol(line)
+            if not body.strip():
+                yield (None, line)
                 continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(body)
             except json.JSONDecodeError as e:
                 raise MalformedInput(
                     f"{src}: line {n} is not JSON ({e.msg}); is this a JSONL file? "
@@ -333,7 +417,7 @@ def _run_jsonl(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
                 raise MalformedInput(
                     f"{src}: line {n}: field {field!r} must be a string; got {type(rec[field]).__name__}"
                 )
-            yield rec
+            yield (rec, nl)
 
     recs = _chunked(records(), chunk)
     held: list = []
@@ -341,36 +425,37 @@ def _run_jsonl(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
     def texts() -> Iterator[list[str]]:
         for c in recs:
             held.append(c)
-            yield [r[field] for r in c if r is not None]
+            yield [r[field] for r, _ in c if r is not None]
 
     for out in run_chunks(texts()):
         c = held.pop(0)
         it = iter(out)
         lines = []
-        for r in c:
+        for r, nl in c:
             if r is None:
-                lines.append("\n")
+                lines.append(nl)  # a blank line is copied as it was
                 continue
             r = dict(r)
             r[field] = next(it)
-            lines.append(json.dumps(r, ensure_ascii=False) + "\n")
+            lines.append(json.dumps(r, ensure_ascii=False) + nl)  # the input's line end (CRLF kept)
         fout.write("".join(lines))
 
 
-def _run_csv(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
+def _run_csv(fin, fout, src, run_chunks: Callable, chunk, bar, field, line0=0, header=True) -> None:
+    first = fin.readline()  # the header row (a header never holds a quoted line break here)
+    eol = _split_eol(first)[1] or "\n"
     try:
-        reader = csv.DictReader(fin)
-        names = reader.fieldnames
-    except UnicodeDecodeError as e:
-        raise MalformedInput(f"{src}: not valid UTF-8 ({e.reason})") from e
-    except csv.Error as e:
+        names = next(csv.reader([first]))
+    except (StopIteration, csv.Error) as e:
         raise MalformedInput(f"{src}: CSV error in the header: {e}") from e
     if not names or field not in names:
         raise MalformedInput(
             f"{src}: CSV has no column {field!r} (columns: {names}); pick one with --field"
         )
-    writer = csv.DictWriter(fout, fieldnames=names, lineterminator="\n")
-    writer.writeheader()
+    reader = csv.DictReader(fin, fieldnames=names)
+    writer = csv.DictWriter(fout, fieldnames=names, lineterminator=eol)  # the input's line end
+    if header:
+        writer.writeheader()
 
     def records() -> Iterator[dict]:
         while True:
@@ -380,13 +465,15 @@ def _run_csv(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
                 return
             except UnicodeDecodeError as e:
                 raise MalformedInput(
-                    f"{src}: not valid UTF-8 near line {reader.line_num} ({e.reason})"
+                    f"{src}: not valid UTF-8 near line {line0 + 1 + reader.line_num} ({e.reason})"
                 ) from e
             except csv.Error as e:
-                raise MalformedInput(f"{src}: CSV error near line {reader.line_num}: {e}") from e
+                raise MalformedInput(
+                    f"{src}: CSV error near line {line0 + 1 + reader.line_num}: {e}"
+                ) from e
             if None in row:
                 raise MalformedInput(
-                    f"{src}: line {reader.line_num} has more cells than the header"
+                    f"{src}: line {line0 + 1 + reader.line_num} has more cells than the header"
                 )
             bar.update(sum(len(str(v)) + 1 for v in row.values()))
             yield row
@@ -404,3 +491,6 @@ def _run_csv(fin, fout, src, run_chunks: Callable, chunk, bar, field) -> None:
         for r, t in zip(c, out):
             r[field] = t
             writer.writerow(r)
+
+
+RUNNERS.update(txt=_run_txt, jsonl=_run_jsonl, csv=_run_csv)

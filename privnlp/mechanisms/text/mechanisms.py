@@ -24,6 +24,9 @@ word-aligned texts of the same length.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
 import math
 import os
 import re
@@ -41,10 +44,18 @@ from privnlp.core.errors import (
 )
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
+from privnlp.core.report import atomic_write_text
 from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
 
-from .embeddings import CLITICS, DEFAULT_STOPWORDS, Embeddings, default_embeddings, load_embeddings
-from .neighbors import NeighborResult, make_index
+from .embeddings import (
+    CLITICS,
+    DEFAULT_STOPWORDS,
+    Embeddings,
+    _cache_root,
+    default_embeddings,
+    load_embeddings,
+)
+from .neighbors import RECALL_TARGET, Calibration, NeighborResult, make_index
 from .textio import WORD_RE, SanitizedText, nfc
 
 
@@ -71,6 +82,18 @@ PAPER = (
     "Privacy Preserving Text Generation (Vickrey mechanism, Algorithms 1-3, Theorems 1-2)"
 )
 OOV_POLICIES = ("random", "mask", "keep")
+INDEXES = ("auto", "exact", "faiss", "hnsw")
+_PROBE_SEED = 31  # the public seed of the recall probe (issue #31)
+
+
+def _available_ann() -> str:
+    """The approximate index ``index="auto"`` uses: faiss, else hnswlib, else exact."""
+    for mod, kind in (("faiss", "faiss"), ("hnswlib", "hnsw")):
+        if importlib.util.find_spec(mod) is not None:
+            return kind
+    return "exact"
+
+
 #: vocabulary of the card examples (GloVe's most frequent words; the paper's IMDb setup has 22k words)
 EXAMPLE_VOCAB = {"quick": 20_000, "full": 100_000}
 
@@ -95,17 +118,25 @@ class WordMetricDP(Mechanism):
             for the default vectors: GloVe 6B 50-d (``privnlp[vectors]``, memory-mapped), else the
             bundled word2vec model (trained on the bundled corpus; with a warning).
         vocab_limit: keep only the N most frequent vocabulary words (the paper's setting); ``None`` = all.
-        index: ``"exact"`` (default), ``"hnsw"`` or ``"faiss"`` (approximate, post-processing of the noisy
-            vector).
+        index: ``"auto"`` (default), ``"exact"``, ``"hnsw"`` or ``"faiss"``. ``"auto"``: the exact index for
+            a vocabulary of at most ``auto_exact_vocab`` words or an input of at most
+            ``auto_exact_words`` words (:meth:`plan_index`), else faiss IVF (hnswlib, then exact, when
+            faiss is not installed). An approximate index is post-processing of the noisy vector (same
+            claim); its ``nprobe`` / ``ef`` is calibrated to top-k recall >= ``recall_target`` on a public
+            probe (noisy vocabulary vectors at this epsilon), recorded in :meth:`index_report`, the
+            sidecar and the claim's notes.
         oov: out-of-vocabulary policy: ``"random"`` (a uniformly random vocabulary word),
             ``"mask"`` (``mask_token``) or ``"keep"`` (verbatim; opt-in, recorded in the claim).
         mask_token: the token used by ``oov="mask"``.
         redactable: only these words are perturbed (e.g. the IMDb redactable set); ``None`` = all.
         skip_stopwords: release stop words verbatim (recorded in the claim).
         lowercase: look words up lower-cased (outputs are vocabulary words).
-        ann_ef: hnswlib query breadth for ``index="hnsw"``, an integer in [1, 100000].
+        ann_ef: hnswlib query breadth for ``index="hnsw"``, an integer in [1, 100000]; ``None`` = calibrated.
         batch_tokens: tokens per noise/search batch, an integer in [1, 2**24].
-        ann_nprobe: faiss IVF lists scanned per query for ``index="faiss"``, an integer in [1, 2**20].
+        ann_nprobe: faiss IVF lists scanned per query, an integer in [1, 2**20]; ``None`` = calibrated.
+        recall_target: the top-k recall a calibrated approximate index must reach, in [0.5, 1].
+        auto_exact_words: ``index="auto"`` stays exact for inputs of at most this many words (>= 0).
+        auto_exact_vocab: ``index="auto"`` stays exact for vocabularies of at most this many words (>= 2).
 
     Raises:
         InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
@@ -127,25 +158,33 @@ class WordMetricDP(Mechanism):
         epsilon: float = 10.0,
         *,
         embeddings: Embeddings | str | None = None,
-        index: str = "exact",
+        index: str = "auto",
         oov: str = "random",
         mask_token: str = "[MASK]",
         redactable: Iterable[str] | None = None,
         skip_stopwords: bool = False,
         lowercase: bool = True,
-        ann_ef: int = 64,
+        ann_ef: int | None = None,
         batch_tokens: int = 4096,
-        ann_nprobe: int = 1,
+        ann_nprobe: int | None = None,
         vocab_limit: int | None = None,
+        recall_target: float = RECALL_TARGET,
+        auto_exact_words: int = 20_000,
+        auto_exact_vocab: int = 50_000,
     ) -> None:
         check_positive("epsilon", epsilon, error=InvalidPrivacyParameter)
-        if index not in ("exact", "hnsw", "faiss"):
-            raise InvalidArgument(f"index must be 'exact', 'hnsw' or 'faiss'; got {index!r}")
+        if index not in INDEXES:
+            raise InvalidArgument(f"index must be one of {INDEXES}; got {index!r}")
         if oov not in OOV_POLICIES:
             raise InvalidArgument(f"oov must be one of {OOV_POLICIES}; got {oov!r}")
-        check_range("ann_ef", ann_ef, 1, 100000, integer=True)
+        if ann_ef is not None:
+            check_range("ann_ef", ann_ef, 1, 100000, integer=True)
         check_range("batch_tokens", batch_tokens, 1, 1 << 24, integer=True)
-        check_range("ann_nprobe", ann_nprobe, 1, 1 << 20, integer=True)
+        if ann_nprobe is not None:
+            check_range("ann_nprobe", ann_nprobe, 1, 1 << 20, integer=True)
+        check_range("recall_target", recall_target, 0.5, 1.0)
+        check_range("auto_exact_words", auto_exact_words, 0, math.inf, integer=True)
+        check_range("auto_exact_vocab", auto_exact_vocab, 2, math.inf, integer=True)
         if vocab_limit is not None:
             check_range("vocab_limit", vocab_limit, 2, math.inf, integer=True)
         if embeddings is not None and not isinstance(embeddings, (Embeddings, str, os.PathLike)):
@@ -164,6 +203,9 @@ class WordMetricDP(Mechanism):
         self.batch_tokens = batch_tokens
         self.ann_nprobe = ann_nprobe
         self.vocab_limit = vocab_limit
+        self.recall_target = recall_target
+        self.auto_exact_words = auto_exact_words
+        self.auto_exact_vocab = auto_exact_vocab
 
     # -- resources (public, computed lazily once) --------------------------------------
     def resolve_embeddings(self) -> Embeddings:
@@ -183,17 +225,147 @@ class WordMetricDP(Mechanism):
             self.__dict__["_emb"] = e
         return e
 
+    def plan_index(self, expected_words: int | None = None) -> str:
+        """Resolve ``index="auto"`` once, for an input of about ``expected_words`` words (``None``:
+        unknown, treated as large), and build / calibrate the index. Returns the index kind in use
+        (``"exact"``, ``"faiss"`` or ``"hnsw"``); later calls return the same. Only the speed and the
+        top-k recall depend on this choice, never the claim (an index is post-processing)."""
+        kind = self.__dict__.get("_index_kind")
+        if kind is None:
+            kind, why = self.index, f"index={self.index!r} given"
+            if kind == "auto":
+                n = len(self.resolve_embeddings())
+                if n <= self.auto_exact_vocab:
+                    kind, why = "exact", f"auto: vocabulary of {n} <= {self.auto_exact_vocab} words"
+                elif expected_words is not None and expected_words <= self.auto_exact_words:
+                    kind, why = (
+                        "exact",
+                        f"auto: input of about {expected_words} <= {self.auto_exact_words} words",
+                    )
+                else:
+                    kind = _available_ann()
+                    size = "unknown size" if expected_words is None else f"~{expected_words} words"
+                    why = f"auto: vocabulary of {n} words, input of {size}"
+                    if kind == "exact":
+                        why += " (neither faiss nor hnswlib installed)"
+            self.__dict__["_index_kind"] = kind
+            self.__dict__["_index_why"] = why
+        self._nn()
+        return kind
+
     def _nn(self) -> Any:
         nn = self.__dict__.get("_nn_index")
         if nn is None:
-            kw = (
-                {"ef": self.ann_ef}
-                if self.index == "hnsw"
-                else ({"nprobe": self.ann_nprobe} if self.index == "faiss" else {})
-            )
-            nn = make_index(self.resolve_embeddings(), self.index, **kw)
+            kind = self.__dict__.get("_index_kind") or self.plan_index_kind_only()
+            emb = self.resolve_embeddings()
+            if kind == "exact":
+                nn = make_index(emb, "exact")
+            else:
+                fixed = self.ann_ef if kind == "hnsw" else self.ann_nprobe
+                nn = make_index(
+                    emb,
+                    kind,
+                    recall_target=float(self.recall_target),
+                    **({"ef": fixed} if kind == "hnsw" else {"nprobe": fixed}),
+                )
+                if fixed is None:  # calibrated on the public probe (cached on disk)
+                    self.__dict__["_calibration"] = self._calibrate(nn, kind)
             self.__dict__["_nn_index"] = nn
         return nn
+
+    def plan_index_kind_only(self) -> str:
+        """The index kind without an input size (``auto`` then treats the input as large)."""
+        self.__dict__.pop("_nn_index", None)
+        kind = self.index
+        if kind == "auto":
+            n = len(self.resolve_embeddings())
+            kind = "exact" if n <= self.auto_exact_vocab else _available_ann()
+            self.__dict__["_index_why"] = f"auto: vocabulary of {n} words, input size not given"
+        else:
+            self.__dict__["_index_why"] = f"index={self.index!r} given"
+        self.__dict__["_index_kind"] = kind
+        return kind
+
+    #: probe size of the recall calibration (2 x 2,000 ids: the 95% lower bound is ~0.003 under the
+    #: point estimate near 0.99)
+    probe_size: ClassVar[int] = 2000
+
+    def probe_queries(self, n: int | None = None) -> np.ndarray:
+        """Public probe for the recall calibration: ``n`` noisy vectors of vocabulary words drawn with
+        frequency weights (the corpus counts, else ``1 / (rank + 10)``: vectors files are sorted by
+        frequency), noised by this mechanism's noise at its epsilon from a fixed public seed. No
+        private data is touched; the probe is not privacy noise."""
+        emb = self.resolve_embeddings()
+        n = int(self.probe_size if n is None else n)
+        g = np.random.default_rng(_PROBE_SEED)
+        if emb.counts is not None and np.asarray(emb.counts).sum() > 0:
+            w = np.asarray(emb.counts, dtype=np.float64)
+        else:
+            w = 1.0 / (np.arange(len(emb), dtype=np.float64) + 10.0)
+        rows = g.choice(len(emb), size=n, p=w / w.sum())
+        return emb.vectors[rows] + self._draw_noise(n, g, np.float32)
+
+    def _noise_key(self) -> str:
+        return f"{self.metric_name}:{float(self.epsilon)!r}"
+
+    def _calibrate(self, nn: Any, kind: str) -> Any:
+        """Calibrate ``nn`` on :meth:`probe_queries`; cached on disk by the vectors' fingerprint, the
+        index parameters, the noise (metric, epsilon), k, the target and the probe size."""
+        emb = self.resolve_embeddings()
+        k = self._k_needed()
+        spec = (
+            f"faiss:{nn.resolved_factory()}:{nn.seed}"
+            if kind == "faiss"
+            else f"hnsw:{nn.M}:{nn.ef_construction}:{nn.seed}"
+        )
+        key = hashlib.sha256(
+            f"v1|{emb.fingerprint()}|{len(emb)}|{spec}|{self._noise_key()}|{k}|"
+            f"{float(self.recall_target)!r}|{self.probe_size}|{_PROBE_SEED}".encode()
+        ).hexdigest()[:24]
+        path = _cache_root() / "ann_calibration" / f"{key}.json"
+        cal = None
+        if path.exists():
+            try:
+                cal = Calibration.from_dict(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError):
+                cal = None
+        if cal is None:
+            cal = nn.calibrate(self.probe_queries(), k)
+            try:
+                atomic_write_text(path, json.dumps(cal.to_dict()) + "\n")
+            except OSError:
+                pass
+        attr = "_ef_cal" if kind == "hnsw" else "_nprobe_cal"
+        nn.__dict__[attr] = int(cal.value)
+        return cal
+
+    def _k_needed(self) -> int:
+        return int(self.n_candidates)
+
+    def index_report(self) -> dict[str, Any]:
+        """What index answers the nearest-neighbour queries and why (for the sidecar)."""
+        nn = self._nn()
+        kind = self.__dict__["_index_kind"]
+        rep: dict[str, Any] = {
+            "requested": self.index,
+            "kind": kind,
+            "why": self.__dict__.get("_index_why"),
+        }
+        if kind == "faiss":
+            rep["factory"] = nn.resolved_factory()
+            rep["nprobe"] = nn.resolved_nprobe()
+        elif kind == "hnsw":
+            rep["ef"] = nn.resolved_ef()
+        cal = self.__dict__.get("_calibration")
+        if cal is not None:
+            rep["calibration"] = {
+                **cal.to_dict(),
+                "probe": f"{cal.probe_queries} noisy vocabulary vectors (frequency-weighted words, "
+                f"this mechanism's noise at epsilon={float(self.epsilon):g}, public seed {_PROBE_SEED})",
+            }
+        elif kind != "exact":
+            rep["calibration"] = None  # fixed by the caller: recall not measured here
+        return rep
 
     def params(self) -> dict[str, Any]:
         p = super().params()
@@ -219,7 +391,9 @@ class WordMetricDP(Mechanism):
 
     def sample_noise(self, n: int, *, rng: Any = None, dtype: Any = np.float32) -> np.ndarray:
         """``n`` noise vectors with density ∝ exp(-eps d(z, 0)): uniform direction x Gamma(d, 1/eps)."""
-        g = _noise_rng(rng)
+        return self._draw_noise(n, _noise_rng(rng), dtype)
+
+    def _draw_noise(self, n: int, g: np.random.Generator, dtype: Any = np.float32) -> np.ndarray:
         d = self.resolve_embeddings().dim
         ft = np.float32 if dtype == np.float32 else np.float64
         u = np.empty((n, d), dtype=ft)
@@ -588,16 +762,38 @@ class WordMetricDP(Mechanism):
             )
         if self.skip_stopwords:
             notes.append("stop words are released verbatim")
-        if self.index == "hnsw":
-            notes.append(
-                "approximate nearest neighbours (hnswlib): post-processing of the noisy vector, same guarantee"
-            )
-        if self.index == "faiss":
-            notes.append(
-                f"approximate nearest neighbours (faiss IVF, nprobe={self.ann_nprobe}): post-processing of the "
-                "noisy vector, same guarantee"
-            )
+        notes.append(self._index_note())
         return notes
+
+    def _index_note(self) -> str:
+        kind = self.__dict__.get("_index_kind")
+        if kind is None:  # not planned yet
+            if self.index == "exact":
+                return "exact nearest neighbours"
+            return (
+                f"nearest neighbours: index={self.index!r} (exact for small inputs / vocabularies; else an "
+                f"approximate index calibrated to top-k recall >= {self.recall_target:g}, recorded in the "
+                "sidecar); any index is post-processing of the noisy vector, same guarantee"
+            )
+        if kind == "exact":
+            return f"exact nearest neighbours ({self.__dict__.get('_index_why')})"
+        rep = self.index_report()
+        cal = rep.get("calibration")
+        what = (
+            f"faiss {rep['factory']}, nprobe={rep['nprobe']}"
+            if kind == "faiss"
+            else f"hnswlib, ef={rep['ef']}"
+        )
+        meas = (
+            f"top-{cal['k']} recall {cal['recall']:.4f} (95% lower bound {cal['recall_lower95']:.4f}) "
+            f"on a probe of {cal['probe_queries']} noisy vocabulary vectors at epsilon={float(self.epsilon):g}"
+            if cal
+            else "recall not measured (parameter fixed by the caller)"
+        )
+        return (
+            f"approximate nearest neighbours ({what}; {meas}): post-processing of the noisy vector, "
+            "same guarantee; a missed neighbour changes which word is released, not the privacy"
+        )
 
     def claim(self, n_words: int | None = None) -> PrivacyClaim:
         """Per word: ``epsilon``-metric-DP w.r.t. the metric. With ``n_words``: the composed claim for
@@ -757,6 +953,9 @@ class VickreyK(WordMetricDP):
     @property
     def k(self) -> int:
         return len(self.ts)
+
+    def _k_needed(self) -> int:
+        return min(self.k, len(self.resolve_embeddings()))
 
     def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
         k = self.k
