@@ -10,6 +10,7 @@ Real deployment (three processes, e.g. on loopback)::
     privnlp mpc serve --role bob   --rendezvous tcp://127.0.0.1:29500 --texts mine.txt --out labels.json
 
 Rendezvous / rank can also come from the environment (``RENDEZVOUS``, ``WORLD_SIZE``=2, ``RANK``).
+A rendezvous off loopback is refused unless ``--encrypted-network`` (gloo has no TLS; issue #33 item 5).
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ import os
 import typer
 
 app = typer.Typer(help="Private text classification with CrypTen (MPC).", no_args_is_help=True)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    h = host.strip("[]")
+    if h.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -55,8 +68,19 @@ def serve(
     timeout: float = typer.Option(
         60.0, "--timeout", help="seconds to wait for the other parties / any message"
     ),
+    encrypted_network: bool = typer.Option(
+        False,
+        "--encrypted-network",
+        help="accept a non-loopback rendezvous: you assert that HOST is on an encrypted, authenticated "
+        "network only the three parties can join (e.g. WireGuard); torch.distributed itself sends every "
+        "share in clear",
+    ),
 ) -> None:
-    """Run one party of pi_TEXT as its own process."""
+    """Run one party of pi_TEXT as its own process.
+
+    The parties talk over torch.distributed (gloo, plain TCP): secret sharing needs private, authenticated
+    channels, and the gloo transport of the PyPI torch wheels has no TLS. A rendezvous off loopback is
+    therefore refused unless --encrypted-network asserts that the network provides them."""
     from privnlp.core.errors import PrivnlpError
 
     roles = {"alice": 0, "bob": 1, "ttp": 2}
@@ -69,6 +93,21 @@ def serve(
     rdv = rendezvous or os.environ.get("RENDEZVOUS")
     if not rdv:
         _fail("no rendezvous: pass --rendezvous tcp://HOST:PORT or set RENDEZVOUS")
+    if rdv.startswith("tcp://"):
+        host = rdv[len("tcp://") :].rpartition(":")[0] or "127.0.0.1"
+        if not _is_loopback(host) and not encrypted_network:
+            _fail(
+                f"--rendezvous {rdv} is not loopback: torch.distributed (gloo) sends every secret share in "
+                "clear and any process that reaches the port can take a party's place. Run the parties "
+                "over an encrypted, authenticated network that only they can join (WireGuard, IPsec) and "
+                "pass --encrypted-network, or use loopback"
+            )
+        if not _is_loopback(host):
+            typer.echo(
+                f"{role}: non-loopback rendezvous {host}: relying on the network's encryption and "
+                "authentication (--encrypted-network)",
+                err=True,
+            )
     env_rank = os.environ.get("RANK")
     if rendezvous is None and env_rank is not None and int(env_rank) != roles[role]:
         _fail(f"RANK={env_rank} does not match --role {role} (alice=0, bob=1, ttp=2)")

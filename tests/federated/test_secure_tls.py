@@ -180,3 +180,35 @@ def test_cli_refuses_bad_deployments_before_starting_anything(tmp_path, monkeypa
         assert msg in res.output, (args, res.output)
     res = r.invoke(app, ["client", "--superlink", "10.0.0.5:9093"])
     assert res.exit_code == 2 and "--root-certificates" in res.output
+
+
+def test_central_claim_records_the_transport_and_voids_the_eavesdropper_in_clear():
+    """Central DP-FedAvg: labelled as trusting the server; off loopback in plain text the eavesdropper reads every
+    clipped update, so its epsilon (and the headline) is inf; TLS or loopback keep the accounted bound."""
+    import math
+
+    from privnlp.core.claims import PrivacyClaim
+    from privnlp.mechanisms.federated import flower
+    from privnlp.mechanisms.federated.accounting import dp_fedavg_adversary_bounds
+
+    advs = dp_fedavg_adversary_bounds(
+        noise_multiplier=1.0,
+        clients_per_round=10,
+        population=100,
+        rounds=5,
+        delta=1e-5,
+        sampling="fixed",
+    )
+    base = PrivacyClaim.dp(max(a.epsilon for a in advs), 1e-5, "user", adversaries=advs)
+    cfg = dict(flower.DEFAULT_RUN_CONFIG)
+    loop = flower._central_claim(base, cfg)
+    assert loop.epsilon == base.epsilon and "trusting it" in " ".join(loop.notes)
+    assert "INSECURE transport (loopback only)" in " ".join(loop.notes)
+    tls_cfg = {**cfg, "transport-tls": True, "transport-host": "0.0.0.0"}
+    assert flower._central_claim(base, tls_cfg).epsilon == base.epsilon
+    clear = flower._central_claim(base, {**cfg, "transport-host": "0.0.0.0"})
+    assert math.isinf(clear.epsilon) and math.isinf(clear.epsilon_against("eavesdropper"))
+    assert clear.epsilon_against("honest-but-curious server") == base.epsilon_against(
+        "honest-but-curious server"
+    )
+    assert clear.extra["transport"]["tls"] is False
