@@ -6,10 +6,14 @@ denominator m, adds N(0, (zS/m)^2) once and fails closed when a selected node do
 clients also clip (Algorithm 1's ``UserUpdate``) but are not trusted to. Flower's own DP strategies
 weight by ``num-examples`` and tolerate missing replies, so they are not used.
 
-Processes (all on 127.0.0.1 here; across machines replace the address, see the README section):
+Processes (on 127.0.0.1 in the tests; across machines see the README section):
 
-* ``flower-superlink --insecure --port P`` (Fleet + Control + runtime HTTP API on one port in 1.41),
-* ``flower-supernode --insecure --superlink HOST:P --port Q_i --node-config "partition-id=i num-partitions=n"``,
+* ``flower-superlink --ssl-certfile ... --ssl-keyfile ... --ssl-ca-certfile ... [--enable-supernode-auth] --port P``
+  (Fleet + Control + runtime HTTP API on one port in 1.41; ``--insecure`` only on loopback or when the caller
+  explicitly allows it, issue #33; with authentication every key of the list is registered first,
+  :func:`register_nodes`),
+* ``flower-supernode --root-certificates CA [--auth-supernode-private-key KEY] --superlink HOST:P --port Q_i
+  --node-config "partition-id=i num-partitions=n"``,
 * ``flwr run APP_DIR local`` with ``FLWR_HOME`` holding ``config.toml`` that names the SuperLink; the
   generated ``APP_DIR`` (:func:`write_app`) holds a ``pyproject.toml`` whose components point at
   :data:`server_app` / :data:`client_app` below (privnlp must be importable by the SuperLink's and the
@@ -25,6 +29,11 @@ entropy; the run-config ``seed`` reaches every SuperNode and seeds only non-priv
 :class:`LoopbackDeployment` runs the processes on 127.0.0.1 for tests and demos; :func:`stop` ends a process,
 its process group and its descendants.
 
+Aggregation (issue #33): ``aggregation = "central"`` (the ServerApp clips, averages and adds the noise: the
+guarantee against the server rests on trusting it) or ``"secagg"`` (Flower's SecAggPlusWorkflow +
+``secaggplus_mod``; each client adds its share of distributed Skellam noise, :mod:`.secagg`; the server learns only
+the noisy sum of the survivors). The transport (TLS, node authentication) is recorded in the result and the claim.
+
 Everything ``flwr`` is imported inside functions: importing this module is cheap.
 """
 
@@ -32,6 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import os
 import shutil
 import signal
@@ -912,10 +923,14 @@ class _ServerView:
                         for k, a in rec.items()
                     },
                     "configs": {
-                        f"{rk}/{k}": v for rk, rec in c.config_records.items() for k, v in rec.items()
+                        f"{rk}/{k}": v
+                        for rk, rec in c.config_records.items()
+                        for k, v in rec.items()
                     },
                     "metrics": {
-                        f"{rk}/{k}": v for rk, rec in c.metric_records.items() for k, v in rec.items()
+                        f"{rk}/{k}": v
+                        for rk, rec in c.metric_records.items()
+                        for k, v in rec.items()
                     },
                 }
             )
@@ -952,6 +967,7 @@ def _secagg_round(
     plan: SkellamPlan,
     rnd: int,
     timeout: float,
+    log_path: Path | None = None,
 ) -> tuple[int, list] | None:
     """One SecAgg+ round (Flower's ``SecAggPlusWorkflow``) over the nodes of ``fit_cfgs``: returns (number of
     survivors, the exact integer sum of their encoded updates) or ``None`` when SecAgg+ halted (fewer than
@@ -1004,15 +1020,42 @@ def _secagg_round(
     )
     legacy.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord(arrays)
     c = plan.coord_bound
-    SecAggPlusWorkflow(
-        num_shares=1.0,  # every selected client is every other's neighbour
-        reconstruction_threshold=plan.min_survivors,
-        max_weight=1.0,  # clients report weight 1: the workflow's weight factor is 2c per survivor
-        clipping_range=float(c),
-        quantization_range=2 * c,
-        modulus_range=2**plan.modulus_bits,
-        timeout=float(timeout),
-    )(_FastGrid(grid), legacy)
+    # the workflow reports through Flower's logger (stage counts, "Insufficient available nodes"): keep it
+    handler = logging.FileHandler(log_path) if log_path is not None else None
+    flwr_logger = logging.getLogger("flwr")
+    if handler is not None:
+        handler.setFormatter(logging.Formatter("%(asctime)s [flwr] %(levelname)s %(message)s"))
+        flwr_logger.addHandler(handler)
+
+    class _Workflow(SecAggPlusWorkflow):
+        """Flower 1.42's SecAgg+ keeps a node that dropped before sharing its keys (stage 0 or 1) among the
+        sampled nodes and its neighbours: the unmask stage then asks the survivors for key shares they never
+        received (KeyError on every client) and the round halts although enough clients survived. No mask
+        was ever derived with such a node, so after stage 1 it is dropped from the protocol's state."""
+
+        def share_keys_stage(self, grid: Any, context: Any, state: Any) -> bool:
+            ok = super().share_keys_stage(grid, context, state)
+            alive = set(state.active_node_ids)
+            state.sampled_node_ids = set(alive)
+            state.nid_to_neighbours = {
+                nid: set(nb) & alive for nid, nb in state.nid_to_neighbours.items() if nid in alive
+            }
+            return ok
+
+    try:
+        _Workflow(
+            num_shares=1.0,  # every selected client is every other's neighbour
+            reconstruction_threshold=plan.min_survivors,
+            max_weight=1.0,  # clients report weight 1: the workflow's weight factor is 2c per survivor
+            clipping_range=float(c),
+            quantization_range=2 * c,
+            modulus_range=2**plan.modulus_bits,
+            timeout=float(timeout),
+        )(_FastGrid(grid), legacy)
+    finally:
+        if handler is not None:
+            flwr_logger.removeHandler(handler)
+            handler.close()
     if "mean" not in got:
         return None
     k = int(got["survivors"])
@@ -1121,7 +1164,23 @@ def _central_claim(claim: Any, cfg: Mapping[str, Any]) -> Any:
         tr.describe(),
     )
     extra = {**dict(claim.extra), "aggregation": "central", "transport": tr.to_dict()}
-    return dataclasses.replace(claim, notes=notes, extra=extra)
+    if tr.tls or is_loopback(tr.host) or not claim.adversaries:
+        return dataclasses.replace(claim, notes=notes, extra=extra)
+    # plain text off loopback (--allow-insecure-network): the eavesdropper reads every clipped update unnoised
+    advs = tuple(
+        dataclasses.replace(
+            a,
+            epsilon=math.inf,
+            observes="every clipped update in clear (no TLS)",
+            note="insecure transport: no guarantee against the eavesdropper",
+        )
+        if a.adversary == "eavesdropper"
+        else a
+        for a in claim.adversaries
+    )
+    return dataclasses.replace(
+        claim, epsilon=max(a.epsilon for a in advs), adversaries=advs, notes=notes, extra=extra
+    )
 
 
 def _server_main(grid: Any, context: Any) -> None:
@@ -1233,6 +1292,8 @@ def _server_main(grid: Any, context: Any) -> None:
 
         r, attempt, selected = start, 0, None
         while r <= rounds:
+            if attempt == 0:
+                t_round = time.monotonic()
             mech.account(ledger, plan, n, check=True)
             g_sel, cseed, nseed = round_seeds(int(cfg["seed"]), r)
             if selected is None:
@@ -1259,7 +1320,15 @@ def _server_main(grid: Any, context: Any) -> None:
                     for j, u in enumerate(selected)
                 }
                 agg = _secagg_round(
-                    grid, context, params, names, fit_cfgs, sa_plan, r, cfg["round-timeout"]
+                    grid,
+                    context,
+                    params,
+                    names,
+                    fit_cfgs,
+                    sa_plan,
+                    r,
+                    cfg["round-timeout"],
+                    out / "server.log",
                 )
                 if agg is None:
                     msg = (
@@ -1297,6 +1366,7 @@ def _server_main(grid: Any, context: Any) -> None:
                         "survivors": survivors,
                         "attempts": attempt + 1,
                         "quantisation_error_bound": sa_plan.quantisation_error_bound(survivors) / m,
+                        "seconds": time.monotonic() - t_round,
                     }
                 )
                 checkpoint(r)
@@ -1386,6 +1456,7 @@ def _server_main(grid: Any, context: Any) -> None:
                     "replies": len(ok),
                     "attempts": attempt + 1,
                     "loss": float(sum(f.metrics.get("loss", 0.0) for _, f in ok) / max(1, len(ok))),
+                    "seconds": time.monotonic() - t_round,
                 }
             )
             # checkpoint (ledger first-class) *before* the new model is released (next round's messages / result)
