@@ -8,6 +8,15 @@ Prints, with absolute numbers:
    epoch over the same data; with ``--minilm`` also one central epoch of all-MiniLM-L6-v2 as a token classifier.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pii_redaction.py [--docs 400] [--sites 4] [--minilm]
+
+With ``--evalset`` it instead measures entity-level recall / precision per type on the hand-written test
+set (``benchmarks/pii_eval/test.txt``, issue 32) for: the recognizers alone, the CRF tagger alone, both
+(the ``privnlp redact`` default), and Presidio's pattern recognizers as the anchor (no spaCy model can be
+installed offline); the calibration of the tagger's confidence (reliability table, expected calibration
+error); and the redaction speed of the default pipeline as a ratio to tokenizing. It writes
+``cards/mechanisms/pii_redaction/handwritten.json`` (read by ``privnlp redact --report`` and the card).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pii_redaction.py --evalset
 """
 
 from __future__ import annotations
@@ -27,13 +36,181 @@ def _best(fn, repeat: int = 3) -> float:
     return best
 
 
+#: Presidio entity -> our type (the anchor's spans are scored on our gold types)
+PRESIDIO_TYPES = {
+    "EMAIL_ADDRESS": "EMAIL",
+    "PHONE_NUMBER": "PHONE",
+    "CREDIT_CARD": "CREDIT_CARD",
+    "IBAN_CODE": "IBAN",
+    "IP_ADDRESS": "IP_ADDRESS",
+    "US_SSN": "SSN",
+    "UK_NHS": "NATIONAL_ID",
+    "UK_NINO": "NATIONAL_ID",
+    "ES_NIF": "NATIONAL_ID",
+    "ES_NIE": "NATIONAL_ID",
+    "DATE_TIME": "DATE",
+    "UK_POSTCODE": "POSTCODE",
+    "DE_PLZ": "POSTCODE",
+    "URL": "URL",
+}
+
+
+def presidio_analyzer():
+    """Presidio's pattern recognizers (no NLP engine: spaCy models are not installable offline); returns
+    ``analyze(text) -> [PIISpan]`` or ``None`` when presidio-analyzer is not installed."""
+    try:
+        from presidio_analyzer import predefined_recognizers as pr
+    except ImportError:
+        return None
+    from privnlp.mechanisms.pii.types import PIISpan
+
+    names = (
+        "EmailRecognizer PhoneRecognizer CreditCardRecognizer IbanRecognizer IpRecognizer "
+        "UsSsnRecognizer NhsRecognizer UkNinoRecognizer EsNifRecognizer EsNieRecognizer "
+        "DateRecognizer UkPostcodeRecognizer DePlzRecognizer UrlRecognizer"
+    ).split()
+    recs = []
+    for n in names:
+        cls = getattr(pr, n, None)
+        if cls is not None:
+            try:
+                recs.append(cls())
+            except Exception:  # noqa: BLE001 - a recognizer that needs a model is skipped
+                continue
+
+    def analyze(text: str) -> list:
+        out = []
+        for r in recs:
+            for res in r.analyze(text, r.supported_entities, None) or []:
+                lab = PRESIDIO_TYPES.get(res.entity_type, res.entity_type)
+                out.append(PIISpan(res.start, res.end, lab, float(res.score), "presidio"))
+        # Presidio's own conflict resolution keeps the higher score among overlaps
+        kept: list = []
+        for sp in sorted(out, key=lambda x: (-x.score, -(x.end - x.start))):
+            if not any(sp.overlaps(k) for k in kept):
+                kept.append(sp)
+        return sorted(kept, key=lambda x: x.start)
+
+    analyze.recognizers = [type(r).__name__ for r in recs]  # type: ignore[attr-defined]
+    return analyze
+
+
+def calibration_table(tagger, docs, bins: int = 5) -> dict:
+    """Reliability of the tagger's span confidence on ``docs``: per score bin, the mean score and the
+    share of spans that are correct; expected calibration error (ECE) and Brier score."""
+    import numpy as np
+
+    scores, ok = [], []
+    for d in docs:
+        gold = {i for a, b, _ in d.gold for i in range(a, b) if d.text[i].isalnum()}
+        for s in tagger.spans(d.text):
+            wc = {i for i in range(s.start, s.end) if d.text[i].isalnum()}
+            scores.append(s.score)
+            ok.append(bool(wc) and wc <= gold)
+    sc, y = np.array(scores), np.array(ok, dtype=float)
+    edges = np.linspace(0, 1, bins + 1)
+    rows, ece = [], 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        m = (sc >= lo) & ((sc < hi) if hi < 1 else (sc <= hi))
+        if m.any():
+            rows.append(
+                {
+                    "bin": f"{lo:.1f}-{hi:.1f}",
+                    "n": int(m.sum()),
+                    "mean_score": float(sc[m].mean()),
+                    "accuracy": float(y[m].mean()),
+                }
+            )
+            ece += m.mean() * abs(sc[m].mean() - y[m].mean())
+    return {
+        "n_spans": len(sc),
+        "distinct_scores": len(set(np.round(sc, 4))),
+        "ece": float(ece),
+        "brier": float(((sc - y) ** 2).mean()) if len(sc) else float("nan"),
+        "bins": rows,
+    }
+
+
+def evalset_main(out_json: str | None) -> None:
+    import json
+    import platform
+    from pathlib import Path
+
+    from privnlp.data import tokenize
+    from privnlp.mechanisms.pii.crf import crf_tagger
+    from privnlp.mechanisms.pii.evalset import handwritten_card_json, load_evalset, score_spans
+    from privnlp.mechanisms.pii.redact import PIIRedactor
+
+    test, val = load_evalset("test"), load_evalset("validation")
+    t0 = time.perf_counter()
+    tagger = crf_tagger(progress=True)
+    print(f"CRF tagger ready in {time.perf_counter() - t0:.1f} s (cached after the first run)")
+    pipelines = {
+        "recognizers only": PIIRedactor(None).analyze,
+        "CRF tagger only": PIIRedactor(tagger, regex=False).analyze,
+        "recognizers + CRF tagger": PIIRedactor(tagger).analyze,
+    }
+    anchor = presidio_analyzer()
+    if anchor is not None:
+        pipelines["Presidio pattern recognizers (anchor)"] = anchor
+    result = {
+        "set": {
+            "test_texts": len(test),
+            "test_items": sum(len(d.gold) for d in test),
+            "validation_texts": len(val),
+            "validation_items": sum(len(d.gold) for d in val),
+        },
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
+        "pipelines": {},
+        "validation": {},
+    }
+    for name, fn in pipelines.items():
+        sc = score_spans(test, [fn(d.text) for d in test])
+        result["pipelines"][name] = sc.to_dict()
+        vs = score_spans(val, [fn(d.text) for d in val])
+        result["validation"][name] = {"recall": vs.recall, "precision": vs.precision}
+        print(
+            f"\n### {name}: recall {sc.recall:.3f}, precision {sc.precision:.3f}, "
+            f"typed recall {sc.typed_recall:.3f}, non-PII words kept {sc.kept_words:.3f}"
+        )
+        print(sc.table())
+        if name == "recognizers + CRF tagger":
+            result["missed"] = [list(m) for m in sc.missed]
+            result["wrong"] = [list(w) for w in sc.wrong]
+    if anchor is not None:
+        result["anchor_recognizers"] = anchor.recognizers
+    result["calibration_test"] = calibration_table(tagger, test)
+    result["calibration_validation"] = calibration_table(tagger, val)
+    print("\ncalibration on the test set:", json.dumps(result["calibration_test"], indent=1))
+    texts = [d.text for d in test] * 5
+    red = PIIRedactor(tagger)
+    t_tok = _best(lambda: [tokenize(t) for t in texts])
+    t_red = _best(lambda: red.redact_many(texts), repeat=2)
+    result["speed"] = {
+        "docs_per_s": len(texts) / t_red,
+        "ratio_to_tokenize": t_red / t_tok,
+        "load": os.getloadavg()[0],
+    }
+    print(
+        f"\nredact (recognizers + CRF): {len(texts) / t_red:,.0f} docs/s = {t_red / t_tok:.0f}x tokenizing"
+    )
+    path = Path(out_json) if out_json else handwritten_card_json()
+    path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=400)
     ap.add_argument("--sites", type=int, default=4)
     ap.add_argument("--minilm", action="store_true")
+    ap.add_argument("--evalset", action="store_true", help="score the hand-written set (issue 32)")
+    ap.add_argument("--out", default=None, help="with --evalset: where to write the JSON")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
+    if a.evalset:
+        evalset_main(a.out)
+        return
     import torch
 
     from privnlp.data import generate_corpus, tokenize

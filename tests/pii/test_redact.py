@@ -33,21 +33,37 @@ def test_placeholders_and_presidio_shape():
         and "4111" not in r.text
         and "jane@x.org" not in r.text
     )
-    assert r.text.startswith("[NAME] called from [PHONE] on [DATE].")
+    # the placeholder is the type the spans carry; the possessive and the punctuation stay
+    assert r.text.startswith(
+        "[PERSON] called from [PHONE] on [DATE]. [PERSON]'s card [CREDIT_CARD],"
+    )
+    assert r.text.endswith("mail [EMAIL]. [PERSON] said hi.")
     p = r.presidio()
     assert set(p[0]) == {"entity_type", "start", "end", "score"}
     assert TEXT[p[0]["start"] : p[0]["end"]] == "Jane Doe"
+    assert {s["entity_type"] for s in p} == {"PERSON", "PHONE", "DATE", "CREDIT_CARD", "EMAIL"}
 
 
-def test_surrogates_consistent_within_document_and_seeded():
-    red = PIIRedactor(mode="surrogate")
-    a = red.redact(TEXT, FIELDS, seed=1)
+def test_surrogates_keyed_consistent_across_documents():
+    key = b"k" * 32
+    red = PIIRedactor(mode="surrogate", key=key)
+    a = red.redact(TEXT, FIELDS)
     reps = {o: s for o, s, _ in a.replacements}
     fake = reps["Jane Doe"]
     assert a.text.count(fake) == 2 and "Jane" not in a.text
     assert reps["Jane"] == fake.split()[0]  # first name alone -> first name of the same surrogate
-    assert red.redact(TEXT, FIELDS, seed=1).text == a.text
-    assert red.redact(TEXT, FIELDS, seed=2).text != a.text
+    # same key: same surrogate in another document and another redactor (across a corpus / runs)
+    other = PIIRedactor(mode="surrogate", key=key).redact("Later, Jane Doe wrote again.", FIELDS)
+    assert fake in other.text
+    # another key: other surrogates (keyed, not a plain hash of the value)
+    assert PIIRedactor(mode="surrogate", key=b"q" * 32).redact(TEXT, FIELDS).text != a.text
+    # the sentence keeps its structure: same punctuation outside the spans
+    strip = lambda t: "".join(c for c in t if c in ".,'()")  # noqa: E731
+    assert strip(a.text.replace(reps["4111 1111 1111 1111"], "")) == strip(
+        TEXT.replace("4111 1111 1111 1111", "").replace("(415) 555-0123", reps["(415) 555-0123"])
+    )
+    with pytest.raises(InvalidArgument, match="16 bytes"):
+        PIIRedactor(mode="surrogate", key=b"short")
 
 
 def test_bad_input():
@@ -58,7 +74,7 @@ def test_bad_input():
     assert PIIRedactor().redact("").text == ""
     assert (
         PIIRedactor().redact("Björn Ångström wrote", {"PERSON": ["Björn Ångström"]}).text
-        == "[NAME] wrote"
+        == "[PERSON] wrote"
     )
 
 
@@ -98,8 +114,10 @@ def test_file_errors_leave_no_partial_output(tmp_path):
     assert not out.exists()
     with pytest.raises(MalformedInput, match="no field 'body'"):
         redact_file(tmp_path / "in.jsonl", out, field="body")
-    with pytest.raises(InvalidArgument, match="--field is required"):
-        redact_file(src, out)
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"id": "a", "text": "mail a@b.com"}) + "\n")
+    redact_file(one, out)  # --field defaults to "text" (as privnlp sanitize)
+    assert json.loads(out.read_text())["text"] == "mail [EMAIL]"
     with pytest.raises(InvalidArgument, match="differ"):
         redact_file(src, src, field="text")
     with pytest.warns(UserWarning, match="no document id matches"):
@@ -121,8 +139,6 @@ def test_cli_redact(tmp_path):
             str(src),
             "-o",
             str(tmp_path / "o.jsonl"),
-            "--field",
-            "text",
             "--tagger",
             "none",
             "--known-fields",
@@ -134,9 +150,11 @@ def test_cli_redact(tmp_path):
     assert res.exit_code == 0, res.output
     assert "PERSON=3" in res.output and "Jane" not in (tmp_path / "o.jsonl").read_text()
     bad = CliRunner().invoke(
-        app, ["redact", str(src), "-o", str(tmp_path / "o2.jsonl"), "--tagger", "none"]
+        app,
+        ["redact", str(src), "-o", str(tmp_path / "o2.jsonl"), "--tagger", "none", "-f", "body"],
     )
-    assert bad.exit_code == 2 and "--field is required" in bad.output
+    assert bad.exit_code == 2 and "no field 'body'" in bad.output
+    assert not (tmp_path / "o2.jsonl").exists()
 
 
 def test_recognize_names_an_unknown_label():

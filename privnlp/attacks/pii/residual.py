@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,14 @@ from privnlp.core.observations import PerturbedText
 from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
 
-__all__ = ["ResidualPII", "residual_recall", "reidentify", "RESIDUAL_THREAT"]
+__all__ = [
+    "ResidualPII",
+    "residual_recall",
+    "reidentify",
+    "estimate_residual",
+    "ResidualEstimate",
+    "RESIDUAL_THREAT",
+]
 
 RESIDUAL_THREAT = ThreatModel(
     adversary=Adversary.DATA_RECIPIENT,
@@ -159,3 +167,69 @@ class ResidualPII(Attack):
         return AttackResult(
             self.name, tuple(guesses), {"texts": texts, "n_candidates": n_cand}, _score
         )
+
+
+@dataclass(frozen=True)
+class ResidualEstimate:
+    """The residual-PII attack's estimate for a corpus without gold labels (``privnlp redact --report``).
+
+    Attributes:
+        cross_reference_residual: the adversary holds one detected value (from any document) and reads its
+            other copies: the fraction of occurrences of detected values (>= 3 characters) still verbatim
+            in the redacted corpus (:func:`residual_recall` with the detected values as mentions).
+        expected_missed: per type, the mentions the pipeline is expected to have missed, ``found * (1 - r) / r``
+            with ``r`` the type's recall measured on the hand-written evaluation set (``None`` without it).
+        expected_residual_rate: expected missed / (found + expected missed) over all types (``None`` without
+            the measured recalls).
+    """
+
+    cross_reference_residual: float
+    n_values: int
+    expected_missed: Mapping[str, float] | None
+    expected_residual_rate: float | None
+
+
+def estimate_residual(
+    originals: Sequence[str],
+    redacted: Sequence[str],
+    found: Sequence[Sequence[tuple[str, str]]],
+    recall_by_type: Mapping[str, float] | None = None,
+) -> ResidualEstimate:
+    """Estimate the PII left in a redacted corpus from what the redactor itself found.
+
+    Args:
+        originals: the input documents.
+        redacted: the redacted documents (same order).
+        found: per document, ``(type, text)`` of every detected mention.
+        recall_by_type: recall per type measured on labelled text (the hand-written set).
+
+    Returns:
+        A :class:`ResidualEstimate`.
+
+    Raises:
+        InvalidArgument: the three sequences differ in length.
+    """
+    if not len(originals) == len(redacted) == len(found):
+        raise InvalidArgument("originals, redacted and found must have the same length")
+    values = sorted({v for doc in found for _, v in doc if len(v.strip()) >= 3})
+    mentions: list[list[str]] = []
+    for text in originals:
+        m: list[str] = []
+        for v in values:
+            if v in text:
+                m += [v] * len(re.findall(r"(?<!\w)" + re.escape(v) + r"(?!\w)", text))
+        mentions.append(m)
+    cross = residual_recall(list(redacted), mentions)["residual_pii_recall"] if values else 0.0
+    missed = rate = None
+    if recall_by_type:
+        counts: dict[str, int] = {}
+        for doc in found:
+            for t, _ in doc:
+                counts[t] = counts.get(t, 0) + 1
+        missed = {
+            t: (c * (1 - recall_by_type[t]) / recall_by_type[t]) if recall_by_type.get(t) else 0.0
+            for t, c in counts.items()
+        }
+        tot = sum(counts.values())
+        rate = sum(missed.values()) / (tot + sum(missed.values())) if tot else 0.0
+    return ResidualEstimate(float(cross), len(values), missed, rate)

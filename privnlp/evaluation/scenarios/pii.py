@@ -149,7 +149,7 @@ class PIIRedactionScenario(Scenario):
             targets.append((*canary_record(seed * 1000 + k), u))
         texts = [t for t, _, _ in targets]
         if redactor is not None:
-            results = redactor.redact_many(texts, rng=g)
+            results = redactor.redact_many(texts)
             red = [r.text for r in results]
             pred_spans = [r.spans for r in results]
         else:
@@ -218,7 +218,7 @@ class PIIRedactionScenario(Scenario):
         canary = make_canary(CANARY_PATTERN, rng=g)
         texts = [r.text for r in train] + [canary.text] * int(cfg["repeats"])
         if redactor is not None:
-            texts = [r.text for r in redactor.redact_many(texts, rng=g)]
+            texts = [r.text for r in redactor.redact_many(texts)]
         texts = [texts[i] for i in g.permutation(len(texts))]
         tok = digit_bpe_tokenizer(
             texts, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"]

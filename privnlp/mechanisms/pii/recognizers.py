@@ -1,22 +1,37 @@
-"""Regex recognizers for structured PII (e-mail, phone, SSN, card numbers with a Luhn check, dates).
+"""Recognizers for the identifiers people type: e-mail, phone (international), IP, IBAN, card numbers,
+national ids with checksums, postcodes, usernames in login / log contexts, dates in their written forms.
 
 Paper: ``../shared/papers/wikipii-pii-extraction-federated.txt`` (PII extraction; the structured types
-are the ones its auto-annotation matches by format rather than by fuzzy phrase matching). Hand-written
-because Presidio's recognizers pull spaCy models; the patterns are short and each is tested.
+are the ones its auto-annotation matches by format rather than by fuzzy phrase matching). Validation is
+delegated to well-kept libraries where one exists: ``phonenumbers`` (Google's libphonenumber metadata:
+which digit strings are real phone numbers of which country), ``python-stdnum`` (IBAN mod 97, Spanish
+DNI / NIE, French NIR, US SSN rules) and :mod:`ipaddress`; what is written by hand is the candidate
+search (short, tested patterns), the UK NHS mod-11 check (not in ``python-stdnum``) and the context
+rules (a username is only a username after ``user:`` / ``for user`` / ``sudo:`` ...).
 
 Every recognizer returns :class:`PIISpan` objects in Presidio's shape (``entity_type``, ``start``, ``end``,
-``score``); :func:`parse_date` turns a date mention in any of the common formats into a
-``datetime.date`` so the annotator can compare it with a known (ISO) date.
+``score``), one span per identifier, with the punctuation around it left outside; :func:`recognize`
+runs them in a fixed priority (checksummed types first) so one identifier is never cut into several
+typed pieces. :func:`parse_date` turns a date mention into ``datetime.date`` readings so the annotator
+can compare it with a known (ISO) date.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import ipaddress
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+
+import phonenumbers
+from stdnum import iban as _iban
+from stdnum.es import dni as _dni
+from stdnum.es import nie as _nie
+from stdnum.fr import nir as _nir
 
 from privnlp.core.errors import InvalidArgument
+
+from .types import PIISpan
 
 __all__ = [
     "PIISpan",
@@ -25,10 +40,18 @@ __all__ = [
     "find_ssns",
     "find_cards",
     "find_dates",
+    "find_ips",
+    "find_ibans",
+    "find_national_ids",
+    "find_postcodes",
+    "find_usernames",
     "luhn_ok",
+    "nhs_ok",
     "parse_date",
     "recognize",
     "DATE_FORMATS",
+    "RECOGNIZER_LABELS",
+    "PHONE_REGIONS",
     "digits",
 ]
 
@@ -46,11 +69,47 @@ _MONTHS = (
     "november",
     "december",
 )
-_MON = {m[:3]: i + 1 for i, m in enumerate(_MONTHS)}
+_MONTHS_INTL = {  # es, fr, de month names (lower case) -> month number
+    **{
+        m: i + 1
+        for i, m in enumerate(
+            "enero febrero marzo abril mayo junio julio agosto septiembre octubre noviembre "
+            "diciembre".split()
+        )
+    },
+    "setiembre": 9,
+    **{
+        m: i + 1
+        for i, m in enumerate(
+            "janvier février mars avril mai juin juillet août septembre octobre novembre "
+            "décembre".split()
+        )
+    },
+    "fevrier": 2,
+    "aout": 8,
+    "decembre": 12,
+    **{
+        m: i + 1
+        for i, m in enumerate(
+            "januar februar märz april mai juni juli august september oktober november "
+            "dezember".split()
+        )
+    },
+    "maerz": 3,
+}
+_MON = {m[:3]: i + 1 for i, m in enumerate(_MONTHS)} | {"sept": 9}
+_MON_FULL = {m: i + 1 for i, m in enumerate(_MONTHS)} | _MONTHS_INTL
 _MONTH_RE = (
     r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
     r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
 )
+_INTL_RE = "(?:" + "|".join(sorted(_MONTHS_INTL, key=len, reverse=True)) + ")"
+
+
+def _month(name: str) -> int:
+    k = name.lower().rstrip(".")
+    return _MON_FULL.get(k) or _MON[k[:4] if k.startswith("sept") else k[:3]]
+
 
 #: strftime formats a known date is rendered in before exact search (plus unpadded variants)
 DATE_FORMATS = (
@@ -67,75 +126,106 @@ DATE_FORMATS = (
     "%b. %d, %Y",
 )
 
-
-@dataclass(frozen=True)
-class PIISpan:
-    """A PII mention ``text[start:end]`` of type ``label`` (Presidio: ``entity_type``) with a ``score``.
-
-    Attributes:
-        start: first character offset (inclusive).
-        end: last character offset (exclusive).
-        label: the PII type (``PERSON``, ``EMAIL``, ``PHONE``, ``SSN``, ``CREDIT_CARD``, ``DATE``, ...).
-        score: confidence in [0, 1].
-        source: what found it (``"regex"``, ``"known_field"``, ``"tagger"``, ...).
-    """
-
-    start: int
-    end: int
-    label: str
-    score: float = 1.0
-    source: str = ""
-
-    @property
-    def entity_type(self) -> str:
-        return self.label
-
-    def to_presidio(self) -> dict:
-        """Presidio's ``RecognizerResult`` shape."""
-        return {
-            "entity_type": self.label,
-            "start": int(self.start),
-            "end": int(self.end),
-            "score": round(float(self.score), 4),
-        }
-
-    def overlaps(self, other: PIISpan) -> bool:
-        return self.start < other.end and other.start < self.end
+#: regions a phone number written without its country code is tried in (first valid reading wins)
+PHONE_REGIONS = ("US", "GB", "ES", "FR", "DE", "IT", "NL", "IE", "PT", "BE", "AT", "CH", "PL", "SE")
 
 
 def digits(s: str) -> str:
     return re.sub(r"\D", "", s)
 
 
+# ------------------------------------------------------------------------------------------------ e-mail
 _EMAIL = re.compile(
     r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])"
 )
-_PHONE = re.compile(
-    r"(?<![\w+])(?:\+?1[\s.-]?)?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?!\w)"
-    r"|(?<![\w+])\+?1?\d{10}(?!\w)"
+
+
+def find_emails(text: str, score: float = 0.95) -> list[PIISpan]:
+    """E-mail addresses; surrounding brackets, quotes and a sentence's final period stay outside."""
+    return [PIISpan(m.start(), m.end(), "EMAIL", score, "regex") for m in _EMAIL.finditer(text)]
+
+
+# ------------------------------------------------------------------------------------------------ phones
+_PHONE_CAND = re.compile(
+    r"(?<![\w+.\-/@])(?:\+|\b00)?\(?\d[\d \u00a0().\-]{5,22}\d(?![\w\-@]|[.:]\d)"
 )
-_SSN = re.compile(r"(?<![\w-])(?!000|666|9\d\d)\d{3}[- ](?!00)\d{2}[- ](?!0000)\d{4}(?![\w-])")
+_PHONE_CONTEXT = re.compile(
+    r"(?:phone|tel|mobile|mob|cell|call|ring|text|fax|whatsapp|sms|contact|móvil|movil|teléfono|"
+    r"telefono|téléphone|portable|handy|telefon|rufnummer|number)\W{0,3}[\w ]{0,12}$",
+    re.I,
+)
+
+
+def _phone_valid(cand: str) -> tuple[bool, bool]:
+    """(valid in some region, only possible) for a candidate string."""
+    s = cand.strip()
+    intl = s.startswith("+") or s.startswith("00")
+    if s.startswith("00"):
+        s = "+" + s[2:]
+    regions: Iterable[str | None] = (None,) if intl else PHONE_REGIONS
+    possible = False
+    for r in regions:
+        try:
+            n = phonenumbers.parse(s, r)
+        except phonenumbers.NumberParseException:
+            continue
+        if phonenumbers.is_valid_number(n):
+            return True, False
+        possible = possible or phonenumbers.is_possible_number(n)
+    return False, possible
+
+
+def find_phones(text: str, score: float = 0.85) -> list[PIISpan]:
+    """Phone numbers in E.164 / international (``+44 20 7946 0958``, ``0044 ...``) and national formats
+    (``020 7946 0958``, ``612 34 56 78``, ``(415) 555-0132``), with or without spaces.
+
+    A candidate is a digit run with phone separators; it is kept when ``phonenumbers`` says it is a valid
+    number of some region in :data:`PHONE_REGIONS` (or anywhere, with a ``+`` / ``00`` prefix), and
+    additionally a bare digit run (no separator, no ``+``) needs a phone word just before it
+    (``tel:``, ``mobile``, ``call`` ...), so order numbers and ids are not typed PHONE. A number that is
+    only *possible* (right length, unassigned range such as Ofcom's drama numbers) is kept with a
+    lower score when it has the country prefix or a phone word before it, and so is a short local
+    number (fewer than 9 digits: no area code).
+    """
+    out = []
+    for m in _PHONE_CAND.finditer(text):
+        cand = m.group()
+        a, b = m.start(), m.end()
+        if cand.startswith("(") and ")" not in cand:
+            a, cand = a + 1, cand[1:]
+        nd = len(digits(cand))
+        if not 7 <= nd <= 15:
+            continue
+        intl = cand.startswith(("+", "00"))
+        grouped = bool(re.search(r"[ \u00a0().\-]", cand))
+        ctx = bool(_PHONE_CONTEXT.search(text[max(0, a - 30) : a]))
+        if "." in cand and not intl and not ctx and re.fullmatch(r"[\d.]+", cand):
+            continue  # dotted digit runs without context are dates / versions / IPs
+        if nd < 9 and not (intl or ctx):
+            continue  # a short local number (no area code) only after a phone word
+        valid, possible = _phone_valid(cand)
+        if valid and (intl or grouped or ctx):
+            out.append(PIISpan(a, b, "PHONE", score, "regex"))
+        elif possible and (intl or ctx):
+            out.append(PIISpan(a, b, "PHONE", round(score * 0.7, 4), "regex"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ ids
+_SSN = re.compile(r"(?<![\w-])(?!000|666|9\d\d)\d{3}([- ])(?!00)\d{2}\1(?!0000)\d{4}(?![\w-])")
+_SSN_BARE = re.compile(
+    r"(?:SSN|social security(?: number| no\.?)?)\W{0,4}(?!000|666|9\d\d)(\d{3}(?!00)\d{2}(?!0000)\d{4})(?!\w)",
+    re.I,
+)
 _CARD = re.compile(r"(?<![\w-])(?:\d[ -]?){12,18}\d(?![\w-])")
-_DATE_PATTERNS = (
-    # 05/30/2001, 5-30-01, 30.05.2001, 2001-05-30, 2001/5/30
-    re.compile(
-        r"(?<![\w/.-])(?P<a>\d{1,2})(?P<s>[/.-])(?P<b>\d{1,2})(?P=s)(?P<y>\d{4}|\d{2})(?![\w/-])"
-    ),
-    re.compile(r"(?<![\w/.-])(?P<y>\d{4})(?P<s>[/.-])(?P<a>\d{1,2})(?P=s)(?P<b>\d{1,2})(?![\w/-])"),
-    # May 30, 2001 / May 30th 2001 / Sept. 3, 2001
-    re.compile(
-        r"(?<!\w)(?P<mon>"
-        + _MONTH_RE
-        + r")\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<y>\d{4})(?!\w)",
-        re.I,
-    ),
-    # 30 May 2001 / 30th of May, 2001
-    re.compile(
-        r"(?<!\w)(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<mon>"
-        + _MONTH_RE
-        + r"),?\s+(?P<y>\d{4})(?!\w)",
-        re.I,
-    ),
+_NHS = re.compile(r"(?<![\w-])\d{3}([ -]?)\d{3}\1\d{4}(?![\w-])")
+_NHS_CONTEXT = re.compile(r"NHS", re.I)
+_DNI = re.compile(r"(?<![\w-])(?:\d{8}[- ]?[A-Z]|[XYZ][- ]?\d{7}[- ]?[A-Z])(?![\w-])")
+_NIR = re.compile(
+    r"(?<![\w-])[12] ?\d{2} ?(?:0[1-9]|1[0-2]|[2-9]\d) ?(?:\d{2}|2A|2B) ?\d{3} ?\d{3} ?\d{2}(?![\w-])"
+)
+_NINO = re.compile(
+    r"(?<![\w-])(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w-])"
 )
 
 
@@ -161,6 +251,224 @@ def luhn_ok(number: str) -> bool:
     return tot % 10 == 0
 
 
+def nhs_ok(number: str) -> bool:
+    """UK NHS number check digit (mod 11, weights 10..2; a remainder giving 10 is invalid)."""
+    ds = [int(c) for c in digits(number)]
+    if len(ds) != 10:
+        return False
+    check = 11 - sum(d * w for d, w in zip(ds[:9], range(10, 1, -1))) % 11
+    check = 0 if check == 11 else check
+    return check != 10 and check == ds[9]
+
+
+def find_ssns(text: str, score: float = 0.9) -> list[PIISpan]:
+    """US SSNs: ``123-45-6789`` / ``123 45 6789`` (area not 000 / 666 / 9xx, group not 00, serial not
+    0000), or nine bare digits right after ``SSN`` / ``social security number``."""
+    out = [PIISpan(m.start(), m.end(), "SSN", score, "regex") for m in _SSN.finditer(text)]
+    out += [PIISpan(m.start(1), m.end(1), "SSN", score, "regex") for m in _SSN_BARE.finditer(text)]
+    return out
+
+
+def find_cards(text: str, score: float = 0.95) -> list[PIISpan]:
+    """Card numbers: 13-19 digits (spaces / dashes allowed) passing the Luhn check."""
+    return [
+        PIISpan(m.start(), m.end(), "CREDIT_CARD", score, "regex")
+        for m in _CARD.finditer(text)
+        if 13 <= len(digits(m.group())) <= 19 and luhn_ok(m.group())
+    ]
+
+
+def find_national_ids(text: str, score: float = 0.95) -> list[PIISpan]:
+    """National ids that carry a checksum or a strict format (``NATIONAL_ID``): UK NHS numbers (mod 11,
+    with ``NHS`` within 40 characters before: a bare 3-3-4 digit run is more often a phone), Spanish DNI /
+    NIE (letter check), French NIR (mod 97), UK National Insurance numbers (format only: no checksum)."""
+    out = []
+    for m in _NHS.finditer(text):
+        if nhs_ok(m.group()) and _NHS_CONTEXT.search(text[max(0, m.start() - 40) : m.start()]):
+            out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", score, "regex"))
+    for m in _DNI.finditer(text):
+        s = m.group().replace("-", "").replace(" ", "")
+        if _dni.is_valid(s) or _nie.is_valid(s):
+            out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", score, "regex"))
+    for m in _NIR.finditer(text):
+        if _nir.is_valid(m.group()):
+            out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", score, "regex"))
+    for m in _NINO.finditer(text):
+        out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", round(score * 0.85, 4), "regex"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ IP, IBAN
+_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?!\w|\.\d)")
+_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+_IBAN = re.compile(r"(?<![\w-])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![\w-])")
+
+
+def find_ips(text: str, score: float = 0.95) -> list[PIISpan]:
+    """IPv4 / IPv6 addresses (validated by :mod:`ipaddress`); a port or prefix length stays outside."""
+    out = []
+    for m in _IPV4.finditer(text):
+        try:
+            ipaddress.IPv4Address(m.group())
+        except ValueError:
+            continue
+        out.append(PIISpan(m.start(), m.end(), "IP_ADDRESS", score, "regex"))
+    for m in _IPV6.finditer(text):
+        g = m.group()
+        if g.count(":") < 2 or not re.search(r"[0-9A-Fa-f]", g):
+            continue
+        try:
+            ipaddress.IPv6Address(g)
+        except ValueError:
+            continue
+        out.append(PIISpan(m.start(), m.end(), "IP_ADDRESS", score, "regex"))
+    return out
+
+
+def find_ibans(text: str, score: float = 0.97) -> list[PIISpan]:
+    """IBANs, compact or in groups of four, whose mod-97 checksum holds (``python-stdnum``); the longest
+    valid prefix of a candidate is taken, so a following capitalised word is never swallowed."""
+    out = []
+    for m in _IBAN.finditer(text):
+        g = m.group()
+        for end in range(len(g), 14, -1):
+            if g[end - 1] != " " and (end == len(g) or g[end] == " ") and _iban.is_valid(g[:end]):
+                out.append(PIISpan(m.start(), m.start() + end, "IBAN", score, "regex"))
+                break
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ postcodes
+_US_STATES = (
+    "AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY "
+    "NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY"
+).split()
+_UK_POSTCODE = re.compile(
+    r"(?<![\w-])(?:[A-PR-UWYZ][A-HK-Y]?\d[A-HJKPS-UW\d]?|GIR) ?\d[ABD-HJLNP-UW-Z]{2}(?![\w-])"
+)
+_US_ZIP = re.compile(
+    r"(?:\b(?:" + "|".join(_US_STATES) + r"),?\s+|\bZIP(?: code)?:?\s*)(\d{5}(?:-\d{4})?)(?![\w-])"
+)
+# continental: a 4-5 digit code (NL: 4 digits + 2 letters) before a capitalised town, at the start of a
+# line / after a comma, or with a country prefix (D-10115, F-75011)
+_EU_POSTCODE = re.compile(
+    r"(?:(?<=,)\s*|(?<=^)|(?<=\n)|(?<=\bCP )|(?<=\bPLZ )|(?<=\b[DFEIAB]-))"
+    r"(\d{5}|\d{4} ?[A-Z]{2}|\d{4})(?=\s+[A-ZÀ-Þ][a-zà-ÿ]+)",
+    re.M,
+)
+
+
+def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
+    """UK postcodes (``NW1 6XE``), US ZIP codes after a state or ``ZIP`` (``CA 94105``), continental
+    codes before a town at a line start / after a comma / after ``D-`` (``28013 Madrid``, ``1012 AB
+    Amsterdam``)."""
+    out = [
+        PIISpan(m.start(), m.end(), "POSTCODE", score, "regex") for m in _UK_POSTCODE.finditer(text)
+    ]
+    out += [
+        PIISpan(m.start(1), m.end(1), "POSTCODE", score, "regex") for m in _US_ZIP.finditer(text)
+    ]
+    for m in _EU_POSTCODE.finditer(text):
+        a = m.start(1)
+        out.append(PIISpan(a, m.end(1), "POSTCODE", round(score * 0.9, 4), "regex"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ usernames
+_UCHARS = r"[A-Za-z0-9][A-Za-z0-9._-]{1,38}"
+_USER_PATTERNS = (
+    re.compile(
+        r"\b(?:user(?:[ _-]?name)?|login|log-in|uid|user[ _-]?id|account|acct|handle|usuario|"
+        r"utilisateur|identifiant|benutzer(?:name)?|nom d'utilisateur)\s*[:=]\s*['\"]?("
+        + _UCHARS
+        + ")",
+        re.I,
+    ),
+    re.compile(
+        r"\b(?:for|by|from)\s+(?:invalid\s+|unknown\s+)?user\s+['\"]?(" + _UCHARS + ")", re.I
+    ),
+    re.compile(
+        r"\buser\s+['\"]?(" + _UCHARS + r")['\"]?\s+(?:logged|signed|failed|authenticated|"
+        r"locked|connected|disconnected|was|has|from|changed|reset)\b",
+        re.I,
+    ),
+    re.compile(r"\blogged (?:in|on) as\s+['\"]?@?(" + _UCHARS + ")", re.I),
+    re.compile(r"\bsudo:\s+(" + _UCHARS + r")\s*:"),
+    re.compile(r"\bsu(?:\[\d+\])?:.*?\bby\s+(" + _UCHARS + ")"),
+)
+_HANDLE = re.compile(
+    r"(?<![\w.@/])@[A-Za-z0-9_](?:[A-Za-z0-9_.]{0,28}[A-Za-z0-9_])?(?![\w@]|\.[A-Za-z])"
+)
+_NOT_USERS = frozenset(
+    "root admin administrator guest unknown invalid test user users nobody www-data system the a an "
+    "is was name id none null anonymous daemon service locked".split()
+)
+
+
+def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
+    """Usernames in login / log contexts (``Username: jdoe1987``, ``Failed password for user jdoe``,
+    ``session opened for user anna.k``, ``sudo: jdoe :``, ``logged in as m_ortiz``) and ``@handles``;
+    system accounts (``root``, ``admin``, ``www-data``...) are not personal and are left alone."""
+    out = []
+    for pat in _USER_PATTERNS:
+        for m in pat.finditer(text):
+            v = m.group(1).rstrip("._-")
+            if v.lower() in _NOT_USERS or "@" in v:
+                continue
+            a = m.start(1)
+            out.append(PIISpan(a, a + len(v), "USERNAME", score, "regex"))
+    for m in _HANDLE.finditer(text):
+        if m.group()[1:].lower() not in _NOT_USERS:
+            out.append(PIISpan(m.start(), m.end(), "USERNAME", round(score * 0.9, 4), "regex"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ dates
+_DAY = r"(?P<d>[0-3]?\d)(?:st|nd|rd|th|er|º|ª)?"
+_DATE_PATTERNS = (
+    # 05/30/2001, 5-30-01, 30.05.2001 (an ISO time may follow: 2001-05-30T10:22)
+    re.compile(
+        r"(?<![\w/.:-])(?P<a>\d{1,2})(?P<s>[/.-])(?P<b>\d{1,2})(?P=s)(?P<y>\d{4}|\d{2})(?![\w/-]|\.\d)"
+    ),
+    re.compile(
+        r"(?<![\w/.:-])(?P<y>\d{4})(?P<s>[/.-])(?P<a>\d{1,2})(?P=s)(?P<b>\d{1,2})(?=T\d|(?![\w/-]|\.\d))"
+    ),
+    # May 30, 2001 / May 30th 2001 / Sept. 3, 2001
+    re.compile(
+        r"(?<!\w)(?P<mon>" + _MONTH_RE + r")\s+" + _DAY + r",?\s+(?P<y>\d{4})(?!\w)",
+        re.I,
+    ),
+    # 30 May 2001 / 30th of May, 2001 / 3 de marzo de 2024 / 3. März 2024 / 12 mars 2024
+    re.compile(
+        r"(?<![\w.])"
+        + _DAY
+        + r"\.?\s+(?:of\s+|de\s+)?(?P<mon>"
+        + _MONTH_RE
+        + "|"
+        + _INTL_RE
+        + r"),?\s+(?:de\s+|del\s+)?(?P<y>\d{4})(?!\w)",
+        re.I,
+    ),
+)
+# without a year (``1st of February``, ``February 1st``, ``14 März``) and month + year (``March 2021``)
+_DATE_PARTIAL = (
+    re.compile(
+        r"(?<![\w.])(?:the\s+)?"
+        + _DAY
+        + r"\.?\s+(?:of\s+|de\s+)?(?:"
+        + _MONTH_RE
+        + "|"
+        + _INTL_RE
+        + r")(?![\w])",
+        re.I,
+    ),
+    re.compile(r"(?<!\w)(?:" + _MONTH_RE + r")\s+" + _DAY + r"(?![\w:]|\s*(?:am|pm)\b)", re.I),
+    re.compile(
+        r"(?<!\w)(?:" + _MONTH_RE + "|" + _INTL_RE + r")(?:\s+de)?\s+(?:19|20)\d\d(?!\w)", re.I
+    ),
+)
+
+
 def _year(y: str) -> int:
     v = int(y)
     return v if len(y) == 4 else (2000 + v if v < 50 else 1900 + v)
@@ -178,8 +486,8 @@ def _date_candidates(text: str) -> Iterable[tuple[int, int, tuple[_dt.date, ...]
         for m in pat.finditer(text):
             g = m.groupdict()
             y = _year(g["y"])
-            if "mon" in g and g.get("mon"):
-                ds = (_mk(y, _MON[g["mon"].lower().rstrip(".")[:3]], int(g["d"])),)
+            if g.get("mon"):
+                ds = (_mk(y, _month(g["mon"]), int(g["d"])),)
             elif k == 1:
                 ds = (_mk(y, int(g["a"]), int(g["b"])),)
             else:  # ambiguous numeric: month-first (US) and day-first readings
@@ -197,46 +505,50 @@ def parse_date(s: str) -> tuple[_dt.date, ...]:
     return ()
 
 
-def find_dates(text: str, score: float = 0.6) -> list[PIISpan]:
-    return [PIISpan(a, b, "DATE", score, "regex") for a, b, _ in _date_candidates(text)]
+def find_dates(text: str, score: float = 0.8) -> list[PIISpan]:
+    """Dates: numeric (``30/05/2001``, ``2001-05-30``), written (``May 30th, 2001``, ``30 de mayo de
+    2001``, ``3. März 2024``), without a year (``1st of February``) and month + year (``March 2021``).
+    A leading ``the`` is left outside the span."""
+    out = [PIISpan(a, b, "DATE", score, "regex") for a, b, _ in _date_candidates(text)]
+    for pat in _DATE_PARTIAL:
+        for m in pat.finditer(text):
+            a = m.start()
+            if text[a : a + 4].lower() == "the ":
+                a += 4
+            if g := m.groupdict().get("d"):
+                if not 1 <= int(g) <= 31:
+                    continue
+            out.append(PIISpan(a, m.end(), "DATE", round(score * 0.9, 4), "regex"))
+    return out
 
 
-def find_emails(text: str, score: float = 0.95) -> list[PIISpan]:
-    return [PIISpan(m.start(), m.end(), "EMAIL", score, "regex") for m in _EMAIL.finditer(text)]
-
-
-def find_phones(text: str, score: float = 0.7) -> list[PIISpan]:
-    return [PIISpan(m.start(), m.end(), "PHONE", score, "regex") for m in _PHONE.finditer(text)]
-
-
-def find_ssns(text: str, score: float = 0.85) -> list[PIISpan]:
-    return [PIISpan(m.start(), m.end(), "SSN", score, "regex") for m in _SSN.finditer(text)]
-
-
-def find_cards(text: str, score: float = 0.9) -> list[PIISpan]:
-    """Card numbers: 13-19 digits (spaces / dashes allowed) passing the Luhn check."""
-    return [
-        PIISpan(m.start(), m.end(), "CREDIT_CARD", score, "regex")
-        for m in _CARD.finditer(text)
-        if 13 <= len(digits(m.group())) <= 19 and luhn_ok(m.group())
-    ]
-
-
-_FINDERS = {
+# ------------------------------------------------------------------------------------------------ all
+#: recognizers in priority order: a span overlapping one found earlier in this order is dropped
+_FINDERS: dict[str, Callable[[str], list[PIISpan]]] = {
     "EMAIL": find_emails,
-    "PHONE": find_phones,
-    "SSN": find_ssns,
+    "IBAN": find_ibans,
+    "IP_ADDRESS": find_ips,
     "CREDIT_CARD": find_cards,
+    "NATIONAL_ID": find_national_ids,
+    "SSN": find_ssns,
     "DATE": find_dates,
+    "PHONE": find_phones,
+    "POSTCODE": find_postcodes,
+    "USERNAME": find_usernames,
 }
+RECOGNIZER_LABELS = tuple(_FINDERS)
 
 
-def recognize(text: str, labels: Iterable[str] = tuple(_FINDERS)) -> list[PIISpan]:
-    """All regex recognizers in ``labels``; overlaps resolved (longer, then higher score, wins).
+def recognize(text: str, labels: Iterable[str] = RECOGNIZER_LABELS) -> list[PIISpan]:
+    """All recognizers in ``labels``: one span per identifier, in text order.
+
+    Recognizers run in the priority of :data:`RECOGNIZER_LABELS` (checksummed and unambiguous types
+    first); a span that overlaps one already kept is dropped, and within one recognizer the longer span
+    wins, so an IP address is never also cut into phone / date pieces.
 
     Args:
         text: the text.
-        labels: the recognizers to run, among ``EMAIL``, ``PHONE``, ``SSN``, ``CREDIT_CARD``, ``DATE``.
+        labels: the recognizers to run, among :data:`RECOGNIZER_LABELS`.
 
     Returns:
         Non-overlapping spans, in text order.
@@ -244,13 +556,16 @@ def recognize(text: str, labels: Iterable[str] = tuple(_FINDERS)) -> list[PIISpa
     Raises:
         InvalidArgument: an unknown label (named, with the allowed ones).
     """
-    from .spans import resolve_overlaps
-
     labels = tuple(labels)
     unknown = sorted(set(labels) - set(_FINDERS))
     if unknown:
-        raise InvalidArgument(f"labels must be among {sorted(_FINDERS)}; got unknown {unknown}")
-    out: list[PIISpan] = []
-    for lab in labels:
-        out.extend(_FINDERS[lab](text))
-    return resolve_overlaps(out)
+        raise InvalidArgument(f"labels must be among {list(_FINDERS)}; got unknown {unknown}")
+    kept: list[PIISpan] = []
+    for lab in _FINDERS:
+        if lab not in labels:
+            continue
+        found = sorted(_FINDERS[lab](text), key=lambda s: (-(s.end - s.start), -s.score, s.start))
+        for s in found:
+            if s.end > s.start and not any(s.overlaps(k) for k in kept):
+                kept.append(s)
+    return sorted(kept, key=lambda s: (s.start, s.end))

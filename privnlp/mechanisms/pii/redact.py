@@ -5,12 +5,17 @@ Paper: ``../shared/papers/wikipii-pii-extraction-federated.txt`` (the PII tagger
 is what finds the mentions). Spans are reported in Presidio's shape (``entity_type``, ``start``, ``end``,
 ``score``) so results can be compared with Presidio's analyzer.
 
-* ``mode="placeholder"``: every mention becomes ``[NAME]`` (``PERSON``) / ``[DATE]`` / ``[EMAIL]`` ...;
-* ``mode="surrogate"``: every mention becomes a fake value from ``Faker`` (seeded per document); the same
-  real value maps to the same fake one within a document, and a person's first / last name alone map to
-  the first / last name of the same surrogate (``Jane Doe`` -> ``Mary Smith``, ``Jane`` -> ``Mary``).
+* ``mode="placeholder"``: every mention becomes its type in brackets, the same name the spans carry
+  (``[PERSON]``, ``[DATE]``, ``[EMAIL]`` ...);
+* ``mode="surrogate"``: every mention becomes a keyed pseudonym of the same type, format and locale
+  (:class:`~.surrogates.Surrogates`: HMAC-SHA256 with a secret key, so the same entity maps to the same
+  surrogate across a corpus and runs that share the key; a first or last name alone maps to the first /
+  last name of the full name's surrogate).
 
-Overlapping detections are merged (the union is redacted: never less than any recognizer flagged).
+Spans are chosen in priority order, one per identifier: known fields (the user's own list), then the
+recognizers (checksummed formats first), then the tagger; a tagger span that overlaps a recognizer span
+is dropped, and tagger spans are cut at separators (``—``, ``|``, ``;``, ``:``, brackets) so the text
+around an identifier keeps its punctuation and its non-PII words.
 """
 
 from __future__ import annotations
@@ -19,19 +24,21 @@ import csv
 import io
 import json
 import os
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from privnlp.core.errors import InvalidArgument, MalformedInput
 from privnlp.core.report import atomic_write_text
 
-from .recognizers import PIISpan, digits, recognize
+from .annotate import AutoAnnotator
+from .recognizers import RECOGNIZER_LABELS, digits, recognize
 from .spans import merge_for_redaction
+from .surrogates import Surrogates
+from .types import PIISpan
 
 __all__ = [
     "PIIRedactor",
@@ -43,8 +50,11 @@ __all__ = [
 ]
 
 MODES = ("placeholder", "surrogate")
-PLACEHOLDERS = {"PERSON": "[NAME]", "NAME": "[NAME]"}
-REGEX_LABELS = ("EMAIL", "PHONE", "SSN", "CREDIT_CARD", "DATE")
+PLACEHOLDERS: dict[str, str] = {"NAME": "[PERSON]"}
+REGEX_LABELS = RECOGNIZER_LABELS
+#: PII types something in the pipeline can find (recognizers + tagger); others only from known fields
+DETECTABLE = frozenset(RECOGNIZER_LABELS) | {"PERSON", "NAME", "LOC", "ADDRESS"}
+_CUT = frozenset('—–|;:()[]{}<>"\n')
 
 
 @dataclass(frozen=True)
@@ -74,57 +84,20 @@ def _norm(label: str, s: str) -> str:
     return label + ":" + " ".join(s.lower().replace("'s", "").split())
 
 
-class _Surrogates:
-    """Per-document consistent fake values (Faker, seeded)."""
-
-    def __init__(self, seed: int) -> None:
-        from faker import Faker
-
-        self.fake = Faker("en_US")
-        self.fake.seed_instance(int(seed))
-        self.map: dict[str, str] = {}
-        self.name_parts: dict[str, str] = {}
-
-    def __call__(self, label: str, original: str) -> str:
-        key = _norm(label, original)
-        if key in self.map:
-            return self.map[key]
-        f = self.fake
-        if label in ("PERSON", "NAME"):
-            parts = original.split()
-            if len(parts) > 1:
-                fk = [self.name_parts.get(p.lower()) for p in parts]
-                if fk[0] is None:
-                    fk[0] = f.first_name()
-                for i in range(1, len(parts)):
-                    if fk[i] is None:
-                        fk[i] = f.last_name()
-                for p, q in zip(parts, fk):
-                    self.name_parts.setdefault(p.lower(), q)
-                out = " ".join(fk)  # type: ignore[arg-type]
-            else:
-                out = self.name_parts.get(original.lower()) or f.first_name()
-                self.name_parts.setdefault(original.lower(), out)
-        elif label == "DATE":
-            out = f.date(pattern="%m/%d/%Y")
-        elif label == "PHONE":
-            out = f"{f.random_int(201, 989)}-{f.random_int(200, 999)}-{f.random_int(0, 9999):04d}"
-        elif label == "EMAIL":
-            out = f.email()
-        elif label == "SSN":
-            out = f.ssn()
-        elif label == "ADDRESS":
-            out = f.address().replace("\n", ", ")
-        elif label == "ORG":
-            out = f.company()
-        elif label == "LOC":
-            out = f.city()
-        elif label == "CREDIT_CARD":
-            out = f.credit_card_number()
-        else:
-            out = f"[{label}]"
-        self.map[key] = out
-        return out
+def _cut(text: str, span: PIISpan) -> list[PIISpan]:
+    """A tagger span cut at separators, each piece trimmed to its first / last word character."""
+    out, a = [], span.start
+    for i in range(span.start, span.end + 1):
+        if i == span.end or text[i] in _CUT or text[i : i + 2] == ", " and span.label != "ADDRESS":
+            x, y = a, i
+            while x < y and not text[x].isalnum():
+                x += 1
+            while y > x and not (text[y - 1].isalnum() or text[y - 1] == "."):
+                y -= 1
+            if y > x and any(c.isalnum() for c in text[x:y]):
+                out.append(PIISpan(x, y, span.label, span.score, span.source))
+            a = i + 1
+    return out
 
 
 class PIIRedactor:
@@ -136,6 +109,11 @@ class PIIRedactor:
         mode: ``"placeholder"`` or ``"surrogate"``.
         annotator: an :class:`~privnlp.mechanisms.pii.AutoAnnotator` used when known fields are passed.
         labels: only these labels are redacted (default: all).
+        placeholders: the placeholder per label (default ``[LABEL]``).
+        key: the secret HMAC key of the surrogates (at least 16 bytes; default: a random key per redactor,
+            so surrogates agree within this redactor's corpus only).
+        min_score: tagger spans scored below this are not redacted (reported as warnings by
+            :func:`redact_file`); 0 redacts every tagger span.
     """
 
     def __init__(
@@ -146,6 +124,8 @@ class PIIRedactor:
         annotator: Any = None,
         labels: Sequence[str] | None = None,
         placeholders: Mapping[str, str] | None = None,
+        key: bytes | None = None,
+        min_score: float = 0.0,
     ) -> None:
         if mode not in MODES:
             raise InvalidArgument(f"mode must be one of {MODES}; got {mode!r}")
@@ -155,6 +135,9 @@ class PIIRedactor:
         self.annotator = annotator
         self.labels = None if labels is None else tuple(labels)
         self.placeholders = dict(PLACEHOLDERS if placeholders is None else placeholders)
+        self.key = key
+        self.min_score = min_score
+        self._surrogates = Surrogates(key if key is not None else os.urandom(32))
         self._first_mention_only = False  # the leaky twin's bug (privnlp.mechanisms.pii.mechanism)
 
     def analyze(
@@ -165,24 +148,32 @@ class PIIRedactor:
             raise MalformedInput(f"text must be a string; got {type(text).__name__}")
         if not text.strip():
             return []
-        spans: list[PIISpan] = []
-        if self.regex:
-            spans += recognize(text, REGEX_LABELS)
-        if self.tagger is not None:
-            spans += self.tagger.spans(text)
-        if fields:
-            from .annotate import AutoAnnotator
+        kept: list[PIISpan] = []
 
-            spans += list((self.annotator or AutoAnnotator()).annotate(text, fields).spans)
+        def add(cands: list[PIISpan]) -> None:
+            for c in sorted(cands, key=lambda c: (-(c.end - c.start), c.start)):
+                if c.end > c.start and not any(c.overlaps(k) for k in kept):
+                    kept.append(c)
+
+        if fields:
+            known = list((self.annotator or AutoAnnotator()).annotate(text, fields).spans)
+            add(merge_for_redaction(known))
+        if self.regex:
+            add(recognize(text, REGEX_LABELS))
+        if self.tagger is not None:
+            tag = [p for s in self.tagger.spans(text) for p in _cut(text, s)]
+            add([s for s in tag if s.score >= self.min_score])
         if self.labels is not None:
-            spans = [s for s in spans if s.label in self.labels]
-        return merge_for_redaction(spans)
+            kept = [s for s in kept if s.label in self.labels]
+        return sorted(kept, key=lambda s: (s.start, s.end))
 
     def redact(
-        self, text: str, fields: Mapping[str, Sequence[str]] | None = None, *, seed: int = 0
+        self, text: str, fields: Mapping[str, Sequence[str]] | None = None
     ) -> RedactionResult:
+        """Replace every span of :meth:`analyze` by its placeholder / keyed surrogate; the text between
+        spans (punctuation, line ends, non-PII words) is copied unchanged."""
         spans = self.analyze(text, fields)
-        sur = _Surrogates(seed) if self.mode == "surrogate" else None
+        sur = self._surrogates if self.mode == "surrogate" else None
         pieces, pos, reps, seen = [], 0, [], set()
         kept: list[PIISpan] = []
         for s in spans:
@@ -208,28 +199,20 @@ class PIIRedactor:
         texts: Sequence[str],
         fields: Sequence[Mapping[str, Sequence[str]] | None] | None = None,
         *,
-        rng: Any = 0,
         progress: bool = False,
     ) -> list[RedactionResult]:
-        """Redact every text; surrogate seeds are drawn per document from ``rng`` (non-private randomness)."""
-        from privnlp.core.rng import as_numpy
-
+        """Redact every text (surrogates are keyed, so they agree across the whole list)."""
         texts = list(texts)
         if fields is not None and len(fields) != len(texts):
             raise InvalidArgument(
                 f"fields must hold one entry per text ({len(texts)}); got {len(fields)}"
             )
-        g = as_numpy(rng)
-        seeds = g.integers(0, 2**62, size=len(texts))
         it: Any = range(len(texts))
         if progress:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # optional progress bar
 
             it = tqdm(it, desc="redact", unit="doc")
-        return [
-            self.redact(texts[i], None if fields is None else fields[i], seed=int(seeds[i]))
-            for i in it
-        ]
+        return [self.redact(texts[i], None if fields is None else fields[i]) for i in it]
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -243,6 +226,19 @@ class RedactionSummary:
     spans_path: str | None = None
     warnings: tuple[str, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
+    low_confidence: tuple[tuple[int, int, int, str, float], ...] = ()
+    texts: tuple[str, ...] = field(default=(), repr=False)  # in memory only (never in the sidecar)
+    results: tuple[RedactionResult, ...] = field(default=(), repr=False)
+
+    def least_sure(self, k: int = 10) -> list[tuple[int, str, float, str]]:
+        """The ``k`` tagger spans with the lowest confidence: ``(document, type, score, text)``."""
+        spans = [
+            (i, s.label, float(s.score), self.texts[i][s.start : s.end])
+            for i, r in enumerate(self.results)
+            for s in r.spans
+            if s.source.startswith("tagger")
+        ]
+        return sorted(spans, key=lambda x: x[2])[:k]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -252,6 +248,10 @@ class RedactionSummary:
             "n_empty": self.n_empty,
             "counts": dict(self.counts),
             "warnings": list(self.warnings),
+            "low_confidence": [
+                {"document": i, "start": a, "end": b, "type": t, "score": sc}
+                for i, a, b, t, sc in self.low_confidence
+            ],
             "config": dict(self.config),
         }
 
@@ -259,27 +259,57 @@ class RedactionSummary:
 _EXT = {".txt": "txt", ".text": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 
 
-def _read_rows(path: Path, fmt: str, field_: str | None) -> tuple[list[Any], list[str]]:
+@dataclass(frozen=True)
+class _Layout:
+    """What the output must reproduce of the input's bytes: a BOM, the line ends, a final newline."""
+
+    bom: bool
+    newline: str
+    final_newline: bool
+    line_ends: tuple[str, ...] = ()  # txt: each line's own end ("\r\n", "\n" or "")
+
+
+def _read_raw(path: Path) -> tuple[str, _Layout]:
     try:
-        raw = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise InvalidArgument(f"input: {path} does not exist") from None
+    except IsADirectoryError:
+        raise InvalidArgument(f"input: {path} is a directory, not a file") from None
+    bom = data.startswith(b"\xef\xbb\xbf")
+    try:
+        raw = data[3 if bom else 0 :].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise MalformedInput(f"input: {path} is not valid UTF-8 ({e})") from None
+        raise MalformedInput(
+            f"input: {path} is not valid UTF-8 (byte {e.start}: {data[e.start : e.start + 4]!r}); "
+            "convert it first, e.g. iconv -f latin1 -t utf-8"
+        ) from None
+    newline = "\r\n" if "\r\n" in raw else "\n"
+    return raw, _Layout(bom, newline, raw.endswith("\n"))
+
+
+def _read_rows(
+    path: Path, fmt: str, field_: str | None
+) -> tuple[list[Any], list[str], _Layout, Any]:
+    raw, lay = _read_raw(path)
     if fmt == "txt":
         if field_ is not None:
             raise InvalidArgument("--field is not used for txt files (one document per line)")
-        rows = raw.split("\n")
-        if rows and rows[-1] == "":
-            rows = rows[:-1]
-        return rows, rows
-    if field_ is None:
-        raise InvalidArgument(
-            f"--field is required for {fmt} input (the column / key holding the text)"
-        )
+        lines = raw.split("\n")
+        ends = ["\n"] * (len(lines) - 1) + [""]
+        if lines and lines[-1] == "":
+            lines, ends = lines[:-1], ends[:-1]
+        texts = []
+        for i, t in enumerate(lines):
+            if t.endswith("\r"):
+                t, ends[i] = t[:-1], "\r" + ends[i]
+            texts.append(t)
+        return texts, texts, _Layout(lay.bom, lay.newline, lay.final_newline, tuple(ends)), None
+    field_ = field_ or "text"
     if fmt == "jsonl":
         rows, texts = [], []
-        for i, line in enumerate(raw.splitlines(), 1):
+        for i, line in enumerate(raw.split("\n"), 1):
+            line = line.rstrip("\r")
             if not line.strip():
                 rows.append(None)
                 texts.append("")
@@ -289,29 +319,43 @@ def _read_rows(path: Path, fmt: str, field_: str | None) -> tuple[list[Any], lis
             except json.JSONDecodeError as e:
                 raise MalformedInput(f"{path}, line {i}: not JSON ({e.msg})") from None
             if not isinstance(obj, dict) or field_ not in obj:
+                keys = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
                 raise MalformedInput(
-                    f"{path}, line {i}: no field {field_!r} (keys: {sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__})"
+                    f"{path}, line {i}: no field {field_!r} (keys: {keys}); pick it with --field"
                 )
             if obj[field_] is not None and not isinstance(obj[field_], str):
                 raise MalformedInput(
-                    f"{path}, line {i}: field {field_!r} is a {type(obj[field_]).__name__}, not text"
+                    f"{path}, line {i}: field {field_!r} is a {type(obj[field_]).__name__}, not "
+                    "text (nothing was written)"
                 )
             rows.append(obj)
             texts.append(obj[field_] or "")
-        return rows, texts
+        if lay.final_newline and rows and rows[-1] is None:
+            rows, texts = rows[:-1], texts[:-1]
+        return rows, texts, lay, None
     reader = csv.DictReader(io.StringIO(raw, newline=""))
     if reader.fieldnames is None or field_ not in reader.fieldnames:
-        raise MalformedInput(f"{path}: no column {field_!r} (columns: {reader.fieldnames})")
+        raise MalformedInput(
+            f"{path}: no column {field_!r} (columns: {reader.fieldnames}); pick it with --field"
+        )
     rows = list(reader)
-    return rows, [r[field_] or "" for r in rows]
+    return rows, [r[field_] or "" for r in rows], lay, reader.fieldnames
 
 
 def _write_rows(
-    path: Path, fmt: str, field_: str | None, rows: list[Any], new_texts: list[str], header: Any
+    path: Path,
+    fmt: str,
+    field_: str | None,
+    rows: list[Any],
+    new_texts: list[str],
+    header: Any,
+    lay: _Layout,
 ) -> None:
+    bom = "\ufeff" if lay.bom else ""
     if fmt == "txt":
-        atomic_write_text(path, "".join(t.replace("\n", " ") + "\n" for t in new_texts))
+        atomic_write_text(path, bom + "".join(t + e for t, e in zip(new_texts, lay.line_ends)))
         return
+    field_ = field_ or "text"
     if fmt == "jsonl":
         lines = []
         for row, t in zip(rows, new_texts):
@@ -321,14 +365,15 @@ def _write_rows(
             row = dict(row)
             row[field_] = t if row[field_] is not None else None
             lines.append(json.dumps(row, ensure_ascii=False))
-        atomic_write_text(path, "\n".join(lines) + "\n")
+        body = lay.newline.join(lines) + (lay.newline if lay.final_newline else "")
+        atomic_write_text(path, bom + body)
         return
     buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, fieldnames=header)
+    w = csv.DictWriter(buf, fieldnames=header, lineterminator=lay.newline)
     w.writeheader()
     for row, t in zip(rows, new_texts):
         w.writerow({**row, field_: t})
-    atomic_write_text(path, buf.getvalue())
+    atomic_write_text(path, bom + buf.getvalue())
 
 
 def load_known_fields(path: str | os.PathLike) -> dict[str, dict[str, list[str]]]:
@@ -369,6 +414,23 @@ def load_known_fields(path: str | os.PathLike) -> dict[str, dict[str, list[str]]
     return out
 
 
+#: a tagger span whose calibrated confidence is below this is listed in the sidecar's warnings
+LOW_CONFIDENCE = 0.5
+#: common PII types; the sidecar warns about those nothing in the configured pipeline can find
+STANDARD_TYPES = ("PERSON", "LOC", "ADDRESS", "EMAIL", "PHONE", "DATE", "POSTCODE", "USERNAME")
+
+
+def _covered(redactor: PIIRedactor, known: bool) -> set[str]:
+    cov: set[str] = set(REGEX_LABELS) if redactor.regex else set()
+    tg = redactor.tagger
+    if tg is not None:
+        labs = getattr(tg, "labels", None)
+        if labs is None and getattr(tg, "vocab", None) is not None:
+            labs = {t[2:] for t in tg.vocab.tags if t != "O"}
+        cov |= set(labs or ())
+    return cov
+
+
 def redact_file(
     input: str | os.PathLike,
     output: str | os.PathLike,
@@ -379,38 +441,37 @@ def redact_file(
     known_fields: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
     id_field: str = "id",
     spans_path: str | os.PathLike | None = None,
-    seed: int = 0,
     progress: bool = False,
 ) -> RedactionSummary:
     """Redact a txt (one document per line) / JSONL / CSV file; other columns / keys are kept as they are.
 
-    Writes ``output`` atomically, a sidecar ``OUTPUT.redaction.json`` (counts per type, warnings, config)
-    and, with ``spans_path``, one JSON line per document with its spans in Presidio's shape.
+    Writes ``output`` atomically (a UTF-8 BOM, CRLF line ends and a missing final newline are reproduced),
+    a sidecar ``OUTPUT.redaction.json`` (counts per type, warnings, config; never the PII itself) and, with
+    ``spans_path``, one JSON line per document with its spans in Presidio's shape.
     ``known_fields``: ``{doc id: {LABEL: [values]}}``; documents are matched by ``id_field`` (JSONL / CSV) or by
     line number (``"1"``, ``"2"``, ... for txt). Documents without an entry are still redacted (tagger + regex).
+    Nothing is written when the input cannot be read whole (bad UTF-8, a record without its field, a field
+    that is not text).
 
     Args:
         input: the file to redact.
         output: where the redacted file is written (must differ from ``input``).
-        field: the JSONL key / CSV column holding the text.
+        field: the JSONL key / CSV column holding the text (default ``"text"``, as ``privnlp sanitize``).
         fmt: ``"txt"``, ``"jsonl"`` or ``"csv"`` (default: from the extension).
-        redactor: the redactor (default: ``PIIRedactor()``, regex recognizers only).
+        redactor: the redactor (default: ``PIIRedactor()``, recognizers only).
         known_fields: ``{doc id: {LABEL: [values]}}`` (see above).
         id_field: the JSONL key / CSV column holding the document id.
         spans_path: also write the spans of every document here (JSON Lines).
-        seed: the seed of the surrogate choices (not privacy noise).
         progress: show a progress bar.
 
     Returns:
-        The summary (counts per type, warnings, paths).
+        The summary (counts per type, warnings, paths; ``texts`` / ``results`` for a report).
 
     Raises:
         InvalidArgument: ``output`` equals ``input``, an unknown ``fmt``, a missing ``input``, or ``field``
-            given for txt / missing for JSONL and CSV.
+            given for txt.
         MalformedInput: the input cannot be parsed (a record without ``field``, bad JSON / CSV, not UTF-8).
     """
-    import warnings
-
     inp, out = Path(input), Path(output)
     if inp.resolve() == out.resolve():
         raise InvalidArgument("output must differ from input (nothing is redacted in place)")
@@ -421,10 +482,7 @@ def redact_file(
             f"got {fmt!r} for {inp}"
         )
     redactor = redactor or PIIRedactor()
-    rows, texts = _read_rows(inp, fmt, field)
-    header = None
-    if fmt == "csv":
-        header = csv.DictReader(io.StringIO(inp.read_text(encoding="utf-8"), newline="")).fieldnames
+    rows, texts, layout, header = _read_rows(inp, fmt, field)
     msgs: list[str] = []
     fields_list = None
     if known_fields is not None:
@@ -443,22 +501,42 @@ def redact_file(
         if absent == len(ids) and known_fields:
             msgs.append(
                 f"no document id matches the known-fields file (ids are read from {id_field!r}"
-                f"{' = line numbers' if fmt == 'txt' else ''}; first known id: {next(iter(known_fields))!r}): "
-                "documents were redacted with the tagger / regex only"
+                f"{' = line numbers' if fmt == 'txt' else ''}; first known id: "
+                f"{next(iter(known_fields))!r}): documents were redacted with the tagger / regex only"
             )
         elif absent or extra:
             msgs.append(
-                f"known fields: {absent} documents have no entry, {len(extra)} entries match no document "
-                f"(first: {extra[:3]})"
+                f"known fields: {absent} documents have no entry, {len(extra)} entries match no "
+                f"document (first: {extra[:3]})"
             )
     n_empty = sum(1 for t in texts if not t.strip())
     if n_empty:
         msgs.append(f"{n_empty} empty documents (kept as they are)")
-    results = redactor.redact_many(
-        texts, fields_list, rng=np.random.default_rng(seed), progress=progress
-    )
+    cov = _covered(redactor, known_fields is not None)
+    missing = [t for t in STANDARD_TYPES if t not in cov]
+    if missing:
+        msgs.append(
+            f"no recognizer or tagger label for {', '.join(missing)}: these are redacted only where "
+            "--known-fields lists them (use the default tagger to find them)"
+        )
+    results = redactor.redact_many(texts, fields_list, progress=progress)
+    low = [
+        (i, s.start, s.end, s.label, round(float(s.score), 4))
+        for i, r in enumerate(results)
+        for s in r.spans
+        if s.source.startswith("tagger") and s.score < LOW_CONFIDENCE
+    ]
+    if low:
+        msgs.append(
+            f"{len(low)} tagger spans with confidence < {LOW_CONFIDENCE} (redacted; check them: "
+            "'low_confidence' lists document, offsets, type, score)"
+        )
     for m in msgs:
         warnings.warn(m, UserWarning, stacklevel=2)
+    msgs.append(  # always true of this pipeline: in the sidecar, not repeated on every run's stderr
+        "no recognizer for organisations, free-text ids (order / ticket / medical record numbers) or "
+        "health details: they are kept"
+    )
     new_texts = [r.text for r in results]
     spath = None
     if spans_path is not None:
@@ -470,8 +548,8 @@ def redact_file(
                 for i, r in enumerate(results)
             ),
         )
-    _write_rows(out, fmt, field, rows, new_texts, header)
-    counts = Counter()
+    _write_rows(out, fmt, field, rows, new_texts, header, layout)
+    counts: Counter[str] = Counter()
     for r in results:
         counts.update(r.counts())
     cfg = {
@@ -479,9 +557,13 @@ def redact_file(
         "regex": redactor.regex,
         "tagger": None if redactor.tagger is None else getattr(redactor.tagger, "kind", "custom"),
         "format": fmt,
-        "field": field,
-        "seed": seed,
+        "field": None if fmt == "txt" else (field or "text"),
+        "surrogate_key": None
+        if redactor.mode != "surrogate"
+        else ("given" if redactor.key is not None else "random, not saved"),
         "known_fields": known_fields is not None,
+        "bom": layout.bom,
+        "newline": "CRLF" if layout.newline == "\r\n" else "LF",
     }
     sidecar = Path(str(out) + ".redaction.json")
     summary = RedactionSummary(
@@ -493,6 +575,9 @@ def redact_file(
         spath,
         tuple(msgs),
         cfg,
+        tuple(sorted(low, key=lambda x: x[4])[:200]),
+        tuple(texts),
+        tuple(results),
     )
     atomic_write_text(sidecar, json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary

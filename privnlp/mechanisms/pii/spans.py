@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from privnlp.data.corpus import Span, spans_to_bio, tokenize
 
-from .recognizers import PIISpan
+from .types import PIISpan
 
 __all__ = ["resolve_overlaps", "merge_for_redaction", "to_bio", "tags_to_spans", "as_corpus_spans"]
 

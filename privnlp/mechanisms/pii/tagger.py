@@ -40,8 +40,8 @@ from privnlp.core.errors import InvalidArgument, check_range
 from privnlp.core.rng import as_numpy
 from privnlp.data.corpus import tokenize
 
-from .recognizers import PIISpan
 from .spans import tags_to_spans
+from .types import PIISpan
 
 __all__ = [
     "TagVocab",

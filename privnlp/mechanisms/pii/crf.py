@@ -1,0 +1,458 @@
+"""A feature CRF PII tagger that generalises beyond its training names (issue 32, item 2).
+
+Paper: ``../shared/papers/wikipii-pii-extraction-federated.txt`` §4: a NER model trained on the noisy
+auto-annotated labels. The model is a linear-chain CRF (``python-crfsuite``: L-BFGS training, Viterbi
+decoding and per-token marginals) over word-level features that carry to unseen people and places:
+
+* the word's shape (``Xx'Xxxx``, ``dd``), case, accents (non-ASCII letters), prefixes / suffixes, whether
+  it is glued to the token before / after (``O'Connell`` is ``O`` ``'`` ``Connell``; ``Jackson-Reid``;
+  ``Chloe's``), line start and form-field position (``Name: ...``);
+* gazetteers: first names, last names and towns of the Faker locales the training data is drawn from,
+  plus the city names in ``/usr/share/zoneinfo`` (a lone first name such as ``Anna`` or ``Yuki`` is tagged
+  from the first-name list and its context), and a common-word list from the Debian prose (``will``,
+  ``may``, ``mark`` are frequent lower-case words: a capitalised ``Will`` needs context to be a name);
+* the context words two tokens either side, and titles (``Mr``, ``Sra.``, ``Herr``, ``dott.``).
+
+Gazetteer and word-identity features are dropped at random for a quarter of the training tokens so the
+model also learns the *context* of a name it has never seen.
+
+Each span's score is a calibrated probability that the span is correct: the CRF's marginal probability of
+the span's tags (the least sure token), mapped through a logistic (Platt) calibration fitted on the
+hand-written *validation* set only (:func:`calibrate`); uncalibrated, the score is the raw marginal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+import time
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pycrfsuite
+from faker import Faker
+
+from privnlp.core.errors import InvalidArgument
+from privnlp.core.rng import as_numpy
+from privnlp.data.corpus import tokenize
+from privnlp.models.cache import cache_dir
+
+from .synth import LOCALES, annotate_documents, prose_paragraphs, real_towns, synth_documents
+from .types import PIISpan
+
+__all__ = ["CRFTagger", "Gazetteers", "train_crf_tagger", "crf_tagger", "calibrate", "CRF_LABELS"]
+
+CRF_LABELS = (
+    "PERSON",
+    "LOC",
+    "ADDRESS",
+    "POSTCODE",
+    "USERNAME",
+    "EMAIL",
+    "PHONE",
+    "DATE",
+    "IP_ADDRESS",
+    "IBAN",
+    "CREDIT_CARD",
+    "NATIONAL_ID",
+)
+_TITLES = frozenset(
+    "mr mrs ms miss dr prof sir lady lord sr sra srta d dña don doña m mme mlle herr frau herrn dott "
+    "dottssa sig sigra dhr mevr pan pani san".split()
+)
+_MAX_TOKENS = 250
+
+
+@dataclass(frozen=True)
+class Gazetteers:
+    """Lower-cased first names, last names, towns and common words."""
+
+    first: frozenset[str]
+    last: frozenset[str]
+    towns: frozenset[str]
+    common: frozenset[str]
+
+    @classmethod
+    def build(cls, prose: Sequence[str] = (), *, seed: int = 0) -> Gazetteers:
+        first: set[str] = set()
+        last: set[str] = set()
+        towns: set[str] = set()
+        for loc in LOCALES:
+            f = Faker(loc)
+            f.seed_instance(seed)
+            for attr, dest in (
+                ("first_names", first),
+                ("first_names_male", first),
+                ("first_names_female", first),
+                ("first_romanized_names", first),
+                ("last_names", last),
+                ("last_romanized_names", last),
+            ):
+                for p in f.providers:
+                    vals = getattr(p, attr, None)
+                    if vals:
+                        dest.update(v.lower() for v in vals)
+            for _ in range(300):
+                try:
+                    towns.add(f.city().lower())
+                except AttributeError:
+                    break
+        for p in (Faker(loc).providers for loc in LOCALES):
+            for prov in p:
+                vals = getattr(prov, "cities", None)
+                if isinstance(vals, (list, tuple)):
+                    towns.update(v.lower() for v in vals)
+        for names in real_towns().values():
+            towns.update(n.lower() for n in names)
+        zi = Path("/usr/share/zoneinfo")
+        if zi.is_dir():
+            for p in zi.glob("*/*"):
+                if p.parent.name in ("Europe", "America", "Asia", "Africa", "Australia", "Pacific"):
+                    towns.add(p.name.replace("_", " ").lower())
+        words = Counter(w for t in prose for w in re.findall(r"[a-z]+", t))
+        common = {w for w, c in words.items() if c >= 5}
+        return cls(frozenset(first), frozenset(last), frozenset(towns), frozenset(common))
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {k: sorted(getattr(self, k)) for k in ("first", "last", "towns", "common")}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Iterable[str]]) -> Gazetteers:
+        return cls(*(frozenset(d[k]) for k in ("first", "last", "towns", "common")))
+
+
+def _shape(w: str) -> str:
+    s = re.sub(r"[A-ZÀ-Þ]", "X", w)
+    s = re.sub(r"[a-zß-ÿ]", "x", s)
+    s = re.sub(r"\d", "d", s)
+    return re.sub(r"(.)\1{2,}", r"\1\1", s)
+
+
+def _accent(w: str) -> bool:
+    return any(ord(c) > 127 and c.isalpha() for c in w)
+
+
+def _fold(w: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKD", w) if not unicodedata.combining(c))
+
+
+def token_features(
+    text: str,
+    toks: Sequence[tuple[str, int, int]],
+    gaz: Gazetteers,
+    *,
+    drop: np.ndarray | None = None,
+) -> list[list[str]]:
+    """CRF features of every token (see the module docstring); ``drop[i]`` hides token ``i``'s identity
+    and gazetteer features (training only)."""
+    n = len(toks)
+    lows = [t[0].lower() for t in toks]
+    out = []
+    for i, (w, a, b) in enumerate(toks):
+        lw = lows[i]
+        f = [
+            "b",
+            "sh=" + _shape(w),
+            "len=" + str(min(len(w), 8)),
+        ]
+        if w[:1].isupper():
+            f.append("title" if w[1:].islower() or len(w) == 1 else "upper")
+        if w.islower():
+            f.append("lower")
+        if w.isdigit():
+            f.append("digit")
+        if _accent(w):
+            f.append("accent")
+        hidden = drop is not None and drop[i]
+        if not hidden:
+            f += ["w=" + lw, "p3=" + lw[:3], "s3=" + lw[-3:], "s2=" + lw[-2:]]
+            fl = _fold(lw)
+            if fl in gaz.first or lw in gaz.first:
+                f.append("g_first")
+            if fl in gaz.last or lw in gaz.last:
+                f.append("g_last")
+            if lw in gaz.towns or fl in gaz.towns:
+                f.append("g_town")
+            if lw in gaz.common:
+                f.append("g_common")
+        else:
+            f.append("s2=" + lw[-2:])
+        if i > 0 and toks[i - 1][2] == a:
+            f.append("glued_prev=" + toks[i - 1][0][-1:])
+        if i + 1 < n and toks[i + 1][1] == b:
+            f.append("glued_next=" + toks[i + 1][0][:1])
+        line_start = text.rfind("\n", 0, a) + 1
+        before = text[line_start:a]
+        if not before.strip():
+            f.append("line_start")
+        elif before.rstrip().endswith(":"):
+            f.append("after_colon")
+        if i == 0 or toks[i - 1][0] in ".!?":
+            f.append("sent_start")
+        for k in (-2, -1, 1, 2):
+            j = i + k
+            if 0 <= j < n:
+                f.append(f"{k}w=" + lows[j])
+                f.append(f"{k}sh=" + _shape(toks[j][0])[:4])
+                if lows[j].rstrip(".") in _TITLES:
+                    f.append(f"{k}title")
+            else:
+                f.append(f"{k}w=<pad>")
+        if i > 0 and lows[i - 1] == "." and i > 1 and lows[i - 2] in _TITLES:
+            f.append("-1title")
+        out.append(f)
+    return out
+
+
+#: words a name span never starts with (titles, greetings, form words) in the supported languages
+_LEAD = _TITLES | frozenset(
+    "dear hi hello hey hiya hola buenas bonjour salut hallo ciao buongiorno olá ola beste caro cara "
+    "querido querida estimado estimada gentile liebe lieber para to from cc attn re fw "
+    "name nombre nom naam cognome surname applicant patient".split()
+)
+#: lower-case words allowed inside a name (particles)
+_PARTICLES = frozenset(
+    "de del della di da dos das du van von der den ter la le lo los las ní nic mac bin al el y e".split()
+)
+
+
+def tidy_span(text: str, span: PIISpan, gaz: Gazetteers) -> list[PIISpan]:
+    """A PERSON / LOC span without leading titles and greetings, cut at a lower-case common word that is
+    not a name particle (``Ray if Summer`` -> ``Ray``, ``Summer``) and at column gaps (two spaces, a
+    tab); other spans unchanged."""
+    if span.label not in ("PERSON", "LOC"):
+        return [span]
+    toks = [t for t in tokenize(text[span.start : span.end])]
+    toks = [(w, a + span.start, b + span.start) for w, a, b in toks]
+    pieces: list[list[tuple[str, int, int]]] = [[]]
+    for k, t in enumerate(toks):
+        gap = k > 0 and ("  " in text[toks[k - 1][2] : t[1]] or "\t" in text[toks[k - 1][2] : t[1]])
+        stop = t[0].islower() and t[0] in gaz.common and t[0] not in _PARTICLES
+        if gap or stop:
+            pieces.append([])
+        if not stop:
+            pieces[-1].append(t)
+    out = []
+    for pc in pieces:
+        while pc and (pc[0][0].lower().rstrip(".") in _LEAD or not pc[0][0][:1].isalnum()):
+            # a title keeps its dot with it: "Mr. Khan" -> "Khan"
+            pc = pc[1:]
+            while pc and pc[0][0] == ".":
+                pc = pc[1:]
+        while pc and not pc[-1][0][-1:].isalnum():
+            pc = pc[:-1]
+        if pc:
+            out.append(PIISpan(pc[0][1], pc[-1][2], span.label, span.score, span.source))
+    return out
+
+
+def _chunks(text: str) -> list[tuple[int, list[tuple[str, int, int]]]]:
+    """Token windows of at most ``_MAX_TOKENS`` (cut at paragraph breaks where possible)."""
+    toks = tokenize(text)
+    out, start = [], 0
+    while start < len(toks):
+        end = min(len(toks), start + _MAX_TOKENS)
+        out.append((start, toks[start:end]))
+        start = end
+    return out
+
+
+class CRFTagger:
+    """A trained CRF tagger: :meth:`spans` (calibrated scores), :meth:`tags`, :meth:`save` / :meth:`load`.
+
+    Args:
+        model_path: the ``python-crfsuite`` model file.
+        gazetteers: the word lists the features use.
+        calibration: ``(a, b)`` of the Platt map ``sigmoid(a * logit(p) + b)`` (``None``: raw marginals).
+    """
+
+    kind = "crf"
+    labels = CRF_LABELS
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        gazetteers: Gazetteers,
+        calibration: tuple[float, float] | None = None,
+    ) -> None:
+        self.model_path = str(model_path)
+        self.gazetteers = gazetteers
+        self.calibration = calibration
+        self._tagger = pycrfsuite.Tagger()
+        self._tagger.open(self.model_path)
+
+    def _tag_chunk(self, text: str, toks: Sequence[tuple[str, int, int]]) -> tuple[list, list]:
+        self._tagger.set(token_features(text, toks, self.gazetteers))
+        tags = self._tagger.tag()
+        probs = [self._tagger.marginal(t, i) for i, t in enumerate(tags)]
+        return tags, probs
+
+    def tags(self, text: str) -> list[str]:
+        out: list[str] = []
+        for _, toks in _chunks(text):
+            out += self._tag_chunk(text, toks)[0]
+        return out
+
+    def raw_spans(self, text: str) -> list[PIISpan]:
+        """Spans scored by their least sure token's marginal probability (uncalibrated)."""
+        out: list[PIISpan] = []
+        for _, toks in _chunks(text):
+            tags, probs = self._tag_chunk(text, toks)
+            cur: list[int] = []
+            lab = None
+            for k, t in enumerate([*tags, "O"]):
+                if cur and (t == "O" or t.startswith("B-") or t[2:] != lab):
+                    a, b = toks[cur[0]][1], toks[cur[-1]][2]
+                    p = min(probs[j] for j in cur)
+                    out.append(PIISpan(a, b, str(lab), float(p), "tagger:crf"))
+                    cur, lab = [], None
+                if t != "O":
+                    cur.append(k)
+                    lab = t[2:]
+        return out
+
+    def score(self, raw: float) -> float:
+        if self.calibration is None:
+            return float(raw)
+        a, b = self.calibration
+        p = min(max(raw, 1e-6), 1 - 1e-6)
+        return float(1.0 / (1.0 + math.exp(-(a * math.log(p / (1 - p)) + b))))
+
+    def spans(self, text: str) -> list[PIISpan]:
+        """Tagged spans with a calibrated confidence each (see :func:`calibrate`), a name span trimmed of
+        titles / greetings and cut at lower-case function words and column gaps (:func:`tidy_span`)."""
+        return [
+            PIISpan(p.start, p.end, p.label, round(self.score(p.score), 4), p.source)
+            for s in self.raw_spans(text)
+            for p in tidy_span(text, s, self.gazetteers)
+        ]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """The model file and ``PATH.json`` (gazetteers, calibration), both written atomically."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if Path(self.model_path).resolve() != p.resolve():
+            fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
+            os.close(fd)
+            Path(tmp).write_bytes(Path(self.model_path).read_bytes())
+            os.replace(tmp, p)
+        meta = {
+            "format": "privnlp.pii_crf/1",
+            "gazetteers": self.gazetteers.to_dict(),
+            "calibration": None if self.calibration is None else list(self.calibration),
+        }
+        fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
+        os.close(fd)
+        Path(tmp).write_text(json.dumps(meta), encoding="utf-8")
+        os.replace(tmp, str(p) + ".json")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CRFTagger:
+        p = Path(path)
+        try:
+            meta = json.loads(Path(str(p) + ".json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            raise InvalidArgument(
+                f"tagger={p}: not a privnlp CRF tagger (no readable {p}.json beside it)"
+            ) from None
+        if meta.get("format") != "privnlp.pii_crf/1":
+            raise InvalidArgument(f"tagger={p}: not a privnlp CRF tagger file")
+        cal = meta.get("calibration")
+        return cls(p, Gazetteers.from_dict(meta["gazetteers"]), tuple(cal) if cal else None)
+
+
+def train_crf_tagger(
+    n_docs: int = 3000,
+    *,
+    rng: Any,
+    path: str | os.PathLike,
+    max_iterations: int = 120,
+    c1: float = 0.05,
+    c2: float = 0.01,
+    feature_dropout: float = 0.25,
+    prose: Sequence[str] | None = None,
+) -> CRFTagger:
+    """Train the CRF on ``n_docs`` synthetic documents auto-annotated from their records (see
+    :mod:`.synth`); writes the model to ``path`` (and ``path.json``)."""
+    if n_docs < 1:
+        raise InvalidArgument(f"n_docs must be >= 1; got {n_docs}")
+    g = as_numpy(rng)
+    prose = prose_paragraphs() if prose is None else list(prose)
+    gaz = Gazetteers.build(prose, seed=int(g.integers(0, 2**31)))
+    docs = synth_documents(n_docs, rng=g, prose=prose)
+    labelled = annotate_documents(docs)
+    trainer = pycrfsuite.Trainer(verbose=False)
+    for d, (_words, tags) in zip(docs, labelled):
+        toks = tokenize(d.text)
+        if len(toks) != len(tags):
+            continue
+        for a in range(0, len(toks), _MAX_TOKENS):
+            sub = toks[a : a + _MAX_TOKENS]
+            drop = g.random(len(sub)) < feature_dropout
+            trainer.append(
+                token_features(d.text, sub, gaz, drop=drop), list(tags[a : a + _MAX_TOKENS])
+            )
+    trainer.set_params(
+        {"c1": c1, "c2": c2, "max_iterations": max_iterations, "feature.possible_transitions": True}
+    )
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    trainer.train(str(p))
+    tagger = CRFTagger(p, gaz)
+    tagger.save(p)
+    return tagger
+
+
+def calibrate(tagger: CRFTagger, docs: Sequence[Any]) -> tuple[float, float]:
+    """Fit the Platt map of ``tagger``'s span scores on hand-written ``docs`` (the *validation* set:
+    :class:`~.evalset.EvalDoc` with gold items): a span is a positive when it overlaps a gold item and
+    takes no word outside the gold items. Returns ``(a, b)``; set it as ``tagger.calibration``."""
+    from sklearn.linear_model import LogisticRegression  # heavy: only when calibrating
+
+    xs, ys = [], []
+    for d in docs:
+        gold_chars = {i for a, b, _ in d.gold for i in range(a, b) if d.text[i].isalnum()}
+        for s in tagger.raw_spans(d.text):
+            wc = {i for i in range(s.start, s.end) if d.text[i].isalnum()}
+            ok = bool(wc) and wc <= gold_chars
+            p = min(max(s.score, 1e-6), 1 - 1e-6)
+            xs.append([math.log(p / (1 - p))])
+            ys.append(int(ok))
+    if len(set(ys)) < 2:
+        return (1.0, 0.0)
+    lr = LogisticRegression(C=10.0).fit(np.array(xs), np.array(ys))
+    return (float(lr.coef_[0][0]), float(lr.intercept_[0]))
+
+
+def crf_tagger(
+    *, seed: int = 0, n_docs: int = 3000, calibrated: bool = True, progress: bool = False
+) -> CRFTagger:
+    """The bundled CRF tagger, trained once and cached under ``cache_dir() / "pii"`` (key: config + seed);
+    calibrated on the hand-written validation set when it is present (a source checkout)."""
+    from .evalset import default_evalset_dir, load_evalset
+
+    cfg = {"v": 2, "seed": seed, "n_docs": n_docs, "locales": LOCALES, "calibrated": calibrated}
+    key = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_dir() / "pii" / f"crf-{key}.crfsuite"
+    if path.exists():
+        try:
+            return CRFTagger.load(path)
+        except (InvalidArgument, OSError):
+            path.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    tagger = train_crf_tagger(n_docs, rng=seed, path=path)
+    if progress:
+        print(f"trained the CRF PII tagger in {time.perf_counter() - t0:.0f} s -> {path}")
+    if calibrated and (default_evalset_dir() / "validation.txt").is_file():
+        tagger.calibration = calibrate(tagger, load_evalset("validation"))
+        tagger.save(path)
+    return tagger

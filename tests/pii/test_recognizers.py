@@ -1,0 +1,152 @@
+"""Recognizers for what people type (issue 32, item 1): one span per identifier, the punctuation around
+it left where it was, and the look-alikes (order numbers, versions, times, years) left alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from privnlp.core.errors import InvalidArgument
+from privnlp.mechanisms.pii.recognizers import (
+    RECOGNIZER_LABELS,
+    luhn_ok,
+    nhs_ok,
+    parse_date,
+    recognize,
+)
+
+
+def found(text: str) -> list[tuple[str, str]]:
+    return [(text[s.start : s.end], s.label) for s in recognize(text)]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (
+            "Call me on +44 20 7946 0958.",
+            "+44 20 7946 0958",
+        ),  # E.164 with spaces, final period outside
+        ("ring +442079460958 now", "+442079460958"),  # E.164 without spaces
+        ("UK: 020 7946 0958, thanks", "020 7946 0958"),
+        ("mobile 07700 900123", "07700 900123"),  # Ofcom drama range: possible, with a phone word
+        ("Mi móvil es 612 345 678.", "612 345 678"),  # Spanish national
+        ("fijo +34 912 345 678", "+34 912 345 678"),
+        ("Appelez le 01 23 45 67 89", "01 23 45 67 89"),  # French
+        ("Tel. 030 1234567", "030 1234567"),  # German
+        ("or 0049 30 901820", "0049 30 901820"),  # 00 international prefix
+        ("call (415) 555-0132 today", "(415) 555-0132"),  # US, parentheses inside the span
+    ],
+)
+def test_phones_international(text, want):
+    assert found(text) == [(want, "PHONE")]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Order #100234567 shipped",  # bare digit run, no phone word
+        "version 2.4.1 released",
+        "meeting at 10:30",
+        "in 2019 Anna joined",
+        "invoice 2024-0001",
+    ],
+)
+def test_phone_lookalikes_are_not_phones(text):
+    assert [lab for _, lab in found(text) if lab == "PHONE"] == []
+
+
+def test_ip_addresses_one_span_each():
+    t = "Server 192.168.10.44 refused; v6 2001:db8::8a2e:370:7334 at 10:30:15, port 192.168.1.1:8080."
+    assert found(t) == [
+        ("192.168.10.44", "IP_ADDRESS"),
+        ("2001:db8::8a2e:370:7334", "IP_ADDRESS"),
+        ("192.168.1.1", "IP_ADDRESS"),
+    ]
+    assert found("999.1.1.1 is not an address") == []
+
+
+def test_iban_with_checksum():
+    assert found("IBAN GB82 WEST 1234 5698 7654 32 Thanks") == [
+        ("GB82 WEST 1234 5698 7654 32", "IBAN")
+    ]
+    assert found("ES9121000418450200051332.") == [("ES9121000418450200051332", "IBAN")]
+    assert [lab for _, lab in found("IBAN GB83 WEST 1234 5698 7654 32")] != ["IBAN"]  # bad check
+
+
+def test_cards_need_luhn():
+    assert found("card 4111 1111 1111 1111.") == [("4111 1111 1111 1111", "CREDIT_CARD")]
+    assert found("card 4012-8888-8888-1881") == [("4012-8888-8888-1881", "CREDIT_CARD")]
+    assert luhn_ok("4111111111111111") and not luhn_ok("4111111111111112")
+    assert [lab for _, lab in found("ref 4111 1111 1111 1112")] != ["CREDIT_CARD"]
+
+
+def test_national_ids_with_checksums():
+    assert found("SSN 123-45-6789") == [("123-45-6789", "SSN")]
+    assert "SSN" not in [lab for _, lab in found("SSN 666-45-6789")]  # area 666: never issued
+    assert found("social security number: 219099999") == [("219099999", "SSN")]
+    assert found("NHS number 943 476 5919") == [("943 476 5919", "NATIONAL_ID")]
+    assert nhs_ok("9434765919") and not nhs_ok("9434765918")
+    assert found("NHS number 943 476 5918") != [("943 476 5918", "NATIONAL_ID")]
+    assert found("DNI 12345678Z") == [("12345678Z", "NATIONAL_ID")]
+    assert found("DNI 12345678A") == []  # wrong letter
+    assert found("NIE X1234567L") == [("X1234567L", "NATIONAL_ID")]
+    assert found("NIR 2 95 10 99 126 111 93") == [("2 95 10 99 126 111 93", "NATIONAL_ID")]
+    assert found("NI number AB 12 34 56 C") == [("AB 12 34 56 C", "NATIONAL_ID")]
+
+
+def test_postcodes_uk_us_eu():
+    assert found("London NW1 6XE, UK") == [("NW1 6XE", "POSTCODE")]
+    assert found("Cardiff CF10 1AA") == [("CF10 1AA", "POSTCODE")]
+    assert found("San Francisco, CA 94105") == [("94105", "POSTCODE")]
+    assert found("Calle Mayor 3, 28013 Madrid") == [("28013", "POSTCODE")]
+    assert found("Oudegracht 101, 3511 AX Utrecht") == [("3511 AX", "POSTCODE")]
+    assert found("We shipped 12345 Units") == []  # not after a comma / line start
+
+
+def test_usernames_in_login_contexts():
+    assert found("Username: jdoe1987") == [("jdoe1987", "USERNAME")]
+    t = "Failed password for invalid user jdoe from 10.0.0.1 port 22"
+    assert found(t) == [("jdoe", "USERNAME"), ("10.0.0.1", "IP_ADDRESS")]
+    assert found("sudo: anna.k : TTY=pts/0") == [("anna.k", "USERNAME")]
+    assert found("User jdoe logged in.") == [("jdoe", "USERNAME")]
+    assert found("follow @maria_lopez!") == [("@maria_lopez", "USERNAME")]
+    assert found("login: root") == [] and found("the account is locked") == []
+
+
+def test_emails_keep_surrounding_punctuation():
+    t = "(jane.doe@example.co.uk), <a.b@x.org>; mail me: k@y.io."
+    assert found(t) == [
+        ("jane.doe@example.co.uk", "EMAIL"),
+        ("a.b@x.org", "EMAIL"),
+        ("k@y.io", "EMAIL"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("on the 1st of February we met", "1st of February"),
+        ("born 3 de marzo de 1985", "3 de marzo de 1985"),
+        ("am 3. März 2024", "3. März 2024"),
+        ("le 12 mars 2024", "12 mars 2024"),
+        ("May 30th, 2001", "May 30th, 2001"),
+        ("2024-03-12T10:22:01Z sshd", "2024-03-12"),
+        ("It is 12.03.2024.", "12.03.2024"),
+        ("since March 2021", "March 2021"),
+        ("DOB 08/21/1967", "08/21/1967"),
+    ],
+)
+def test_dates_in_written_forms(text, want):
+    assert found(text) == [(want, "DATE")]
+
+
+def test_date_words_alone_are_not_dates():
+    assert found("April May will attend in June") == []
+    assert found("the May release") == []
+    assert parse_date("05/06/2001") and len(parse_date("05/06/2001")) == 2
+
+
+def test_unknown_label_is_named():
+    with pytest.raises(InvalidArgument, match="FAX"):
+        recognize("x", ["FAX"])
+    assert "USERNAME" in RECOGNIZER_LABELS
