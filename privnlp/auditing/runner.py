@@ -187,8 +187,15 @@ def audit_report(
         return report
     suite = run_dp_audit(name, preset=preset, seed=seed, cache_dir=cache_dir)
     head = suite.headline
+    audited_claim = None
+    if head is not None:
+        audited_claim = (
+            f"({head.claimed_epsilon:.4g}, {head.claimed_delta:.3g})-DP per {head.unit} "
+            f"({head.variant}; {head.audited.method}, confidence {head.audited.confidence:g})"
+        )
     return replace(
         report,
         empirical_epsilon_lower_bound=head.audited.epsilon if head else None,
+        audited_claim=audited_claim,
         config={**dict(report.config), "dp_audit": suite.to_dict()},
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -87,23 +88,7 @@ def evaluate(
             )
         raise typer.Exit()
     if model is not None:  # issue #17: bring your own model and data
-        if data is None:
-            raise typer.BadParameter("--model needs --data FILE (the records to attack)")
-        from privnlp.data import load_texts
-        from privnlp.evaluation.byom import audit_model, load_checkpoint
-
-        m, tok = load_checkpoint(model)
-        rep = audit_model(
-            m, tok, load_texts(data, field=field), batch_size=batch_size, canaries=canaries
-        )
-        paths = rep.save(report_dir, model.name or "user_model")
-        console.print(
-            f"[green]✓[/green] {model}: "
-            + ", ".join(
-                f"{a}={v.get('defended', float('nan')):.3f}" for a, v in rep.headline().items()
-            )
-        )
-        typer.echo(f"report: {paths.get('html', paths)}")
+        _evaluate_model(model, data, field, batch_size, canaries, report_dir, console)
         raise typer.Exit()
     if preset not in PRESETS:
         raise typer.BadParameter(f"--preset must be one of {sorted(PRESETS)}; got {preset!r}")
@@ -136,3 +121,57 @@ def evaluate(
     typer.echo(f"HTML index: {index}")
     if failures:
         raise typer.Exit(1)
+
+
+def _evaluate_model(
+    model: Path,
+    data: Path | None,
+    field: str | None,
+    batch_size: int,
+    canaries: int,
+    report_dir: Path,
+    console: Any,
+) -> None:
+    """``evaluate --model``: bad input is one line on stderr and exit code 2 (no traceback, no
+    partial report); the report is written under a name unique to the checkpoint folder."""
+    from privnlp.core.errors import PrivnlpError
+
+    def fail(msg: str) -> None:
+        typer.echo(f"error: {msg}", err=True)  # one line: no rich wrapping, no traceback
+        raise typer.Exit(2)
+
+    if data is None:
+        fail("--model needs --data FILE (the records to attack)")
+    if not model.is_dir():
+        fail(f"--model must be an existing folder written by save_pretrained; got {str(model)!r}")
+    if not data.is_file():
+        fail(f"--data must be an existing file (txt / jsonl / csv); got {str(data)!r}")
+    from privnlp.data import load_texts
+    from privnlp.evaluation.byom import audit_model, load_checkpoint, report_name
+
+    try:
+        console.print(f"loading {model} ...")
+        m, tok = load_checkpoint(model)
+        texts = load_texts(data, field=field)
+        console.print(f"auditing {model.name} on {len(texts)} records (progress below) ...")
+        rep = audit_model(
+            m,
+            tok,
+            texts,
+            batch_size=batch_size,
+            canaries=canaries,
+            progress=True,
+            model_path=model,
+        )
+    except (PrivnlpError, ValueError, OSError) as e:
+        text = str(e.args[0]) if e.args else repr(e)
+        fail(f"{type(e).__name__}: {text.splitlines()[0] if text else repr(e)}")
+    paths = rep.save(report_dir, report_name(model, report_dir))
+    console.print(
+        f"[green]✓[/green] {model} (as given): "
+        + ", ".join(f"{a}={v.get('defended', float('nan')):.3f}" for a, v in rep.headline().items())
+    )
+    for n in rep.notes:
+        if "did not apply" in n:
+            console.print(f"  {n}")
+    typer.echo(f"report: {paths.get('html', paths)}")

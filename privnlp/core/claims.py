@@ -266,7 +266,7 @@ class PrivacyClaim:
     def headline(self) -> str:
         """One line a reader can quote: the guarantee against the strongest named adversary, the
         unit, and the group epsilon where the claim records one (``extra["group_epsilon"]`` with
-        ``extra["group_size"]``)."""
+        ``extra["group_size"]`` or ``extra["max_copies"]``)."""
         if self.kind != ClaimKind.DP:
             return self.statement().split(". ")[0]
         s = f"({_eps_text(self.epsilon)}, {self.delta:.3g})-DP per {self.unit.value}"
@@ -276,7 +276,7 @@ class PrivacyClaim:
             if len(self.adversaries) > 1:
                 s += " (the strongest named adversary)"
         g = self.extra.get("group_epsilon")
-        k = self.extra.get("group_size")
+        k = self.extra.get("group_size", self.extra.get("max_copies"))
         if isinstance(g, (int, float)) and isinstance(k, (int, float)) and k > 1:
             s += f"; a record repeated {int(k)} times: epsilon {_eps_text(float(g))}"
         return s

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,9 +32,40 @@ __all__ = [
     "package_versions",
     "atomic_write_text",
     "figure_from_matplotlib",
+    "MIN_INTERVAL_N",
+    "metric_range",
+    "TOO_WEAK_FLAG",
 ]
 
 SCHEMA_VERSION = "privnlp.report/1"
+#: fewer finite values than this give no interval (a t interval from 2 trials is ~13 standard errors
+#: wide and means nothing); the mean is shown with ``(n=...)``
+MIN_INTERVAL_N = 3
+#: shown beside a leaky twin that does not leak more than the defense (the attack cannot tell them apart)
+TOO_WEAK_FLAG = "attack too weak here"
+#: (pattern, (low, high)): the range of a metric, by its name; an interval is clipped to it
+_METRIC_RANGES: tuple[tuple[re.Pattern[str], tuple[float, float]], ...] = (
+    (
+        re.compile(
+            r"^(rouge\w*|\w*accuracy|\w*recall|\w*precision|f1|exact_match|in_top_k|"
+            r"inclusion_rate.*|\w*_rate\w*)$"
+        ),
+        (0.0, 1.0),
+    ),
+    (
+        re.compile(r"^(\w*exposure|\w*edit_distance|rank|log2_space|length_error|n_contigs)$"),
+        (0.0, math.inf),
+    ),
+)
+
+
+def metric_range(name: str) -> tuple[float, float] | None:
+    """The range of a metric known by name (ROUGE / accuracy / recall / rates in [0, 1]; exposure, edit
+    distance, rank >= 0), or ``None`` when unknown (no clipping)."""
+    for pat, rng in _METRIC_RANGES:
+        if pat.match(name):
+            return rng
+    return None
 
 
 @dataclass(frozen=True)
@@ -57,9 +89,23 @@ class MetricSummary:
     def fmt(self, digits: int = 3) -> str:
         if math.isnan(self.mean):
             return "n/a"
+        if 1 < self.n < MIN_INTERVAL_N:
+            return f"{self.mean:.{digits}f} (n={self.n})"
         if self.n <= 1 or self.ci_low == self.ci_high:
             return f"{self.mean:.{digits}f}"
-        return f"{self.mean:.{digits}f} ± {(self.ci_high - self.ci_low) / 2:.{digits}f}"
+        half = (self.ci_high - self.ci_low) / 2
+        if not math.isclose(self.mean - self.ci_low, self.ci_high - self.mean, abs_tol=1e-12):
+            # clipped to the metric's range: show the interval itself
+            return f"{self.mean:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"
+        return f"{self.mean:.{digits}f} ± {half:.{digits}f}"
+
+    def clipped(self, lo: float, hi: float) -> MetricSummary:
+        """The same summary with its interval clipped to the metric's range ``[lo, hi]``."""
+        if math.isnan(self.ci_low) or (self.ci_low >= lo and self.ci_high <= hi):
+            return self
+        return MetricSummary(
+            self.mean, max(lo, self.ci_low), min(hi, self.ci_high), self.n, self.values
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(
@@ -84,16 +130,24 @@ class MetricSummary:
         )
 
 
-def summarize(values: Sequence[float], confidence: float = 0.95) -> MetricSummary:
-    """Mean with a Student-t confidence interval (degenerate for n <= 1).
+def summarize(
+    values: Sequence[float],
+    confidence: float = 0.95,
+    *,
+    value_range: tuple[float, float] | None = None,
+) -> MetricSummary:
+    """Mean with a Student-t confidence interval (none from fewer than :data:`MIN_INTERVAL_N` values).
 
     Args:
         values: the measurements (over seeds, batches or records); NaNs are dropped from the statistics.
         confidence: two-sided confidence level of the interval, in (0, 1).
+        value_range: the metric's range; the interval is clipped to it (see also :func:`metric_range`,
+            which :class:`AttackMetrics` applies by metric name).
 
     Returns:
         :class:`MetricSummary` (``mean``, ``ci_low``, ``ci_high``, ``n``, ``values``); all NaN when no value
-        is finite, a zero-width interval for one value.
+        is finite, a zero-width interval (``ci_low == ci_high == mean``) for fewer than
+        :data:`MIN_INTERVAL_N` values.
     """
     vals = np.asarray([float(v) for v in values], dtype=float)
     vals_ok = vals[~np.isnan(vals)]
@@ -101,13 +155,14 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> MetricSummar
     if n == 0:
         return MetricSummary(math.nan, math.nan, math.nan, 0, tuple(vals.tolist()))
     mean = float(vals_ok.mean())
-    if n == 1:
-        return MetricSummary(mean, mean, mean, 1, tuple(vals.tolist()))
+    if n < MIN_INTERVAL_N:
+        return MetricSummary(mean, mean, mean, n, tuple(vals.tolist()))
     from scipy import stats
 
     sem = float(vals_ok.std(ddof=1) / math.sqrt(n))
     h = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sem) if sem > 0 else 0.0
-    return MetricSummary(mean, mean - h, mean + h, n, tuple(vals.tolist()))
+    out = MetricSummary(mean, mean - h, mean + h, n, tuple(vals.tolist()))
+    return out.clipped(*value_range) if value_range is not None else out
 
 
 @dataclass(frozen=True)
@@ -132,6 +187,25 @@ class AttackMetrics:
     params: Mapping[str, Any] = field(default_factory=dict)
     #: the same metrics on the mechanism's deliberately leaky twin, where one is registered
     leaky_twin: Mapping[str, MetricSummary] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # intervals clipped to each metric's range (a ROUGE interval never goes below 0)
+        for name in ("defended", "undefended", "leaky_twin"):
+            d = getattr(self, name)
+            new = {}
+            for k, v in d.items():
+                r = metric_range(k)
+                new[k] = v.clipped(*r) if r is not None else v
+            object.__setattr__(self, name, new)
+
+    @property
+    def attack_too_weak(self) -> bool:
+        """The leaky twin does not leak more than the defense on the headline metric: the attack cannot
+        tell a broken defense from the real one here, so its "defended" number is no evidence."""
+        tw, de = self.leaky_twin.get(self.headline_metric), self.defended.get(self.headline_metric)
+        if tw is None or de is None or math.isnan(tw.mean) or math.isnan(de.mean):
+            return False
+        return tw.mean <= de.mean
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -251,6 +325,8 @@ class LeakageReport:
         utility: utility metric -> summary with the defense.
         utility_undefended: the same without it.
         empirical_epsilon_lower_bound: the largest epsilon lower bound an attack certified, where one did.
+        audited_claim: the claim that lower bound audits, in words (an audit runs the mechanism at its
+            own setting, whose claim can differ from the headline claim's).
         config: the evaluation's settings.
         seeds: the seeds the scenario ran with.
         versions: package -> version (see :func:`package_versions`).
@@ -279,6 +355,16 @@ class LeakageReport:
     created: str = field(
         default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     )
+    audited_claim: str | None = None
+
+    def empirical_epsilon_text(self) -> str | None:
+        """One line: the empirical lower bound and the claim it bounds (``None`` without one)."""
+        if self.empirical_epsilon_lower_bound is None:
+            return None
+        s = f"{self.empirical_epsilon_lower_bound:.3f}"
+        if self.audited_claim:
+            s += f", a lower bound on the epsilon of the audited claim {self.audited_claim}"
+        return s
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -298,6 +384,7 @@ class LeakageReport:
             "sweeps": _jsonable(dict(self.sweeps)),
             "notes": list(self.notes),
             "created": self.created,
+            "audited_claim": self.audited_claim,
         }
 
     @classmethod
@@ -324,6 +411,7 @@ class LeakageReport:
             sweeps=d.get("sweeps", {}),
             notes=tuple(d.get("notes", ())),
             created=d.get("created", ""),
+            audited_claim=d.get("audited_claim"),
         )
 
     def to_json(self) -> str:
@@ -335,7 +423,8 @@ class LeakageReport:
         return any(a.leaky_twin for a in self.attacks)
 
     def _attack_header(self) -> list[str]:
-        h = ["attack", "metric", "undefended", "defended"]
+        # config["system_label"]: what the measured column is (e.g. "as given" for a user's own model)
+        h = ["attack", "metric", "undefended", str(self.config.get("system_label", "defended"))]
         return h + ["leaky twin"] if self.has_twin else h
 
     def _attack_label(self, a: AttackMetrics) -> str:
@@ -358,12 +447,18 @@ class LeakageReport:
                 ]
                 if self.has_twin:
                     tw = a.leaky_twin.get(m)
-                    row.append(tw.fmt() if tw else "—")
+                    flag = (
+                        f" ({TOO_WEAK_FLAG})"
+                        if m == a.headline_metric and a.attack_too_weak
+                        else ""
+                    )
+                    row.append((tw.fmt() if tw else "—") + flag)
                 rows.append(row)
         return rows
 
-    def headline(self) -> dict[str, dict[str, float]]:
-        """attack -> {"undefended", "defended", "leaky_twin"} means of the headline metric."""
+    def headline(self) -> dict[str, dict[str, Any]]:
+        """attack -> {"metric", "undefended", "defended", "leaky_twin"} means of the headline metric,
+        and ``"attack_too_weak": True`` where the twin does not leak more than the defense."""
         out = {}
         for a in self.attacks:
             m = a.headline_metric
@@ -375,6 +470,8 @@ class LeakageReport:
             ):
                 if m in src:
                     row[key] = src[m].mean
+            if a.attack_too_weak:
+                row["attack_too_weak"] = True
             out[self._attack_label(a)] = row
         return out
 
@@ -390,7 +487,9 @@ class LeakageReport:
         lines = [
             f"# Leakage report: `{self.mechanism}`",
             "",
-            f"**Claim:** {self.claim.statement()}",
+            f"**Claim:** {self.claim.headline()}",
+            "",
+            f"Details: {self.claim.statement()}",
             "",
         ]
         if self.threat_models:
@@ -401,7 +500,9 @@ class LeakageReport:
             lines += [
                 "## Measured leakage",
                 "",
-                "Higher = more leakage for the headline metric. Mean ± 95% CI half-width over seeds.",
+                "Higher = more leakage for the headline metric. Mean ± 95% CI half-width over seeds "
+                f"(clipped to the metric's range: then [low, high]); (n=k): fewer than {MIN_INTERVAL_N} "
+                "values, no interval.",
                 "",
                 "| " + " | ".join(self._attack_header()) + " |",
                 "|" + "---|" * len(self._attack_header()),
@@ -410,7 +511,7 @@ class LeakageReport:
             lines.append("")
         if self.empirical_epsilon_lower_bound is not None:
             lines += [
-                f"**Empirical epsilon lower bound:** {self.empirical_epsilon_lower_bound:.3f}",
+                f"**Empirical epsilon lower bound:** {self.empirical_epsilon_text()}",
                 "",
             ]
         if self.utility:
@@ -459,7 +560,8 @@ class LeakageReport:
             "img{max-width:100%;border:1px solid #ddd;margin:.5em 0}figcaption{color:#555;font-size:.9em}</style>",
             "</head><body>",
             f"<h1>Leakage report: <code>{e(self.mechanism)}</code></h1>",
-            f"<p class='claim'><b>Claim:</b> {e(self.claim.statement())}</p>",
+            f"<p class='claim'><b>Claim:</b> {e(self.claim.headline())}<br>"
+            f"<small>{e(self.claim.statement())}</small></p>",
         ]
         if self.threat_models:
             parts.append(
@@ -474,7 +576,7 @@ class LeakageReport:
             parts.append(table(self._attack_header(), self._attack_rows()))
         if self.empirical_epsilon_lower_bound is not None:
             parts.append(
-                f"<p><b>Empirical epsilon lower bound:</b> {self.empirical_epsilon_lower_bound:.3f}</p>"
+                f"<p><b>Empirical epsilon lower bound:</b> {e(self.empirical_epsilon_text())}</p>"
             )
         if self.utility:
             parts.append(

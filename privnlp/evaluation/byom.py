@@ -6,14 +6,20 @@ records (``privnlp.evaluation.scenarios.gradient.client_update``, the same code 
 ``fedsgd.eavesdropper`` scenario). A causal LM is attacked by FILM (``film-recovering-private-text-in-
 fl.txt``); a classifier by RLG (labels) and LAMP (text, given labels and lengths as in the LAMP paper),
 with the labels the user gives or, when none are given, the model's own predictions. The result is the
-usual :class:`~privnlp.core.report.LeakageReport` (the "defended" column is the model as given; there
-is no undefended baseline). With ``canaries=k`` (causal LM), k canaries are inserted by a short fine-tune
+usual :class:`~privnlp.core.report.LeakageReport`, its one column labelled "as given" (privnlp applied
+no defense; there is no undefended baseline); an attack that does not apply to the model is named in
+the report's notes with the reason. With ``canaries=k`` (causal LM), k canaries are inserted by a short fine-tune
 of a copy of the model on the records, and black-box canary exposure / extraction run on that copy.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
@@ -21,7 +27,31 @@ from privnlp.core.errors import InvalidArgument, check_range
 from privnlp.core.observations import GradientObservation
 from privnlp.core.protocols import Mechanism, Scenario, ScenarioRun, Trial
 
-__all__ = ["audit_model", "model_kind", "load_checkpoint"]
+__all__ = ["audit_model", "model_kind", "load_checkpoint", "report_name"]
+
+
+def report_name(path: Any, report_dir: Any) -> str:
+    """The report's name: the checkpoint folder's basename, unless ``report_dir`` already holds a
+    report of that name from ANOTHER folder; then the basename plus 8 hex digits of the resolved path
+    (two folders called ``model`` no longer overwrite each other's report)."""
+    p = Path(path).expanduser().resolve()
+    base = p.name or "user_model"
+    prev = Path(report_dir) / f"{base}.json"
+    if prev.exists():
+        try:
+            owner = json.loads(prev.read_text(encoding="utf-8"))["config"].get("model_path")
+        except (ValueError, KeyError, OSError):
+            owner = None
+        if owner != str(p):
+            return f"{base}-{hashlib.sha1(str(p).encode()).hexdigest()[:8]}"
+    return base
+
+
+def _why_not(attack_cls: Any) -> str:
+    """The first paragraph of an attack class's ``applies_to`` docstring (its applicability rule)."""
+    doc = inspect.getdoc(getattr(attack_cls, "applies_to", None)) or ""
+    first = doc.split("\n\n")[0].replace("\n", " ").strip()
+    return first or "its applies_to() check failed on this model's update"
 
 
 def model_kind(model: Any) -> str:
@@ -41,8 +71,9 @@ def model_kind(model: Any) -> str:
 
 def load_checkpoint(path: Any) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a local ``save_pretrained`` folder (offline; eval mode)."""
-    from pathlib import Path
-
+    p = Path(path)
+    if not p.is_dir():
+        raise InvalidArgument(f"model must be an existing folder (save_pretrained); got {str(p)!r}")
     from transformers import (
         AutoConfig,
         AutoModelForCausalLM,
@@ -50,7 +81,6 @@ def load_checkpoint(path: Any) -> tuple[Any, Any]:
         AutoTokenizer,
     )
 
-    p = Path(path)
     if not (p / "config.json").exists():
         raise InvalidArgument(
             f"model must be a folder written by save_pretrained (config.json); got {str(p)!r}"
@@ -242,6 +272,7 @@ def audit_model(
     finetune_steps: int = 60,
     seed: int = 0,
     progress: bool = False,
+    model_path: Any = None,
 ) -> Any:
     """Run the applicable gradient attacks on ``model`` fine-tuned / served on ``texts``; a LeakageReport.
 
@@ -250,6 +281,8 @@ def audit_model(
     ``canaries`` (causal LM only): insert that many canaries (``canary_pattern``, each repeated
     ``canary_repeats`` times among ``texts``) by a ``finetune_steps``-step fine-tune of a copy of the model,
     then measure black-box canary exposure and extraction (Carlini et al.'s secret sharer).
+    ``model_path``: the checkpoint folder, recorded in the report (``config["model_path"]``).
+    Attacks that did not apply are named in the report's notes with their applicability rule.
     """
     from .audit import audit
 
@@ -287,12 +320,21 @@ def audit_model(
         )
     finally:
         model.train(was_training)
-    from dataclasses import replace
+    from privnlp.core.registry import ATTACKS
 
+    measured = {a.attack for a in rep.attacks}
+    notes = list(rep.notes)
+    for a in attacks:
+        name, cls = (a, ATTACKS.get(a)) if isinstance(a, str) else (a.name, type(a))
+        if name not in measured:
+            notes.append(f"{name} did not apply to this {scen.kind}: {_why_not(cls)}")
     return replace(
         rep,
+        notes=tuple(notes),
         config={
             **rep.config,
+            "system_label": "as given",
+            "model_path": str(Path(model_path).expanduser().resolve()) if model_path else None,
             "model": type(model).__name__,
             "kind": scen.kind,
             "n_texts": len(texts),

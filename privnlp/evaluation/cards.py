@@ -19,7 +19,7 @@ from typing import Any
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.registry import ATTACKS, MECHANISMS, SCENARIOS
-from privnlp.core.report import LeakageReport, atomic_write_text
+from privnlp.core.report import MIN_INTERVAL_N, TOO_WEAK_FLAG, LeakageReport, atomic_write_text
 
 from .audit import audit, resolve_scenario
 
@@ -109,7 +109,12 @@ def render_mechanism_card(
         lines += [description, ""]
     if paper:
         lines += [f"**Paper:** {paper}", ""]
-    lines += [f"**Claim:** {report.claim.statement()}", ""]
+    lines += [
+        f"**Claim:** {report.claim.headline()}",
+        "",
+        f"Details: {report.claim.statement()}",
+        "",
+    ]
     if report.threat_models:
         lines += (
             ["**Threat models:**", ""] + [f"- {t.describe()}" for t in report.threat_models] + [""]
@@ -126,9 +131,12 @@ def render_mechanism_card(
         lines += ["| " + " | ".join(r) + " |" for r in report._attack_rows()]
         lines += [
             "",
-            "Mean ± 95% CI half-width over seeds; the headline metric is oriented so that higher = "
+            "Mean ± 95% CI half-width over seeds (clipped to the metric's range: then [low, high]; "
+            f"(n=k): fewer than {MIN_INTERVAL_N} values, no interval); the headline metric is oriented so that higher = "
             "more leakage. The *leaky twin* is a deliberately broken copy of the defense "
-            "(`privnlp.mechanisms.testing`), shown to prove that the attacks can see the difference.",
+            "(`privnlp.mechanisms.testing`), shown to prove that the attacks can see the difference; "
+            f"where it does not leak more than the defense, the row says *{TOO_WEAK_FLAG}*: that "
+            "attack's defended number is no evidence for the defense.",
             "",
         ]
         if cfg.get(
@@ -150,7 +158,7 @@ def render_mechanism_card(
         lines += ["No paired attack produced a measurement yet; see notes.", ""]
     if report.empirical_epsilon_lower_bound is not None:
         lines += [
-            f"**Empirical epsilon lower bound:** {report.empirical_epsilon_lower_bound:.3f}",
+            f"**Empirical epsilon lower bound:** {report.empirical_epsilon_text()}",
             "",
         ]
     from privnlp.auditing.render import (
