@@ -25,9 +25,17 @@ def test_flower_loopback_two_dp_rounds(tmp_path):
     from privnlp.mechanisms.federated.flower import run_loopback
 
     def expected():  # dp_accounting import + the without-replacement RDP curve: overlapped with process start-up
-        from privnlp.mechanisms.federated.accounting import user_epsilon
+        from privnlp.mechanisms.federated.accounting import dp_fedavg_adversary_bounds
 
-        return user_epsilon("fixed", 3, 3, 1.0, 2, 1e-3)
+        bounds = dp_fedavg_adversary_bounds(
+            noise_multiplier=1.0,
+            clients_per_round=3,
+            population=3,
+            rounds=2,
+            delta=1e-3,
+            sampling="fixed",
+        )
+        return max(b.epsilon for b in bounds)  # the headline: the strongest adversary (issue #28)
 
     with ThreadPoolExecutor(1) as ex:
         want = ex.submit(expected)
