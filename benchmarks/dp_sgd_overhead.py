@@ -13,6 +13,15 @@ hooks / ghost / book-keeping (``grad_sample_mode="bookkeeping"``, Bu et al. 2023
 peak memory, and which mode ``auto`` picks:
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dp_sgd_overhead.py --model minilm --batch 16 --seq-len 64 --steps 3
+
+``--model bert-base`` / ``--model gpt2-small`` (issue #29 item 5): random-init BERT-base classifier and GPT-2-small LM
+(default ``BertConfig`` / ``GPT2Config``, untied LM head so that every row trains the same parameters) at
+``--batch`` x ``--seq-len`` (32 x 128 and 16 x 256 in the issue), ``--dtype fp32`` or ``bf16`` (autocast), every
+privnlp mode and opacus' own hooks mode as the anchor (run first, before privnlp registers its Conv1D rule).
+Prints the device name, the versions, every row's step time, its ratio to the non-private step and its peak
+memory (CUDA peak allocated)::
+
+    python benchmarks/dp_sgd_overhead.py --model gpt2-small --batch 16 --seq-len 256 --dtype bf16 --device cuda
 """
 
 from __future__ import annotations
@@ -58,8 +67,9 @@ def _loss(kind, model, x, y):
     return per_sample_classification_loss(model(input_ids=x).logits, y)
 
 
-def _time(fn, steps: int, device: str) -> float:
-    fn()  # warm-up
+def _time(fn, steps: int, device: str, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
     if device == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
@@ -186,14 +196,14 @@ class _PeakRSS:
         self.mb = (self.peak - self.base) / 2**20
 
 
-def _timed(fn, steps: int, device: str) -> tuple[float, float]:
+def _timed(fn, steps: int, device: str, warmup: int = 1) -> tuple[float, float]:
     """(seconds per step, peak memory MiB: CUDA peak allocated, or peak RSS growth during the steps)."""
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        return _time(fn, steps, device), torch.cuda.max_memory_allocated() / 2**20
+        return _time(fn, steps, device, warmup), torch.cuda.max_memory_allocated() / 2**20
     with _PeakRSS() as pk:
-        t = _time(fn, steps, device)
+        t = _time(fn, steps, device, warmup)
     return t, pk.mb
 
 
@@ -258,17 +268,192 @@ def bench_minilm(
     return rows
 
 
+def _real(name: str, device: str):
+    """Random-init BERT-base (2 labels) or GPT-2-small (untied head), seeded."""
+    from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    if name == "bert-base":
+        m = BertForSequenceClassification(BertConfig(num_labels=2))
+    else:
+        m = GPT2LMHeadModel(GPT2Config(tie_word_embeddings=False))
+    return m.to(device).train()
+
+
+def bench_real(
+    name: str,
+    *,
+    steps: int,
+    batch: int,
+    seq_len: int,
+    device: str,
+    modes: tuple[str, ...],
+    dtype: str,
+) -> list[dict]:
+    """Non-private step, opacus' own hooks (the anchor), then each privnlp mode, on one fixed batch."""
+    g = torch.Generator().manual_seed(0)
+    vocab = 30522 if name == "bert-base" else 50257
+    x = torch.randint(1000, vocab, (batch, seq_len), generator=g).to(device)
+    y = (torch.arange(batch) % 2).to(device)
+    causal = name == "gpt2-small"
+    ac = torch.autocast(
+        device_type=device, dtype=torch.bfloat16, enabled=dtype == "bf16"
+    )  # fp32 weights, bf16 compute
+
+    def per_sample(model):
+        with ac:
+            if causal:
+                pos = torch.arange(seq_len, device=device).unsqueeze(0).repeat(batch, 1)
+                logits = model(input_ids=x, position_ids=pos).logits
+            else:
+                logits = model(input_ids=x).logits
+        logits = logits.float()
+        return (
+            per_sample_lm_loss(logits, x) if causal else per_sample_classification_loss(logits, y)
+        )
+
+    rows = []
+    m = _real(name, device)
+    n_params = sum(p.numel() for p in m.parameters() if p.requires_grad)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
+
+    def plain():
+        opt.zero_grad(set_to_none=True)
+        per_sample(m).mean().backward()
+        opt.step()
+
+    t0, mem0 = _timed(plain, steps, device, warmup=2)
+    rows.append(
+        {"mode": "non-private", "ms": 1e3 * t0, "ratio": 1.0, "mem_mb": mem0, "mem_ratio": 1.0}
+    )
+    del m, opt
+    dl_x = torch.randint(1000, vocab, (batch * 8, seq_len), generator=g)
+    dl = DataLoader(TensorDataset(dl_x, torch.arange(batch * 8) % 2), batch_size=batch)
+    for mode in ("opacus-hooks", *modes):
+        m = _real(name, device)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
+        try:
+            if (
+                mode == "opacus-hooks"
+            ):  # opacus itself, its defaults (global-RNG noise on the device)
+                from opacus import PrivacyEngine
+
+                model, popt, _ = PrivacyEngine(accountant="rdp").make_private(
+                    module=m, optimizer=opt, data_loader=dl, noise_multiplier=1.0,
+                    max_grad_norm=1.0, poisson_sampling=False, grad_sample_mode="hooks",
+                )  # fmt: skip
+
+                def private(model=model, popt=popt):
+                    popt.zero_grad(set_to_none=True)
+                    per_sample(model).mean().backward()
+                    popt.step()
+
+                label = mode
+            else:
+                pt = make_private(
+                    m, opt, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp",
+                    grad_sample_mode=mode, rng=None, dedup=False,
+                )  # fmt: skip
+
+                def private(pt=pt):
+                    pt.optimizer.zero_grad(set_to_none=True)
+                    pt.loss(per_sample(pt.model)).backward()
+                    pt.optimizer.step()
+
+                label = mode if mode != "auto" else f"auto->{pt.grad_sample_mode}"
+            t, mem = _timed(private, steps, device, warmup=2)
+            rows.append(
+                {
+                    "mode": label,
+                    "ms": 1e3 * t,
+                    "ratio": t / t0,
+                    "mem_mb": mem,
+                    "mem_ratio": mem / mem0,
+                }
+            )
+        except Exception as e:  # noqa: BLE001 - a mode that fails is a row of the table, not the end of the run
+            rows.append({"mode": mode, "error": f"{type(e).__name__}: {str(e)[:160]}"})
+        finally:
+            del m, opt
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    rows[0]["params"] = n_params
+    return rows
+
+
+def _versions() -> str:
+    import importlib.metadata as md
+
+    out = []
+    for pkg in ("torch", "transformers", "opacus", "dp-accounting", "peft"):
+        try:
+            out.append(f"{pkg} {md.version(pkg)}")
+        except md.PackageNotFoundError:
+            out.append(f"{pkg} -")
+    return ", ".join(out)
+
+
+def main_real(a: argparse.Namespace) -> None:
+    import os
+    import platform
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    dev_name = (
+        torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu"
+    )
+    print(
+        f"model={a.model} (random init) device={a.device} ({dev_name}) dtype={a.dtype} batch={a.batch} "
+        f"seq_len={a.seq_len} steps={a.steps} (after 2 warm-up steps) load={os.getloadavg()[0]:.2f}"
+    )
+    print(f"versions: python {platform.python_version()}, {_versions()}")
+    rows = bench_real(
+        a.model, steps=a.steps, batch=a.batch, seq_len=a.seq_len, device=a.device,
+        modes=tuple(a.modes.split(",")), dtype=a.dtype,
+    )  # fmt: skip
+    print(f"trainable parameters: {rows[0]['params'] / 1e6:.1f}M")
+    mem = "MiB, CUDA peak allocated" if a.device == "cuda" else "MiB, peak RSS growth"
+    print(f"{'mode':24} {'step ms':>9} {'ratio':>7} {'peak mem':>10} {'mem ratio':>9}  ({mem})")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['mode']:24} failed: {r['error']}")
+        else:
+            print(
+                f"{r['mode']:24} {r['ms']:9.1f} {r['ratio']:6.2f}x {r['mem_mb']:10.1f} "
+                f"{r['mem_ratio']:8.2f}x"
+            )
+    auto = [r for r in rows if r["mode"].startswith("auto") and "error" not in r]
+    if auto:
+        ok = auto[0]["ratio"] <= 1.2 and auto[0]["mem_ratio"] <= 1.5
+        print(
+            f"target (issue #29 item 5: auto <= 1.2x time and <= 1.5x memory): "
+            f"{auto[0]['ratio']:.2f}x / {auto[0]['mem_ratio']:.2f}x -> {'met' if ok else 'NOT met'}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--model", choices=("tiny", "minilm"), default="tiny")
+    ap.add_argument(
+        "--model", choices=("tiny", "minilm", "bert-base", "gpt2-small"), default="tiny"
+    )
+    ap.add_argument(
+        "--dtype", choices=("fp32", "bf16"), default="fp32", help="bert-base / gpt2-small: autocast"
+    )
     ap.add_argument("--seq-len", type=int, default=128, help="--model minilm: tokens per example")
     ap.add_argument(
-        "--modes", default="hooks,ghost,bookkeeping,auto", help="--model minilm: DP modes to time"
+        "--modes",
+        default="hooks,ghost,bookkeeping,auto",
+        help="--model minilm / bert-base / gpt2-small: privnlp modes to time",
     )
     a = ap.parse_args()
+    if a.model in ("bert-base", "gpt2-small"):
+        if a.modes == "hooks,ghost,bookkeeping,auto":
+            a.modes = "auto,bookkeeping,ghost,hooks"
+        main_real(a)
+        return
     if a.model == "minilm":
         import os
         import warnings

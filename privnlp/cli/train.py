@@ -6,9 +6,17 @@
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import warnings
 from pathlib import Path
 
+import numpy as np
 import typer
+
+from privnlp.core.errors import InvalidArgument, PrivnlpError
+from privnlp.core.report import atomic_write_text
 
 app = typer.Typer(
     help="Train a bundled tiny model privately (DP-SGD, frozen embeddings, update transforms).",
@@ -102,20 +110,32 @@ def train(
     """Train the tiny GPT-2 LM on TEXTS with DEFENSE; print the TF-Privacy-style statement and utility."""
     if ctx.invoked_subcommand is not None:  # pragma: no cover
         return
-    import json
-    import math
-
-    from privnlp.core.errors import InvalidArgument, PrivnlpError
-    from privnlp.core.report import atomic_write_text
-
     try:
         if defense not in DEFENSES:
             raise InvalidArgument(f"--defense must be one of {DEFENSES}; got {defense!r}")
         if not epochs > 0:
             raise InvalidArgument(f"--epochs must be > 0; got {epochs}")
-        import os
-
-        import numpy as np
+        if (
+            defense != "dp_sgd"
+        ):  # a flag that cannot apply is an error, never silently ignored (issue #29)
+            given = [
+                flag
+                for flag, v in (
+                    ("--epsilon", epsilon),
+                    ("--noise-multiplier", noise_multiplier),
+                    ("--noise-seed", noise_seed),
+                    ("--delta", delta),
+                    ("--physical-batch-size", physical_batch_size),
+                    ("--resume", resume),
+                )
+                if v is not None
+            ] + (["--dedup"] if dedup else [])
+            if given:
+                raise InvalidArgument(
+                    f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --defense dp_sgd "
+                    f"only; --defense {defense} adds no DP noise and spends no budget: drop "
+                    f"{'it' if len(given) == 1 else 'them'} or use --defense dp_sgd"
+                )
         import torch
         from torch.utils.data import DataLoader, TensorDataset
 
@@ -193,11 +213,7 @@ def train(
             return per_sample_lm_loss(m(input_ids=ids, attention_mask=mask).logits, labels)
 
         steps = int(steps_opt) if steps_opt is not None else max(1, int(round(epochs * len(dl))))
-        if resume is not None and defense != "dp_sgd":
-            raise InvalidArgument("--resume is supported with --defense dp_sgd only")
         if defense == "dp_sgd":
-            import warnings
-
             from privnlp.accounting.duplicates import DuplicateExamplesWarning, normalize_text
 
             if epsilon is None and noise_multiplier is None:

@@ -43,6 +43,7 @@ __all__ = [
     "noise_is_seeded",
     "noise_torch",
     "noise_numpy",
+    "generator_on",
     "check_noise_seed_allowed",
     "REFUSE_SEEDED_ENV",
 ]
@@ -252,3 +253,32 @@ def noise_numpy(rng: Any, n: int = 1) -> tuple[list[np.random.Generator], bool]:
     if not noise_is_seeded(rng):
         return [secure_numpy() for _ in range(n)], False
     return spawn(rng, n), True
+
+
+def generator_on(g: torch.Generator, device: Any, *, seeded: bool) -> torch.Generator:
+    """A generator for privacy noise on ``device`` (where the parameters live; torch draws noise only from a
+    generator on the tensor's device) from ``g``, a CPU generator of :func:`noise_torch`.
+
+    CPU: ``g`` itself. Another device: a secure run gets :func:`secure_torch` on that device (fresh OS entropy per
+    device and per process); a seeded simulation gets a generator on that device seeded from ``g`` (reproducible on
+    the same device kind; a CUDA and a CPU run draw different noise from one seed).
+
+    Raises:
+        InvalidArgument: torch cannot create a generator on ``device`` (e.g. ``meta``).
+    """
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return g
+    try:
+        if not seeded:
+            return secure_torch(dev)
+        h = torch.Generator(device=dev)
+    except (RuntimeError, TypeError) as e:
+        raise InvalidArgument(
+            f"model: its parameters are on device {dev}, where torch cannot create a random generator for the "
+            f"privacy noise ({e}); train on cpu or cuda"
+        ) from e
+    h.manual_seed(int(torch.randint(0, 2**63 - 1, (1,), generator=g).item()))
+    return h

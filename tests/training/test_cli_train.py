@@ -64,3 +64,26 @@ def test_privnlp_train_bad_input_names_the_option(tmp_path):
     assert r.exit_code == 2 and "target_epsilon" in r.output
     r = CliRunner().invoke(app, ["train", "--data", str(data), "--defense", "nope"])
     assert r.exit_code == 2 and "--defense" in r.output
+
+
+def test_flags_that_cannot_apply_without_dp_are_errors(tmp_path):
+    """`--defense frozen_embeddings|none` adds no noise: a DP flag there is an error, not silently ignored."""
+    data = tmp_path / "texts.txt"
+    data.write_text("\n".join(TEXTS) + "\n")
+    out = tmp_path / "out"
+    for defense in ("frozen_embeddings", "none"):
+        for flags in (
+            ["--noise-multiplier", "1.0"],
+            ["--epsilon", "3"],
+            ["--noise-seed", "1"],
+            ["--dedup"],
+            ["--delta", "1e-6"],
+            ["--epsilon", "3", "--dedup"],
+        ):
+            r = CliRunner().invoke(
+                app, ["train", "--data", str(data), "--defense", defense, "--out", str(out), *flags]
+            )
+            assert r.exit_code == 2, (defense, flags, r.output)
+            assert flags[0] in r.output and "--defense dp_sgd only" in r.output
+            assert "Traceback" not in r.output
+    assert not out.exists()  # no partial output

@@ -33,6 +33,8 @@ from torch import nn
 
 from privnlp.core.errors import InvalidArgument
 
+from .samplers import conv1d_clipped_sum, is_conv1d, register_for_model
+
 __all__ = ["BookKeeping", "supports_bookkeeping", "attach"]
 
 
@@ -51,7 +53,9 @@ def _trainable_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def supports_bookkeeping(model: nn.Module) -> bool:
-    """Every layer with trainable parameters has an opacus grad sampler (and is not an RNN)."""
+    """Every layer with trainable parameters has an opacus grad sampler (and is not an RNN); HF ``Conv1D`` and
+    RMSNorm layers get theirs from :mod:`privnlp.mechanisms.training.samplers`."""
+    register_for_model(model)
     grad_s, _ = _samplers()
     mods = _trainable_modules(model)
     return bool(mods) and all(type(m) in grad_s and "RNN" not in type(m).__name__ for _, m in mods)
@@ -62,7 +66,10 @@ def _linear_sq_norms(layer: nn.Linear, a: torch.Tensor, g: torch.Tensor) -> torc
     ``<a a^T, g g^T>`` (cost ~ T^2 (d + p)) and the instantiated per-sample gradient (~ T d p) per layer, as in
     FastDP's mixed ghost norm; the bias norm is ``||sum_t g_t||^2`` (opacus recomputes ``g g^T`` for it).
     Used when every parameter of the layer is trained."""
-    a = a.to(g.dtype)
+    a, g = (
+        a.float(),
+        g.float(),
+    )  # norms in fp32 whatever the activations' dtype (bf16 autocast: issue #29)
     if g.dim() == 2:
         sq = (g * g).sum(1) * (a * a).sum(1)
         if layer.bias is not None:
@@ -95,6 +102,7 @@ class BookKeeping:
     def __init__(self, model: nn.Module, max_grad_norm: float) -> None:
         self.model = model
         self.max_grad_norm = max_grad_norm
+        register_for_model(model)
         grad_s, _ = _samplers()
         self.modules = _trainable_modules(model)
         bad = [f"{n} ({type(m).__name__})" for n, m in self.modules if type(m) not in grad_s]
@@ -183,11 +191,11 @@ class BookKeeping:
         sq = None
         for m, e in entries:
             acts, g = e
-            g = g * scale
+            g = g.float() * scale  # norms and clipping in fp32 (bf16 autocast: issue #29 item 3)
             e[1] = g
-            if type(m) is nn.Linear and len(self.params[m]) == len(
+            if (type(m) is nn.Linear or is_conv1d(m)) and len(self.params[m]) == len(
                 [q for q in m.parameters(recurse=False)]
-            ):
+            ):  # ||a^T g|| = ||g^T a||: the same norm for Conv1D's transposed weight
                 v = _linear_sq_norms(m, acts[0], g).to(torch.float32)
                 sq = v if sq is None else sq + v
                 continue
@@ -208,12 +216,15 @@ class BookKeeping:
                 v = norms[p].reshape(n).to(torch.float32) ** 2
                 sq = v if sq is None else sq + v
         per_sample = sq.sqrt()
+        # clip factors in fp32, applied to fp32 output gradients; sums cast to the parameters' dtype at the end
         c = (self.max_grad_norm / (per_sample + 1e-6)).clamp(max=1.0)
         for m, (acts, g) in entries:
-            cg = g * c.view(-1, *([1] * (g.dim() - 1))).to(g.dtype)
+            cg = g.float() * c.view(-1, *([1] * (g.dim() - 1)))
             ps = self.params[m]
             pid = {id(q) for q in ps}
-            if type(m) is nn.Linear:
+            if is_conv1d(m):
+                sums.update(conv1d_clipped_sum(m, acts[0], cg, ps))
+            elif type(m) is nn.Linear:
                 a = acts[0].to(cg.dtype)
                 if id(m.weight) in pid:
                     sums[m.weight] = (

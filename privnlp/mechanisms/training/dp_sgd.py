@@ -71,6 +71,7 @@ from privnlp.core.errors import (
 )
 
 from .bookkeeping import supports_bookkeeping
+from .samplers import register_for_model
 
 __all__ = [
     "PrivateTraining",
@@ -267,6 +268,7 @@ def choose_grad_sample_mode(model: nn.Module, batch_size: int | None = None) -> 
     HF ``Conv1D``)."""
     from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
 
+    register_for_model(model)  # HF Conv1D (GPT-2) and RMSNorm (Llama) rules: issue #29 item 2
     if tied_parameter_names(model):
         return "hooks"
     known = set(GradSampleModuleFastGradientClipping.NORM_SAMPLERS) | set(
@@ -438,6 +440,13 @@ def _poisson_loader(
     )
 
 
+def _derived_seed(state: torch.Tensor, name: str) -> int:
+    """A 63-bit seed derived from a saved generator state (resume on another device kind)."""
+    h = hashlib.blake2b(state.cpu().numpy().tobytes(), digest_size=8, person=b"privnlp-resume")
+    h.update(name.encode())
+    return int.from_bytes(h.digest(), "little") & ((1 << 63) - 1)
+
+
 def _num(x: float) -> float | int:
     """``x`` as an int when it is integral (an expected batch size of 16, not 16.0)."""
     return int(x) if float(x).is_integer() else float(x)
@@ -507,6 +516,9 @@ class PrivateTraining:
         self.duplicates = duplicates
         self.public_dataset_size = public_dataset_size
         self.public_sampling = public_sampling
+        # set by the engine: the norm of the privatized gradient (a 0-dim tensor updated at every step)
+        self.last_grad_norm: torch.Tensor | None = None
+        self.base_digest: str | None = None  # DP-LoRA: digest of the frozen base weights (lora.py)
         self.closed = False
 
     @property
@@ -699,16 +711,23 @@ class PrivateTraining:
     # -- checkpoints -----------------------------------------------------------------------
     def _rng_state(self) -> dict[str, Any]:
         """Generator states of a *seeded* run (a secure run stores none: it resumes from fresh entropy,
-        and a stored Mersenne-Twister state would let a checkpoint reader recompute past noise)."""
+        and a stored Mersenne-Twister state would let a checkpoint reader recompute past noise). Each state is
+        stored with its device kind (a CUDA generator's state is its seed and offset); on CUDA the device's
+        global generator (dropout masks) is stored too."""
         if not self.noise_seeded:
             return {"seeded": False}
         # torch's global RNG drives non-private randomness (dropout masks): restored too, so that a seeded
         # resumed run equals the uninterrupted one
-        return {
+        st: dict[str, Any] = {
             "seeded": True,
             "torch_global": torch.get_rng_state(),
+            "devices": {k: g.device.type for k, g in self.generators.items()},
             **{k: g.get_state() for k, g in self.generators.items()},
         }
+        noise_dev = self.generators["noise"].device if "noise" in self.generators else None
+        if noise_dev is not None and noise_dev.type == "cuda":
+            st["cuda_global"] = torch.cuda.get_rng_state(noise_dev)
+        return st
 
     def _load_rng_state(self, st: dict[str, Any] | None) -> None:
         if st is None:
@@ -720,12 +739,28 @@ class PrivateTraining:
                 )
             return
         if self.noise_seeded and st.get("seeded"):
+            devices = st.get("devices", {})
             for k, g in self.generators.items():
                 if k not in st:
                     raise InvalidArgument(f"checkpoint: no state for the {k} generator")
-                g.set_state(st[k])
+                saved_kind = devices.get(k, "cpu")
+                if saved_kind == g.device.type:
+                    g.set_state(st[k])
+                else:
+                    # resumed on another device kind: the saved stream cannot continue here (a CUDA state is a
+                    # seed and an offset, a CPU one a Mersenne-Twister state); continue from a seed derived from
+                    # the saved state: reproducible, and a new stream, so no noise is replayed
+                    g.manual_seed(_derived_seed(st[k], k))
+                    self.notes = tuple(self.notes) + (
+                        f"resumed on {g.device.type} from a {saved_kind} checkpoint: the seeded {k} generator "
+                        "continues from a seed derived from its saved state (reproducible; no draw replayed, but "
+                        "not the uninterrupted run's stream)",
+                    )
             if "torch_global" in st:
                 torch.set_rng_state(st["torch_global"])
+            noise_dev = self.generators["noise"].device if "noise" in self.generators else None
+            if "cuda_global" in st and noise_dev is not None and noise_dev.type == "cuda":
+                torch.cuda.set_rng_state(st["cuda_global"], noise_dev)
         elif self.noise_seeded and not st.get("seeded"):
             # the checkpointed steps used secure noise: a seeded continuation cannot replay them
             pass

@@ -60,10 +60,11 @@ from privnlp.core.errors import (
     check_positive,
     check_range,
 )
-from privnlp.core.rng import noise_torch
+from privnlp.core.rng import generator_on, noise_torch
 
 from . import bookkeeping as _bk
 from . import distributed as _dist
+from .devices import check_model_device, check_model_dtypes
 from .dp_sgd import (
     GRAD_SAMPLE_MODES,
     PrivateTraining,
@@ -78,6 +79,8 @@ from .dp_sgd import (
     handle_tied_embeddings,
     resolve_sampling,
 )
+from .lora import base_digest, check_peft_model, is_peft_model
+from .samplers import register_for_model
 
 __all__ = ["DPEngine", "Noise", "Sampling", "Clipping", "Budget"]
 
@@ -269,6 +272,18 @@ class DPEngine:
         delta = default_delta(sampling.reference_size) if delta is None else delta
         check_delta(delta, max(n, sampling.reference_size))
         _check_lstm(model)
+        register_for_model(model)  # per-sample rules for HF Conv1D and RMSNorm layers (issue #29)
+        digest = None
+        if is_peft_model(model):  # DP-LoRA: only the adapters private (issue #29 item 4)
+            n_adapter = check_peft_model(model, _bk._samplers()[0])
+            digest = base_digest(model)
+            n_base = sum(p.numel() for p in model.parameters()) - n_adapter
+            notes.append(
+                f"DP-LoRA: only the adapters are trained and private ({n_adapter} parameters); the {n_base} base "
+                "weights are frozen public weights (byte-identical after training: verify_base_unchanged)"
+            )
+        device = check_model_device(model)  # one device, one the noise generator can follow
+        check_model_dtypes(model)
         dist_ctx = _dist.resolve(distributed)
         if dist_ctx is not None:
             _dist.check_noise_rng(dist_ctx, rng, poisson_sampling)
@@ -328,7 +343,14 @@ class DPEngine:
             )
 
         # ---- rng: privacy noise and Poisson masks (OS entropy unless the caller seeds a simulation)
+        # Poisson masks on the CPU (as before); the noise on the parameters' device (issue #29 item 1)
         (g_noise, g_sample, g_workers), noise_seeded = noise_torch(rng, 3)
+        g_noise = generator_on(g_noise, device, seeded=noise_seeded)
+        if noise_seeded and device.type != "cpu":
+            notes.append(
+                f"noise seeded on {device.type}: reproducible on the same device kind only (a {device.type} "
+                "and a cpu run draw different noise from one seed)"
+            )
         if not noise_seeded:
             notes.append(
                 "noise and Poisson masks drawn from torch's PRNG seeded from os.urandom (fresh on every "
@@ -391,6 +413,10 @@ class DPEngine:
             mode == "bookkeeping"
         ):  # one backward pass, clipped sums from book-kept activations (issue #20)
             hooks.append(_bk.attach(gsm, model, dp_opt, float(max_grad_norm)))
+        elif mode in ("hooks", "functorch"):
+            _fp32_clipping(
+                dp_opt
+            )  # bf16 per-sample gradients: norms and clip factors in fp32 (issue #29)
 
         ledger = DPLedger()
         guard = BudgetGuard(ledger, target_epsilon, float(delta), accountant)
@@ -424,6 +450,52 @@ class DPEngine:
             generators={"noise": g_noise, "sampling": g_sample},
             duplicates=dups,
         )
+        _track_grad_norm(pt, device)
+        pt.base_digest = digest
         self.private = pt if dist_ctx is None else _dist.finish(dist_ctx, pt)
 
         return self.private
+
+
+def _track_grad_norm(pt: PrivateTraining, device: torch.device) -> None:
+    """``pt.last_grad_norm``: a 0-dim tensor holding the L2 norm of the last step's *privatized* gradient (the sum
+    of clipped per-sample gradients plus noise, over the expected batch size: what the optimizer applies), updated
+    in place at every step. The clipped sum before the noise is not private and is never exposed."""
+    pt.last_grad_norm = torch.zeros((), device=device)
+    record = pt.optimizer.step_hook
+
+    def step_hook(opt: Any) -> None:
+        record(opt)
+        grads = [p.grad for p in opt.params if p.grad is not None]
+        if grads:
+            norms = torch._foreach_norm([g.float() for g in grads])
+            pt.last_grad_norm.copy_(torch.linalg.vector_norm(torch.stack(norms)))
+
+    pt.optimizer.step_hook = step_hook
+
+
+def _fp32_clipping(optimizer: Any) -> None:
+    """opacus' ``clip_and_accumulate`` with the per-sample norms, the clip factors and the weighted sum in fp32.
+
+    opacus computes the norms in the per-sample gradients' dtype: under bf16 autocast they are bf16, and the
+    clipped gradient of one example then exceeds C by up to ~0.1% (measured; ``test_decoders.py``). The sum is cast
+    to the parameters' dtype (the noise is drawn in it)."""
+    from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
+
+    def clip_and_accumulate() -> None:
+        samples = optimizer.grad_samples
+        if len(samples[0]) == 0:
+            factor = torch.zeros((0,), device=samples[0].device)
+        else:
+            per_param = [g.reshape(len(g), -1).float().norm(2, dim=-1) for g in samples]
+            dev = per_param[0].device
+            norms = torch.stack([n.to(dev) for n in per_param], dim=1).norm(2, dim=1)
+            factor = (optimizer.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        for p in optimizer.params:
+            _check_processed_flag(p.grad_sample)
+            g = optimizer._get_flat_grad_sample(p)
+            grad = torch.einsum("i,i...", factor.to(g.device), g.float()).to(p.dtype)
+            p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
+            _mark_as_processed(p.grad_sample)
+
+    optimizer.clip_and_accumulate = clip_and_accumulate

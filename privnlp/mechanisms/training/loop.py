@@ -230,6 +230,9 @@ def _make_dp_trainer() -> type:
                     batch_size=self.args.per_device_train_batch_size * max(1, self.args.world_size),
                     collate_fn=self.data_collator,
                 )
+                # from_pretrained returns an eval-mode model; HF's Trainer calls model.train() before training,
+                # and opacus refuses a model in eval mode (issue #29 item 7)
+                self.model.train()
                 if self.optimizer is None:
                     super().create_optimizer()
                 dp = dict(self.dp)
@@ -242,6 +245,15 @@ def _make_dp_trainer() -> type:
                 )
                 self.optimizer = self.private.optimizer
             return self.private.data_loader
+
+        def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:  # type: ignore[override]
+            # HF computes this before optimizer.step() from p.grad: the raw (unclipped, noiseless) gradient in
+            # hooks mode -- not private -- and None (logged as 0) under book-keeping. Log instead the norm of the
+            # privatized gradient the DP optimizer applies: a 0-dim tensor filled in place by the step, read by
+            # HF's logging after the step (issue #29 item 7)
+            if self.private is None:
+                return None
+            return self.private.last_grad_norm
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[override]
             # the Trainer zeroes gradients through model.zero_grad(), which leaves opacus' per-sample

@@ -1,0 +1,161 @@
+"""Per-sample gradient rules for the layers of common decoders that opacus 1.6 has none for (issue #29 item 2).
+
+Paper: Bu et al. 2023 ("Differentially Private Optimization on Large Model at Small Cost", book-keeping) and Li et
+al. 2022 (ghost norms); DP-SGD: Abadi et al. 2016. Registered with opacus' own registries
+(``register_grad_sampler`` / ``register_norm_sampler``), so hooks, ghost and book-keeping mode all use them:
+
+* Hugging Face ``Conv1D`` (GPT-2 family): ``y = x W + b`` with ``W`` of shape ``[in, out]`` -- a linear layer
+  with the weight transposed. Per-sample gradient ``W_i = sum_t a_it^T g_it``; norms by the ghost norm
+  ``<a a^T, g g^T>`` or the instantiated gradient, whichever is cheaper (as for ``nn.Linear``).
+* RMSNorm (``torch.nn.RMSNorm``, ``LlamaRMSNorm`` and the RMSNorm classes copied from it: Mistral, Qwen2, ...):
+  ``y = w * xhat`` with ``xhat = x / sqrt(mean(x^2) + eps)`` computed in fp32; per-sample gradient
+  ``w_i = sum_t g_it * xhat_it``. Gemma's ``(1 + w) * xhat`` has the same derivative. A class is recognised by its
+  name ending in ``RMSNorm``, a single ``weight`` parameter and an ``eps`` / ``variance_epsilon`` attribute.
+
+Rotary position embeddings have no parameters and grouped-query attention is made of ``nn.Linear`` layers, so a
+Llama-style decoder needs nothing else. Each rule is tested against per-sample gradients computed by a loop
+(``tests/training/test_decoders.py``). Hand-written because opacus has no rule for these layers and functorch's
+fallback instantiates every per-sample gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "register_for_model",
+    "is_conv1d",
+    "is_rmsnorm",
+    "conv1d_grad_sample",
+    "conv1d_norm_sample",
+    "rmsnorm_grad_sample",
+]
+
+_REGISTERED: set[type] = set()
+
+
+def is_conv1d(module: nn.Module) -> bool:
+    """A Hugging Face ``transformers.pytorch_utils.Conv1D`` (checked by name and shape, no transformers import)."""
+    t = type(module)
+    return (
+        t.__name__ == "Conv1D"
+        and t.__module__.startswith("transformers")
+        and hasattr(module, "nf")
+        and isinstance(getattr(module, "weight", None), torch.Tensor)
+    )
+
+
+def is_rmsnorm(module: nn.Module) -> bool:
+    """An RMSNorm layer with one ``weight`` (torch's, Llama's and its copies)."""
+    if isinstance(module, nn.RMSNorm):
+        return module.weight is not None
+    names = [n for n, _ in module.named_parameters(recurse=False)]
+    return (
+        type(module).__name__.endswith("RMSNorm")
+        and names == ["weight"]
+        and (hasattr(module, "variance_epsilon") or hasattr(module, "eps"))
+    )
+
+
+def _rms_eps(module: nn.Module, x: torch.Tensor) -> float:
+    eps = getattr(module, "variance_epsilon", None)
+    if eps is None:
+        eps = getattr(module, "eps", None)
+    return float(torch.finfo(x.dtype).eps) if eps is None else float(eps)
+
+
+def _xhat(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The normalised input in fp32 (what the layer multiplies by its weight, before the cast back)."""
+    x32 = x.float()
+    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + _rms_eps(module, x))
+
+
+def conv1d_grad_sample(
+    layer: nn.Module, activations: list[torch.Tensor], backprops: torch.Tensor
+) -> dict[nn.Parameter, torch.Tensor]:
+    """Per-sample gradients of a ``Conv1D``: ``[B, in, out]`` for the weight, ``[B, out]`` for the bias."""
+    a = activations[0].to(backprops.dtype)
+    ret = {}
+    if layer.weight.requires_grad:
+        ret[layer.weight] = torch.einsum("n...i,n...j->nij", a, backprops)
+    if layer.bias is not None and layer.bias.requires_grad:
+        ret[layer.bias] = torch.einsum("n...k->nk", backprops)
+    return ret
+
+
+def conv1d_norm_sample(
+    layer: nn.Module, activations: list[torch.Tensor], backprops: torch.Tensor
+) -> dict[nn.Parameter, torch.Tensor]:
+    """Per-sample gradient norms of a ``Conv1D`` without per-sample gradients (ghost norm), in fp32."""
+    a = activations[0].float()
+    g = backprops.float()
+    n = g.shape[0]
+    a, g = a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
+    ret = {}
+    if layer.weight.requires_grad:
+        t, d, p = g.shape[1], a.shape[-1], g.shape[-1]
+        if t * (d + p) <= d * p:
+            sq = (torch.bmm(g, g.transpose(1, 2)) * torch.bmm(a, a.transpose(1, 2))).sum((1, 2))
+            ret[layer.weight] = sq.clamp(min=0).sqrt()
+        else:
+            ret[layer.weight] = torch.bmm(a.transpose(1, 2), g).flatten(1).norm(2, dim=1)
+    if layer.bias is not None and layer.bias.requires_grad:
+        ret[layer.bias] = g.sum(1).norm(2, dim=1)
+    return ret
+
+
+def rmsnorm_grad_sample(
+    layer: nn.Module, activations: list[torch.Tensor], backprops: torch.Tensor
+) -> dict[nn.Parameter, torch.Tensor]:
+    """Per-sample gradient of an RMSNorm weight: ``sum_t g_it * xhat_it`` (computed in fp32)."""
+    if not layer.weight.requires_grad:
+        return {}
+    xhat = _xhat(layer, activations[0]).to(activations[0].dtype).float()
+    g = backprops.float()
+    n = g.shape[0]
+    gs = (g * xhat).reshape(n, -1, g.shape[-1]).sum(1)
+    return {layer.weight: gs.to(layer.weight.dtype)}
+
+
+def register_for_model(model: nn.Module) -> list[str]:
+    """Register the rules above with opacus for every Conv1D / RMSNorm class in ``model`` (idempotent).
+
+    Returns:
+        The class names registered by this call.
+    """
+    from opacus.grad_sample.utils import register_grad_sampler, register_norm_sampler
+
+    new: list[str] = []
+    for mod in model.modules():
+        t = type(mod)
+        if t in _REGISTERED:
+            continue
+        if is_conv1d(mod):
+            register_grad_sampler(t)(conv1d_grad_sample)
+            register_norm_sampler(t)(conv1d_norm_sample)
+        elif is_rmsnorm(mod):
+            register_grad_sampler(t)(rmsnorm_grad_sample)
+        else:
+            continue
+        _REGISTERED.add(t)
+        new.append(t.__name__)
+    return new
+
+
+def conv1d_clipped_sum(
+    layer: nn.Module, a: torch.Tensor, cg: torch.Tensor, params: Any
+) -> dict[nn.Parameter, torch.Tensor]:
+    """Book-keeping's clipped sum of a Conv1D: ``W: a^T (c g)``, ``b: sum c g`` (one matmul, no per-sample
+    gradients)."""
+    out = {}
+    pid = {id(q) for q in params}
+    a2 = a.reshape(-1, a.shape[-1]).to(cg.dtype)
+    g2 = cg.reshape(-1, cg.shape[-1])
+    if id(layer.weight) in pid:
+        out[layer.weight] = (a2.t() @ g2).to(layer.weight.dtype)
+    if layer.bias is not None and id(layer.bias) in pid:
+        out[layer.bias] = g2.sum(0).to(layer.bias.dtype)
+    return out
