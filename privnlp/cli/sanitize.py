@@ -142,6 +142,15 @@ def sanitize(
         help="Seed: a reproducible simulation (noise seeded: anyone who knows it can undo the noise); default: OS entropy (secure).",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    engine: str = typer.Option(
+        "local",
+        "--engine",
+        help="local | dask: shards on a Dask cluster (same output as local for the same --seed; "
+        "secure per-worker noise without one; atomic output, one merged sidecar).",
+    ),
+    workers: int = typer.Option(
+        2, "--workers", help="--engine dask: worker processes of the local cluster."
+    ),
 ) -> None:
     """Sanitize INPUT into OUTPUT (record order and count kept, atomic write, claim in a sidecar)."""
     if ctx.meta.get("privnlp_subcommand") or ctx.invoked_subcommand is not None:
@@ -174,17 +183,30 @@ def sanitize(
         mech = cls(epsilon, **kw)  # validates epsilon / t / ... before any work
         if input is not None and not input.is_file():
             _fail(f"INPUT {str(input)!r} is not a file")
-        mech.embeddings = _embeddings(embeddings, embeddings_format, vocab_limit)
-        rep = sanitize_file(
-            input,
-            output,
-            mech,
-            fmt=fmt,
-            field=field,
-            progress=progress,
-            seed=seed,
-            num_proc=num_proc,
-        )
+        if engine not in ("local", "dask"):
+            _fail(f"--engine must be 'local' or 'dask'; got {engine!r}")
+        if engine == "dask" and embeddings is None:
+            _embeddings(None, None, vocab_limit)  # warnings; the workers load the default vectors
+            mech.vocab_limit = vocab_limit
+        else:
+            mech.embeddings = _embeddings(embeddings, embeddings_format, vocab_limit)
+        if engine == "dask":
+            from privnlp.mechanisms.text.distributed import sanitize_file_dask
+
+            rep = sanitize_file_dask(
+                input, output, mech, seed=seed, fmt=fmt, field=field, n_workers=workers
+            )
+        else:
+            rep = sanitize_file(
+                input,
+                output,
+                mech,
+                fmt=fmt,
+                field=field,
+                progress=progress,
+                seed=seed,
+                num_proc=num_proc,
+            )
     except PrivnlpError as e:
         _fail(str(e))
     typer.echo(

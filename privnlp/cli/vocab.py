@@ -147,12 +147,18 @@ def build(
         False, help="use the bundled synthetic corpus (privnlp.data.generate_corpus)"
     ),
     seed: int | None = typer.Option(None, help="seed (testing only); default: OS entropy"),
+    engine: str = typer.Option(
+        "local",
+        "--engine",
+        help="local | dask: count on a Dask cluster (per-document bounding in the map, one noisy "
+        "threshold in the reduce; same vocabulary as local for the same --seed)",
+    ),
+    workers: int = typer.Option(2, "--workers", help="worker processes of the local Dask cluster"),
     secure: bool = typer.Option(
         False, help="OpenDP discrete Laplace noise (needs `pip install opendp`)"
     ),
 ) -> None:
     """Build a DP WordPiece tokenizer from CORPUS and write it with its privacy claim."""
-    import numpy as np
 
     from privnlp.core.errors import PrivnlpError
     from privnlp.core.rng import secure_numpy
@@ -166,7 +172,8 @@ def build(
                 "--user-field is only used with --unit user (the privacy unit would silently stay "
                 "'document'); add --unit user or drop --user-field"
             )
-        texts, users, rule = _read_corpus(corpus, field, user_field, fmt, bundled, txt_unit)
+        if engine not in ("local", "dask"):
+            raise InvalidArgument(f"--engine must be 'local' or 'dask'; got {engine!r}")
         mech = DPWordPiece(
             epsilon,
             delta,
@@ -177,10 +184,25 @@ def build(
             vocab_size=vocab_size,
             secure=secure,
         )
-        rng = np.random.default_rng(seed) if seed is not None else secure_numpy()
-        res = mech.build(
-            texts, contributor_ids=users if unit == "user" else None, rng=rng, records=rule
-        )
+        if engine == "dask":
+            if corpus is None or bundled or user_field or txt_unit != "line" or corpus.is_dir():
+                raise InvalidArgument(
+                    "--engine dask reads a .txt (one document per line) / .jsonl / .csv CORPUS "
+                    "with --unit document"
+                )
+            from privnlp.mechanisms.text.distributed import build_vocab_dask
+
+            res = build_vocab_dask(corpus, mech, seed=seed, fmt=fmt, field=field, n_workers=workers)
+        else:
+            texts, users, rule = _read_corpus(corpus, field, user_field, fmt, bundled, txt_unit)
+            # --seed: per-document generators derived from the seed (the engine's scheme: same output)
+            res = mech.build(
+                texts,
+                contributor_ids=users if unit == "user" else None,
+                rng=None if seed is not None else secure_numpy(),
+                seed=seed,
+                records=rule,
+            )
         paths = res.save(out)
     except PrivnlpError as e:
         typer.echo(f"error: {e}", err=True)

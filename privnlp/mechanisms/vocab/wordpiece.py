@@ -34,10 +34,13 @@ import json
 import math
 import os
 import string
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
@@ -535,13 +538,74 @@ class DPWordPiece(Mechanism):
         contributor_ids: Sequence[Any] | None = None,
         rng: Any = None,
         records: str | None = None,
+        seed: int | None = None,
     ) -> VocabBuild:
         """Release the DP histogram and train the WordPiece tokenizer on it. ``rng=None``: the noise comes from
         the OS entropy pool; a seed / Generator makes a reproducible simulation and the claim says "noise
         seeded" (``secure=True`` draws OpenDP's noise from its CSPRNG whatever ``rng`` is). ``records``:
         how the caller cut its files into documents (e.g. :data:`privnlp.data.loaders.TXT_UNIT_RULES`);
-        the claim states it, since the per-document bound holds for documents so defined."""
+        the claim states it, since the per-document bound holds for documents so defined.
+
+        ``seed`` (instead of ``rng``): contributor ``i`` is bounded with ``default_rng([seed, 0, i])``
+        and the threshold noise drawn from ``default_rng([seed, 1])`` — the scheme of the Dask
+        map-reduce (:func:`privnlp.mechanisms.text.distributed.build_vocab_dask`), which gives the
+        same vocabulary for the same seed. A reproducible simulation ("noise seeded")."""
+        if seed is not None:
+            if rng is not None:
+                raise InvalidArgument("pass either rng or seed, not both")
+            check_range("seed", seed, 0, 2**63 - 1, integer=True)
+            if self.unit == "user" and contributor_ids is None:
+                raise InvalidArgument(
+                    "contributor_ids is required for unit='user' (one user id per text)"
+                )
+            word_sets = _split_corpus(
+                texts, contributor_ids if self.unit == "user" else None, self.lowercase
+            )
+            k = int(self.max_words_per_contributor)
+            hist: Counter = Counter()
+            for i, ws in enumerate(word_sets):
+                gi = np.random.default_rng([int(seed), 0, i])
+                hist.update(bound_contributions([ws], k, rng=gi)[0])
+            return self.build_from_counts(
+                hist, len(word_sets), rng=np.random.default_rng([int(seed), 1]), records=records
+            )
         h = self.release_histogram(texts, contributor_ids=contributor_ids, rng=rng)
+        tok = train_wordpiece_from_histogram(
+            h.counts, int(self.vocab_size), count_scale=self.count_scale, lowercase=self.lowercase
+        )
+        return VocabBuild(tok, h, self._release_claim(rng, records), config=self.params())
+
+    def build_from_counts(
+        self,
+        hist: Mapping[str, int],
+        n_contributors: int,
+        *,
+        rng: Any = None,
+        records: str | None = None,
+    ) -> VocabBuild:
+        """The reduce step: the noisy threshold, drawn once, on contributor counts that were already
+        bounded to ``k`` distinct words per contributor (summed over shards), then the tokenizer.
+
+        Args:
+            hist: word -> number of contributors using it (each contributor bounded to ``k`` words).
+            n_contributors: the number of contributors (checks ``delta < 1/n``).
+            rng: the noise (``None`` = OS entropy; a seed / Generator: "noise seeded").
+            records: the record rule stated in the claim.
+        """
+        check_range("n_contributors", n_contributors, 1, math.inf, integer=True)
+        if not (self.delta < 1.0 / n_contributors):
+            raise InvalidPrivacyParameter(
+                f"delta must be in (0, 1/n) = (0, {1.0 / n_contributors:.3g}) for "
+                f"n={n_contributors} contributors; got {self.delta!r}"
+            )
+        noise = secure_numpy() if rng is None else rng
+        h = release_histogram(
+            dict(hist),
+            self.calibration(),
+            rng=noise,
+            secure=self.secure,
+            n_contributors=int(n_contributors),
+        )
         tok = train_wordpiece_from_histogram(
             h.counts, int(self.vocab_size), count_scale=self.count_scale, lowercase=self.lowercase
         )
