@@ -212,3 +212,18 @@ def test_central_claim_records_the_transport_and_voids_the_eavesdropper_in_clear
         "honest-but-curious server"
     )
     assert clear.extra["transport"]["tls"] is False
+
+
+def test_party_certificates_for_mpc(tmp_path):
+    """`privnlp fl certs DIR --parties N` also writes MPC party certificates: each checks against its CA; a party
+    of another CA, or a party presenting another party's key, is refused."""
+    a = tls.make_certs(tmp_path / "a", parties=2)
+    b = tls.make_certs(tmp_path / "b", parties=1)
+    d = a.ca_certfile.parent
+    tls.check_party_certificate(d / "party-0.pem", d / "party-0.key", a.ca_certfile)
+    tls.check_party_certificate(d / "party-1.pem", d / "party-1.key", a.ca_certfile)
+    other = b.ca_certfile.parent
+    with pytest.raises(InvalidArgument, match="is not signed by the CA"):
+        tls.check_party_certificate(other / "party-0.pem", other / "party-0.key", a.ca_certfile)
+    with pytest.raises(InvalidArgument, match="does not match the certificate"):
+        tls.check_party_certificate(d / "party-0.pem", d / "party-1.key", a.ca_certfile)
