@@ -6,7 +6,10 @@ a ``dp_accounting`` event (``ComposedDpEvent`` of ``SelfComposedDpEvent(PoissonS
 GaussianDpEvent(sigma)), steps)``). The reported / enforced epsilon comes from the tightest sound
 accountant (``prv``, default: min of dp_accounting PLD and RDP over a wide order range; ``rdp``: the
 wide-order RDP); opacus' accountants are diagnostics that never throw a finished run away.
-Duplicates (group privacy): :mod:`privnlp.accounting.duplicates`.
+Duplicates (group privacy): :mod:`privnlp.accounting.duplicates`. Federated learning (DP-FedAvg's
+user-level rounds per adversary, client DP-SGD's per-client ledgers): :mod:`privnlp.accounting.federated`
+(:class:`FedLedger`, :func:`dp_fedavg_adversary_bounds`). Every ledger states its epsilon per adversary
+where adversaries differ (:class:`privnlp.core.claims.AdversaryBound`).
 
 Papers: ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` (DP-SGD accounting, the sharded-noise
 relation sigma*sqrt(P)), Abadi et al. 2016 (moments accountant) via opacus / dp_accounting.
@@ -17,6 +20,7 @@ This package does not import torch at import time (opacus / dp_accounting are im
 from __future__ import annotations
 
 from .duplicates import DuplicateReport, find_duplicates, group_epsilon
+from .federated import FedLedger, dp_fedavg_adversary_bounds, no_amplification_epsilon
 from .ledger import (
     ACCOUNTANTS,
     REPORTED,
@@ -38,6 +42,9 @@ __all__ = [
     "BudgetGuard",
     "DPLedger",
     "DuplicateReport",
+    "FedLedger",
+    "dp_fedavg_adversary_bounds",
+    "no_amplification_epsilon",
     "LedgerRun",
     "calibrate_noise_multiplier",
     "check_accounting_configuration",
