@@ -162,3 +162,19 @@ def test_client_noise_is_drawn_from_os_entropy():
     assert "rng=secure_numpy()" in src
     enc_call = src[src.index("sa.encode_update") - 200 : src.index("sa.encode_update") + 200]
     assert "seed" not in enc_call.replace("secure_numpy", "")
+
+
+def test_l1_bound_holds_for_every_integer_vector_in_the_l2_ball():
+    """Exhaustive on small cases: every integer vector with ||v||_2 <= B has ||v||_1 <= the plan's L1 bound."""
+    import itertools
+
+    for levels, dim in ((1, 3), (1, 4), (2, 3)):
+        plan = _plan(levels=levels, dim=dim)
+        b = plan.l2_bound
+        r = int(math.floor(b))
+        worst = max(
+            sum(abs(x) for x in v)
+            for v in itertools.product(range(-r, r + 1), repeat=dim)
+            if math.sqrt(sum(x * x for x in v)) <= b
+        )
+        assert worst <= plan.l1_bound, (levels, dim, worst, plan.l1_bound)

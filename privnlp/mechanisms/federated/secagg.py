@@ -156,8 +156,9 @@ class SkellamPlan:
 
     @property
     def l1_bound(self) -> float:
+        # an integer vector v has ||v||_1 <= ||v||_2^2, an integer <= B^2
         b = self.l2_bound
-        return min(math.floor(b) ** 2, math.sqrt(self.dim) * b)
+        return min(float(math.floor(b * b)), math.sqrt(self.dim) * b)
 
     @property
     def mu(self) -> float:
