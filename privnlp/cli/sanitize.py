@@ -133,6 +133,12 @@ def sanitize(
         "calibrated to top-k recall >= --recall-target on a public probe (recorded in the sidecar); "
         "any index is post-processing, same claim.",
     ),
+    device: str = typer.Option(
+        "cpu",
+        "--device",
+        help="cpu | cuda[:N]: exact top-k on the GPU in torch (same output as the CPU exact index "
+        "for the same --seed).",
+    ),
     recall_target: float = typer.Option(
         0.99, "--recall-target", help="Top-k recall an approximate index must reach, in [0.5, 1]."
     ),
@@ -169,7 +175,11 @@ def sanitize(
             _fail(f"--mechanism must be one of {MECHS}; got {mechanism!r}")
         cls = get(mechanism)
         kw: dict[str, Any] = dict(
-            oov=oov, skip_stopwords=skip_stopwords, index=index, recall_target=recall_target
+            oov=oov,
+            skip_stopwords=skip_stopwords,
+            index=index,
+            recall_target=recall_target,
+            device=device,
         )
         if mechanism == "vickrey":
             kw["t"] = t

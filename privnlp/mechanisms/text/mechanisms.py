@@ -137,6 +137,12 @@ class WordMetricDP(Mechanism):
         recall_target: the top-k recall a calibrated approximate index must reach, in [0.5, 1].
         auto_exact_words: ``index="auto"`` stays exact for inputs of at most this many words (>= 0).
         auto_exact_vocab: ``index="auto"`` stays exact for vocabularies of at most this many words (>= 2).
+        device: ``"cpu"`` (default) or a torch device (``"cuda"``): the exact nearest neighbours on the
+            device (:class:`~privnlp.mechanisms.text.neighbors.TorchIndex`: float32 GEMM + top-k there,
+            certified float64 re-rank of the candidates), the same answer as the CPU exact index; the
+            noise comes from the same generators as on the CPU, so ``seed`` gives identical output on
+            every device. ``"torch-cpu"`` runs that torch path on the CPU (for checks). Any ``index``
+            other than ``"auto"`` / ``"exact"`` is refused with a device.
 
     Raises:
         InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
@@ -171,6 +177,7 @@ class WordMetricDP(Mechanism):
         recall_target: float = RECALL_TARGET,
         auto_exact_words: int = 20_000,
         auto_exact_vocab: int = 50_000,
+        device: str = "cpu",
     ) -> None:
         check_positive("epsilon", epsilon, error=InvalidPrivacyParameter)
         if index not in INDEXES:
@@ -185,6 +192,13 @@ class WordMetricDP(Mechanism):
         check_range("recall_target", recall_target, 0.5, 1.0)
         check_range("auto_exact_words", auto_exact_words, 0, math.inf, integer=True)
         check_range("auto_exact_vocab", auto_exact_vocab, 2, math.inf, integer=True)
+        if not isinstance(device, str) or not device:
+            raise InvalidArgument(f"device must be 'cpu' or a torch device string; got {device!r}")
+        if device != "cpu" and index not in ("auto", "exact"):
+            raise InvalidArgument(
+                f"device={device!r} runs the exact search on the device; index must be 'auto' or "
+                f"'exact', got {index!r}"
+            )
         if vocab_limit is not None:
             check_range("vocab_limit", vocab_limit, 2, math.inf, integer=True)
         if embeddings is not None and not isinstance(embeddings, (Embeddings, str, os.PathLike)):
@@ -206,6 +220,7 @@ class WordMetricDP(Mechanism):
         self.recall_target = recall_target
         self.auto_exact_words = auto_exact_words
         self.auto_exact_vocab = auto_exact_vocab
+        self.device = device
 
     # -- resources (public, computed lazily once) --------------------------------------
     def resolve_embeddings(self) -> Embeddings:
@@ -233,7 +248,9 @@ class WordMetricDP(Mechanism):
         kind = self.__dict__.get("_index_kind")
         if kind is None:
             kind, why = self.index, f"index={self.index!r} given"
-            if kind == "auto":
+            if self.device != "cpu":
+                kind, why = "torch", f"exact search on device {self.device!r}"
+            elif kind == "auto":
                 n = len(self.resolve_embeddings())
                 if n <= self.auto_exact_vocab:
                     kind, why = "exact", f"auto: vocabulary of {n} <= {self.auto_exact_vocab} words"
@@ -260,6 +277,8 @@ class WordMetricDP(Mechanism):
             emb = self.resolve_embeddings()
             if kind == "exact":
                 nn = make_index(emb, "exact")
+            elif kind == "torch":  # "torch-cpu": the device path run on the CPU (tests, checks)
+                nn = make_index(emb, "torch", device=self.device.removeprefix("torch-"))
             else:
                 fixed = self.ann_ef if kind == "hnsw" else self.ann_nprobe
                 nn = make_index(
@@ -277,7 +296,10 @@ class WordMetricDP(Mechanism):
         """The index kind without an input size (``auto`` then treats the input as large)."""
         self.__dict__.pop("_nn_index", None)
         kind = self.index
-        if kind == "auto":
+        if self.device != "cpu":
+            kind = "torch"
+            self.__dict__["_index_why"] = f"exact search on device {self.device!r}"
+        elif kind == "auto":
             n = len(self.resolve_embeddings())
             kind = "exact" if n <= self.auto_exact_vocab else _available_ann()
             self.__dict__["_index_why"] = f"auto: vocabulary of {n} words, input size not given"
@@ -775,7 +797,7 @@ class WordMetricDP(Mechanism):
                 f"approximate index calibrated to top-k recall >= {self.recall_target:g}, recorded in the "
                 "sidecar); any index is post-processing of the noisy vector, same guarantee"
             )
-        if kind == "exact":
+        if kind in ("exact", "torch"):
             return f"exact nearest neighbours ({self.__dict__.get('_index_why')})"
         rep = self.index_report()
         cal = rep.get("calibration")

@@ -30,6 +30,7 @@ __all__ = [
     "ExactIndex",
     "HnswIndex",
     "FaissIndex",
+    "TorchIndex",
     "Calibration",
     "calibrate_param",
     "make_index",
@@ -1068,7 +1069,8 @@ class FaissIndex:
         with threadpool_limits(limits=1), ThreadPoolExecutor(nt) as pool:
             A = np.concatenate(list(pool.map(coarse, np.array_split(np.arange(B), nt))))
             flat = A.ravel()
-            qo = np.argsort(flat, kind="stable")
+            # group (query, list) pairs by list: a stable radix sort on 16-bit list ids (O(n))
+            qo = np.argsort(flat.astype(np.int16) if nl <= 32767 else flat, kind="stable")
             qs = np.searchsorted(flat[qo], np.arange(nl + 1))
             qrow = qo // nprobe
 
@@ -1104,9 +1106,10 @@ class FaissIndex:
             list(pool.map(scan, [range(t, nl, nt) for t in range(nt)]))
         cd = cd.reshape(B, nprobe * k)
         ci = ci.reshape(B, nprobe * k)
-        if nprobe > 1:
-            sel = np.argsort(cd, axis=1, kind="stable")[:, :k]
-            ci = np.take_along_axis(ci, sel, axis=1)
+        if nprobe > 1:  # the k best of the nprobe * k candidates (the exact re-rank orders them)
+            sel = np.argpartition(cd, k - 1, axis=1)[:, :k] if cd.shape[1] > k else None
+            if sel is not None:
+                ci = np.take_along_axis(ci, sel, axis=1)
         return np.where(ci >= 0, P["order"][ci.clip(0)], -1)
 
 
@@ -1228,9 +1231,105 @@ def calibrate_param(
     )
 
 
+class TorchIndex:
+    """Exact Euclidean k-NN in torch on a device (``"cuda"``; ``"cpu"`` for tests), with the answer of
+    :class:`ExactIndex` (same ids, same float64 distances, ties -> lower id).
+
+    1. Prescreen on the device: ``s~_j = ||e_j||^2 - 2 q.e_j`` (float32 GEMM, blocks of
+       ``block`` queries), the ``k + margin`` smallest per query (``torch.topk``).
+    2. The candidates' distances in float64 from difference vectors (the definition the CPU search
+       uses), ordered by (distance, id).
+    3. Certificate: every row outside the candidates has ``s~ >= s~_(k+margin)``; with the rigorous
+       float32 rounding bound ``m`` of the prescreen (``|s~ - s| <= m``, the ``gamma_d`` bound doubled),
+       if ``s~_(k+margin) - m`` exceeds the k-th candidate's exact score, no outside row can reach
+       or tie the top k. Queries without the certificate (rare: near-ties at the margin) are answered
+       by :class:`ExactIndex` on the CPU.
+
+    Args:
+        embeddings: the public vocabulary vectors.
+        device: a torch device string (``"cuda"``, ``"cuda:1"``, ``"cpu"``).
+        block: queries per device block, an integer in [1, 2**20].
+        margin: extra prescreen candidates per query, an integer in [1, 4096].
+    """
+
+    def __init__(
+        self, embeddings: Embeddings, device: str = "cuda", block: int = 8192, margin: int = 8
+    ) -> None:
+        check_range("block", block, 1, 1 << 20, integer=True)
+        check_range("margin", margin, 1, 4096, integer=True)
+        self.embeddings = embeddings
+        self.device = device
+        self.block = block
+        self.margin = margin
+
+    def _prep(self) -> dict:
+        key = ("torch_exact", str(self.device))
+        cache = self.embeddings._cache
+        if key not in cache:
+            import torch  # heavy: only for the device path
+
+            v = np.ascontiguousarray(self.embeddings.vectors, dtype=np.float32)
+            E = torch.from_numpy(v).to(self.device)
+            en = torch.from_numpy(np.einsum("ij,ij->i", v, v, dtype=np.float32)).to(self.device)
+            v64 = v.astype(np.float64)
+            e2 = np.einsum("ij,ij->i", v64, v64)
+            cache[key] = {
+                "E": E,
+                "en": en,
+                "max_e2": float(e2.max()),
+                "max_e": float(np.sqrt(e2.max())),
+            }
+        return cache[key]
+
+    def query(self, q: Any, k: int) -> NeighborResult:
+        import torch
+
+        emb = self.embeddings
+        if isinstance(q, torch.Tensor):
+            q = q.detach().to("cpu", torch.float32).numpy()
+        q = _check_queries(emb, q, k)
+        B, d = q.shape
+        n = len(emb)
+        ids = np.empty((B, k), dtype=np.int64)
+        dists = np.empty((B, k), dtype=np.float64)
+        if B == 0:
+            return NeighborResult(ids, dists)
+        P = self._prep()
+        kk = min(n, k + int(self.margin))
+        q64 = q.astype(np.float64)
+        qn = np.sqrt(np.einsum("ij,ij->i", q64, q64))
+        # |s~ - s| <= 2 (d + 4) u32 (max ||e||^2 + 2 ||q|| max ||e||): GEMM and norm roundings, doubled
+        m = 2.0 * (d + 4) * _U32 * (P["max_e2"] + 2.0 * qn * P["max_e"]) * 2.0 + 1e-30
+        bad = np.zeros(B, dtype=bool)
+        for s in range(0, B, int(self.block)):
+            qb = torch.from_numpy(q[s : s + self.block]).to(self.device)
+            S = torch.addmm(P["en"][None, :], qb, P["E"].T, beta=1.0, alpha=-2.0)
+            sv, si = torch.topk(S, kk, dim=1, largest=False, sorted=True)
+            sv = sv.to("cpu", torch.float64).numpy()
+            cand = si.to("cpu").numpy().astype(np.int64)
+            b = cand.shape[0]
+            qi = np.repeat(np.arange(s, s + b), kk)
+            d2 = _pair_sq_dists(emb.vectors, cand.ravel(), q64, qi).reshape(b, kk)
+            order = np.lexsort((cand, d2), axis=-1)
+            cand = np.take_along_axis(cand, order, axis=1)
+            d2 = np.take_along_axis(d2, order, axis=1)
+            ids[s : s + b] = cand[:, :k]
+            dists[s : s + b] = np.sqrt(d2[:, :k])
+            if kk < n:  # certificate: the k-th exact score (s = d2 - ||q||^2) vs the excluded rows
+                sk = d2[:, k - 1] - qn[s : s + b] ** 2
+                bad[s : s + b] = ~(sv[:, -1] - m[s : s + b] > sk + m[s : s + b])
+        if bad.any():
+            r = ExactIndex(emb).query(q[bad], k)
+            ids[bad], dists[bad] = r.ids, r.dists
+        self.__dict__["_last_uncertified"] = int(bad.sum())
+        return NeighborResult(ids, dists)
+
+
 def make_index(embeddings: Embeddings, index: str = "exact", **kw: Any) -> Any:
     if index == "exact":
         return ExactIndex(embeddings)
+    if index == "torch":
+        return TorchIndex(embeddings, **kw)
     if index == "hnsw":
         return HnswIndex(embeddings, **kw)
     if index == "faiss":
