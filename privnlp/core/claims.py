@@ -117,6 +117,33 @@ class AdversaryBound:
         object.__setattr__(self, "delta", d)
         object.__setattr__(self, "amplified", bool(self.amplified))
 
+    @classmethod
+    def same_for(
+        cls,
+        threat_models: Any,
+        epsilon: float,
+        delta: float,
+        accountant: str,
+        amplified: bool,
+        note: str = "",
+    ) -> tuple[AdversaryBound, ...]:
+        """One bound per adversary of ``threat_models`` (:class:`ThreatModel`), all with the same
+        guarantee: for a mechanism whose output is all that any of them sees (central DP-SGD, a DP
+        vocabulary, a sanitizer). ``amplified``: epsilon uses amplification by a sampling that none of
+        them observes."""
+        return tuple(
+            cls(
+                t.adversary.value,
+                ", ".join(t.observes),
+                epsilon,
+                delta,
+                accountant,
+                amplified,
+                note,
+            )
+            for t in threat_models
+        )
+
     def describe(self) -> str:
         """One line: who, what it sees, (epsilon, delta), amplified or not, and the note."""
         s = (

@@ -366,6 +366,7 @@ def write_index(
         cells = (
             "; ".join(
                 f"{a}: {v.get('undefended', math.nan):.3f} → {v.get('defended', math.nan):.3f}"
+                + (f" ({TOO_WEAK_FLAG})" if v.get("attack_too_weak") else "")
                 for a, v in head.items()
             )
             or "—"
@@ -375,7 +376,10 @@ def write_index(
         )  # issue #18: audited epsilon next to the claim
 
         audited = audit_index_text(o.report)
-        claim_cell = e(o.report.claim.statement()) + (f"<br><b>{e(audited)}</b>" if audited else "")
+        claim_cell = (
+            f"<b>{e(o.report.claim.headline())}</b><br><small>{e(o.report.claim.statement())}</small>"
+            + (f"<br><b>{e(audited)}</b>" if audited else "")
+        )
         rows.append(
             f"<tr><td><a href='{e(o.name)}.html'>{e(o.name)}</a></td><td>{claim_cell}</td>"
             f"<td>{e(cells)}</td><td>{o.seconds:.1f}s</td></tr>"

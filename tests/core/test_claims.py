@@ -119,3 +119,25 @@ def test_disk_lease_deletes_snapshot_dir_with_last_observation(tmp_path):
     del b
     gc.collect()
     assert not d.exists()
+
+
+def test_adversary_bounds_from_threat_models_round_trip():
+    from privnlp.core.claims import AdversaryBound
+
+    tms = (
+        ThreatModel(Adversary.HONEST_BUT_CURIOUS_SERVER, observes=("every noisy update",)),
+        ThreatModel(Adversary.BLACK_BOX_QUERIER, observes=("log-probabilities", "outputs")),
+    )
+    bounds = AdversaryBound.same_for(tms, 1.5, 1e-5, "dp_accounting PLD", True)
+    assert [b.adversary for b in bounds] == ["honest-but-curious server", "black-box querier"]
+    assert bounds[1].observes == "log-probabilities, outputs"
+    c = PrivacyClaim.dp(1.5, 1e-5, "example", adversaries=bounds)
+    assert PrivacyClaim.from_dict(c.to_dict()) == c
+    assert (
+        c.headline() == "(1.5, 1e-05)-DP per example against the honest-but-curious server "
+        "(the strongest named adversary)"
+    )
+    with pytest.raises(InvalidPrivacyParameter, match="delta of the bound"):
+        AdversaryBound("x", "y", 1.0, 1.0, "a", False)
+    with pytest.raises(InvalidPrivacyParameter, match="epsilon of the bound"):
+        AdversaryBound("x", "y", float("nan"), 0.0, "a", False)
