@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from . import mechanisms as _mechanisms  # noqa: F401  (registers fedavg, dp_fedavg + leaky twin)
 from . import twins as _twins  # noqa: F401  (leaky twin of fedavg)
-from .accounting import FedLedger, RoundRun, calibrate_user_noise, round_event, user_epsilon
+from .accounting import (
+    FedLedger,
+    RoundRun,
+    calibrate_user_noise,
+    dp_fedavg_adversary_bounds,
+    headline_user_epsilon,
+    round_event,
+    user_epsilon,
+)
 from .aggregation import AggregateInfo, clip_delta, dp_average, global_norm, weighted_average
 from .client import (
     ClientData,
@@ -68,6 +76,8 @@ __all__ = [
     "FedLedger",
     "RoundRun",
     "calibrate_user_noise",
+    "dp_fedavg_adversary_bounds",
+    "headline_user_epsilon",
     "round_event",
     "user_epsilon",
     "NERData",
