@@ -102,8 +102,57 @@ def interleaved(fn, base, reps: int) -> tuple[float, float, float]:
     return float(np.median(tf)), float(np.median(tb)), float(np.median(r))
 
 
+def device_bench(device: str, n: int, d: int, tokens: int, check: int, eps: float) -> None:
+    """``--device cuda``: privnlp's device path (TorchIndex: GEMM + top-k on the device, certified
+    float64 re-rank) on GloVe when installed, else a synthetic GloVe-shaped vocabulary; tokens/s over
+    ``tokens`` noisy vectors (after a warm-up), and its answer checked equal to the CPU exact index on
+    ``check`` of them (the CPU exact index's tokens/s on those is the baseline of the ratio)."""
+    from privnlp.mechanisms.text import Embeddings, Vickrey
+    from privnlp.mechanisms.text.neighbors import ExactIndex, TorchIndex
+
+    try:
+        from privnlp.mechanisms.text.embeddings import default_embeddings, glove_available
+
+        emb = default_embeddings(n if n < 400_000 else None) if glove_available() else None
+    except Exception:  # noqa: BLE001 - any failure to load GloVe: synthetic vectors
+        emb = None
+    if emb is None:
+        emb = Embeddings(tuple(f"w{i}" for i in range(n)), synthetic_vocab(n, d, seed=0))
+    g = np.random.default_rng(0)
+    m = Vickrey(eps, embeddings=emb)
+    w = 1.0 / (np.arange(len(emb)) + 10.0)
+    q = emb.vectors[g.choice(len(emb), tokens, p=w / w.sum())] + m.sample_noise(tokens, rng=g)
+    ti = TorchIndex(emb, device=device)
+    ti.query(q[:8192], 2)  # warm-up (allocations, kernels)
+    import torch
+
+    torch.cuda.synchronize() if device.startswith("cuda") else None
+    t0 = time.perf_counter()
+    res = ti.query(q, 2)
+    dt = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ref = ExactIndex(emb).query(q[:check], 2)
+    dt_cpu = time.perf_counter() - t0
+    same = bool(
+        np.array_equal(res.ids[:check], ref.ids) and np.array_equal(res.dists[:check], ref.dists)
+    )
+    name = torch.cuda.get_device_name() if device.startswith("cuda") else device
+    print(f"device path on {name}: vocabulary {len(emb)} x {emb.dim} ({emb.source or 'synthetic'})")
+    print(f"  TorchIndex top-2: {tokens / dt:,.0f} tokens/s ({tokens} tokens, {dt:.2f} s)")
+    print(f"  uncertified (answered on the CPU): {ti.__dict__.get('_last_uncertified')}")
+    print(f"  CPU exact index: {check / dt_cpu:,.0f} tokens/s on {check} tokens")
+    print(f"  ratio device / CPU exact: {(tokens / dt) / (check / dt_cpu):.1f}x")
+    print(f"  equal to the CPU exact index on {check} tokens: {same}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument(
+        "--device",
+        default=None,
+        help="cuda: time the device path only (TorchIndex) against the CPU exact index",
+    )
+    ap.add_argument("--check", type=int, default=2000, help="--device: tokens checked on the CPU")
     ap.add_argument("--vocab", type=int, default=50_000)
     ap.add_argument("--dim", type=int, default=300)
     ap.add_argument("--tokens", type=int, default=8192)
@@ -137,6 +186,10 @@ def main() -> None:
         "--rss-child", default="", help=argparse.SUPPRESS
     )  # internal: fresh-process peak RSS
     args = ap.parse_args()
+    if args.device:
+        n = args.glove or 400_000
+        device_bench(args.device, n, 50, args.tokens, args.check, 10.0)
+        return
     if args.glove and "--epsilon" not in " ".join(os.sys.argv):
         args.epsilon = 10.0
     if args.glove and "--faiss" not in os.sys.argv:

@@ -1269,7 +1269,7 @@ class TorchIndex:
             import torch  # heavy: only for the device path
 
             v = np.ascontiguousarray(self.embeddings.vectors, dtype=np.float32)
-            E = torch.from_numpy(v).to(self.device)
+            E = torch.from_numpy(np.require(v, requirements=["W"])).to(self.device)
             en = torch.from_numpy(np.einsum("ij,ij->i", v, v, dtype=np.float32)).to(self.device)
             v64 = v.astype(np.float64)
             e2 = np.einsum("ij,ij->i", v64, v64)
