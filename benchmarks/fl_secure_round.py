@@ -34,7 +34,7 @@ def _run(clients: int, rounds: int, secure: bool, work: str) -> list[float]:
         "aggregation": "secagg" if secure else "central",
     }
     with LoopbackDeployment(work, clients, secure=secure) as dep:
-        out = dep.submit(cfg, os.path.join(work, "out"))
+        out = dep.submit(cfg, os.path.join(work, "out"), timeout=600.0)  # flwr run under load
         res = dep.wait(out, 600.0 + 300.0 * rounds)
     if "error" in res:
         raise SystemExit(f"{'secure' if secure else 'plain'} run failed: {res['error']}")
