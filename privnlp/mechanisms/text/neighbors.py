@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1301,12 +1302,10 @@ class TorchIndex:
         # |s~ - s| <= 2 (d + 4) u32 (max ||e||^2 + 2 ||q|| max ||e||): GEMM and norm roundings, doubled
         m = 2.0 * (d + 4) * _U32 * (P["max_e2"] + 2.0 * qn * P["max_e"]) * 2.0 + 1e-30
         bad = np.zeros(B, dtype=bool)
-        for s in range(0, B, int(self.block)):
-            qb = torch.from_numpy(q[s : s + self.block]).to(self.device)
-            S = torch.addmm(P["en"][None, :], qb, P["E"].T, beta=1.0, alpha=-2.0)
-            sv, si = torch.topk(S, kk, dim=1, largest=False, sorted=True)
-            sv = sv.to("cpu", torch.float64).numpy()
-            cand = si.to("cpu").numpy().astype(np.int64)
+
+        def rerank(s: int, sv: np.ndarray, cand: np.ndarray) -> None:
+            # the CPU part (float64 distances of the candidates, order, certificate), run on a thread
+            # pool while the device computes the next block (numpy releases the GIL in the gathers)
             b = cand.shape[0]
             qi = np.repeat(np.arange(s, s + b), kk)
             d2 = _pair_sq_dists(emb.vectors, cand.ravel(), q64, qi).reshape(b, kk)
@@ -1318,6 +1317,19 @@ class TorchIndex:
             if kk < n:  # certificate: the k-th exact score (s = d2 - ||q||^2) vs the excluded rows
                 sk = d2[:, k - 1] - qn[s : s + b] ** 2
                 bad[s : s + b] = ~(sv[:, -1] - m[s : s + b] > sk + m[s : s + b])
+
+        bs = int(self.block)
+        with ThreadPoolExecutor(max(1, min(8, (os.cpu_count() or 2) - 1))) as pool:
+            jobs = []
+            for s in range(0, B, bs):
+                qb = torch.from_numpy(q[s : s + bs]).to(self.device)
+                S = torch.addmm(P["en"][None, :], qb, P["E"].T, beta=1.0, alpha=-2.0)
+                sv, si = torch.topk(S, kk, dim=1, largest=False, sorted=True)
+                sv = sv.to("cpu", torch.float64).numpy()
+                cand = si.to("cpu").numpy().astype(np.int64)
+                jobs.append(pool.submit(rerank, s, sv, cand))
+            for j in jobs:
+                j.result()
         if bad.any():
             r = ExactIndex(emb).query(q[bad], k)
             ids[bad], dists[bad] = r.ids, r.dists
