@@ -138,7 +138,12 @@ def evalset_main(out_json: str | None) -> None:
 
     from privnlp.data import tokenize
     from privnlp.mechanisms.pii.crf import crf_tagger
-    from privnlp.mechanisms.pii.evalset import handwritten_card_json, load_evalset, score_spans
+    from privnlp.mechanisms.pii.evalset import (
+        handwritten_card_json,
+        load_evalset,
+        score_spans,
+        write_card_block,
+    )
     from privnlp.mechanisms.pii.redact import PIIRedactor
 
     test, val = load_evalset("test"), load_evalset("validation")
@@ -195,8 +200,16 @@ def evalset_main(out_json: str | None) -> None:
         f"\nredact (recognizers + CRF): {len(texts) / t_red:,.0f} docs/s = {t_red / t_tok:.0f}x tokenizing"
     )
     path = Path(out_json) if out_json else handwritten_card_json()
+    if path.is_file():  # keep the record of the first, clean run and what changed after it
+        old = json.loads(path.read_text(encoding="utf-8"))
+        for k in ("clean_first_run", "changes_after_seeing_test_errors"):
+            if k in old:
+                result[k] = old[k]
     path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {path}")
+    if not out_json:
+        write_card_block(path.parent / "NOTES.md", result)
+        print(f"updated the generated block of {path.parent / 'NOTES.md'}")
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from faker import Faker
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument
@@ -26,6 +27,8 @@ from privnlp.core.observations import BlackBoxLM, PerturbedText
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
+from privnlp.data import generate_corpus, make_canary
+from privnlp.data.corpus import tokenize
 
 __all__ = ["PIIRedactionScenario", "PII_PRESETS", "canary_record"]
 
@@ -66,7 +69,6 @@ CANARY_PATTERN = "call me at 555-867-{digits:4}"
 
 def canary_record(seed: int) -> tuple[str, list[tuple[int, int, str]]]:
     """A held-out record with fresh PII mentioned repeatedly (name, phone, e-mail, date), with gold spans."""
-    from faker import Faker
 
     f = Faker("en_US")
     f.seed_instance(int(seed))
@@ -123,7 +125,6 @@ class PIIRedactionScenario(Scenario):
         self.lm = lm
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        from privnlp.data import generate_corpus
 
         cfg = PII_PRESETS[self.preset]
         g = as_numpy(rng)
@@ -189,7 +190,6 @@ class PIIRedactionScenario(Scenario):
 
     @staticmethod
     def _utility(targets: list, pred_spans: list) -> dict[str, float]:
-        from privnlp.data.corpus import tokenize
 
         n_pred = hit = 0
         kept = tot = 0
@@ -211,7 +211,6 @@ class PIIRedactionScenario(Scenario):
     def _lm_trial(
         train: list, redactor: Any, cfg: dict, g: np.random.Generator, info: dict
     ) -> Trial:
-        from privnlp.data import make_canary
         from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer
         from privnlp.models import tiny_gpt2, train_lm
 

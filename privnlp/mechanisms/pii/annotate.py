@@ -36,9 +36,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rapidfuzz import fuzz, process
+
 from privnlp.core.errors import MalformedInput, check_range
 from privnlp.core.rng import as_numpy
 from privnlp.data.corpus import tokenize
+from privnlp.metrics import ner_span_metrics
 
 from .recognizers import (
     PIISpan,
@@ -347,7 +350,6 @@ class AutoAnnotator:
         return self._free(text, label, value)
 
     def _names(self, text: str, label: str, value: str) -> list[PIISpan]:
-        from rapidfuzz import fuzz, process
 
         out: list[PIISpan] = []
         variants = name_variants(
@@ -427,7 +429,6 @@ class AutoAnnotator:
         return out
 
     def _emails(self, text: str, label: str, value: str) -> list[PIISpan]:
-        from rapidfuzz import fuzz
 
         out = []
         for c in find_emails(text):
@@ -438,7 +439,6 @@ class AutoAnnotator:
         return out
 
     def _free(self, text: str, label: str, value: str) -> list[PIISpan]:
-        from rapidfuzz import fuzz
 
         multi = len(value.split()) > 1 or not value[:1].isalpha()
         out = [
@@ -590,7 +590,6 @@ def evaluate_annotation(
     Raises:
         MalformedInput: ``known_fields`` entries that are not label -> list of strings.
     """
-    from privnlp.metrics import ner_span_metrics
 
     annotator = annotator or AutoAnnotator()
     if docs is None:

@@ -46,6 +46,7 @@ from privnlp.core.rng import as_numpy
 from privnlp.data.corpus import tokenize
 from privnlp.models.cache import cache_dir
 
+from .evalset import default_evalset_dir, load_evalset
 from .synth import LOCALES, annotate_documents, prose_paragraphs, real_towns, synth_documents
 from .types import PIISpan
 
@@ -217,11 +218,17 @@ def token_features(
 _LEAD = _TITLES | frozenset(
     "dear hi hello hey hiya hola buenas bonjour salut hallo ciao buongiorno olá ola beste caro cara "
     "querido querida estimado estimada gentile liebe lieber para to from cc attn re fw "
-    "name nombre nom naam cognome surname applicant patient".split()
+    "name nombre nom naam cognome surname applicant patient customer client user team "
+    "nome apellidos apellido prénom vorname telefono teléfono telefon telefoon téléphone tel mobile "
+    "móvil cellulare handy email mail e-mail geboortedatum geburtsdatum fecha address adresse "
+    "guten tag viele grüße gruß morgen abend saluti cordiali atentamente bises groet groeten "
+    "regards thanks gracias merci danke grazie obrigado".split()
 )
+#: conjunctions: a name span is cut there (``Pablo y Carmen Ortega`` -> two names)
+_CONJ = frozenset("and or y o e et ou und oder en of".split())
 #: lower-case words allowed inside a name (particles)
 _PARTICLES = frozenset(
-    "de del della di da dos das du van von der den ter la le lo los las ní nic mac bin al el y e".split()
+    "de del della di da dos das du van von der den ter la le lo los las ní nic mac bin al el".split()
 )
 
 
@@ -236,14 +243,26 @@ def tidy_span(text: str, span: PIISpan, gaz: Gazetteers) -> list[PIISpan]:
     pieces: list[list[tuple[str, int, int]]] = [[]]
     for k, t in enumerate(toks):
         gap = k > 0 and ("  " in text[toks[k - 1][2] : t[1]] or "\t" in text[toks[k - 1][2] : t[1]])
-        stop = t[0].islower() and t[0] in gaz.common and t[0] not in _PARTICLES
+        low = t[0].lower()
+        stop = t[0].islower() and ((low in gaz.common and low not in _PARTICLES) or low in _CONJ)
+        # a sentence end: "." after a word of 2+ letters that is not a title ("Mr." stays)
+        if t[0] in ".!?" and k > 0 and len(toks[k - 1][0]) > 1:
+            stop = stop or toks[k - 1][0].lower() not in _TITLES
         if gap or stop:
             pieces.append([])
         if not stop:
             pieces[-1].append(t)
+
+    def plain_word(w: str) -> bool:  # an ordinary word, not a known name / town
+        lw = w.lower()
+        known = lw in gaz.first or lw in gaz.last or lw in gaz.towns
+        return lw in _LEAD or (lw in gaz.common and not known)
+
     out = []
     for pc in pieces:
-        while pc and (pc[0][0].lower().rstrip(".") in _LEAD or not pc[0][0][:1].isalnum()):
+        while pc and plain_word(pc[-1][0]):
+            pc = pc[:-1]
+        while pc and (plain_word(pc[0][0].rstrip(".")) or not pc[0][0][:1].isalnum()):
             # a title keeps its dot with it: "Mr. Khan" -> "Khan"
             pc = pc[1:]
             while pc and pc[0][0] == ".":
@@ -438,7 +457,6 @@ def crf_tagger(
 ) -> CRFTagger:
     """The bundled CRF tagger, trained once and cached under ``cache_dir() / "pii"`` (key: config + seed);
     calibrated on the hand-written validation set when it is present (a source checkout)."""
-    from .evalset import default_evalset_dir, load_evalset
 
     cfg = {"v": 2, "seed": seed, "n_docs": n_docs, "locales": LOCALES, "calibrated": calibrated}
     key = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]

@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.core.errors import InvalidArgument
 from privnlp.core.rng import as_numpy
+from privnlp.data import generate_corpus
+from privnlp.metrics.ner import bio_to_spans
+
+from .annotate import AutoAnnotator, degrade_fields
+from .recognizers import recognize
+from .spans import to_bio
 
 __all__ = ["noisy_label_effect", "sites_curve", "union_tags", "jitter_boundaries"]
 
@@ -30,9 +37,6 @@ def _setup(
     degraded: bool = False,
     annotator: dict[str, Any] | None = None,
 ):
-    from privnlp.data import generate_corpus
-
-    from .annotate import AutoAnnotator, degrade_fields
 
     corpus = generate_corpus(n_users, records_per_user, seed=seed)
     users = list(corpus.users)
@@ -73,8 +77,6 @@ def noisy_label_effect(
     False}`` for an exact matcher; ``boundary_noise``: :func:`jitter_boundaries` on every label, training and
     held-out alike: random noise, unlike the annotator's own systematic misses). Also scores what is available for documents *without* known fields:
     the regex recognizers alone, and the union of the tagger with the noisy labels."""
-    from .recognizers import recognize
-    from .spans import to_bio
     from .tagger import evaluate_tags, train_tagger
 
     g = as_numpy(rng)
@@ -132,7 +134,6 @@ def jitter_boundaries(tags: Sequence[str], p: float, *, rng: Any) -> list[str]:
     """Random boundary noise on BIO ``tags`` (the paper's fuzzy noun-chunk matches, §2.2 / Table 4): each entity,
     with probability ``p``, loses its first or last token (one-token entities: gain a neighbouring ``O``
     token instead). Types are kept; entities never merge."""
-    from privnlp.metrics.ner import bio_to_spans
 
     g = as_numpy(rng)
     out = ["O"] * len(tags)
@@ -158,7 +159,6 @@ def jitter_boundaries(tags: Sequence[str], p: float, *, rng: Any) -> list[str]:
 
 def union_tags(labels: Sequence[str], tagger: Sequence[str]) -> list[str]:
     """The noisy labels, with every tagger entity added whose tokens the labels leave all ``O``."""
-    from privnlp.metrics.ner import bio_to_spans
 
     out = list(labels)
     for a, b, lab in bio_to_spans(list(tagger)):
@@ -188,7 +188,6 @@ def sites_curve(
     so every site trains the same number of steps whatever K (more sites = more data, not more steps per
     site); ``setting="central"`` (the paper's federated/central, used for its Figure 5): the K sites' batches
     are pooled and trained centrally for ``rounds`` epochs."""
-    from privnlp.core.errors import InvalidArgument
 
     from .tagger import evaluate_tags, split_sites, train_tagger
 

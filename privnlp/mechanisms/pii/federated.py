@@ -27,6 +27,12 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from privnlp.core.errors import InvalidArgument
+from privnlp.data import generate_corpus
+from privnlp.data.corpus import LABELS, tokenize
+
+from .annotate import AutoAnnotator
+
 __all__ = [
     "FLOWER_TASK",
     "USERS_PER_SITE",
@@ -50,8 +56,6 @@ EMB_DIM = HIDDEN = 48
 @lru_cache(maxsize=4)
 def public_vocab(seed: int) -> Any:
     """The shared vocabulary: words seen at least twice in a public corpus (no site's data), every PII label."""
-    from privnlp.data import generate_corpus
-    from privnlp.data.corpus import LABELS, tokenize
 
     from .tagger import TagVocab
 
@@ -64,10 +68,6 @@ def site_sentences(
     seed: int, partition_id: int, num_partitions: int
 ) -> list[tuple[list[str], list[str]]]:
     """One site's auto-annotated documents (tokens, noisy BIO tags), from its own known fields only."""
-    from privnlp.core.errors import InvalidArgument
-    from privnlp.data import generate_corpus
-
-    from .annotate import AutoAnnotator
 
     if not 0 <= int(partition_id) < int(num_partitions):
         raise InvalidArgument(f"partition_id must be in [0, {num_partitions}); got {partition_id}")
@@ -110,7 +110,6 @@ def flower_task_and_data(
 
 def tagger_from_state(state: Mapping[str, Any], seed: int = 0) -> Any:
     """A :class:`~.tagger.PIITagger` from a trained state dict (the ServerApp's ``final.pt``)."""
-    from privnlp.core.errors import InvalidArgument
     from privnlp.models import BiLSTMTagger
 
     from .tagger import PIITagger

