@@ -9,7 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import typer
+
+from privnlp.attacks import get
+from privnlp.core.errors import MalformedInput
+from privnlp.core.observations import GradientObservation
+from privnlp.core.report import atomic_write_text
 
 app = typer.Typer(
     help="Run a bundled attack on a saved observation or a bundled scenario.", no_args_is_help=True
@@ -37,9 +43,6 @@ _MECH = typer.Option(
 def _load_observation(path: Path) -> Any:
     import torch
 
-    from privnlp.core.errors import MalformedInput
-    from privnlp.core.observations import GradientObservation
-
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a malformed input
@@ -65,10 +68,6 @@ def _run(
     task: str,
     out: Path | None,
 ) -> None:
-    import numpy as np
-
-    from privnlp.core.report import atomic_write_text
-
     trials: list[tuple[Any, Any]] = []
     if observation is not None:
         trials.append((_load_observation(observation), None))
@@ -132,7 +131,6 @@ def film(
     out: Path | None = _OUT,
 ) -> None:
     """FILM: bag of words -> beam search -> reordering on a GPT-2 style LM's gradient."""
-    from privnlp.attacks import get
 
     a = get("film")(beam_size=beam_size, reorder_steps=reorder_steps, repetitions=repetitions)
     _run("film", a, observation, batch_size, seed, mechanism, "lm", out)
@@ -150,15 +148,12 @@ def rlg(
     out: Path | None = _OUT,
 ) -> None:
     """RLG: the set of labels behind an update, from the output layer's gradient."""
-    from privnlp.attacks import get
 
     a = get("rlg")(layer=layer, num_labels=num_labels, method=method)
     _run("rlg", a, observation, batch_size, seed, mechanism, "classifier", out)
 
 
 def _gm(name: str, observation, batch_size, iterations, mechanism, seed, out, **kw) -> None:
-    from privnlp.attacks import get
-
     a = get(name)(iterations=iterations, **kw)
     _run(name, a, observation, batch_size, seed, mechanism, "classifier", out)
 

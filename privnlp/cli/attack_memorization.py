@@ -11,7 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import typer
+
+from privnlp.attacks import get as get_attack
+from privnlp.evaluation.scenarios.memorization import FLSnapshotsScenario, LMCanaryScenario
+from privnlp.mechanisms import get as get_mech
 
 __all__ = ["register"]
 
@@ -26,8 +31,6 @@ def _emit(payload: dict[str, Any], out: Path | None) -> None:
 
 
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
-    import numpy as np
-
     keys = sorted({k for r in rows for k in r})
     return {k: float(np.nanmean([r.get(k, float("nan")) for r in rows])) for k in keys}
 
@@ -52,11 +55,6 @@ def register(app: typer.Typer) -> typer.Typer:
         out: Path | None = typer.Option(None, help="write the JSON result here"),
     ) -> None:
         """Train the lm.canary model and measure canary exposure + extraction (RS / BS / beam)."""
-        import numpy as np
-
-        from privnlp.attacks import get as get_attack
-        from privnlp.evaluation.scenarios.memorization import LMCanaryScenario
-        from privnlp.mechanisms import get as get_mech
 
         mech = get_mech(mechanism).example(preset) if mechanism else None
         run = LMCanaryScenario(preset, repeats=repeats, pattern=pattern).run(
@@ -84,11 +82,6 @@ def register(app: typer.Typer) -> typer.Typer:
         )
 
     def _fl(attack: str, preset: str, seed: int, rounds: int | None, out: Path | None) -> None:
-        import numpy as np
-
-        from privnlp.attacks import get as get_attack
-        from privnlp.evaluation.scenarios.memorization import FLSnapshotsScenario
-
         run = FLSnapshotsScenario(preset, rounds=rounds).run(None, rng=np.random.default_rng(seed))
         atk = get_attack(attack).example(preset)
         rows = [

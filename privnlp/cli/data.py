@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
+
+from privnlp.core.report import atomic_write_text
+from privnlp.data import generate_corpus, generate_sentiment
 
 app = typer.Typer(help="Generate the bundled synthetic private corpus.", no_args_is_help=True)
 
@@ -22,10 +26,6 @@ def generate(
     ),
 ) -> None:
     """Write corpus.jsonl, corpus.conll (BIO) and sentiment.jsonl to OUT (each file atomically)."""
-    import json
-
-    from privnlp.core.report import atomic_write_text
-    from privnlp.data import generate_corpus, generate_sentiment
 
     corpus = generate_corpus(n_users, records_per_user, seed=seed)
     out.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import typer
+
+from privnlp.core.errors import PrivnlpError
+from privnlp.mechanisms.fragmentation.align import align
+from privnlp.mechanisms.fragmentation.corpus import read_parallel
+from privnlp.mechanisms.fragmentation.mechanism import PhraseFragmentation
 
 app = typer.Typer(
     help="Phrase-pair fragmentation of parallel data.",
@@ -63,13 +69,7 @@ def fragment(
     ),
 ) -> None:
     """Align, extract phrase pairs, shuffle, discard and write PREFIX.src / PREFIX.tgt / PREFIX.json."""
-    import numpy as np
     from rich.console import Console
-
-    from privnlp.core.errors import PrivnlpError
-    from privnlp.mechanisms.fragmentation.align import align
-    from privnlp.mechanisms.fragmentation.corpus import read_parallel
-    from privnlp.mechanisms.fragmentation.mechanism import PhraseFragmentation
 
     console = Console(stderr=True)
     try:

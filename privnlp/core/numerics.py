@@ -15,9 +15,12 @@ the reports (:func:`environment`). No torch import at module level.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import platform
 from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -107,7 +110,6 @@ def _cpu_model() -> str:
 def numerics_fingerprint() -> dict[str, Any]:
     """What decides the bits of a CPU result besides the code and the seed: pinned thread count,
     torch's CPU kernel family, and the versions of torch / transformers / tokenizers / numpy."""
-    from importlib.metadata import PackageNotFoundError, version
 
     import torch
 
@@ -147,8 +149,6 @@ def source_fingerprint(*subpackages: str) -> str:
     """sha256 (16 hex) of privnlp's own ``.py`` sources under ``subpackages`` (e.g. ``"models", "data"``;
     none = the whole package), computed once per process: cached results built by older code are
     never reused (the version string alone does not change while developing)."""
-    import hashlib
-    from pathlib import Path
 
     key = tuple(sorted(subpackages))
     if key not in _SOURCE_IDS:

@@ -9,6 +9,8 @@ Adding a field: append it *with a default* at the end so existing constructors k
 
 from __future__ import annotations
 
+import shutil
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,9 +34,6 @@ class DiskLease:
     collected, so long audits do not fill the disk."""
 
     def __init__(self, path: str) -> None:
-        import shutil
-        import weakref
-
         self.path = str(path)
         self._finalizer = weakref.finalize(self, shutil.rmtree, self.path, True)
 

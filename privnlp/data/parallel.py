@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privnlp.core.errors import check_probability, check_range
+
 __all__ = ["ParallelCorpus", "PlantedPair", "generate_parallel", "TOY_LEXICON"]
 
 
@@ -390,7 +392,6 @@ def generate_parallel(
     ``medical_rate`` of the sentences plant a (drug, side effect) pair 4-8 source words apart.
     Sentences are grouped into documents of ``doc_size`` sentences (ids ``doc00000`` ...).
     """
-    from privnlp.core.errors import check_probability, check_range
 
     check_range("n", n, 1, integer=True)
     check_probability("medical_rate", medical_rate)

@@ -18,14 +18,21 @@ import os
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from privnlp.core.claims import PrivacyClaim, ThreatModel, _jsonable
 from privnlp.core.errors import InvalidArgument
+from privnlp.core.numerics import (
+    environment,
+    numerics_fingerprint,
+    pinned_threads,
+    source_fingerprint,
+)
 from privnlp.core.protocols import Attack, Mechanism, Scenario, ScenarioRun
 from privnlp.core.registry import ATTACKS, LEAKY_TWINS, MECHANISMS, SCENARIOS
 from privnlp.core.report import (
@@ -36,6 +43,7 @@ from privnlp.core.report import (
     package_versions,
     summarize,
 )
+from privnlp.evaluation.realistic import attack_for, scenario_preset
 
 __all__ = [
     "audit",
@@ -159,9 +167,6 @@ def resolve_scenario(scenario: Any, mechanism: Any, preset: str = "quick") -> Sc
                 f"scenario is required: mechanism {getattr(mechanism, 'name', mechanism)!r} "
                 f"names no default scenario; known scenarios: {SCENARIOS.names()}"
             )
-    from .realistic import (
-        scenario_preset,
-    )  # issue #17: realistic victims where a scenario has them, else quick
 
     if isinstance(scenario, str):
         return SCENARIOS.get(scenario)(preset=scenario_preset(scenario, preset))
@@ -178,9 +183,6 @@ def resolve_attacks(attacks: Any, mechanism: Any, preset: str = "quick") -> list
     if attacks is None:
         attacks = [a for a in getattr(mechanism, "paired_attacks", ()) if a in ATTACKS.load_all()]
     out = []
-    from .realistic import (
-        attack_for,
-    )  # issue #17: CPU-sized attack budgets on the realistic victims
 
     for a in attacks:
         if isinstance(a, str):
@@ -281,7 +283,6 @@ def _run_one(
     code = [_code_id(mechanism), _code_id(scenario)]
     # issue #17: the numerics (pinned threads, CPU kernels, library versions) and all of privnlp's
     # source (victim builders, metrics, helpers) are part of the key, not only the classes' own files
-    from privnlp.core.numerics import numerics_fingerprint, source_fingerprint
 
     code = code + [numerics_fingerprint(), source_fingerprint()]
     keys = {
@@ -298,7 +299,6 @@ def _run_one(
     missing = [a for a in attacks if cached[a.name] is None]
     if not missing and util is not None:
         return SeedOutcome(seed, {n: v for n, v in cached.items() if v}, util)
-    from privnlp.core.numerics import pinned_threads
 
     with pinned_threads():  # issue #17: the thread count changes trained victims and attack results
         return _compute_one(mechanism, scenario, attacks, missing, seed, cached, paths, upath)
@@ -441,8 +441,6 @@ def audit(
         twin = twin_cls.example(base_preset(preset)) if hasattr(twin_cls, "example") else twin_cls()
         systems.append(("leaky_twin", twin))
 
-    from tqdm.auto import tqdm
-
     multi = len(scens) > 1
     attack_metrics: list[AttackMetrics] = []
     util_def: dict[str, MetricSummary] = {}
@@ -528,15 +526,10 @@ def audit(
 
 
 def _with_figures(report: LeakageReport, figs: Sequence[Any]) -> LeakageReport:
-    from dataclasses import replace
-
     return replace(report, figures=tuple(report.figures) + tuple(figs))
 
 
 def _with_environment(report: LeakageReport) -> LeakageReport:
     """``config["environment"]``: what the numbers depend on besides code and seeds (issue #17)."""
-    from dataclasses import replace
-
-    from privnlp.core.numerics import environment
 
     return replace(report, config={**report.config, "environment": environment()})

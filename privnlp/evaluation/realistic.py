@@ -25,10 +25,25 @@ from __future__ import annotations
 import copy
 import functools
 import re
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from privnlp.accounting.duplicates import DuplicateExamplesWarning
+from privnlp.core.errors import InvalidArgument
+from privnlp.core.numerics import pinned_threads
 from privnlp.core.protocols import PrivateTrainer
+from privnlp.core.rng import as_numpy
+from privnlp.data import generate_corpus, make_canary
+from privnlp.models.realistic import (
+    REALISTIC_LM,
+    debian_english_texts,
+    minilm_classifier,
+    realistic_lm,
+)
 
 __all__ = [
     "BASE",
@@ -43,6 +58,7 @@ __all__ = [
     "label_victim",
     "lm_victim",
     "fl_clients",
+    "dp_train_lm",
     "CLASSIFIER",
     "DP_CLASSIFIER",
     "LM",
@@ -109,7 +125,6 @@ def attack_for(name: str, cls: Any, preset: str) -> Any:
 def license_sentences(root: str = "/usr/share/common-licenses") -> list[tuple[str, int]]:
     """``(sentence, label)`` from the license texts: label 1 = a GNU license (GPL, LGPL, GFDL), 0 = another
     (Apache, Artistic, BSD, CC0, MPL). Sorted file order, duplicates dropped (deterministic)."""
-    from privnlp.core.errors import InvalidArgument
 
     out: list[tuple[str, int]] = []
     seen: set[str] = set()
@@ -142,7 +157,6 @@ def _split(tok: Any, seed: int) -> tuple[list[tuple[str, int]], list[tuple[str, 
     """(train, attack): the attacked sentences are short (``CLASSIFIER`` token range incl. [CLS]/[SEP]),
     ``n_attack // 2`` per class where available; the fine-tuning set is every other sentence, classes
     balanced by subsampling the larger one (at most ``n_train``)."""
-    import numpy as np
 
     cfg = CLASSIFIER
     pool = license_sentences()
@@ -174,11 +188,7 @@ def classifier_victim(
     ``info``: training loss first/last; the fine-tuned model's accuracy on every sentence not trained on
     (``heldout_accuracy``; the classes are unbalanced, so also ``heldout_balanced_accuracy``, the mean
     per-class recall) and on the attacked sentences (``attack_accuracy``)."""
-    import numpy as np
     import torch
-
-    from privnlp.core.numerics import pinned_threads
-    from privnlp.models.realistic import minilm_classifier
 
     model, tok = minilm_classifier(num_labels=2, seed=seed)
     train, attack = _split(tok, seed)
@@ -237,7 +247,6 @@ def _heldout_scores(
     model: Any, tok: Any, train: list[tuple[str, int]], attack: list[tuple[str, int]]
 ) -> dict[str, float]:
     """Accuracy / balanced accuracy on every license sentence not trained on, and on the attacked ones."""
-    import numpy as np
     from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
     seen = {s for s, _ in train}
@@ -263,12 +272,9 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from privnlp.core.errors import InvalidArgument
-    from privnlp.core.numerics import pinned_threads
     from privnlp.mechanisms.training.dp_sgd import per_sample_classification_loss
     from privnlp.mechanisms.training.loop import train_private
     from privnlp.mechanisms.training.mechanisms import DPSGD
-    from privnlp.models.realistic import minilm_classifier
 
     unknown = set(overrides) - set(DP_CLASSIFIER)
     if unknown:
@@ -357,7 +363,6 @@ def _predict(model: Any, tok: Any, texts: list[str], batch_size: int = 64) -> li
 def label_victim(num_labels: int, seed: int = 0) -> tuple[Any, Any, tuple[str, ...]]:
     """``(model, tokenizer, texts)``: MiniLM with a fresh ``num_labels``-way head (the start of federated
     training) and a pool of license sentences (the labels are drawn at random by the scenario)."""
-    from privnlp.models.realistic import minilm_classifier
 
     model, tok = minilm_classifier(num_labels=num_labels, seed=seed + 5)
     return model, tok, tuple(s for s, _ in license_sentences())
@@ -378,11 +383,7 @@ def lm_victim(seed: int = 0, finetune_steps: int | None = None) -> tuple[Any, An
 def _lm_victim(seed: int, steps: int) -> tuple[Any, Any, tuple[Any, ...]]:
     import torch
 
-    from privnlp.core.errors import InvalidArgument
-    from privnlp.core.numerics import pinned_threads
-    from privnlp.data import generate_corpus
     from privnlp.models import train_lm
-    from privnlp.models.realistic import REALISTIC_LM, realistic_lm
 
     base, tok, info = realistic_lm(seed=seed)
     p = REALISTIC_LM["private"]
@@ -419,11 +420,6 @@ def _lm_victim(seed: int, steps: int) -> tuple[Any, Any, tuple[Any, ...]]:
 
 def _canaries(info: dict, seed: int) -> list[Any]:
     """The realistic LM's canaries as :class:`~privnlp.data.Canary` objects (redrawn as its build drew them)."""
-    import numpy as np
-
-    from privnlp.core.errors import InvalidArgument
-    from privnlp.data import make_canary
-    from privnlp.models.realistic import REALISTIC_LM
 
     g = np.random.default_rng(seed)
     cs = [
@@ -441,10 +437,6 @@ def _canaries(info: dict, seed: int) -> list[Any]:
 
 def _training_texts(info: dict, seed: int) -> list[str]:
     """The realistic LM's training texts in its training order (public paragraphs + records + canaries)."""
-    import numpy as np
-
-    from privnlp.data import make_canary
-    from privnlp.models.realistic import REALISTIC_LM, debian_english_texts
 
     cfg = REALISTIC_LM
     public = debian_english_texts(**cfg["corpus"])
@@ -460,7 +452,6 @@ def _training_texts(info: dict, seed: int) -> list[str]:
 
 def heldout_texts(n: int = 200) -> list[str]:
     """Debian paragraphs after the ones the realistic LM trained on (empty when the machine has no more)."""
-    from privnlp.models.realistic import REALISTIC_LM, debian_english_texts
 
     c = REALISTIC_LM["corpus"]
     allp = debian_english_texts(**{**c, "max_paragraphs": c["max_paragraphs"] + n})
@@ -476,8 +467,6 @@ def fl_clients(
     text is ``per_client`` Debian paragraphs each that the LM did not train on (:func:`heldout_texts`, in order),
     the utility is measured on the ``n_heldout`` paragraphs after them. The scenario adds the records and
     watermarks. Raises :class:`InvalidArgument` when the machine has too few Debian paragraphs."""
-    from privnlp.core.errors import InvalidArgument
-    from privnlp.models.realistic import realistic_lm
 
     base, tok, _ = realistic_lm(seed=seed)
     need = n_clients * per_client + n_heldout
@@ -501,14 +490,85 @@ def fl_clients(
 CANARY_DP = {"batch_size": 64, "lr": 1e-3}
 
 
+def dp_train_lm(
+    mechanism: Any,
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    cfg: Mapping[str, Any],
+    *,
+    rng: Any,
+) -> tuple[Any, dict[str, Any]]:
+    """Train ``model`` (a causal LM) on ``texts`` with DP-SGD through the mechanism's ``make_private``
+    (opacus); ``cfg`` gives ``train`` (``max_length``, ``steps``) and ``dp`` (``batch_size``, ``lr``). Shared by
+    ``lm.canary`` (:mod:`privnlp.evaluation.scenarios.memorization`) and the realistic canary LM.
+
+    Returns:
+        ``(trained model in eval mode, {"epsilon", "dp_steps", "stopped_by_budget"})``.
+    """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
+    from privnlp.mechanisms.training.loop import train_private
+    from privnlp.models.training import lm_batch
+
+    b = lm_batch(tokenizer, texts, cfg["train"]["max_length"])
+    ds = TensorDataset(b.input_ids, b.attention_mask, b.labels)
+    loader = DataLoader(
+        ds,
+        batch_size=int(cfg["dp"]["batch_size"]),
+        shuffle=True,
+        generator=torch.Generator().manual_seed(int(as_numpy(rng).integers(2**31))),
+    )
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=float(cfg["dp"]["lr"])
+    )
+    steps = getattr(mechanism, "steps", None)
+    epochs = getattr(mechanism, "epochs", None)
+    if steps is None and epochs is None:
+        steps = int(cfg["train"]["steps"])
+    # make_private may need the planned length to calibrate sigma from target_epsilon
+    if getattr(mechanism, "epochs", None) is None and getattr(mechanism, "steps", None) is None:
+        import copy
+
+        mechanism = copy.copy(mechanism)
+        mechanism.steps = steps
+
+    with (
+        warnings.catch_warnings()
+    ):  # issue #21: the canary is duplicated on purpose (that is what is measured);
+        # the claim still records the duplicates and the group epsilon (extra: duplicated_examples, group_epsilon)
+        warnings.simplefilter("ignore", DuplicateExamplesWarning)
+        pt = mechanism.make_private(model, opt, loader, rng=int(as_numpy(rng).integers(2**31)))
+
+    def loss_fn(m: Any, batch: Any) -> Any:
+        ids, mask, labels = batch
+        t = ids.shape[1]
+        pos = torch.arange(t).unsqueeze(0).repeat(ids.shape[0], 1)
+        return per_sample_lm_loss(
+            m(input_ids=ids, attention_mask=mask, position_ids=pos).logits, labels
+        )
+
+    res = train_private(
+        pt, loss_fn, epochs=epochs if steps is None else None, steps=steps, stop_at_budget=True
+    )
+    trained = getattr(pt, "original_model", model)
+    trained.eval()
+    info = {
+        "epsilon": float(res.epsilon),
+        "dp_steps": int(res.steps),
+        "stopped_by_budget": bool(res.stopped_by_budget),
+    }
+    return trained, info
+
+
 def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
     """``lm.canary`` on the realistic preset: ``{"model", "tokenizer", "canaries", "heldout", "info"}``.
 
     Undefended: the cached :func:`~privnlp.models.realistic.realistic_lm` (its 2 canaries were inserted 16
     times each). A mechanism with ``make_private`` (DP-SGD) trains the same architecture from scratch on the
     same texts for the same number of steps with its tokenizer (slow on a CPU: minutes to tens of minutes)."""
-    from privnlp.core.errors import InvalidArgument
-    from privnlp.models.realistic import REALISTIC_LM, realistic_lm
 
     model, tok, info = realistic_lm(seed=seed)
     canaries = _canaries(info, seed)
@@ -524,8 +584,6 @@ def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
         from privnlp.core.numerics import pinned_threads
         from privnlp.models import tiny_gpt2
 
-        from .scenarios.memorization import _dp_train
-
         cfg = REALISTIC_LM
         eos = tok.eos_token_id
         fresh = tiny_gpt2(
@@ -537,7 +595,7 @@ def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
             seed=seed,
         )
         with pinned_threads():
-            model, dp = _dp_train(
+            model, dp = dp_train_lm(
                 mechanism,
                 fresh,
                 tok,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 __all__ = ["SYSTEMS", "compare", "widen_intervals", "carry_cpu_intervals"]
@@ -110,7 +111,6 @@ def carry_cpu_intervals(report: Any, previous: Mapping[str, Any] | None) -> Any:
     widened to include its own values (so ``privnlp evaluate --cards`` never drops what CI measured)."""
     if not previous or not previous.get("config", {}).get("cpu_intervals"):
         return report
-    from dataclasses import replace
 
     prev = {
         "config": {

@@ -28,6 +28,9 @@ import numpy as np
 
 from privnlp.core.errors import InvalidArgument, check_probability
 from privnlp.core.rng import as_numpy
+from privnlp.data import generate_corpus, make_canary
+from privnlp.evaluation.scenarios.federated import FL_DP_FEDAVG_PRESETS
+from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer, heldout_loss
 
 __all__ = ["SecretSharerCell", "SecretSharerGrid", "secret_sharer_run", "secret_sharer_grid"]
 
@@ -112,9 +115,6 @@ def secret_sharer_run(
         InvalidArgument: ``p_u`` / ``p_e`` outside [0, 1] or an unknown ``preset``.
     """
     from privnlp.attacks.memorization import canary_exposure, federated_secret_sharer
-    from privnlp.data import generate_corpus, make_canary
-    from privnlp.evaluation.scenarios.federated import FL_DP_FEDAVG_PRESETS
-    from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer, heldout_loss
     from privnlp.mechanisms.federated.client import lm_client_data, lm_task
     from privnlp.mechanisms.federated.mechanisms import FedAvg
     from privnlp.mechanisms.federated.simulator import FedSimulator

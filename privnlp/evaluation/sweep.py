@@ -9,6 +9,7 @@ from typing import Any
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.report import Figure
+from privnlp.evaluation.plots import tradeoff_figure
 
 from .audit import audit, resolve_mechanism
 
@@ -105,7 +106,6 @@ def sweep(
         leakage: that attack's metric (default: its headline metric).
         utility: a utility metric produced by the scenario.
     """
-    from .plots import tradeoff_figure
 
     curves = []
     for label, (mech, param, values) in families.items():

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privnlp.metrics.text import rouge
+
 from ..core.errors import InvalidArgument
 
 __all__ = ["Matching", "hungarian_match"]
@@ -42,8 +44,6 @@ class Matching:
 
 
 def _rouge_l(ref: str, hyp: str) -> float:
-    from .text import rouge
-
     return rouge([ref], [hyp])["rougeL"]
 
 

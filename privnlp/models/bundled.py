@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from privnlp.core.errors import InvalidArgument, check_range
+from privnlp.data import generate_corpus
+from privnlp.data.sentiment import generate_sentiment
+from privnlp.models.builders import tiny_bert_classifier, tiny_gpt2
+from privnlp.models.tokenization import train_bpe_tokenizer, train_wordpiece_tokenizer
 
 from ._seed import hf_quiet, seeded
 from .builders import fix_loss_type
@@ -114,10 +118,6 @@ def bundled_lm(preset: str = "quick", *, seed: int = 0, progress: bool = False) 
     check_range("seed", seed, 0, 2**63 - 1, integer=True)
 
     def build(out: Path) -> None:
-        from privnlp.data import generate_corpus
-
-        from .builders import tiny_gpt2
-        from .tokenization import train_bpe_tokenizer
         from .training import train_lm
 
         texts = generate_corpus(**cfg["corpus"], seed=seed).texts()
@@ -185,10 +185,6 @@ def bundled_bert_classifier(
     def build(out: Path) -> None:
         import torch
 
-        from privnlp.data.sentiment import generate_sentiment
-
-        from .builders import tiny_bert_classifier
-        from .tokenization import train_wordpiece_tokenizer
         from .training import classifier_batch, train_classifier
 
         train, test = generate_sentiment(**cfg["data"], seed=seed).split(0.2)

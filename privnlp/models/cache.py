@@ -20,10 +20,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import privnlp
 from privnlp.core.errors import InvalidArgument
+from privnlp.core.numerics import numerics_fingerprint, source_fingerprint
 
 __all__ = ["cache_dir", "cache_key", "entry_dir", "get_or_build", "MANIFEST"]
 
@@ -47,11 +50,6 @@ def cache_dir() -> Path:
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import privnlp
-    from privnlp.core.numerics import numerics_fingerprint, source_fingerprint
-
     out = {"privnlp": privnlp.__version__}
     for pkg in ("torch", "transformers", "tokenizers"):
         try:

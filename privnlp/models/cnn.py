@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from privnlp.core.errors import InvalidArgument, check_positive, check_probability, check_range
+from privnlp.core.rng import as_torch
 
 __all__ = ["TextCNN", "train_textcnn", "PRESETS"]
 
@@ -205,7 +206,6 @@ def train_textcnn(
     Returns the per-epoch mean losses. ``rng`` seeds the shuffling / dropout (``torch.Generator``,
     numpy ``Generator`` or int).
     """
-    from privnlp.core.rng import as_torch
 
     check_range("epochs", epochs, 1, integer=True)
     check_positive("lr", lr)

@@ -17,11 +17,17 @@ CPU-only machines: the LM is trained for a small number of steps (``REALISTIC_LM
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from privnlp.core.errors import InvalidArgument, MissingDependency
+from privnlp.data import generate_corpus, make_canary
+from privnlp.models.builders import fix_loss_type, tiny_gpt2
+from privnlp.models.tokenization import train_bpe_tokenizer
 
 from ._seed import hf_quiet, seeded
 from .cache import get_or_build
@@ -119,8 +125,6 @@ def debian_english_texts(
 def _load_lm(path: Path) -> tuple[Any, Any, dict]:
     from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from .builders import fix_loss_type
-
     with seeded(0), hf_quiet():
         model = GPT2LMHeadModel.from_pretrained(str(path), local_files_only=True)
     fix_loss_type(model)
@@ -131,7 +135,6 @@ def _load_lm(path: Path) -> tuple[Any, Any, dict]:
 
 def corpus_fingerprint(texts: list[str]) -> str:
     """SHA-256 of ``texts`` in order (length-prefixed, so no two lists collide by concatenation), first 16 hex."""
-    import hashlib
 
     h = hashlib.sha256()
     for t in texts:
@@ -159,12 +162,6 @@ def realistic_lm(
     cfg["corpus_sha256"] = corpus_fingerprint(public)
 
     def build(out: Path) -> None:
-        import numpy as np
-
-        from privnlp.data import generate_corpus, make_canary
-
-        from .builders import tiny_gpt2
-        from .tokenization import train_bpe_tokenizer
         from .training import train_lm
 
         private = generate_corpus(

@@ -24,6 +24,8 @@ in one process, across processes and for shuffled inputs.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -303,8 +305,6 @@ def _vocab_fingerprint(tokenizer: Any) -> str:
 
     The raw ``to_str()`` lists a WordPiece vocab in hash-map order, so it is re-dumped with sorted keys.
     """
-    import hashlib
-    import json
 
     canon = json.dumps(
         json.loads(tokenizer.backend_tokenizer.to_str()), sort_keys=True, separators=(",", ":")

@@ -34,6 +34,7 @@ client's gradient and the current model (weights, vocabulary), at any round.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from privnlp.core.errors import InvalidArgument, check_positive, check_range
 from privnlp.core.observations import GradientObservation
 from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
+from privnlp.core.rng import as_numpy
 
 from ._common import best_match_rouge, find_param, hungarian_rouge, nerr, rouge_pair, set_prf
 
@@ -220,7 +222,6 @@ def _ngrams(seq: Sequence[int], n: int) -> dict[tuple[int, ...], int]:
 def _cache_keyword(model: Any) -> str:
     """The name of the KV-cache argument/output: ``cache`` in transformers 5.x (where ``past_key_values``
     is deprecated and warns on every call), ``past_key_values`` before."""
-    import inspect
 
     try:
         params = inspect.signature(model.forward).parameters
@@ -655,8 +656,6 @@ class FILM(Attack):
 
     def run(self, observation: GradientObservation, *, rng: Any) -> AttackResult:
         import torch
-
-        from privnlp.core.rng import as_numpy
 
         if not isinstance(observation, GradientObservation):
             raise InvalidArgument(

@@ -23,6 +23,8 @@ for scoring).
 
 from __future__ import annotations
 
+import copy
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +35,10 @@ from privnlp.core.errors import InvalidArgument, check_range
 from privnlp.core.observations import GradientObservation
 from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
+from privnlp.core.rng import as_numpy, as_torch
+from privnlp.data import generate_sentiment
+from privnlp.models import tiny_gpt2
+from privnlp.models.realistic import debian_english_texts
 
 from ._common import hungarian_rouge
 
@@ -49,7 +55,6 @@ AUX_CORPORA = ("synthetic", "debian")
 def _debian_prior_texts(n_texts: int) -> list[str]:
     """Public English prose found offline (Debian README / changelog / Python docs under ``/usr/share/doc``) with
     every paragraph that mentions a license, warranty or copyright dropped, so the prior never saw license text."""
-    from privnlp.models.realistic import debian_english_texts
 
     out = []
     for t in debian_english_texts(max_paragraphs=4 * n_texts, roots=("/usr/share/doc",)):
@@ -85,9 +90,6 @@ def aux_lm(
         The trained tiny GPT-2, in eval mode.
     """
     import torch
-
-    from privnlp.data import generate_sentiment
-    from privnlp.models import tiny_gpt2
 
     if corpus not in AUX_CORPORA:
         raise InvalidArgument(f"aux_corpus must be one of {AUX_CORPORA}; got {corpus!r}")
@@ -222,7 +224,6 @@ def kn_prior(
     Returns:
         The bigram LM.
     """
-    from privnlp.data import generate_sentiment
 
     if corpus not in AUX_CORPORA:
         raise InvalidArgument(f"aux_corpus must be one of {AUX_CORPORA}; got {corpus!r}")
@@ -269,7 +270,6 @@ def _lm_nll(lm: Any, seqs: Sequence[Sequence[int]]) -> np.ndarray:
 def unused_token_ids(tokenizer: Any, vocab_size: int) -> list[int]:
     """Ids of the vocabulary's placeholder entries (BERT's ``[unusedN]``, never produced by the tokenizer): the
     reference code excludes them (ids 1-99 and 104-998 of ``bert-base-uncased``) from the nearest-token projection."""
-    import re
 
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
     pat = re.compile(r"^\[unused\d+\]$")
@@ -289,8 +289,6 @@ class _Engine:
         alpha_tag: float,
         alpha_reg: float,
     ) -> None:
-        import copy
-
         import torch
 
         # double backward needs the eager attention (SDPA's CPU flash kernel has no second derivative)
@@ -538,8 +536,6 @@ def reconstruct(
             code's ``best_final_x``), not the last one.
     """
     import torch
-
-    from privnlp.core.rng import as_numpy, as_torch
 
     gen = as_numpy(rng)
     tg = as_torch(int(gen.integers(0, 2**62)))

@@ -41,6 +41,7 @@ from privnlp.core.errors import InvalidArgument, check_positive, check_range
 from privnlp.core.observations import GradientObservation
 from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
+from privnlp.core.rng import seed_of
 
 from ._common import set_prf
 
@@ -430,7 +431,6 @@ class RLG(Attack):
             raise InvalidArgument(
                 f"observation must be a GradientObservation; got {type(observation).__name__}"
             )
-        from privnlp.core.rng import seed_of
 
         dW, name = output_layer_gradient(
             observation.gradients,

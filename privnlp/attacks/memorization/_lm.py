@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from privnlp.core.errors import InvalidArgument, check_range
+from privnlp.models.training import lm_batch_from_ids
 
 __all__ = [
     "TextScores",
@@ -75,7 +76,6 @@ def _pad_id(tokenizer: Any) -> int:
 
 def _padded(rows: Sequence[Sequence[int]], pad: int, min_len: int = 1) -> tuple:
     """Right-padded ``(input_ids, attention_mask, position_ids)`` of token rows."""
-    from privnlp.models.training import lm_batch_from_ids
 
     b = lm_batch_from_ids(rows, pad, min_length=min_len)
     return b.input_ids, b.attention_mask, b.position_ids

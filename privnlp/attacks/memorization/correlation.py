@@ -38,12 +38,21 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.attacks.memorization._lm import causal_log_probs, exposure_rates
+from privnlp.attacks.memorization.exposure import canary_template
+from privnlp.attacks.memorization.extraction import (
+    _flat_alphabets,
+    _split,
+    beam_extract,
+    render_partial,
+)
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_range
 from privnlp.core.observations import ModelSnapshots
 from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
 from privnlp.core.rng import as_numpy
+from privnlp.metrics import edit_distance
 
 __all__ = [
     "spearman",
@@ -255,7 +264,6 @@ def exposure_trajectories(
     Returns:
         ``[T+1, len(texts)]`` mean token log-probabilities.
     """
-    from ._lm import exposure_rates
 
     key = _files_key(snapshots.paths)
     cached = _TRAJ_CACHE.get(key)
@@ -322,9 +330,6 @@ def generate_candidates(
     Raises:
         InvalidArgument: ``pattern`` has no known placeholder.
     """
-    from ._lm import causal_log_probs
-    from .exposure import canary_template
-    from .extraction import _flat_alphabets, _split, beam_extract, render_partial
 
     template = canary_template(pattern, vocabulary)
     out: list[str] = []
@@ -402,8 +407,6 @@ def _truth_text(ground_truth: Any) -> str:
 
 
 def _topk_metrics(ranked: Sequence[str], truth: str, prefix: str = "") -> dict[str, float]:
-    from privnlp.metrics import edit_distance
-
     out: dict[str, float] = {}
     dists = [edit_distance(truth, c, level="char") for c in ranked]
     worst = float(max(len(truth) - len(prefix), 1))
@@ -466,7 +469,6 @@ class _CorrelationAttack(Attack):
                 "observation.meta needs 'record_pattern' (e.g. 'my social security number is "
                 "{ssn}') or an explicit 'candidates' list"
             )
-        from .exposure import canary_template
 
         final = obs.load(obs.num_rounds)
         cands = generate_candidates(

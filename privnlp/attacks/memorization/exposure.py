@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.attacks.memorization._lm import LN2, causal_log_probs, masked_pll
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_range
 from privnlp.core.observations import BlackBoxLM
@@ -320,7 +321,6 @@ def score_candidates(
     Raises:
         InvalidArgument: unknown ``kind``, or a masked-LM canary with other than one placeholder.
     """
-    from ._lm import LN2, causal_log_probs, masked_pll
 
     if kind == "causal":
         return -causal_log_probs(model, tokenizer, texts, batch_size=batch_size).total / LN2

@@ -42,6 +42,7 @@ from privnlp.core.registry import ATTACKS
 from privnlp.core.rng import as_numpy
 from privnlp.data.canaries import Canary
 from privnlp.data.corpus import Record
+from privnlp.metrics import edit_distance
 
 from ._lm import LN2, prefix_log_probs
 from .exposure import BLACK_BOX_CANARY, _truth_canary, canary_template, score_candidates
@@ -344,7 +345,6 @@ def _extraction_scorer(result: AttackResult, ground_truth: Any) -> dict[str, flo
         "extracted": float(bool(guesses) and guesses[0] == text),
         "in_top_k": float(text in guesses[: raw["top_k"]]),
     }
-    from privnlp.metrics import edit_distance
 
     secret_len = max(1, len(text) - len(raw["template"].prefix))
     out["edit_distance"] = float(

@@ -33,6 +33,8 @@ from privnlp.core.observations import PerturbedText
 from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
 from privnlp.core.rng import as_numpy
+from privnlp.mechanisms.text.mechanisms import Vickrey
+from privnlp.mechanisms.text.textio import WORD_RE
 
 __all__ = [
     "Channel",
@@ -184,7 +186,6 @@ def estimate_channels_vickrey(
     rng: Any,
 ) -> list[Channel]:
     """Channels of Vickrey(epsilon, t) for every t in ``ts`` from one shared set of noisy vectors."""
-    from privnlp.mechanisms.text.mechanisms import Vickrey
 
     mechs = [Vickrey(epsilon, t=float(t), embeddings=embeddings) for t in ts]
     return estimate_channels(mechs[0], mechs, support, n_samples, rng=rng)
@@ -424,7 +425,6 @@ class BayesianInversion(Attack):
             raise InvalidArgument(
                 f"observation must be PerturbedText; got {type(observation).__name__}"
             )
-        from privnlp.mechanisms.text.textio import WORD_RE
 
         released = [w.lower() for t in observation.texts for w in WORD_RE.findall(t)]
         mech = observation.mechanism
@@ -481,8 +481,6 @@ class BayesianInversion(Attack):
 
 
 def _score(result: AttackResult, ground_truth: Any) -> dict[str, float]:
-    from privnlp.mechanisms.text.textio import WORD_RE
-
     if isinstance(ground_truth, str):
         ground_truth = [ground_truth]
     truth = [w.lower() for t in ground_truth for w in WORD_RE.findall(t)]

@@ -20,10 +20,16 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.attacks.text.fragment_reconstruction import FragmentGroundTruth, FragmentReconstruction
 from privnlp.core.observations import FragmentSet
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy, seed_of
+from privnlp.data.parallel import generate_parallel
+from privnlp.mechanisms.fragmentation.align import align
+from privnlp.mechanisms.fragmentation.corpus import from_corpus
+from privnlp.mechanisms.fragmentation.mechanism import PhraseFragmentation
+from privnlp.mechanisms.fragmentation.utility import ngram_coverage
 
 __all__ = ["FragmentationReconstruction", "leakage_grid"]
 
@@ -31,8 +37,6 @@ _SIZES = {"quick": 600, "full": 3000}
 
 
 def _ground_truth(corpus: Any):
-    from privnlp.attacks.text.fragment_reconstruction import FragmentGroundTruth
-
     return FragmentGroundTruth.from_corpus(corpus)
 
 
@@ -61,10 +65,6 @@ class FragmentationReconstruction(Scenario):
         self.test_fraction = test_fraction
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        from privnlp.data.parallel import generate_parallel
-        from privnlp.mechanisms.fragmentation.corpus import from_corpus
-        from privnlp.mechanisms.fragmentation.utility import ngram_coverage
-
         g = as_numpy(rng)
         n = int(self.n or _SIZES.get(self.preset, _SIZES["quick"]))
         corpus = generate_parallel(n, seed=seed_of(g))
@@ -111,12 +111,6 @@ def leakage_grid(
     alignment noise); ``"eflomal"``/``"fast_align_py"``/``"auto"`` align first (once).
     The first row (``max_length=None``) is the undefended release of full sentences.
     """
-    from privnlp.attacks.text.fragment_reconstruction import FragmentReconstruction
-    from privnlp.data.parallel import generate_parallel
-    from privnlp.mechanisms.fragmentation.align import align
-    from privnlp.mechanisms.fragmentation.corpus import from_corpus
-    from privnlp.mechanisms.fragmentation.mechanism import PhraseFragmentation
-    from privnlp.mechanisms.fragmentation.utility import ngram_coverage
 
     corpus = generate_parallel(n, seed=seed)
     _, _, tr, te = from_corpus(corpus).split_by_document(

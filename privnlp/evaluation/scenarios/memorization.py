@@ -18,6 +18,7 @@ with DP-SGD on the same data. Trials: one :class:`BlackBoxLM` per canary, ground
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import tempfile
@@ -40,6 +41,11 @@ from privnlp.core.protocols import (
 )
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
+from privnlp.data import generate_corpus, make_canary
+from privnlp.data.canaries import DEFAULT_WORDS
+from privnlp.evaluation.realistic import canary_lm, dp_train_lm, fl_clients
+from privnlp.models._seed import seeded
+from privnlp.models.tokenization import EOT, _no_parallelism
 
 __all__ = [
     "digit_bpe_tokenizer",
@@ -107,8 +113,6 @@ def digit_bpe_tokenizer(texts: list[str], vocab_size: int, *, model_max_length: 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from privnlp.models.tokenization import EOT, _no_parallelism
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -158,76 +162,6 @@ def heldout_loss(model: Any, tokenizer: Any, texts: list[str], max_length: int =
     return tot / max(n, 1)
 
 
-def _dp_train(
-    mechanism: Any,
-    model: Any,
-    tokenizer: Any,
-    texts: list[str],
-    cfg: Mapping[str, Any],
-    *,
-    rng: Any,
-) -> tuple[Any, dict[str, Any]]:
-    """DP-SGD through the mechanism's ``make_private`` (opacus) on the same examples."""
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
-    from privnlp.mechanisms.training.loop import train_private
-    from privnlp.models.training import lm_batch
-
-    b = lm_batch(tokenizer, texts, cfg["train"]["max_length"])
-    ds = TensorDataset(b.input_ids, b.attention_mask, b.labels)
-    loader = DataLoader(
-        ds,
-        batch_size=int(cfg["dp"]["batch_size"]),
-        shuffle=True,
-        generator=torch.Generator().manual_seed(int(as_numpy(rng).integers(2**31))),
-    )
-    opt = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=float(cfg["dp"]["lr"])
-    )
-    steps = getattr(mechanism, "steps", None)
-    epochs = getattr(mechanism, "epochs", None)
-    if steps is None and epochs is None:
-        steps = int(cfg["train"]["steps"])
-    # make_private may need the planned length to calibrate sigma from target_epsilon
-    if getattr(mechanism, "epochs", None) is None and getattr(mechanism, "steps", None) is None:
-        import copy
-
-        mechanism = copy.copy(mechanism)
-        mechanism.steps = steps
-    import warnings
-
-    from privnlp.accounting.duplicates import DuplicateExamplesWarning
-
-    with (
-        warnings.catch_warnings()
-    ):  # issue #21: the canary is duplicated on purpose (that is what is measured);
-        # the claim still records the duplicates and the group epsilon (extra: duplicated_examples, group_epsilon)
-        warnings.simplefilter("ignore", DuplicateExamplesWarning)
-        pt = mechanism.make_private(model, opt, loader, rng=int(as_numpy(rng).integers(2**31)))
-
-    def loss_fn(m: Any, batch: Any) -> Any:
-        ids, mask, labels = batch
-        t = ids.shape[1]
-        pos = torch.arange(t).unsqueeze(0).repeat(ids.shape[0], 1)
-        return per_sample_lm_loss(
-            m(input_ids=ids, attention_mask=mask, position_ids=pos).logits, labels
-        )
-
-    res = train_private(
-        pt, loss_fn, epochs=epochs if steps is None else None, steps=steps, stop_at_budget=True
-    )
-    trained = getattr(pt, "original_model", model)
-    trained.eval()
-    info = {
-        "epsilon": float(res.epsilon),
-        "dp_steps": int(res.steps),
-        "stopped_by_budget": bool(res.stopped_by_budget),
-    }
-    return trained, info
-
-
 def train_canary_lm(
     mechanism: Any | None = None,
     *,
@@ -239,7 +173,6 @@ def train_canary_lm(
 ) -> dict[str, Any]:
     """Train the ``lm.canary`` model; returns ``{"model", "tokenizer", "canaries", "heldout", "info"}``."""
     # deferred: scenario modules are imported on registry lookup
-    from privnlp.data import generate_corpus, make_canary
     from privnlp.models import tiny_gpt2, train_lm
 
     if preset not in LM_CANARY_PRESETS:
@@ -248,8 +181,6 @@ def train_canary_lm(
     if (
         preset == "realistic"
     ):  # issue #17: one cached victim (seed 0); its canaries are fixed by its build
-        from privnlp.evaluation.realistic import canary_lm
-
         if repeats is not None or pattern is not None or n_canaries is not None:
             raise InvalidArgument(
                 "the realistic lm.canary victim has fixed canaries (2 x 16 insertions of "
@@ -286,7 +217,7 @@ def train_canary_lm(
         log = train_lm(model, tok, texts, **cfg["train"], rng=g)
         info["train_loss"] = log.mean_last(10)
     elif isinstance(mechanism, PrivateTrainer):
-        model, dp = _dp_train(mechanism, model, tok, texts, cfg, rng=g)
+        model, dp = dp_train_lm(mechanism, model, tok, texts, cfg, rng=g)
         info.update(dp)
     else:
         raise InvalidArgument(
@@ -462,8 +393,6 @@ _FL_OBSERVER = ThreatModel(
 
 
 def _watermark(g: np.random.Generator) -> str:
-    from privnlp.data.canaries import DEFAULT_WORDS
-
     return " ".join(str(w) for w in g.choice(DEFAULT_WORDS, size=5, replace=False))
 
 
@@ -487,7 +416,6 @@ def _local_adam(
     """
     import torch
 
-    from privnlp.models._seed import seeded
     from privnlp.models.training import lm_batch_from_ids
 
     eos = tokenizer.eos_token
@@ -538,7 +466,6 @@ def _local_adam(
 def _fresh_copy(model: Any, model_factory: Any) -> Any:
     """An independent copy of ``model`` (same weights, buffers, tying, mode); falls back to
     ``model_factory()`` + ``load_state_dict`` when the model cannot be deep-copied."""
-    import copy
 
     try:
         return copy.deepcopy(model)
@@ -711,8 +638,6 @@ class FLSnapshotsScenario(Scenario):
         return str(need or chosen or FL_PRESETS[self.preset]["model"])
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        from privnlp.data import generate_corpus, make_canary
-
         cfg = FL_PRESETS[self.preset]
         kind = self.model_for(mechanism)
         g = as_numpy(rng)
@@ -724,8 +649,6 @@ class FLSnapshotsScenario(Scenario):
                     f"the realistic fl.snapshots preset trains the realistic GPT-2 LM; model={kind!r} "
                     "is not available on it (use preset='quick' or 'full' for the LSTM)"
                 )
-            from privnlp.evaluation.realistic import fl_clients
-
             clients, heldout, tok, factory = fl_clients(
                 n, int(cfg["paragraphs_per_client"]), int(cfg["heldout"])
             )

@@ -20,6 +20,8 @@ from privnlp.core.observations import PartyView
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import seed_of
+from privnlp.mechanisms.mpc.crypten_model_state import weights_dict
+from privnlp.mechanisms.mpc.textcnn import train_alice_model
 
 PRESETS = {
     "quick": {"n": 400, "n_eval": 32, "epochs": 10},
@@ -29,8 +31,6 @@ PRESETS = {
 
 @functools.lru_cache(maxsize=4)
 def _alice(n: int, encoder: str, epochs: int, seed: int) -> Any:
-    from privnlp.mechanisms.mpc.textcnn import train_alice_model
-
     return train_alice_model(n=n, encoder=encoder, epochs=epochs, seed=seed)
 
 
@@ -58,8 +58,6 @@ class MPCInferenceScenario(Scenario):
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
         import torch
-
-        from privnlp.mechanisms.mpc.crypten_model_state import weights_dict
 
         cfg = PRESETS.get(self.preset, PRESETS["quick"])
         seed = seed_of(rng) % (2**31)

@@ -21,7 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from privnlp.core.errors import InvalidArgument, MalformedInput
+from privnlp.core.errors import InvalidArgument, MalformedInput, check_range
+from privnlp.core.rng import as_numpy
 
 __all__ = ["ParallelText", "read_parallel", "tokenize_lines", "from_corpus", "detect_format"]
 
@@ -98,9 +99,6 @@ class ParallelText:
         self, test_fraction: float, *, rng
     ) -> tuple[ParallelText, ParallelText, list[int], list[int]]:
         """Split into (train, test) keeping documents together (sentence-level if no doc ids)."""
-
-        from privnlp.core.errors import check_range
-        from privnlp.core.rng import as_numpy
 
         check_range(
             "test_fraction", test_fraction, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False

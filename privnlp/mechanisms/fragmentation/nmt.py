@@ -21,6 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from privnlp.data.parallel import generate_parallel
+from privnlp.mechanisms.fragmentation.corpus import from_corpus
+from privnlp.mechanisms.fragmentation.mechanism import CLOSE_TAG, OPEN_TAG, PhraseFragmentation
+
 __all__ = ["TinySeq2Seq", "train_seq2seq", "translate", "bleu", "table2"]
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -184,10 +188,6 @@ def _table2(
     discard_fraction: float = 0.5,
 ) -> list[Table2Row]:
     """BLEU of: no fine-tuning, fine-tuning on fragments (per max length, tag/no tag), full sentences."""
-    from privnlp.data.parallel import generate_parallel
-
-    from .corpus import from_corpus
-    from .mechanism import CLOSE_TAG, OPEN_TAG, PhraseFragmentation
 
     general = generate_parallel(n_general, seed=seed + 1, medical_rate=0.0)
     domain = generate_parallel(n_domain + n_test, seed=seed + 2, medical_rate=0.7)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from privnlp.mechanisms.fragmentation.mechanism import strip_tags
+
 __all__ = ["ngram_coverage"]
 
 
@@ -38,7 +40,6 @@ def ngram_coverage(
     Returns:
         Coverage per order in [0, 1] (NaN when a test sentence set has no n-gram of that order) and their mean.
     """
-    from .mechanism import strip_tags
 
     frags = [strip_tags(f.split() if isinstance(f, str) else f) for f in fragments]
     tests = [list(s.split() if isinstance(s, str) else s) for s in test_sentences]
