@@ -48,6 +48,10 @@ from privnlp.core.protocols import (
     UpdateTransformer,
 )
 from privnlp.core.registry import SCENARIOS
+from privnlp.core.rng import as_numpy, as_torch, seed_of
+from privnlp.data import generate_corpus, generate_sentiment
+from privnlp.evaluation import realistic
+from privnlp.models import bundled_bert_classifier, tiny_bert_classifier
 
 __all__ = ["FedSGDEavesdropper", "client_update", "lm_victim", "classifier_victim", "label_victim"]
 
@@ -92,13 +96,10 @@ def lm_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[Any
     """(model, tokenizer, private records): the bundled LM fine-tuned on the client's records."""
     import torch
 
-    from privnlp.data import generate_corpus
     from privnlp.models import bundled_lm, train_lm
 
     if preset == "realistic":
-        from privnlp.evaluation.realistic import lm_victim as realistic_lm_victim
-
-        return realistic_lm_victim(seed)
+        return realistic.lm_victim(seed)
     cfg = PRESETS[preset]
     model, tok = bundled_lm("quick", seed=seed)
     model = copy.deepcopy(model)
@@ -131,13 +132,8 @@ def lm_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[Any
 def classifier_victim(
     preset: str = "quick", seed: int = 0
 ) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...]]:
-    from privnlp.data import generate_sentiment
-    from privnlp.models import bundled_bert_classifier
-
     if preset == "realistic":
-        from privnlp.evaluation.realistic import classifier_victim as realistic_classifier_victim
-
-        return realistic_classifier_victim(seed)[:4]
+        return realistic.classifier_victim(seed)[:4]
     model, tok = bundled_bert_classifier("quick", seed=seed)
     data = generate_sentiment(200, seed=seed + 7)
     keep = [
@@ -152,14 +148,10 @@ def classifier_victim(
 def label_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[str, ...]]:
     """(model, tokenizer, texts): a ``label_classes``-way tiny BERT classifier at initialisation (the
     start of federated training) on the bundled WordPiece tokenizer, and a pool of client texts."""
-    from privnlp.data import generate_sentiment
-    from privnlp.models import bundled_bert_classifier, tiny_bert_classifier
 
     cfg = PRESETS[preset]
     if preset == "realistic":
-        from privnlp.evaluation.realistic import label_victim as realistic_label_victim
-
-        return realistic_label_victim(cfg["label_classes"], seed)
+        return realistic.label_victim(cfg["label_classes"], seed)
     _, tok = bundled_bert_classifier("quick", seed=seed)
     model = tiny_bert_classifier(
         len(tok),
@@ -263,8 +255,6 @@ def client_update(
 
     ``batch`` holds the model's keyword inputs including ``labels``. ``model`` is not modified."""
     import torch
-
-    from privnlp.core.rng import as_torch
 
     check_range("local_steps", local_steps, 1, 10**6, integer=True)
     check_positive("lr", lr)
@@ -387,8 +377,6 @@ class FedSGDEavesdropper(Scenario):
         return before, after
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        from privnlp.core.rng import as_numpy, seed_of
-
         gen = as_numpy(rng)
         cfg = PRESETS[self.preset]
         trials: list[Trial] = []
