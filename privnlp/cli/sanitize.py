@@ -148,6 +148,12 @@ def sanitize(
         help="Seed: a reproducible simulation (noise seeded: anyone who knows it can undo the noise); default: OS entropy (secure).",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    redact_pii: bool = typer.Option(
+        False,
+        "--redact-pii",
+        help="Replace e-mails, phone numbers, SSNs, card numbers and dates by placeholders first "
+        "(privnlp's PII redaction; the composed claim says what it does and does not cover).",
+    ),
     engine: str = typer.Option(
         "local",
         "--engine",
@@ -180,6 +186,7 @@ def sanitize(
             index=index,
             recall_target=recall_target,
             device=device,
+            redact_pii=redact_pii,
         )
         if mechanism == "vickrey":
             kw["t"] = t
@@ -223,10 +230,18 @@ def sanitize(
         f"wrote {rep.output} ({rep.records} records, {rep.words} words, {rep.perturbed} perturbed, "
         f"{rep.changed} changed, {rep.oov} OOV = {100 * rep.oov_rate:.2f}%, policy {oov!r}) and {rep.sidecar}"
     )
+    if rep.oov_top:
+        top = ", ".join(f"{w!r} x{c} ({kind})" for w, c, kind in rep.oov_top)
+        typer.echo(
+            f"top out-of-vocabulary units (shown here only, not in the sidecar; each replaced by "
+            f"--oov {oov}): {top}"
+        )
     if rep.oov_rate > 0.05:
         typer.secho(
-            f"warning: {100 * rep.oov_rate:.1f}% of the words are out of vocabulary (handled by --oov {oov}); "
-            "the vectors do not fit this text: use --embeddings with vectors of its language/domain",
+            f"warning: {100 * rep.oov_rate:.1f}% of the words are out of vocabulary (handled by --oov {oov}). "
+            "Names, numbers and codes are expected to be OOV (see the list above); if most are ordinary "
+            "words of your text, use --embeddings with vectors of its language/domain; to remove "
+            "e-mails, phone numbers and dates first use --redact-pii",
             err=True,
             fg=typer.colors.YELLOW,
         )

@@ -64,6 +64,7 @@ from .files import (
     has_bom,
     honour_umask,
     make_parent,
+    oov_report,
     remove_made,
     sidecar_meta,
     sidecar_path,
@@ -224,6 +225,7 @@ def _sanitize_shard(
             f"({e.reason} at byte {shard.start + e.start - len(header)})"
         ) from None
     counts = dict(records=0, words=0, perturbed=0, changed=0, oov=0, kept=0, max_words_per_record=0)
+    oov: Counter = Counter()
 
     def run_chunks(chunks: Iterator[list[str]]) -> Iterator[list[str]]:
         start = shard.first_record
@@ -237,6 +239,7 @@ def _sanitize_shard(
             _account(
                 counts, [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res]
             )
+            oov.update(w for r in res for w in r.oov_words)
             yield [r.text for r in res]
 
     class _NoBar:
@@ -268,7 +271,8 @@ def _sanitize_shard(
             os.unlink(tmp)
         raise
     keys = ("records", "words", "perturbed", "changed", "oov", "kept")
-    return final, [counts[k] for k in keys], {"max": counts["max_words_per_record"]}
+    extra = {"max": counts["max_words_per_record"], "oov": dict(oov.most_common(200))}
+    return final, [counts[k] for k in keys], extra
 
 
 def _worker_copy(mechanism: Any) -> Any:
@@ -387,6 +391,7 @@ def sanitize_file_dask(
         counts = dict(
             records=0, words=0, perturbed=0, changed=0, oov=0, kept=0, max_words_per_record=0
         )
+        oov: Counter = Counter()
         with open(tmp, "wb") as out:
             if bom:
                 out.write(b"\xef\xbb\xbf")
@@ -398,6 +403,7 @@ def sanitize_file_dask(
                 for k_, v in zip(("records", "words", "perturbed", "changed", "oov", "kept"), c):
                     counts[k_] += v
                 counts["max_words_per_record"] = max(counts["max_words_per_record"], extra["max"])
+                oov.update(extra["oov"])
         if counts["records"] == 0:
             raise MalformedInput(f"{src}: no records to sanitize")
         meta = sidecar_meta(src, dst, fmt, field, mechanism, seed, None, seed is not None, counts)
@@ -428,7 +434,7 @@ def sanitize_file_dask(
         if cluster is not None:
             cl.close()
             cluster.close()
-    return FileReport(str(src), str(dst), str(side), fmt, **counts)
+    return FileReport(str(src), str(dst), str(side), fmt, **counts, oov_top=oov_report(oov))
 
 
 def _csv_header(header: bytes) -> bytes:

@@ -22,6 +22,7 @@ import json
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,9 @@ class FileReport:
     oov: int
     kept: int
     max_words_per_record: int
+    #: the most frequent out-of-vocabulary units ``(unit, count, kind)``, for the data owner (printed
+    #: by the CLI, never written to the sidecar: they are words of the private input)
+    oov_top: tuple = ()
 
     @property
     def oov_rate(self) -> float:
@@ -89,15 +93,34 @@ _MECH: Any = (
 )
 
 
-def _work(args: tuple) -> tuple[list[str], list[tuple]]:
+def _work(args: tuple) -> tuple[list[str], list[tuple], list[str]]:
     texts, start, seed = args
     if seed is None:
         res = _MECH.sanitize_many(texts)  # OS entropy in each worker
     else:
         res = _MECH.sanitize_many(texts, seed=seed, start=start)
-    return [r.text for r in res], [
-        (r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res
-    ]
+    return (
+        [r.text for r in res],
+        [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res],
+        [w for r in res for w in r.oov_words],
+    )
+
+
+def oov_kind(w: str) -> str:
+    """A rough kind of an out-of-vocabulary unit, for the OOV report."""
+    if any(c.isdigit() for c in w):
+        return "number / code"
+    if not w.isascii():
+        return "non-ASCII (another script or accents)"
+    if len(w) > 1 and w.isupper():
+        return "acronym"
+    if w[:1].isupper():
+        return "capitalised (a name?)"
+    return "rare word / typo / jargon"
+
+
+def oov_report(oov: Counter, n: int = 10) -> tuple:
+    return tuple((w, c, oov_kind(w)) for w, c in oov.most_common(n))
 
 
 def sanitize_file(
@@ -157,6 +180,7 @@ def sanitize_file(
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
     bom = has_bom(src)
     counts = dict(records=0, words=0, perturbed=0, changed=0, oov=0, kept=0, max_words_per_record=0)
+    oov: Counter = Counter()
     pool = None
     try:
         from tqdm.auto import tqdm
@@ -190,6 +214,7 @@ def sanitize_file(
                         counts,
                         [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res],
                     )
+                    oov.update(w for r in res for w in r.oov_words)
                     _rate_postfix(bar, counts, t0)
                     yield [r.text for r in res]
                 return
@@ -200,12 +225,14 @@ def sanitize_file(
                 pending.append(pool.apply_async(_work, ((texts, start, seed),)))
                 start += len(texts)
                 if len(pending) >= 2 * num_proc:
-                    out, st = pending.popleft().get()
+                    out, st, ow = pending.popleft().get()
+                    oov.update(ow)
                     _account(counts, st)
                     _rate_postfix(bar, counts, t0)
                     yield out
             while pending:
-                out, st = pending.popleft().get()
+                out, st, ow = pending.popleft().get()
+                oov.update(ow)
                 _account(counts, st)
                 _rate_postfix(bar, counts, t0)
                 yield out
@@ -239,7 +266,7 @@ def sanitize_file(
         if pool is not None:
             pool.terminate()
             pool.join()
-    return FileReport(str(src), str(dst), str(side), fmt, **counts)
+    return FileReport(str(src), str(dst), str(side), fmt, **counts, oov_top=oov_report(oov))
 
 
 def has_bom(path: Path) -> bool:

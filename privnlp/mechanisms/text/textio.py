@@ -50,6 +50,8 @@ class SanitizedText:
         n_changed: perturbed words whose output differs from the (normalised) input.
         n_oov: out-of-vocabulary words (handled by the OOV policy).
         n_kept: words released verbatim (not selected by the policy, or OOV with ``oov="keep"``).
+        oov_words: the out-of-vocabulary units of the input, in order (for the data owner's OOV report;
+            never written to a released file).
     """
 
     text: str
@@ -58,3 +60,4 @@ class SanitizedText:
     n_changed: int
     n_oov: int
     n_kept: int
+    oov_words: tuple[str, ...] = ()
