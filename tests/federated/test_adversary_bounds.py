@@ -163,3 +163,54 @@ def test_claim_headline_must_be_the_strongest_adversary():
     assert "no amplification" in c.statement() and "amplified by sampling" in c.statement()
     # without adversaries nothing changes
     assert PrivacyClaim.dp(1.0, DELTA, "record").adversaries == ()
+
+
+def test_server_who_sees_the_selection_breaks_the_amplified_claim():
+    """Plays the honest-but-curious server through DP-FedAvg's own aggregation code. It knows which
+    users it selected, so a selected user's round is one Gaussian mechanism whatever the sampling
+    rate: at q = 0.01 the amplified figure (the claim before issue 28) is far below what the server
+    can prove, and the new headline is above it. Canary users sit on their own coordinate (+1000 e_i
+    clipped to S, or a zero update: the server sees the user selected either way), 200 per round, so
+    each coordinate of a round's aggregate is one independent trial."""
+    import numpy as np
+    import torch
+
+    from privnlp.auditing.bounds import headline_bound, threshold_audit
+    from privnlp.mechanisms.federated import DPFedAvg, FitRes
+
+    mech = DPFedAvg(
+        clip_norm=0.5,
+        noise_multiplier=1.0,
+        clients_per_round=10,
+        sampling="poisson",
+        num_users=1000,
+        rounds=1,
+        delta=DELTA,
+    )
+    plan = mech.plan(1000, 1)
+    claim = mech.claim()
+    amplified = claim.epsilon_against(Adversary.MODEL_OBSERVER)
+    server = claim.epsilon_against(Adversary.HONEST_BUT_CURIOUS_SERVER)
+    assert amplified < 1.0 < 3.0 < server == claim.epsilon
+    g = torch.Generator().manual_seed(0)
+    rng = np.random.default_rng(0)
+    k, scores = 200, {True: [], False: []}
+    for _ in range(40):
+        inc = rng.random(k) < 0.5
+        replies = []
+        for i in range(k):
+            u = torch.zeros(k)
+            u[i] = 1000.0 if inc[i] else 0.0
+            replies.append(FitRes({"w": u}, {"num-examples": 8.0}))
+        out, _ = mech.aggregate(
+            {"w": torch.zeros(k)}, replies, num_selected=k, plan=plan, generator=g
+        )
+        for i, x in enumerate(out["w"].tolist()):
+            scores[bool(inc[i])].append(x)
+    bounds = threshold_audit(scores[False], scores[True], delta=DELTA, rng=rng)
+    # one unsubsampled Gaussian step from the server's view: the GDP conversion is a lower bound
+    head, _ = headline_bound(bounds, gaussian_shaped=True)
+    # measured: amplified 0.956, audited 4.06 (GDP) and 1.55 (Clopper-Pearson), server 4.38
+    assert head.epsilon > 2 * amplified  # the amplified claim is false against the server
+    assert bounds["clopper_pearson"].epsilon > amplified  # even without the Gaussian assumption
+    assert head.epsilon <= server  # the headline holds
