@@ -20,7 +20,10 @@ part in the round (``clients_per_round = num_users``, fixed-size sampling: no am
   each, plus two benign users; one round; the score of canary ``i`` is coordinate ``i``.
 
 The claim audited is the mechanism's planned claim for that configuration (one round of ``M`` of ``M``
-users; dp_accounting RDP, ``SampledWithoutReplacementDpEvent``, replace-one).
+users, replace-one): its headline, the epsilon against the server (no amplification: one Gaussian
+of noise multiplier z/2, dp_accounting's analytic Gaussian privacy loss). The headline bounds of both
+games are the Gaussian conversions, valid here because the audited round is one Gaussian step
+(:func:`~privnlp.auditing.bounds.headline_bound`).
 """
 
 from __future__ import annotations
@@ -148,9 +151,10 @@ def _repeated(
         calls=2 * trials,
         seed=seed,
         notes=(
-            "headline: GDP bound (mu from Clopper-Pearson on FPR/FNR, converted at delta); the other bound "
-            "assumes nothing about the mechanism's trade-off curve; the claim comes from the RDP accountant, "
-            "which is loose for one Gaussian round, so audited/claimed < 1 even for a tight audit",
+            "headline: GDP bound (mu from Clopper-Pearson on FPR/FNR, converted at delta; one round of M "
+            "of M users is one Gaussian step); the other bound assumes nothing about the mechanism's "
+            "trade-off curve; the claim is the server's (no amplification: the analytic Gaussian), "
+            "so a tight audit approaches it",
         ),
     )
 
