@@ -67,3 +67,25 @@ def test_report_lists_oov_kinds(tmp_path, emb):
     kinds = {w: k for w, _, k in rep.oov_top}
     assert kinds["X123"].startswith("number") and kinds["NASA"] == "acronym"
     assert kinds["café"].startswith("non-ASCII") and kinds["zorblax"].startswith("rare")
+
+
+def test_gensim_full_model_wordvectors_and_model_wv(tmp_path):
+    from gensim.models import Word2Vec
+
+    from privnlp.core.errors import InvalidArgument
+    from privnlp.mechanisms.text import load_embeddings
+
+    sents = [["good", "film", "bad", "film"], ["the", "good", "food"]] * 20
+    model = Word2Vec(sents, vector_size=8, min_count=1, seed=0, workers=1, epochs=2)
+    full = tmp_path / "w2v.model"
+    model.save(str(full))
+    wv = tmp_path / "vecs.wordvectors"
+    model.wv.save(str(wv))
+    other = tmp_path / "plain.bin2"
+    model.save(str(other))  # a pickle with an unknown suffix: detected as a gensim save
+    for p, fmt in ((full, "keyedvectors"), (full, None), (wv, None), (other, None)):
+        e = load_embeddings(p, fmt)
+        assert "film" in e and e.dim == 8
+    with pytest.raises(InvalidArgument, match="Embeddings.from_keyed_vectors"):
+        Vickrey(1.0, embeddings=model.wv)
+    assert Vickrey(1.0, embeddings=Embeddings.from_keyed_vectors(model.wv)).sanitize("good").text

@@ -215,11 +215,22 @@ def load_embeddings(
         raise InvalidArgument(f"embeddings path {str(p)!r} does not exist")
     if fmt is None:
         suf = p.suffix.lower()
-        fmt = {".bin": "word2vec-binary", ".kv": "keyedvectors", ".vec": "word2vec"}.get(suf)
+        fmt = {
+            ".bin": "word2vec-binary",
+            ".kv": "keyedvectors",
+            ".wordvectors": "keyedvectors",
+            ".model": "keyedvectors",
+            ".vec": "word2vec",
+        }.get(suf)
         if fmt is None:
             with open(p, "rb") as fh:
+                head = fh.read(2)
+                fh.seek(0)
                 first = fh.readline().split()
-            fmt = "word2vec" if len(first) == 2 and all(t.isdigit() for t in first) else "glove"
+            if head[:1] == b"\x80":  # a pickle: a gensim .save() of vectors or of a whole model
+                fmt = "keyedvectors"
+            else:
+                fmt = "word2vec" if len(first) == 2 and all(t.isdigit() for t in first) else "glove"
     if fmt not in _FORMATS:
         raise InvalidArgument(f"fmt must be one of {_FORMATS}; got {fmt!r}")
     try:
@@ -235,10 +246,22 @@ def load_embeddings(
             from gensim.models.fasttext import load_facebook_vectors
 
             kv = load_facebook_vectors(str(p))
-        else:
-            kv = KeyedVectors.load(str(p))
-    except (UnicodeDecodeError, ValueError, EOFError, OSError) as e:
+        else:  # gensim .save(): KeyedVectors (.kv, .wordvectors) or a whole Word2Vec / FastText model
+            from gensim.utils import SaveLoad
+
+            obj = SaveLoad.load(str(p))
+            kv = getattr(obj, "wv", obj)  # a full model's vectors are its .wv
+            if not hasattr(kv, "index_to_key") or not hasattr(kv, "vectors"):
+                raise MalformedInput(
+                    f"embeddings {str(p)!r}: a gensim {type(obj).__name__}, not word vectors or a "
+                    "model with .wv"
+                )
+    except (UnicodeDecodeError, ValueError, EOFError, OSError, AttributeError) as e:
         raise MalformedInput(f"cannot read embeddings {str(p)!r} as {fmt}: {e}") from e
+    except Exception as e:  # unpickling errors of a file that is not a gensim save
+        if type(e).__name__ in ("UnpicklingError", "ModuleNotFoundError", "ImportError"):
+            raise MalformedInput(f"cannot read embeddings {str(p)!r} as {fmt}: {e}") from e
+        raise
     emb = Embeddings.from_keyed_vectors(kv, source=str(p))
     if limit is not None and len(emb) > limit:
         emb = emb.restrict(top_k=limit)

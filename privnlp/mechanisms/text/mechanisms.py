@@ -206,8 +206,14 @@ class WordMetricDP(Mechanism):
         if vocab_limit is not None:
             check_range("vocab_limit", vocab_limit, 2, math.inf, integer=True)
         if embeddings is not None and not isinstance(embeddings, (Embeddings, str, os.PathLike)):
+            hint = (
+                "; wrap gensim vectors with Embeddings.from_keyed_vectors(model.wv)"
+                if hasattr(embeddings, "wv") or hasattr(embeddings, "index_to_key")
+                else ""
+            )
             raise InvalidArgument(
-                f"embeddings must be an Embeddings, a path or None; got {type(embeddings).__name__}"
+                f"embeddings must be an Embeddings, a path or None; got "
+                f"{type(embeddings).__name__}{hint}"
             )
         self.epsilon = epsilon
         self.embeddings = embeddings
