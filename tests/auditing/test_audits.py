@@ -6,7 +6,8 @@ Jagielski 2023 and Mahloujifar, Melis & Chaudhuri 2025 (one run); the mechanisms
 audit module.
 
 Quick preset, seed 0 (seeded: deterministic). Measured (2 cores, lightly loaded): dp_sgd ~0.9 of the claim
-(GDP bound), twin (no clipping) > 7x the claim; dp_fedavg ~0.75 (RDP claim), twin (unclipped weighted mean)
+(GDP bound), twin (no clipping) > 7x the claim; dp_fedavg 0.86 (3.38 of 3.95: the claim is the server's
+analytic Gaussian since issue 28, 0.74 with the older RDP claim), twin (unclipped weighted mean)
 > 6x; dp_wordpiece ~0.9 (k = 1), twin (occurrence counts) ~3x; the four metric-DP mechanisms 0.75-0.93 per
 unit of the metric, twins 1.1-5x. Tolerance: the defense must not exceed its claim at all, and must reach a
 stated fraction of it (so that an audit that silently stops working fails); the twins must exceed it.
@@ -38,7 +39,7 @@ DP_DEFENSES = (
 #: the fraction of the claim that the quick audit of the real mechanism must reach (measured - margin)
 MIN_RATIO = {
     "dp_sgd": 0.6,
-    "dp_fedavg": 0.5,
+    "dp_fedavg": 0.7,
     "dp_wordpiece": 0.7,
     "laplace_metric": 0.7,
     "vickrey": 0.7,
