@@ -89,3 +89,22 @@ def test_gensim_full_model_wordvectors_and_model_wv(tmp_path):
     with pytest.raises(InvalidArgument, match="Embeddings.from_keyed_vectors"):
         Vickrey(1.0, embeddings=model.wv)
     assert Vickrey(1.0, embeddings=Embeddings.from_keyed_vectors(model.wv)).sanitize("good").text
+
+
+def test_tune_reads_input_prints_command_and_meaning(tmp_path, emb):
+    vec = tmp_path / "v.txt"
+    vec.write_text(
+        "\n".join(w + " " + " ".join(f"{x:.5f}" for x in v) for w, v in zip(emb.words, emb.vectors))
+    )
+    src = tmp_path / "mine.txt"
+    src.write_text("the good film or the bad film\ncall the phone about a date of mail\n" * 4)
+    r = CliRunner().invoke(
+        app,
+        ["sanitize", "tune", str(src), "--embeddings", str(vec), "--embeddings-format", "glove"]
+        + ["--samples", "30", "-C", "0.9", "--seed", "0"],
+    )
+    assert r.exit_code == 0, r.output
+    assert "vocabulary 12 words" in r.output  # the in-vocabulary words of INPUT, not the lexicon
+    assert "recovers about" in r.output and "% of these words" in r.output
+    assert f"apply it: privnlp sanitize {src} -o OUTPUT -m " in r.output
+    assert "not covered by the claim" in r.output
