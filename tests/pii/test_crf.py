@@ -75,5 +75,13 @@ def test_tidy_span_drops_titles_greetings_and_function_words(small_crf):
     a = t.index("Ray")
     s = tidy_span(t, PIISpan(a, a + len("Ray if Summer"), "PERSON", 0.9), g)
     assert [t[x.start : x.end] for x in s] == ["Ray", "Summer"]
+    t3 = "Customer Will Turner called"
+    assert [t3[x.start : x.end] for x in tidy_span(t3, PIISpan(0, 20, "PERSON"), g)] == [
+        "Will Turner"
+    ]
+    t4 = "at St. Mary's Hospital"
+    assert [t4[x.start : x.end] for x in tidy_span(t4, PIISpan(7, 22, "LOC"), g)] == [
+        "Mary's Hospital"
+    ]
     t2 = "Sanne de Vries"
     assert [t2[x.start : x.end] for x in tidy_span(t2, PIISpan(0, 14, "PERSON"), g)] == [t2]

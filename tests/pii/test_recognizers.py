@@ -111,6 +111,9 @@ def test_usernames_in_login_contexts():
     assert found("User jdoe logged in.") == [("jdoe", "USERNAME")]
     assert found("follow @maria_lopez!") == [("@maria_lopez", "USERNAME")]
     assert found("login: root") == [] and found("the account is locked") == []
+    assert found("My username is moc58.") == [("moc58", "USERNAME")]
+    assert found("log in (username jdoe1987)") == [("jdoe1987", "USERNAME")]
+    assert found("the username field is empty") == []
 
 
 def test_emails_keep_surrounding_punctuation():
@@ -138,6 +141,11 @@ def test_emails_keep_surrounding_punctuation():
 )
 def test_dates_in_written_forms(text, want):
     assert found(text) == [(want, "DATE")]
+
+
+def test_a_sentence_period_after_a_month_stays_outside():
+    assert found("We met on the 1st of February.") == [("1st of February", "DATE")]
+    assert found("Due Feb. 3, 2024.") == [("Feb. 3, 2024", "DATE")]
 
 
 def test_date_words_alone_are_not_dates():

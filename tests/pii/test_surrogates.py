@@ -89,6 +89,8 @@ def test_names_consistent_word_by_word_and_locale():
     assert s("PERSON", "O'Connell") == full.split()[-1]
     assert s("PERSON", "margaret") == full.split()[0].lower()  # case style kept
     assert guess_locale("PERSON", "Jürgen Schäfer") == "de_DE"
+    sp = s("PERSON", "Lucía Fernández de Sevilla")
+    assert " de " in sp and len(sp.split()) == 4  # the particle stays, the sentence keeps its shape
     assert guess_locale("PHONE", "+34 612 345 678") == "es_ES"
     assert guess_locale("EMAIL", "a@orange.fr") == "fr_FR"
     assert guess_locale("ADDRESS", "Calle de Alcalá 42") == "es_ES"

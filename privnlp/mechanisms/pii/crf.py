@@ -245,6 +245,8 @@ def tidy_span(text: str, span: PIISpan, gaz: Gazetteers) -> list[PIISpan]:
         gap = k > 0 and ("  " in text[toks[k - 1][2] : t[1]] or "\t" in text[toks[k - 1][2] : t[1]])
         low = t[0].lower()
         stop = t[0].islower() and ((low in gaz.common and low not in _PARTICLES) or low in _CONJ)
+        if low == "s" and k > 0 and toks[k - 1][0] in "'’":
+            stop = False  # a possessive inside a place name: "St. Mary's Hospital"
         # a sentence end: "." after a word of 2+ letters that is not a title ("Mr." stays)
         if t[0] in ".!?" and k > 0 and len(toks[k - 1][0]) > 1:
             stop = stop or toks[k - 1][0].lower() not in _TITLES
@@ -258,11 +260,20 @@ def tidy_span(text: str, span: PIISpan, gaz: Gazetteers) -> list[PIISpan]:
         known = lw in gaz.first or lw in gaz.last or lw in gaz.towns
         return lw in _LEAD or (lw in gaz.common and not known)
 
+    def words(pc: list) -> int:
+        return sum(1 for w, _, _ in pc if w[:1].isalnum())
+
     out = []
     for pc in pieces:
-        while pc and plain_word(pc[-1][0]):
+        # a common word is dropped from the edge only while a name of 2+ words remains ("Customer Will
+        # Turner" -> "Will Turner"; "Will Turner" stays); greetings / titles / form labels always go
+        while pc and (pc[-1][0].lower() in _LEAD or (plain_word(pc[-1][0]) and words(pc) > 2)):
             pc = pc[:-1]
-        while pc and (plain_word(pc[0][0].rstrip(".")) or not pc[0][0][:1].isalnum()):
+        while pc and (
+            pc[0][0].lower().rstrip(".") in _LEAD
+            or not pc[0][0][:1].isalnum()
+            or (plain_word(pc[0][0].rstrip(".")) and words(pc) > 2)
+        ):
             # a title keeps its dot with it: "Mr. Khan" -> "Khan"
             pc = pc[1:]
             while pc and pc[0][0] == ".":

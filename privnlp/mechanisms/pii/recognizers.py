@@ -101,9 +101,11 @@ _MONTHS_INTL = {  # es, fr, de month names (lower case) -> month number
 }
 _MON = {m[:3]: i + 1 for i, m in enumerate(_MONTHS)} | {"sept": 9}
 _MON_FULL = {m: i + 1 for i, m in enumerate(_MONTHS)} | _MONTHS_INTL
+# a dot only after an abbreviation ("Feb."), never after a full name: "... of February." keeps its period
 _MONTH_RE = (
-    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
-    r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+    r"(?:(?:january|february|march|april|may|june|july|august|september|october|november|december)"
+    r"(?![\w.])|(?:january|february|march|april|may|june|july|august|september|october|november|"
+    r"december)(?=\.)|(?:jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)\.?)"
 )
 _INTL_RE = "(?:" + "|".join(sorted(_MONTHS_INTL, key=len, reverse=True)) + ")"
 
@@ -389,6 +391,12 @@ _USER_PATTERNS = (
     ),
     re.compile(
         r"\b(?:for|by|from)\s+(?:invalid\s+|unknown\s+)?user\s+['\"]?(" + _UCHARS + ")", re.I
+    ),
+    # "username is jdoe", "username jdoe1987" (without "is" the value must look like a login: a digit,
+    # "_" or "." inside)
+    re.compile(r"\b(?:user[ _-]?name|login|handle)\s+is\s+['\"]?(" + _UCHARS + ")", re.I),
+    re.compile(
+        r"\b(?:user[ _-]?name|login)\s+['\"]?([A-Za-z][A-Za-z0-9._-]*[0-9_][A-Za-z0-9._-]*)", re.I
     ),
     re.compile(
         r"\buser\s+['\"]?(" + _UCHARS + r")['\"]?\s+(?:logged|signed|failed|authenticated|"

@@ -98,13 +98,36 @@ def _names_of(locale: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(first), frozenset(last)
 
 
+_PARTICLES = frozenset(
+    "de del della di da dos das du van von der den ter la le lo los las y e".split()
+)
+
+
 @lru_cache(maxsize=4096)
 def _name_locale(word: str, which: int) -> str | None:
-    """The first locale (in :data:`LOCALES` order) whose first (``which=0``) / last (1) names hold ``word``."""
+    """The first locale (in :data:`LOCALES` order) whose first (``which=0``) / last (1) names hold ``word``
+    (folded); a word with accents prefers a locale that spells it with them (``Lucía`` -> es_ES)."""
+    if any(ord(c) > 127 for c in word):
+        for loc in LOCALES:
+            if word in _raw_names_of(loc)[which]:
+                return loc
+    key = _fold(word)
     for loc in LOCALES:
-        if word in _names_of(loc)[which]:
+        if key in _names_of(loc)[which]:
             return loc
     return None
+
+
+@cache
+def _raw_names_of(locale: str) -> tuple[frozenset[str], frozenset[str]]:
+    first: set[str] = set()
+    last: set[str] = set()
+    for p in _faker(locale).providers:
+        for attr, dest in (("first_names", first), ("last_names", last)):
+            vals = getattr(p, attr, None)
+            if vals:
+                dest.update(v.lower() for v in vals)
+    return frozenset(first), frozenset(last)
 
 
 def guess_locale(label: str, value: str) -> str:
@@ -248,10 +271,14 @@ class Surrogates:
             out.append(v[pos : m.start()])
             pos = m.end()
             key = _fold(w.rstrip("."))
+            if w.islower() and key in _PARTICLES:  # "de", "van", "von" ... stay as they are
+                out.append(w)
+                continue
             if len(w.rstrip(".")) == 1:  # an initial stays an initial
                 rep = chr(ord("A") + self._seed("PERSON.initial", key) % 26) + w[1:]
             else:
-                in_first = _name_locale(key, 0)
+                raw = w.rstrip(".").lower()
+                in_first = _name_locale(raw, 0)
                 is_first = (
                     (k == 0 and len(words) > 1)
                     or (in_first is not None and k < len(words) - 1)
