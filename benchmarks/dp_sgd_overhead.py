@@ -280,6 +280,42 @@ def _real(name: str, device: str):
     return m.to(device).train()
 
 
+def _real_row(name, mode, per_sample, dl, steps, device) -> tuple[str, float, float]:
+    """One DP row; every object it makes is freed when it returns (the next row's peak memory is its own)."""
+    m = _real(name, device)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
+    if mode == "opacus-hooks":  # opacus itself, its defaults (global-RNG noise on the device)
+        from opacus import PrivacyEngine
+
+        model, popt, _ = PrivacyEngine(accountant="rdp").make_private(
+            module=m, optimizer=opt, data_loader=dl, noise_multiplier=1.0,
+            max_grad_norm=1.0, poisson_sampling=False, grad_sample_mode="hooks",
+        )  # fmt: skip
+
+        def private():
+            popt.zero_grad(set_to_none=True)
+            per_sample(model).mean().backward()
+            popt.step()
+
+        t, mem = _timed(private, steps, device, warmup=2)
+        model._close()
+        return mode, t, mem
+    pt = make_private(
+        m, opt, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp",
+        grad_sample_mode=mode, rng=None, dedup=False,
+    )  # fmt: skip
+
+    def private():
+        pt.optimizer.zero_grad(set_to_none=True)
+        pt.loss(per_sample(pt.model)).backward()
+        pt.optimizer.step()
+
+    t, mem = _timed(private, steps, device, warmup=2)
+    label = mode if mode != "auto" else f"auto->{pt.grad_sample_mode}"
+    pt.close()
+    return label, t, mem
+
+
 def bench_real(
     name: str,
     *,
@@ -290,78 +326,51 @@ def bench_real(
     modes: tuple[str, ...],
     dtype: str,
 ) -> list[dict]:
-    """Non-private step, opacus' own hooks (the anchor), then each privnlp mode, on one fixed batch."""
+    """Non-private step, opacus' own hooks (the anchor), then each privnlp mode, on one fixed batch (explicit
+    per-row position ids, and zero token types for BERT, for every row: opacus' hooks need them)."""
+    import gc
+
     g = torch.Generator().manual_seed(0)
     vocab = 30522 if name == "bert-base" else 50257
     x = torch.randint(1000, vocab, (batch, seq_len), generator=g).to(device)
     y = (torch.arange(batch) % 2).to(device)
+    pos = torch.arange(seq_len, device=device).unsqueeze(0).repeat(batch, 1)
     causal = name == "gpt2-small"
-    ac = torch.autocast(
-        device_type=device, dtype=torch.bfloat16, enabled=dtype == "bf16"
-    )  # fp32 weights, bf16 compute
+    extra = {"position_ids": pos} if causal else {"position_ids": pos, "token_type_ids": 0 * x}
 
     def per_sample(model):
-        with ac:
-            if causal:
-                pos = torch.arange(seq_len, device=device).unsqueeze(0).repeat(batch, 1)
-                logits = model(input_ids=x, position_ids=pos).logits
-            else:
-                logits = model(input_ids=x).logits
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            logits = model(input_ids=x, **extra).logits  # fp32 weights, bf16 compute under autocast
         logits = logits.float()
         return (
             per_sample_lm_loss(logits, x) if causal else per_sample_classification_loss(logits, y)
         )
 
-    rows = []
-    m = _real(name, device)
-    n_params = sum(p.numel() for p in m.parameters() if p.requires_grad)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
+    def plain_row() -> tuple[float, float, int]:
+        m = _real(name, device)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
 
-    def plain():
-        opt.zero_grad(set_to_none=True)
-        per_sample(m).mean().backward()
-        opt.step()
+        def plain():
+            opt.zero_grad(set_to_none=True)
+            per_sample(m).mean().backward()
+            opt.step()
 
-    t0, mem0 = _timed(plain, steps, device, warmup=2)
-    rows.append(
-        {"mode": "non-private", "ms": 1e3 * t0, "ratio": 1.0, "mem_mb": mem0, "mem_ratio": 1.0}
-    )
-    del m, opt
+        t, mem = _timed(plain, steps, device, warmup=2)
+        return t, mem, sum(p.numel() for p in m.parameters() if p.requires_grad)
+
+    def free():
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+    t0, mem0, n_params = plain_row()
+    free()
+    rows = [{"mode": "non-private", "ms": 1e3 * t0, "ratio": 1.0, "mem_mb": mem0, "mem_ratio": 1.0}]
     dl_x = torch.randint(1000, vocab, (batch * 8, seq_len), generator=g)
     dl = DataLoader(TensorDataset(dl_x, torch.arange(batch * 8) % 2), batch_size=batch)
     for mode in ("opacus-hooks", *modes):
-        m = _real(name, device)
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
         try:
-            if (
-                mode == "opacus-hooks"
-            ):  # opacus itself, its defaults (global-RNG noise on the device)
-                from opacus import PrivacyEngine
-
-                model, popt, _ = PrivacyEngine(accountant="rdp").make_private(
-                    module=m, optimizer=opt, data_loader=dl, noise_multiplier=1.0,
-                    max_grad_norm=1.0, poisson_sampling=False, grad_sample_mode="hooks",
-                )  # fmt: skip
-
-                def private(model=model, popt=popt):
-                    popt.zero_grad(set_to_none=True)
-                    per_sample(model).mean().backward()
-                    popt.step()
-
-                label = mode
-            else:
-                pt = make_private(
-                    m, opt, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp",
-                    grad_sample_mode=mode, rng=None, dedup=False,
-                )  # fmt: skip
-
-                def private(pt=pt):
-                    pt.optimizer.zero_grad(set_to_none=True)
-                    pt.loss(per_sample(pt.model)).backward()
-                    pt.optimizer.step()
-
-                label = mode if mode != "auto" else f"auto->{pt.grad_sample_mode}"
-            t, mem = _timed(private, steps, device, warmup=2)
+            label, t, mem = _real_row(name, mode, per_sample, dl, steps, device)
             rows.append(
                 {
                     "mode": label,
@@ -373,10 +382,7 @@ def bench_real(
             )
         except Exception as e:  # noqa: BLE001 - a mode that fails is a row of the table, not the end of the run
             rows.append({"mode": mode, "error": f"{type(e).__name__}: {str(e)[:160]}"})
-        finally:
-            del m, opt
-            if device == "cuda":
-                torch.cuda.empty_cache()
+        free()
     rows[0]["params"] = n_params
     return rows
 

@@ -89,6 +89,14 @@ def train(
         "after normalising whitespace/case). Without it duplicates are counted and the group "
         "epsilon of the most repeated text is reported.",
     ),
+    public_dataset_size: int | None = typer.Option(
+        None,
+        "--public-dataset-size",
+        min=1,
+        help="A public upper bound on the number of training texts: the sampling rate becomes "
+        "--batch-size / this bound (never the private count) and the claim holds for add/remove "
+        "neighbours. Default: rate and normaliser from the data's size (zero-out claim, N public).",
+    ),
     steps_opt: int | None = typer.Option(
         None, "--steps", min=1, help="Total logical steps (default: epochs x batches per epoch)."
     ),
@@ -126,6 +134,7 @@ def train(
                     ("--noise-seed", noise_seed),
                     ("--delta", delta),
                     ("--physical-batch-size", physical_batch_size),
+                    ("--public-dataset-size", public_dataset_size),
                     ("--resume", resume),
                 )
                 if v is not None
@@ -212,7 +221,9 @@ def train(
             ids, mask, labels = batch
             return per_sample_lm_loss(m(input_ids=ids, attention_mask=mask).logits, labels)
 
-        steps = int(steps_opt) if steps_opt is not None else max(1, int(round(epochs * len(dl))))
+        # epochs -> steps from public quantities when the dataset size is private (issue #28 item 2)
+        per_epoch = public_dataset_size / batch_size if public_dataset_size is not None else len(dl)
+        steps = int(steps_opt) if steps_opt is not None else max(1, int(round(epochs * per_epoch)))
         if defense == "dp_sgd":
             from privnlp.accounting.duplicates import DuplicateExamplesWarning, normalize_text
 
@@ -236,6 +247,14 @@ def train(
                     rng=noise_seed,
                     dedup=dedup,
                     duplicate_keys=[normalize_text(t) for t in train_texts],
+                    **(
+                        {
+                            "expected_batch_size": batch_size,
+                            "public_dataset_size": public_dataset_size,
+                        }
+                        if public_dataset_size is not None
+                        else {}
+                    ),
                 )
             for w in caught:
                 if issubclass(w.category, DuplicateExamplesWarning):

@@ -87,3 +87,28 @@ def test_flags_that_cannot_apply_without_dp_are_errors(tmp_path):
             assert flags[0] in r.output and "--defense dp_sgd only" in r.output
             assert "Traceback" not in r.output
     assert not out.exists()  # no partial output
+
+
+def test_public_dataset_size_makes_the_claim_independent_of_the_private_count(tmp_path):
+    claims = []
+    for n in (7, 8):  # N and N+1 training texts (one held out of each file)
+        data = tmp_path / f"t{n}.txt"
+        data.write_text(
+            "\n".join(TEXTS[: n + 1] if n < 8 else TEXTS + ["one more line of text"]) + "\n"
+        )
+        out = tmp_path / f"out{n}"
+        r = CliRunner().invoke(
+            app,
+            [
+                "train", "--data", str(data), "--noise-multiplier", "1.0", "--accountant", "rdp",
+                "--batch-size", "4", "--epochs", "1", "--vocab-size", "300",
+                "--public-dataset-size", "40", "--out", str(out),
+            ],
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+        claims.append(json.loads((out / "claim.json").read_text()))
+    a, b = claims
+    assert a["neighbouring"] == b["neighbouring"] == "add/remove"
+    assert a["extra"]["sample_rate"] == b["extra"]["sample_rate"] == 0.1
+    assert a["extra"]["steps"] == b["extra"]["steps"] == 10  # 1 epoch of the public 40 at batch 4
+    assert a["epsilon"] == b["epsilon"] and "dataset_size" not in a["extra"]

@@ -144,3 +144,70 @@ def test_make_private_on_cuda_draws_noise_on_the_device():  # pragma: no cover -
         pt.optimizer.step()
         break
     assert float(model.weight.grad.std()) == pytest.approx(1.0 / B, rel=0.3)
+
+
+@cuda
+def test_seeded_cuda_resume_equals_uninterrupted_and_resumes_on_cpu(
+    tmp_path,
+):  # pragma: no cover - GPU only
+    def setup(device, ckpt=None):
+        torch.manual_seed(0)
+        m = nn.Linear(D, 1, bias=False).to(device)
+        pt = _pt(m, rng=0)
+        if ckpt is not None:
+            pt.load_checkpoint(ckpt)
+        return m, pt
+
+    def noises(pt, m, steps, device):
+        out = []
+        for _ in range(steps):
+            pt.optimizer.zero_grad(set_to_none=True)
+            x = torch.zeros(2, D, device=device)
+            pt.loss(_zero_loss(pt.model, [x])).backward()
+            pt.optimizer.step()
+            out.append(m.weight.grad.detach().flatten().clone())
+        return out
+
+    m, pt = setup("cuda")
+    full = noises(pt, m, 3, "cuda")
+    m1, pt1 = setup("cuda")
+    noises(pt1, m1, 2, "cuda")
+    ck = pt1.save_checkpoint(tmp_path / "ck.pt")
+    assert torch.load(ck, weights_only=False)["rng"]["devices"]["noise"] == "cuda"
+    m2, pt2 = setup("cuda", ck)
+    assert torch.equal(noises(pt2, m2, 1, "cuda")[0], full[2])  # resumed == uninterrupted
+    m3, pt3 = setup("cpu", ck)  # another device kind: derived stream, no replay
+    step3 = noises(pt3, m3, 1, "cpu")[0]
+    assert float((step3 - full[1].cpu()).std()) * B == pytest.approx(math.sqrt(2), rel=0.2)
+    assert pt3.epsilon() == pt2.epsilon()  # same ledger on both device kinds
+
+
+@cuda
+def test_gpt2_bookkeeping_bf16_on_cuda_matches_the_cpu_epsilon():  # pragma: no cover - GPU only
+    from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
+    from privnlp.models import tiny_gpt2
+
+    eps = {}
+    for device in ("cpu", "cuda"):
+        m = tiny_gpt2(40, n_layer=2, n_embd=32, n_head=2, n_positions=16, tie_word_embeddings=False)
+        m = m.to(device)
+        ids = torch.randint(0, 40, (32, 12), generator=torch.Generator().manual_seed(0))
+        pt = make_private(
+            m,
+            torch.optim.AdamW(m.parameters(), lr=1e-3),
+            DataLoader(TensorDataset(ids), batch_size=8),
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            grad_sample_mode="bookkeeping",
+            rng=None,
+        )
+        assert pt.generators["noise"].device.type == device
+        for (x,) in pt.data_loader:
+            x = x.to(device)
+            pt.optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device, dtype=torch.bfloat16):
+                logits = pt.model(input_ids=x).logits
+            pt.loss(per_sample_lm_loss(logits.float(), x)).backward()
+            pt.optimizer.step()
+        eps[device] = pt.epsilon()
+    assert eps["cuda"] == eps["cpu"]  # the same ledger

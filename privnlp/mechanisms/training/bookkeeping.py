@@ -189,10 +189,11 @@ class BookKeeping:
             float(n) if loss_reduction == "mean" else 1.0
         )  # backprops of the mean loss are grad_i / n
         sq = None
+        # the norm and grad samplers are linear in g: norms of the unscaled g times ``scale``, and the scale folded
+        # into the clip factors (one pass over every output gradient less); norms and clipping in fp32 (bf16
+        # autocast: issue #29 item 3)
         for m, e in entries:
             acts, g = e
-            g = g.float() * scale  # norms and clipping in fp32 (bf16 autocast: issue #29 item 3)
-            e[1] = g
             if (type(m) is nn.Linear or is_conv1d(m)) and len(self.params[m]) == len(
                 [q for q in m.parameters(recurse=False)]
             ):  # ||a^T g|| = ||g^T a||: the same norm for Conv1D's transposed weight
@@ -202,12 +203,13 @@ class BookKeeping:
             for p in self.params[m]:
                 p.requires_grad_(True)  # opacus' samplers skip parameters that do not require grad
             try:
+                g32 = g.float()
                 if type(m) in norm_s:
-                    norms = norm_s[type(m)](m, acts, g)
+                    norms = norm_s[type(m)](m, acts, g32)
                 else:
                     norms = {
-                        p: gs.reshape(n, -1).norm(2, dim=1)
-                        for p, gs in grad_s[type(m)](m, acts, g).items()
+                        p: gs.reshape(n, -1).float().norm(2, dim=1)
+                        for p, gs in grad_s[type(m)](m, acts, g32).items()
                     }
             finally:
                 for p in self.params[m]:
@@ -215,11 +217,13 @@ class BookKeeping:
             for p in self.params[m]:
                 v = norms[p].reshape(n).to(torch.float32) ** 2
                 sq = v if sq is None else sq + v
-        per_sample = sq.sqrt()
+        per_sample = sq.sqrt() * scale
         # clip factors in fp32, applied to fp32 output gradients; sums cast to the parameters' dtype at the end
         c = (self.max_grad_norm / (per_sample + 1e-6)).clamp(max=1.0)
+        cs = c * scale
         for m, (acts, g) in entries:
-            cg = g.float() * c.view(-1, *([1] * (g.dim() - 1)))
+            # never in place: autograd hands one gradient tensor to several layers (the summed BERT embeddings)
+            cg = g.float() * cs.view(-1, *([1] * (g.dim() - 1)))
             ps = self.params[m]
             pid = {id(q) for q in ps}
             if is_conv1d(m):
