@@ -94,6 +94,23 @@ def _residual(out: Path, cfg: dict, rounds: int):
     return torch.cat([(final[k] - guess[k]).flatten() for k in guess])
 
 
+def user_epsilon(sampling, n, m, z, rounds, delta):
+    """The deployment's headline epsilon: the strongest named adversary's (issue #28), recomputed."""
+    from privnlp.mechanisms.federated.accounting import dp_fedavg_adversary_bounds
+
+    return max(
+        b.epsilon
+        for b in dp_fedavg_adversary_bounds(
+            noise_multiplier=z,
+            clients_per_round=m,
+            population=n,
+            rounds=rounds,
+            delta=delta,
+            sampling=sampling,
+        )
+    )
+
+
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory):
     from privnlp.mechanisms.federated.flower import LoopbackDeployment
@@ -142,8 +159,6 @@ def resumed(dep, killed):
 
 @pytest.mark.timeout(200)
 def test_restarted_supernode_rejoins_and_restarted_server_continues_the_ledger(resumed):
-    from privnlp.mechanisms.federated.accounting import user_epsilon
-
     res, k = resumed.res, resumed.k
     assert "error" not in res, res
     total = k + 2
@@ -175,7 +190,6 @@ def test_server_side_crash_mid_round_resumes_the_ledger(dep):
     """SIGKILL of the whole server side (SuperLink, SuperExec, ServerApp) mid-round, SuperLink restarted on the
     same port (its SQLite state keeps the SuperNodes registered), run resubmitted: it resumes. Slow: after such
     a restart Flower 1.42 SuperNodes took ~45 s to answer again (they first finish the dead run's messages)."""
-    from privnlp.mechanisms.federated.accounting import user_epsilon
 
     _revive(dep)
     out = Path(dep.work_dir) / "crash_run"
