@@ -302,7 +302,7 @@ def sanitize_file_dask(
     fmt: str | None = None,
     field: str = "text",
     chunk_records: int = 512,
-    chunks_per_shard: int = 8,
+    chunks_per_shard: int = 1,
     client: Any = None,
     n_workers: int = 2,
     retries: int = 1,
