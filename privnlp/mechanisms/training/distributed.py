@@ -42,12 +42,24 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
+from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
+from opacus.optimizers.optimizer import (
+    _check_processed_flag,
+    _generate_noise,
+    _mark_as_processed,
+)
+from opacus.utils.uniform_sampler import DistributedUniformWithReplacementSampler
 from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded
+from privnlp.core.rng import noise_is_seeded
+
+from .dp_sgd import _poisson_loader
 
 __all__ = [
     "DistributedContext",
@@ -136,8 +148,6 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
 
 def check_noise_rng(ctx: DistributedContext, rng: Any, poisson_sampling: bool = True) -> None:
     """Refuse a noise seed in a distributed run (it would be shared by every rank), and a non-Poisson loader."""
-    from privnlp.core.rng import noise_is_seeded
-
     if not poisson_sampling:
         raise InvalidArgument(
             "poisson_sampling=False is not supported in a distributed run (each rank samples its "
@@ -154,13 +164,7 @@ def check_noise_rng(ctx: DistributedContext, rng: Any, poisson_sampling: bool = 
 
 
 # ----------------------------------------------------------------------------- sampling
-def _sampler_base() -> type:
-    from opacus.utils.uniform_sampler import DistributedUniformWithReplacementSampler
-
-    return DistributedUniformWithReplacementSampler
-
-
-class KeepEmptyDistributedSampler(_sampler_base()):  # type: ignore[misc]
+class KeepEmptyDistributedSampler(DistributedUniformWithReplacementSampler):
     """opacus' distributed Poisson batch sampler, but an empty local batch is *yielded* (not skipped): every
     rank runs exactly ``num_batches`` steps per pass, so the collectives of step t pair step t everywhere.
     Each example of this rank's shard is included with probability ``sample_rate`` (the global rate)."""
@@ -189,8 +193,6 @@ def poisson_loader(
 ) -> Any:
     """opacus' distributed ``DPDataLoader`` over ``data_loader``'s dataset at the global rate ``sample_rate``
     (default ``1 / len(data_loader)``), keeping empty local batches (``len()`` = batches of one pass)."""
-    from .dp_sgd import _poisson_loader
-
     q = 1.0 / len(data_loader) if sample_rate is None else float(sample_rate)
     dl = _poisson_loader(data_loader, q, generator, distributed=True)
     dl.batch_sampler.__class__ = (
@@ -202,8 +204,6 @@ def poisson_loader(
 def wrap_model(ctx: DistributedContext, model: nn.Module) -> nn.Module:
     """opacus' DPDDP: broadcasts rank 0's parameters (every rank starts from the same model) and marks the
     module as distributed for opacus (per-rank expected batch size, distributed DP optimizer)."""
-    from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
-
     return DPDDP(model)
 
 
@@ -211,12 +211,6 @@ def wrap_model(ctx: DistributedContext, model: nn.Module) -> nn.Module:
 def attach(ctx: DistributedContext, optimizer: Any, guard: Any) -> None:
     """Install split secure noise, a flat all-reduce and the collective budget check on opacus'
     distributed DP optimizer (called before privnlp's budget guard wraps ``add_noise``)."""
-    from opacus.optimizers.optimizer import (
-        _check_processed_flag,
-        _generate_noise,
-        _mark_as_processed,
-    )
-
     if getattr(optimizer, "world_size", None) != ctx.world_size:
         raise InvalidArgument(
             f"internal: expected opacus' distributed DP optimizer for {ctx.world_size} ranks; got "
@@ -243,8 +237,6 @@ def attach(ctx: DistributedContext, optimizer: Any, guard: Any) -> None:
         ]  # (bookkeeping turns requires_grad off)
         if not params:
             return
-        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-
         flat = _flatten_dense_tensors([p.grad for p in params])
         torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
         if optimizer.loss_reduction == "mean":
@@ -298,8 +290,6 @@ def finish(ctx: DistributedContext, pt: Any) -> Any:
                 out = local_save(path)
         finally:
             torch.distributed.barrier()
-        from pathlib import Path
-
         return out if out is not None else Path(path)
 
     pt.save_checkpoint = save_checkpoint

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
 
 from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded, check_positive, check_range
 
-from .dp_sgd import PrivateTraining, make_private, per_sample_lm_loss
+from .dp_sgd import PrivateTraining, choose_grad_sample_mode, make_private, per_sample_lm_loss
 
 __all__ = ["TrainResult", "train_private", "batch_len", "DPTrainer"]  # noqa: F822 (DPTrainer: module __getattr__, transformers loaded on first use)
 
@@ -93,8 +95,6 @@ def train_private(
     stopped = False
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=target, desc="DP-SGD", unit="step")
 
     def physical_batches():
@@ -150,8 +150,6 @@ def train_private(
 def _ddp_trainer_mode(model: Any, batch_size: int, mode: str | None) -> str:
     """Book-keeping turns ``requires_grad`` off during training, which torch DDP (wrapped by the Trainer) refuses:
     under DDP ``auto`` takes ghost clipping where it would take book-keeping; an explicit request is refused."""
-    from .dp_sgd import choose_grad_sample_mode
-
     mode = mode or "auto"
     if mode == "bookkeeping":
         raise InvalidArgument(
@@ -218,8 +216,6 @@ def _make_dp_trainer() -> type:
 
         def get_train_dataloader(self):  # type: ignore[override]
             if self.private is None:
-                from torch.utils.data import DataLoader
-
                 ds = self.train_dataset
                 if hasattr(ds, "column_names"):
                     ds = self._remove_unused_columns(ds, description="training")

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from privnlp.core.errors import InvalidArgument
 from privnlp.core.registry import LEAKY_TWINS
 from privnlp.core.rng import as_torch
 
@@ -128,8 +129,6 @@ class LeakyLSTMDropoutEvalOnly(LSTMDropoutDefense):
     mode (never during local training)."""
 
     def apply(self, model: Any, *, rng: Any) -> Any:
-        from privnlp.core.errors import InvalidArgument
-
         g = as_torch(rng)
         targets = [
             (n, m)

@@ -17,7 +17,9 @@ from typing import Any, ClassVar
 import torch
 
 from privnlp.core.registry import LEAKY_TWINS
+from privnlp.core.rng import as_torch
 
+from .embedding import input_embedding, position_embedding_modules
 from .mechanisms import (
     FrozenEmbeddings,
     GaussianNoiseUpdate,
@@ -58,8 +60,6 @@ class LeakyFrozenEmbeddingsDataFlag(FrozenEmbeddings):
     rougeL back to the undefended level instead of ~0)."""
 
     def apply(self, model: Any) -> tuple[str, ...]:
-        from .embedding import input_embedding, position_embedding_modules
-
         mods = []
         if self.word:
             mods.append(input_embedding(model)[1])
@@ -146,8 +146,6 @@ class LeakyGradDropDenseSmallTensors(GradDropDefense):
 @dataclass(frozen=True)
 class _NoiseDiscarded(_Disguised, GaussianNoise):
     def _apply(self, grads, rng):
-        from privnlp.core.rng import as_torch
-
         g = as_torch(rng)
         out = {}
         for k, v in grads.items():
@@ -175,8 +173,6 @@ class LeakyGaussianNoiseDiscarded(GaussianNoiseUpdate):
 @dataclass(frozen=True)
 class _MaskWrongDict(_Disguised, RandomMasking):
     def _apply(self, grads, rng):
-        from privnlp.core.rng import as_torch
-
         g = as_torch(rng)
         masked, out = {}, {}
         for k, v in grads.items():
