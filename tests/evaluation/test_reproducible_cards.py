@@ -247,3 +247,43 @@ def test_card_states_cpu_dependent_interval_and_regeneration_keeps_it(tmp_path):
     card = render_mechanism_card(kept)
     assert "**CPU-dependent:**" in card and "guess17 undefended: [0.500, 1.000]" in card
     assert carry_cpu_intervals(rep, None) is rep
+
+
+def test_check_cards_runs_cards_in_parallel_workers(tmp_path):
+    """Issue #30 item 9: --jobs 2 regenerates cards in two spawned processes; here both committed reports are
+    of another preset, so each worker only reads and skips its card (a few seconds) and the run says so."""
+    import json
+    import subprocess
+    import sys
+
+    for name in ("aaa", "bbb"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps({"config": {"preset": "quick"}}))
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "check_cards.py"),
+            "--jobs",
+            "2",
+            "--preset",
+            "full",
+        ]
+        + ["--cards-dir", str(tmp_path), "--work", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "skip aaa" in out.stdout and "skip bbb" in out.stdout
+    assert "2/2 cards reproduce" in out.stdout and "with 2 job(s)" in out.stdout
+    missing = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_cards.py"), "--jobs", "2", "--only", "zzz"]
+        + ["--cards-dir", str(tmp_path), "--work", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        missing.returncode == 1
+        and "cards/mechanisms/zzz: no committed report.json" in missing.stdout
+    )
