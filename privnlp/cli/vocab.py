@@ -8,7 +8,8 @@ from typing import Any
 
 import typer
 
-from privnlp.core.errors import InvalidArgument, MalformedInput
+from privnlp.core.errors import InvalidArgument, MalformedInput, PrivnlpError
+from privnlp.core.rng import secure_numpy
 from privnlp.data.loaders import TXT_UNIT_RULES, TXT_UNITS, load_texts
 
 app = typer.Typer(help="Build DP WordPiece vocabularies.", no_args_is_help=True)
@@ -160,8 +161,6 @@ def build(
 ) -> None:
     """Build a DP WordPiece tokenizer from CORPUS and write it with its privacy claim."""
 
-    from privnlp.core.errors import PrivnlpError
-    from privnlp.core.rng import secure_numpy
     from privnlp.mechanisms.vocab import DPWordPiece
 
     try:

@@ -36,9 +36,12 @@ reduce sums them and draws the noisy threshold once on the coordinator
 
 from __future__ import annotations
 
+import copy
+import csv
 import io
 import json
 import os
+import pickle
 import shutil
 import tempfile
 import time
@@ -53,7 +56,9 @@ import numpy as np
 from privnlp.core.errors import InvalidArgument, MalformedInput, MissingDependency, check_range
 from privnlp.core.report import atomic_write_text
 from privnlp.core.rng import check_noise_seed_allowed, secure_numpy
+from privnlp.data import loaders
 from privnlp.data.loaders import TXT_UNIT_RULES
+from privnlp.mechanisms.vocab.histogram import WordSplitter, bound_contributions
 
 from .files import (
     FORMATS,
@@ -207,8 +212,6 @@ def _sanitize_shard(
     parts_dir: str,
     fault: str | None = None,
 ) -> tuple[str, list[int], dict]:
-    import pickle
-
     mech = _WORKER_MECH.get(mech_key)
     if mech is None:
         mech = pickle.loads(mech_blob)
@@ -279,8 +282,6 @@ def _worker_copy(mechanism: Any) -> Any:
     """The mechanism as the workers rebuild it: hyperparameters, the planned index with its fixed
     (calibrated) parameter, the vectors (reloaded from their path / the package when not given as an
     object); no built index (each worker loads the cached one)."""
-    import copy
-
     w = copy.copy(mechanism)
     w.__dict__ = {k: v for k, v in mechanism.__dict__.items() if not k.startswith("_")}
     kind = mechanism.__dict__["_index_kind"]
@@ -355,8 +356,6 @@ def sanitize_file_dask(
     with open(src, "rb") as fh:
         fh.seek(3 if bom else 0)
         header = fh.read(body0 - (3 if bom else 0)) if fmt == "csv" else b""
-    import pickle
-
     blob = pickle.dumps(_worker_copy(mechanism))
     key = f"{id(mechanism)}-{time.time_ns()}"
     made = make_parent(dst)
@@ -439,8 +438,6 @@ def sanitize_file_dask(
 
 def _csv_header(header: bytes) -> bytes:
     """The header row as ``csv.DictWriter`` writes it (quoting normalised), the input's line end."""
-    import csv
-
     text = header.decode("utf-8")
     body = text.rstrip("\r\n")
     eol = text[len(body) :] or "\n"
@@ -461,8 +458,6 @@ def _vocab_shard(
     lowercase: bool,
     seed: int | None,
 ) -> tuple[Counter, int]:
-    from privnlp.mechanisms.vocab.histogram import WordSplitter, bound_contributions
-
     with open(path, "rb") as fh:
         fh.seek(shard.start)
         raw = fh.read(shard.end - shard.start)
@@ -478,8 +473,6 @@ def _vocab_shard(
 
 
 def _shard_texts(text: str, fmt: str, field: str | None, path: str, shard: Shard) -> list[str]:
-    from privnlp.data import loaders
-
     if fmt == "txt":
         return loaders.split_records(text, "line")
     if fmt == "jsonl":
@@ -496,8 +489,6 @@ def _shard_texts(text: str, fmt: str, field: str | None, path: str, shard: Shard
                 raise MalformedInput(f"{path}, line {i}: expected an object with a string {col!r}")
             out.append(obj[col])
         return out
-    import csv
-
     rows = list(csv.reader(io.StringIO(text, newline="")))
     names, body = rows[0], rows[1:]
     col = field or ("text" if "text" in names else names[0])

@@ -19,10 +19,11 @@ import csv
 import dataclasses
 import io
 import json
+import multiprocessing as mp
 import os
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,8 +195,6 @@ def sanitize_file(
             disable=not progress,
         )
         if num_proc > 1:
-            import multiprocessing as mp
-
             global _MECH
             _MECH = mechanism
             pool = mp.get_context("fork").Pool(num_proc)
@@ -218,8 +217,6 @@ def sanitize_file(
                     _rate_postfix(bar, counts, t0)
                     yield [r.text for r in res]
                 return
-            from collections import deque
-
             pending: deque = deque()
             for texts in chunks:
                 pending.append(pool.apply_async(_work, ((texts, start, seed),)))
