@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import warnings
 from typing import Any
 
 import numpy as np
@@ -224,7 +225,11 @@ def _dp_sgd_update(
         else per_sample_classification_loss(logits, labels)
     )
     pt.optimizer.zero_grad()
-    pt.loss(per).backward()
+    with (
+        warnings.catch_warnings()
+    ):  # opacus' hooks on a model whose inputs need no grad (token ids): expected
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        pt.loss(per).backward()
     pt.optimizer.step()  # clip, noise, scale (lr 0: the parameters do not move)
     grads = {
         n: p.grad.detach().clone()
