@@ -111,3 +111,13 @@ def test_sidecar_records_the_index(big_emb, cache, tmp_path):
     m2 = _mech(big_emb)
     sanitize_file(src, tmp_path / "out2.txt", m2, seed=1, progress=False)
     assert json.loads(sidecar_path(tmp_path / "out2.txt").read_text())["index"]["kind"] == "exact"
+
+
+def test_direct_short_call_plans_exact(big_emb, cache):
+    """A short text through the Python API stays exact (no index build, no probe) on a big vocabulary."""
+    m = _mech(big_emb)
+    m.sanitize("w1 w2 w3", seed=0)
+    assert m.index_report()["kind"] == "exact" and "input of about 3" in m.index_report()["why"]
+    big = _mech(big_emb, auto_exact_words=2)
+    big.perturb_ids(np.arange(10), rng=0)
+    assert big.index_report()["kind"] == "faiss"

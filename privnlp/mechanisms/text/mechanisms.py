@@ -253,7 +253,9 @@ class WordMetricDP(Mechanism):
 
     def plan_index(self, expected_words: int | None = None) -> str:
         """Resolve ``index="auto"`` once, for an input of about ``expected_words`` words (``None``:
-        unknown, treated as large), and build / calibrate the index. Returns the index kind in use
+        unknown, treated as large), and build / calibrate the index. ``sanitize_file`` plans from the
+        file size; a ``sanitize`` / ``sanitize_many`` / ``perturb_ids`` call that finds no plan plans
+        from its own number of words (a short text stays exact). Returns the index kind in use
         (``"exact"``, ``"faiss"`` or ``"hnsw"``); later calls return the same. Only the speed and the
         top-k recall depend on this choice, never the claim (an index is post-processing)."""
         kind = self.__dict__.get("_index_kind")
@@ -530,6 +532,8 @@ class WordMetricDP(Mechanism):
             raise InvalidArgument(f"ids must be in [0, {len(emb) - 1}]")
         out = np.empty_like(ids)
         bt = int(self.batch_tokens)
+        if "_index_kind" not in self.__dict__:
+            self.plan_index(int(ids.size))
         for s in range(0, ids.size, bt):
             b = ids[s : s + bt]
             noisy = emb.vectors[b] + self.sample_noise(b.size, rng=g)
@@ -676,6 +680,8 @@ class WordMetricDP(Mechanism):
             oovr = gens.integers(0, V, size=sum(n_o))
         out = np.empty_like(ids)
         bt = int(self.batch_tokens)
+        if "_index_kind" not in self.__dict__:  # not planned by a caller: plan for this input
+            self.plan_index(int(ids.size))
         for s in range(0, ids.size, bt):
             b = ids[s : s + bt]
             noisy = emb.vectors[b] + noise[s : s + bt]
