@@ -49,10 +49,10 @@ _ENTRY_POINTS = {
     "evaluate_defense": ("privnlp.evaluation.cards", "evaluate_defense"),
 }
 
-# a literal list (tests/docs/test_layering.py); "DPEngine" joins it once privnlp/mechanisms/training/engine.py
-# is committed (every name here must resolve in a clean clone)
+# a literal list (tests/docs/test_layering.py); every name here must resolve in a clean clone
 __all__ = [
     "__version__",
+    "DPEngine",
     "make_private",
     "train_private",
     "sanitize_file",

@@ -33,7 +33,7 @@ def test_entry_points_are_lazy_and_resolve():
         "import sys, privnlp; assert 'torch' not in sys.modules; "
         "assert {'make_private', 'train_private', 'audit', 'sanitize_file', 'evaluate_defense'} <= set(dir(privnlp)); "
         "from privnlp.evaluation import audit; assert privnlp.audit is audit; "
-        "from privnlp.mechanisms.training import make_private; assert privnlp.make_private is make_private; "
+        "from privnlp.mechanisms.training import make_private; assert privnlp.make_private is make_private; from privnlp.mechanisms.training.engine import DPEngine; assert privnlp.DPEngine is DPEngine; "
         "from privnlp.mechanisms.text.files import sanitize_file; assert privnlp.sanitize_file is sanitize_file; "
         "print('ok')"
     )
