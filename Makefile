@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	$(BIN)/pip install -q torch==$(TORCH_VERSION)
-	$(BIN)/pip install -q -e ".[mpc,fl,align,ann,secure,hf,vectors,dev,docs]"
+	$(BIN)/pip install -q -e ".[mpc,fl,align,ann,secure,hf,vectors,distributed,dev,docs]"
 	$(BIN)/pip install -q --no-deps crypten==0.4.1
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__"
 	touch $(STAMP)

@@ -31,7 +31,6 @@ __all__ = [
     "ScenarioRun",
     "Scenario",
     "AttackProtocol",
-    "MechanismProtocol",
     "PrivateTrainer",
     "UpdateTransformer",
     "EmbeddingFreezer",
@@ -155,15 +154,6 @@ class Attack(abc.ABC):
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}({args})"
-
-
-# Unused by privnlp (the family protocols replace it): kept only while privnlp/core/__init__.py
-# re-exports it; removing both is the lead's change (issue #30 item 3).
-@runtime_checkable
-class MechanismProtocol(Protocol):
-    """Deprecated: any object with ``claim()``; use the family protocols (:class:`PrivateTrainer`, ...)."""
-
-    def claim(self) -> PrivacyClaim: ...
 
 
 @runtime_checkable

@@ -37,7 +37,7 @@ from typing import Any
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.observations import BlackBoxLM, DiskLease, ModelSnapshots
-from privnlp.core.protocols import Scenario, ScenarioRun, Trial
+from privnlp.core.protocols import Aggregator, Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 
@@ -199,7 +199,7 @@ class FLDPFedAvgScenario(Scenario):
         task = lm_task(tok, **cfg["model"], seed=d["seed"] % (2**31))
         data = lm_client_data(tok, d["clients"], max_length=int(cfg["max_length"]))
         mech = FedAvg(**cfg["fedavg"]) if mechanism is None else mechanism
-        if not hasattr(mech, "aggregate") or not hasattr(mech, "client_config"):
+        if not isinstance(mech, Aggregator):
             raise InvalidArgument(
                 "fl.dp_fedavg needs mechanism=None or a federated mechanism (fedavg, dp_fedavg); "
                 f"got {type(mechanism).__name__}"
