@@ -204,7 +204,12 @@ def headline_rows(
         rep = LeakageReport.load(rep_path)
         cells = []
         for atk, v in rep.headline().items():
-            twin = f" (twin {_num(v['leaky_twin'])})" if "leaky_twin" in v else ""
+            twin = (
+                f" (twin {_num(v['leaky_twin'])}"
+                f"{', attack too weak here' if v.get('attack_too_weak') else ''})"
+                if "leaky_twin" in v
+                else ""
+            )
             cells.append(
                 f"{atk.split(' (')[0]} {v['metric']}: {_num(v.get('undefended'))} → "
                 f"**{_num(v.get('defended'))}**{twin}"

@@ -213,9 +213,10 @@ REDACT = [
     ),
     (
         "md",
-        "Consistent surrogates: the same real name maps to the same fake name within a document "
-        "(`Jane Doe` -> one fake full name, `Jane` alone -> its first name). A whole file is redacted atomically, "
-        "with a sidecar of counts per type; empty documents and documents without known fields are kept.",
+        "Consistent surrogates: a keyed HMAC (your secret key) maps the same real value to the same fake one "
+        "of the same type, format and locale across the whole corpus (`Jane Doe` -> one fake full name, `Jane` "
+        "alone -> its first name). A whole file is redacted atomically, with a sidecar of counts per type; "
+        "empty documents and documents without known fields are kept.",
     ),
     (
         "code",
@@ -223,15 +224,16 @@ REDACT = [
         "with warnings.catch_warnings():\n"
         "    warnings.simplefilter('ignore')\n"
         "    summary = redact_file('records.jsonl', 'redacted.jsonl', field='text', known_fields=known,\n"
-        "                          redactor=PIIRedactor(mode='surrogate'), seed=0)\n"
+        "                          redactor=PIIRedactor(mode='surrogate', key=b'my secret key, 16+ bytes'))\n"
         "print(pathlib.Path('redacted.jsonl').read_text())\n"
         "print(summary.counts, summary.warnings)",
     ),
     (
         "md",
-        "The same from the shell: `privnlp redact records.jsonl -o redacted.jsonl --field text "
-        "--known-fields known.json --mode surrogate` (`--tagger bundled`, the default, adds the BiLSTM tagger "
-        "trained on the bundled corpus' auto-annotations; `--tagger none` uses regex + known fields only).\n\n"
+        "The same from the shell: `privnlp redact records.jsonl -o redacted.jsonl --known-fields known.json "
+        "--mode surrogate --key-file key.hex --report` (`--field` defaults to `text`; `--tagger crf`, the default, "
+        "adds the CRF tagger trained on multi-locale synthetic records in real prose; `--tagger none` uses the "
+        "recognizers + known fields only).\n\n"
         "How good is the auto-annotation? On the bundled corpus, against its gold spans:",
     ),
     (

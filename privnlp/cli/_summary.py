@@ -31,7 +31,8 @@ def short_claim(claim: Any, *, long: bool = False) -> str:
     eps = claim.epsilon
     e = "∞" if eps is not None and math.isinf(eps) else (f"{eps:.3g}" if eps is not None else "?")
     if kind == "dp":
-        return f"({e}, {claim.delta:.0e})-DP {per} {unit}"
+        # the README / site line: the strongest named adversary and the group epsilon (issue #28)
+        return claim.headline() if long else f"({e}, {claim.delta:.0e})-DP {per} {unit}"
     if kind == "metric_dp":
         return f"{e}·d metric DP {per} {unit}"
     heuristic = "heuristic (no formal guarantee)" if long else "heuristic"

@@ -112,9 +112,13 @@ def carry_cpu_intervals(report: Any, previous: Mapping[str, Any] | None) -> Any:
     if not previous or not previous.get("config", {}).get("cpu_intervals"):
         return report
 
+    present = {a["attack"] for a in report.to_dict()["attacks"]}
     prev = {
         "config": {
-            "cpu_intervals": previous["config"]["cpu_intervals"],
+            # an attack no longer in the report (e.g. declared unmeasured in this preset) drops its interval
+            "cpu_intervals": {
+                k: v for k, v in previous["config"]["cpu_intervals"].items() if k in present
+            },
             "cpu_interval_environments": list(
                 previous["config"].get("cpu_interval_environments", [])
             ),
