@@ -217,7 +217,16 @@ def headline_user_epsilon(
 ) -> float:
     """The headline user-level epsilon of ``rounds`` identical DP-FedAvg rounds: the epsilon against
     the strongest named adversary (the server, who sees the selection; no amplification), see
-    :func:`dp_fedavg_adversary_bounds`."""
+    :func:`dp_fedavg_adversary_bounds`.
+
+    Args:
+        sampling: ``poisson`` or ``fixed`` client selection.
+        num_users: the (authenticated) population N.
+        clients_per_round: m, the expected / fixed number of clients per round.
+        noise_multiplier: z, the noise std over the clipping norm.
+        rounds: the number of rounds.
+        delta: the delta of the claim.
+    """
     runs = (
         (sampling, int(num_users), float(clients_per_round), float(noise_multiplier), int(rounds)),
     )

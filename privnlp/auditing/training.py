@@ -25,11 +25,12 @@ optimizer.step()``; the adversary reads the update ``w_before - w_after`` of the
   each), each included with probability 1/2; one DP-SGD step; the score of canary ``i`` is coordinate
   ``i`` of the update; guesses and bounds by :func:`one_run_audit`.
 
-Neighbouring datasets. ``dp_sgd`` claims add/remove neighbours, but opacus divides the noisy sum by the
-*expected batch size*, ``q * N``, which depends on the dataset size ``N``. On the side without the canary
-we therefore keep a zero-gradient placeholder example, so that ``N`` (which the claim's statement
-publishes anyway) is the same on both sides and the two noisy *sums* differ exactly as under add/remove
-of the canary. (Without it the noise scale itself differs between ``D`` and ``D'``; see the README.)
+Neighbouring datasets. With ``N``-derived sampling (the default), ``dp_sgd`` claims zero-out
+neighbours with the dataset size ``N`` public: opacus divides the noisy sum by the expected batch size
+``q * N``. On the side without the canary we therefore keep a zero-gradient placeholder example, so
+``N`` is the same on both sides and the two noisy *sums* differ exactly by the canary's clipped
+gradient (zero-out). With public sampling hyperparameters (``expected_batch_size`` /
+``public_dataset_size``) the claim is add/remove and the same audit applies (issue #28 item 2).
 """
 
 from __future__ import annotations

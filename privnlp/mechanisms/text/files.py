@@ -144,6 +144,17 @@ def sanitize_file(
     holds the per-word and per-record claims, the parameters, the vectors (source, hash), the
     counts and the OOV rate. Randomness: ``seed`` (per-record generators, reproducible for every
     ``num_proc``), else ``rng`` (``None`` = OS entropy; ``num_proc > 1`` needs ``rng=None``).
+
+    Args:
+        input / output: the file to read and the file to write (atomically, with its sidecar).
+        mechanism: the word perturbation mechanism (:class:`WordMetricDP`).
+        rng: the noise source (``None``: OS entropy; a seed / Generator: seeded simulation).
+        fmt: ``txt``, ``jsonl`` or ``csv`` (``None``: from the suffix).
+        field: the JSONL key / CSV column holding the text.
+        chunk_records: records per chunk (memory / progress granularity).
+        progress: show a progress bar with words/s.
+        seed: per-record generators derived from this seed (reproducible for any ``num_proc``).
+        num_proc: worker processes on this machine.
     """
     src, dst = Path(input), Path(output)
     if not src.is_file():

@@ -24,7 +24,7 @@ from .dp_sgd import (
 from .embedding import freeze_embeddings
 from .engine import Budget, Clipping, DPEngine, Noise, Sampling
 from .large_batch import effective_noise_multiplier, sharded_dp_mean
-from .loop import TrainResult, train_private
+from .loop import TrainResult, head_loss, train_private
 from .mechanisms import (
     DPSGD,
     AdversarialEmbeddingDefense,
@@ -73,6 +73,7 @@ __all__ = [
     "make_private",
     "private_training",
     "train_private",
+    "head_loss",
     "TrainResult",
     "per_sample_lm_loss",
     "per_sample_classification_loss",

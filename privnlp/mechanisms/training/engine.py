@@ -89,7 +89,12 @@ __all__ = ["DPEngine", "Noise", "Sampling", "Clipping", "Budget"]
 class Noise:
     """Privacy noise: ``noise_multiplier`` sigma (>= 0; ``None``: calibrated from the :class:`Budget`) and ``rng``
     (``None``: generators seeded from the OS entropy pool, one per device and per process; a seed / Generator: a
-    reproducible simulation in one process, and the claim says "noise seeded")."""
+    reproducible simulation in one process, and the claim says "noise seeded").
+
+    Attributes:
+        noise_multiplier: sigma, the noise std over the clipping norm (``None``: calibrated).
+        rng: ``None`` (secure, OS entropy) or a seed / Generator (seeded simulation).
+    """
 
     noise_multiplier: float | None = None
     rng: Any = None
@@ -99,7 +104,14 @@ class Noise:
 class Sampling:
     """How batches are drawn: ``poisson`` (what the accountants assume; ``False`` keeps the caller's loader and
     the claim adds the no-amplification epsilon) and the public sampling hyperparameters (give two of
-    ``expected_batch_size``, ``sample_rate``, ``public_dataset_size`` for an add/remove claim)."""
+    ``expected_batch_size``, ``sample_rate``, ``public_dataset_size`` for an add/remove claim).
+
+    Attributes:
+        poisson: Poisson sampling of each batch (the accountants' assumption).
+        expected_batch_size: the public expected batch size B (the noise normaliser).
+        sample_rate: the public sampling rate q.
+        public_dataset_size: a public bound on N (q = B / N when only B is given).
+    """
 
     poisson: bool = True
     expected_batch_size: int | None = None
@@ -110,7 +122,13 @@ class Sampling:
 @dataclass(frozen=True)
 class Clipping:
     """Per-example clipping: ``max_grad_norm`` C (> 0), the per-sample gradient ``mode`` (one of
-    ``GRAD_SAMPLE_MODES``) and ``tied_embeddings`` (``untie`` / ``freeze`` / ``error``)."""
+    ``GRAD_SAMPLE_MODES``) and ``tied_embeddings`` (``untie`` / ``freeze`` / ``error``).
+
+    Attributes:
+        max_grad_norm: the per-example clipping norm C (> 0).
+        mode: the per-sample gradient mode (``auto``, ``bookkeeping``, ``ghost``, ``hooks``, ...).
+        tied_embeddings: what to do with tied input / output embeddings.
+    """
 
     max_grad_norm: float = 1.0
     mode: str = "auto"
@@ -121,7 +139,14 @@ class Clipping:
 class Budget:
     """The privacy budget: ``target_epsilon`` (the step that would exceed it is refused before it is taken),
     ``delta`` (default ``min(1e-5, N^-1.1)`` of the public N) and the planned ``epochs`` / ``steps`` (needed to
-    calibrate sigma from ``target_epsilon``)."""
+    calibrate sigma from ``target_epsilon``).
+
+    Attributes:
+        target_epsilon: the epsilon no step may exceed (``None``: no budget).
+        delta: the delta of the claim.
+        epochs: planned passes (for calibration).
+        steps: planned logical steps (for calibration).
+    """
 
     target_epsilon: float | None = None
     delta: float | None = None

@@ -9,7 +9,7 @@ batch of a logical batch.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +20,16 @@ from tqdm.auto import tqdm
 from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded, check_positive, check_range
 
-from .dp_sgd import PrivateTraining, choose_grad_sample_mode, make_private, per_sample_lm_loss
+from .dp_sgd import (
+    PrivateTraining,
+    choose_grad_sample_mode,
+    make_private,
+    per_sample_classification_loss,
+    per_sample_lm_loss,
+    per_sample_token_loss,
+)
 
-__all__ = ["TrainResult", "train_private", "batch_len", "DPTrainer"]  # noqa: F822 (DPTrainer: module __getattr__, transformers loaded on first use)
+__all__ = ["TrainResult", "train_private", "head_loss", "batch_len", "DPTrainer"]  # noqa: F822 (DPTrainer: module __getattr__, transformers loaded on first use)
 
 
 @dataclass(frozen=True)
@@ -56,9 +63,59 @@ def batch_len(batch: Any) -> int:
     raise InvalidArgument(f"cannot tell the batch size of a {type(batch).__name__}")
 
 
+_CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+def head_loss(model: Any, batch: Any) -> torch.Tensor:
+    """The per-example loss of a standard Hugging Face head, so a training loop needs no hand-written loss.
+
+    ``batch`` is either a mapping of model keyword arguments with ``labels`` (the HF convention), or a
+    tuple ``(input_ids, labels)`` / ``(input_ids, position_ids, labels)`` (what
+    :func:`privnlp.models.lm_batch` + ``TensorDataset`` give). The head is read from the model class:
+    ``*ForCausalLM`` / ``*LMHeadModel`` -> shifted token cross-entropy per sequence,
+    ``*ForTokenClassification`` -> token cross-entropy per sequence, ``[B, C]`` logits -> sequence
+    classification. Anything else: pass ``loss_fn`` yourself.
+
+    Args:
+        model: the (possibly opacus-wrapped) model.
+        batch: a mapping with ``labels`` or a tuple ``(input_ids, [position_ids,] labels)``.
+
+    Returns:
+        ``[B]`` per-example losses (the privacy unit is the example).
+    """
+    if isinstance(batch, Mapping):
+        kwargs = dict(batch)
+        if "labels" not in kwargs:
+            raise InvalidArgument("head_loss: a mapping batch needs 'labels' (or pass loss_fn)")
+        labels = kwargs.pop("labels")
+    elif isinstance(batch, (tuple, list)) and len(batch) in (2, 3):
+        labels = batch[-1]
+        kwargs = {"input_ids": batch[0]}
+        if len(batch) == 3:
+            kwargs["position_ids"] = batch[1]
+    else:
+        raise InvalidArgument(
+            "head_loss: batch must be a mapping with 'labels' or a tuple (input_ids, [position_ids,] "
+            f"labels); got {type(batch).__name__}: pass loss_fn(model, batch) -> [B] losses"
+        )
+    out = model(**kwargs)
+    logits = getattr(out, "logits", out)
+    name = type(getattr(model, "_module", model)).__name__  # opacus wraps the model
+    if logits.dim() == 2:
+        return per_sample_classification_loss(logits, labels)
+    if logits.dim() == 3 and name.endswith(_CAUSAL_SUFFIXES):
+        return per_sample_lm_loss(logits, labels)
+    if logits.dim() == 3 and name.endswith("ForTokenClassification"):
+        return per_sample_token_loss(logits, labels)
+    raise InvalidArgument(
+        f"head_loss: no standard loss for {name} (logits of shape {tuple(logits.shape)}); "
+        "pass loss_fn(model, batch) -> [B] per-example losses"
+    )
+
+
 def train_private(
     pt: PrivateTraining,
-    loss_fn: Callable[[Any, Any], torch.Tensor],
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
     *,
     epochs: float | None = None,
     steps: int | None = None,
@@ -71,13 +128,15 @@ def train_private(
 
     Args:
         loss_fn: ``loss_fn(model, batch) -> per-sample losses [B]`` (e.g. with
-            :func:`~privnlp.mechanisms.training.dp_sgd.per_sample_lm_loss`).
+            :func:`~privnlp.mechanisms.training.dp_sgd.per_sample_lm_loss`); ``None``: the loss of
+            the model's standard Hugging Face head (:func:`head_loss`).
         epochs / steps: stop after this many passes / logical steps (one of them is required).
         max_physical_batch_size: split logical (Poisson) batches into physical batches of at most
             this size with opacus' ``BatchMemoryManager`` (one accounting event per logical step).
         stop_at_budget: catch :class:`PrivacyBudgetExceeded` and stop (default: re-raise).
         on_step: called after each logical step with ``(pt, mean loss of the last physical batch)``.
     """
+    loss_fn = head_loss if loss_fn is None else loss_fn
     if (epochs is None) == (steps is None):
         raise InvalidArgument("train_private: pass exactly one of epochs (> 0) or steps (>= 1)")
     if epochs is not None:
