@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from privnlp.core.errors import InvalidArgument, check_range
 
 __all__ = [
@@ -59,7 +61,6 @@ def row_keys(tensors: Sequence[Any]) -> list[bytes]:
     Returns:
         One 16-byte blake2b digest per example.
     """
-    import numpy as np
 
     arrays = []
     for t in tensors:

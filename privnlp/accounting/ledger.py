@@ -25,11 +25,14 @@ caching of one-step RDP curves and the step-budget search (neither library has a
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from privnlp.core.errors import (
     InvalidArgument,
@@ -292,8 +295,6 @@ def _eps_opacus(runs: tuple[tuple[float, float, int], ...], delta: float, accoun
 
 class _QuietAbsl:
     def __enter__(self):
-        import logging
-
         self.lg = logging.getLogger("absl")
         self.level = self.lg.level
         self.lg.setLevel(
@@ -308,7 +309,6 @@ class _QuietAbsl:
 def _rdp_one_step(sigma: float, q: float) -> tuple[float, ...]:
     """RDP curve (over :data:`RDP_ORDERS`) of ONE Poisson-subsampled Gaussian step (cached: RDP composes
     linearly, so a run of n steps is n times this)."""
-    import numpy as np
     from dp_accounting import dp_event as de
     from dp_accounting.rdp import rdp_privacy_accountant as rdpa
 
@@ -320,7 +320,6 @@ def _rdp_one_step(sigma: float, q: float) -> tuple[float, ...]:
 
 @lru_cache(maxsize=4096)
 def _eps_rdp_wide(runs: tuple[tuple[float, float, int], ...], delta: float) -> float:
-    import numpy as np
     from dp_accounting.rdp import rdp_privacy_accountant as rdpa
 
     total = np.zeros(len(RDP_ORDERS))
@@ -718,7 +717,6 @@ class DPLedger:
                 "at 63 (loose at large noise) and PRV/PLD discretise differently"
             )
             diag["cross_check"] = msg
-            import logging
 
             logging.getLogger("privnlp.accounting").info(msg)
         return EpsilonEstimate(

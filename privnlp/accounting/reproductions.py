@@ -8,8 +8,11 @@ default, < 1/N) and Poisson sampling with q = 32 / N over ceil(10 N / 32) = 4,68
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from .ledger import epsilon_for
 
@@ -48,9 +51,7 @@ def tf_privacy_legacy_epsilon(
 ) -> float:
     """What TF Privacy's old ``compute_dp_sgd_privacy`` printed: RDP over orders <= 512 and the classic
     conversion (its floor is log(1/delta)/511 = 0.0225 at delta = 1e-5, whatever the noise)."""
-    import logging
 
-    import numpy as np
     from dp_accounting import dp_event as de
     from dp_accounting.rdp import rdp_privacy_accountant as rdpa
 
