@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from privnlp.core.errors import InvalidArgument
+from privnlp.metrics import hungarian_match
 
 __all__ = [
     "rouge_scores",
@@ -68,8 +69,6 @@ def best_match_rouge(refs: Sequence[str], hyps: Sequence[str]) -> dict[str, floa
 
 def _hungarian(refs: Sequence[str], hyps: Sequence[str], key: str) -> list[tuple[int, int]]:
     try:
-        from privnlp.metrics import hungarian_match  # type: ignore
-
         res = hungarian_match(list(refs), list(hyps), lambda r, h: rouge_pair(r, h)[key])
         pairs = getattr(res, "pairs", res)
         return [(int(i), int(j)) for i, j in pairs]

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from privnlp.attacks.memorization._lm import causal_log_probs, exposure_rates
 from privnlp.attacks.memorization.exposure import canary_template
@@ -277,8 +278,6 @@ def exposure_trajectories(
     if missing:
         models = snapshots.iter_models()
         if progress:
-            from tqdm.auto import tqdm
-
             models = tqdm(models, total=len(snapshots.paths), desc="snapshots", leave=False)
         cols = np.stack(
             [
