@@ -81,7 +81,10 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.accounting.ledger import gaussian_epsilon
+from privnlp.core.claims import _jsonable
 from privnlp.core.errors import InvalidArgument, check_range
+from privnlp.core.rng import as_numpy
 
 __all__ = [
     "EpsilonBound",
@@ -139,8 +142,6 @@ class EpsilonBound:
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        from privnlp.core.claims import _jsonable
-
         return _jsonable(
             {
                 "epsilon": self.epsilon,
@@ -318,7 +319,6 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         return 0.0
     if math.isinf(mu):
         return math.inf
-    from privnlp.accounting.ledger import gaussian_epsilon
 
     return float(gaussian_epsilon(1.0 / mu, delta))
 
@@ -622,7 +622,6 @@ def threshold_audit(
     Raises:
         InvalidArgument: fewer than 2 scores on a side, an unknown method, or an argument out of range.
     """
-    from privnlp.core.rng import as_numpy
 
     check_range(
         "selection_fraction", selection_fraction, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False
@@ -726,7 +725,6 @@ def one_run_audit(
         InvalidArgument: ``scores`` and ``included`` not 1-D of the same length >= 2, NaN scores, or
             ``delta`` / ``confidence`` out of range.
     """
-    from privnlp.core.rng import as_numpy
 
     _check_conf(confidence, delta)
     s = _scores("scores", scores)

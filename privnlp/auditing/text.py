@@ -31,6 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.core.registry import MECHANISMS
+from privnlp.mechanisms.text import Embeddings
+
 from .bounds import DEFAULT_CONFIDENCE, EpsilonBound, cp_lower, cp_upper
 from .result import DPAuditResult
 from .training import _qualname
@@ -53,7 +56,6 @@ _EXTRA_PARAMS = ("t", "ts", "lam")
 
 def audit_vocabularies(scale: float = 1.0) -> dict[str, tuple[Any, list[tuple[int, int]]]]:
     """The battery: name -> (Embeddings, neighbouring pairs); coordinates multiplied by ``scale``."""
-    from privnlp.mechanisms.text import Embeddings
 
     g = np.random.default_rng(0)
     line = np.arange(6, dtype=float)[:, None]
@@ -121,7 +123,6 @@ def audit_metric_dp(
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> list[DPAuditResult]:
     """Audit a word-level metric-DP mechanism class (see the module docstring)."""
-    from privnlp.core.registry import MECHANISMS
 
     t0 = time.perf_counter()
     ex = MECHANISMS.get(name).example(preset)

@@ -42,8 +42,11 @@ from typing import Any
 import numpy as np
 
 from privnlp.core.claims import ClaimKind
+from privnlp.core.registry import MECHANISMS
+from privnlp.data import generate_corpus
+from privnlp.models._seed import seeded
 
-from .bounds import DEFAULT_CONFIDENCE, headline_bound, one_run_audit, threshold_audit
+from .bounds import DEFAULT_CONFIDENCE, gdp_epsilon, headline_bound, one_run_audit, threshold_audit
 from .result import DPAuditResult
 
 __all__ = ["audit_dp_sgd", "AUDIT_PRESETS", "calibrated_one_step"]
@@ -131,8 +134,6 @@ def calibrated_one_step(target_epsilon: float, dim: int = DIM) -> tuple[float, f
     the step, and states its claim (opacus PRV + dp_accounting PLD, the larger). Memoised per process."""
     key = (float(target_epsilon), DELTA, ACCOUNTANT)
     if key not in _CALIBRATION:
-        from privnlp.core.registry import MECHANISMS
-
         g = np.random.default_rng(0)
         X = _dataset(dim, np.array([True]), N_BENIGN, g)
         model, pt = _private(
@@ -314,11 +315,9 @@ def _lm_one_run(cls: Any, name: str, system: str, seed: int, confidence: float) 
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from privnlp.data import generate_corpus
     from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
     from privnlp.mechanisms.training.loop import train_private
     from privnlp.models import bundled_lm
-    from privnlp.models._seed import seeded
     from privnlp.models.training import lm_batch
 
     t0 = time.perf_counter()
@@ -410,7 +409,6 @@ def _lm_one_run(cls: Any, name: str, system: str, seed: int, confidence: float) 
 
 def _mu_for_epsilon(epsilon: float, delta: float) -> float:
     """The mu whose mu-GDP epsilon at ``delta`` is ``epsilon`` (bisection)."""
-    from .bounds import gdp_epsilon
 
     lo, hi = 0.0, 1.0
     while gdp_epsilon(hi, delta) < epsilon:

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.core.registry import MECHANISMS
+
 from .bounds import DEFAULT_CONFIDENCE, EpsilonBound, threshold_audit
 from .result import DPAuditResult
 from .training import _qualname
@@ -72,8 +74,6 @@ STATISTICS = {
 def _repeated(
     cls: Any, name: str, system: str, k: int, preset: str, trials: int, seed: int, confidence: float
 ) -> DPAuditResult:
-    from privnlp.core.registry import MECHANISMS
-
     t0 = time.perf_counter()
     ex = MECHANISMS.get(name).example(preset)
     k = int(k or ex.max_words_per_contributor)
