@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .errors import InvalidPrivacyParameter
 
 __all__ = [
@@ -438,7 +440,6 @@ def _same_eps(a: float, b: float) -> bool:
 
 def _jsonable(x: Any) -> Any:
     """Convert numpy scalars / tuples / enums / inf to JSON-friendly values."""
-    import numpy as np
 
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}

@@ -15,6 +15,7 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -302,7 +303,6 @@ def package_versions(
     Returns:
         Name -> installed version (or ``"not installed"``).
     """
-    from importlib import metadata
 
     out = {}
     for n in names:
