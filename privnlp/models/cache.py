@@ -26,7 +26,7 @@ from typing import Any
 
 import privnlp
 from privnlp.core.errors import InvalidArgument
-from privnlp.core.numerics import numerics_fingerprint, source_fingerprint
+from privnlp.core.numerics import numerics_fingerprint, pinned_threads, source_fingerprint
 
 __all__ = ["cache_dir", "cache_key", "entry_dir", "get_or_build", "MANIFEST"]
 
@@ -131,8 +131,6 @@ def get_or_build(
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
-            from privnlp.core.numerics import pinned_threads
-
             with pinned_threads():  # issue #17: thread count changes the trained weights
                 build(tmp)
             manifest = {

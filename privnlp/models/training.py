@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
 from privnlp.core.rng import as_numpy
@@ -308,8 +309,6 @@ def _run(
     model.train()
     it = _batches(n, int(batch_size), int(steps), gen)
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(it, total=int(steps), desc="train", leave=False)
     try:
         with seeded(int(gen.integers(0, 2**63 - 1))):  # dropout draws here, not from the global RNG
