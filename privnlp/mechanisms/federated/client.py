@@ -20,8 +20,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
+from privnlp.models.training import lm_batch
 
 __all__ = [
     "FitIns",
@@ -250,7 +252,6 @@ def _dp_local(
 ) -> dict[str, float]:
     """Client DP-SGD (record level) with the training developer's opacus wrapper. The server's ``seed`` is
     deliberately not an argument: the noise and the Poisson masks come from ``rng`` (None = OS entropy)."""
-    from torch.utils.data import DataLoader, TensorDataset
 
     from privnlp.mechanisms.training import make_private, train_private
 
@@ -397,7 +398,6 @@ def lm_client_data(
     Raises:
         InvalidArgument: a client without texts.
     """
-    from privnlp.models.training import lm_batch
 
     out = {}
     for cid, texts in texts_by_client.items():

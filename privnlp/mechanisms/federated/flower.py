@@ -40,10 +40,12 @@ Everything ``flwr`` is imported inside functions: importing this module is cheap
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -54,7 +56,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from privnlp.core.claims import Adversary, AdversaryBound, PrivacyClaim
 from privnlp.core.errors import InvalidArgument, MissingDependency, ProtocolError
+from privnlp.core.rng import secure_numpy, secure_torch
+from privnlp.data import generate_corpus
 
 from .secagg import SkellamPlan, decode_sum, server_bound
 from .tls import (
@@ -644,7 +651,6 @@ def _task_and_data(
         x = torch.randn(16, 8, generator=g)
         return Task(factory, loss), ClientData((x, x @ w))
     if cfg.get("task") == "lm":
-        from privnlp.data import generate_corpus
         from privnlp.models import train_bpe_tokenizer
 
         from .client import lm_client_data, lm_task
@@ -906,10 +912,6 @@ class _ServerView:
         self.seen: list[dict[str, Any]] = []
 
     def pull_messages(self, ids: Any) -> list:
-        import pickle
-
-        import numpy as np
-
         got = list(self._grid.pull_messages(ids))
         for m in got:
             if m.has_error():
@@ -974,7 +976,6 @@ def _secagg_round(
     survivors, the exact integer sum of their encoded updates) or ``None`` when SecAgg+ halted (fewer than
     ``plan.min_survivors`` in a stage: nothing unmasked). The workflow's quantiser is set to the identity on
     the clients' integers (quantization range 2c over clipping range c: scale 1, nothing to round)."""
-    import numpy as np
     from flwr.app import ArrayRecord, ConfigRecord
     from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays
     from flwr.server.compat.grid_client_proxy import GridClientProxy
@@ -1070,7 +1071,6 @@ def _secagg_round(
 
 def secagg_claim(cfg: Mapping[str, Any], plan: SkellamPlan, *, rounds: int, population: int) -> Any:
     """The per-adversary claim of the SecAgg+ mode (user level, zero-out neighbours, N public)."""
-    from privnlp.core.claims import Adversary, AdversaryBound, PrivacyClaim
 
     delta = float(cfg["delta"])
     tr = _transport(cfg)
@@ -1154,7 +1154,6 @@ def secagg_claim(cfg: Mapping[str, Any], plan: SkellamPlan, *, rounds: int, popu
 
 def _central_claim(claim: Any, cfg: Mapping[str, Any]) -> Any:
     """The central mode's claim with the transport recorded and the trust in the server stated."""
-    import dataclasses
 
     tr = _transport(cfg)
     notes = (
@@ -1471,8 +1470,6 @@ def _server_main(grid: Any, context: Any) -> None:
             else _central_claim(mech.claim_for(ledger, n, plan), cfg)
         )
         if bool(cfg.get("seeded-noise", False)) and getattr(claim, "kind", None) is not None:
-            import dataclasses
-
             if "noise_seeded" in {f.name for f in dataclasses.fields(claim)}:
                 claim = dataclasses.replace(claim, noise_seeded=True)
         result = {
@@ -1561,7 +1558,6 @@ def _selection_generator(cfg: Mapping[str, Any], seeded: Any) -> Any:
     participant could predict the selection from it. Conservative and cheap: selection comes from OS entropy
     like the noise, unless ``seeded-noise = true`` (reproducible simulation).
     """
-    from privnlp.core.rng import secure_numpy
 
     return seeded if bool(cfg.get("seeded-noise", False)) else secure_numpy()
 
@@ -1575,8 +1571,6 @@ def _server_noise_generator(cfg: Mapping[str, Any], nseed: int) -> torch.Generat
     ``seeded-noise = true`` for a reproducible simulation (then the claim says "noise seeded").
     """
     import torch
-
-    from privnlp.core.rng import secure_torch
 
     if bool(cfg.get("seeded-noise", False)):
         return torch.Generator().manual_seed(nseed)

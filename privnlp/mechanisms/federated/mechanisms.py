@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from privnlp.accounting import default_delta
 from privnlp.core.claims import Adversary, AdversaryBound, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
     InvalidArgument,
@@ -526,8 +527,6 @@ class DPFedAvg(_FedBase):
 
     # -- server plan ---------------------------------------------------------------------
     def delta_for(self, num_users: int) -> float:
-        from privnlp.accounting import default_delta
-
         d = default_delta(num_users) if self.delta is None else float(self.delta)
         if d >= 1.0 / num_users:
             raise InvalidPrivacyParameter(

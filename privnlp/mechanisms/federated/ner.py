@@ -14,15 +14,19 @@ Usage::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from privnlp.core.errors import InvalidArgument, check_range
 from privnlp.core.rng import as_numpy
+from privnlp.data import generate_corpus
+from privnlp.metrics import ner_span_metrics
 
 from .client import ClientData, tagger_task
 from .mechanisms import FedAvg
@@ -97,7 +101,6 @@ def ner_data(
     Raises:
         InvalidArgument: ``heldout_users`` out of range.
     """
-    from privnlp.data import generate_corpus
 
     check_range("heldout_users", heldout_users, 1, n_users - 1, integer=True)
     corpus = generate_corpus(n_users=n_users, records_per_user=records_per_user, seed=seed)
@@ -128,7 +131,6 @@ def evaluate_tagger(model: torch.nn.Module, data: NERData) -> dict[str, float]:
     Returns:
         ``{strict,partial}_{precision,recall,f1}``.
     """
-    from privnlp.metrics import ner_span_metrics
 
     ids, _ = data.encode(data.test)
     was = model.training
@@ -262,7 +264,6 @@ def federated_ner(
         InvalidArgument: ``n_clients`` out of range (or another argument, from :class:`FedAvg`).
         InvalidPrivacyParameter: client DP-SGD parameters out of range.
     """
-    import time
 
     check_range("n_clients", n_clients, 1, max(1, len(data.train)), integer=True)
     g = as_numpy(rng)
@@ -347,8 +348,6 @@ def federated_ner_table(
     combos = [(n, d) for d in dp for n in client_counts]
     it: Any = combos
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(combos, desc="federated NER", unit="config")
     base = int(g.integers(0, 2**31 - 1))
     rows = []

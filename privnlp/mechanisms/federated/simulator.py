@@ -28,18 +28,20 @@ only the data order of plain local SGD) -- and the claim says "noise seeded".
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, ProtocolError, check_range
@@ -276,8 +278,6 @@ class FedSimulator:
                 (snap_dir / "selection.jsonl").write_text("")
         bar = None
         if progress:
-            from tqdm.auto import tqdm
-
             bar = tqdm(
                 total=max(0, rounds - start_round), desc=f"{type(mech).__name__}", unit="round"
             )
@@ -388,7 +388,6 @@ class FedSimulator:
                 bar.close()
         self._set(model, params)
         claim = mech.claim_for(ledger, n_users, plan)
-        import dataclasses
 
         if seeded and noisy and claim.kind.value == "dp":
             claim = dataclasses.replace(claim, noise_seeded=True)
@@ -465,8 +464,6 @@ class FedSimulator:
         r,
         seeded: bool = True,
     ) -> None:
-        from dataclasses import asdict
-
         _atomic_torch_save(
             {
                 "format": "privnlp.fed_checkpoint/1",

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from privnlp.core.errors import InvalidArgument, check_range
 
@@ -173,8 +174,6 @@ def extract_phrases(
     rows: list[tuple[int, int, int, int, int]] = []
     it: Iterable = range(len(source))
     if progress:
-        from tqdm import tqdm
-
         it = tqdm(it, desc="extracting phrase pairs", unit="sent")
     for k in it:
         for p in _extract(len(source[k]), len(target[k]), alignments[k], max_s, max_t, min_s):

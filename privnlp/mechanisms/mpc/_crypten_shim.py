@@ -22,6 +22,7 @@ requires the dead ``sklearn`` package and an unpinned torchvision).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import types
@@ -86,7 +87,6 @@ def crypten_available() -> bool:
 
 def safe_load(f: Any, **kwargs: Any) -> Any:
     """``crypten.load`` with ``torch.load(weights_only=False)`` (torch >= 2.6 default changed)."""
-    import functools
 
     import torch
 

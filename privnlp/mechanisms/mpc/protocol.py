@@ -40,6 +40,8 @@ import numpy as np
 
 from privnlp.core.errors import InvalidArgument, ProtocolError
 
+from ._crypten_shim import import_crypten
+
 __all__ = [
     "ALICE",
     "BOB",
@@ -225,7 +227,6 @@ def run_party(
     import torch
 
     torch.set_num_threads(1)
-    from ._crypten_shim import import_crypten
 
     crypten = import_crypten()
     with _fast_config(crypten):
@@ -257,8 +258,6 @@ def _run_party(
     offline: bool,
 ) -> PartyOutput:
     import torch
-
-    from ._crypten_shim import import_crypten
 
     crypten = import_crypten()
     import crypten.communicator as comm_mod  # type: ignore[import-not-found]
@@ -420,7 +419,6 @@ def init_party(rank: int, *, rendezvous: str, provider: str, timeout: float) -> 
     import torch
 
     torch.set_num_threads(1)  # a forked party hangs in its first conv otherwise
-    from ._crypten_shim import import_crypten
 
     crypten = import_crypten()
     os.environ.update(

@@ -22,6 +22,7 @@ from privnlp.core.errors import InvalidArgument, check_positive
 from privnlp.core.observations import PartyView
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
+from privnlp.data import generate_sentiment
 
 __all__ = [
     "CryptenTextCNN",
@@ -130,8 +131,6 @@ def train_alice_model(
     if preset not in PRESETS:
         raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
     if texts is None:
-        from privnlp.data import generate_sentiment
-
         ds = generate_sentiment(n, seed=seed)
         texts, labels = ds.texts, ds.labels
     enc = PublicEncoder(encoder, dim)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from privnlp.core.errors import InvalidArgument, MalformedInput
 from privnlp.core.report import atomic_write_text
 
@@ -217,8 +219,6 @@ class PIIRedactor:
             )
         it: Any = range(len(texts))
         if progress:
-            from tqdm.auto import tqdm  # optional progress bar
-
             it = tqdm(it, desc="redact", unit="doc")
         return [self.redact(texts[i], None if fields is None else fields[i]) for i in it]
 

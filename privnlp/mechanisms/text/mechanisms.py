@@ -31,6 +31,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import numpy as np
@@ -450,8 +451,6 @@ class WordMetricDP(Mechanism):
             kids = [np.random.default_rng(int(sd)) for sd in seeds]
             nt = min(int(self.noise_threads), len(spans))
             if nt > 1:
-                from concurrent.futures import ThreadPoolExecutor
-
                 with ThreadPoolExecutor(nt) as pool:
                     list(pool.map(lambda i: fill(kids[i], *spans[i]), range(len(spans))))
             else:

@@ -16,6 +16,7 @@ import math
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext as _nc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -998,8 +999,6 @@ class FaissIndex:
             labels = labels.astype(np.int64)
         nt = max(1, min(self.num_threads, q.shape[0] // 512))
         if nt > 1:  # numpy releases the GIL in the gather / float64 maths
-            from concurrent.futures import ThreadPoolExecutor
-
             parts = np.array_split(np.arange(q.shape[0]), nt)
             with ThreadPoolExecutor(nt) as pool:
                 rs = list(pool.map(lambda r: _rerank(emb, q[r], labels[r], k), parts))
@@ -1045,12 +1044,9 @@ class FaissIndex:
         return cal
 
     def _batched_ivf(self, P: dict, q: np.ndarray, k: int, nprobe: int) -> np.ndarray:
-        from concurrent.futures import ThreadPoolExecutor
-
         try:
             from threadpoolctl import threadpool_limits
         except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-            from contextlib import nullcontext as _nc
 
             def threadpool_limits(limits: int) -> Any:
                 return _nc()

@@ -11,16 +11,24 @@ on the private data itself is not covered by the claim (use the public vocabular
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from privnlp.attacks.text.bayesian import (
+    empirical_point,
+    estimate_channel,
+    estimate_channels_vickrey,
+)
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
 from privnlp.core.rng import as_numpy, spawn
 
 from .embeddings import Embeddings
+from .mechanisms import LaplaceMetric, Mahalanobis, Vickrey
 
 __all__ = ["TuneResult", "select_parameters", "tradeoff_points", "plot_tradeoff", "DEFAULT_TS"]
 
@@ -70,9 +78,6 @@ def select_parameters(
     ``loss``: ``d_L`` as a callable over vocabulary ids or a ``(V, V)`` matrix (see
     :func:`privnlp.attacks.text.bayesian.expected_utility_loss`).
     """
-    from privnlp.attacks.text.bayesian import empirical_point, estimate_channels_vickrey
-
-    from .mechanisms import Vickrey
 
     check_positive("max_loss", max_loss)
     check_positive("epsilon0", epsilon0)
@@ -126,13 +131,6 @@ def tradeoff_points(
     rng: Any,
 ) -> list[Any]:
     """Points (E_M, L_M) for Vickrey at every t (t = 0 is Laplace) and Mahalanobis, per epsilon."""
-    from privnlp.attacks.text.bayesian import (
-        empirical_point,
-        estimate_channel,
-        estimate_channels_vickrey,
-    )
-
-    from .mechanisms import LaplaceMetric, Mahalanobis, Vickrey
 
     sup, prior = _prep(embeddings, support, prior)
     gens = spawn(rng, len(epsilons))
@@ -162,8 +160,6 @@ def _label(p: Any) -> str:
 def plot_tradeoff(points: Sequence[Any], path: str, *, title: str = "") -> str:
     """Figure 2 style: inference error vs epsilon and vs utility loss, one curve per mechanism/t.
     Written atomically (temp file + rename)."""
-    import os
-    import tempfile
 
     import matplotlib
 

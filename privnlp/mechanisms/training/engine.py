@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from opacus import PrivacyEngine
+from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 from torch import nn
 
 from privnlp.accounting import (
@@ -383,7 +385,6 @@ class DPEngine:
             )
 
         # ---- opacus
-        from opacus import PrivacyEngine
 
         hooks = [add_batch_position_ids(model)]
         with warnings.catch_warnings():
@@ -505,7 +506,6 @@ def _fp32_clipping(optimizer: Any) -> None:
     opacus computes the norms in the per-sample gradients' dtype: under bf16 autocast they are bf16, and the
     clipped gradient of one example then exceeds C by up to ~0.1% (measured; ``test_decoders.py``). The sum is cast
     to the parameters' dtype (the noise is drawn in it)."""
-    from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 
     def clip_and_accumulate() -> None:
         samples = optimizer.grad_samples

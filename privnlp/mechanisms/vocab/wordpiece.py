@@ -53,6 +53,7 @@ from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.core.report import atomic_write_text
 from privnlp.core.rng import noise_is_seeded, secure_numpy
+from privnlp.models.tokenization import learn_wordpiece_pieces
 
 from .calibration import (
     NoiseCalibration,
@@ -199,7 +200,6 @@ def train_wordpiece_from_histogram(
     # HF tokenizers' WordPieceTrainer is a BPE trainer whose '##' symbol ids follow Rust hash order, so
     # tied merges differ from run to run (tokenizers#1794). learn_wordpiece_pieces runs the same BPE
     # merges through the deterministic BpeTrainer: identical vocabularies every run.
-    from privnlp.models.tokenization import learn_wordpiece_pieces
 
     pieces = learn_wordpiece_pieces(
         histogram_iterator(counts, count_scale),
@@ -640,7 +640,6 @@ def build_nonprivate_wordpiece(
         InvalidArgument: ``texts`` is a single string or ``vocab_size`` too small.
         MalformedInput: an empty corpus.
     """
-    from collections import Counter
 
     word_sets = _split_corpus(texts, None, lowercase)
     c: Counter = Counter()
@@ -680,8 +679,6 @@ class LeakyOccurrenceWordPiece(DPWordPiece):
     """
 
     def _histogram(self, word_sets: list[list[str]], *, rng: Any) -> NoisyHistogram:
-        from collections import Counter
-
         c: Counter = Counter()
         for ws in word_sets:
             c.update(ws)
