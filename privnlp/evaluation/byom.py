@@ -14,6 +14,7 @@ of a copy of the model on the records, and black-box canary exposure / extractio
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import json
@@ -24,8 +25,14 @@ from typing import Any
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_range
-from privnlp.core.observations import GradientObservation
+from privnlp.core.observations import BlackBoxLM, GradientObservation
 from privnlp.core.protocols import Mechanism, Scenario, ScenarioRun, Trial
+from privnlp.core.registry import ATTACKS
+from privnlp.core.rng import as_numpy, seed_of
+from privnlp.data import make_canary
+
+from .audit import audit
+from .scenarios.gradient import _lm_batch_dict, client_update
 
 __all__ = ["audit_model", "model_kind", "load_checkpoint", "report_name"]
 
@@ -151,10 +158,6 @@ class UserModelScenario(Scenario):
         self.n_texts = len(self._texts)
 
     def _canary_trials(self, gen: Any) -> list:
-        import copy
-
-        from privnlp.core.observations import BlackBoxLM
-        from privnlp.data import make_canary
         from privnlp.models import train_lm
 
         cans = [make_canary(self.canary_pattern, rng=gen) for _ in range(self.canaries)]
@@ -186,10 +189,6 @@ class UserModelScenario(Scenario):
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
         import torch
-
-        from privnlp.core.rng import as_numpy, seed_of
-
-        from .scenarios.gradient import _lm_batch_dict, client_update
 
         gen, tok, model = as_numpy(rng), self._tok, self._model
         b = min(self.batch_size, len(self._texts))
@@ -284,7 +283,6 @@ def audit_model(
     ``model_path``: the checkpoint folder, recorded in the report (``config["model_path"]``).
     Attacks that did not apply are named in the report's notes with their applicability rule.
     """
-    from .audit import audit
 
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
     if not texts:
@@ -320,7 +318,6 @@ def audit_model(
         )
     finally:
         model.train(was_training)
-    from privnlp.core.registry import ATTACKS
 
     measured = {a.attack for a in rep.attacks}
     notes = list(rep.notes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html as _html
 import inspect
+import json
 import math
 import time
 from collections.abc import Sequence
@@ -17,9 +18,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from privnlp.auditing.render import audit_card_lines, audit_index_text
+from privnlp.auditing.runner import audit_report
 from privnlp.core.errors import InvalidArgument
+from privnlp.core.numerics import environment
 from privnlp.core.registry import ATTACKS, MECHANISMS, SCENARIOS
-from privnlp.core.report import MIN_INTERVAL_N, TOO_WEAK_FLAG, LeakageReport, atomic_write_text
+from privnlp.core.report import (
+    MIN_INTERVAL_N,
+    TOO_WEAK_FLAG,
+    LeakageReport,
+    atomic_write_text,
+    package_versions,
+)
 
 from .audit import audit, resolve_scenario
 
@@ -161,9 +171,6 @@ def render_mechanism_card(
             f"**Empirical epsilon lower bound:** {report.empirical_epsilon_text()}",
             "",
         ]
-    from privnlp.auditing.render import (
-        audit_card_lines,
-    )  # issue #18: the DP audit section (light import)
 
     lines += audit_card_lines(report)
     if report.utility:
@@ -301,9 +308,6 @@ def evaluate_defense(
                 sweeps={"primary": sw.to_dict()},
             )
     else:
-        from privnlp.core.numerics import environment
-        from privnlp.core.report import package_versions
-
         report = LeakageReport(
             mechanism=name,
             claim=mech.claim(),
@@ -323,8 +327,6 @@ def evaluate_defense(
             ),
         )
     if audit_dp:  # issue #18: empirical DP audit (cached), fills empirical_epsilon_lower_bound
-        from privnlp.auditing.runner import audit_report
-
         report = audit_report(
             report, name, preset=base_preset(preset), seed=int(seeds[0]), cache_dir=cache_dir
         )
@@ -336,8 +338,6 @@ def evaluate_defense(
         if (
             d / "report.json"
         ).exists():  # issue #17: keep the CPU-dependent intervals the card states
-            import json
-
             from .reproducibility import carry_cpu_intervals
 
             report = carry_cpu_intervals(report, json.loads((d / "report.json").read_text()))
@@ -371,9 +371,6 @@ def write_index(
             )
             or "—"
         )
-        from privnlp.auditing.render import (
-            audit_index_text,
-        )  # issue #18: audited epsilon next to the claim
 
         audited = audit_index_text(o.report)
         claim_cell = (

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from privnlp.accounting import REPORTED, DPLedger, epsilon_for
 from privnlp.core.claims import ClaimKind, PrivacyClaim
+from privnlp.core.registry import MECHANISMS
 
 __all__ = ["ClaimRow", "REFERENCE_SETTINGS", "claims_table_rows", "render_markdown", "main"]
 
@@ -57,8 +59,6 @@ class ClaimRow:
 
 
 def _dp_sgd(p: Mapping[str, Any]) -> PrivacyClaim:
-    from privnlp.accounting import REPORTED, epsilon_for
-
     est = epsilon_for(((p["noise_multiplier"], p["sample_rate"], p["steps"]),), p["delta"], "prv")
     return PrivacyClaim.dp(
         est.epsilon,
@@ -83,7 +83,6 @@ def _dp_fedavg(p: Mapping[str, Any]) -> PrivacyClaim:
 
 
 def _client_dp_sgd(p: Mapping[str, Any]) -> PrivacyClaim:
-    from privnlp.accounting import DPLedger
     from privnlp.mechanisms.federated.mechanisms import client_dp_adversary_bounds
 
     led = DPLedger()
@@ -101,8 +100,6 @@ def _client_dp_sgd(p: Mapping[str, Any]) -> PrivacyClaim:
 
 def _registry_example(name: str) -> Callable[[Mapping[str, Any]], PrivacyClaim]:
     def build(p: Mapping[str, Any]) -> PrivacyClaim:
-        from privnlp.core.registry import MECHANISMS
-
         return MECHANISMS.get(name).example("quick").claim()
 
     return build
@@ -175,7 +172,6 @@ REFERENCE_SETTINGS: tuple[tuple[str, str | None, str, dict[str, Any], Callable],
 def _threat_adversaries(registry_name: str | None) -> list[tuple[str, str]]:
     if registry_name is None:
         return []
-    from privnlp.core.registry import MECHANISMS
 
     cls = MECHANISMS.get(registry_name)
     return [(t.adversary.value, ", ".join(t.observes)) for t in cls.threat_models]

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = ["overview_matrix", "overview_figures", "overview_html"]
 
 
@@ -76,7 +78,6 @@ def overview_figures(reports: Sequence[Any]) -> dict[str, tuple[bytes, bytes]]:
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
-    import numpy as np
 
     defenses, attacks, cells = overview_matrix(reports)
     if not attacks:

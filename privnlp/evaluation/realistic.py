@@ -530,8 +530,6 @@ def dp_train_lm(
         steps = int(cfg["train"]["steps"])
     # make_private may need the planned length to calibrate sigma from target_epsilon
     if getattr(mechanism, "epochs", None) is None and getattr(mechanism, "steps", None) is None:
-        import copy
-
         mechanism = copy.copy(mechanism)
         mechanism.steps = steps
 
@@ -581,7 +579,6 @@ def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
     if mechanism is None:
         out_info["train_loss"] = float(sum(info["losses"][-10:]) / len(info["losses"][-10:]))
     elif isinstance(mechanism, PrivateTrainer):
-        from privnlp.core.numerics import pinned_threads
         from privnlp.models import tiny_gpt2
 
         cfg = REALISTIC_LM

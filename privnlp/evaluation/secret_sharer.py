@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from privnlp.core.errors import InvalidArgument, check_probability
 from privnlp.core.rng import as_numpy
@@ -212,8 +213,6 @@ def secret_sharer_grid(
     combos = [(pu, pe, s) for pu in p_us for pe in p_es for s in seeds]
     it: Any = combos
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(combos, desc="secret sharer grid", unit="run")
     cells = tuple(
         secret_sharer_run(

