@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.table import Table
+
 __all__ = ["summary_table", "short_claim"]
 
 
@@ -54,7 +56,6 @@ def summary_table(
         The table; print it with a :class:`rich.console.Console`. The headline metrics are oriented so that
         higher = more leakage; the full claim and confidence intervals are in each report.
     """
-    from rich.table import Table
 
     table = Table(
         title="privnlp evaluate: headline leakage (higher = more leakage)", title_justify="left"

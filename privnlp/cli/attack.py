@@ -16,6 +16,7 @@ from privnlp.attacks import get
 from privnlp.core.errors import MalformedInput
 from privnlp.core.observations import GradientObservation
 from privnlp.core.report import atomic_write_text
+from privnlp.mechanisms import get as mget
 
 app = typer.Typer(
     help="Run a bundled attack on a saved observation or a bundled scenario.", no_args_is_help=True
@@ -72,8 +73,8 @@ def _run(
     if observation is not None:
         trials.append((_load_observation(observation), None))
     else:
+        # privnlp.evaluation pulls faker at import time
         from privnlp.evaluation.scenarios.gradient import FedSGDEavesdropper
-        from privnlp.mechanisms import get as mget
 
         mech = mget(mechanism)() if mechanism else None
         run = FedSGDEavesdropper(batch_size=batch_size, task=task).run(mech, rng=seed)

@@ -15,6 +15,7 @@ import numpy as np
 import typer
 
 from privnlp.attacks import get as get_attack
+from privnlp.core.report import atomic_write_text
 from privnlp.evaluation.scenarios.memorization import FLSnapshotsScenario, LMCanaryScenario
 from privnlp.mechanisms import get as get_mech
 
@@ -24,8 +25,6 @@ __all__ = ["register"]
 def _emit(payload: dict[str, Any], out: Path | None) -> None:
     text = json.dumps(payload, indent=2, sort_keys=True, default=str)
     if out is not None:
-        from privnlp.core.report import atomic_write_text
-
         atomic_write_text(out, text + "\n")
     typer.echo(text)
 

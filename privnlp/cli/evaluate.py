@@ -6,6 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
+
+from privnlp.core.errors import PrivnlpError
+from privnlp.core.registry import MECHANISMS
+from privnlp.data import load_texts
+
+from ._summary import summary_table
 
 app = typer.Typer(
     help="Audit defenses against the bundled attacks and write leakage reports and cards.",
@@ -72,12 +79,11 @@ def evaluate(
     ),
 ) -> None:
     """Run the registered defense/attack pairs on the bundled scenarios."""
+    # privnlp.evaluation pulls faker at import time: only when the command runs
+    from privnlp.evaluation.cards import PRESETS, evaluate_all
+
     if ctx.invoked_subcommand is not None:
         return
-    from rich.console import Console
-
-    from privnlp.core.registry import MECHANISMS
-    from privnlp.evaluation.cards import PRESETS, evaluate_all
 
     console = Console(stderr=True)
     if list_:
@@ -109,9 +115,6 @@ def evaluate(
         keep_going=keep_going,
         audit_dp=audit_dp,
     )
-    from ._summary import (
-        summary_table,
-    )  # issue #21: one summary table at the end, not a line per defense
 
     audit_text = None
     if audit_dp:
@@ -134,7 +137,7 @@ def _evaluate_model(
 ) -> None:
     """``evaluate --model``: bad input is one line on stderr and exit code 2 (no traceback, no
     partial report); the report is written under a name unique to the checkpoint folder."""
-    from privnlp.core.errors import PrivnlpError
+    from privnlp.evaluation.byom import audit_model, load_checkpoint, report_name  # pulls faker
 
     def fail(msg: str) -> None:
         typer.echo(f"error: {msg}", err=True)  # one line: no rich wrapping, no traceback
@@ -146,8 +149,6 @@ def _evaluate_model(
         fail(f"--model must be an existing folder written by save_pretrained; got {str(model)!r}")
     if not data.is_file():
         fail(f"--data must be an existing file (txt / jsonl / csv); got {str(data)!r}")
-    from privnlp.data import load_texts
-    from privnlp.evaluation.byom import audit_model, load_checkpoint, report_name
 
     try:
         console.print(f"loading {model} ...")

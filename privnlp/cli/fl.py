@@ -7,9 +7,13 @@ inside the commands.
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import typer
+
+from privnlp.core.errors import InvalidArgument
+from privnlp.data import generate_corpus
 
 app = typer.Typer(
     help="Federated learning: FedAvg and DP-FedAvg simulator, Flower server and client.",
@@ -34,7 +38,6 @@ def simulate(
     seed: int = typer.Option(0),
 ) -> None:
     """Embedded, deterministic simulation on the tiny LM; prints the claim and the per-round loss."""
-    from privnlp.data import generate_corpus
     from privnlp.mechanisms.federated import (
         DPFedAvg,
         FedAvg,
@@ -82,7 +85,6 @@ def _forward_termination() -> None:
     """SIGTERM/SIGINT unwind the command (its ``finally`` stops the Flower processes it started, their process
     groups and descendants, and waits, bounded). Without this, SIGTERM kills the CLI at once and its
     SuperLink/SuperNode (own process groups) are orphaned."""
-    import signal
 
     def _raise(signum, frame):  # noqa: ARG001
         raise _Terminated(signum)
@@ -95,7 +97,6 @@ def _forward_termination() -> None:
 
 def _stop_quietly(fl, procs) -> None:
     """Stop the Flower processes; a second SIGTERM/SIGINT must not interrupt the (bounded) cleanup."""
-    import signal
 
     if _FORWARDING:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -210,7 +211,6 @@ def server(
     failed closed, no result within --timeout, `flwr run` failed; the error is printed on stderr);
     128 + signal number after SIGTERM / SIGINT. Running it again with the same --work-dir resumes the run.
     """
-    from privnlp.core.errors import InvalidArgument
     from privnlp.mechanisms.federated import flower as fl
     from privnlp.mechanisms.federated import tls as T
 
@@ -351,7 +351,6 @@ def client(
 
     SIGTERM / SIGINT stop the SuperNode and its ClientApp processes, then exit 128 + signal number; if the
     SuperNode exits by itself, its exit status is returned."""
-    from privnlp.core.errors import InvalidArgument
     from privnlp.mechanisms.federated import flower as fl
 
     if root_certificates is None and not insecure and not fl.is_loopback(fl._host_of(superlink)):
@@ -421,7 +420,6 @@ def certs(
     parties: int = typer.Option(0, help="also party-<i>.pem / .key for MPC parties"),
 ) -> None:
     """Make a CA and a SuperLink certificate for a TEST deployment (keep ca.key off the machines)."""
-    from privnlp.core.errors import InvalidArgument
     from privnlp.mechanisms.federated.tls import make_certs
 
     try:
@@ -440,7 +438,6 @@ def keys(
     nodes: int = typer.Option(..., "--nodes", help="number of SuperNode key pairs"),
 ) -> None:
     """Make SuperNode key pairs (OpenSSH EC P-384) and the public-key list for `fl server --auth-keys`."""
-    from privnlp.core.errors import InvalidArgument
     from privnlp.mechanisms.federated.tls import make_node_keys
 
     try:

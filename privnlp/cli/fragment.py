@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import typer
+from rich.console import Console
 
 from privnlp.core.errors import PrivnlpError
 from privnlp.mechanisms.fragmentation.align import align
@@ -69,7 +70,6 @@ def fragment(
     ),
 ) -> None:
     """Align, extract phrase pairs, shuffle, discard and write PREFIX.src / PREFIX.tgt / PREFIX.json."""
-    from rich.console import Console
 
     console = Console(stderr=True)
     try:

@@ -15,17 +15,25 @@ A rendezvous off loopback is refused unless ``--encrypted-network`` (gloo has no
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 
 import typer
 
+from privnlp.core.errors import PrivnlpError
+from privnlp.core.report import atomic_write_text
+from privnlp.data import load_texts
+from privnlp.mechanisms.mpc import protocol as P
+from privnlp.mechanisms.mpc._crypten_shim import import_crypten
+from privnlp.mechanisms.mpc.encoder import PublicEncoder
+from privnlp.mechanisms.mpc.textcnn import CryptenTextCNN, load_alice_model
+
 app = typer.Typer(help="Private text classification with CrypTen (MPC).", no_args_is_help=True)
 
 
 def _is_loopback(host: str) -> bool:
-    import ipaddress
-
     h = host.strip("[]")
     if h.lower() == "localhost":
         return True
@@ -81,7 +89,6 @@ def serve(
     The parties talk over torch.distributed (gloo, plain TCP): secret sharing needs private, authenticated
     channels, and the gloo transport of the PyPI torch wheels has no TLS. A rendezvous off loopback is
     therefore refused unless --encrypted-network asserts that the network provides them."""
-    from privnlp.core.errors import PrivnlpError
 
     roles = {"alice": 0, "bob": 1, "ttp": 2}
     if role not in roles:
@@ -112,12 +119,9 @@ def serve(
     if rendezvous is None and env_rank is not None and int(env_rank) != roles[role]:
         _fail(f"RANK={env_rank} does not match --role {role} (alice=0, bob=1, ttp=2)")
     try:
-        from privnlp.mechanisms.mpc import protocol as P  # light: no torch/crypten at import
-
         if rdv.startswith("tcp://") and role == "alice":  # before the heavy imports: fail fast
             host, _, port = rdv[len("tcp://") :].rpartition(":")
             P.check_port_free(host or "127.0.0.1", int(port))
-        from privnlp.mechanisms.mpc._crypten_shim import import_crypten
 
         import_crypten()
         if role == "ttp":
@@ -128,7 +132,6 @@ def serve(
         if role == "alice":
             if not model:
                 _fail("--role alice needs --model")
-            from privnlp.mechanisms.mpc.textcnn import load_alice_model
 
             m = load_alice_model(model)
             from privnlp.mechanisms.mpc.crypten_model import plaintext_state
@@ -143,9 +146,6 @@ def serve(
             if embeddings:
                 x = np.load(embeddings)
             elif texts:
-                from privnlp.data import load_texts
-                from privnlp.mechanisms.mpc.encoder import PublicEncoder
-
                 x = PublicEncoder(encoder).encode(load_texts(texts))
             else:
                 _fail("--role bob needs --texts or --embeddings")
@@ -155,8 +155,6 @@ def serve(
         try:
             res = P.run_party(roles[role], **kwargs)
         finally:
-            import contextlib
-
             with contextlib.suppress(Exception):
                 crypten.uninit()
         if role == "bob":
@@ -166,8 +164,6 @@ def serve(
                 "comm": dict(res.comm),
             }
             if out:
-                from privnlp.core.report import atomic_write_text
-
                 atomic_write_text(out, json.dumps(payload))
             else:
                 typer.echo(json.dumps(payload))
@@ -192,13 +188,8 @@ def predict(
     timeout: float = typer.Option(300.0, "--timeout"),
 ) -> None:
     """Embedded mode: run Alice, Bob (and the TTP) as local processes and print the labels."""
-    from privnlp.core.errors import PrivnlpError
 
     try:
-        from privnlp.data import load_texts
-        from privnlp.mechanisms.mpc.encoder import PublicEncoder
-        from privnlp.mechanisms.mpc.textcnn import CryptenTextCNN, load_alice_model
-
         m = load_alice_model(model)
         x = PublicEncoder(encoder).encode(load_texts(texts))
         res = CryptenTextCNN(provider=provider, mode=mode, timeout=timeout).classify(m, x)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 
+from privnlp.attacks.pii.residual import estimate_residual
 from privnlp.core.errors import InvalidArgument, MalformedInput
 
 
@@ -46,7 +47,6 @@ def _key(key_file: Path | None) -> bytes | None:
 
 
 def _print_report(summary, key_given: bool) -> None:  # noqa: ANN001 - RedactionSummary
-    from privnlp.attacks.pii.residual import estimate_residual
     from privnlp.mechanisms.pii.evalset import measured_recall
 
     typer.echo("\nper-type counts:")

@@ -6,12 +6,27 @@ commands so ``privnlp --help`` stays fast.
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 import typer
 from typer.core import TyperGroup
+
+from privnlp.attacks.text.bayesian import sentiment_flip_loss
+from privnlp.core.errors import MalformedInput, PrivnlpError, check_range
+from privnlp.data.loaders import load_texts
+from privnlp.data.sentiment import LEXICON
+from privnlp.mechanisms import get
+from privnlp.mechanisms.text import LaplaceMetric, load_embeddings
+from privnlp.mechanisms.text.distributed import sanitize_file_dask
+from privnlp.mechanisms.text.embeddings import default_embeddings
+from privnlp.mechanisms.text.files import _seeded, sanitize_file
+from privnlp.mechanisms.text.textio import WORD_RE
+from privnlp.mechanisms.text.tuning import plot_tradeoff, select_parameters, tradeoff_points
 
 
 class _SanitizeGroup(TyperGroup):
@@ -55,11 +70,6 @@ def _fail(msg: str) -> None:
 
 def _embeddings(path: Path | None, fmt: str | None, vocab_limit: int | None) -> Any:
     """The user's vectors (gensim formats) or the default (GloVe 6B 50-d, else bundled word2vec + warning)."""
-    import warnings
-
-    from privnlp.core.errors import check_range
-    from privnlp.mechanisms.text import load_embeddings
-    from privnlp.mechanisms.text.embeddings import default_embeddings
 
     if vocab_limit is not None:
         check_range("--vocab-limit", vocab_limit, 2, 10**9, integer=True)
@@ -172,9 +182,6 @@ def sanitize(
         raise typer.Exit(0)
     if output is None:
         _fail("missing option -o/--output")
-    from privnlp.core.errors import PrivnlpError
-    from privnlp.mechanisms import get
-    from privnlp.mechanisms.text.files import sanitize_file
 
     try:
         if mechanism not in MECHS:
@@ -208,8 +215,6 @@ def sanitize(
         else:
             mech.embeddings = _embeddings(embeddings, embeddings_format, vocab_limit)
         if engine == "dask":
-            from privnlp.mechanisms.text.distributed import sanitize_file_dask
-
             rep = sanitize_file_dask(
                 input, output, mech, seed=seed, fmt=fmt, field=field, n_workers=workers
             )
@@ -245,18 +250,12 @@ def sanitize(
             err=True,
             fg=typer.colors.YELLOW,
         )
-    from privnlp.mechanisms.text.files import _seeded
 
     typer.echo(f"claim: {_seeded(mech.claim(), seed).statement()}")
 
 
 def _top_units(emb: Any, texts: Any, n: int = 200) -> Any:
     """``emb`` restricted to the ``n`` most frequent in-vocabulary units of ``texts`` (as sanitize cuts them)."""
-    from collections import Counter
-
-    from privnlp.core.errors import MalformedInput
-    from privnlp.mechanisms.text import LaplaceMetric
-    from privnlp.mechanisms.text.textio import WORD_RE
 
     sp = LaplaceMetric(1.0, embeddings=emb)
     freq = Counter(
@@ -312,17 +311,10 @@ def tune(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Algorithm 2: pick (epsilon, t) maximising the Bayesian adversary's inference error under L_M <= C."""
-    import numpy as np
-
-    from privnlp.attacks.text.bayesian import sentiment_flip_loss
-    from privnlp.core.errors import PrivnlpError
-    from privnlp.mechanisms.text.tuning import plot_tradeoff, select_parameters, tradeoff_points
 
     try:
         emb = _embeddings(embeddings, embeddings_format, vocab_limit)
         if input is not None:  # the user's own text
-            from privnlp.data.loaders import load_texts
-
             if not input.is_file():
                 _fail(f"INPUT {str(input)!r} is not a file")
             fmt_in = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}.get(
@@ -339,14 +331,12 @@ def tune(
                 fg=typer.colors.YELLOW,
             )
         elif words == "lexicon":
-            from privnlp.data.sentiment import LEXICON
-
             emb = emb.restrict(words=list(LEXICON["positive"]) + list(LEXICON["negative"]))
             loss: Any = sentiment_flip_loss(emb.words, LEXICON)
         elif (
             words == "licenses"
         ):  # real English text: the 200 most frequent units of the Debian license texts
-            from privnlp.evaluation.scenarios.text import license_texts
+            from privnlp.evaluation.scenarios.text import license_texts  # pulls faker
 
             emb = _top_units(emb, license_texts())
             loss = lambda a, b: (a != b).astype(float)  # noqa: E731

@@ -15,8 +15,12 @@ from pathlib import Path
 import numpy as np
 import typer
 
+from privnlp.accounting.duplicates import DuplicateExamplesWarning, normalize_text
+from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, PrivnlpError
 from privnlp.core.report import atomic_write_text
+from privnlp.data import generate_corpus, load_texts
+from privnlp.mechanisms import get
 
 app = typer.Typer(
     help="Train a bundled tiny model privately (DP-SGD, frozen embeddings, update transforms).",
@@ -165,12 +169,8 @@ def train(
 
         torch.manual_seed(seed)
         if data is None:
-            from privnlp.data import generate_corpus
-
             texts = generate_corpus(seed=seed).texts()
         else:
-            from privnlp.data import load_texts
-
             texts = load_texts(data, field=field)
         texts = [t for t in texts if t.strip()]
         if len(texts) < 4:
@@ -225,8 +225,6 @@ def train(
         per_epoch = public_dataset_size / batch_size if public_dataset_size is not None else len(dl)
         steps = int(steps_opt) if steps_opt is not None else max(1, int(round(epochs * per_epoch)))
         if defense == "dp_sgd":
-            from privnlp.accounting.duplicates import DuplicateExamplesWarning, normalize_text
-
             if epsilon is None and noise_multiplier is None:
                 raise InvalidArgument(
                     "--defense dp_sgd needs --epsilon (> 0) or --noise-multiplier (>= 0)"
@@ -290,9 +288,6 @@ def train(
                 statement += "\nTraining stopped early: the next step would have exceeded the target epsilon."
             losses = res.losses
         else:
-            from privnlp.core.claims import PrivacyClaim
-            from privnlp.mechanisms import get
-
             losses = []
             done = 0
             while done < steps:

@@ -10,7 +10,10 @@ import typer
 
 from privnlp.core.errors import InvalidArgument, MalformedInput, PrivnlpError
 from privnlp.core.rng import secure_numpy
+from privnlp.data import generate_corpus
 from privnlp.data.loaders import TXT_UNIT_RULES, TXT_UNITS, load_texts
+from privnlp.mechanisms.text.distributed import build_vocab_dask
+from privnlp.mechanisms.vocab import DPWordPiece
 
 app = typer.Typer(help="Build DP WordPiece vocabularies.", no_args_is_help=True)
 
@@ -46,8 +49,6 @@ def _read_corpus(
     privnlp.data.load_texts; an HF dataset saved with ``save_to_disk`` (a directory); or the bundled
     synthetic corpus. Records end only where the format says (never at a form feed or U+2028)."""
     if bundled:
-        from privnlp.data import generate_corpus
-
         c = generate_corpus()
         return (
             [r.text for r in c.records],
@@ -161,8 +162,6 @@ def build(
 ) -> None:
     """Build a DP WordPiece tokenizer from CORPUS and write it with its privacy claim."""
 
-    from privnlp.mechanisms.vocab import DPWordPiece
-
     try:
         if txt_unit not in TXT_UNITS:
             raise InvalidArgument(f"--txt-unit must be one of {TXT_UNITS}; got {txt_unit!r}")
@@ -189,7 +188,6 @@ def build(
                     "--engine dask reads a .txt (one document per line) / .jsonl / .csv CORPUS "
                     "with --unit document"
                 )
-            from privnlp.mechanisms.text.distributed import build_vocab_dask
 
             res = build_vocab_dask(corpus, mech, seed=seed, fmt=fmt, field=field, n_workers=workers)
         else:
