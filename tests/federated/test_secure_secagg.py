@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.mechanisms.federated import flower
@@ -18,6 +19,7 @@ from privnlp.mechanisms.federated.secagg import (
     encode_update,
     participation_bound,
     rounding_l2_bound,
+    secagg_adversary_bounds,
     server_bound,
     skellam_rdp,
 )
@@ -89,8 +91,6 @@ def test_dropped_clients_still_leave_the_full_noise():
 
 
 def test_skellam_rdp_converges_to_the_gaussian_and_never_undercuts_it():
-    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-
     orders = list(range(2, 257))
     for mu in (1e3, 1e6):
         l2, l1 = 30.0, 90.0
@@ -178,3 +178,34 @@ def test_l1_bound_holds_for_every_integer_vector_in_the_l2_ball():
             if math.sqrt(sum(x * x for x in v)) <= b
         )
         assert worst <= plan.l1_bound, (levels, dim, worst, plan.l1_bound)
+
+
+def test_secagg_adversary_bounds_per_adversary_recomputed():
+    """The public per-adversary list (the dp_fedavg card renders it): three adversaries, none amplified; with
+    every user selected each round the server's epsilon is the Skellam RDP of one round composed ``rounds``
+    times, converted by dp_accounting (recomputed here); the noise is sized for the threshold t, so dropping to
+    t survivors leaves the same epsilon, and the eavesdropper's view depends on TLS."""
+    plan = _plan(clients=4, min_survivors=3)
+    bounds = secagg_adversary_bounds(plan, rounds=5, population=4, delta=1e-5)
+    assert [b.adversary for b in bounds] == [
+        "honest-but-curious server",
+        "eavesdropper",
+        "observer of the released models",
+    ]
+    assert not any(b.amplified for b in bounds)
+    orders = list(range(2, 257))
+    rdp = 5 * skellam_rdp(orders, plan.l2_bound, plan.l1_bound, plan.mu)
+    eps, _ = compute_epsilon(orders, list(rdp), 1e-5)
+    assert bounds[0].epsilon == pytest.approx(eps, rel=1e-12)
+    assert bounds[0].delta == pytest.approx(1e-5 + min(1.0, 5 * plan.overflow_probability))
+    assert "t = 3 of 4" in bounds[0].note
+    # t survivors carry mu_client * t = mu: the same bound as a full round
+    assert plan.mu_client * plan.min_survivors == pytest.approx(plan.mu)
+    # sampling m < N: fewer participations, smaller (never larger) epsilon; still no amplification claimed
+    sampled = secagg_adversary_bounds(plan, rounds=5, population=40, delta=1e-5)
+    assert sampled[0].epsilon <= bounds[0].epsilon and not sampled[0].amplified
+    assert "TLS" in bounds[1].observes
+    assert (
+        "in clear"
+        in secagg_adversary_bounds(plan, rounds=5, population=4, delta=1e-5, tls=False)[1].observes
+    )

@@ -58,12 +58,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from privnlp.core.claims import Adversary, AdversaryBound, PrivacyClaim
+from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, MissingDependency, ProtocolError
 from privnlp.core.rng import secure_numpy, secure_torch
 from privnlp.data import generate_corpus
 
-from .secagg import SkellamPlan, decode_sum, server_bound
+from .secagg import (
+    SECAGG_ACCOUNTANT,
+    SkellamPlan,
+    decode_sum,
+    secagg_adversary_bounds,
+    server_bound,
+)
 from .tls import (
     TlsFiles,
     Transport,
@@ -1075,42 +1081,10 @@ def secagg_claim(cfg: Mapping[str, Any], plan: SkellamPlan, *, rounds: int, popu
     delta = float(cfg["delta"])
     tr = _transport(cfg)
     sb = server_bound(plan, rounds=rounds, population=population, delta=delta)
-    acc = "Skellam RDP (Agarwal et al. 2021), dp_accounting RDP-to-(eps, delta) conversion"
-    advs = [
-        AdversaryBound(
-            Adversary.HONEST_BUT_CURIOUS_SERVER,
-            "the SecAgg+ sum of the surviving clients' noised, quantised updates and the selection log "
-            "(never an individual update)",
-            sb.epsilon,
-            sb.delta,
-            acc,
-            False,
-            sb.note,
-        ),
-        AdversaryBound(
-            Adversary.EAVESDROPPER,
-            (
-                "TLS-encrypted traffic (who talks to the server, message sizes)"
-                if tr.tls
-                else "every message in clear: SecAgg+-masked vectors (uniform without the keys) and the "
-                "global models"
-            ),
-            sb.epsilon,
-            sb.delta,
-            acc,
-            False,
-            "at most what the server sees (no amplification: the selection is visible in the traffic)",
-        ),
-        AdversaryBound(
-            Adversary.MODEL_OBSERVER,
-            "the released global models",
-            sb.epsilon,
-            sb.delta,
-            acc,
-            False,
-            "amplification by sampling not claimed for the Skellam sum (the server's bound applies)",
-        ),
-    ]
+    acc = SECAGG_ACCOUNTANT
+    advs = secagg_adversary_bounds(
+        plan, rounds=rounds, population=population, delta=delta, tls=tr.tls
+    )
     notes = (
         "distributed DP over SecAgg+: each selected client clips to S, rounds to integers (conditional "
         "randomized rounding) and adds its Skellam share from OS entropy; the server learns only the sum of "
@@ -1132,7 +1106,7 @@ def secagg_claim(cfg: Mapping[str, Any], plan: SkellamPlan, *, rounds: int, popu
         neighbouring="zero-out: one user's update replaced by zero (N public)",
         accountant=acc,
         notes=notes,
-        adversaries=tuple(advs),
+        adversaries=advs,
         extra={
             "aggregation": "secagg",
             "transport": tr.to_dict(),

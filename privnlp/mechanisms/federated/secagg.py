@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privnlp.core.claims import Adversary, AdversaryBound
 from privnlp.core.errors import InvalidArgument
 
 __all__ = [
@@ -55,6 +56,8 @@ __all__ = [
     "decode_sum",
     "skellam_rdp",
     "server_bound",
+    "secagg_adversary_bounds",
+    "SECAGG_ACCOUNTANT",
     "participation_bound",
     "MAX_MODULUS_BITS",
 ]
@@ -295,7 +298,7 @@ def server_bound(plan: SkellamPlan, *, rounds: int, population: int, delta: floa
     """Epsilon against the server (no amplification: it knows the selection) after ``rounds`` rounds.
 
     A user is selected in each round with probability m / N; participations beyond the binomial tail bound
-    ``k`` are charged to delta (half of ``delta``; all rounds, and no charge, when m = N); the Skellam RDP of
+    ``k`` are charged to delta (half of ``delta``; no charge when ``k`` is every round, e.g. m = N); the Skellam RDP of
     one round (at least ``t`` survivors) is composed ``k`` times and converted with dp_accounting; the
     probability that a client's data-dependent overflow makes it drop out is added to delta."""
     if not 0 < delta < 1:
@@ -309,6 +312,8 @@ def server_bound(plan: SkellamPlan, *, rounds: int, population: int, delta: floa
     rate = plan.clients / population
     d_tail = 0.0 if rate >= 1.0 else delta / 2.0
     k = participation_bound(rounds, rate, d_tail) if rate < 1.0 else int(rounds)
+    if k >= rounds:  # P(more than every round) = 0: nothing to charge to delta
+        d_tail = 0.0
     d_conv = delta - d_tail
     if k == 0:
         eps = 0.0
@@ -334,4 +339,73 @@ def server_bound(plan: SkellamPlan, *, rounds: int, population: int, delta: floa
         delta_tail=d_tail,
         delta_overflow=d_over,
         note=note,
+    )
+
+
+SECAGG_ACCOUNTANT = (
+    "Skellam RDP (Agarwal et al. 2021), dp_accounting RDP-to-(eps, delta) conversion"
+)
+
+
+def secagg_adversary_bounds(
+    plan: SkellamPlan, *, rounds: int, population: int, delta: float, tls: bool = True
+) -> tuple[AdversaryBound, ...]:
+    """The per-adversary bounds of DP-FedAvg over SecAgg+ with distributed Skellam noise (user level, zero-out
+    neighbours, N public), one :class:`~privnlp.core.claims.AdversaryBound` per adversary the threat model names:
+
+    * the honest-but-curious server sees only the SecAgg+ sum of the survivors' noised, quantised updates and
+      knows the selection: no amplification (:func:`server_bound`); the noise is sized for ``min_survivors``
+      (``t``, SecAgg+'s reconstruction threshold), so the missing noise shares of dropped clients are accounted:
+      a sum of ``k >= t`` survivors carries Skellam(k mu / t) >= Skellam(mu), and SecAgg+ refuses to unmask a
+      round with fewer than ``t`` survivors (fails closed). ``t`` also bounds collusion: fewer than ``t``
+      colluding parties cannot reconstruct a client's masks;
+    * the eavesdropper: with ``tls`` it sees encrypted traffic, without it SecAgg+-masked vectors (uniform
+      without the pairwise keys) and the global models -- at most the server's view either way (the selection
+      is visible in the traffic, so no amplification);
+    * the observer of the released models: the server's bound (amplification by sampling is not claimed for
+      the Skellam sum).
+
+    The same function renders the SecAgg+ mode on the dp_fedavg card and builds the Flower deployment's claim.
+    """
+    sb = server_bound(plan, rounds=rounds, population=population, delta=delta)
+    acc = SECAGG_ACCOUNTANT
+    server_note = (
+        f"{sb.note}; dropped clients' noise shares: each client adds Skellam(mu/t), t = {plan.min_survivors} "
+        f"of {plan.clients} (the SecAgg+ reconstruction threshold), so any sum SecAgg+ can unmask (>= t "
+        "survivors) carries at least Skellam(mu); no collusion of the server with clients is claimed"
+    )
+    return (
+        AdversaryBound(
+            Adversary.HONEST_BUT_CURIOUS_SERVER.value,
+            "the SecAgg+ sum of the surviving clients' noised, quantised updates and the selection log "
+            "(never an individual update)",
+            sb.epsilon,
+            sb.delta,
+            acc,
+            False,
+            server_note,
+        ),
+        AdversaryBound(
+            Adversary.EAVESDROPPER.value,
+            (
+                "TLS-encrypted traffic (who talks to the server, message sizes)"
+                if tls
+                else "every message in clear: SecAgg+-masked vectors (uniform without the keys) and the "
+                "global models"
+            ),
+            sb.epsilon,
+            sb.delta,
+            acc,
+            False,
+            "at most what the server sees (no amplification: the selection is visible in the traffic)",
+        ),
+        AdversaryBound(
+            Adversary.MODEL_OBSERVER.value,
+            "the released global models",
+            sb.epsilon,
+            sb.delta,
+            acc,
+            False,
+            "amplification by sampling not claimed for the Skellam sum (the server's bound applies)",
+        ),
     )
