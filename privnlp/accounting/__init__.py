@@ -1,58 +1,76 @@
-"""DP accounting: ledgers, calibration and budgets for DP-SGD style training.
+"""DP accounting: THE ledger of every DP mechanism, calibration and budgets.
 
-The persisted source of truth is a :class:`DPLedger`: a run-length list of
-``(noise_multiplier, sample_rate, steps)`` Poisson-subsampled Gaussian events that maps 1:1 to
-a ``dp_accounting`` event (``ComposedDpEvent`` of ``SelfComposedDpEvent(PoissonSampledDpEvent(q,
-GaussianDpEvent(sigma)), steps)``). The reported / enforced epsilon comes from the tightest sound
-accountant (``prv``, default: min of dp_accounting PLD and RDP over a wide order range; ``rdp``: the
-wide-order RDP); opacus' accountants are diagnostics that never throw a finished run away.
-Duplicates (group privacy): :mod:`privnlp.accounting.duplicates`. Federated learning (DP-FedAvg's
-user-level rounds per adversary, client DP-SGD's per-client ledgers): :mod:`privnlp.accounting.federated`
-(:class:`FedLedger`, :func:`dp_fedavg_adversary_bounds`). Every ledger states its epsilon per adversary
-where adversaries differ (:class:`privnlp.core.claims.AdversaryBound`).
+The persisted source of truth of every DP claim is one :class:`DPLedger`: DP-SGD steps (run-length
+``(noise_multiplier, sample_rate, steps)`` Poisson-subsampled Gaussian events, 1:1 with a
+``dp_accounting`` event), DP-FedAvg rounds and each client's DP-SGD steps
+(:mod:`privnlp.accounting.federated`), DP-vocabulary threshold releases and metric-DP text passes
+(:mod:`privnlp.accounting.events`). Its epsilon is stated per adversary
+(:meth:`DPLedger.adversary_bounds`, :mod:`privnlp.accounting.adversaries`,
+:class:`privnlp.core.claims.AdversaryBound`); one budget check (:meth:`DPLedger.check` /
+:meth:`DPLedger.charge`) refuses any kind of event before it would exceed the target. The reported
+epsilon comes from the tightest sound accountant (``prv``, default: min of dp_accounting PLD and RDP
+over one wide order list; ``rdp``: the wide-order RDP); opacus' accountants are diagnostics that never
+throw a finished run away. Duplicates (group privacy): :mod:`privnlp.accounting.duplicates`.
 
 Papers: ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` (DP-SGD accounting, the sharded-noise
-relation sigma*sqrt(P)), Abadi et al. 2016 (moments accountant) via opacus / dp_accounting.
+relation sigma*sqrt(P), DP WordPiece), ``unintended-memorization-under-fl.txt`` (DP-FedAvg), Abadi et
+al. 2016 (moments accountant) via opacus / dp_accounting.
 
-This package does not import torch at import time (opacus / dp_accounting are imported lazily).
+The names below are loaded on first access (PEP 562): importing a light submodule
+(:mod:`privnlp.accounting.duplicates`, which the CLI imports at module level) does not load
+dp_accounting / scipy. Nothing here imports torch (opacus only inside the diagnostic).
 """
 
 from __future__ import annotations
 
-from .duplicates import DuplicateReport, find_duplicates, group_epsilon
-from .federated import FedLedger, dp_fedavg_adversary_bounds, no_amplification_epsilon
-from .ledger import (
-    ACCOUNTANTS,
-    REPORTED,
-    BudgetGuard,
-    DPLedger,
-    LedgerRun,
-    calibrate_noise_multiplier,
-    check_accounting_configuration,
-    check_delta,
-    default_delta,
-    effective_noise_multiplier,
-    epsilon_for,
-    epsilon_no_amplification,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "ACCOUNTANTS",
-    "REPORTED",
-    "BudgetGuard",
-    "DPLedger",
-    "DuplicateReport",
-    "FedLedger",
-    "dp_fedavg_adversary_bounds",
-    "no_amplification_epsilon",
-    "LedgerRun",
-    "calibrate_noise_multiplier",
-    "check_accounting_configuration",
-    "check_delta",
-    "default_delta",
-    "effective_noise_multiplier",
-    "epsilon_for",
-    "epsilon_no_amplification",
-    "find_duplicates",
-    "group_epsilon",
-]
+#: public name -> the submodule that defines it
+_EXPORTS = {
+    "DuplicateReport": "duplicates",
+    "find_duplicates": "duplicates",
+    "group_epsilon": "duplicates",
+    "dp_fedavg_adversary_bounds": "federated",
+    "no_amplification_epsilon": "federated",
+    "headline_user_epsilon": "federated",
+    "RoundRun": "federated",
+    "LedgerRun": "events",
+    "ThresholdRelease": "events",
+    "MetricDPRun": "events",
+    "RDP_ORDERS": "events",
+    "gaussian_epsilon": "events",
+    "dp_sgd_adversary_bounds": "adversaries",
+    "vocab_adversary_bounds": "adversaries",
+    "metric_dp_adversary_bounds": "adversaries",
+    "ACCOUNTANTS": "ledger",
+    "REPORTED": "ledger",
+    "LEDGER_FORMAT": "ledger",
+    "BudgetGuard": "ledger",
+    "DPLedger": "ledger",
+    "EpsilonEstimate": "ledger",
+    "calibrate_noise_multiplier": "ledger",
+    "check_accounting_configuration": "ledger",
+    "check_delta": "ledger",
+    "default_delta": "ledger",
+    "effective_noise_multiplier": "ledger",
+    "epsilon_for": "ledger",
+    "epsilon_no_amplification": "ledger",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FedLedger":  # TEMPORARY: folded into DPLedger; removed once flower.py has switched
+        return importlib.import_module(".ledger", __name__).DPLedger
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -22,41 +22,48 @@ composition over rounds, conversion to (epsilon, delta)); McMahan et al. 2018 (D
 * **Poisson rounds** (each user independently with probability q): ``PoissonSampledDpEvent(q,
   GaussianDpEvent(z))`` under add/remove (sensitivity ``S`` of the sum with a fixed denominator).
 * **client DP-SGD** (record level): each participating client's local DP-SGD steps are recorded in a
-  per-client :class:`privnlp.accounting.DPLedger` (opacus + dp_accounting, Poisson within the client);
+  per-client :class:`privnlp.accounting.DPLedger` inside the run's ledger (opacus + dp_accounting, Poisson within the client);
   the record-level epsilon is the worst client's. A fixed-size user-level guarantee also covers any
   change inside one user's data (replace-one user), so the record-level epsilon reported is the
   smaller of the two where both apply.
 
-Written by hand: only the run-length round ledger, the caching of the one-round RDP curve (computing
+The rounds are recorded in the one ledger type of the package, :class:`privnlp.accounting.DPLedger`
+(``record_round``, ``check_round``, ``user_epsilon``, ``adversary_bounds``); this module holds the
+accounting of a round (events, RDP, the no-amplification composition, the adversary bounds).
+
+Written by hand: only the run-length round record, the caching of the one-round RDP curve (computing
 the without-replacement RDP takes ~1 s per (N, m, z)) and the budget/calibration searches.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from dp_accounting import NeighboringRelation
+from dp_accounting import dp_event as de
+from dp_accounting.rdp import rdp_privacy_accountant as rdpa
+from scipy.stats import binom
 
 from privnlp.core.claims import Adversary, AdversaryBound
 from privnlp.core.errors import (
     InvalidArgument,
     InvalidPrivacyParameter,
-    PrivacyBudgetExceeded,
     check_positive,
     check_range,
 )
 
-from .ledger import RDP_ORDERS, DPLedger, bisect_noise_multiplier
+from .events import RDP_ORDERS, bisect_noise_multiplier, gaussian_mu_epsilon, quiet_absl
 
 __all__ = [
     "SAMPLINGS",
     "RoundRun",
-    "FedLedger",
+    "rounds_epsilon",
+    "rounds_bounds",
     "round_event",
     "user_epsilon",
     "headline_user_epsilon",
@@ -98,13 +105,6 @@ SAMPLINGS = ("fixed", "poisson")
 #: (no-amplification) epsilon and uses no RDP.
 
 
-def _quiet_absl():
-    lg = logging.getLogger("absl")
-    old = lg.level
-    lg.setLevel(logging.ERROR)
-    return lg, old
-
-
 def accountant_noise_multiplier(noise_multiplier: float, sampling: str) -> float:
     """The noise multiplier handed to the accountant: ``z/2`` for fixed-size (replace-one: sensitivity
     of the sum is 2S), ``z`` for Poisson (add/remove: sensitivity S).
@@ -141,8 +141,6 @@ def round_event(
     Raises:
         InvalidArgument: an unknown ``sampling``.
     """
-    from dp_accounting import dp_event as de
-
     z = accountant_noise_multiplier(noise_multiplier, sampling)
     if sampling == "fixed":
         return de.SampledWithoutReplacementDpEvent(
@@ -154,8 +152,6 @@ def round_event(
 
 
 def _relation(sampling: str) -> Any:
-    from dp_accounting import NeighboringRelation
-
     return (
         NeighboringRelation.REPLACE_ONE
         if sampling == "fixed"
@@ -172,30 +168,26 @@ def _round_rdp(
     orders: tuple[float, ...] | None,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(orders, RDP curve) of ONE round, via dp_accounting's RdpAccountant (cached)."""
-    from dp_accounting.rdp import rdp_privacy_accountant as rdpa
-
-    lg, old = _quiet_absl()
-    try:
+    with quiet_absl():
         acc = rdpa.RdpAccountant(
             orders=list(orders or RDP_ORDERS), neighboring_relation=_relation(sampling)
         )
         acc.compose(round_event(sampling, num_users, clients_per_round, noise_multiplier))
         return tuple(float(o) for o in acc._orders), tuple(float(v) for v in np.asarray(acc._rdp))
-    finally:
-        lg.setLevel(old)
 
 
-def _eps_from_runs(
+def rounds_epsilon(
     runs: tuple[tuple[str, int, float, float, int], ...],
     delta: float,
     orders: tuple[float, ...] | None = None,
 ) -> float:
+    """User-level epsilon of DP-FedAvg ``runs`` ``(sampling, N, m, z, rounds)`` AMPLIFIED by user sampling
+    (dp_accounting RDP over :data:`RDP_ORDERS`): sound only against an adversary who does not see the
+    selection. 0 without rounds, ``inf`` with a round of z <= 0."""
     if not runs:
         return 0.0
     if any(z <= 0 for _, _, _, z, n in runs if n > 0):
         return math.inf
-    from dp_accounting.rdp import rdp_privacy_accountant as rdpa
-
     total = None
     ords = None
     for sampling, n_users, m, z, n in runs:
@@ -256,7 +248,7 @@ def user_epsilon(
     Returns:
         The user-level epsilon at ``delta``.
     """
-    return _eps_from_runs(
+    return rounds_epsilon(
         (
             (
                 sampling,
@@ -330,8 +322,6 @@ def participation_tail_bound(rounds: int, rate: float, tail_delta: float) -> int
         InvalidArgument: ``rounds`` not an integer >= 0, ``rate`` outside [0, 1], ``tail_delta``
             outside (0, 1).
     """
-    from scipy.stats import binom  # scipy is heavy to import; only the accounting needs it
-
     check_range("rounds", rounds, 0, math.inf, integer=True)
     check_range("rate", rate, 0.0, 1.0)
     check_range("tail_delta", tail_delta, 0.0, 1.0, lo_inclusive=False, hi_inclusive=False)
@@ -341,35 +331,6 @@ def participation_tail_bound(rounds: int, rate: float, tail_delta: float) -> int
     while k > 0 and binom.sf(k - 1, int(rounds), float(rate)) <= tail_delta:
         k -= 1
     return min(k, int(rounds))
-
-
-def _gaussian_pld_epsilon(mu_squared: float, delta: float) -> float:
-    """epsilon at ``delta`` of the Gaussian mechanism of sensitivity 1 and std ``1/mu`` (the exact
-    composition of Gaussians with sum_i 1/z_i^2 = mu^2): dp_accounting's analytic
-    ``GaussianPrivacyLoss.get_delta_for_epsilon`` (Balle & Wang 2018) inverted by bisection, the
-    upper end returned. (A discretised PLD takes ~15 s at mu = 20 and is no tighter.)"""
-    if mu_squared <= 0:
-        return 0.0
-    if math.isinf(mu_squared):
-        return math.inf
-    from dp_accounting.pld import privacy_loss_mechanism as plm
-
-    mu = math.sqrt(mu_squared)
-    loss = plm.GaussianPrivacyLoss(1.0 / mu, sensitivity=1.0)
-    if loss.get_delta_for_epsilon(0.0) <= delta:
-        return 0.0
-    lo, hi = 0.0, mu_squared / 2.0 + mu * math.sqrt(2.0 * math.log(1.25 / delta)) + 1.0
-    while loss.get_delta_for_epsilon(hi) > delta:
-        lo, hi = hi, 2.0 * hi
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if loss.get_delta_for_epsilon(mid) > delta:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-9 * max(1.0, hi):
-            break
-    return float(hi)
 
 
 def no_amplification_epsilon(
@@ -408,14 +369,14 @@ def no_amplification_epsilon(
     if any(float(z) <= 0 for _, _, _, z, _ in runs):
         return math.inf, "a round without noise (z = 0): no guarantee"
     every = sum(int(t) / accountant_noise_multiplier(z, s) ** 2 for s, _, _, z, t in runs)
-    eps_every = _gaussian_pld_epsilon(every, delta)
+    eps_every = gaussian_mu_epsilon(every, delta)
     tail_delta = TAIL_DELTA_SHARE * delta / len(runs)
     ks = [
         participation_tail_bound(int(t), min(1.0, float(m) / float(n)), tail_delta)
         for _, n, m, _, t in runs
     ]
     tail = sum(k / accountant_noise_multiplier(z, s) ** 2 for k, (s, _, _, z, _) in zip(ks, runs))
-    eps_tail = _gaussian_pld_epsilon(tail, (1.0 - TAIL_DELTA_SHARE) * delta)
+    eps_tail = gaussian_mu_epsilon(tail, (1.0 - TAIL_DELTA_SHARE) * delta)
     parts = ", ".join(
         f"{k} of {int(t)} rounds at rate {float(m) / float(n):.3g}"
         for k, (_, n, m, _, t) in zip(ks, runs)
@@ -434,12 +395,14 @@ def no_amplification_epsilon(
     return eps_every, note
 
 
-def _bounds_from_runs(
+def rounds_bounds(
     runs: tuple[tuple[str, int, float, float, int], ...], delta: float
 ) -> tuple[AdversaryBound, ...]:
+    """The server / eavesdropper / observer-of-the-released-models bounds of DP-FedAvg ``runs``
+    ``(sampling, N, m, z, rounds)`` at ``delta`` (see :func:`dp_fedavg_adversary_bounds`)."""
     eps_na, note = no_amplification_epsilon(runs, delta)
     # the no-amplification bound holds against this observer too: the smaller of the two is reported
-    eps_amp = min(_eps_from_runs(runs, float(delta)), eps_na)
+    eps_amp = min(rounds_epsilon(runs, float(delta)), eps_na)
     sampling = runs[0][0] if runs else "poisson"
     scheme = (
         "fixed-size rounds (m of N without replacement, replace-one users)"
@@ -518,7 +481,7 @@ def dp_fedavg_adversary_bounds(
     runs = (
         (sampling, int(population), float(clients_per_round), float(noise_multiplier), int(rounds)),
     )
-    return _bounds_from_runs(runs, float(delta))
+    return rounds_bounds(runs, float(delta))
 
 
 @dataclass(frozen=True)
@@ -551,189 +514,31 @@ class RoundRun:
             "rounds": self.rounds,
         }
 
-
-@dataclass
-class FedLedger:
-    """The ledger of a federated run: user-level rounds + per-client record-level DP-SGD ledgers.
-
-    Mutable (appended to during training); ``to_dict``/``from_dict`` round-trip exactly, so a resumed
-    run reports the same epsilon. One sampling scheme per ledger (fixed-size and Poisson rounds use
-    different neighbouring relations and cannot be composed in one RDP accountant).
-
-    Attributes:
-        runs: the user-level rounds, consecutive identical rounds merged.
-        client_ledgers: client id -> :class:`~privnlp.accounting.DPLedger` of its local DP-SGD steps.
-
-    Raises:
-        InvalidArgument: a round with an unknown sampling scheme or one other than the ledger's; (``from_dict``)
-            a dict not in the ``privnlp.fed_ledger/1`` format.
-        PrivacyBudgetExceeded: (``check_round``) the next round would exceed the target.
-    """
-
-    runs: list[RoundRun] = field(default_factory=list)
-    client_ledgers: dict[str, Any] = field(
-        default_factory=dict
-    )  # client id -> privnlp.accounting.DPLedger
-
-    # -- user level -----------------------------------------------------------------------
-    @property
-    def rounds(self) -> int:
-        return sum(r.rounds for r in self.runs)
-
-    @property
-    def sampling(self) -> str | None:
-        return self.runs[0].sampling if self.runs else None
-
-    def _check_sampling(self, sampling: str) -> None:
-        if sampling not in SAMPLINGS:
-            raise InvalidArgument(f"sampling must be one of {SAMPLINGS}; got {sampling!r}")
-        if self.runs and self.runs[0].sampling != sampling:
-            raise InvalidArgument(
-                f"sampling={sampling!r} cannot be composed with the ledger's "
-                f"{self.runs[0].sampling!r} rounds (different neighbouring relations)"
-            )
-
-    def _with(self, run: RoundRun) -> tuple:
-        runs = list(self.runs)
-        if runs and runs[-1].key() == run.key():
-            runs[-1] = RoundRun(*run.key(), runs[-1].rounds + run.rounds)
-        else:
-            runs.append(run)
-        return tuple(
-            (r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier, r.rounds)
-            for r in runs
+    def as_tuple(self) -> tuple[str, int, float, float, int]:
+        return (
+            self.sampling,
+            self.num_users,
+            self.clients_per_round,
+            self.noise_multiplier,
+            self.rounds,
         )
-
-    def record_round(
-        self, sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float
-    ) -> None:
-        self._check_sampling(sampling)
-        new = RoundRun(
-            sampling, int(num_users), float(clients_per_round), float(noise_multiplier), 1
-        )
-        runs = list(self.runs)
-        if runs and runs[-1].key() == new.key():
-            runs[-1] = RoundRun(*new.key(), runs[-1].rounds + 1)
-        else:
-            runs.append(new)
-        self.runs[:] = runs
-
-    def _runs(self) -> tuple[tuple[str, int, float, float, int], ...]:
-        return tuple(
-            (r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier, r.rounds)
-            for r in self.runs
-        )
-
-    def user_epsilon(self, delta: float) -> float:
-        """The headline user-level epsilon: against the strongest named adversary (the server, who
-        sees the selection: no amplification). Budgets and refusals use it."""
-        return no_amplification_epsilon(self._runs(), float(delta))[0]
-
-    def amplified_user_epsilon(self, delta: float) -> float:
-        """The user-level epsilon amplified by user sampling (dp_accounting RDP): only against an
-        observer of the released models who does not see the selection."""
-        return _eps_from_runs(self._runs(), float(delta))
-
-    def adversary_bounds(self, delta: float) -> tuple[AdversaryBound, ...]:
-        """The user-level bound against each DP-FedAvg adversary after the recorded rounds (see
-        :func:`dp_fedavg_adversary_bounds`)."""
-        return _bounds_from_runs(self._runs(), float(delta))
-
-    def epsilon_after(
-        self,
-        sampling: str,
-        num_users: int,
-        clients_per_round: float,
-        noise_multiplier: float,
-        delta: float,
-        extra_rounds: int = 1,
-    ) -> float:
-        """The headline user-level epsilon if ``extra_rounds`` more rounds with these parameters
-        were run."""
-        self._check_sampling(sampling)
-        runs = self._with(
-            RoundRun(
-                sampling,
-                int(num_users),
-                float(clients_per_round),
-                float(noise_multiplier),
-                int(extra_rounds),
-            )
-        )
-        return no_amplification_epsilon(runs, float(delta))[0]
-
-    def check_round(
-        self,
-        sampling: str,
-        num_users: int,
-        clients_per_round: float,
-        noise_multiplier: float,
-        delta: float,
-        target_epsilon: float | None,
-    ) -> None:
-        """Raise :class:`PrivacyBudgetExceeded` *before* a round that would exceed ``target_epsilon``."""
-        if target_epsilon is None:
-            return
-        after = self.epsilon_after(sampling, num_users, clients_per_round, noise_multiplier, delta)
-        if after > target_epsilon:
-            spent = self.user_epsilon(delta)
-            raise PrivacyBudgetExceeded(
-                f"refusing DP-FedAvg round {self.rounds + 1}: user-level epsilon would become {after:.4g} > target "
-                f"{target_epsilon} at delta={delta:.3g} (spent so far {spent:.4g} after {self.rounds} rounds)",
-                spent=spent,
-                target=target_epsilon,
-            )
-
-    def dp_event(self) -> Any:
-        """The dp_accounting event of every recorded round."""
-        from dp_accounting import dp_event as de
-
-        return de.ComposedDpEvent(
-            [
-                de.SelfComposedDpEvent(
-                    round_event(r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier),
-                    r.rounds,
-                )
-                for r in self.runs
-            ]
-        )
-
-    # -- record level ---------------------------------------------------------------------
-    def record_client_steps(
-        self, client_id: str, noise_multiplier: float, sample_rate: float, steps: int
-    ) -> None:
-        led = self.client_ledgers.setdefault(str(client_id), DPLedger())
-        if steps > 0:
-            led.record(noise_multiplier, sample_rate, int(steps))
-
-    def record_epsilon(self, delta: float, accountant: str = "rdp") -> float | None:
-        """Worst client's record-level epsilon from client DP-SGD (``None`` without client DP-SGD)."""
-        if not self.client_ledgers:
-            return None
-        return max(led.epsilon(delta, accountant).epsilon for led in self.client_ledgers.values())
-
-    # -- persistence ----------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": "privnlp.fed_ledger/1",
-            "runs": [r.to_dict() for r in self.runs],
-            "client_ledgers": {k: v.to_dict() for k, v in self.client_ledgers.items()},
-        }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> FedLedger:
-        if d.get("format") != "privnlp.fed_ledger/1":
-            raise InvalidArgument(
-                f"ledger format must be 'privnlp.fed_ledger/1'; got {d.get('format')!r}"
-            )
-        runs = [
-            RoundRun(
-                r["sampling"],
-                int(r["num_users"]),
-                float(r["clients_per_round"]),
-                float(r["noise_multiplier"]),
-                int(r["rounds"]),
-            )
-            for r in d["runs"]
-        ]
-        return cls(runs, {k: DPLedger.from_dict(v) for k, v in d.get("client_ledgers", {}).items()})
+    def from_dict(cls, r: Mapping[str, Any]) -> RoundRun:
+        return cls(
+            str(r["sampling"]),
+            int(r["num_users"]),
+            float(r["clients_per_round"]),
+            float(r["noise_multiplier"]),
+            int(r["rounds"]),
+        )
+
+
+def __getattr__(name: str) -> Any:
+    # TEMPORARY (issue 28 item 4): FedLedger folded into DPLedger; this name resolves to it only until
+    # privnlp/mechanisms/federated/flower.py has switched, then it is deleted. Deferred: ledger imports us.
+    if name == "FedLedger":
+        from .ledger import DPLedger
+
+        return DPLedger
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,6 @@
-"""The DP-SGD ledger, epsilon computation, calibration and the hard budget guard.
+"""THE ledger of every DP mechanism (:class:`DPLedger`: DP-SGD steps, DP-FedAvg rounds and client
+DP-SGD, DP-vocabulary releases, metric-DP text passes, each with its adversaries), DP-SGD's epsilon
+computation, calibration and the hard budget guard.
 
 Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt`` (DP-SGD; noise multiplier sigma with P
 shards == one shard with sigma*sqrt(P)). Accountants: Google's ``dp_accounting`` (PLD and RDP) give the
@@ -27,13 +29,17 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from dp_accounting import dp_event as de
+from dp_accounting.pld import pld_privacy_accountant as plda
+from dp_accounting.rdp import rdp_privacy_accountant as rdpa
 
+from privnlp.core.claims import AdversaryBound
 from privnlp.core.errors import (
     InvalidArgument,
     InvalidPrivacyParameter,
@@ -41,6 +47,31 @@ from privnlp.core.errors import (
     PrivnlpError,
     check_positive,
     check_range,
+)
+
+from .adversaries import (
+    compose_adversary_bounds,
+    dp_sgd_adversary_bounds,
+    metric_dp_adversary_bounds,
+    vocab_adversary_bounds,
+)
+from .events import (
+    RDP_ORDERS,
+    LedgerRun,
+    MetricDPRun,
+    ThresholdRelease,
+    bisect_noise_multiplier,
+    gaussian_epsilon,
+    normalise_runs,
+    quiet_absl,
+)
+from .federated import (
+    SAMPLINGS,
+    RoundRun,
+    no_amplification_epsilon,
+    round_event,
+    rounds_bounds,
+    rounds_epsilon,
 )
 
 __all__ = [
@@ -51,6 +82,8 @@ __all__ = [
     "bisect_noise_multiplier",
     "LedgerRun",
     "DPLedger",
+    "LEDGER_FORMAT",
+    "LedgerEvent",
     "EpsilonEstimate",
     "epsilon_for",
     "epsilon_no_amplification",
@@ -74,40 +107,6 @@ REPORTED = {
 #: relative disagreement between the reported epsilon and opacus' above which the cross-check adds a
 #: diagnostic note (never an error: opacus' RDP orders stop at 63 and are loose at large sigma)
 CROSS_CHECK_RTOL = {"prv": 0.10, "rdp": 0.10}
-#: wide RDP order range: dp_accounting's default fractional orders plus integer orders up to 8192 (the
-#: optimal order grows like sigma * sqrt(log(1/delta) / steps) / q: ~2000 at sigma=50, q=1/64, 20 steps)
-RDP_ORDERS = tuple(
-    sorted(
-        set(
-            [1 + x / 10.0 for x in range(1, 100)]
-            + list(range(11, 64))
-            + [
-                64,
-                80,
-                96,
-                128,
-                160,
-                192,
-                256,
-                320,
-                384,
-                512,
-                640,
-                768,
-                1024,
-                1280,
-                1536,
-                2048,
-                2560,
-                3072,
-                4096,
-                6144,
-                8192,
-            ]
-        )
-    )
-)
-_RDP_ORDERS = RDP_ORDERS
 
 
 def default_delta(n: int) -> float:
@@ -183,28 +182,6 @@ def effective_noise_multiplier(per_shard_noise_multiplier: float, num_shards: in
 
 
 @dataclass(frozen=True)
-class LedgerRun:
-    """``steps`` consecutive Poisson-subsampled Gaussian steps with the same parameters.
-
-    Attributes:
-        noise_multiplier: sigma, the Gaussian noise std relative to the clip norm (>= 0).
-        sample_rate: q, the Poisson sampling probability of each example, in (0, 1].
-        steps: how many consecutive steps used these parameters.
-    """
-
-    noise_multiplier: float
-    sample_rate: float
-    steps: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "noise_multiplier": self.noise_multiplier,
-            "sample_rate": self.sample_rate,
-            "steps": self.steps,
-        }
-
-
-@dataclass(frozen=True)
 class EpsilonEstimate:
     """Epsilon of a ledger at ``delta``.
 
@@ -241,8 +218,6 @@ def _check_accountant(accountant: str) -> str:
 
 
 def _dp_event(runs: tuple[tuple[float, float, int], ...]):
-    from dp_accounting import dp_event as de
-
     events = [
         de.SelfComposedDpEvent(de.PoissonSampledDpEvent(q, de.GaussianDpEvent(s)), n)
         for s, q, n in runs
@@ -263,6 +238,7 @@ class DiagnosticSkipped(PrivnlpError):
 def _prv_domain_points(runs: tuple[tuple[float, float, int], ...], delta: float) -> int:
     """The number of mesh points opacus' ``PRVAccountant.get_epsilon(delta)`` would discretise on
     (its own domain computation, which is cheap; the allocation happens after)."""
+    # opacus imports torch: only the optional diagnostic needs it (the reported epsilon is dp_accounting's)
     from opacus.accountants import PRVAccountant
     from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV
 
@@ -278,6 +254,7 @@ def _prv_domain_points(runs: tuple[tuple[float, float, int], ...], delta: float)
 
 @lru_cache(maxsize=4096)
 def _eps_opacus(runs: tuple[tuple[float, float, int], ...], delta: float, accountant: str) -> float:
+    # opacus imports torch: only the optional diagnostic needs it
     from opacus.accountants import PRVAccountant, RDPAccountant
 
     if accountant != "rdp":
@@ -293,26 +270,11 @@ def _eps_opacus(runs: tuple[tuple[float, float, int], ...], delta: float, accoun
     return float(acc.get_epsilon(delta=delta))
 
 
-class _QuietAbsl:
-    def __enter__(self):
-        self.lg = logging.getLogger("absl")
-        self.level = self.lg.level
-        self.lg.setLevel(
-            logging.ERROR
-        )  # "_compute_log_a_frac failed to converge" just drops an order
-
-    def __exit__(self, *exc):
-        self.lg.setLevel(self.level)
-
-
 @lru_cache(maxsize=8192)
 def _rdp_one_step(sigma: float, q: float) -> tuple[float, ...]:
     """RDP curve (over :data:`RDP_ORDERS`) of ONE Poisson-subsampled Gaussian step (cached: RDP composes
     linearly, so a run of n steps is n times this)."""
-    from dp_accounting import dp_event as de
-    from dp_accounting.rdp import rdp_privacy_accountant as rdpa
-
-    with _QuietAbsl():
+    with quiet_absl():
         acc = rdpa.RdpAccountant(orders=list(RDP_ORDERS))
         acc.compose(de.PoissonSampledDpEvent(q, de.GaussianDpEvent(sigma)))
         return tuple(float(v) for v in np.asarray(acc._rdp))
@@ -320,21 +282,17 @@ def _rdp_one_step(sigma: float, q: float) -> tuple[float, ...]:
 
 @lru_cache(maxsize=4096)
 def _eps_rdp_wide(runs: tuple[tuple[float, float, int], ...], delta: float) -> float:
-    from dp_accounting.rdp import rdp_privacy_accountant as rdpa
-
     total = np.zeros(len(RDP_ORDERS))
     for s, q, n in runs:
         total = total + n * np.asarray(_rdp_one_step(s, q))
-    with _QuietAbsl():
+    with quiet_absl():
         eps, _ = rdpa.compute_epsilon(list(RDP_ORDERS), list(total), delta)
     return float(eps)
 
 
 @lru_cache(maxsize=4096)
 def _eps_pld(runs: tuple[tuple[float, float, int], ...], delta: float) -> float:
-    from dp_accounting.pld import pld_privacy_accountant as plda
-
-    with _QuietAbsl():
+    with quiet_absl():
         acc = plda.PLDAccountant()
         acc.compose(_dp_event(runs))
         return float(acc.get_epsilon(delta))
@@ -348,15 +306,6 @@ def _eps_dp_accounting(
     if accountant == "rdp":
         return rdp
     return min(_eps_pld(runs, delta), rdp)
-
-
-def _normalise_runs(runs: Iterable[Any]) -> tuple[tuple[float, float, int], ...]:
-    out = []
-    for r in runs:
-        s, q, n = (r.noise_multiplier, r.sample_rate, r.steps) if isinstance(r, LedgerRun) else r
-        if int(n) > 0:
-            out.append((float(s), float(q), int(n)))
-    return tuple(out)
 
 
 def _diagnostics(
@@ -414,7 +363,7 @@ def epsilon_for(
         hi_inclusive=False,
         error=InvalidPrivacyParameter,
     )
-    rt = _normalise_runs(runs)
+    rt = normalise_runs(runs)
     src = REPORTED[accountant]
     if not rt:
         return EpsilonEstimate(0.0, 0.0, 0.0, accountant, float(delta), src)
@@ -509,49 +458,13 @@ def epsilon_no_amplification(runs: Iterable[Any], delta: float) -> float:
     Returns:
         Epsilon at ``delta``: 0 for an empty ledger, ``inf`` if any run has sigma <= 0.
     """
-    rt = _normalise_runs(runs)
+    rt = normalise_runs(runs)
     if not rt:
         return 0.0
     if any(s <= 0 for s, _, _ in rt):
         return math.inf
     inv = sum(n / (s * s) for s, _, n in rt)
     return gaussian_epsilon(1.0 / math.sqrt(inv), delta)
-
-
-def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """Exact epsilon of the Gaussian mechanism (sensitivity 1, std ``noise_multiplier``) at ``delta``
-    (Balle & Wang 2018, analytic Gaussian): delta(eps) = Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s).
-    Written by hand (a closed form + bisection) because dp_accounting's PLD discretisation is slow
-    for the small effective sigmas of many composed steps.
-
-    Args:
-        noise_multiplier: the Gaussian std relative to the sensitivity; > 0.
-        delta: the target delta, in (0, 1).
-
-    Returns:
-        The smallest epsilon with delta(epsilon) <= ``delta`` (``inf`` beyond 1e8).
-    """
-    from scipy.stats import norm
-
-    s = float(noise_multiplier)
-
-    def delta_of(eps: float) -> float:
-        return float(norm.cdf(0.5 / s - eps * s) - math.exp(eps + norm.logcdf(-0.5 / s - eps * s)))
-
-    if delta_of(0.0) <= delta:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while delta_of(hi) > delta:
-        lo, hi = hi, hi * 2
-        if hi > 1e8:
-            return math.inf
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if delta_of(mid) > delta:
-            lo = mid
-        else:
-            hi = mid
-    return hi
 
 
 def calibrate_noise_multiplier(
@@ -603,72 +516,68 @@ def calibrate_noise_multiplier(
     )
 
 
-def bisect_noise_multiplier(
-    eps: Any,
-    target_epsilon: float,
-    *,
-    tolerance: float,
-    max_sigma: float,
-    iters: int,
-    unreachable: str,
-    rel_width: float = 0.0,
-) -> float:
-    """The smallest noise multiplier ``s`` (up to ``tolerance`` relative in epsilon, or a bracket
-    narrower than ``rel_width * s``) with ``eps(s) <= target_epsilon``, for a decreasing ``eps``:
-    doubling to bracket, then bisection. Raises :class:`InvalidPrivacyParameter` (``unreachable``)
-    past ``max_sigma``. The answer is always on the safe side (``eps(answer) <= target``).
+#: the ledger's persisted format; :meth:`DPLedger.from_dict` also reads ``privnlp.dp_ledger/1`` (DP-SGD
+#: steps only) and ``privnlp.fed_ledger/1`` (the federated ledger before issue 28 item 4)
+LEDGER_FORMAT = "privnlp.dp_ledger/2"
+_OLD_FORMATS = ("privnlp.dp_ledger/1", "privnlp.fed_ledger/1")
 
-    Args:
-        eps: a decreasing function noise multiplier -> epsilon.
-        target_epsilon: the epsilon to stay within.
-        tolerance: relative slack in epsilon at which the search stops.
-        max_sigma: the largest noise multiplier tried before giving up.
-        iters: the maximum number of bisection steps.
-        unreachable: the error message when ``max_sigma`` is exceeded.
-        rel_width: stop once the bracket is narrower than ``rel_width`` times its upper end (0 = off).
-
-    Returns:
-        The upper end of the final bracket (``eps(answer) <= target_epsilon``).
-
-    Raises:
-        InvalidPrivacyParameter: ``target_epsilon`` is not reached below ``max_sigma``.
-    """
-    lo, hi = 0.0, 1.0
-    while eps(hi) > target_epsilon:
-        lo, hi = hi, hi * 2
-        if hi > max_sigma:
-            raise InvalidPrivacyParameter(unreachable)
-    for _ in range(iters):
-        mid = (lo + hi) / 2
-        e = eps(mid)
-        if e <= target_epsilon:
-            hi = mid
-            if target_epsilon - e <= tolerance * target_epsilon:
-                break
-        else:
-            lo = mid
-        if hi - lo < rel_width * hi:
-            break
-    return float(hi)
+#: an event the ledger records
+LedgerEvent = LedgerRun | RoundRun | ThresholdRelease | MetricDPRun
 
 
 @dataclass
 class DPLedger:
-    """Run-length ledger of Poisson-subsampled Gaussian steps (the persisted source of truth).
+    """THE ledger of every DP mechanism of privnlp (the persisted source of truth of a claim).
 
-    Mutable by design (it is appended to during training); ``to_dict`` / ``from_dict`` round-trip
-    exactly, so a resumed run reproduces epsilon bit for bit.
+    One run-length record per kind of event, each accounted with dp_accounting over one RDP order list
+    (:data:`RDP_ORDERS`) and one analytic-Gaussian conversion:
+
+    * ``runs``: central DP-SGD steps (:class:`LedgerRun`, Poisson-subsampled Gaussian; :meth:`record`,
+      :meth:`epsilon`, :class:`BudgetGuard` for the per-step check);
+    * ``round_runs``: DP-FedAvg rounds (:class:`~privnlp.accounting.federated.RoundRun`, user level;
+      :meth:`record_round`, :meth:`check_round`, :meth:`user_epsilon`) and ``client_ledgers``: each
+      client's local DP-SGD steps, one :class:`DPLedger` per client (record level, :meth:`record_epsilon`);
+    * ``releases``: DP-vocabulary histogram releases (:class:`ThresholdRelease`; :meth:`release_epsilon`);
+    * ``metric_runs``: local metric-DP text passes (:class:`MetricDPRun`; :meth:`metric_epsilon`).
+
+    The adversary dimension: :meth:`adversary_bounds` gives the (epsilon, delta) against each adversary
+    (DP-FedAvg's server and eavesdropper see the selection: no amplification; an observer of the
+    released models gets the amplified rounds; DP-SGD's adversaries do not see the Poisson sample);
+    :meth:`headline_epsilon` is the strongest adversary's. Components recorded in the same ledger compose
+    by basic composition (delta split evenly between the Gaussian components after the releases' own
+    deltas). Metric-DP passes are a different guarantee (epsilon per unit of distance, delta 0) and are
+    reported apart (:meth:`metric_adversary_bounds`).
+
+    One budget check for every kind: :meth:`check` (:meth:`charge` = check + record) refuses the event
+    that would take the headline (or, for metric-DP, the composed per-word) epsilon above the target,
+    before anything is recorded. :class:`BudgetGuard` is its cached fast path for DP-SGD steps.
+
+    Mutable by design (appended to during a run); ``to_dict`` / ``from_dict`` round-trip exactly, so a
+    resumed run reproduces epsilon bit for bit; ``from_dict`` also reads the old formats.
 
     Attributes:
-        runs: the recorded runs, in order; consecutive steps with the same ``(sigma, q)`` are merged.
+        runs: DP-SGD steps; consecutive steps with the same ``(sigma, q)`` are merged.
+        round_runs: DP-FedAvg rounds; consecutive identical rounds merged; one sampling scheme per ledger.
+        client_ledgers: client id -> :class:`DPLedger` of its local DP-SGD steps.
+        releases: DP-vocabulary releases; consecutive identical releases merged.
+        metric_runs: metric-DP passes; consecutive identical passes merged.
 
     Raises:
-        InvalidArgument: (``from_dict``) the dict is not in the ``privnlp.dp_ledger/1`` format.
+        InvalidArgument: a round with an unknown sampling scheme or one other than the ledger's;
+            (``from_dict``) a dict in none of the known formats.
+        PrivacyBudgetExceeded: (:meth:`check`, :meth:`charge`, :meth:`check_round`) the event would
+            exceed the target.
     """
 
     runs: list[LedgerRun] = field(default_factory=list)
+    round_runs: list[RoundRun] = field(default_factory=list)
+    client_ledgers: dict[str, DPLedger] = field(default_factory=dict)
+    releases: list[ThresholdRelease] = field(default_factory=list)
+    metric_runs: list[MetricDPRun] = field(default_factory=list)
 
+    # -- recording --------------------------------------------------------------------------
     def record(self, noise_multiplier: float, sample_rate: float, count: int = 1) -> None:
+        """Record ``count`` DP-SGD steps of noise multiplier sigma and Poisson rate q."""
         s, q = float(noise_multiplier), float(sample_rate)
         if self.runs and self.runs[-1].noise_multiplier == s and self.runs[-1].sample_rate == q:
             last = self.runs[-1]
@@ -676,27 +585,102 @@ class DPLedger:
         else:
             self.runs.append(LedgerRun(s, q, int(count)))
 
+    def add(self, event: LedgerEvent) -> None:
+        """Record one event of any kind (no budget check: :meth:`charge` checks first).
+
+        Raises:
+            InvalidArgument: an unknown event type, or a round whose sampling differs from the ledger's.
+        """
+        if isinstance(event, LedgerRun):
+            if event.steps > 0:
+                self.record(event.noise_multiplier, event.sample_rate, event.steps)
+        elif isinstance(event, RoundRun):
+            self._check_sampling(event.sampling)
+            _merge(self.round_runs, event, "rounds")
+        elif isinstance(event, ThresholdRelease):
+            _merge(self.releases, event, "releases")
+        elif isinstance(event, MetricDPRun):
+            _merge(self.metric_runs, event, "releases")
+        else:
+            raise InvalidArgument(
+                "event must be a LedgerRun, RoundRun, ThresholdRelease or MetricDPRun; got "
+                f"{type(event).__name__}"
+            )
+
+    def record_round(
+        self, sampling: str, num_users: int, clients_per_round: float, noise_multiplier: float
+    ) -> None:
+        """Record one DP-FedAvg round (``sampling`` ``"fixed"`` or ``"poisson"``, N, m, z)."""
+        self.add(
+            RoundRun(sampling, int(num_users), float(clients_per_round), float(noise_multiplier), 1)
+        )
+
+    def record_client_steps(
+        self, client_id: str, noise_multiplier: float, sample_rate: float, steps: int
+    ) -> None:
+        """Record ``steps`` local DP-SGD steps of one federated client (record level)."""
+        led = self.client_ledgers.setdefault(str(client_id), DPLedger())
+        if steps > 0:
+            led.record(noise_multiplier, sample_rate, int(steps))
+
+    def record_release(self, release: ThresholdRelease) -> None:
+        """Record a DP-vocabulary histogram release."""
+        self.add(release)
+
+    def record_metric(self, epsilon: float, metric: str, words: int = 1) -> None:
+        """Record one metric-DP pass over a dataset (every record perturbed once, at most ``words``
+        words per record, each word ``epsilon * d_metric``-private)."""
+        self.add(MetricDPRun(float(epsilon), str(metric), int(words), 1))
+
+    def copy(self) -> DPLedger:
+        """An independent copy (the event records are frozen; the lists and client ledgers are copied)."""
+        return DPLedger(
+            list(self.runs),
+            list(self.round_runs),
+            {k: v.copy() for k, v in self.client_ledgers.items()},
+            list(self.releases),
+            list(self.metric_runs),
+        )
+
+    # -- DP-SGD steps ---------------------------------------------------------------------
     @property
     def steps(self) -> int:
+        """The number of DP-SGD steps recorded."""
         return sum(r.steps for r in self.runs)
 
     def as_tuple(self) -> tuple[tuple[float, float, int], ...]:
-        return _normalise_runs(self.runs)
+        return normalise_runs(self.runs)
 
     def opacus_history(self) -> list[tuple[float, float, int]]:
         """The equivalent opacus accountant ``history``."""
         return [tuple(r) for r in self.as_tuple()]  # type: ignore[misc]
 
-    def dp_event(self):
-        """The dp_accounting ``DpEvent`` of everything recorded."""
-        return _dp_event(self.as_tuple())
+    def dp_event(self) -> Any:
+        """The dp_accounting ``DpEvent`` of the DP-SGD steps and the DP-FedAvg rounds recorded (a
+        record: fixed-size rounds use the replace-one relation, steps add/remove; the vocabulary
+        releases have no dp_accounting event and are composed by :meth:`release_epsilon`)."""
+        steps = _dp_event(self.as_tuple()) if self.runs or not self.round_runs else None
+        if not self.round_runs:
+            return steps
+        rounds = de.ComposedDpEvent(
+            [
+                de.SelfComposedDpEvent(
+                    round_event(r.sampling, r.num_users, r.clients_per_round, r.noise_multiplier),
+                    r.rounds,
+                )
+                for r in self.round_runs
+            ]
+        )
+        return rounds if steps is None else de.ComposedDpEvent([steps, rounds])
 
     def epsilon(
         self, delta: float, accountant: str = "prv", *, diagnostics: bool = False
     ) -> EpsilonEstimate:
+        """Epsilon of the DP-SGD steps at ``delta`` (see :func:`epsilon_for`)."""
         return epsilon_for(self.as_tuple(), delta, accountant, diagnostics=diagnostics)
 
     def epsilon_no_amplification(self, delta: float) -> float:
+        """Epsilon of the DP-SGD steps without amplification by sampling."""
         return epsilon_no_amplification(self.as_tuple(), delta)
 
     def cross_check(
@@ -723,29 +707,322 @@ class DPLedger:
             est.epsilon, est.opacus, est.dp_accounting, est.accountant, est.delta, est.source, diag
         )
 
+    # -- DP-FedAvg rounds (user level) and client DP-SGD (record level) ---------------------
+    @property
+    def rounds(self) -> int:
+        """The number of DP-FedAvg rounds recorded."""
+        return sum(r.rounds for r in self.round_runs)
+
+    @property
+    def sampling(self) -> str | None:
+        """The rounds' sampling scheme (``None`` before the first round)."""
+        return self.round_runs[0].sampling if self.round_runs else None
+
+    def _check_sampling(self, sampling: str) -> None:
+        if sampling not in SAMPLINGS:
+            raise InvalidArgument(f"sampling must be one of {SAMPLINGS}; got {sampling!r}")
+        if self.round_runs and self.round_runs[0].sampling != sampling:
+            raise InvalidArgument(
+                f"sampling={sampling!r} cannot be composed with the ledger's "
+                f"{self.round_runs[0].sampling!r} rounds (different neighbouring relations)"
+            )
+
+    def _round_tuples(self) -> tuple[tuple[str, int, float, float, int], ...]:
+        return tuple(r.as_tuple() for r in self.round_runs)
+
+    def user_epsilon(self, delta: float) -> float:
+        """The rounds' headline user-level epsilon: against the strongest named adversary (the server,
+        who sees the selection: no amplification). Budgets and refusals use it."""
+        return no_amplification_epsilon(self._round_tuples(), float(delta))[0]
+
+    def amplified_user_epsilon(self, delta: float) -> float:
+        """The rounds' user-level epsilon amplified by user sampling (dp_accounting RDP): only against
+        an observer of the released models who does not see the selection."""
+        return rounds_epsilon(self._round_tuples(), float(delta))
+
+    def epsilon_after(
+        self,
+        sampling: str,
+        num_users: int,
+        clients_per_round: float,
+        noise_multiplier: float,
+        delta: float,
+        extra_rounds: int = 1,
+    ) -> float:
+        """The rounds' headline user-level epsilon if ``extra_rounds`` more rounds with these parameters
+        were run."""
+        after = self.copy()
+        after.add(
+            RoundRun(
+                sampling,
+                int(num_users),
+                float(clients_per_round),
+                float(noise_multiplier),
+                int(extra_rounds),
+            )
+        )
+        return after.user_epsilon(delta)
+
+    def check_round(
+        self,
+        sampling: str,
+        num_users: int,
+        clients_per_round: float,
+        noise_multiplier: float,
+        delta: float,
+        target_epsilon: float | None,
+    ) -> None:
+        """Raise :class:`PrivacyBudgetExceeded` *before* a round that would exceed ``target_epsilon``
+        (:meth:`check` of one :class:`~privnlp.accounting.federated.RoundRun`)."""
+        self.check(
+            RoundRun(
+                sampling, int(num_users), float(clients_per_round), float(noise_multiplier), 1
+            ),
+            target_epsilon,
+            delta,
+        )
+
+    def record_epsilon(self, delta: float, accountant: str = "rdp") -> float | None:
+        """Worst client's record-level epsilon from client DP-SGD (``None`` without client DP-SGD)."""
+        if not self.client_ledgers:
+            return None
+        return max(led.epsilon(delta, accountant).epsilon for led in self.client_ledgers.values())
+
+    # -- DP vocabulary releases / metric-DP passes ------------------------------------------
+    def release_delta(self) -> float:
+        """The delta the recorded vocabulary releases use (their calibrated deltas, added)."""
+        return sum(r.delta * r.releases for r in self.releases)
+
+    def release_epsilon(self) -> float:
+        """Epsilon of the recorded vocabulary releases at :meth:`release_delta`: basic composition of
+        each release's epsilon, derived from its released parameters (:meth:`ThresholdRelease.epsilon`)."""
+        return sum(r.epsilon() * r.releases for r in self.releases)
+
+    def metric_epsilon(self) -> float:
+        """The per-word metric-DP epsilon of the recorded passes (passes over the same records add)."""
+        return sum(r.epsilon * r.releases for r in self.metric_runs)
+
+    def metric_record_epsilon(self) -> float:
+        """The record-level factor: ``sum(epsilon * words)`` over the passes, so that two records at
+        per-word distance at most D are ``metric_record_epsilon() * D``-indistinguishable."""
+        return sum(r.epsilon * r.words * r.releases for r in self.metric_runs)
+
+    def metric_adversary_bounds(
+        self, *, threat_models: Sequence[Any] | None = None
+    ) -> tuple[AdversaryBound, ...]:
+        """The metric-DP passes' bound against each adversary (delta 0; ``()`` without passes)."""
+        if not self.metric_runs:
+            return ()
+        metrics = sorted({r.metric for r in self.metric_runs})
+        return metric_dp_adversary_bounds(
+            epsilon=self.metric_epsilon(),
+            metric="+".join(metrics),
+            words=max(r.words for r in self.metric_runs),
+            releases=sum(r.releases for r in self.metric_runs),
+            threat_models=threat_models,
+        )
+
+    # -- every adversary --------------------------------------------------------------------
+    def _delta_shares(self, delta: float | None) -> tuple[float, float]:
+        """``(delta of the DP-SGD steps, delta of the rounds)``: what the releases' own deltas leave,
+        split evenly between the Gaussian components present."""
+        gauss = int(bool(self.as_tuple())) + int(bool(self._round_tuples()))
+        if not gauss:
+            return 0.0, 0.0
+        if delta is None:
+            raise InvalidPrivacyParameter(
+                "delta is required for a ledger with DP-SGD steps or rounds"
+            )
+        check_range(
+            "delta",
+            delta,
+            0.0,
+            1.0,
+            lo_inclusive=False,
+            hi_inclusive=False,
+            error=InvalidPrivacyParameter,
+        )
+        rest = float(delta) - self.release_delta()
+        if rest <= 0:
+            raise InvalidPrivacyParameter(
+                f"delta={delta:.3g} leaves nothing for the Gaussian components after the vocabulary "
+                f"releases' delta {self.release_delta():.3g}"
+            )
+        return rest / gauss, rest / gauss
+
+    def adversary_bounds(
+        self,
+        delta: float | None = None,
+        *,
+        accountant: str = "prv",
+        poisson_sampling: bool = True,
+        threat_models: Sequence[Any] | None = None,
+    ) -> tuple[AdversaryBound, ...]:
+        """The (epsilon, delta) against each adversary after everything recorded (metric-DP passes
+        apart: :meth:`metric_adversary_bounds`).
+
+        Args:
+            delta: the claim's delta (required with DP-SGD steps or rounds; the releases' own deltas
+                count against it; ``None`` for a release-only ledger: their delta).
+            accountant: the DP-SGD steps' accountant (``"prv"`` or ``"rdp"``).
+            poisson_sampling: whether the DP-SGD steps used Poisson sampling (``False``: no
+                amplification claimed).
+            threat_models: the mechanism's threat models, whose adversaries the DP-SGD steps and the
+                vocabulary releases name (defaults: :data:`~privnlp.accounting.adversaries.DP_SGD_ADVERSARIES`,
+                :data:`~privnlp.accounting.adversaries.VOCAB_ADVERSARIES`). DP-FedAvg rounds always name
+                the server, the eavesdropper and the observer of the released models.
+
+        Returns:
+            One bound per adversary (``()`` for a ledger without (epsilon, delta) events); several
+            components compose per adversary (:func:`~privnlp.accounting.adversaries.compose_adversary_bounds`).
+        """
+        d_steps, d_rounds = self._delta_shares(delta)
+        comps: list[tuple[str, tuple[AdversaryBound, ...]]] = []
+        if self.as_tuple():
+            comps.append(
+                (
+                    "DP-SGD steps",
+                    dp_sgd_adversary_bounds(
+                        epsilon=self.epsilon(d_steps, accountant).epsilon,
+                        delta=d_steps,
+                        accountant=REPORTED[accountant],
+                        poisson_sampling=poisson_sampling,
+                        epsilon_no_amplification=None
+                        if poisson_sampling
+                        else self.epsilon_no_amplification(d_steps),
+                        threat_models=threat_models,
+                    ),
+                )
+            )
+        if self._round_tuples():
+            comps.append(("DP-FedAvg rounds", rounds_bounds(self._round_tuples(), d_rounds)))
+        if self.releases:
+            comps.append(
+                (
+                    "vocabulary releases",
+                    vocab_adversary_bounds(
+                        epsilon=self.release_epsilon(),
+                        delta=self.release_delta(),
+                        noise="+".join(sorted({r.noise for r in self.releases})),
+                        releases=sum(r.releases for r in self.releases),
+                        threat_models=threat_models,
+                    ),
+                )
+            )
+        return compose_adversary_bounds(comps)
+
+    def headline_epsilon(self, delta: float | None = None, accountant: str = "prv") -> float:
+        """The epsilon against the strongest named adversary (what budgets use): the max of
+        :meth:`adversary_bounds`, computed without the amplified round RDP (never the maximum)."""
+        d_steps, d_rounds = self._delta_shares(delta)
+        eps = 0.0
+        if self.as_tuple():
+            eps += self.epsilon(d_steps, accountant).epsilon
+        if self._round_tuples():
+            eps += self.user_epsilon(d_rounds)
+        return eps + self.release_epsilon()
+
+    # -- the one budget check ---------------------------------------------------------------
+    def check(
+        self,
+        event: LedgerEvent,
+        target_epsilon: float | None,
+        delta: float | None = None,
+        *,
+        accountant: str = "prv",
+    ) -> None:
+        """Raise :class:`PrivacyBudgetExceeded` *before* ``event`` if recording it would take the
+        headline epsilon (:meth:`headline_epsilon`; metric-DP: the per-word :meth:`metric_epsilon`)
+        above ``target_epsilon``. Nothing is recorded. ``target_epsilon=None``: no budget."""
+        if target_epsilon is None:
+            return
+        after = self.copy()
+        after.add(event)
+        if isinstance(event, MetricDPRun):
+            spent, new, what = self.metric_epsilon(), after.metric_epsilon(), "per-word metric-DP"
+        else:
+            spent = self.headline_epsilon(delta, accountant)
+            new = after.headline_epsilon(delta, accountant)
+            what = "user-level" if isinstance(event, RoundRun) else "headline"
+        if new > target_epsilon:
+            at = "" if delta is None else f" at delta={delta:.3g}"
+            raise PrivacyBudgetExceeded(
+                f"refusing {_describe(self, event)}: the {what} epsilon would become {new:.4g} > "
+                f"target {target_epsilon}{at} (spent so far {spent:.4g})",
+                spent=spent,
+                target=target_epsilon,
+            )
+
+    def charge(
+        self,
+        event: LedgerEvent,
+        *,
+        target_epsilon: float | None = None,
+        delta: float | None = None,
+        accountant: str = "prv",
+    ) -> None:
+        """:meth:`check` then :meth:`add`: the event is recorded only when it fits the budget."""
+        self.check(event, target_epsilon, delta, accountant=accountant)
+        self.add(event)
+
+    # -- persistence ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "format": "privnlp.dp_ledger/1",
+            "format": LEDGER_FORMAT,
             "runs": [r.to_dict() for r in self.runs],
+            "rounds": [r.to_dict() for r in self.round_runs],
+            "client_ledgers": {k: v.to_dict() for k, v in self.client_ledgers.items()},
+            "releases": [r.to_dict() for r in self.releases],
+            "metric": [r.to_dict() for r in self.metric_runs],
         }
-        try:
-            d["dp_event"] = repr(self.dp_event().to_named_tuple())
-        except Exception:  # pragma: no cover - older dp_accounting
-            d["dp_event"] = repr(self.dp_event())
+        d["dp_event"] = repr(self.dp_event().to_named_tuple())
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DPLedger:
-        if d.get("format") != "privnlp.dp_ledger/1":
+        """Read :meth:`to_dict`'s output, or an old ``privnlp.dp_ledger/1`` / ``privnlp.fed_ledger/1``
+        dict (checkpoints written before the ledgers were one).
+
+        Raises:
+            InvalidArgument: a dict in none of these formats.
+        """
+        fmt = d.get("format")
+        if fmt not in (LEDGER_FORMAT, *_OLD_FORMATS):
             raise InvalidArgument(
-                f"ledger format must be 'privnlp.dp_ledger/1'; got {d.get('format')!r}"
+                f"ledger format must be one of {(LEDGER_FORMAT, *_OLD_FORMATS)}; got {fmt!r}"
             )
+        steps = [] if fmt == "privnlp.fed_ledger/1" else d["runs"]
+        rounds = d["runs"] if fmt == "privnlp.fed_ledger/1" else d.get("rounds", [])
         return cls(
             [
                 LedgerRun(float(r["noise_multiplier"]), float(r["sample_rate"]), int(r["steps"]))
-                for r in d["runs"]
-            ]
+                for r in steps
+            ],
+            [RoundRun.from_dict(r) for r in rounds],
+            {k: cls.from_dict(v) for k, v in (d.get("client_ledgers") or {}).items()},
+            [ThresholdRelease.from_dict(r) for r in d.get("releases", [])],
+            [MetricDPRun.from_dict(r) for r in d.get("metric", [])],
         )
+
+
+def _merge(records: list, event: Any, count: str) -> None:
+    """Append ``event`` to a run-length list, merging it into the last record when the keys match."""
+    if records and records[-1].key() == event.key():
+        records[-1] = replace(
+            records[-1], **{count: getattr(records[-1], count) + getattr(event, count)}
+        )
+    else:
+        records.append(event)
+
+
+def _describe(ledger: DPLedger, event: Any) -> str:
+    if isinstance(event, LedgerRun):
+        return f"DP-SGD step {ledger.steps + 1}"
+    if isinstance(event, RoundRun):
+        return f"DP-FedAvg round {ledger.rounds + 1}"
+    if isinstance(event, ThresholdRelease):
+        return f"DP vocabulary release {sum(r.releases for r in ledger.releases) + 1}"
+    return f"metric-DP pass {sum(r.releases for r in ledger.metric_runs) + 1}"
 
 
 @dataclass

@@ -8,11 +8,11 @@ import logging
 import pytest
 import torch
 
+from privnlp.accounting import DPLedger
 from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded
 from privnlp.mechanisms.federated import (
     DPFedAvg,
     FedAvg,
-    FedLedger,
     FedSimulator,
     partition_dirichlet,
     partition_iid,
@@ -58,7 +58,7 @@ def test_epsilon_equals_dp_accounting(
     assert res.claim.epsilon_against("honest-but-curious server") == res.claim.epsilon
     assert res.claim.unit.value == "user"
     assert res.claim.neighbouring == ("replace-one" if sampling == "fixed" else "add/remove")
-    assert res.ledger["runs"][0]["rounds"] == 5
+    assert res.ledger["rounds"][0]["rounds"] == 5
 
 
 def test_target_epsilon_calibration_and_hard_budget(
@@ -82,7 +82,7 @@ def test_target_epsilon_calibration_and_hard_budget(
     )
     assert res.claim.epsilon > 4.0 * 0.9  # calibrated, not wildly over-noised
     # a fourth round would exceed the budget: refused before it runs, ledger untouched
-    led = FedLedger.from_dict(res.ledger)
+    led = DPLedger.from_dict(res.ledger)
     with pytest.raises(PrivacyBudgetExceeded):
         led.check_round("poisson", 20, 4.0, z, 1e-3, 4.0)
     assert led.rounds == 3
@@ -102,7 +102,7 @@ def test_budget_refuses_the_round_before_training(linear_task, linear_clients, t
     with pytest.raises(PrivacyBudgetExceeded):
         sim.run(6, rng=0, checkpoint_path=tmp_path / "ck.pt")
     ck = torch.load(tmp_path / "ck.pt", weights_only=False)
-    assert FedLedger.from_dict(ck["ledger"]).user_epsilon(1e-3) <= 4.0
+    assert DPLedger.from_dict(ck["ledger"]).user_epsilon(1e-3) <= 4.0
 
 
 def test_simulator_is_deterministic_per_seed(linear_task, linear_clients):

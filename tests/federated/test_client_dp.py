@@ -9,12 +9,12 @@ import math
 import pytest
 import torch
 
+from privnlp.accounting import DPLedger
 from privnlp.core.errors import InvalidPrivacyParameter, ProtocolError
 from privnlp.mechanisms.federated import (
     ClientData,
     DPFedAvg,
     FedAvg,
-    FedLedger,
     FedSimulator,
     FitIns,
     FitRes,
@@ -72,7 +72,7 @@ def test_dp_fedavg_with_client_dp_sgd_reports_both_levels(linear_task, linear_cl
     assert c.extra["record_delta"] == 1e-4
     assert "record level" in c.statement()
     # the record-level steps of every participating client are in the same (persisted) ledger
-    led = FedLedger.from_dict(res.ledger)
+    led = DPLedger.from_dict(res.ledger)
     participated = {cid for h in res.history for cid in h.selected}
     assert set(led.client_ledgers) == participated and led.rounds == 3
     assert led.record_epsilon(1e-4) == pytest.approx(c.extra["record_epsilon"], rel=1e-12)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from . import mechanisms as _mechanisms  # noqa: F401  (registers fedavg, dp_fedavg + leaky twin)
 from . import twins as _twins  # noqa: F401  (leaky twin of fedavg)
 from .accounting import (
-    FedLedger,
     RoundRun,
     calibrate_user_noise,
     dp_fedavg_adversary_bounds,
@@ -73,7 +72,6 @@ __all__ = [
     "global_norm",
     "weighted_average",
     "AggregateInfo",
-    "FedLedger",
     "RoundRun",
     "calibrate_user_noise",
     "dp_fedavg_adversary_bounds",

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from privnlp.accounting import default_delta
+from privnlp.accounting.ledger import DPLedger, default_delta
 from privnlp.core.claims import Adversary, AdversaryBound, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
     InvalidArgument,
@@ -28,7 +28,7 @@ from privnlp.core.errors import (
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 
-from .accounting import SAMPLINGS, FedLedger, calibrate_user_noise
+from .accounting import SAMPLINGS, calibrate_user_noise
 from .aggregation import AggregateInfo, dp_average, weighted_average
 from .client import FitRes
 
@@ -245,11 +245,11 @@ class _FedBase(Mechanism):
         """Combine the replies of one round into the new global state."""
 
     def account(
-        self, ledger: FedLedger, plan: Mapping[str, Any], num_users: int, *, check: bool
+        self, ledger: DPLedger, plan: Mapping[str, Any], num_users: int, *, check: bool
     ) -> None:
         """Record one round in the ledger (``check``: raise before a round that would exceed the budget)."""
 
-    def claim_for(self, ledger: FedLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
+    def claim_for(self, ledger: DPLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
         return self.claim()
 
 
@@ -336,7 +336,7 @@ class FedAvg(_FedBase):
         ]
         return weighted_average([r.arrays for r in replies], weights, reference)
 
-    def claim_for(self, ledger: FedLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
+    def claim_for(self, ledger: DPLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
         rec = ledger.record_epsilon(self.client_delta)
         if self.client_max_grad_norm is None or rec is None:
             return self.claim()
@@ -589,7 +589,7 @@ class DPFedAvg(_FedBase):
         )
 
     def account(
-        self, ledger: FedLedger, plan: Mapping[str, Any], num_users: int, *, check: bool
+        self, ledger: DPLedger, plan: Mapping[str, Any], num_users: int, *, check: bool
     ) -> None:
         args = (self.sampling, num_users, float(self.clients_per_round), plan["noise_multiplier"])
         if (
@@ -603,7 +603,7 @@ class DPFedAvg(_FedBase):
             ledger.record_round(*args)
 
     # -- claims --------------------------------------------------------------------------
-    def claim_for(self, ledger: FedLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
+    def claim_for(self, ledger: DPLedger, num_users: int, plan: Mapping[str, Any]) -> PrivacyClaim:
         delta = plan["delta"]
         z = plan["noise_multiplier"]
         bounds = ledger.adversary_bounds(delta)
@@ -686,7 +686,7 @@ class DPFedAvg(_FedBase):
         n = self.num_users or 100
         rounds = self.rounds or 100
         plan = self.plan(n, rounds)
-        ledger = FedLedger()
+        ledger = DPLedger()
         for _ in range(rounds):
             ledger.record_round(
                 self.sampling, n, float(self.clients_per_round), plan["noise_multiplier"]

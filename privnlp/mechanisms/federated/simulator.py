@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from privnlp.accounting.ledger import DPLedger
 from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, ProtocolError, check_range
 from privnlp.core.observations import ModelSnapshots
@@ -54,7 +55,6 @@ from privnlp.core.rng import (
     seed_of,
 )
 
-from .accounting import FedLedger
 from .aggregation import ServerOptimizer
 from .client import ClientData, FitIns, FitRes, Task, local_update, trainable_state
 
@@ -91,13 +91,13 @@ class RoundRecord:
 @dataclass(frozen=True)
 class FedRunResult:
     """The trained global model, the snapshots (``None`` without ``snapshot_dir``), the claim, the
-    ledger (``FedLedger.to_dict()``), the per-round history and the final evaluation.
+    ledger (``DPLedger.to_dict()``), the per-round history and the final evaluation.
 
     Attributes:
         model: the trained global model.
         snapshots: the global model after every round (``None`` without ``snapshot_dir``).
         claim: the run's privacy claim (from its ledger).
-        ledger: ``FedLedger.to_dict()`` of the run.
+        ledger: ``DPLedger.to_dict()`` of the run.
         history: one record per round.
         metrics: ``task.evaluate`` on the final model.
         checkpoint: the path of the last checkpoint, where checkpoints were written.
@@ -232,7 +232,7 @@ class FedSimulator:
             else {k: v.clone() for k, v in self.init_state.items()}
         )
         server = ServerOptimizer(mech.server_lr, mech.server_momentum)
-        ledger = FedLedger()
+        ledger = DPLedger()
         history: list[RoundRecord] = []
         selection_log: list[tuple[str, ...]] = [()]
         snap_paths: list[str] = []
@@ -252,7 +252,7 @@ class FedSimulator:
                 )
             params, base_seed, start_round = ck["params"], int(ck["base_seed"]), int(ck["round"])
             server.load_state_dict(ck["server"])
-            ledger = FedLedger.from_dict(ck["ledger"])
+            ledger = DPLedger.from_dict(ck["ledger"])
             history = [RoundRecord(**h) for h in ck["history"]]
             selection_log = [tuple(s) for s in ck["selection"]]
             snap_paths = list(ck.get("snapshots", []))
