@@ -10,6 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
+from rouge_score import rouge_scorer
+from scipy.optimize import linear_sum_assignment
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.metrics import hungarian_match
@@ -26,8 +29,6 @@ __all__ = [
 
 
 def _rouge_scorer():
-    from rouge_score import rouge_scorer
-
     return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=False)
 
 
@@ -74,7 +75,6 @@ def _hungarian(refs: Sequence[str], hyps: Sequence[str], key: str) -> list[tuple
         return [(int(i), int(j)) for i, j in pairs]
     except (ImportError, TypeError, ValueError):
         pass
-    from scipy.optimize import linear_sum_assignment
 
     m = np.array([[rouge_pair(r, h)[key] for h in hyps] for r in refs], dtype=float)
     ri, ci = linear_sum_assignment(-m)
@@ -129,8 +129,6 @@ def nerr(
 
 
 def grad_tensor(gradients: Mapping[str, Any], name: str):
-    import torch
-
     if name not in gradients:
         raise InvalidArgument(
             f"the observation has no gradient for parameter {name!r}; "

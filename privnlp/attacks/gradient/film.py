@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
@@ -74,8 +75,6 @@ class BagOfWords:
 
 
 def _np(t: Any) -> np.ndarray:
-    import torch
-
     if isinstance(t, torch.Tensor):
         return t.detach().to(torch.float64).cpu().numpy()
     return np.asarray(t, dtype=np.float64)
@@ -271,7 +270,6 @@ def beam_search(
     Raises:
         InvalidArgument: an argument out of range.
     """
-    import torch
 
     check_range("beam_size", beam_size, 1, 4096, integer=True)
     check_range("max_length", max_length, 1, 100000, integer=True)
@@ -370,8 +368,6 @@ class _Scorer:
         self.pad_id = pad_id
 
     def __call__(self, cands: Sequence[Sequence[int]]) -> np.ndarray:
-        import torch
-
         lens = [len(c) for c in cands]
         T = max(lens)
         ids = torch.full((len(cands), T), self.pad_id, dtype=torch.long)
@@ -655,8 +651,6 @@ class FILM(Attack):
         return cls()
 
     def run(self, observation: GradientObservation, *, rng: Any) -> AttackResult:
-        import torch
-
         if not isinstance(observation, GradientObservation):
             raise InvalidArgument(
                 f"observation must be a GradientObservation; got {type(observation).__name__}"

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
+from torch.func import functional_call, grad, vmap
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_range
@@ -37,7 +39,7 @@ from privnlp.core.protocols import Attack, AttackResult
 from privnlp.core.registry import ATTACKS
 from privnlp.core.rng import as_numpy, as_torch
 from privnlp.data import generate_sentiment
-from privnlp.models import tiny_gpt2
+from privnlp.models.builders import tiny_gpt2
 from privnlp.models.realistic import debian_english_texts
 
 from ._common import hungarian_rouge
@@ -89,7 +91,6 @@ def aux_lm(
     Returns:
         The trained tiny GPT-2, in eval mode.
     """
-    import torch
 
     if corpus not in AUX_CORPORA:
         raise InvalidArgument(f"aux_corpus must be one of {AUX_CORPORA}; got {corpus!r}")
@@ -248,7 +249,6 @@ def kn_prior(
 
 def _lm_nll(lm: Any, seqs: Sequence[Sequence[int]]) -> np.ndarray:
     """Mean NLL per sequence (the paper's L_lm), batched."""
-    import torch
 
     if hasattr(lm, "nll"):  # a count-based prior (KneserNeyBigram)
         return lm.nll(seqs)
@@ -289,8 +289,6 @@ class _Engine:
         alpha_tag: float,
         alpha_reg: float,
     ) -> None:
-        import torch
-
         # double backward needs the eager attention (SDPA's CPU flash kernel has no second derivative)
         model = copy.deepcopy(model)
         try:
@@ -353,14 +351,9 @@ class _Engine:
         self.allowed[unused_token_ids(tokenizer, self.E.shape[0])] = False
 
     def full(self, x):
-        import torch
-
         return torch.where(self.fixed[..., None], self.fixed_emb, x)
 
     def _grads(self, x, params=None, create_graph=True):
-        import torch
-        from torch.func import functional_call
-
         p = dict(self.params) if params is None else params
         p_sel = {n: p[n] for n in self.names}
         if params is None:
@@ -412,8 +405,6 @@ class _Engine:
 
     def rec_batched(self, xs) -> np.ndarray:
         """L_rec for a stack of candidates (K, B, T, d) with one vmapped per-candidate gradient."""
-        import torch
-        from torch.func import functional_call, grad, vmap
 
         names = self.names
         params = {n: self.params[n] for n in names}
@@ -440,8 +431,6 @@ class _Engine:
             return vmap(one)(xs).double().numpy()
 
     def project(self, x) -> list[list[int]]:
-        import torch
-
         xf = x.detach()
         En = self.E / self.E.norm(dim=1, keepdim=True).clamp(min=1e-12)
         sims = (xf / xf.norm(dim=-1, keepdim=True).clamp(min=1e-12)) @ En.T
@@ -453,7 +442,6 @@ class _Engine:
 def _transform(x, lengths: Sequence[int], fixed_first: bool, rng: np.random.Generator):
     """One random discrete transformation (swap / move token / move subsequence / move prefix) of
     one sequence's free tokens."""
-    import torch
 
     x = x.clone()
     b = int(rng.integers(0, x.shape[0]))
@@ -535,7 +523,6 @@ def reconstruct(
         keep_best: return the iterate with the lowest ``L_rec`` seen during the continuous steps (the reference
             code's ``best_final_x``), not the last one.
     """
-    import torch
 
     gen = as_numpy(rng)
     tg = as_torch(int(gen.integers(0, 2**62)))

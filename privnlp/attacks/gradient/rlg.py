@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
+from scipy.optimize import linprog
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
@@ -127,7 +129,6 @@ def estimate_num_labels(singular_values: Sequence[float], *, rtol: float = 1e-4)
 def output_layer_gradient(gradients: Any, name: str | None = None, *, include_bias: bool = True):
     """``(C, d[+1])`` float64 numpy matrix of the projection layer's gradient (bias appended as a
     column: it is the gradient for a constant feature 1, so it keeps ``dW = H^T G``)."""
-    import torch
 
     if name is None:
         name = find_head(gradients)
@@ -230,7 +231,6 @@ def _lp_feasible(
     largest-norm columns, check the solution against all columns, add the violated ones and resolve.
     A subset being infeasible proves infeasibility; a solution that satisfies every column proves
     feasibility (so the answer equals the full LP's)."""
-    from scipy.optimize import linprog
 
     S, C = Q.shape
     if order is None:

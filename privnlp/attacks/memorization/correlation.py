@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy import stats
 from tqdm.auto import tqdm
 
 from privnlp.attacks.memorization._lm import causal_log_probs, exposure_rates
@@ -107,7 +108,6 @@ def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -
     Raises:
         InvalidArgument: the vectors have different shapes.
     """
-    from scipy import stats
 
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape:
@@ -130,7 +130,6 @@ def rank_desc(values: Sequence[float] | np.ndarray) -> np.ndarray:
     Returns:
         Float ranks in [1, n].
     """
-    from scipy import stats
 
     v = np.asarray(values, dtype=float)
     out = np.empty(v.size, dtype=float)

@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from scipy import stats
+from scipy.special import logsumexp
 
 from privnlp.attacks.memorization._lm import LN2, causal_log_probs, masked_pll
 from privnlp.core.claims import Adversary, ThreatModel
@@ -117,8 +119,6 @@ def skewnorm_log_cdf(x: float, a: float, loc: float, scale: float) -> float:
     Returns:
         The natural-log CDF at ``x`` (``-inf`` when even the integral underflows).
     """
-    from scipy import stats
-    from scipy.special import logsumexp
 
     v = float(stats.skewnorm.logcdf(x, a, loc=loc, scale=scale))
     if math.isfinite(v) and v > -600:
@@ -207,7 +207,6 @@ def extrapolated_exposure(
     Raises:
         InvalidArgument: fewer than 10 finite sample scores, or ``space_size`` < 2.
     """
-    from scipy import stats
 
     s = np.asarray(sample, dtype=float)
     s = s[np.isfinite(s)]
