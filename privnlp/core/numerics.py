@@ -23,6 +23,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from privnlp.core.errors import InvalidArgument
+
 __all__ = [
     "eval_threads",
     "pinned_threads",
@@ -56,14 +58,10 @@ def eval_threads() -> int:
     try:
         n = int(raw)
     except ValueError:
-        from privnlp.core.errors import InvalidArgument
-
         raise InvalidArgument(
             f"PRIVNLP_TORCH_THREADS must be a positive integer; got {raw!r}"
         ) from None
     if n < 1:
-        from privnlp.core.errors import InvalidArgument
-
         raise InvalidArgument(f"PRIVNLP_TORCH_THREADS must be a positive integer; got {raw!r}")
     return n
 

@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import BertForSequenceClassification, GPT2LMHeadModel, PreTrainedTokenizerFast
+
 from privnlp.core.errors import InvalidArgument, check_range
 from privnlp.data import generate_corpus
 from privnlp.data.sentiment import generate_sentiment
@@ -22,6 +25,7 @@ from privnlp.models.tokenization import train_bpe_tokenizer, train_wordpiece_tok
 from ._seed import hf_quiet, seeded
 from .builders import fix_loss_type
 from .cache import get_or_build
+from .training import classifier_batch, train_classifier, train_lm
 
 __all__ = [
     "LM_PRESETS",
@@ -83,8 +87,6 @@ def _preset(table: dict[str, dict[str, Any]], preset: str) -> dict[str, Any]:
 
 
 def _load_lm(path: Path) -> tuple[Any, Any]:
-    from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
-
     with (
         seeded(0),
         hf_quiet(),
@@ -118,8 +120,6 @@ def bundled_lm(preset: str = "quick", *, seed: int = 0, progress: bool = False) 
     check_range("seed", seed, 0, 2**63 - 1, integer=True)
 
     def build(out: Path) -> None:
-        from .training import train_lm
-
         texts = generate_corpus(**cfg["corpus"], seed=seed).texts()
         tok = train_bpe_tokenizer(
             texts, cfg["vocab_size"], model_max_length=cfg["model"]["n_positions"]
@@ -151,8 +151,6 @@ def bundled_lm(preset: str = "quick", *, seed: int = 0, progress: bool = False) 
 
 
 def _load_classifier(path: Path) -> tuple[Any, Any]:
-    from transformers import BertForSequenceClassification, PreTrainedTokenizerFast
-
     with seeded(0), hf_quiet():
         model = BertForSequenceClassification.from_pretrained(str(path), local_files_only=True)
     tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
@@ -183,10 +181,6 @@ def bundled_bert_classifier(
     check_range("seed", seed, 0, 2**63 - 1, integer=True)
 
     def build(out: Path) -> None:
-        import torch
-
-        from .training import classifier_batch, train_classifier
-
         train, test = generate_sentiment(**cfg["data"], seed=seed).split(0.2)
         tok = train_wordpiece_tokenizer(
             train.texts, cfg["vocab_size"], model_max_length=cfg["model"]["max_position_embeddings"]

@@ -24,6 +24,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+try:  # optional: without it the cache lives in ~/.cache/privnlp
+    import platformdirs
+except ImportError:  # pragma: no cover - platformdirs comes with most environments
+    platformdirs = None
+
 import privnlp
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.numerics import numerics_fingerprint, pinned_threads, source_fingerprint
@@ -38,13 +43,10 @@ def cache_dir() -> Path:
     env = os.environ.get("PRIVNLP_CACHE_DIR")
     if env:
         root = Path(env).expanduser()
+    elif platformdirs is not None:
+        root = Path(platformdirs.user_cache_dir("privnlp", appauthor=False))
     else:
-        try:
-            import platformdirs
-
-            root = Path(platformdirs.user_cache_dir("privnlp", appauthor=False))
-        except ImportError:
-            root = Path.home() / ".cache" / "privnlp"
+        root = Path.home() / ".cache" / "privnlp"
     root.mkdir(parents=True, exist_ok=True)
     return root
 

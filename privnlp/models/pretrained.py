@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import transformers
+
 from privnlp.core.errors import InvalidArgument
 
 from ._seed import hf_quiet, seeded
@@ -50,7 +52,6 @@ def _load(
         raise InvalidArgument(
             f"name_or_path must be a non-empty path or model name; got {name_or_path!r}"
         )
-    import transformers
 
     src = str(name_or_path)
     is_dir = Path(src).expanduser().is_dir()

@@ -30,6 +30,16 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+
 from privnlp.core.errors import InvalidArgument, check_range
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,7 +120,6 @@ def train_bpe_tokenizer(
     check_range("min_frequency", min_frequency, 1, 2**31, integer=True)
     check_range("model_max_length", model_max_length, 1, 2**31, integer=True)
     corpus = _canonical_texts(texts)
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -162,7 +171,6 @@ def learn_wordpiece_pieces(
     character seen; ``False`` mirrors ``WordPieceTrainer``: ``initial_alphabet`` (word-initial forms)
     plus the forms actually seen in the words.
     """
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     chunks = list(word_chunks)
     chars = sorted(
@@ -240,14 +248,6 @@ def train_wordpiece_tokenizer(
     check_range("min_frequency", min_frequency, 1, 2**31, integer=True)
     check_range("model_max_length", model_max_length, 1, 2**31, integer=True)
     corpus = _canonical_texts(texts)
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-    )
     from transformers import PreTrainedTokenizerFast
 
     normalizer = normalizers.BertNormalizer(
