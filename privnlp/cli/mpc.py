@@ -1,16 +1,18 @@
 """`privnlp mpc ...`: private text classification with CrypTen (pi_TEXT).
 
 Paper: ../shared/papers/mpc-cnn-private-text-classification.txt. Heavy imports (torch, CrypTen)
-happen inside the commands.
+happen inside the commands (``privnlp --help`` imports this module).
 
-Real deployment (three processes, e.g. on loopback)::
+Real deployment (three processes; certificates from ``privnlp fl certs DIR --parties 3 --host HOST``)::
 
-    privnlp mpc serve --role ttp   --rendezvous tcp://127.0.0.1:29500
-    privnlp mpc serve --role alice --rendezvous tcp://127.0.0.1:29500 --model alice.pt
-    privnlp mpc serve --role bob   --rendezvous tcp://127.0.0.1:29500 --texts mine.txt --out labels.json
+    privnlp mpc serve --role ttp   --rendezvous tcp://HOST:29500 --tls-dir DIR
+    privnlp mpc serve --role alice --rendezvous tcp://HOST:29500 --tls-dir DIR --model alice.pt
+    privnlp mpc serve --role bob   --rendezvous tcp://HOST:29500 --tls-dir DIR --texts mine.txt --out labels.json
 
-Rendezvous / rank can also come from the environment (``RENDEZVOUS``, ``WORLD_SIZE``=2, ``RANK``).
-A rendezvous off loopback is refused unless ``--encrypted-network`` (gloo has no TLS; issue #33 item 5).
+With TLS material the parties talk over a mutually authenticated TLS 1.3 mesh (``channels.py``);
+without it over torch.distributed (gloo, plain TCP): on loopback only (an insecure demo), or off
+loopback with ``--encrypted-network`` (issue #33 item 5). Rendezvous / rank can also come from the
+environment (``RENDEZVOUS``, ``WORLD_SIZE``=2, ``RANK``).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ import contextlib
 import ipaddress
 import json
 import os
+from pathlib import Path
 
+import numpy as np
 import typer
 
 from privnlp.core.errors import PrivnlpError
 from privnlp.core.report import atomic_write_text
 from privnlp.data import load_texts
-from privnlp.mechanisms.mpc import protocol as P
-from privnlp.mechanisms.mpc._crypten_shim import import_crypten
 from privnlp.mechanisms.mpc.encoder import PublicEncoder
 from privnlp.mechanisms.mpc.textcnn import CryptenTextCNN, load_alice_model
 
@@ -48,13 +50,38 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _transport_statement(tls: bool, host: str, encrypted_network: bool) -> dict:
+    if tls:
+        statement = (
+            "TLS 1.3 between every pair of parties, mutually authenticated: each party's certificate is "
+            "signed by the deployment's CA and names its rank"
+        )
+    elif _is_loopback(host):
+        statement = (
+            "INSECURE demo transport: torch.distributed (gloo) on plain TCP over loopback; no TLS, no "
+            "authentication (only processes on this machine can reach it)"
+        )
+    else:
+        statement = (
+            "torch.distributed (gloo) on plain TCP, relying on the network's encryption and "
+            "authentication (--encrypted-network); privnlp itself neither encrypts nor authenticates"
+        )
+    return {
+        "channels": "tls" if tls else "gloo",
+        "encrypted": bool(tls or encrypted_network),
+        "authenticated": bool(tls),
+        "host": host,
+        "statement": statement,
+    }
+
+
 @app.command()
 def serve(
     role: str = typer.Option(
         ..., "--role", help="alice (model owner), bob (text owner) or ttp (trusted initializer)"
     ),
     rendezvous: str | None = typer.Option(
-        None, "--rendezvous", help="tcp://HOST:PORT (default: $RENDEZVOUS)"
+        None, "--rendezvous", help="tcp://HOST:PORT (default: $RENDEZVOUS); alice listens there"
     ),
     model: str | None = typer.Option(
         None, "--model", help="alice: TextCNN file saved by save_alice_model"
@@ -76,19 +103,40 @@ def serve(
     timeout: float = typer.Option(
         60.0, "--timeout", help="seconds to wait for the other parties / any message"
     ),
+    tls_dir: str | None = typer.Option(
+        None,
+        "--tls-dir",
+        help="folder of `privnlp fl certs DIR --parties 3`: ca.crt plus this party's party-<rank>.pem/.key "
+        "(alice=0, bob=1, ttp=2); the parties then talk over mutually authenticated TLS",
+    ),
+    ca_cert: str | None = typer.Option(
+        None, "--ca-cert", help="the deployment's CA certificate (overrides DIR/ca.crt)"
+    ),
+    cert: str | None = typer.Option(
+        None, "--cert", help="this party's certificate (overrides DIR/party-<rank>.pem)"
+    ),
+    key: str | None = typer.Option(
+        None, "--key", help="this party's private key (overrides DIR/party-<rank>.key)"
+    ),
+    bind: str | None = typer.Option(
+        None,
+        "--bind",
+        help="alice with TLS: listen on HOST:PORT instead of the rendezvous address (e.g. 0.0.0.0:29500)",
+    ),
     encrypted_network: bool = typer.Option(
         False,
         "--encrypted-network",
-        help="accept a non-loopback rendezvous: you assert that HOST is on an encrypted, authenticated "
-        "network only the three parties can join (e.g. WireGuard); torch.distributed itself sends every "
-        "share in clear",
+        help="without TLS material, accept a non-loopback rendezvous: you assert that HOST is on an "
+        "encrypted, authenticated network only the three parties can join (e.g. WireGuard); "
+        "torch.distributed itself sends every share in clear",
     ),
 ) -> None:
     """Run one party of pi_TEXT as its own process.
 
-    The parties talk over torch.distributed (gloo, plain TCP): secret sharing needs private, authenticated
-    channels, and the gloo transport of the PyPI torch wheels has no TLS. A rendezvous off loopback is
-    therefore refused unless --encrypted-network asserts that the network provides them."""
+    With TLS material (--tls-dir, or --ca-cert/--cert/--key) the parties talk over TLS 1.3, mutually
+    authenticated: a party whose certificate is not signed by the deployment's CA, or names another rank,
+    is refused before any share is sent. Without it they talk over torch.distributed (gloo, plain TCP, no
+    TLS): allowed on loopback (insecure demo) or with --encrypted-network."""
 
     roles = {"alice": 0, "bob": 1, "ttp": 2}
     if role not in roles:
@@ -100,33 +148,57 @@ def serve(
     rdv = rendezvous or os.environ.get("RENDEZVOUS")
     if not rdv:
         _fail("no rendezvous: pass --rendezvous tcp://HOST:PORT or set RENDEZVOUS")
+    use_tls = any(v is not None for v in (tls_dir, ca_cert, cert, key))
+    host = "127.0.0.1"
     if rdv.startswith("tcp://"):
-        host = rdv[len("tcp://") :].rpartition(":")[0] or "127.0.0.1"
-        if not _is_loopback(host) and not encrypted_network:
+        host = rdv[len("tcp://") :].rpartition(":")[0].strip("[]") or "127.0.0.1"
+        if not use_tls and not _is_loopback(host) and not encrypted_network:
             _fail(
-                f"--rendezvous {rdv} is not loopback: torch.distributed (gloo) sends every secret share in "
-                "clear and any process that reaches the port can take a party's place. Run the parties "
-                "over an encrypted, authenticated network that only they can join (WireGuard, IPsec) and "
-                "pass --encrypted-network, or use loopback"
+                f"--rendezvous {rdv} is not loopback and no TLS material was given: torch.distributed "
+                "(gloo) sends every secret share in clear and any process that reaches the port can take "
+                "a party's place. Pass --tls-dir DIR (certificates of `privnlp fl certs DIR --parties 3`), "
+                "or assert an encrypted, authenticated network only the parties can join (WireGuard, "
+                "IPsec) with --encrypted-network, or use loopback"
             )
-        if not _is_loopback(host):
-            typer.echo(
-                f"{role}: non-loopback rendezvous {host}: relying on the network's encryption and "
-                "authentication (--encrypted-network)",
-                err=True,
-            )
+    elif use_tls:
+        _fail(f"--tls-dir needs --rendezvous tcp://HOST:PORT; got {rdv!r}")
+    if bind is not None and (not use_tls or role != "alice"):
+        _fail("--bind is for --role alice with TLS (--tls-dir)")
     env_rank = os.environ.get("RANK")
     if rendezvous is None and env_rank is not None and int(env_rank) != roles[role]:
         _fail(f"RANK={env_rank} does not match --role {role} (alice=0, bob=1, ttp=2)")
+    transport = _transport_statement(use_tls, host, encrypted_network)
+    if not use_tls:
+        typer.echo(f"{role}: {transport['statement']}", err=True)
     try:
-        if rdv.startswith("tcp://") and role == "alice":  # before the heavy imports: fail fast
-            host, _, port = rdv[len("tcp://") :].rpartition(":")
-            P.check_port_free(host or "127.0.0.1", int(port))
+        # heavy (torch, CrypTen): this module is imported by `privnlp --help`
+        from privnlp.mechanisms.mpc import protocol as P
+        from privnlp.mechanisms.mpc.channels import PartyTLS
+        from privnlp.mechanisms.mpc.crypten_model import plaintext_state
 
-        import_crypten()
+        bind_addr = None
+        if bind is not None:
+            bind_addr = P.parse_tcp(f"tcp://{bind}")
+        party_tls = None
+        if use_tls:
+            if tls_dir is None and None in (ca_cert, cert, key):
+                _fail("TLS needs --tls-dir DIR, or all three of --ca-cert, --cert and --key")
+            base = PartyTLS.in_dir(tls_dir or ".", roles[role])
+            party_tls = PartyTLS(
+                Path(ca_cert) if ca_cert else base.ca_certfile,
+                Path(cert) if cert else base.certfile,
+                Path(key) if key else base.keyfile,
+            ).check(
+                roles[role]
+            )  # before anything is sent: missing / expired / mismatched / other rank
+            P.parse_tcp(rdv)
+        if rdv.startswith("tcp://") and role == "alice":  # fail fast on a taken port
+            h, port = P.parse_tcp(rdv)
+            P.check_port_free(*(bind_addr or (h, port)))
+
         if role == "ttp":
-            P.run_ttp(rendezvous=rdv, timeout=timeout)
-            typer.echo("ttp: done")
+            P.run_ttp(rendezvous=rdv, timeout=timeout, tls=party_tls)
+            typer.echo(f"ttp: done (transport {transport['channels']})")
             return
         kwargs: dict = {"mode": mode}
         if role == "alice":
@@ -134,15 +206,11 @@ def serve(
                 _fail("--role alice needs --model")
 
             m = load_alice_model(model)
-            from privnlp.mechanisms.mpc.crypten_model import plaintext_state
-
             kwargs.update(
                 config=m.public_config(),
                 state={k: v.numpy() for k, v in plaintext_state(m).items()},
             )
         else:
-            import numpy as np
-
             if embeddings:
                 x = np.load(embeddings)
             elif texts:
@@ -151,24 +219,30 @@ def serve(
                 _fail("--role bob needs --texts or --embeddings")
             kwargs["embeddings"] = np.asarray(x, np.float32)
         crypten = P.init_party(roles[role], rendezvous=rdv, provider=provider, timeout=timeout)
-        crypten.init()
-        try:
-            res = P.run_party(roles[role], **kwargs)
-        finally:
-            with contextlib.suppress(Exception):
-                crypten.uninit()
+        with P.transport(
+            roles[role], rendezvous=rdv, timeout=timeout, tls=party_tls, bind=bind_addr
+        ):
+            crypten.init()
+            try:
+                res = P.run_party(roles[role], **kwargs)
+            finally:
+                with contextlib.suppress(Exception):
+                    crypten.uninit()
         if role == "bob":
             payload = {
                 "labels": [int(v) for v in res.labels],
                 "seconds": res.seconds,
                 "comm": dict(res.comm),
+                "transport": transport,
             }
             if out:
                 atomic_write_text(out, json.dumps(payload))
             else:
                 typer.echo(json.dumps(payload))
         else:
-            typer.echo(f"alice: done ({res.comm})")
+            typer.echo(f"alice: done (transport {transport['channels']}, {res.comm})")
+    except typer.Exit:  # a _fail above (click's Exit is a RuntimeError)
+        raise
     except PrivnlpError as e:
         _fail(str(e))
     except (RuntimeError, ValueError) as e:  # torch.distributed timeouts / connection errors

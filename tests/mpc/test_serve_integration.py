@@ -48,10 +48,12 @@ def _finish(procs, limit=90):
 
 @pytest.fixture(scope="module")
 def files(alice, tmp_path_factory):
+    from privnlp.mechanisms.federated.tls import make_certs
     from privnlp.mechanisms.mpc import save_alice_model
 
     d = tmp_path_factory.mktemp("mpc")
     save_alice_model(alice[0].model, str(d / "alice.pt"))
+    make_certs(d / "pki", parties=3)
     np.save(d / "x.npy", alice[1][:16])
     np.save(d / "bad.npy", np.zeros((2, 5), np.float32))
     return d
@@ -104,8 +106,11 @@ def wave(alice, files):
     Alice and Bob as forked CLI children (interpreter + torch + CrypTen start-up dominates a
     fresh subprocess; ``test_three_fresh_interpreters`` (slow) starts all three fresh). The bad
     runs, forked too: a pair whose Bob has the wrong embedding size (both must fail), an Alice
-    whose peers never come (rendezvous timeout), an Alice whose port is taken."""
+    whose peers never come (rendezvous timeout), an Alice whose port is taken. And a trio over the
+    mutually authenticated TLS channels (``--tls-dir``), all three forked."""
     rdv = f"tcp://127.0.0.1:{_port()}"
+    tls_rdv = f"tcp://127.0.0.1:{_port()}"
+    pki = ["--tls-dir", str(files / "pki")]
     bad_rdv = f"tcp://127.0.0.1:{_port()}"
     model = str(files / "alice.pt")
     with socket.socket() as s:
@@ -177,19 +182,39 @@ def wave(alice, files):
                 "5",
             ],
         ]
+        tls_args = [
+            ["--role", "ttp", "--rendezvous", tls_rdv, *pki, "--timeout", "60"],
+            ["--role", "alice", "--rendezvous", tls_rdv, *pki, "--model", model, "--timeout", "60"],
+            [
+                "--role",
+                "bob",
+                "--rendezvous",
+                tls_rdv,
+                *pki,
+                "--embeddings",
+                str(files / "x.npy"),
+                "--out",
+                str(files / "labels_tls.json"),
+                "--timeout",
+                "60",
+            ],
+        ]
+        args += tls_args
         paths = [str(files / f"err{i}.txt") for i in range(len(args))]
         forks = [_cli_in_fork(a, p) for a, p in zip(args, paths)]
         # the bad runs first (they must end on their own, well within their deadlines)
-        bad = _finish_forks(forks[2:], paths[2:], limit=60)
+        bad = _finish_forks(forks[2:6], paths[2:6], limit=60)
         bad_elapsed = time.monotonic() - t0
         good = _finish_forks(forks[:2], paths[:2], limit=110)
         good.append(_finish([ttp], limit=30)[0])
+        tls = _finish_forks(forks[6:], paths[6:], limit=60)
     return {
         "good": good,
         "bad_embed": bad[:2],
         "lonely": bad[2],
         "taken": bad[3],
         "bad_elapsed": bad_elapsed,
+        "tls": tls,
     }
 
 
@@ -199,6 +224,18 @@ def test_three_processes_on_loopback(alice, files, wave):
     got = json.loads((files / "labels.json").read_text())["labels"]
     ref = alice[0].model.predict(torch.tensor(alice[1][:16])).tolist()
     assert got == ref
+
+
+def test_three_processes_over_tls(alice, files, wave):
+    """`privnlp mpc serve --tls-dir`: the same labels, and Bob's result records the transport."""
+    outs = wave["tls"]
+    assert all(rc == 0 for rc, _, _ in outs), outs
+    got = json.loads((files / "labels_tls.json").read_text())
+    assert got["labels"] == alice[0].model.predict(torch.tensor(alice[1][:16])).tolist()
+    assert got["transport"]["channels"] == "tls" and got["transport"]["authenticated"] is True
+    plain = json.loads((files / "labels.json").read_text())["transport"]
+    assert plain["channels"] == "gloo" and "INSECURE" in plain["statement"]
+    assert plain["authenticated"] is False
 
 
 def test_bad_runs_fail_cleanly_without_hanging(wave):

@@ -16,9 +16,11 @@ the number of messages changes. Imports CrypTen: load lazily.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from privnlp.core.errors import ProtocolError
 
@@ -111,9 +113,38 @@ class OfflinePhase:
         self.provider.tuple_cache = {}
 
 
+def _secret_seed() -> torch.Tensor:
+    return torch.tensor(int.from_bytes(os.urandom(8), "big") - 2**63, dtype=torch.long)
+
+
 class BatchingTTPServer(crypten.mpc.provider.TTPServer):  # type: ignore[misc, name-defined]
     """CrypTen's TTPServer plus one request kind: a list of requests answered in one message
-    (the results flattened and concatenated in request order). Serves until "terminate"."""
+    (the results flattened and concatenated in request order). Serves until "terminate".
+
+    The generator seeds it shares with each party come from ``os.urandom``: CrypTen draws them with
+    ``torch.randint`` from the process's global torch generator, which a forked TTP inherits from its
+    parent (predictable after a ``torch.manual_seed``; whoever knows Alice's seed knows her triple
+    shares and unmasks Bob's input from the opened ``x - a``). Over the TLS channels the seeds travel on
+    the authenticated mesh (``channels.py``) instead of torch.distributed."""
+
+    def _setup_generators(self) -> None:
+        c = crypten.communicator.get()
+        ws = c.get_world_size()
+        seeds = [_secret_seed() for _ in range(ws)]
+        tls = getattr(c, "transport", "gloo") == "tls"
+        if tls:
+            reqs = [c.isend(seeds[i], i, c.ttp_group) for i in range(ws)]
+        else:
+            reqs = [dist.isend(tensor=seeds[i], dst=i, group=self.ttp_group) for i in range(ws)]
+        self.generators = [torch.Generator(device="cpu") for _ in range(ws)]
+        self.generators_cuda = [None for _ in range(ws)]
+        for i in range(ws):
+            self.generators[i].manual_seed(seeds[i].item())
+            reqs[i].wait()
+        if tls:
+            c.barrier(c.ttp_group)
+        else:
+            dist.barrier(group=self.ttp_group)
 
     def privnlp_batch(self, requests: list) -> torch.Tensor:
         outs = []

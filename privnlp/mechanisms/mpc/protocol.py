@@ -24,6 +24,7 @@ party when one fails (``run_multiprocess`` joins forever when a party dies).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import multiprocessing as mp
 import os
@@ -75,6 +76,7 @@ class PartyOutput:
     comm: Mapping[str, float] = field(default_factory=dict)  # rounds, bytes, time
     seconds: float = 0.0  # weight sharing + all batches
     batch_seconds: tuple = ()  # wall time of each batch (text, in sequential mode)
+    transport: str = "gloo"  # the channels the party ran on: "gloo" (plain TCP) or "tls"
 
 
 def validate_embeddings(x: Any, embed_dim: int | None = None) -> np.ndarray:
@@ -414,6 +416,18 @@ def _run_party(
     )
 
 
+def parse_tcp(rendezvous: str) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` -> ``(HOST, PORT)``; anything else is refused naming the argument."""
+    if not rendezvous.startswith("tcp://"):
+        raise InvalidArgument(f"rendezvous must be tcp://HOST:PORT; got {rendezvous!r}")
+    host, _, port = rendezvous[len("tcp://") :].rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidArgument(
+            f"rendezvous must be tcp://HOST:PORT (port 1-65535); got {rendezvous!r}"
+        )
+    return host.strip("[]"), int(port)
+
+
 def init_party(rank: int, *, rendezvous: str, provider: str, timeout: float) -> Any:
     """Set the env-based rendezvous and initialise CrypTen in this process."""
     import torch
@@ -434,29 +448,71 @@ def init_party(rank: int, *, rendezvous: str, provider: str, timeout: float) -> 
     return crypten
 
 
-def run_ttp(*, rendezvous: str, timeout: float) -> None:
+@contextlib.contextmanager
+def transport(
+    rank: int,
+    *,
+    rendezvous: str,
+    timeout: float,
+    tls: Any = None,
+    bind: tuple[str, int] | None = None,
+) -> Any:
+    """The channels ``crypten.init()`` connects through inside this block: torch.distributed (gloo,
+    plain TCP) without ``tls``; with ``tls`` (a :class:`~.channels.PartyTLS`), the mutually authenticated
+    TLS mesh of :mod:`.channels` (Alice listens on the rendezvous, or on ``bind``). Yields the
+    transport's name (``"gloo"`` or ``"tls"``)."""
+    if tls is None:
+        yield "gloo"
+        return
+    from .channels import TLSSettings, use_tls_channels  # imports torch + CrypTen (heavy)
+
+    host, port = parse_tcp(rendezvous)
+    with use_tls_channels(TLSSettings(rank, host, port, tls, float(timeout), bind)):
+        yield "tls"
+
+
+def run_ttp(
+    *, rendezvous: str, timeout: float, tls: Any = None, bind: tuple[str, int] | None = None
+) -> None:
     """The trusted third party (rank 2): deals Beaver triples until Alice says "terminate"."""
     crypten = init_party(TTP, rendezvous=rendezvous, provider="TTP", timeout=timeout)
     from .offline import BatchingTTPServer
 
-    BatchingTTPServer()  # CrypTen's TTPServer + batched requests; calls crypten.init(), serves until terminated
-    with contextlib.suppress(Exception):
-        crypten.uninit()
+    with transport(TTP, rendezvous=rendezvous, timeout=timeout, tls=tls, bind=bind):
+        try:
+            BatchingTTPServer()  # CrypTen's TTPServer + batched requests; crypten.init(), serves until terminated
+        finally:
+            with contextlib.suppress(Exception):
+                crypten.uninit()
 
 
-def _child(rank: int, rendezvous: str, provider: str, timeout: float, q: Any, kwargs: dict) -> None:
+def _child(
+    rank: int,
+    rendezvous: str,
+    provider: str,
+    timeout: float,
+    q: Any,
+    kwargs: dict,
+    tls: Any = None,
+    bind: tuple[str, int] | None = None,
+) -> None:
     try:
         if rank == TTP:
-            run_ttp(rendezvous=rendezvous, timeout=timeout)
+            run_ttp(rendezvous=rendezvous, timeout=timeout, tls=tls, bind=bind)
             q.put((rank, "ok", None))
             return
         crypten = init_party(rank, rendezvous=rendezvous, provider=provider, timeout=timeout)
-        crypten.init()
-        out = run_party(rank, **kwargs)
-        crypten.uninit()
+        with transport(rank, rendezvous=rendezvous, timeout=timeout, tls=tls, bind=bind) as name:
+            crypten.init()
+            try:
+                out = dataclasses.replace(run_party(rank, **kwargs), transport=name)
+            finally:
+                crypten.uninit()
         q.put((rank, "ok", out))
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         q.put((rank, "error", (type(e).__name__, str(e), traceback.format_exc())))
+        q.close()
+        q.join_thread()  # flush the report before the hard exit (else the parent sees only "died")
         os._exit(1)
 
 
@@ -474,8 +530,15 @@ def run_embedded(
     timeout: float = 120.0,
     rendezvous: str | None = None,
     offline: bool = True,
+    tls: Mapping[int, Any] | None = None,
+    bind: tuple[str, int] | None = None,
 ) -> dict[str, PartyOutput]:
     """Run pi_TEXT with Alice, Bob (and the TTP) as forked processes on this machine.
+
+    ``tls``: ``{rank: PartyTLS}`` runs the parties over the mutually authenticated TLS mesh
+    (:mod:`.channels`) on ``rendezvous`` (default: a free loopback port; Alice listens on ``bind`` if
+    given) instead of gloo. Each party's material is used as given (the tests hand a party another
+    CA's or another rank's certificate to check that its peers refuse it).
 
     Returns ``{"alice": PartyOutput, "bob": PartyOutput}``. Raises ``InvalidArgument`` for bad
     input and ``ProtocolError`` when a party fails or the deadline passes; every child is killed
@@ -488,8 +551,15 @@ def run_embedded(
     if reveal not in ("label", "logits"):
         raise InvalidArgument(f"reveal must be 'label' or 'logits'; got {reveal!r}")
     x = validate_embeddings(embeddings, int(config["embed_dim"]))
-    if rendezvous is None:
+    if tls is not None:
+        need = {ALICE, BOB} | ({TTP} if provider == "TTP" else set())
+        if set(tls) != need:
+            raise InvalidArgument(f"tls must map every party's rank {sorted(need)} to its PartyTLS")
+        rendezvous = rendezvous or f"tcp://127.0.0.1:{free_port()}"
+        parse_tcp(rendezvous)
+    elif rendezvous is None:
         rendezvous = "file://" + os.path.join(tempfile.mkdtemp(prefix="privnlp-mpc-"), "rendezvous")
+    tls = dict(tls or {})
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     common = dict(
@@ -505,16 +575,24 @@ def run_embedded(
         ctx.Process(
             target=_child,
             args=(ALICE, rendezvous, provider, timeout, q, dict(common, state=dict(state))),
+            kwargs={"tls": tls.get(ALICE), "bind": bind},
             daemon=False,
         ),
         ctx.Process(
             target=_child,
             args=(BOB, rendezvous, provider, timeout, q, dict(common, embeddings=x)),
+            kwargs={"tls": tls.get(BOB)},
             daemon=False,
         ),
     ]
     if provider == "TTP":
-        procs.append(ctx.Process(target=_child, args=(TTP, rendezvous, provider, timeout, q, {})))
+        procs.append(
+            ctx.Process(
+                target=_child,
+                args=(TTP, rendezvous, provider, timeout, q, {}),
+                kwargs={"tls": tls.get(TTP)},
+            )
+        )
     results: dict[int, Any] = {}
     deadline = time.monotonic() + timeout
     try:

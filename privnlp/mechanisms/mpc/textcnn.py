@@ -10,7 +10,9 @@ Also here: the deliberately leaky twin (``LEAKY_TWINS["crypten_textcnn"]``) used
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -34,6 +36,15 @@ __all__ = [
     "load_alice_model",
     "PAPER",
 ]
+
+TRANSPORTS = ("gloo", "tls")
+TRANSPORT_NOTES = {
+    "gloo": "channels: the parties are local processes on torch.distributed (gloo, plain TCP on this machine, "
+    "no TLS); across machines use `privnlp mpc serve --tls-dir`",
+    "tls": "channels: TLS 1.3 between every pair of parties, mutually authenticated (certificates of one CA, "
+    "each naming its party's rank; a peer with another CA's or another rank's certificate is refused before "
+    "any share is sent)",
+}
 
 PAPER = "mpc-cnn-private-text-classification.txt (Adams et al., privacy-preserving text classification with CNNs and MPC)"
 
@@ -70,6 +81,7 @@ class MPCResult:
     comm: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # per party rounds/bytes
     seconds: float = 0.0  # protocol wall time (inside the parties)
     batch_seconds: tuple[float, ...] = ()  # Bob's wall time per batch (per text when sequential)
+    transport: str = "gloo"  # the parties' channels: "gloo" (plain local TCP) or "tls"
 
 
 @dataclass(frozen=True)
@@ -190,6 +202,18 @@ def load_alice_model(path: str) -> Any:
     return m
 
 
+def _ephemeral_tls(stack: contextlib.ExitStack, parties: int) -> dict:
+    """A CA and one certificate per party, made for this run in a private temporary folder (removed on
+    exit): ``{rank: PartyTLS}``."""
+    from privnlp.mechanisms.federated.tls import make_certs  # pulls torch (federated package)
+
+    from .channels import PartyTLS
+
+    d = stack.enter_context(tempfile.TemporaryDirectory(prefix="privnlp-mpc-tls-"))
+    make_certs(d, days=1, parties=parties)
+    return {r: PartyTLS.in_dir(d, r).check(r) for r in range(parties)}
+
+
 @MECHANISMS.register("crypten_textcnn")
 class CryptenTextCNN(Mechanism):
     """Private inference of Alice's TextCNN on Bob's embedded text with CrypTen (pi_TEXT).
@@ -201,6 +225,10 @@ class CryptenTextCNN(Mechanism):
         mode: ``"batched"`` (all texts in one run) or ``"sequential"`` (one text at a time).
         pool_method: ``"tournament"`` or ``"max_pool2d"`` (CrypTen's, with a (1, k) kernel).
         timeout: seconds before a run is aborted and all parties killed.
+        transport: the channels between the local party processes: ``"gloo"`` (torch.distributed on
+            plain local TCP, CrypTen's own) or ``"tls"`` (the mutually authenticated TLS 1.3 mesh of
+            ``channels.py``, with certificates of a CA made for the run). Across machines, run
+            ``privnlp mpc serve --tls-dir``.
 
     Implements pi_TEXT (paper Sec. 3). Claim: cryptographic (semi-honest, one corrupted party out of Alice
     and Bob, a non-colluding trusted third party with ``provider="TTP"``); see ``claim()`` for what stays
@@ -222,6 +250,7 @@ class CryptenTextCNN(Mechanism):
         mode: str = "batched",
         pool_method: str = "tournament",
         timeout: float = 120.0,
+        transport: str = "gloo",
     ) -> None:
         if provider not in ("TTP", "TFP"):
             raise InvalidArgument(f"provider must be 'TTP' or 'TFP'; got {provider!r}")
@@ -232,10 +261,13 @@ class CryptenTextCNN(Mechanism):
                 f"pool_method must be 'tournament' or 'max_pool2d'; got {pool_method!r}"
             )
         check_positive("timeout", timeout)
+        if transport not in TRANSPORTS:
+            raise InvalidArgument(f"transport must be one of {TRANSPORTS}; got {transport!r}")
         self.provider = provider
         self.mode = mode
         self.pool_method = pool_method
         self.timeout = timeout
+        self.transport = transport
 
     def claim(self) -> PrivacyClaim:
         notes = [
@@ -244,6 +276,7 @@ class CryptenTextCNN(Mechanism):
             "Bob learns only the label; Alice learns nothing about Bob's embedding; "
             "public: the architecture, the number of texts and the embedding size",
             "the public encoder runs on Bob's side in the clear",
+            TRANSPORT_NOTES[self.transport],
         ]
         if self.provider == "TTP":
             notes.append(
@@ -255,7 +288,13 @@ class CryptenTextCNN(Mechanism):
                 "input; only Alice's model is protected (from Bob). Testing only"
             )
         return PrivacyClaim.cryptographic(
-            *notes, extra={"provider": self.provider, "ring_bits": 64, "precision_bits": 16}
+            *notes,
+            extra={
+                "provider": self.provider,
+                "ring_bits": 64,
+                "precision_bits": 16,
+                "transport": self.transport,
+            },
         )
 
     @classmethod
@@ -283,18 +322,23 @@ class CryptenTextCNN(Mechanism):
         from .crypten_model import plaintext_state
         from .protocol import run_embedded
 
-        out = run_embedded(
-            config=model.public_config(),
-            state={k: v.numpy() for k, v in plaintext_state(model).items()},
-            embeddings=embeddings,
-            provider=self.provider,
-            mode=self.mode,
-            reveal=reveal,
-            record=record,
-            leak=self.leak,
-            pool_method=self.pool_method,
-            timeout=self.timeout,
-        )
+        with contextlib.ExitStack() as stack:
+            tls = None
+            if self.transport == "tls":
+                tls = _ephemeral_tls(stack, 3 if self.provider == "TTP" else 2)
+            out = run_embedded(
+                config=model.public_config(),
+                state={k: v.numpy() for k, v in plaintext_state(model).items()},
+                embeddings=embeddings,
+                provider=self.provider,
+                mode=self.mode,
+                reveal=reveal,
+                record=record,
+                leak=self.leak,
+                pool_method=self.pool_method,
+                timeout=self.timeout,
+                tls=tls,
+            )
         views = ()
         if record:
             views = tuple(
@@ -315,6 +359,7 @@ class CryptenTextCNN(Mechanism):
             comm={r: dict(o.comm) for r, o in out.items()},
             seconds=max(o.seconds for o in out.values()),
             batch_seconds=tuple(b.batch_seconds),
+            transport=b.transport,
         )
 
 
@@ -330,6 +375,7 @@ class LeakyCryptenTextCNN(CryptenTextCNN):
         pool_method: ``"tournament"`` or ``"max_pool2d"``.
         timeout: seconds before a run is aborted; > 0.
         leak: ``"unmasked_shares"`` or ``"open_intermediate"``.
+        transport: ``"gloo"`` or ``"tls"`` (see :class:`CryptenTextCNN`).
 
     Raises:
         InvalidArgument: an argument out of range or an unknown ``leak``.
@@ -344,8 +390,9 @@ class LeakyCryptenTextCNN(CryptenTextCNN):
         pool_method: str = "tournament",
         timeout: float = 120.0,
         leak: str = "unmasked_shares",
+        transport: str = "gloo",
     ) -> None:
-        super().__init__(provider, mode, pool_method, timeout)
+        super().__init__(provider, mode, pool_method, timeout, transport)
         if leak not in ("unmasked_shares", "open_intermediate"):
             raise InvalidArgument(
                 f"leak must be 'unmasked_shares' or 'open_intermediate'; got {leak!r}"
