@@ -10,6 +10,7 @@ import json
 import math
 import os
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,8 @@ app = typer.Typer(
 )
 
 DEFENSES = ("dp_sgd", "frozen_embeddings", "none")
+#: ``privnlp train --model`` without --epsilon / --noise-multiplier: DP at this epsilon (the recipe's target)
+DEFAULT_FINE_TUNE_EPSILON = 8.0
 
 
 @app.callback(invoke_without_command=True)
@@ -42,6 +45,28 @@ def train(
     field: str | None = typer.Option(
         None, "--field", help="Field holding the text in JSONL/CSV (default: text)."
     ),
+    model_dir: Path | None = typer.Option(
+        None,
+        "--model",
+        help="Fine-tune this local pretrained checkpoint (a folder written by save_pretrained: config.json, "
+        "weights, tokenizer) instead of the bundled tiny GPT-2: a classifier with --label-field, else a causal "
+        "LM. Defaults then follow the DP fine-tuning recipe (see --help of each flag and the docs).",
+    ),
+    label_field: str | None = typer.Option(
+        None,
+        "--label-field",
+        help="With --model: the JSONL key / CSV column of the label (fine-tunes a sequence classifier).",
+    ),
+    text_field: str | None = typer.Option(
+        None, "--text-field", help="The JSONL key / CSV column of the text (same as --field)."
+    ),
+    baseline: bool | None = typer.Option(
+        None,
+        "--baseline/--no-baseline",
+        help="With --model and DP (the default): also fine-tune a fresh copy without DP, same recipe, and "
+        "print its held-out metric beside the DP one. On by default with --model.",
+    ),
+    device: str = typer.Option("cpu", "--device", help="With --model: cpu or cuda."),
     defense: str = typer.Option("dp_sgd", "--defense", help=f"One of {', '.join(DEFENSES)}."),
     epsilon: float | None = typer.Option(
         None,
@@ -51,8 +76,10 @@ def train(
     noise_multiplier: float | None = typer.Option(
         None, "--noise-multiplier", help="DP-SGD noise multiplier sigma."
     ),
-    max_grad_norm: float = typer.Option(
-        1.0, "--max-grad-norm", help="Per-example clipping norm C (> 0)."
+    max_grad_norm: float | None = typer.Option(
+        None,
+        "--max-grad-norm",
+        help="Per-example clipping norm C (> 0; default 1.0, with --model 0.1).",
     ),
     delta: float | None = typer.Option(
         None, "--delta", help="Delta (default min(1e-5, N^-1.1); must be < 1/N)."
@@ -61,16 +88,30 @@ def train(
     freeze_embeddings: bool = typer.Option(
         False, "--freeze-embeddings", help="Also freeze word embeddings."
     ),
-    epochs: float = typer.Option(1.0, "--epochs", help="Passes over the data (> 0)."),
-    batch_size: int = typer.Option(
-        16, "--batch-size", min=1, help="Expected (logical) batch size."
+    epochs: float | None = typer.Option(
+        None, "--epochs", help="Passes over the data (> 0; default 1, with --model 10)."
+    ),
+    batch_size: int | None = typer.Option(
+        None,
+        "--batch-size",
+        min=1,
+        help="Expected (logical) batch size (default 16; with --model 512, at most a quarter of the data).",
     ),
     physical_batch_size: int | None = typer.Option(
         None, "--physical-batch-size", min=1, help="Split logical batches (BatchMemoryManager)."
     ),
-    lr: float = typer.Option(5e-3, "--lr", help="Learning rate (AdamW)."),
-    vocab_size: int = typer.Option(500, "--vocab-size", min=257, help="BPE vocabulary size."),
-    max_length: int = typer.Option(48, "--max-length", min=4, help="Max tokens per text."),
+    lr: float | None = typer.Option(
+        None, "--lr", help="Learning rate (AdamW; default 5e-3, with --model 5e-4)."
+    ),
+    vocab_size: int | None = typer.Option(
+        None,
+        "--vocab-size",
+        min=257,
+        help="BPE vocabulary size of the bundled model (default 500).",
+    ),
+    max_length: int | None = typer.Option(
+        None, "--max-length", min=4, help="Max tokens per text (default 48, with --model 128)."
+    ),
     seed: int = typer.Option(
         0,
         "--seed",
@@ -125,7 +166,7 @@ def train(
     try:
         if defense not in DEFENSES:
             raise InvalidArgument(f"--defense must be one of {DEFENSES}; got {defense!r}")
-        if not epochs > 0:
+        if epochs is not None and not epochs > 0:
             raise InvalidArgument(f"--epochs must be > 0; got {epochs}")
         if (
             defense != "dp_sgd"
@@ -149,6 +190,72 @@ def train(
                     f"only; --defense {defense} adds no DP noise and spends no budget: drop "
                     f"{'it' if len(given) == 1 else 'them'} or use --defense dp_sgd"
                 )
+        if text_field is not None and field is not None and text_field != field:
+            raise InvalidArgument(
+                f"--text-field {text_field!r} and --field {field!r} name the same thing: give one"
+            )
+        field = text_field if text_field is not None else field
+        if defense == "none" and baseline:
+            raise InvalidArgument(
+                "--baseline applies to a private run: --defense none is itself the non-private baseline"
+            )
+        if model_dir is not None:
+            _fine_tune(
+                model_dir,
+                data,
+                field,
+                label_field,
+                defense=defense,
+                dp_flags={
+                    "target_epsilon": epsilon,
+                    "noise_multiplier": noise_multiplier,
+                    "delta": delta,
+                    "accountant": accountant,
+                    "rng": noise_seed,
+                    "dedup": dedup,
+                    "public_dataset_size": public_dataset_size,
+                    "tied_embeddings": "freeze" if freeze_embeddings else "untie",
+                },
+                recipe_flags={
+                    "batch_size": batch_size,
+                    "epochs": epochs,
+                    "max_grad_norm": max_grad_norm,
+                    "lr": lr,
+                    "max_length": max_length,
+                    "physical_batch_size": physical_batch_size,
+                    "device": device,
+                },
+                refused={
+                    "--vocab-size": vocab_size,
+                    "--steps": steps_opt,
+                    "--resume": resume,
+                },
+                baseline=baseline,
+                seed=seed,
+                out=out,
+            )
+            return
+        not_here = [
+            flag
+            for flag, v in (
+                ("--label-field", label_field),
+                ("--baseline/--no-baseline", baseline),
+                ("--device", None if device == "cpu" else device),
+            )
+            if v is not None
+        ]
+        if not_here:
+            raise InvalidArgument(
+                f"{', '.join(not_here)} {'applies' if len(not_here) == 1 else 'apply'} to --model DIR "
+                "(fine-tuning a pretrained checkpoint) only; the bundled tiny GPT-2 is a language model "
+                "trained on CPU"
+            )
+        max_grad_norm = 1.0 if max_grad_norm is None else max_grad_norm
+        epochs = 1.0 if epochs is None else epochs
+        batch_size = 16 if batch_size is None else batch_size
+        lr = 5e-3 if lr is None else lr
+        vocab_size = 500 if vocab_size is None else vocab_size
+        max_length = 48 if max_length is None else max_length
         import torch
         from torch.utils.data import DataLoader, TensorDataset
 
@@ -341,3 +448,81 @@ def train(
     except PrivnlpError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+
+
+def _fine_tune(
+    model_dir: Path,
+    data: Path | None,
+    field: str | None,
+    label_field: str | None,
+    *,
+    defense: str,
+    dp_flags: dict,
+    recipe_flags: dict,
+    refused: dict,
+    baseline: bool | None,
+    seed: int,
+    out: Path | None,
+) -> None:
+    """``privnlp train --model DIR``: DP fine-tuning of a local checkpoint (issue #29 item 7); every check
+    runs before anything is trained or written."""
+    given = [flag for flag, v in refused.items() if v is not None]
+    if given:
+        raise InvalidArgument(
+            f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the bundled tiny model only; "
+            "with --model the tokenizer comes with the checkpoint and the length is --epochs"
+        )
+    if defense == "frozen_embeddings":
+        raise InvalidArgument("--model fine-tunes with --defense dp_sgd (default) or none")
+    if recipe_flags["device"] not in ("cpu", "cuda"):
+        raise InvalidArgument(f"--device must be cpu or cuda; got {recipe_flags['device']!r}")
+    if data is None:
+        raise InvalidArgument("--model needs --data (a .jsonl or .csv file of records)")
+    # fine-tuning imports torch and transformers: loaded only when the command runs
+    from privnlp.mechanisms.training.finetune import (
+        FineTuneRecipe,
+        check_model_dir,
+        fine_tune,
+        read_labelled,
+        with_overrides,
+    )
+
+    task = "classification" if label_field is not None else "causal-lm"
+    check_model_dir(model_dir, task)
+    recipe = with_overrides(FineTuneRecipe(), **recipe_flags)
+    records = read_labelled(data, text_field=field or "text", label_field=label_field)
+    dp = None
+    if defense == "dp_sgd":
+        dp = {k: v for k, v in dp_flags.items() if v is not None}
+        if "target_epsilon" not in dp and "noise_multiplier" not in dp:
+            dp["target_epsilon"] = DEFAULT_FINE_TUNE_EPSILON
+    res = fine_tune(
+        model_dir,
+        records,
+        task=task,
+        recipe=recipe,
+        dp=dp,
+        baseline=baseline is not False,
+        seed=seed,
+        progress=True,
+    )
+    metric = "accuracy" if task == "classification" else "perplexity"
+    typer.echo(res.statement)
+    typer.echo(
+        f"Held-out {metric} ({res.utility['heldout_examples']} examples): "
+        f"{res.utility[metric]:.4g} {'(DP)' if dp is not None else '(no DP)'}"
+        + (
+            f" | non-private baseline, same recipe: {res.baseline[metric]:.4g}"
+            if res.baseline is not None
+            else ""
+        )
+        + f" | before fine-tuning: {res.utility[metric + '_before']:.4g}"
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        utility = {**res.utility, "baseline": res.baseline, "task": task, "recipe": asdict(recipe)}
+        atomic_write_text(out / "claim.json", json.dumps(res.claim.to_dict(), indent=2))
+        atomic_write_text(out / "privacy_statement.txt", res.statement + "\n")
+        atomic_write_text(out / "utility.json", json.dumps(utility, indent=2))
+        res.save(out / "model")
+        typer.echo(f"wrote claim.json, privacy_statement.txt, utility.json and model/ to {out}")

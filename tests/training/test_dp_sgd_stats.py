@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import stat
 
 import pytest
 import torch
@@ -261,3 +263,28 @@ def test_empty_loader_and_frozen_model_are_refused():
         make_private(model, opt, dl, noise_multiplier=1.0)
     with pytest.raises(InvalidPrivacyParameter, match="max_grad_norm"):
         DPSGD(noise_multiplier=1.0, max_grad_norm=-1)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_checkpoint_file_mode_honours_the_umask(tmp_path, umask):
+    """checkpoint.pt gets 0o666 minus the umask, as open() would give it (it used to be mkstemp's 0600)."""
+    model = _linear()
+    pt = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(TensorDataset(torch.randn(20, 10), torch.randn(20, 1)), batch_size=5),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        accountant="rdp",
+        rng=0,
+    )
+    old = os.umask(umask)
+    try:
+        path = pt.save_checkpoint(tmp_path / "ckpt.pt")
+        with open(tmp_path / "plain.txt", "w") as fh:
+            fh.write("x")
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    assert mode == 0o666 & ~umask == stat.S_IMODE(os.stat(tmp_path / "plain.txt").st_mode)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left

@@ -447,6 +447,13 @@ def _derived_seed(state: torch.Tensor, name: str) -> int:
     return int.from_bytes(h.digest(), "little") & ((1 << 63) - 1)
 
 
+def _umask_mode() -> int:
+    """``0o666`` minus the process umask (read by setting and restoring it: os has no getter)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _num(x: float) -> float | int:
     """``x`` as an int when it is integral (an expected batch size of 16, not 16.0)."""
     return int(x) if float(x).is_integer() else float(x)
@@ -808,12 +815,16 @@ class PrivateTraining:
         self.ledger.runs[:] = restored.runs
 
     def save_checkpoint(self, path: str | os.PathLike) -> Path:
-        """Atomically save model, optimizer and the ledger (temp file + ``os.replace``)."""
+        """Atomically save model, optimizer and the ledger (temp file + ``os.replace``).
+
+        The file gets the mode ``open(path, "w")`` would give it (``0o666`` minus the umask), not the
+        temp file's ``0o600``."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
         try:
+            os.chmod(tmp, _umask_mode())  # mkstemp creates 0600: honour the umask as open() would
             torch.save(self.state_dict(), tmp)
             os.replace(tmp, path)
         except BaseException:

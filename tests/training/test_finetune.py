@@ -1,0 +1,239 @@
+"""DP fine-tuning of a local pretrained checkpoint (issue #29 item 7): the API and `privnlp train --model`.
+
+Tiny checkpoints built here (tests/training/conftest.py ``tiny_checkpoints``); the all-MiniLM-L6-v2 run is
+marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
+from typer.testing import CliRunner
+
+from privnlp.cli.main import app
+from privnlp.core.errors import InvalidArgument, MalformedInput
+from privnlp.mechanisms.training.finetune import (
+    FineTuneRecipe,
+    LabelledTexts,
+    check_model_dir,
+    fine_tune,
+    read_labelled,
+)
+
+FAST = FineTuneRecipe(
+    batch_size=16, epochs=2, max_grad_norm=1.0, lr=5e-3, max_length=16, physical_batch_size=8
+)
+
+
+def test_classifier_fine_tune_reports_dp_beside_the_baseline_and_saves(tiny_checkpoints, tmp_path):
+    data = read_labelled(tiny_checkpoints["data"], label_field="label")
+    assert data.classes == ("neg", "pos") and len(data.texts) == 80
+    res = fine_tune(
+        tiny_checkpoints["bert"],
+        data,
+        task="classification",
+        recipe=FineTuneRecipe(
+            batch_size=24,
+            epochs=8,
+            max_grad_norm=1.0,
+            lr=5e-3,
+            max_length=24,
+            physical_batch_size=8,
+        ),
+        dp={"noise_multiplier": 0.0, "accountant": "rdp", "rng": 0},
+    )
+    assert res.claim.kind.value == "dp" and res.claim.extra["max_grad_norm"] == 1.0
+    assert res.utility["heldout_examples"] == 8 and res.utility["train_examples"] == 72
+    assert res.utility["expected_batch_size"] == 18  # min(24, 72 // 4)
+    assert res.private.steps == res.utility["steps"] == 32  # 8 epochs x 72 / 18
+    # a random-init tiny BERT learns this toy task with clipping alone (sigma = 0); under noise it needs a
+    # pretrained body (the slow MiniLM test) -- the baseline (same recipe, no DP) learns it too
+    assert res.utility["accuracy"] == 1.0 and res.utility["accuracy_before"] == 0.5
+    assert res.baseline is not None and res.baseline["accuracy"] == 1.0
+    out = res.save(tmp_path / "model")
+    assert json.loads((out / "claim.json").read_text())["epsilon"] == res.claim.to_dict()["epsilon"]
+    again = AutoModelForSequenceClassification.from_pretrained(out)
+    assert again.config.id2label == {0: "neg", 1: "pos"}
+    for a, b in zip(again.state_dict().values(), res.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_causal_lm_fine_tune_lowers_heldout_perplexity(tiny_checkpoints):
+    data = read_labelled(tiny_checkpoints["data"])
+    res = fine_tune(
+        tiny_checkpoints["gpt2"],
+        data,
+        task="causal-lm",
+        recipe=FAST,
+        dp={"noise_multiplier": 0.5, "accountant": "rdp", "rng": 0},
+    )
+    assert res.utility["perplexity"] < res.utility["perplexity_before"]
+    assert res.baseline["perplexity"] < res.utility["perplexity_before"]
+    assert res.claim.kind.value == "dp"
+
+
+@pytest.mark.parametrize(
+    "rows, field, match",
+    [
+        (
+            [{"text": "a", "label": "x"}, {"text": "b"}],
+            "label",
+            "--label-field 'label': missing in line 2",
+        ),
+        ([{"text": "a", "y": 1}], "label", "--label-field 'label': missing in line 1"),
+        ([{"body": "a", "label": 1}], "label", "--text-field 'text': missing in line 1"),
+    ],
+)
+def test_bad_records_name_the_flag_and_the_line(tmp_path, rows, field, match):
+    p = tmp_path / "d.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(MalformedInput, match=match):
+        read_labelled(p, label_field=field)
+
+
+def test_bad_checkpoints_and_one_class_are_refused_before_training(tiny_checkpoints, tmp_path):
+    with pytest.raises(InvalidArgument, match="not a model folder"):
+        check_model_dir(tmp_path, "classification")
+    with pytest.raises(InvalidArgument, match="no such folder"):
+        check_model_dir(tmp_path / "nope", "classification")
+    with pytest.raises(InvalidArgument, match="BertModel .not a causal LM.: pass --label-field"):
+        check_model_dir(tiny_checkpoints["bert"], "causal-lm")
+    one = LabelledTexts(("a b", "c d", "e f", "g h"), ("x", "x", "x", "x"))
+    with pytest.raises(InvalidArgument, match="only one class"):
+        fine_tune(tiny_checkpoints["bert"], one, task="classification", recipe=FAST, dp=None)
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')  # a config, no weights
+    twenty = LabelledTexts(
+        tuple(f"text {i}" for i in range(20)), tuple("xy"[i % 2] for i in range(20))
+    )
+    with pytest.raises(InvalidArgument, match="--model .*not hold a complete"):
+        fine_tune(tmp_path, twenty, task="classification", recipe=FAST, dp=None)
+
+
+def _cli(*args):
+    return CliRunner().invoke(app, ["train", *map(str, args)])
+
+
+def test_cli_fine_tunes_a_local_classifier_and_prints_the_baseline_beside_dp(
+    tiny_checkpoints, tmp_path
+):
+    out = tmp_path / "run"
+    r = _cli(
+        "--model",
+        tiny_checkpoints["bert"],
+        "--data",
+        tiny_checkpoints["data"],
+        "--label-field",
+        "label",
+        "--epsilon",
+        "50",
+        "--accountant",
+        "rdp",
+        "--batch-size",
+        "24",
+        "--epochs",
+        "2",
+        "--max-grad-norm",
+        "1",
+        "--lr",
+        "5e-3",
+        "--max-length",
+        "24",
+        "--physical-batch-size",
+        "8",
+        "--noise-seed",
+        "0",
+        "--out",
+        out,
+    )
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.output.splitlines() if ln.startswith("Held-out accuracy"))
+    assert (
+        "(DP)" in line
+        and "non-private baseline, same recipe:" in line
+        and "before fine-tuning" in line
+    )
+    claim = json.loads((out / "claim.json").read_text())
+    assert claim["kind"] == "dp" and claim["epsilon"] <= 50
+    util = json.loads((out / "utility.json").read_text())
+    assert util["task"] == "classification" and util["baseline"]["steps"] == util["steps"] == 8
+    assert util["recipe"]["max_grad_norm"] == 1.0 and util["expected_batch_size"] == 18
+    assert (out / "model" / "config.json").is_file() and (out / "model" / "claim.json").is_file()
+
+
+def test_cli_fine_tunes_a_causal_lm_with_the_default_epsilon(tiny_checkpoints, tmp_path):
+    r = _cli(
+        "--model",
+        tiny_checkpoints["gpt2"],
+        "--data",
+        tiny_checkpoints["data"],
+        "--accountant",
+        "rdp",
+        "--batch-size",
+        "24",
+        "--epochs",
+        "1",
+        "--max-length",
+        "24",
+        "--no-baseline",
+    )
+    assert r.exit_code == 0, r.output
+    assert "Held-out perplexity" in r.output and "baseline" not in r.output.split("Held-out")[1]
+    assert (
+        "epsilon = " in r.output
+    )  # DP by default: epsilon 8 unless --epsilon / --noise-multiplier
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--defense", "none", "--epsilon", "3"], "--epsilon applies to --defense dp_sgd only"),
+        (["--defense", "none", "--baseline"], "--baseline applies to a private run"),
+        (["--label-field", "nope"], "--label-field 'nope': missing in line 1"),
+        (["--label-field", "label", "--vocab-size", "300"], "--vocab-size applies to the bundled"),
+        (["--label-field", "label", "--steps", "3"], "--steps applies to the bundled"),
+        (["--defense", "frozen_embeddings"], "--defense dp_sgd .default. or none"),
+        (["--text-field", "body", "--field", "text"], "--text-field 'body' and --field 'text'"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(
+    tiny_checkpoints, tmp_path, extra, match
+):
+    out = tmp_path / "run"
+    r = _cli(
+        "--model",
+        tiny_checkpoints["bert"],
+        "--data",
+        tiny_checkpoints["data"],
+        *extra,
+        "--out",
+        out,
+    )
+    assert r.exit_code == 2, r.output
+    assert re.search(match, r.output), r.output
+    assert len(r.output.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_cli_bad_model_folders_and_one_class(tiny_checkpoints, tmp_path):
+    out = tmp_path / "run"
+    one = tmp_path / "one.jsonl"
+    one.write_text("".join(json.dumps({"text": f"t {i}", "label": "a"}) + "\n" for i in range(10)))
+    for args, match in [
+        (["--model", tmp_path, "--data", tiny_checkpoints["data"]], "not a model folder"),
+        (
+            ["--model", tiny_checkpoints["bert"], "--data", tiny_checkpoints["data"]],
+            "not a causal LM",
+        ),
+        (
+            ["--model", tiny_checkpoints["bert"], "--data", one, "--label-field", "label"],
+            "only one class",
+        ),
+        (["--label-field", "label"], "--label-field applies to --model DIR"),
+        (["--model", tiny_checkpoints["bert"], "--label-field", "label"], "--model needs --data"),
+    ]:
+        r = _cli(*args, "--out", out)
+        assert r.exit_code == 2 and re.search(match, r.output), r.output
+        assert len(r.output.strip().splitlines()) == 1 and not out.exists()
