@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from privnlp.accounting import REPORTED, DPLedger, epsilon_for
+from privnlp.accounting import REPORTED, DPLedger
 from privnlp.core.claims import ClaimKind, PrivacyClaim
 from privnlp.core.registry import MECHANISMS
 
@@ -59,13 +59,19 @@ class ClaimRow:
 
 
 def _dp_sgd(p: Mapping[str, Any]) -> PrivacyClaim:
-    est = epsilon_for(((p["noise_multiplier"], p["sample_rate"], p["steps"]),), p["delta"], "prv")
+    led = DPLedger()
+    led.record(p["noise_multiplier"], p["sample_rate"], p["steps"])
+    # Poisson sampling of examples is internal: no named adversary sees it (amplified for all)
+    bounds = led.adversary_bounds(
+        p["delta"], accountant="prv", threat_models=MECHANISMS.get("dp_sgd").threat_models
+    )
     return PrivacyClaim.dp(
-        est.epsilon,
+        max(b.epsilon for b in bounds),
         p["delta"],
         "example",
         neighbouring="zero-out (dataset size N public; q and the normaliser from public values)",
         accountant=REPORTED["prv"],
+        adversaries=bounds,
     )
 
 
@@ -203,7 +209,7 @@ def claims_table_rows() -> list[ClaimRow]:
                 )
             continue
         acct = c.accountant or ("the mechanism's parameter (metric DP)" if c.metric else "-")
-        amplified = mech == "dp_sgd"  # Poisson sampling of examples: internal, no adversary sees it
+        amplified = False  # a claim that uses amplification names its adversaries (AdversaryBound)
         for adv, obs in _threat_adversaries(reg) or [("any", "the output")]:
             rows.append(
                 ClaimRow(

@@ -42,6 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from privnlp.accounting.adversaries import vocab_adversary_bounds
+from privnlp.accounting.events import ThresholdRelease
+from privnlp.accounting.ledger import DPLedger
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
     InvalidArgument,
@@ -475,6 +478,11 @@ class DPWordPiece(Mechanism):
             neighbouring=self.neighbouring,
             accountant="laplace/gaussian thresholding (partition selection)",
             notes=tuple(notes),
+            # who sees the released vocabulary: its recipient and whoever gets a model shipped with the
+            # tokenizer; both see the same released histogram (no sampling, no amplification)
+            adversaries=vocab_adversary_bounds(
+                epsilon=self.epsilon, delta=self.delta, noise=self.noise
+            ),
             extra={
                 "k": int(self.max_words_per_contributor),
                 "noise_scale": cal.scale,
@@ -485,6 +493,26 @@ class DPWordPiece(Mechanism):
                 "paper_example256_delta": min(1.0, 256 * delta_word),
             },
         )
+
+    def release_event(self) -> ThresholdRelease:
+        """The ledger event of one release (:class:`~privnlp.accounting.ThresholdRelease`): the
+        calibrated noise and threshold, from which the ledger derives (epsilon, delta) itself."""
+        cal = self.calibration()
+        return ThresholdRelease(
+            cal.noise, cal.scale, cal.threshold, cal.k, cal.neighbouring, cal.delta, self.unit
+        )
+
+    def _charge(self, ledger: DPLedger | None, target_epsilon: float | None) -> None:
+        """Charge one release to ``ledger`` before anything is released (refused over the budget)."""
+        if ledger is None:
+            if target_epsilon is not None:
+                raise InvalidArgument("target_epsilon needs a ledger (ledger=DPLedger())")
+            return
+        if not isinstance(ledger, DPLedger):
+            raise InvalidArgument(
+                f"ledger must be a privnlp.accounting.DPLedger; got {type(ledger).__name__}"
+            )
+        ledger.charge(self.release_event(), target_epsilon=target_epsilon)
 
     @classmethod
     def sweep_grid(cls, preset: str = "quick") -> tuple[str, tuple[float, ...]]:
@@ -503,13 +531,16 @@ class DPWordPiece(Mechanism):
         return cls(epsilon=1.0, delta=1e-6, max_words_per_contributor=16, vocab_size=2000)
 
     # ------------------------------------------------------------------ operation
-    def _histogram(self, word_sets: list[list[str]], *, rng: Any) -> NoisyHistogram:
-        n = len(word_sets)
+    def _check_contributors(self, n: int) -> None:
         if not (self.delta < 1.0 / n):
             raise InvalidPrivacyParameter(
                 f"delta must be in (0, 1/n) = (0, {1.0 / n:.3g}) for n={n} contributors; "
                 f"got {self.delta!r}"
             )
+
+    def _histogram(self, word_sets: list[list[str]], *, rng: Any) -> NoisyHistogram:
+        n = len(word_sets)
+        self._check_contributors(n)
         if rng is None:  # the privacy-noise rule (issue #15): no seed given -> OS entropy
             rng = secure_numpy()
         bounded = bound_contributions(word_sets, int(self.max_words_per_contributor), rng=rng)
@@ -539,6 +570,8 @@ class DPWordPiece(Mechanism):
         rng: Any = None,
         records: str | None = None,
         seed: int | None = None,
+        ledger: DPLedger | None = None,
+        target_epsilon: float | None = None,
     ) -> VocabBuild:
         """Release the DP histogram and train the WordPiece tokenizer on it. ``rng=None``: the noise comes from
         the OS entropy pool; a seed / Generator makes a reproducible simulation and the claim says "noise
@@ -549,7 +582,12 @@ class DPWordPiece(Mechanism):
         ``seed`` (instead of ``rng``): contributor ``i`` is bounded with ``default_rng([seed, 0, i])``
         and the threshold noise drawn from ``default_rng([seed, 1])`` — the scheme of the Dask
         map-reduce (:func:`privnlp.mechanisms.text.distributed.build_vocab_dask`), which gives the
-        same vocabulary for the same seed. A reproducible simulation ("noise seeded")."""
+        same vocabulary for the same seed. A reproducible simulation ("noise seeded").
+
+        ``ledger`` (a :class:`~privnlp.accounting.DPLedger`): the release is charged to it
+        (:meth:`release_event`) before any noise is drawn; with ``target_epsilon`` a release that
+        would take the ledger's epsilon above it is refused (:class:`PrivacyBudgetExceeded`) and
+        nothing is released."""
         if seed is not None:
             if rng is not None:
                 raise InvalidArgument("pass either rng or seed, not both")
@@ -567,9 +605,23 @@ class DPWordPiece(Mechanism):
                 gi = np.random.default_rng([int(seed), 0, i])
                 hist.update(bound_contributions([ws], k, rng=gi)[0])
             return self.build_from_counts(
-                hist, len(word_sets), rng=np.random.default_rng([int(seed), 1]), records=records
+                hist,
+                len(word_sets),
+                rng=np.random.default_rng([int(seed), 1]),
+                records=records,
+                ledger=ledger,
+                target_epsilon=target_epsilon,
             )
-        h = self.release_histogram(texts, contributor_ids=contributor_ids, rng=rng)
+        if self.unit == "user" and contributor_ids is None:
+            raise InvalidArgument(
+                "contributor_ids is required for unit='user' (one user id per text)"
+            )
+        word_sets = _split_corpus(
+            texts, contributor_ids if self.unit == "user" else None, self.lowercase
+        )
+        self._check_contributors(len(word_sets))
+        self._charge(ledger, target_epsilon)
+        h = self._histogram(word_sets, rng=rng)
         tok = train_wordpiece_from_histogram(
             h.counts, int(self.vocab_size), count_scale=self.count_scale, lowercase=self.lowercase
         )
@@ -582,6 +634,8 @@ class DPWordPiece(Mechanism):
         *,
         rng: Any = None,
         records: str | None = None,
+        ledger: DPLedger | None = None,
+        target_epsilon: float | None = None,
     ) -> VocabBuild:
         """The reduce step: the noisy threshold, drawn once, on contributor counts that were already
         bounded to ``k`` distinct words per contributor (summed over shards), then the tokenizer.
@@ -591,13 +645,12 @@ class DPWordPiece(Mechanism):
             n_contributors: the number of contributors (checks ``delta < 1/n``).
             rng: the noise (``None`` = OS entropy; a seed / Generator: "noise seeded").
             records: the record rule stated in the claim.
+            ledger: charged with the release before the noise is drawn (see :meth:`build`).
+            target_epsilon: refuse the release when the ledger would exceed it (needs ``ledger``).
         """
         check_range("n_contributors", n_contributors, 1, math.inf, integer=True)
-        if not (self.delta < 1.0 / n_contributors):
-            raise InvalidPrivacyParameter(
-                f"delta must be in (0, 1/n) = (0, {1.0 / n_contributors:.3g}) for "
-                f"n={n_contributors} contributors; got {self.delta!r}"
-            )
+        self._check_contributors(int(n_contributors))
+        self._charge(ledger, target_epsilon)
         noise = secure_numpy() if rng is None else rng
         h = release_histogram(
             dict(hist),
