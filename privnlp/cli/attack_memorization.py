@@ -2,7 +2,8 @@
 
 Papers: ``../shared/papers/unintended-memorization-under-fl.txt``, ``dp-bert-and-dp-wordpiece.txt``
 (canary exposure / extraction), ``record-level-privacy-leakage-in-fl.txt`` (eavesdropping, watermark).
-Call :func:`register` on a typer app to add the commands; heavy imports happen inside the commands.
+Call :func:`register` on a typer app to add the commands; the scenarios (torch) load through their
+registry when a command runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import typer
 
 from privnlp.attacks import get as get_attack
 from privnlp.core.report import atomic_write_text
-from privnlp.evaluation.scenarios.memorization import FLSnapshotsScenario, LMCanaryScenario
+from privnlp.evaluation.scenarios import get as get_scenario
 from privnlp.mechanisms import get as get_mech
 
 __all__ = ["register"]
@@ -56,7 +57,7 @@ def register(app: typer.Typer) -> typer.Typer:
         """Train the lm.canary model and measure canary exposure + extraction (RS / BS / beam)."""
 
         mech = get_mech(mechanism).example(preset) if mechanism else None
-        run = LMCanaryScenario(preset, repeats=repeats, pattern=pattern).run(
+        run = get_scenario("lm.canary")(preset, repeats=repeats, pattern=pattern).run(
             mech, rng=np.random.default_rng(seed)
         )
         rows = []
@@ -81,7 +82,9 @@ def register(app: typer.Typer) -> typer.Typer:
         )
 
     def _fl(attack: str, preset: str, seed: int, rounds: int | None, out: Path | None) -> None:
-        run = FLSnapshotsScenario(preset, rounds=rounds).run(None, rng=np.random.default_rng(seed))
+        run = get_scenario("fl.snapshots")(preset, rounds=rounds).run(
+            None, rng=np.random.default_rng(seed)
+        )
         atk = get_attack(attack).example(preset)
         rows = [
             atk.run(tr.observation, rng=np.random.default_rng(seed)).score(tr.ground_truth)

@@ -164,7 +164,24 @@ ATTACKS = Registry(
         "privnlp.attacks.pii",
     ),
 )
-SCENARIOS = Registry("scenario", ("privnlp.evaluation.scenarios",))
+# one module per scenario family, imported on the first lookup (a test keeps this list equal to the
+# package's modules): importing the package itself imports none of them
+SCENARIOS = Registry(
+    "scenario",
+    tuple(
+        f"privnlp.evaluation.scenarios.{m}"
+        for m in (
+            "federated",
+            "fragmentation",
+            "gradient",
+            "memorization",
+            "mpc",
+            "pii",
+            "text",
+            "vocab",
+        )
+    ),
+)
 # Deliberately leaky twins, keyed by the name of the real mechanism they imitate
 # (registered next to the mechanism, re-exported by privnlp.mechanisms.testing).
 LEAKY_TWINS = Registry("leaky twin", MECHANISMS.modules)

@@ -43,7 +43,8 @@ from privnlp.core.report import (
     package_versions,
     summarize,
 )
-from privnlp.evaluation.realistic import attack_for, scenario_preset
+from privnlp.evaluation.plots import headline_bar_figure
+from privnlp.evaluation.realistic import attack_for, base_preset, scenario_preset
 
 __all__ = [
     "audit",
@@ -143,11 +144,8 @@ class FunctionMechanism(Mechanism):
 
 
 def resolve_mechanism(mechanism: Any, preset: str = "quick") -> Mechanism:
-    from .realistic import (
-        base_preset,
-    )  # issue #17: mechanisms have quick/full examples; realistic uses quick's
-
     if isinstance(mechanism, str):
+        # issue #17: mechanisms have quick/full examples; realistic uses quick's
         return MECHANISMS.get(mechanism).example(base_preset(preset))
     if isinstance(mechanism, type) and issubclass(mechanism, Mechanism):
         return mechanism.example(base_preset(preset))
@@ -436,8 +434,6 @@ def audit(
     twin = None
     if leaky_twin and getattr(mech, "name", None) in LEAKY_TWINS.load_all():
         twin_cls = LEAKY_TWINS.get(mech.name)
-        from .realistic import base_preset
-
         twin = twin_cls.example(base_preset(preset)) if hasattr(twin_cls, "example") else twin_cls()
         systems.append(("leaky_twin", twin))
 
@@ -519,8 +515,6 @@ def audit(
     )
     report = _with_environment(report)
     if figures and attack_metrics:
-        from .plots import headline_bar_figure
-
         report = _with_figures(report, (headline_bar_figure(report),))
     return report
 

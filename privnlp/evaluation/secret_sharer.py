@@ -27,11 +27,15 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from privnlp.attacks.memorization import canary_exposure, federated_secret_sharer
 from privnlp.core.errors import InvalidArgument, check_probability
 from privnlp.core.rng import as_numpy
 from privnlp.data import generate_corpus, make_canary
 from privnlp.evaluation.scenarios.federated import FL_DP_FEDAVG_PRESETS
 from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer, heldout_loss
+from privnlp.mechanisms.federated.client import lm_client_data, lm_task
+from privnlp.mechanisms.federated.mechanisms import FedAvg
+from privnlp.mechanisms.federated.simulator import FedSimulator
 
 __all__ = ["SecretSharerCell", "SecretSharerGrid", "secret_sharer_run", "secret_sharer_grid"]
 
@@ -115,10 +119,6 @@ def secret_sharer_run(
     Raises:
         InvalidArgument: ``p_u`` / ``p_e`` outside [0, 1] or an unknown ``preset``.
     """
-    from privnlp.attacks.memorization import canary_exposure, federated_secret_sharer
-    from privnlp.mechanisms.federated.client import lm_client_data, lm_task
-    from privnlp.mechanisms.federated.mechanisms import FedAvg
-    from privnlp.mechanisms.federated.simulator import FedSimulator
 
     check_probability("p_u", p_u)
     check_probability("p_e", p_e)

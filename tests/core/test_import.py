@@ -50,3 +50,35 @@ def test_unknown_attribute_names_itself():
         assert "no_such_thing" in str(e)
     else:  # pragma: no cover
         raise AssertionError("privnlp.no_such_thing must raise AttributeError")
+
+
+def test_light_commands_do_not_import_torch():
+    """Issue #30 item 2: `privnlp --help`, `--version` and every group's `--help` stay torch-free (the
+    commands import their heavy modules when they run), and so do `import privnlp.evaluation` and one
+    scenario module that trains nothing (the scenario registry imports the torch ones on lookup)."""
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from privnlp.cli.main import GROUPS, app\n"
+        "import privnlp.evaluation, privnlp.evaluation.scenarios, privnlp.evaluation.scenarios.vocab\n"
+        "r = CliRunner()\n"
+        "for args in (['--help'], ['--version'], ['redact', '--help'], *([g, '--help'] for g in GROUPS)):\n"
+        "    res = r.invoke(app, args)\n"
+        "    assert res.exit_code == 0, (args, res.output)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'opacus', 'flwr', 'crypten') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", f"light commands imported {out.stdout.strip()}"
+
+
+def test_scenario_registry_lists_every_scenario_module():
+    """The scenario package imports none of its modules; the registry's list must name each one, or a
+    new module's scenarios would be unknown."""
+    import pkgutil
+
+    import privnlp.evaluation.scenarios as pkg
+    from privnlp.core.registry import SCENARIOS
+
+    found = {f"{pkg.__name__}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__)}
+    assert set(SCENARIOS.modules) == found

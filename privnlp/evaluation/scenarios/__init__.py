@@ -1,18 +1,14 @@
 """Evaluation scenarios: each turns (mechanism or None, seed) into observations + ground truth.
 
-Every module in this package is imported on first registry lookup; each registers its
-scenarios with ``@SCENARIOS.register("name")``.
+Each module of this package registers its scenarios with ``@SCENARIOS.register("name")``; the
+registry (:data:`privnlp.core.registry.SCENARIOS`, which lists the modules) imports them on the first
+lookup, so importing one scenario module (``privnlp.evaluation.scenarios.text``) does not import the
+torch-training ones (``gradient``, ``memorization``).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from privnlp.core.registry import SCENARIOS
-
-for _m in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_m.name}")
 
 get = SCENARIOS.get
 

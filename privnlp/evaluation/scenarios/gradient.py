@@ -36,6 +36,8 @@ import warnings
 from typing import Any
 
 import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
@@ -52,7 +54,14 @@ from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy, as_torch, seed_of
 from privnlp.data import generate_corpus, generate_sentiment
 from privnlp.evaluation import realistic
-from privnlp.models import bundled_bert_classifier, tiny_bert_classifier
+from privnlp.mechanisms.training.dp_sgd import (
+    per_sample_classification_loss,
+    per_sample_lm_loss,
+    tied_parameter_names,
+)
+from privnlp.models.builders import tiny_bert_classifier
+from privnlp.models.bundled import bundled_bert_classifier, bundled_lm
+from privnlp.models.training import lm_batch, train_lm
 
 __all__ = ["FedSGDEavesdropper", "client_update", "lm_victim", "classifier_victim", "label_victim"]
 
@@ -95,9 +104,6 @@ PRESETS = {
 @functools.lru_cache(maxsize=4)
 def lm_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[Any, ...]]:
     """(model, tokenizer, private records): the bundled LM fine-tuned on the client's records."""
-    import torch
-
-    from privnlp.models import bundled_lm, train_lm
 
     if preset == "realistic":
         return realistic.lm_victim(seed)
@@ -188,14 +194,6 @@ def _dp_sgd_update(
     None) is run at sigma = 1, the setting of this scenario's cards. Tied weights (GPT-2's wte / lm_head)
     are untied by the mechanism (``tied_embeddings="untie"``): the update holds each copy's noised
     gradient under its own name, each with per-coordinate noise std sigma*C/b."""
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from privnlp.mechanisms.training.dp_sgd import (
-        per_sample_classification_loss,
-        per_sample_lm_loss,
-        tied_parameter_names,
-    )
 
     mech = copy.copy(mechanism)
     if mech.noise_multiplier is None:
@@ -259,7 +257,6 @@ def client_update(
     """What the client sends: ``(gradients dict name -> tensor, observation extras)``.
 
     ``batch`` holds the model's keyword inputs including ``labels``. ``model`` is not modified."""
-    import torch
 
     check_range("local_steps", local_steps, 1, 10**6, integer=True)
     check_positive("lr", lr)
@@ -309,8 +306,6 @@ def client_update(
 
 
 def _lm_batch_dict(tok: Any, texts: list[str], max_length: int) -> dict:
-    from privnlp.models import lm_batch
-
     lb = lm_batch(tok, texts, max_length=max_length)
     return {
         "input_ids": lb.input_ids,
@@ -369,8 +364,6 @@ class FedSGDEavesdropper(Scenario):
         self.lr = lr
 
     def _utility(self, model: Any, batch: dict, grads: dict) -> tuple[float, float]:
-        import torch
-
         m = copy.deepcopy(model)
         m.eval()
         with torch.no_grad():
@@ -430,8 +423,6 @@ class FedSGDEavesdropper(Scenario):
                 util["loss_before"].append(before)
                 util["loss_after_update"].append(after)
         if self.task in ("classifier", "both"):
-            import torch
-
             model, tok, texts_all, labels_all = classifier_victim(self.preset, 0)
             for _ in range(cfg["clf_trials"]):
                 idx = gen.choice(len(texts_all), size=min(b, len(texts_all)), replace=False)
@@ -474,8 +465,6 @@ class FedSGDEavesdropper(Scenario):
                 util["loss_before"].append(before)
                 util["loss_after_update"].append(after)
         if self.task in ("labels", "both"):
-            import torch
-
             model, tok, pool = label_victim(self.preset, 0)
             nb = min(int(cfg["label_batch"]), len(pool))
             for _ in range(cfg["label_trials"]):

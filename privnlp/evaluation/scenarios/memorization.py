@@ -26,7 +26,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerFast
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument
@@ -45,8 +48,13 @@ from privnlp.core.rng import as_numpy
 from privnlp.data import generate_corpus, make_canary
 from privnlp.data.canaries import DEFAULT_WORDS
 from privnlp.evaluation.realistic import canary_lm, dp_train_lm, fl_clients
+from privnlp.mechanisms.federated.client import Task, _lm_loss, lm_client_data
+from privnlp.mechanisms.federated.simulator import FedSimulator
 from privnlp.models._seed import seeded
+from privnlp.models.builders import tiny_gpt2
+from privnlp.models.lstm_lm import tiny_lstm_lm
 from privnlp.models.tokenization import EOT, _no_parallelism
+from privnlp.models.training import lm_batch, lm_batch_from_ids, train_lm
 
 __all__ = [
     "digit_bpe_tokenizer",
@@ -111,8 +119,6 @@ def digit_bpe_tokenizer(texts: list[str], vocab_size: int, *, model_max_length: 
     inconsistent sequences. Splitting digits (as LLaMA-style tokenizers do) keeps every partial
     secret a prefix of the full one in token space. Same special tokens as the models' helper.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -146,9 +152,6 @@ def digit_bpe_tokenizer(texts: list[str], vocab_size: int, *, model_max_length: 
 
 def heldout_loss(model: Any, tokenizer: Any, texts: list[str], max_length: int = 64) -> float:
     """Mean next-token loss (nats) on held-out ``texts`` (token-weighted)."""
-    import torch
-
-    from privnlp.models.training import lm_batch
 
     tot, n = 0.0, 0
     was = model.training
@@ -174,7 +177,6 @@ def train_canary_lm(
 ) -> dict[str, Any]:
     """Train the ``lm.canary`` model; returns ``{"model", "tokenizer", "canaries", "heldout", "info"}``."""
     # deferred: scenario modules are imported on registry lookup
-    from privnlp.models import tiny_gpt2, train_lm
 
     if preset not in LM_CANARY_PRESETS:
         raise InvalidArgument(f"preset must be one of {sorted(LM_CANARY_PRESETS)}; got {preset!r}")
@@ -366,13 +368,10 @@ FL_MODELS = ("gpt2", "lstm")
 
 def _fl_factory(kind: str, cfg: Mapping[str, Any], vocab: int, eos: int, seed: int) -> Any:
     if kind == "gpt2":
-        from privnlp.models import tiny_gpt2
-
         mcfg = dict(cfg["gpt2"])
         return lambda: tiny_gpt2(
             vocab, **mcfg, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, seed=seed
         )
-    from privnlp.models.lstm_lm import tiny_lstm_lm
 
     lcfg = dict(cfg["lstm"])
     return lambda: tiny_lstm_lm(vocab, **lcfg, seed=seed)
@@ -415,9 +414,6 @@ def _local_adam(
     from a forked, seeded torch RNG). A mechanism with ``loss_terms(model, inputs, *, rng, forward)``
     (adversarial embedding) adds its term to the next-token loss computed from the clean logits.
     """
-    import torch
-
-    from privnlp.models.training import lm_batch_from_ids
 
     eos = tokenizer.eos_token
     rows = tokenizer(
@@ -515,7 +511,6 @@ def async_fedavg_snapshots(
     Snapshot ``r`` (``state_dict`` after round ``r``; round 0 = the initial model) is written to
     ``out_dir``. Returns ``(paths, selection)`` with ``selection[0] = ()``.
     """
-    import torch
 
     if mechanism is not None and not isinstance(mechanism, (ModelDefense, TrainingLossTerm)):
         raise InvalidArgument(
@@ -691,8 +686,6 @@ class FLSnapshotsScenario(Scenario):
         extra: dict[str, Any] = {}
         if isinstance(mechanism, Aggregator):
             # a federated mechanism (fedavg / dp_fedavg): privnlp.mechanisms.federated's simulator
-            from privnlp.mechanisms.federated import FedSimulator, lm_client_data
-            from privnlp.mechanisms.federated.client import Task, _lm_loss
 
             data = lm_client_data(
                 tok,

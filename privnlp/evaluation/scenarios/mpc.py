@@ -14,6 +14,7 @@ import functools
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.observations import PartyView
@@ -57,8 +58,6 @@ class MPCInferenceScenario(Scenario):
         self.encoder = encoder
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        import torch
-
         cfg = PRESETS.get(self.preset, PRESETS["quick"])
         seed = seed_of(rng) % (2**31)
         alice, xt, yt = _alice(cfg["n"], self.encoder, cfg["epochs"], seed)

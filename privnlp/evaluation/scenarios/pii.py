@@ -30,6 +30,8 @@ from privnlp.core.rng import as_numpy
 from privnlp.data import generate_corpus, make_canary
 from privnlp.data.corpus import tokenize
 from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer
+from privnlp.models.builders import tiny_gpt2
+from privnlp.models.training import train_lm
 
 __all__ = ["PIIRedactionScenario", "PII_PRESETS", "canary_record"]
 
@@ -210,8 +212,6 @@ class PIIRedactionScenario(Scenario):
     def _lm_trial(
         train: list, redactor: Any, cfg: dict, g: np.random.Generator, info: dict
     ) -> Trial:
-        from privnlp.models import tiny_gpt2, train_lm
-
         canary = make_canary(CANARY_PATTERN, rng=g)
         texts = [r.text for r in train] + [canary.text] * int(cfg["repeats"])
         if redactor is not None:
