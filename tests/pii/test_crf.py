@@ -85,3 +85,41 @@ def test_tidy_span_drops_titles_greetings_and_function_words(small_crf):
     ]
     t2 = "Sanne de Vries"
     assert [t2[x.start : x.end] for x in tidy_span(t2, PIISpan(0, 14, "PERSON"), g)] == [t2]
+
+
+def test_cache_key_covers_the_model_inputs_and_calibration_follows_the_validation_file(
+    small_crf, tmp_path, monkeypatch
+):
+    """The bug "the CRF cache key ignores the validation file": the model is keyed on every input that
+    changes it, and the calibration is refitted (without retraining) when validation.txt changes."""
+    from privnlp.mechanisms.pii import crf
+
+    assert crf._model_key(0, 3000) != crf._model_key(1, 3000) != crf._model_key(0, 2000)
+    assert crf._model_key(0, 3000) == crf._model_key(0, 3000)
+    monkeypatch.setenv("PRIVNLP_CACHE_DIR", str(tmp_path / "cache"))
+    evaldir = tmp_path / "eval"
+    evaldir.mkdir()
+    val = crf.default_evalset_dir() / "validation.txt"
+    (evaldir / "validation.txt").write_text(val.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(crf, "default_evalset_dir", lambda: evaldir)
+    monkeypatch.setattr(crf, "load_evalset", lambda split: load_evalset(split, evaldir))
+    trained = []
+
+    def fake_train(n_docs, *, rng, path):  # the module's small model, copied to the cache path
+        trained.append(path)
+        small_crf.save(path)
+        return CRFTagger.load(path)
+
+    monkeypatch.setattr(crf, "train_crf_tagger", fake_train)
+    t1 = crf.crf_tagger()
+    assert len(trained) == 1 and t1.calibrated_on is not None
+    t2 = crf.crf_tagger()  # cached, same validation file: neither retrained nor recalibrated
+    assert len(trained) == 1 and t2.calibrated_on == t1.calibrated_on
+    assert t2.calibration == pytest.approx(t1.calibration)
+    docs = (evaldir / "validation.txt").read_text(encoding="utf-8")
+    keep = docs[: docs.index("### ", len(docs) // 3)]  # a third of the texts: another calibration
+    (evaldir / "validation.txt").write_text(keep, encoding="utf-8")
+    t3 = crf.crf_tagger()
+    assert len(trained) == 1  # the model is not retrained for a new validation file ...
+    assert t3.calibrated_on != t1.calibrated_on  # ... but its calibration is refitted on it
+    assert t3.calibration != pytest.approx(t1.calibration)

@@ -98,8 +98,20 @@ def test_postcodes_uk_us_eu():
     assert found("London NW1 6XE, UK") == [("NW1 6XE", "POSTCODE")]
     assert found("Cardiff CF10 1AA") == [("CF10 1AA", "POSTCODE")]
     assert found("San Francisco, CA 94105") == [("94105", "POSTCODE")]
-    assert found("Calle Mayor 3, 28013 Madrid") == [("28013", "POSTCODE")]
-    assert found("Oudegracht 101, 3511 AX Utrecht") == [("3511 AX", "POSTCODE")]
+    assert found("Calle Mayor 3, 28013 Madrid") == [
+        ("Calle Mayor 3", "ADDRESS"),
+        ("28013", "POSTCODE"),
+    ]
+    assert found("Oudegracht 101, 3511 AX Utrecht") == [
+        ("Oudegracht 101", "ADDRESS"),
+        ("3511 AX", "POSTCODE"),
+    ]
+    assert found("Rua Augusta 45, 1100-048 Lisboa") == [
+        ("Rua Augusta 45", "ADDRESS"),
+        ("1100-048", "POSTCODE"),
+    ]
+    assert ("00-950", "POSTCODE") in found("ul. Marszałkowska 10, 00-950 Warszawa")
+    assert found("ref 12-345 Items") == []  # a Polish-looking code needs a comma / line start
     assert found("We shipped 12345 Units") == []  # not after a comma / line start
 
 
@@ -158,3 +170,68 @@ def test_unknown_label_is_named():
     with pytest.raises(InvalidArgument, match="FAX"):
         recognize("x", ["FAX"])
     assert "USERNAME" in RECOGNIZER_LABELS
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("Deliver to 221B Baker Street, London", "221B Baker Street"),
+        ("ship to 1600 Maple Dr, Columbus, OH 43215", "1600 Maple Dr"),
+        ("domicilié 18 avenue Jean Jaurès, 69007 Lyon", "18 avenue Jean Jaurès"),
+        ("Adresse : 12 rue de la Paix, 75002 Paris", "12 rue de la Paix"),
+        ("Domicilio: Calle de Alcalá 155, 28009 Madrid", "Calle de Alcalá 155"),
+        ("Corso Vittorio Emanuele 118, 80121 Napoli", "Corso Vittorio Emanuele 118"),
+        ("residente in via Roma 3, Torino", "via Roma 3"),
+        ("Anschrift: Goethestraße 5, 80336 München", "Goethestraße 5"),
+        ("adres: Prinsengracht 263, 1016 GV Amsterdam", "Prinsengracht 263"),
+        ("adres: ul. Długa 15, 00-238 Warszawa", "ul. Długa 15"),
+    ],
+)
+def test_street_addresses_per_convention(text, want):
+    """House number + street in the en / fr / es-it-pt / de-nl / pl conventions; the comma, the town and
+    the postcode stay outside the ADDRESS span."""
+    assert (want, "ADDRESS") in found(text)
+
+
+def test_address_lookalikes_are_not_addresses():
+    for t in ("via Email 3 times", "Chapter 3 Way Forward", "we sold 3 Apples", "Room 12 is free"):
+        assert "ADDRESS" not in [lab for _, lab in found(t)], t
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("nata il 5 maggio 1993 a Bologna", "5 maggio 1993"),
+        ("sinds 14 januari", "14 januari"),
+        ("przełożone na 21 maja", "21 maja"),
+        ("desde 3 de março de 2020", "3 de março de 2020"),
+        ("entro il 30 aprile", "30 aprile"),
+    ],
+)
+def test_dates_in_italian_dutch_polish_portuguese(text, want):
+    assert found(text) == [(want, "DATE")]
+
+
+def test_more_national_ids_with_checksums_and_context():
+    assert found("codice fiscale: GLLFNC90A41F205C;") == [("GLLFNC90A41F205C", "NATIONAL_ID")]
+    assert found("codice fiscale: GLLFNC90A41F205D;") == []  # wrong check letter
+    assert found("PESEL: 44051401359") == [("44051401359", "NATIONAL_ID")]
+    assert found("PESEL: 44051401358") == []  # checksum
+    assert found("order 44051401359 shipped") == []  # a valid PESEL digit run, but no PESEL word
+    assert found("BSN: 111222333") == [("111222333", "NATIONAL_ID")]
+    assert found("BSN: 111222334") == []  # 11-test fails
+    assert found("NIF 123456789") == [("123456789", "NATIONAL_ID")]
+
+
+def test_more_username_contexts():
+    assert ("rpatel", "USERNAME") in found("PWD=/home/rpatel ; USER=root")
+    assert ("lmueller", "USERNAME") in found("Benutzer lmueller von 192.0.2.77")
+    assert ("j.okoro", "USERNAME") in found("VPN connect: user j.okoro assigned 10.8.0.14")
+    assert found("his handle is @jake-m-22 lol") == [("@jake-m-22", "USERNAME")]
+    assert found("the user interface is nice") == []
+    assert found("a user with admin rights") == []
+
+
+def test_dotted_us_phone_is_a_phone_but_a_version_is_not():
+    assert found("call: mornings, 210.555.0122") == [("210.555.0122", "PHONE")]
+    assert found("upgrade to 2.10.5501 today") == []

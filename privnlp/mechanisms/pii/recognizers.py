@@ -26,9 +26,14 @@ from functools import lru_cache
 
 import phonenumbers
 from stdnum import iban as _iban
+from stdnum.de import idnr as _idnr
 from stdnum.es import dni as _dni
 from stdnum.es import nie as _nie
 from stdnum.fr import nir as _nir
+from stdnum.it import codicefiscale as _cf
+from stdnum.nl import bsn as _bsn
+from stdnum.pl import pesel as _pesel
+from stdnum.pt import nif as _nif
 
 from privnlp.core.errors import InvalidArgument
 
@@ -71,7 +76,7 @@ _MONTHS = (
     "november",
     "december",
 )
-_MONTHS_INTL = {  # es, fr, de month names (lower case) -> month number
+_MONTHS_INTL = {  # es, fr, de, it, nl, pt, pl month names (lower case) -> month number
     **{
         m: i + 1
         for i, m in enumerate(
@@ -98,6 +103,43 @@ _MONTHS_INTL = {  # es, fr, de month names (lower case) -> month number
         )
     },
     "maerz": 3,
+    # it, nl, pt, pl (Polish: the genitive a date is written in, and the nominative)
+    **{
+        m: i + 1
+        for i, m in enumerate(
+            "gennaio febbraio marzo aprile maggio giugno luglio agosto settembre ottobre novembre "
+            "dicembre".split()
+        )
+    },
+    **{
+        m: i + 1
+        for i, m in enumerate(
+            "januari februari maart april mei juni juli augustus september oktober november "
+            "december".split()
+        )
+    },
+    **{
+        m: i + 1
+        for i, m in enumerate(
+            "janeiro fevereiro março abril maio junho julho agosto setembro outubro novembro "
+            "dezembro".split()
+        )
+    },
+    "marco": 3,
+    **{
+        m: i + 1
+        for i, m in enumerate(
+            "stycznia lutego marca kwietnia maja czerwca lipca sierpnia września października "
+            "listopada grudnia".split()
+        )
+    },
+    **{
+        m: i + 1
+        for i, m in enumerate(
+            "styczeń luty marzec kwiecień maj czerwiec lipiec sierpień wrzesień październik "
+            "listopad grudzień".split()
+        )
+    },
 }
 _MON = {m[:3]: i + 1 for i, m in enumerate(_MONTHS)} | {"sept": 9}
 _MON_FULL = {m: i + 1 for i, m in enumerate(_MONTHS)} | _MONTHS_INTL
@@ -204,8 +246,14 @@ def find_phones(text: str, score: float = 0.85) -> list[PIISpan]:
         intl = cand.startswith(("+", "00"))
         grouped = bool(re.search(r"[ \u00a0().\-]", cand))
         ctx = bool(_PHONE_CONTEXT.search(text[max(0, a - 30) : a]))
-        if "." in cand and not intl and not ctx and re.fullmatch(r"[\d.]+", cand):
-            continue  # dotted digit runs without context are dates / versions / IPs
+        if (
+            "." in cand
+            and not intl
+            and not ctx
+            and re.fullmatch(r"[\d.]+", cand)
+            and not re.fullmatch(r"\d{3}\.\d{3}\.\d{4}|0\d(?:\.\d\d){4}", cand)
+        ):
+            continue  # dotted digit runs without context are dates / versions / IPs (but 210.555.0122)
         if nd < 9 and not (intl or ctx):
             continue  # a short local number (no area code) only after a phone word
         valid, possible = _phone_valid(cand)
@@ -231,6 +279,34 @@ _NIR = re.compile(
 )
 _NINO = re.compile(
     r"(?<![\w-])(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w-])"
+)
+
+# Italian codice fiscale: 6 letters, 2 digits, month letter, 2 digits, letter + 3 digits, check letter
+# (digits may be replaced by letters for homonyms: the "omocodia" letters LMNPQRSTUV)
+_CF = re.compile(
+    r"(?<![\w-])[A-Z]{6}[\dLMNPQRSTUV]{2}[ABCDEHLMPRST][\dLMNPQRSTUV]{2}[A-Z][\dLMNPQRSTUV]{3}[A-Z]"
+    r"(?![\w-])",
+    re.I,
+)
+# digit-only national ids whose checksum passes by chance for 1 in 10 / 11 digit runs: only after their
+# name (PESEL, BSN, NIF, Steuer-ID) within 30 characters
+_DIGIT_IDS = (
+    (re.compile(r"(?<![\w-])\d{11}(?![\w-])"), re.compile(r"PESEL", re.I), _pesel),
+    (
+        re.compile(r"(?<![\w-])\d{4}\.?\d{2}\.?\d{3}(?![\w-])"),
+        re.compile(r"\b(?:BSN|burgerservicenummer|sofinummer)\b", re.I),
+        _bsn,
+    ),
+    (
+        re.compile(r"(?<![\w-])\d{3} ?\d{3} ?\d{3}(?![\w-])"),
+        re.compile(r"\b(?:NIF|contribuinte)\b", re.I),
+        _nif,
+    ),
+    (
+        re.compile(r"(?<![\w-])\d{2} ?\d{3} ?\d{3} ?\d{3}(?![\w-])"),
+        re.compile(r"\b(?:Steuer-?ID|Steueridentifikationsnummer|IdNr)\b", re.I),
+        _idnr,
+    ),
 )
 
 
@@ -286,7 +362,9 @@ def find_cards(text: str, score: float = 0.95) -> list[PIISpan]:
 def find_national_ids(text: str, score: float = 0.95) -> list[PIISpan]:
     """National ids that carry a checksum or a strict format (``NATIONAL_ID``): UK NHS numbers (mod 11,
     with ``NHS`` within 40 characters before: a bare 3-3-4 digit run is more often a phone), Spanish DNI /
-    NIE (letter check), French NIR (mod 97), UK National Insurance numbers (format only: no checksum)."""
+    NIE (letter check), French NIR (mod 97), UK National Insurance numbers (format only: no checksum),
+    Italian codice fiscale (check letter); digit-only ids whose checksum a random digit run passes 1 time in
+    10-11 only after their name: Polish PESEL, Dutch BSN (11-test), Portuguese NIF, German Steuer-ID."""
     out = []
     for m in _NHS.finditer(text):
         if nhs_ok(m.group()) and _NHS_CONTEXT.search(text[max(0, m.start() - 40) : m.start()]):
@@ -300,6 +378,13 @@ def find_national_ids(text: str, score: float = 0.95) -> list[PIISpan]:
             out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", score, "regex"))
     for m in _NINO.finditer(text):
         out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", round(score * 0.85, 4), "regex"))
+    for m in _CF.finditer(text):
+        if _cf.is_valid(m.group()):
+            out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", score, "regex"))
+    for pat, ctx, mod in _DIGIT_IDS:
+        for m in pat.finditer(text):
+            if ctx.search(text[max(0, m.start() - 30) : m.start()]) and mod.is_valid(m.group()):
+                out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", score, "regex"))
     return out
 
 
@@ -358,7 +443,7 @@ _US_ZIP = re.compile(
 # line / after a comma, or with a country prefix (D-10115, F-75011)
 _EU_POSTCODE = re.compile(
     r"(?:(?<=,)\s*|(?<=^)|(?<=\n)|(?<=\bCP )|(?<=\bPLZ )|(?<=\b[DFEIAB]-))"
-    r"(\d{5}|\d{4} ?[A-Z]{2}|\d{4})(?=\s+[A-ZÀ-Þ][a-zà-ÿ]+)",
+    r"(\d{4}-\d{3}|\d{2}-\d{3}|\d{5}|\d{4} ?[A-Z]{2}|\d{4})(?=\s+[A-ZÀ-ÞŁŚŻŹĆŃ][a-zà-ÿąćęłńóśźż]+)",
     re.M,
 )
 
@@ -366,7 +451,7 @@ _EU_POSTCODE = re.compile(
 def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
     """UK postcodes (``NW1 6XE``), US ZIP codes after a state or ``ZIP`` (``CA 94105``), continental
     codes before a town at a line start / after a comma / after ``D-`` (``28013 Madrid``, ``1012 AB
-    Amsterdam``)."""
+    Amsterdam``, Portuguese ``1100-048 Lisboa``, Polish ``00-238 Warszawa``)."""
     out = [
         PIISpan(m.start(), m.end(), "POSTCODE", score, "regex") for m in _UK_POSTCODE.finditer(text)
     ]
@@ -405,10 +490,25 @@ _USER_PATTERNS = (
     ),
     re.compile(r"\blogged (?:in|on) as\s+['\"]?@?(" + _UCHARS + ")", re.I),
     re.compile(r"\bsudo:\s+(" + _UCHARS + r")\s*:"),
+    # a home directory names its user: /home/jdoe, /Users/jdoe, C:\\Users\\jdoe
+    re.compile(r"(?:/home/|/Users/|\\Users\\)(" + _UCHARS + ")"),
+    # "user jdoe", "Benutzer lmueller", "utilisateur aperrin" in a log line: the value looks like a login
+    # (lower case, no space) and a log verb / preposition follows, or it carries a digit, "_" or "."
+    re.compile(
+        r"\b(?:user|benutzer|utilisateur|usuario|utente|gebruiker|użytkownik)\s+['\"]?"
+        r"([a-z][a-z0-9._-]*[0-9_.][a-z0-9._-]*[a-z0-9]|[a-z][a-z0-9_-]{2,30})['\"]?"
+        r"(?=\s+(?:logged|signed|failed|authenticated|locked|connected|disconnected|assigned|from|"
+        r"von|depuis|desde|via|session)\b)",
+        re.I,
+    ),
+    re.compile(
+        r"\b(?:user|benutzer|utilisateur|usuario|utente|gebruiker|użytkownik)\s+['\"]?"
+        r"([a-z][a-z0-9]*[._][a-z0-9._]*[a-z0-9]|[a-z]+[0-9]+[a-z0-9]*)(?![\w@])"
+    ),
     re.compile(r"\bsu(?:\[\d+\])?:.*?\bby\s+(" + _UCHARS + ")"),
 )
 _HANDLE = re.compile(
-    r"(?<![\w.@/])@[A-Za-z0-9_](?:[A-Za-z0-9_.]{0,28}[A-Za-z0-9_])?(?![\w@]|\.[A-Za-z])"
+    r"(?<![\w.@/])@[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,28}[A-Za-z0-9_])?(?![\w@-]|\.[A-Za-z])"
 )
 _NOT_USERS = frozenset(
     "root admin administrator guest unknown invalid test user users nobody www-data system the a an "
@@ -497,6 +597,8 @@ def _date_candidates(text: str) -> Iterable[tuple[int, int, tuple[_dt.date, ...]
         for m in pat.finditer(text):
             g = m.groupdict()
             y = _year(g["y"])
+            if not 1900 <= y <= 2100:
+                continue  # "2.10.5501" is a version number
             if g.get("mon"):
                 ds = (_mk(y, _month(g["mon"]), int(g["d"])),)
             elif k == 1:
@@ -533,6 +635,75 @@ def find_dates(text: str, score: float = 0.8) -> list[PIISpan]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ addresses
+_CAP = r"[A-ZÀ-ÞŁŚŻŹĆ][\w'’.-]*"
+_NUM = r"\d{1,5}[A-Za-z]?(?![\w/.-]\d)"
+#: street address grammars (house number + street), one per writing convention
+_ADDRESS_PATTERNS = (
+    # en: 221B Baker Street, 1600 Maple Dr, 27 High St
+    re.compile(
+        r"(?<![\w-])"
+        + _NUM
+        + r"\s+(?:"
+        + _CAP
+        + r"\s+){1,3}(?:Street|St|Road|Rd|Avenue|Ave|Lane|Ln|"
+        r"Drive|Dr|Grove|Close|Way|Court|Ct|Place|Pl|Terrace|Crescent|Cres|Boulevard|Blvd|Square|Sq|"
+        r"Gardens|Gdns|Hill|Row|Mews|Parkway|Pkwy|Highway|Hwy|Circle|Cir|Walk|Trail|Broadway)\b"
+    ),
+    # fr: 12 rue de la Paix, 18 avenue Jean Jaurès, 4 bis place Bellecour
+    re.compile(
+        r"(?<![\w-])\d{1,4}(?:\s?(?:bis|ter))?,?\s+(?i:rue|avenue|av\.|boulevard|bd|place|allée|impasse|"
+        r"chemin|quai|cours|route|square|passage|faubourg)\s+(?:(?:de|du|des|la|le|l'|d'|l’|d’)\s*)*"
+        + _CAP
+        + r"(?:\s+(?:(?:de|du|des|la|le|l'|d'|et)\s*)*"
+        + _CAP
+        + r"){0,4}"
+    ),
+    # es / it / pt / ca: Calle de Alcalá 155, Via Zamboni 22, Avenida da Liberdade 190, C/ Mayor, 3
+    re.compile(
+        r"(?<![\w-])(?:(?:Calle|C/|Avenida|Avda\.?|Av\.|Plaza|Pza\.|Paseo|Camino|Carrer|Ronda|Travesía|"
+        r"Via|Viale|Corso|Piazza|Piazzale|Vicolo|Largo|Rua|Travessa|Praça|Estrada|Alameda)|"
+        # lower case only after "in / en / em / na / no / a" ("residente in via Roma 3", "vivo en calle")
+        r"(?:(?<=\bin )|(?<=\ben )|(?<=\bem )|(?<=\bna )|(?<=\bno )|(?<=\ba ))(?:calle|c/|avenida|"
+        r"plaza|paseo|via|viale|corso|piazza|largo|rua|travessa|praça))\s+"
+        r"(?:(?:de|del|la|las|los|di|della|delle|dei|degli|da|do|dos|das)\s+)*"
+        + _CAP
+        + r"(?:\s+(?:(?:de|del|la|di|della|da|do|dos|das|e|y)\s+)*"
+        + _CAP
+        + r"){0,4},?\s+(?:n\.?\s?º\s*|nº\s*|n\.\s*)?"
+        + _NUM
+    ),
+    # de / nl: Goethestraße 5, Prinsengracht 263, Hauptstr. 12a, Kerkstraat 4
+    re.compile(
+        r"(?<![\w-])[A-ZÀ-Þ][\w-]*(?:straße|strasse|str\.|weg|gasse|platz|allee|ring|damm|ufer|gracht|"
+        r"laan|straat|plein|kade|singel|dijk|steeg|markt)\s+" + _NUM
+    ),
+    # pl: ul. Długa 15, al. Jerozolimskie 44/2
+    re.compile(
+        r"(?<![\w-])(?:ul\.|al\.|pl\.|os\.)\s+"
+        + _CAP
+        + r"(?:\s+"
+        + _CAP
+        + r"){0,3}\s+\d{1,4}[A-Za-z]?"
+        r"(?:/\d{1,4})?"
+    ),
+)
+
+
+def find_addresses(text: str, score: float = 0.75) -> list[PIISpan]:
+    """Street addresses (house number + street) in the English, French, Spanish / Italian / Portuguese,
+    German / Dutch and Polish conventions (``221B Baker Street``, ``12 rue de la Paix``, ``Calle de
+    Alcalá 155``, ``Goethestraße 5``, ``ul. Długa 15``); the town and postcode are separate spans."""
+    out = []
+    for pat in _ADDRESS_PATTERNS:
+        for m in pat.finditer(text):
+            a, b = m.start(), m.end()
+            while b > a and text[b - 1] in ",. ":
+                b -= 1
+            out.append(PIISpan(a, b, "ADDRESS", score, "regex"))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ all
 #: recognizers in priority order: a span overlapping one found earlier in this order is dropped
 _FINDERS: dict[str, Callable[[str], list[PIISpan]]] = {
@@ -544,6 +715,7 @@ _FINDERS: dict[str, Callable[[str], list[PIISpan]]] = {
     "SSN": find_ssns,
     "DATE": find_dates,
     "PHONE": find_phones,
+    "ADDRESS": find_addresses,  # before POSTCODE: the "1600" of "1600 Maple Dr" is a house number
     "POSTCODE": find_postcodes,
     "USERNAME": find_usernames,
 }

