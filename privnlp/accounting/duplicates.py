@@ -169,10 +169,11 @@ def group_runs(runs: Iterable[Any], k: int) -> list[tuple[float, float, int]]:
     Raises:
         InvalidArgument: ``k`` is not an integer >= 1.
     """
-    from .ledger import _normalise_runs
+    # deferred: .ledger pulls dp_accounting + scipy (~1 s) and the CLI imports this module at its top
+    from .ledger import normalise_runs
 
     check_range("k (group size)", k, 1, math.inf, integer=True)
-    return [(s / k, 1.0 - (1.0 - q) ** k, n) for s, q, n in _normalise_runs(runs)]
+    return [(s / k, 1.0 - (1.0 - q) ** k, n) for s, q, n in normalise_runs(runs)]
 
 
 def group_epsilon(
@@ -201,15 +202,14 @@ def group_epsilon(
         InvalidArgument: unknown ``accountant``.
         InvalidPrivacyParameter: ``delta`` outside (0, 1).
     """
-    from .ledger import epsilon_for, epsilon_no_amplification
+    # deferred: see group_runs
+    from .ledger import epsilon_for, epsilon_no_amplification, normalise_runs
 
     runs = list(runs)
     if k <= 1:
         return epsilon_for(runs, delta, accountant).epsilon
     if not poisson_sampling:
-        from .ledger import _normalise_runs
-
-        return epsilon_no_amplification([(s / k, q, n) for s, q, n in _normalise_runs(runs)], delta)
+        return epsilon_no_amplification([(s / k, q, n) for s, q, n in normalise_runs(runs)], delta)
     return epsilon_for(group_runs(runs, k), delta, accountant).epsilon
 
 

@@ -8,12 +8,14 @@ default, < 1/N) and Poisson sampling with q = 32 / N over ceil(10 N / 32) = 4,68
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 
 import numpy as np
+from dp_accounting import dp_event as de
+from dp_accounting.rdp import rdp_privacy_accountant as rdpa
 
+from .events import quiet_absl
 from .ledger import epsilon_for
 
 __all__ = [
@@ -51,14 +53,7 @@ def tf_privacy_legacy_epsilon(
 ) -> float:
     """What TF Privacy's old ``compute_dp_sgd_privacy`` printed: RDP over orders <= 512 and the classic
     conversion (its floor is log(1/delta)/511 = 0.0225 at delta = 1e-5, whatever the noise)."""
-
-    from dp_accounting import dp_event as de
-    from dp_accounting.rdp import rdp_privacy_accountant as rdpa
-
-    lg = logging.getLogger("absl")
-    old = lg.level
-    lg.setLevel(logging.ERROR)
-    try:
+    with quiet_absl():
         acc = rdpa.RdpAccountant(orders=_LEGACY_ORDERS)
         acc.compose(
             de.SelfComposedDpEvent(
@@ -67,8 +62,6 @@ def tf_privacy_legacy_epsilon(
             )
         )
         rdp = np.asarray(acc._rdp)
-    finally:
-        lg.setLevel(old)
     return float(np.min(rdp + math.log(1 / delta) / (np.asarray(_LEGACY_ORDERS) - 1)))
 
 

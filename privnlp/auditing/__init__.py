@@ -22,19 +22,33 @@ Importing this package does not import torch.
 
 from __future__ import annotations
 
-from .bounds import (
-    EpsilonBound,
-    clopper_pearson,
-    epsilon_lower_bound,
-    epsilon_lower_bound_gdp,
-    gdp_epsilon,
-    one_run_audit,
-    one_run_epsilon_lower_bound,
-    one_run_epsilon_lower_bound_gdp,
-    threshold_audit,
-)
-from .result import DPAuditResult, DPAuditSuite
+import importlib
+from typing import Any
+
+from .result import DPAuditResult, DPAuditSuite, EpsilonBound
 from .runner import audit_report, has_audit, run_dp_audit
+
+#: loaded on first access (PEP 562): the bounds need scipy / dp_accounting (~2 s), and this package sits on
+#: the CLI's light path (the cards renderer imports it)
+_BOUNDS = (
+    "clopper_pearson",
+    "epsilon_lower_bound",
+    "epsilon_lower_bound_gdp",
+    "gdp_epsilon",
+    "one_run_audit",
+    "one_run_epsilon_lower_bound",
+    "one_run_epsilon_lower_bound_gdp",
+    "threshold_audit",
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BOUNDS:
+        value = getattr(importlib.import_module(".bounds", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "EpsilonBound",

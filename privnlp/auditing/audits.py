@@ -1,8 +1,9 @@
 """Registers one empirical DP audit per DP defense in :data:`privnlp.core.registry.AUDITS`.
 
 Each entry is ``fn(cls, *, name, system, preset, seed, confidence) -> list[DPAuditResult]`` where ``cls`` is
-the registered defense class or its leaky twin (same constructor, same claim). The audit modules import
-torch / the mechanisms only inside their functions, so importing this module stays light.
+the registered defense class or its leaky twin (same constructor, same claim). Importing this module imports
+torch (the DP-SGD and DP-FedAvg audits train with it): the AUDITS registry loads it on the first lookup
+only, so ``import privnlp.auditing`` stays light.
 """
 
 from __future__ import annotations

@@ -76,15 +76,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.special import ndtr, ndtri
+from scipy.stats import beta, binom, norm
 
-from privnlp.accounting.ledger import gaussian_epsilon
-from privnlp.core.claims import _jsonable
+from privnlp.accounting.events import gaussian_epsilon
 from privnlp.core.errors import InvalidArgument, check_range
 from privnlp.core.rng import as_numpy
+
+from .result import DEFAULT_CONFIDENCE, EpsilonBound
 
 __all__ = [
     "EpsilonBound",
@@ -115,58 +117,6 @@ GAUSSIAN_CONVERSIONS = {
     "fdp_gaussian_one_run": "steinke_one_run",
 }
 
-DEFAULT_CONFIDENCE = 0.95
-
-
-@dataclass(frozen=True)
-class EpsilonBound:
-    """A lower bound on epsilon from one audit.
-
-    Attributes:
-        epsilon: the lower bound (``>= 0``; ``inf`` only if the mechanism was seen to be non-private).
-        method: ``clopper_pearson`` (Jagielski et al.), ``gdp_clopper_pearson`` (Gaussian trade-off),
-            ``steinke_one_run``, ``fdp_gaussian_one_run`` (Mahloujifar et al.) or ``metric_clopper_pearson``.
-        delta: the delta at which the bound is stated.
-        confidence: the probability (over the audit's randomness) that the bound is valid.
-        trials: runs (repeated-runs methods), canaries (one-run methods) or mechanism calls (metric DP).
-        mu: the GDP lower bound where the method gives one.
-        details: counts, threshold, etc.
-    """
-
-    epsilon: float
-    method: str
-    delta: float
-    confidence: float
-    trials: int
-    mu: float | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return _jsonable(
-            {
-                "epsilon": self.epsilon,
-                "method": self.method,
-                "delta": self.delta,
-                "confidence": self.confidence,
-                "trials": self.trials,
-                "mu": self.mu,
-                "details": dict(self.details),
-            }
-        )
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> EpsilonBound:
-        f = lambda x: None if x is None else float(x)  # noqa: E731  ("inf" strings parse too)
-        return cls(
-            float(d["epsilon"]),
-            d["method"],
-            float(d["delta"]),
-            float(d["confidence"]),
-            int(d["trials"]),
-            f(d.get("mu")),
-            dict(d.get("details", {})),
-        )
-
 
 # ----------------------------------------------------------------------------- Clopper-Pearson
 def _check_counts(k: int, n: int) -> None:
@@ -176,8 +126,6 @@ def _check_counts(k: int, n: int) -> None:
 
 def cp_upper(k: int, n: int, alpha: float) -> float:
     """One-sided Clopper-Pearson upper bound: ``P[p <= cp_upper] >= 1 - alpha``."""
-    from scipy.stats import beta
-
     _check_counts(k, n)
     if n == 0 or k >= n:
         return 1.0
@@ -186,8 +134,6 @@ def cp_upper(k: int, n: int, alpha: float) -> float:
 
 def cp_lower(k: int, n: int, alpha: float) -> float:
     """One-sided Clopper-Pearson lower bound: ``P[p >= cp_lower] >= 1 - alpha``."""
-    from scipy.stats import beta
-
     _check_counts(k, n)
     if k <= 0:
         return 0.0
@@ -288,8 +234,6 @@ def epsilon_lower_bound(
 # ----------------------------------------------------------------------------- Gaussian DP
 def gdp_delta(mu: float, epsilon: float) -> float:
     """delta(eps) of mu-GDP: ``Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``."""
-    from scipy.stats import norm
-
     if mu <= 0:
         return 0.0
     if math.isinf(mu):
@@ -327,8 +271,6 @@ def gdp_mu_lower_bound(
     tp: int, fp: int, tn: int, fn: int, *, confidence: float = DEFAULT_CONFIDENCE
 ) -> float:
     """``mu >= Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi)`` (one-sided CP bounds at ``(1-confidence)/2`` each)."""
-    from scipy.stats import norm
-
     _check_confidence(confidence)
     a = (1.0 - confidence) / 2.0
     fpr_hi = cp_upper(fp, fp + tn, a)
@@ -380,8 +322,6 @@ def _check_game(m: int, r: int, v: int) -> None:
 
 def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) -> float:
     """Steinke et al. 2023: an upper bound on ``P[>= v correct of r guesses]`` under ``(eps, delta)``-DP."""
-    from scipy.stats import binom
-
     _check_game(m, r, v)
     if v == 0:
         return 1.0
@@ -432,9 +372,9 @@ def one_run_epsilon_lower_bound(
     """
     _check_conf(confidence, delta)
     _check_game(m, r, v)
-    beta = 1.0 - confidence
+    level = 1.0 - confidence
     eps = _bisect_increasing(
-        lambda e: one_run_p_value(m, r, v, e, delta) <= beta, 1.0, 1e3, iters=40
+        lambda e: one_run_p_value(m, r, v, e, delta) <= level, 1.0, 1e3, iters=40
     )
     return EpsilonBound(
         eps,
@@ -469,8 +409,6 @@ def fdp_one_run_consistent(
 
 def _gauss_inv_blowup(mu: Any):
     """``y -> Phi(Phi^-1(y) - mu)`` (vectorised over ``mu``)."""
-    from scipy.special import ndtr, ndtri
-
     mu = np.asarray(mu, dtype=np.float64)
 
     def inv(y: Any) -> Any:

@@ -32,10 +32,13 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
+
+from privnlp.mechanisms.federated import FitRes
 
 from .bounds import DEFAULT_CONFIDENCE, headline_bound, one_run_audit, threshold_audit
-from .result import DPAuditResult
-from .training import _ideal_gaussian_one_run, _qualname
+from .result import DPAuditResult, qualname
+from .training import _ideal_gaussian_one_run
 
 __all__ = ["audit_dp_fedavg", "AUDIT_PRESETS"]
 
@@ -73,9 +76,6 @@ def _mechanism(cls: Any, target_epsilon: float, users: int) -> tuple[Any, dict, 
 
 
 def _replies(updates: np.ndarray) -> list:
-    import torch
-
-    from privnlp.mechanisms.federated import FitRes
 
     return [
         FitRes(
@@ -96,7 +96,6 @@ def _repeated(
     seed: int,
     confidence: float,
 ) -> DPAuditResult:
-    import torch
 
     t0 = time.perf_counter()
     mech, plan, claim = _mechanism(cls, target_epsilon, users)
@@ -128,7 +127,7 @@ def _repeated(
     return DPAuditResult(
         mechanism=name,
         system=system,
-        implementation=_qualname(cls),
+        implementation=qualname(cls),
         variant="white-box canary client (+/-1000 e_0, replace-one), one DP-FedAvg round, repeated rounds",
         claimed_epsilon=float(claim.epsilon),
         claimed_delta=float(claim.delta),
@@ -162,7 +161,6 @@ def _repeated(
 def _one_run(
     cls: Any, name: str, system: str, target_epsilon: float, m: int, seed: int, confidence: float
 ) -> DPAuditResult:
-    import torch
 
     t0 = time.perf_counter()
     users = m + 2
@@ -198,7 +196,7 @@ def _one_run(
     return DPAuditResult(
         mechanism=name,
         system=system,
-        implementation=_qualname(cls),
+        implementation=qualname(cls),
         variant=f"white-box canary clients, one run (m={m} canary users, one DP-FedAvg round)",
         claimed_epsilon=float(claim.epsilon),
         claimed_delta=float(claim.delta),

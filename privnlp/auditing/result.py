@@ -10,9 +10,73 @@ from typing import Any
 
 from privnlp.core.claims import _jsonable
 
-from .bounds import EpsilonBound
+__all__ = [
+    "DPAuditResult",
+    "DPAuditSuite",
+    "SYSTEMS",
+    "qualname",
+    "EpsilonBound",
+    "DEFAULT_CONFIDENCE",
+]
 
-__all__ = ["DPAuditResult", "DPAuditSuite", "SYSTEMS"]
+#: the default confidence of every audit bound
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class EpsilonBound:
+    """A lower bound on epsilon from one audit.
+
+    Attributes:
+        epsilon: the lower bound (``>= 0``; ``inf`` only if the mechanism was seen to be non-private).
+        method: ``clopper_pearson`` (Jagielski et al.), ``gdp_clopper_pearson`` (Gaussian trade-off),
+            ``steinke_one_run``, ``fdp_gaussian_one_run`` (Mahloujifar et al.) or ``metric_clopper_pearson``.
+        delta: the delta at which the bound is stated.
+        confidence: the probability (over the audit's randomness) that the bound is valid.
+        trials: runs (repeated-runs methods), canaries (one-run methods) or mechanism calls (metric DP).
+        mu: the GDP lower bound where the method gives one.
+        details: counts, threshold, etc.
+    """
+
+    epsilon: float
+    method: str
+    delta: float
+    confidence: float
+    trials: int
+    mu: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(
+            {
+                "epsilon": self.epsilon,
+                "method": self.method,
+                "delta": self.delta,
+                "confidence": self.confidence,
+                "trials": self.trials,
+                "mu": self.mu,
+                "details": dict(self.details),
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EpsilonBound:
+        f = lambda x: None if x is None else float(x)  # noqa: E731  ("inf" strings parse too)
+        return cls(
+            float(d["epsilon"]),
+            d["method"],
+            float(d["delta"]),
+            float(d["confidence"]),
+            int(d["trials"]),
+            f(d.get("mu")),
+            dict(d.get("details", {})),
+        )
+
+
+def qualname(cls: Any) -> str:
+    """``module.QualName`` of the audited implementation (recorded in every result)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
 
 SYSTEMS = ("defense", "leaky_twin")
 

@@ -20,8 +20,7 @@ from typing import Any
 from privnlp.core.registry import AUDITS, LEAKY_TWINS, MECHANISMS
 from privnlp.core.report import atomic_write_text
 
-from .bounds import DEFAULT_CONFIDENCE
-from .result import DPAuditResult, DPAuditSuite
+from .result import DEFAULT_CONFIDENCE, DPAuditResult, DPAuditSuite
 
 __all__ = ["run_dp_audit", "audit_report", "has_audit", "CACHE_VERSION"]
 

@@ -35,8 +35,7 @@ from privnlp.core.registry import MECHANISMS
 from privnlp.mechanisms.text import Embeddings
 
 from .bounds import DEFAULT_CONFIDENCE, EpsilonBound, cp_lower, cp_upper
-from .result import DPAuditResult
-from .training import _qualname
+from .result import DPAuditResult, qualname
 
 __all__ = [
     "audit_metric_dp",
@@ -191,7 +190,7 @@ def audit_metric_dp(
         DPAuditResult(
             mechanism=name,
             system=system,
-            implementation=_qualname(cls),
+            implementation=qualname(cls),
             variant="output frequencies of neighbouring words on a battery of explicit vocabularies (log-ratio / distance)",
             claimed_epsilon=eps,
             claimed_delta=0.0,

@@ -40,14 +40,20 @@ import warnings
 from typing import Any
 
 import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from privnlp.core.claims import ClaimKind
 from privnlp.core.registry import MECHANISMS
 from privnlp.data import generate_corpus
+from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
+from privnlp.mechanisms.training.loop import train_private
+from privnlp.models import bundled_lm
 from privnlp.models._seed import seeded
+from privnlp.models.training import lm_batch
 
 from .bounds import DEFAULT_CONFIDENCE, gdp_epsilon, headline_bound, one_run_audit, threshold_audit
-from .result import DPAuditResult
+from .result import DPAuditResult, qualname
 
 __all__ = ["audit_dp_sgd", "AUDIT_PRESETS", "calibrated_one_step"]
 
@@ -71,12 +77,7 @@ ACCOUNTANT = "prv"
 _CALIBRATION: dict = {}
 
 
-def _qualname(cls: Any) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def _loader(X: Any) -> Any:
-    from torch.utils.data import DataLoader, TensorDataset
 
     return DataLoader(TensorDataset(X), batch_size=int(X.shape[0]))
 
@@ -85,7 +86,6 @@ def _dataset(dim: int, canaries: np.ndarray, n_benign: int, g: np.random.Generat
     """Benign rows (zero on the canary coordinates ``0..len(canaries)-1``) + one row per canary slot:
     ``CANARY_SCALE e_i`` when ``canaries[i]`` else a placeholder that is zero on every canary coordinate
     (tiny and distinct on the benign ones, so that no two rows are duplicates)."""
-    import torch
 
     m = len(canaries)
     X = np.zeros((n_benign + m, dim), dtype=np.float32)
@@ -99,7 +99,6 @@ def _dataset(dim: int, canaries: np.ndarray, n_benign: int, g: np.random.Generat
 
 
 def _private(cls: Any, X: Any, *, rng: Any, **kw: Any) -> tuple[Any, Any]:
-    import torch
 
     model = torch.nn.Linear(int(X.shape[1]), 1, bias=False)
     with torch.no_grad():
@@ -114,7 +113,6 @@ def _private(cls: Any, X: Any, *, rng: Any, **kw: Any) -> tuple[Any, Any]:
 
 def _step(model: Any, pt: Any) -> np.ndarray:
     """One DP-SGD step from w = 0; returns the update w_before - w_after (then resets w to 0)."""
-    import torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -178,7 +176,7 @@ def _repeated(
     return DPAuditResult(
         mechanism=name,
         system=system,
-        implementation=_qualname(cls),
+        implementation=qualname(cls),
         variant="white-box Dirac gradient canary, one DP-SGD step, repeated runs",
         claimed_epsilon=eps_c,
         claimed_delta=delta_c,
@@ -230,7 +228,7 @@ def _one_run(
     return DPAuditResult(
         mechanism=name,
         system=system,
-        implementation=_qualname(cls),
+        implementation=qualname(cls),
         variant=f"white-box Dirac gradient canaries, one run (m={m} canaries, one DP-SGD step)",
         claimed_epsilon=eps_c,
         claimed_delta=delta_c,
@@ -290,10 +288,6 @@ def _canary_texts(m: int, g: np.random.Generator) -> list[str]:
 
 
 def _per_text_loss(model: Any, tok: Any, texts: list[str], max_length: int) -> np.ndarray:
-    import torch
-
-    from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
-    from privnlp.models.training import lm_batch
 
     out = []
     model.eval()
@@ -312,13 +306,6 @@ def _lm_one_run(cls: Any, name: str, system: str, seed: int, confidence: float) 
     each added to the fine-tuning set with probability 1/2; DP-SGD fine-tuning through ``cls.make_private``
     (Poisson sampling, ``epochs`` epochs, sigma calibrated by the mechanism to ``target_epsilon``); the score
     of a canary is its loss decrease (before - after). The claim is the trained run's own claim."""
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
-    from privnlp.mechanisms.training.loop import train_private
-    from privnlp.models import bundled_lm
-    from privnlp.models.training import lm_batch
 
     t0 = time.perf_counter()
     cfg = LM_ONE_RUN
@@ -376,7 +363,7 @@ def _lm_one_run(cls: Any, name: str, system: str, seed: int, confidence: float) 
     return DPAuditResult(
         mechanism=name,
         system=system,
-        implementation=_qualname(cls),
+        implementation=qualname(cls),
         variant=f"black-box canary records, one run on the bundled LM (m={m}, DP-SGD fine-tuning)",
         claimed_epsilon=float(claim.epsilon),
         claimed_delta=float(claim.delta),

@@ -36,8 +36,7 @@ import numpy as np
 from privnlp.core.registry import MECHANISMS
 
 from .bounds import DEFAULT_CONFIDENCE, EpsilonBound, threshold_audit
-from .result import DPAuditResult
-from .training import _qualname
+from .result import DPAuditResult, qualname
 
 __all__ = ["audit_dp_wordpiece", "AUDIT_PRESETS"]
 
@@ -121,7 +120,7 @@ def _repeated(
     return DPAuditResult(
         mechanism=name,
         system=system,
-        implementation=_qualname(cls),
+        implementation=qualname(cls),
         variant=f"canary document (k={k} common words x{REPEATS}), released histogram, repeated builds",
         claimed_epsilon=float(claim.epsilon),
         claimed_delta=float(claim.delta),

@@ -54,6 +54,16 @@ __all__ = [
 ]
 
 NEIGHBOURING = ("add/remove", "replace-one")
+
+
+def _norm():
+    """``scipy.stats.norm``, imported on first use: scipy.stats costs ~2 s to import and this module sits
+    on the CLI's light path (``privnlp vocab`` imports the DP vocabulary at its top)."""
+    from scipy.stats import norm
+
+    return norm
+
+
 NOISES = ("laplace", "gaussian")
 
 
@@ -159,12 +169,10 @@ def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) ->
     Returns:
         delta(epsilon).
     """
-    from scipy.stats import norm
-
     a = sensitivity / (2.0 * sigma)
     c = epsilon * sigma / sensitivity
     # Phi(a - c) - e^eps Phi(-a - c), computed with log-cdf for stability
-    return float(norm.cdf(a - c) - math.exp(epsilon + norm.logcdf(-a - c)))
+    return float(_norm().cdf(a - c) - math.exp(epsilon + _norm().logcdf(-a - c)))
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
@@ -210,12 +218,10 @@ def gaussian_threshold(
         InvalidPrivacyParameter: ``epsilon`` or ``delta`` out of range.
         InvalidArgument: ``k`` out of range or unknown ``neighbouring``.
     """
-    from scipy.stats import norm
-
     _check_common(epsilon, delta, k, neighbouring)
     l0, l1, l2 = _sens(int(k), neighbouring)
     sigma = analytic_gaussian_sigma(epsilon, delta / 2.0, l2)
-    tau = 1.0 + sigma * float(norm.isf(delta / (2.0 * k)))
+    tau = 1.0 + sigma * float(_norm().isf(delta / (2.0 * k)))
     return NoiseCalibration(
         "gaussian", sigma, tau, float(epsilon), float(delta), int(k), neighbouring, l0, l1, l2
     )
@@ -288,6 +294,4 @@ def single_contributor_release_probability(cal: NoiseCalibration) -> float:
     t = cal.threshold - 1.0
     if cal.noise == "laplace":
         return 0.5 * math.exp(-t / cal.scale) if t >= 0 else 1.0 - 0.5 * math.exp(t / cal.scale)
-    from scipy.stats import norm
-
-    return float(norm.sf(t / cal.scale))
+    return float(_norm().sf(t / cal.scale))

@@ -38,13 +38,11 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from privnlp.accounting.adversaries import vocab_adversary_bounds
-from privnlp.accounting.events import ThresholdRelease
-from privnlp.accounting.ledger import DPLedger
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
     InvalidArgument,
@@ -57,6 +55,9 @@ from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.core.report import atomic_write_text
 from privnlp.core.rng import noise_is_seeded, secure_numpy
 from privnlp.models.tokenization import learn_wordpiece_pieces
+
+if TYPE_CHECKING:
+    from privnlp.accounting import DPLedger, ThresholdRelease
 
 from .calibration import (
     NoiseCalibration,
@@ -497,6 +498,10 @@ class DPWordPiece(Mechanism):
     def release_event(self) -> ThresholdRelease:
         """The ledger event of one release (:class:`~privnlp.accounting.ThresholdRelease`): the
         calibrated noise and threshold, from which the ledger derives (epsilon, delta) itself."""
+        # deferred: the accounting pulls dp_accounting + scipy (~2 s) and this module sits on the CLI's
+        # light path (``privnlp vocab`` imports it at its top); only a ledger-charging build needs it
+        from privnlp.accounting.events import ThresholdRelease
+
         cal = self.calibration()
         return ThresholdRelease(
             cal.noise, cal.scale, cal.threshold, cal.k, cal.neighbouring, cal.delta, self.unit
@@ -508,7 +513,7 @@ class DPWordPiece(Mechanism):
             if target_epsilon is not None:
                 raise InvalidArgument("target_epsilon needs a ledger (ledger=DPLedger())")
             return
-        if not isinstance(ledger, DPLedger):
+        if not callable(getattr(ledger, "charge", None)):
             raise InvalidArgument(
                 f"ledger must be a privnlp.accounting.DPLedger; got {type(ledger).__name__}"
             )
