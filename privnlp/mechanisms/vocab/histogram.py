@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tokenizers import normalizers, pre_tokenizers
 
 from privnlp.core.errors import InvalidArgument, MissingDependency, check_range
 from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
@@ -42,8 +43,6 @@ class WordSplitter:
 
     def __init__(self, lowercase: bool = True) -> None:
         self.lowercase = lowercase
-        from tokenizers import normalizers, pre_tokenizers
-
         self._norm = normalizers.BertNormalizer(
             lowercase=lowercase, strip_accents=None if not lowercase else True
         )

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from privnlp.accounting.adversaries import vocab_adversary_bounds
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
@@ -140,8 +141,6 @@ def histogram_iterator(
 
 
 def _base_tokenizer(lowercase: bool = True):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-
     tok = Tokenizer(
         models.WordPiece(
             unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100
@@ -152,7 +151,7 @@ def _base_tokenizer(lowercase: bool = True):
     )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
-    return tok, processors
+    return tok
 
 
 def train_wordpiece_from_histogram(
@@ -185,8 +184,6 @@ def train_wordpiece_from_histogram(
     Raises:
         InvalidArgument: ``vocab_size`` too small.
     """
-    from tokenizers import models, pre_tokenizers
-
     check_range("vocab_size", vocab_size, 1, math.inf, integer=True, hi_inclusive=False)
     need = min_vocab_size(list(counts), alphabet, special_tokens)
     if vocab_size < need:
@@ -194,7 +191,7 @@ def train_wordpiece_from_histogram(
             f"vocab_size must be >= {need} (special tokens + the alphabet of the released histogram "
             f"and its '##' continuation forms); got {vocab_size}"
         )
-    tok, processors = _base_tokenizer(lowercase)
+    tok = _base_tokenizer(lowercase)
     normalizer, pre = tok.normalizer, tok.pre_tokenizer
     tok.normalizer = None
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
