@@ -15,6 +15,21 @@ import typer
 from privnlp.core.errors import InvalidArgument
 from privnlp.data import generate_corpus
 
+
+def _flower():
+    """privnlp.mechanisms.federated.flower (torch + flwr, ~5 s): deferred, `privnlp --help` stays light."""
+    from privnlp.mechanisms.federated import flower
+
+    return flower
+
+
+def _tls():
+    """privnlp.mechanisms.federated.tls (cryptography; its package imports torch): deferred like _flower."""
+    from privnlp.mechanisms.federated import tls
+
+    return tls
+
+
 app = typer.Typer(
     help="Federated learning: FedAvg and DP-FedAvg simulator, Flower server and client.",
     no_args_is_help=True,
@@ -38,6 +53,7 @@ def simulate(
     seed: int = typer.Option(0),
 ) -> None:
     """Embedded, deterministic simulation on the tiny LM; prints the claim and the per-round loss."""
+    # deferred: the federated package imports torch, the tokenizer module `tokenizers` (light CLI start-up)
     from privnlp.mechanisms.federated import (
         DPFedAvg,
         FedAvg,
@@ -211,8 +227,8 @@ def server(
     failed closed, no result within --timeout, `flwr run` failed; the error is printed on stderr);
     128 + signal number after SIGTERM / SIGINT. Running it again with the same --work-dir resumes the run.
     """
-    from privnlp.mechanisms.federated import flower as fl
-    from privnlp.mechanisms.federated import tls as T
+    fl = _flower()
+    T = _tls()
 
     try:
         tls_files = _server_tls(certs, ssl_certfile, ssl_keyfile, ssl_ca_certfile, insecure)
@@ -351,7 +367,7 @@ def client(
 
     SIGTERM / SIGINT stop the SuperNode and its ClientApp processes, then exit 128 + signal number; if the
     SuperNode exits by itself, its exit status is returned."""
-    from privnlp.mechanisms.federated import flower as fl
+    fl = _flower()
 
     if root_certificates is None and not insecure and not fl.is_loopback(fl._host_of(superlink)):
         _fail(
@@ -389,7 +405,7 @@ def client(
 
 def _server_tls(certs, certfile, keyfile, cafile, insecure):
     """The SuperLink's TLS files from --certs DIR or the three --ssl-* options; ``None`` for --insecure."""
-    from privnlp.mechanisms.federated.tls import TlsFiles
+    TlsFiles = _tls().TlsFiles
 
     given = [x for x in (certfile, keyfile, cafile) if x is not None]
     if insecure and (certs is not None or given):
@@ -420,7 +436,7 @@ def certs(
     parties: int = typer.Option(0, help="also party-<i>.pem / .key for MPC parties"),
 ) -> None:
     """Make a CA and a SuperLink certificate for a TEST deployment (keep ca.key off the machines)."""
-    from privnlp.mechanisms.federated.tls import make_certs
+    make_certs = _tls().make_certs
 
     try:
         f = make_certs(out_dir, list(host), days=days, parties=parties)
@@ -438,7 +454,7 @@ def keys(
     nodes: int = typer.Option(..., "--nodes", help="number of SuperNode key pairs"),
 ) -> None:
     """Make SuperNode key pairs (OpenSSH EC P-384) and the public-key list for `fl server --auth-keys`."""
-    from privnlp.mechanisms.federated.tls import make_node_keys
+    make_node_keys = _tls().make_node_keys
 
     try:
         lst = make_node_keys(out_dir, nodes)

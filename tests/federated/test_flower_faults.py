@@ -141,7 +141,7 @@ def test_killed_supernode_fails_the_round_closed_within_the_timeout(killed):
     ck = killed.ck
     assert ck is not None and ck["round"] >= 1
     assert (
-        sum(r["rounds"] for r in ck["ledger"]["runs"]) == ck["round"]
+        sum(r["rounds"] for r in ck["ledger"]["rounds"]) == ck["round"]
     )  # only completed rounds are accounted
     assert all(h["replies"] == 3 for h in ck["history"])  # never a round with fewer clients
     assert not (killed.out / "result.json").exists() and not (killed.out / "final.pt").exists()
@@ -165,7 +165,7 @@ def test_restarted_supernode_rejoins_and_restarted_server_continues_the_ledger(r
     assert res["resumed_from_round"] == k
     assert [h["round"] for h in res["history"]] == list(range(1, total + 1))
     assert all(h["replies"] == 3 and h["selected"] == ["0", "1", "2"] for h in res["history"])
-    assert res["ledger"]["runs"][0]["rounds"] == total
+    assert res["ledger"]["rounds"][0]["rounds"] == total
     eps = float(res["claim"]["epsilon"])
     assert eps == pytest.approx(user_epsilon("fixed", 3, 3, 1.0, total, 1e-3), rel=1e-9)
     assert eps > user_epsilon(
@@ -201,7 +201,7 @@ def test_server_side_crash_mid_round_resumes_the_ledger(dep):
     res = dep.wait(out, 180)
     assert "error" not in res, res
     k = res["resumed_from_round"]
-    assert 1 <= k < 3 and res["ledger"]["runs"][0]["rounds"] == 3
+    assert 1 <= k < 3 and res["ledger"]["rounds"][0]["rounds"] == 3
     assert [h["round"] for h in res["history"]] == [1, 2, 3] and all(
         h["replies"] == 3 for h in res["history"]
     )
@@ -235,7 +235,7 @@ def test_failed_round_waits_for_a_replacement_supernode(dep):
     assert (
         hist[1]["attempts"] == 2
     )  # round 2 failed closed once (nothing released), then ran in full
-    assert res["ledger"]["runs"][0]["rounds"] == 2  # the discarded attempt is not a round
+    assert res["ledger"]["rounds"][0]["rounds"] == 2  # the discarded attempt is not a round
     assert res["claim"]["noise_seeded"] is False
     assert "discarded (nothing released)" in (out / "server.log").read_text()
     # the same participant's attack on this OS-entropy run fails: residual of the order of the noise

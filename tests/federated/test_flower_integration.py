@@ -57,7 +57,7 @@ def test_flower_loopback_two_dp_rounds(tmp_path):
     assert len(res["history"]) == 2 and all(h["replies"] == 3 for h in res["history"])
     assert res["model_change"] > 0
     claim = res["claim"]
-    assert claim["unit"] == "user" and claim["ledger"]["runs"][0]["rounds"] == 2
+    assert claim["unit"] == "user" and claim["ledger"]["rounds"][0]["rounds"] == 2
     assert float(claim["epsilon"]) == pytest.approx(want, rel=1e-9)
     assert math.isfinite(float(claim["epsilon"]))
     assert claim["noise_seeded"] is False

@@ -124,18 +124,18 @@ def test_missing_reply_fails_closed_and_checkpoint_keeps_accounted_rounds(tmp_pa
     res = _run(tmp_path, g, **{"num-server-rounds": 3})
     assert "fails closed" in res["error"] and "missing users ['2']" in res["error"]
     ck = load_checkpoint(tmp_path / CHECKPOINT_NAME)
-    assert ck["round"] == 1 and ck["ledger"]["runs"][0]["rounds"] == 1
+    assert ck["round"] == 1 and ck["ledger"]["rounds"][0]["rounds"] == 1
 
 
 def test_resume_continues_the_ledger(tmp_path):
     from privnlp.mechanisms.federated.accounting import dp_fedavg_adversary_bounds
 
     first = _run(tmp_path, _grid(), **{"num-server-rounds": 2})
-    assert first["resumed_from_round"] == 0 and first["ledger"]["runs"][0]["rounds"] == 2
+    assert first["resumed_from_round"] == 0 and first["ledger"]["rounds"][0]["rounds"] == 2
     res = _run(tmp_path, _grid(), **{"num-server-rounds": 3})
     assert res["resumed_from_round"] == 2
     assert [h["round"] for h in res["history"]] == [1, 2, 3]
-    assert res["ledger"]["runs"][0]["rounds"] == 3
+    assert res["ledger"]["rounds"][0]["rounds"] == 3
     assert float(res["claim"]["epsilon"]) == pytest.approx(
         max(  # the headline: the strongest named adversary (issue #28)
             b.epsilon
@@ -179,7 +179,7 @@ def test_failed_round_is_rerun_after_a_replacement_joins(tmp_path):
     res = _run(tmp_path, g, **{"num-server-rounds": 2, "round-retries": 1})
     assert "error" not in res, res
     assert [h["attempts"] for h in res["history"]] == [1, 2]
-    assert res["ledger"]["runs"][0]["rounds"] == 2
+    assert res["ledger"]["rounds"][0]["rounds"] == 2
     assert res["nodes"]["0"] == 201
 
 
@@ -236,7 +236,7 @@ def test_a_retry_reasks_the_same_selected_users(tmp_path):
         failed_attempt, retry = g.pushes[2 * r], g.pushes[2 * r + 1]
         assert retry == failed_attempt, g.pushes  # the same users, not a new draw
         assert [int(u) for u in res["history"][r]["selected"]] == retry
-    assert res["ledger"]["runs"][0]["rounds"] == 3  # discarded attempts are not rounds
+    assert res["ledger"]["rounds"][0]["rounds"] == 3  # discarded attempts are not rounds
 
 
 def test_discarded_attempt_still_charges_client_dp_steps(tmp_path):
@@ -277,7 +277,7 @@ def test_discarded_attempt_still_charges_client_dp_steps(tmp_path):
     res2 = _run(out2, g2, **dict(cfg, **{"round-retries": 0}))
     assert "fails closed" in res2["error"]
     ck = load_checkpoint(out2 / CHECKPOINT_NAME)
-    assert ck["round"] == 0 and ck["ledger"]["runs"] == []
+    assert ck["round"] == 0 and ck["ledger"]["rounds"] == []
     assert sorted(ck["ledger"]["client_ledgers"]) == ["0", "1"]
 
 

@@ -34,13 +34,15 @@ guarantee against the server rests on trusting it) or ``"secagg"`` (Flower's Sec
 ``secaggplus_mod``; each client adds its share of distributed Skellam noise, :mod:`.secagg`; the server learns only
 the noisy sum of the survivors). The transport (TLS, node authentication) is recorded in the result and the claim.
 
-Everything ``flwr`` is imported inside functions: importing this module is cheap.
+flwr and torch are imported at the top: only ``privnlp fl`` commands, the ServerApp process, the ClientApp of a
+torch task and the tests load this module (the generated ClientApp module and :mod:`.flower_exec` do not).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import logging
 import math
@@ -54,15 +56,46 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
 
+from privnlp.accounting.ledger import DPLedger
 from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, MissingDependency, ProtocolError
 from privnlp.core.rng import secure_numpy, secure_torch
 from privnlp.data import generate_corpus
+from privnlp.models import train_bpe_tokenizer
 
+try:
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.common import FitIns as LegacyFitIns
+    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.compat.grid_client_proxy import GridClientProxy
+    from flwr.server.compat.legacy_context import LegacyContext
+    from flwr.server.strategy import Strategy
+    from flwr.server.workflow import SecAggPlusWorkflow
+    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+    from flwr.server.workflow.constant import Key as WorkflowKey
+    from flwr.serverapp import ServerApp
+except ImportError as e:  # pragma: no cover - the "fl" extra is not installed
+    raise MissingDependency("flwr", extra="fl") from e
+
+from .aggregation import ServerOptimizer, global_norm
+from .client import (
+    ClientData,
+    FitIns,
+    FitRes,
+    Task,
+    lm_client_data,
+    lm_task,
+    local_update,
+    trainable_state,
+)
+from .mechanisms import DPFedAvg, FedAvg, _require_client_dp_metrics
+from .partition import partition_natural
 from .secagg import (
     SECAGG_ACCOUNTANT,
     SkellamPlan,
@@ -70,6 +103,7 @@ from .secagg import (
     secagg_adversary_bounds,
     server_bound,
 )
+from .simulator import round_seeds, select_clients
 from .tls import (
     TlsFiles,
     Transport,
@@ -77,10 +111,10 @@ from .tls import (
     check_root_certificate,
     check_server_tls,
     is_loopback,
+    make_certs,
+    make_node_keys,
+    read_key_list,
 )
-
-if TYPE_CHECKING:  # torch is imported where it runs (see the ClientApp note below)
-    import torch
 
 __all__ = [
     "DEFAULT_RUN_CONFIG",
@@ -462,10 +496,19 @@ def start_supernode(
     root_certificates: str | os.PathLike | None = None,
     auth_key: str | os.PathLike | None = None,
     allow_insecure: bool = False,
+    fork_exec: bool = True,
+    node_poll: float | None = None,
 ) -> subprocess.Popen:
     """``flower-supernode`` connected to ``superlink`` serving partition ``partition_id``: TLS checked against
     ``root_certificates`` (the CA), or ``--insecure`` (refused for a non-loopback SuperLink unless
-    ``allow_insecure``); ``auth_key``: the node's OpenSSH EC private key (SuperNode authentication)."""
+    ``allow_insecure``); ``auth_key``: the node's OpenSSH EC private key (SuperNode authentication).
+
+    ``fork_exec`` (default): the SuperNode runs with ``--isolation process`` and privnlp's fork-server SuperExec
+    (:mod:`.flower_exec`; exits with the node; :func:`stop` of the node stops it) launches every ClientApp message as a
+    ``fork`` of a process that imported flwr once, instead of Flower's fresh ``flwr-clientapp`` process per
+    message; ``False``: Flower's own SuperExec (subprocess isolation).
+    ``node_poll`` (seconds, opt-in, benchmark diagnosis): the SuperNode's hard-coded 3 s idle poll shortened by
+    :func:`.flower_exec.run_node` (patches Flower's private loop; ``None``: Flower's loop as shipped)."""
     if root_certificates is None:
         if auth_key is not None:
             raise InvalidArgument(
@@ -477,9 +520,23 @@ def start_supernode(
         sec = ["--root-certificates", str(check_root_certificate(root_certificates))]
         if auth_key is not None:
             sec += ["--auth-supernode-private-key", str(check_node_key(auth_key))]
-    return subprocess.Popen(
+    exe = (
+        [_exe("flower-supernode")]
+        if node_poll is None
+        else [
+            sys.executable,
+            "-c",
+            _RUN_BY_PATH,
+            _FLOWER_EXEC,
+            "node",
+            "--poll",
+            str(node_poll),
+            "--",
+        ]
+    )
+    node = subprocess.Popen(
         [
-            _exe("flower-supernode"),
+            *exe,
             *sec,
             "--superlink",
             superlink,
@@ -489,12 +546,48 @@ def start_supernode(
             str(port),
             "--node-config",
             f"partition-id={int(partition_id)} num-partitions={int(num_partitions)}",
+            *(["--isolation", "process"] if fork_exec else []),
         ],
         env=dict(env),
         stdout=log or subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    if fork_exec:
+        # the Runtime API between a SuperNode and its SuperExec is local plain HTTP, as Flower's own SuperExec
+        # uses it in subprocess isolation; stop() ends it (and its children) with the node, and it exits by
+        # itself when the node dies (--parent-pid)
+        try:
+            node.superexec = subprocess.Popen(  # type: ignore[attr-defined]  # stop() waits for it too
+                [
+                    sys.executable,
+                    "-c",
+                    _RUN_BY_PATH,
+                    _FLOWER_EXEC,
+                    "--runtime-api-address",
+                    f"{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{int(port)}",
+                    "--insecure",
+                    "--parent-pid",
+                    str(node.pid),
+                ],
+                env=dict(env),
+                stdout=log or subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except BaseException:
+            stop([node], grace=1.0)
+            raise
+    return node
+
+
+# runs a file as __main__ without importing its package (privnlp.mechanisms.federated's __init__ imports torch:
+# ~3 s and ~250 MB per SuperNode's SuperExec for nothing; flower_exec.py needs only flwr and numpy)
+_RUN_BY_PATH = (
+    "import runpy, sys; path = sys.argv[1]; sys.argv = [path, *sys.argv[2:]]; "
+    "runpy.run_path(path, run_name='__main__')"
+)
+_FLOWER_EXEC = str(Path(__file__).with_name("flower_exec.py"))
 
 
 def register_nodes(
@@ -605,6 +698,7 @@ def stop(procs: Any, grace: float = 3.0, sig: int = signal.SIGTERM) -> None:
     """Stop processes, their process groups and every descendant (SuperLink/SuperNode spawn SuperExec, ServerApp
     and ClientApp processes): ``sig`` first, SIGKILL to whatever still runs after ``grace`` seconds; bounded."""
     procs = [p for p in procs if p is not None]
+    procs += [p.superexec for p in procs if getattr(p, "superexec", None) is not None]
     tree = {d for p in procs if p.poll() is None for d in _descendants(p.pid)}
     for p in procs:
         if p.poll() is None:
@@ -634,9 +728,6 @@ def stop(procs: Any, grace: float = 3.0, sig: int = signal.SIGTERM) -> None:
 def _task_and_data(
     cfg: Mapping[str, Any], partition_id: int, num_partitions: int
 ) -> tuple[Any, Any]:
-    import torch
-
-    from .client import ClientData, Task
 
     seed = int(cfg.get("seed", 0))
     if cfg.get("task", "linear") == "linear":
@@ -657,11 +748,6 @@ def _task_and_data(
         x = torch.randn(16, 8, generator=g)
         return Task(factory, loss), ClientData((x, x @ w))
     if cfg.get("task") == "lm":
-        from privnlp.models import train_bpe_tokenizer
-
-        from .client import lm_client_data, lm_task
-        from .partition import partition_natural
-
         corpus = generate_corpus(n_users=num_partitions, records_per_user=8, seed=seed)
         tok = train_bpe_tokenizer(corpus.texts(), vocab_size=300)
         part = partition_natural(corpus.records)
@@ -680,7 +766,6 @@ def _task_and_data(
 
 
 def _mechanism(cfg: Mapping[str, Any]) -> Any:
-    from .mechanisms import DPFedAvg, FedAvg
 
     common = dict(
         clients_per_round=int(cfg["clients-per-round"])
@@ -759,7 +844,6 @@ def _discover(
     restarted SuperNode registers under a new node id and is probed afresh. Two live nodes claiming the same
     partition: the most recent answer serves it (a user counts once).
     """
-    from flwr.app import ConfigRecord, Message, RecordDict
 
     while True:
         online = {int(x) for x in grid.get_node_ids()}
@@ -822,7 +906,6 @@ def _fingerprint(cfg: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    import torch
 
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(state, tmp)
@@ -831,8 +914,7 @@ def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """The ServerApp's checkpoint (``out-dir/server_checkpoint.pt``): ``round`` (the last completed round),
-    ``params``, ``init``, ``ledger`` (a :class:`~.accounting.FedLedger` dict), ``history``, ``server_opt``, ``config``."""
-    import torch
+    ``params``, ``init``, ``ledger`` (a :class:`privnlp.accounting.DPLedger` dict), ``history``, ``server_opt``, ``config``."""
 
     ck = torch.load(path, map_location="cpu", weights_only=True)
     if ck.get("format") != "privnlp.flower_checkpoint/1":
@@ -897,7 +979,6 @@ def validate_run_config(run_config: Mapping[str, Any]) -> SkellamPlan | None:
     """Check a run config before any process starts (the ServerApp checks again before its first round):
     the mechanism and, with ``aggregation = "secagg"``, the SecAgg+ plan (needs the model's size: builds the
     task's model once). Returns the plan (``None`` in the central mode)."""
-    from .client import trainable_state
 
     cfg = dict(DEFAULT_RUN_CONFIG, **dict(run_config))
     _mechanism(cfg)
@@ -982,14 +1063,6 @@ def _secagg_round(
     survivors, the exact integer sum of their encoded updates) or ``None`` when SecAgg+ halted (fewer than
     ``plan.min_survivors`` in a stage: nothing unmasked). The workflow's quantiser is set to the identity on
     the clients' integers (quantization range 2c over clipping range c: scale 1, nothing to round)."""
-    from flwr.app import ArrayRecord, ConfigRecord
-    from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays
-    from flwr.server.compat.grid_client_proxy import GridClientProxy
-    from flwr.server.compat.legacy_context import LegacyContext
-    from flwr.server.strategy import Strategy
-    from flwr.server.workflow import SecAggPlusWorkflow
-    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
-    from flwr.server.workflow.constant import Key as WorkflowKey
 
     arrays = [np.asarray(params[k].detach().cpu().numpy(), dtype=np.float32) for k in names]
     got: dict[str, Any] = {}
@@ -1003,7 +1076,7 @@ def _secagg_round(
         def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
             p = ndarrays_to_parameters(arrays)
             return [
-                (GridClientProxy(nid, grid, context.run_id), FitIns(p, dict(c)))
+                (GridClientProxy(nid, grid, context.run_id), LegacyFitIns(p, dict(c)))
                 for nid, c in fit_cfgs.items()
             ]
 
@@ -1158,14 +1231,6 @@ def _central_claim(claim: Any, cfg: Mapping[str, Any]) -> Any:
 
 
 def _server_main(grid: Any, context: Any) -> None:
-    import torch
-    from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
-
-    from .accounting import FedLedger
-    from .aggregation import ServerOptimizer, global_norm
-    from .client import FitRes, trainable_state
-    from .mechanisms import _require_client_dp_metrics
-    from .simulator import round_seeds, select_clients
 
     cfg = dict(DEFAULT_RUN_CONFIG, **dict(context.run_config))
     out = Path(str(cfg["out-dir"]) or ".")
@@ -1211,7 +1276,7 @@ def _server_main(grid: Any, context: Any) -> None:
         plan = mech.plan(n, rounds)
         names = sorted(params)
         sa_plan = secagg_plan(cfg, {k: int(v.numel()) for k, v in params.items()})
-        ledger = FedLedger()
+        ledger = DPLedger()
         server = ServerOptimizer(mech.server_lr, mech.server_momentum)
         history: list[dict[str, Any]] = []
         start = 1
@@ -1223,7 +1288,7 @@ def _server_main(grid: Any, context: Any) -> None:
                     "same settings or use a fresh out-dir"
                 )
             params, init = dict(ck["params"]), dict(ck["init"])
-            ledger = FedLedger.from_dict(ck["ledger"])
+            ledger = DPLedger.from_dict(ck["ledger"])
             server.load_state_dict(ck["server_opt"])
             history = list(ck["history"])
             start = int(ck["round"]) + 1
@@ -1494,7 +1559,6 @@ class _Owner:
 
     @contextlib.contextmanager
     def _locked(self) -> Any:
-        import fcntl
 
         with open(self.out / ".owner.lock", "a") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
@@ -1544,7 +1608,6 @@ def _server_noise_generator(cfg: Mapping[str, Any], nseed: int) -> torch.Generat
     subtract it from the released global model. The noise comes from OS entropy unless the run config sets
     ``seeded-noise = true`` for a reproducible simulation (then the claim says "noise seeded").
     """
-    import torch
 
     if bool(cfg.get("seeded-noise", False)):
         return torch.Generator().manual_seed(nseed)
@@ -1553,10 +1616,6 @@ def _server_noise_generator(cfg: Mapping[str, Any], nseed: int) -> torch.Generat
 
 def make_server_app() -> Any:
     """The ServerApp (``@app.main()`` with the Grid API) running FedAvg / DP-FedAvg from the run config."""
-    try:
-        from flwr.serverapp import ServerApp
-    except ImportError as e:  # pragma: no cover
-        raise MissingDependency("flwr", extra="fl") from e
     app = ServerApp()
     app.main()(_server_main)
     return app
@@ -1564,10 +1623,6 @@ def make_server_app() -> Any:
 
 def make_client_app() -> Any:
     """The ClientApp (``@app.train()``): local update on the node's partition, replies with the delta."""
-    try:
-        from flwr.clientapp import ClientApp
-    except ImportError as e:  # pragma: no cover
-        raise MissingDependency("flwr", extra="fl") from e
     app = ClientApp()
     app.train()(client_train)
     return app
@@ -1578,9 +1633,6 @@ def client_delta(
 ) -> tuple[dict, dict]:
     """privnlp's :func:`~.client.local_update` on the node's partition from the model ``start`` (name -> array):
     the model delta (name -> numpy array) and the metrics."""
-    import torch
-
-    from .client import FitIns, local_update
 
     cfg = dict(DEFAULT_RUN_CONFIG, **dict(context.run_config))
     pid = int(context.node_config.get("partition-id", 0))
@@ -1594,9 +1646,6 @@ def client_delta(
 
 def client_train(msg: Any, context: Any) -> Any:
     """The ClientApp's train handler: privnlp's :func:`~.client.local_update` on the node's partition."""
-    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
-
-    from .client import FitIns, local_update
 
     cfg = dict(DEFAULT_RUN_CONFIG, **dict(context.run_config))
     pid = int(context.node_config.get("partition-id", 0))
@@ -1628,6 +1677,8 @@ class LoopbackDeployment:
     ``secure``: TLS (a test CA and server certificate made in ``work_dir/certs``) and SuperNode authentication
     (``num_nodes`` key pairs in ``work_dir/keys``, registered before any node starts); ``False`` is the
     labelled insecure loopback demo.
+    ``fork_exec``: privnlp's fork-server SuperExec on every SuperNode (:func:`start_supernode`); ``False``:
+    Flower's (a fresh ``flwr-clientapp`` process per message). ``node_poll``: see :func:`start_supernode`.
     """
 
     def __init__(
@@ -1637,8 +1688,12 @@ class LoopbackDeployment:
         *,
         database: bool = False,
         secure: bool = False,
+        fork_exec: bool = True,
+        node_poll: float | None = None,
     ) -> None:
         self.work_dir = work_dir
+        self.fork_exec = fork_exec
+        self.node_poll = node_poll
         self.num_nodes = num_nodes
         self.database = database
         self.secure = secure
@@ -1683,8 +1738,6 @@ class LoopbackDeployment:
         work.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         if self.secure:
-            from .tls import make_certs, make_node_keys, read_key_list
-
             certs = work / "certs"
             self.tls = TlsFiles.in_dir(certs) if (certs / "ca.crt").exists() else make_certs(certs)
             key_list = work / "keys" / "supernode_public_keys.txt"
@@ -1745,6 +1798,8 @@ class LoopbackDeployment:
             log=self._log(log_name or f"supernode{partition_id}.log"),
             root_certificates=self.tls.ca_certfile if tls else None,
             auth_key=(auth_key or self.key_path(partition_id)) if tls else None,
+            fork_exec=self.fork_exec,
+            node_poll=self.node_poll,
         )
         self.nodes[partition_id] = p
         return p
