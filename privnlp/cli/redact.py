@@ -47,6 +47,7 @@ def _key(key_file: Path | None) -> bytes | None:
 
 
 def _print_report(summary, key_given: bool) -> None:  # noqa: ANN001 - RedactionSummary
+    # the pii package pulls faker / tqdm: the CLI's module level stays light (see privnlp.cli.main)
     from privnlp.mechanisms.pii.evalset import measured_recall
 
     typer.echo("\nper-type counts:")

@@ -71,3 +71,20 @@ def test_ordinary_words_are_not_towns(rules, text):
 def test_word_frequencies_and_folding():
     assert word_zipf("the") > 6 and word_zipf("Pozdrawiam") > 4 and word_zipf("Xqzvbn") == 0
     assert fold("Théo") == "theo" and fold("Łódź") == "łodz"  # Ł has no decomposition: kept
+
+
+def test_chat_transcript_speakers_but_not_form_labels(rules):
+    chat = "Kasia: jestem w Poznaniu do piątku\nBartek: ok, zadzwoń 512 345 678"
+    got = found(rules, chat)
+    assert ("Kasia", "PERSON") in got and ("Bartek", "PERSON") in got
+    assert ("Poznaniu", "LOC") in got  # Polish locative of Poznań after "w"
+    form = "NIF: 123456789\nMorada: Rua de Santa Catarina 312, Porto"
+    assert all(lab != "PERSON" for _, lab in found(rules, form))
+
+
+def test_named_place_of_care_and_line_breaks(rules):
+    t = "Seen at Queen Elizabeth Hospital on Monday."
+    assert ("Queen Elizabeth Hospital", "LOC") in found(rules, t)
+    assert found(rules, "Take him to the Hospital now") == []
+    t = "Full name: Oliver Bramwell\nDate of birth: 04/08/1979"
+    assert ("Oliver Bramwell", "PERSON") in found(rules, t)  # the name stops at the line break

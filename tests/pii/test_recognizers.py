@@ -235,3 +235,15 @@ def test_more_username_contexts():
 def test_dotted_us_phone_is_a_phone_but_a_version_is_not():
     assert found("call: mornings, 210.555.0122") == [("210.555.0122", "PHONE")]
     assert found("upgrade to 2.10.5501 today") == []
+
+
+def test_second_round_recognizers():
+    assert found("Galway\nH91 E2K3") == [("H91 E2K3", "POSTCODE")]  # Irish Eircode
+    assert found("Employee ID 55120. Start") == []  # "ID" is Idaho only after a comma
+    assert found("Boise, ID 83702") == [("83702", "POSTCODE")]
+    t = "sshd: Accepted password for fweber from 88.198.24.17 port 40122"
+    assert found(t) == [("fweber", "USERNAME"), ("88.198.24.17", "IP_ADDRESS")]
+    assert found("imap-login: Login: user=<sgreene>, method=PLAIN") == [("sgreene", "USERNAME")]
+    assert ("Mariahilfer Straße 88", "ADDRESS") in found(
+        "wohnhaft Mariahilfer Straße 88, 1070 Wien"
+    )

@@ -114,7 +114,9 @@ def reidentify(
     Raises:
         InvalidArgument: ``aux_texts`` empty or of another length than ``aux_users``.
     """
-    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.feature_extraction.text import (
+        TfidfVectorizer,
+    )  # heavy (~1 s): only for this attack
 
     if len(aux_texts) != len(aux_users) or not aux_texts:
         raise InvalidArgument("aux_texts and aux_users must be non-empty and of the same length")

@@ -25,6 +25,7 @@ the least sure spans of ``privnlp redact --report``.
 
 from __future__ import annotations
 
+import importlib
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -81,7 +82,26 @@ _PLACE_AFTER = re.compile(
     r"depot|hub|clinic|hospital)\b|^,\s+(?:[A-Z]{2}\b(?!-)|(?:UK|USA|U\.S\.|Spain|France|Germany|"
     r"Italy|Netherlands|Portugal|Poland|Japan|Ireland|England|Scotland|Wales)\b)"
 )
+#: a named place of care / study / work a person is tied to (the capitalised words before the noun)
+_DETERMINERS = frozenset(
+    "the a an our my your his her their this that el la le les der die das il lo het".split()
+)
+_PLACE_NOUN_AFTER = re.compile(
+    r"^((?:\s+(?:[A-Z][\w'’.-]*|of|de|du|la|del|di))*?)\s+(?:Hospital|Clinic|Infirmary|Hospice|Surgery|"
+    r"Medical Centre|Medical Center|Health Centre|Klinik|Klinikum|Krankenhaus|Hôpital|Clinique|Ospedale|"
+    r"Hospitale|Szpital|Ziekenhuis|Hospital de)\b"
+)
+_PL_PREP_BEFORE = re.compile(r"\b(?:w|we|z|ze|do|pod|na|koło|przy)\s+$", re.I)
+#: Polish case endings -> the nominative's ending (folded): Poznaniu -> poznan, Gdańsku -> gdansk,
+#: Krakowie -> krakow, Warszawie -> warszawa, Gdańska -> gdansk, Łodzi -> łodz
+_PL_LOCATIVE = (("iu", ""), ("u", ""), ("ie", ""), ("ie", "a"), ("a", ""), ("i", ""), ("y", "a"))
 _SENT_END_BEFORE = re.compile(r"[.!?]\s+$")
+# a chat line: "Name: " then a sentence (two lower-case words; a form's "NIF: 123" / "Morada: Rua ..." is no
+# chat line)
+_SPEAKER_LINE = re.compile(
+    r"^[ \t]*[A-Za-zÀ-ÿ][a-zà-ÿ'’.-]{1,20}:(?!//)[ \t]+(?=[^\n]*\b[^\W\d_A-Z]{2,}\b[^\n]*\b[^\W\d_A-Z]{2,}\b)",
+    re.M,
+)
 _HONORIFIC_AFTER = re.compile(r"^-(?:san|sama|kun|chan|sensei|senpai|shi)\b", re.I)
 _PARTICLES = frozenset(
     "de del della di da dos das du van von der den ter la le lo los las ní nic mac bin al el".split()
@@ -142,6 +162,47 @@ def major_towns() -> frozenset[str]:
     )
 
 
+#: Faker locales (Latin script, or romanised) whose first names extend the tagger's training gazetteer
+_NAME_LOCALES = (
+    "en_US en_GB en_IE en_IN en_NZ en_KE en_NG en_PK es_ES es_MX es_AR es_CO es_CL pt_PT pt_BR fr_FR fr_BE "
+    "fr_CA fr_CH de_DE de_AT de_CH it_IT nl_NL nl_BE pl_PL cs_CZ sk_SK sl_SI hr_HR hu_HU ro_RO da_DK sv_SE "
+    "no_NO fi_FI et_EE lt_LT lv_LV ga_IE id_ID tr_TR sw yo_NG zu_ZA ja_JP"
+).split()
+
+
+@lru_cache(maxsize=1)
+def faker_first_names() -> frozenset[str]:
+    """Folded first names of many Faker locales (read from the provider classes: no Faker instance)."""
+    return _faker_names(
+        ("first_names", "first_names_male", "first_names_female", "first_romanized_names")
+    )
+
+
+@lru_cache(maxsize=1)
+def faker_last_names() -> frozenset[str]:
+    """Folded last names of the same Faker locales."""
+    return _faker_names(("last_names", "last_romanized_names"))
+
+
+def _faker_names(attrs: Sequence[str]) -> frozenset[str]:
+    out: set[str] = set()
+    for loc in _NAME_LOCALES:
+        try:
+            prov = importlib.import_module(f"faker.providers.person.{loc}").Provider
+        except (ImportError, AttributeError):
+            continue
+        for attr in attrs:
+            vals = getattr(prov, attr, None)
+            if isinstance(vals, dict):
+                vals = list(vals)
+            if not isinstance(vals, (list, tuple)):
+                continue  # a computed property on some locales
+            for v in vals:
+                if isinstance(v, str) and v[:1].isalpha() and all(ord(c) < 0x250 for c in v):
+                    out.add(fold(v))
+    return frozenset(out)
+
+
 def _is_cap(w: str) -> bool:
     return w[:1].isupper() and (len(w) == 1 or not w.isupper() or len(w) > 2)
 
@@ -151,10 +212,12 @@ class ContextRules:
     lower-cased word sets)."""
 
     def __init__(self, first: Sequence[str], last: Sequence[str], towns: Sequence[str]) -> None:
-        self.first = frozenset(fold(x) for x in first) | _WORD_NAMES
-        self.last = frozenset(fold(x) for x in last)
+        self.first = frozenset(fold(x) for x in first) | _WORD_NAMES | faker_first_names()
+        self.last = frozenset(fold(x) for x in last) | faker_last_names()
         self.towns = frozenset(fold(x) for x in towns) | city_names()
         self.major_towns = major_towns()
+        self._chat = False
+        self._end: int | None = None
 
     # ---------------------------------------------------------------- word classes
     def known(self, w: str) -> bool:
@@ -187,6 +250,7 @@ class ContextRules:
         scores tokens ``i..j-1``."""
         out: list[PIISpan] = []
         n = len(toks)
+        self._chat = len(_SPEAKER_LINE.findall(text)) >= 2
         used = [False] * n
         i = 0
         while i < n:
@@ -200,9 +264,13 @@ class ContextRules:
             if label is None:
                 i += 1
                 continue
-            j = self._extend(toks, i, label)
+            j = self._extend(text, toks, i, label)
             if label == "LOC":
                 j = max(j, self._town_end(toks, i) or j)
+            if self._end is not None:  # a rule that matched its own end ("... Hospital")
+                while j < n and toks[j][2] <= self._end:
+                    j += 1
+                self._end = None
             if not any(used[i:j]):
                 out.append(PIISpan(a, toks[j - 1][2], label, p_entity(i, j), "tagger:context"))
                 for k in range(i, j):
@@ -235,8 +303,18 @@ class ContextRules:
         speaker = (not before.strip() or _SENT_END_BEFORE.search(before)) and (
             nxt.startswith(":") and not nxt.startswith("://")
         )
-        if speaker and f in self.first:
-            return "PERSON"
+        if speaker and (
+            f in self.first
+            or (
+                self._chat
+                and _is_cap(w)
+                and not w.isupper()
+                and word_zipf(w) < AMBIGUOUS_ZIPF
+                and f not in self.towns
+                and w.lower() not in TITLES
+            )
+        ):
+            return "PERSON"  # in a chat transcript (2+ "Name:" lines) any name-like speaker counts
         # first name + known surname: "this is Will Ramos", "Customer Will Turner"
         if (
             _is_cap(w)
@@ -254,7 +332,14 @@ class ContextRules:
             return None
         if _HONORIFIC_AFTER.match(nxt):
             return "PERSON"
+        m = _PLACE_NOUN_AFTER.match(text[b : b + 60])
+        if m and w.lower() not in _DETERMINERS and (m.group(1) or not self.plain(w)):
+            self._end = b + m.end()
+            return "LOC"  # "Queen Elizabeth Hospital", "St Luke's Clinic"
         town_end = self._town_end(toks, i)
+        if town_end is None and _PL_PREP_BEFORE.search(text[max(0, a - 5) : a]):
+            if any(fold(w)[: -len(e)] + r in self.towns for e, r in _PL_LOCATIVE if f.endswith(e)):
+                return "LOC"  # Polish locative / genitive: "w Poznaniu", "z Gdańska", "w Krakowie"
         if town_end is not None:
             after = text[toks[town_end - 1][2] : toks[town_end - 1][2] + 20]
             if _PLACE_BEFORE.search(text[max(0, a - 20) : a]) or _PLACE_AFTER.match(after):
@@ -286,7 +371,7 @@ class ContextRules:
                 return "PERSON"
         return None
 
-    def _extend(self, toks: Sequence[tuple[str, int, int]], i: int, label: str) -> int:
+    def _extend(self, text: str, toks: Sequence[tuple[str, int, int]], i: int, label: str) -> int:
         """The end of a name starting at token ``i``: following capitalised words that are names or no
         ordinary word, name particles between them, apostrophes / hyphens glued inside
         (``O'Connell``, ``Carr-Whitley``); at most four words."""
@@ -307,8 +392,8 @@ class ContextRules:
                     j += 2
                     continue
                 break
-            if gap != 1:
-                break
+            if gap != 1 or text[toks[j - 1][2]] != " ":
+                break  # a name does not run on over a line break / tab
             if fold(w) in _PARTICLES and j + 1 < len(toks) and _is_cap(toks[j + 1][0]):
                 j += 1
                 continue

@@ -413,7 +413,7 @@ class CRFTagger:
     def spans(self, text: str) -> list[PIISpan]:
         """Tagged spans with a calibrated confidence each (see :func:`calibrate`): the CRF's spans trimmed
         of titles / greetings, cut at lower-case function words and column gaps (:func:`tidy_span`) and
-        dropped when every word is an ordinary word (``Card``, ``Pozdrawiam``), then the names and towns
+        dropped when every word is an ordinary word of Zipf frequency >= 3.5 (``Card``, ``Pozdrawiam``), then the names and towns
         the gazetteer-and-context rules (:mod:`.context`) find where the CRF found nothing."""
         toks, raw, p_ent = self._analyse(text)
         rules = self.rules
@@ -422,7 +422,8 @@ class CRFTagger:
             for p in tidy_span(text, s, self.gazetteers, rules.plain):
                 words = re.findall(r"\w+", text[p.start : p.end])
                 if p.label in ("PERSON", "LOC", "ADDRESS") and all(
-                    rules.plain(w) or w.isdigit() and p.label != "ADDRESS" for w in words
+                    (rules.plain(w) and word_zipf(w) >= 3.5) or w.isdigit() and p.label != "ADDRESS"
+                    for w in words
                 ):
                     continue
                 crf.append(

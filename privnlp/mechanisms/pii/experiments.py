@@ -23,6 +23,7 @@ from privnlp.metrics.ner import bio_to_spans
 from .annotate import AutoAnnotator, degrade_fields
 from .recognizers import recognize
 from .spans import to_bio
+from .tagger import evaluate_tags, split_sites, train_tagger
 
 __all__ = ["noisy_label_effect", "sites_curve", "union_tags", "jitter_boundaries"]
 
@@ -77,8 +78,6 @@ def noisy_label_effect(
     False}`` for an exact matcher; ``boundary_noise``: :func:`jitter_boundaries` on every label, training and
     held-out alike: random noise, unlike the annotator's own systematic misses). Also scores what is available for documents *without* known fields:
     the regex recognizers alone, and the union of the tagger with the noisy labels."""
-    from .tagger import evaluate_tags, train_tagger
-
     g = as_numpy(rng)
     seed = int(g.integers(0, 2**31 - 1))
     _, train, test, sents, te_docs = _setup(
@@ -188,8 +187,6 @@ def sites_curve(
     so every site trains the same number of steps whatever K (more sites = more data, not more steps per
     site); ``setting="central"`` (the paper's federated/central, used for its Figure 5): the K sites' batches
     are pooled and trained centrally for ``rounds`` epochs."""
-
-    from .tagger import evaluate_tags, split_sites, train_tagger
 
     if setting not in ("remote", "central"):
         raise InvalidArgument(f"setting must be 'remote' or 'central'; got {setting!r}")

@@ -30,8 +30,11 @@ from typing import Any
 from privnlp.core.errors import InvalidArgument
 from privnlp.data import generate_corpus
 from privnlp.data.corpus import LABELS, tokenize
+from privnlp.mechanisms.federated.client import ClientData
+from privnlp.models import BiLSTMTagger
 
 from .annotate import AutoAnnotator
+from .tagger import PIITagger, TagVocab, bilstm_task
 
 __all__ = [
     "FLOWER_TASK",
@@ -56,8 +59,6 @@ EMB_DIM = HIDDEN = 48
 @lru_cache(maxsize=4)
 def public_vocab(seed: int) -> Any:
     """The shared vocabulary: words seen at least twice in a public corpus (no site's data), every PII label."""
-
-    from .tagger import TagVocab
 
     pub = generate_corpus(PUBLIC_USERS, RECORDS_PER_USER, seed=int(seed) + PUBLIC_SEED_OFFSET)
     sents = [([t for t, _, _ in tokenize(r.text)], []) for r in pub.records]
@@ -86,10 +87,6 @@ def flower_task_and_data(
     cfg: Mapping[str, Any], partition_id: int, num_partitions: int
 ) -> tuple[Any, Any]:
     """``(Task, ClientData)`` of partition ``partition_id`` for the Flower apps (see the module docstring)."""
-    from privnlp.mechanisms.federated.client import ClientData
-
-    from .tagger import bilstm_task
-
     seed = int(cfg.get("seed", 0))
     vocab = public_vocab(seed)
     dp = float(cfg.get("client-max-grad-norm", 0.0) or 0.0) > 0
@@ -110,10 +107,6 @@ def flower_task_and_data(
 
 def tagger_from_state(state: Mapping[str, Any], seed: int = 0) -> Any:
     """A :class:`~.tagger.PIITagger` from a trained state dict (the ServerApp's ``final.pt``)."""
-    from privnlp.models import BiLSTMTagger
-
-    from .tagger import PIITagger
-
     vocab = public_vocab(int(seed))
     state = dict(state)
     for dp in (

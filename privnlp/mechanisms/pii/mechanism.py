@@ -116,7 +116,7 @@ class PIIRedaction(Mechanism):
         tagger (regex recognizers only)."""
         tagger = None
         if self.rounds > 0:
-            from .tagger import train_tagger
+            from .tagger import train_tagger  # imports torch: only when a tagger is trained
 
             ids = {
                 str(r.id) for r in records

