@@ -32,6 +32,10 @@ from privnlp.core.report import (
 )
 
 from .audit import audit, resolve_scenario
+from .overview import overview_html
+from .realistic import base_preset
+from .reproducibility import carry_cpu_intervals
+from .sweep import sweep
 
 __all__ = [
     "PRESETS",
@@ -92,6 +96,34 @@ def card_text(name: str, report: LeakageReport, folder: Path) -> str:
     )
 
 
+def _mode_lines(per_mode: Any) -> list[str]:
+    """The card's table of the claim per adversary in each deployment mode (``config["claims_per_mode"]``)."""
+    if not per_mode or not per_mode.get("modes"):
+        return []
+    lines = [
+        "**Claim per adversary and deployment mode** (user level, the same rounds, clients and noise "
+        f"multiplier; the model has d = {per_mode['dim']} trainable coordinates):",
+        "",
+        "| mode | adversary | observes | epsilon | delta | amplified | accountant |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, bounds in per_mode["modes"].items():
+        for b in bounds:
+            eps = float(b["epsilon"])
+            lines.append(
+                f"| {mode} | {b['adversary']} | {b['observes']} | "
+                f"{'inf' if math.isinf(eps) else f'{eps:.4g}'} | {float(b['delta']):.3g} | "
+                f"{'yes' if b['amplified'] else 'no'} | {b['accountant']} |"
+            )
+    lines += [
+        "",
+        "The headline above is the central mode's strongest adversary (the mode the measured run "
+        "used); the notes of each bound are in `report.json` (`config.claims_per_mode`).",
+        "",
+    ]
+    return lines
+
+
 def render_mechanism_card(
     report: LeakageReport,
     *,
@@ -129,6 +161,7 @@ def render_mechanism_card(
         lines += (
             ["**Threat models:**", ""] + [f"- {t.describe()}" for t in report.threat_models] + [""]
         )
+    lines += _mode_lines(cfg.get("claims_per_mode"))
     lines += [
         f"## Measured leakage ({cfg.get('preset', '?')} preset, scenario `{cfg.get('scenario', '?')}`)",
         "",
@@ -231,8 +264,6 @@ def _sweep_for(cls: Any, mech: Any, preset: str, seeds: Sequence[int], cache_dir
     utility = getattr(scen, "primary_utility", None)
     if utility is None:
         return None
-    from .sweep import sweep
-
     return sweep(
         {mech.name: (mech, param, values)},
         attack=attacks[0],
@@ -242,6 +273,24 @@ def _sweep_for(cls: Any, mech: Any, preset: str, seeds: Sequence[int], cache_dir
         preset=preset,
         cache_dir=cache_dir,
         title=f"{mech.name}: privacy-utility ({param})",
+    )
+
+
+def _with_deployment_claims(
+    report: LeakageReport, mech: Any, specs: Sequence[str], preset: str
+) -> LeakageReport:
+    """Add ``config["claims_per_mode"]`` where the mechanism states its claim per deployment mode
+    (``deployment_claims(dim=...)``, e.g. DP-FedAvg's central noise vs SecAgg+ with distributed noise)
+    and its scenario knows the model's size (``model_parameters(preset)``)."""
+    modes = getattr(mech, "deployment_claims", None)
+    scen = SCENARIOS.get(specs[0]) if specs else None
+    dim_of = getattr(scen, "model_parameters", None)
+    if not (callable(modes) and callable(dim_of)):
+        return report
+    dim = int(dim_of(preset))
+    per_mode = {k: [b.to_dict() for b in v] for k, v in modes(dim=dim).items()}
+    return replace(
+        report, config={**report.config, "claims_per_mode": {"dim": dim, "modes": per_mode}}
     )
 
 
@@ -281,8 +330,6 @@ def evaluate_defense(
     cls = MECHANISMS.get(name)
     t0 = time.perf_counter()
     seeds = tuple(seeds if seeds is not None else PRESETS[preset]["seeds"])
-    from .realistic import base_preset
-
     mech = cls.example(base_preset(preset))
     spec = getattr(mech, "scenario", None)
     specs = list(spec) if isinstance(spec, (list, tuple)) else ([spec] if spec else [])
@@ -326,6 +373,7 @@ def evaluate_defense(
                 "leakage was measured for this defense yet.",
             ),
         )
+    report = _with_deployment_claims(report, mech, specs, base_preset(preset))
     if audit_dp:  # issue #18: empirical DP audit (cached), fills empirical_epsilon_lower_bound
         report = audit_report(
             report, name, preset=base_preset(preset), seed=int(seeds[0]), cache_dir=cache_dir
@@ -338,8 +386,6 @@ def evaluate_defense(
         if (
             d / "report.json"
         ).exists():  # issue #17: keep the CPU-dependent intervals the card states
-            from .reproducibility import carry_cpu_intervals
-
             report = carry_cpu_intervals(report, json.loads((d / "report.json").read_text()))
         atomic_write_text(d / "report.json", report.to_json())
         for f in report.figures:
@@ -399,8 +445,6 @@ def write_index(
 
 
 def _overview(outcomes: Sequence[EvaluationOutcome], report_dir: str | Path) -> str:
-    from .overview import overview_html
-
     Path(report_dir).mkdir(parents=True, exist_ok=True)
     return overview_html([o.report for o in outcomes], report_dir)
 

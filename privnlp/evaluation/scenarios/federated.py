@@ -34,6 +34,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from privnlp.attacks.memorization import federated_secret_sharer
 from privnlp.core.claims import Adversary, ThreatModel
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.observations import BlackBoxLM, DiskLease, ModelSnapshots
@@ -42,6 +43,9 @@ from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 from privnlp.data import generate_corpus, make_canary
 from privnlp.data.canaries import DEFAULT_WORDS
+from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer, heldout_loss
+from privnlp.mechanisms.federated import FedAvg, FedSimulator, lm_client_data, lm_task
+from privnlp.models.builders import tiny_gpt2
 
 __all__ = [
     "FL_DP_FEDAVG_PRESETS",
@@ -114,8 +118,6 @@ def federated_secret_sharer_data(cfg: Mapping[str, Any], *, rng: Any) -> dict[st
     Returns ``{"clients": {user: [texts]}, "heldout": [texts], "canary", "sharers", "insertions",
     "watermarks": {sharer: text}, "public": [texts for the tokenizer]}``.
     """
-    from privnlp.attacks.memorization import federated_secret_sharer
-
     g = as_numpy(rng)
     seed = int(g.integers(0, 2**31 - 1))
     corpus = generate_corpus(**cfg["corpus"], seed=seed)
@@ -185,10 +187,16 @@ class FLDPFedAvgScenario(Scenario):
         self.rounds = rounds
         self.snapshots = snapshots
 
-    def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer, heldout_loss
-        from privnlp.mechanisms.federated import FedAvg, FedSimulator, lm_client_data, lm_task
+    @classmethod
+    def model_parameters(cls, preset: str = "quick") -> int:
+        """Trainable coordinates of the preset's tiny GPT-2 with the preset's vocabulary size (the
+        tokenizer's size is at most that, so this bounds the model from above): the vector length
+        SecAgg+ quantises in the dp_fedavg card's secure mode."""
+        cfg = cls.PRESETS[preset]
+        model = tiny_gpt2(int(cfg["vocab_size"]), **cfg["model"], tie_word_embeddings=False)
+        return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
 
+    def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
         cfg = self.PRESETS[self.preset]
         g = as_numpy(rng)
         d = federated_secret_sharer_data(cfg, rng=g)

@@ -31,6 +31,7 @@ from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from .accounting import SAMPLINGS, calibrate_user_noise
 from .aggregation import AggregateInfo, dp_average, weighted_average
 from .client import FitRes
+from .secagg import SkellamPlan, secagg_adversary_bounds
 
 __all__ = [
     "FedAvg",
@@ -706,6 +707,55 @@ class DPFedAvg(_FedBase):
             extra=c.extra,
             adversaries=c.adversaries,
         )
+
+    def deployment_claims(
+        self, *, dim: int, levels: int = 1024, modulus_bits: int = 32, tls: bool = True
+    ) -> dict[str, tuple[AdversaryBound, ...]]:
+        """The user-level bound per adversary in each deployment mode of these parameters (the planned
+        rounds over ``num_users``), for the card (issue 28 item 8):
+
+        * central noise: the server adds the Gaussian noise to the clipped average (it is trusted with
+          the noise, sees every update and the selection): :meth:`claim`'s adversaries;
+        * SecAgg+ with distributed Skellam noise (the Flower deployment's secure mode, fixed-size rounds
+          only): each client adds its share of the noise, the server sees only the SecAgg+ sum
+          (:func:`~privnlp.mechanisms.federated.secagg.secagg_adversary_bounds`, reconstruction threshold
+          t = m, zero-out neighbours with N public).
+
+        Args:
+            dim: the number of trainable model coordinates (the quantised vector's length).
+            levels: SecAgg+'s quantisation levels (the deployment's default 1024).
+            modulus_bits: SecAgg+'s modulus (at most 32 in Flower).
+            tls: whether the deployment runs over TLS (what the eavesdropper sees).
+
+        Returns:
+            ``{mode: bounds}``; the SecAgg+ mode is left out for Poisson rounds (not supported there).
+        """
+        modes: dict[str, tuple[AdversaryBound, ...]] = {
+            "central noise (the server adds it)": self.claim().adversaries
+        }
+        if self.sampling == "fixed":
+            n = self.num_users or 100
+            plan = self.plan(n, self.rounds or 100)
+            m = int(self.clients_per_round)
+            skellam = SkellamPlan(
+                clip_norm=float(self.clip_norm),
+                levels=int(levels),
+                dim=int(dim),
+                clients=m,
+                min_survivors=m,
+                noise_multiplier=float(plan["noise_multiplier"]),
+                modulus_bits=int(modulus_bits),
+            )
+            modes["SecAgg+ with distributed Skellam noise (each client adds its share)"] = (
+                secagg_adversary_bounds(
+                    skellam,
+                    rounds=int(self.rounds or 100),
+                    population=n,
+                    delta=plan["delta"],
+                    tls=tls,
+                )
+            )
+        return modes
 
     @classmethod
     def example(cls, preset: str = "quick") -> DPFedAvg:
