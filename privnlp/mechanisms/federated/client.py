@@ -22,7 +22,16 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from privnlp.accounting.duplicates import (
+    DuplicateExamplesWarning,
+    duplicate_message,
+    group_epsilon,
+)
 from privnlp.core.errors import InvalidArgument, check_positive, check_range
+from privnlp.mechanisms.training import make_private, train_private
+from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss, per_sample_token_loss
+from privnlp.models.builders import tiny_gpt2
+from privnlp.models.tagger import BiLSTMTagger
 from privnlp.models.training import lm_batch
 
 __all__ = [
@@ -253,8 +262,6 @@ def _dp_local(
     """Client DP-SGD (record level) with the training developer's opacus wrapper. The server's ``seed`` is
     deliberately not an argument: the noise and the Poisson masks come from ``rng`` (None = OS entropy)."""
 
-    from privnlp.mechanisms.training import make_private, train_private
-
     sigma = float(cfg["dp-noise-multiplier"])
     clip = float(cfg["dp-max-grad-norm"])
     delta = float(cfg.get("dp-delta", 1e-5))
@@ -265,8 +272,6 @@ def _dp_local(
     if cap > 0:
         steps = min(steps, cap)
     with warnings.catch_warnings():
-        from privnlp.accounting.duplicates import DuplicateExamplesWarning
-
         warnings.simplefilter(
             "ignore", DuplicateExamplesWarning
         )  # re-issued below with the client's wording
@@ -286,12 +291,6 @@ def _dp_local(
         )
     dups = pt.duplicates
     if dups is not None and dups.has_duplicates:
-        from privnlp.accounting.duplicates import (
-            DuplicateExamplesWarning,
-            duplicate_message,
-            group_epsilon,
-        )
-
         runs = [(sigma, pt.sample_rate, steps)]
         warnings.warn(
             duplicate_message(
@@ -328,8 +327,6 @@ def _dp_local(
 
 # ----------------------------------------------------------------------------- ready-made tasks
 def _lm_loss(model: nn.Module, batch: Sequence[torch.Tensor]) -> torch.Tensor:
-    from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
-
     ids, mask = batch[0], batch[1]
     labels = ids.masked_fill(mask == 0, -100)
     pos = torch.arange(ids.shape[1]).unsqueeze(0).repeat(ids.shape[0], 1)
@@ -361,8 +358,6 @@ def lm_task(
     Returns:
         The task (per-sample next-token loss on ``(input_ids, attention_mask)`` batches).
     """
-    from privnlp.models import tiny_gpt2
-
     tok_id = tokenizer.eos_token_id
 
     def factory() -> nn.Module:
@@ -409,8 +404,6 @@ def lm_client_data(
 
 
 def _tag_loss(model: nn.Module, batch: Sequence[torch.Tensor]) -> torch.Tensor:
-    from privnlp.mechanisms.training.dp_sgd import per_sample_token_loss
-
     ids, tags = batch[0], batch[1]
     return per_sample_token_loss(model(ids), tags)
 
@@ -440,7 +433,6 @@ def tagger_task(
     Returns:
         The task (per-token loss on ``(token_ids, tag_ids)`` batches; tags padded with -100).
     """
-    from privnlp.models import BiLSTMTagger
 
     def factory() -> nn.Module:
         return BiLSTMTagger(
