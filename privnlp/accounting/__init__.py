@@ -62,8 +62,6 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "FedLedger":  # TEMPORARY: folded into DPLedger; removed once flower.py has switched
-        return importlib.import_module(".ledger", __name__).DPLedger
     mod = _EXPORTS.get(name)
     if mod is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

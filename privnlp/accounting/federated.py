@@ -532,13 +532,3 @@ class RoundRun:
             float(r["noise_multiplier"]),
             int(r["rounds"]),
         )
-
-
-def __getattr__(name: str) -> Any:
-    # TEMPORARY (issue 28 item 4): FedLedger folded into DPLedger; this name resolves to it only until
-    # privnlp/mechanisms/federated/flower.py has switched, then it is deleted. Deferred: ledger imports us.
-    if name == "FedLedger":
-        from .ledger import DPLedger
-
-        return DPLedger
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,6 +28,8 @@ from privnlp.accounting import (
 from privnlp.accounting import federated as fed
 from privnlp.core.claims import Adversary, PrivacyClaim
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, PrivacyBudgetExceeded
+from privnlp.mechanisms import federated as mech_fed
+from privnlp.mechanisms.federated import accounting as mech_fed_accounting
 from privnlp.mechanisms.vocab.calibration import calibrate
 from privnlp.mechanisms.vocab.wordpiece import DPWordPiece
 
@@ -64,10 +66,17 @@ def _amplified_eps(n: int, m: float, z: float, rounds: int, sampling: str, delta
     return acc.get_epsilon(delta)
 
 
-def test_fedledger_is_gone_after_the_switch_or_an_alias_until_then():
-    # folded into DPLedger: never a class of its own (a temporary alias until flower.py switched)
-    led = getattr(acc_pkg, "FedLedger", DPLedger)
-    assert led is DPLedger
+def test_fedledger_folded_into_the_one_ledger():
+    # one ledger class for every DP mechanism: no FedLedger anywhere, not even an alias
+    for mod in (acc_pkg, fed, ledger, mech_fed, mech_fed_accounting):
+        assert not hasattr(mod, "FedLedger"), mod.__name__
+    classes = [
+        n
+        for m in (acc_pkg, fed, ledger, events)
+        for n, v in vars(m).items()
+        if isinstance(v, type) and n.endswith("Ledger")
+    ]
+    assert set(classes) == {"DPLedger"}
 
 
 @pytest.mark.parametrize(
