@@ -131,7 +131,7 @@ def calibration_table(tagger, docs, bins: int = 5) -> dict:
     }
 
 
-def evalset_main(out_json: str | None) -> None:
+def evalset_main(out_json: str | None, note: str | None = None) -> None:
     import json
     import platform
     from pathlib import Path
@@ -200,11 +200,22 @@ def evalset_main(out_json: str | None) -> None:
         f"\nredact (recognizers + CRF): {len(texts) / t_red:,.0f} docs/s = {t_red / t_tok:.0f}x tokenizing"
     )
     path = Path(out_json) if out_json else handwritten_card_json()
-    if path.is_file():  # keep the record of the first, clean run and what changed after it
+    if (
+        path.is_file()
+    ):  # keep the record of the first, clean run, what changed after it, every measurement
         old = json.loads(path.read_text(encoding="utf-8"))
-        for k in ("clean_first_run", "changes_after_seeing_test_errors"):
+        for k in ("clean_first_run", "changes_after_seeing_test_errors", "measurement_log"):
             if k in old:
                 result[k] = old[k]
+    main_sc = result["pipelines"]["recognizers + CRF tagger"]
+    result.setdefault("measurement_log", []).append(
+        {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "note": note or "",
+            "recall": round(main_sc["recall"], 4),
+            "precision": round(main_sc["precision"], 4),
+        }
+    )
     path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {path}")
     if not out_json:
@@ -219,10 +230,15 @@ def main() -> None:
     ap.add_argument("--minilm", action="store_true")
     ap.add_argument("--evalset", action="store_true", help="score the hand-written set (issue 32)")
     ap.add_argument("--out", default=None, help="with --evalset: where to write the JSON")
+    ap.add_argument(
+        "--note",
+        default=None,
+        help="with --evalset: what changed since the last test measurement (logged)",
+    )
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     if a.evalset:
-        evalset_main(a.out)
+        evalset_main(a.out, a.note)
         return
     import torch
 

@@ -16,9 +16,14 @@ decoding and per-token marginals) over word-level features that carry to unseen 
 Gazetteer and word-identity features are dropped at random for a quarter of the training tokens so the
 model also learns the *context* of a name it has never seen.
 
+The CRF's spans are then tidied (titles, greetings, ordinary words off the edges; spans made only of ordinary
+words dropped) and completed by the gazetteer-and-context rules of :mod:`.context` (lone first names in a
+chat line, a surname after a form label, towns after a place word...).
+
 Each span's score is a calibrated probability that the span is correct: the CRF's marginal probability of
-the span's tags (the least sure token), mapped through a logistic (Platt) calibration fitted on the
-hand-written *validation* set only (:func:`calibrate`); uncalibrated, the score is the raw marginal.
+the span's tags (the least sure token) -- for a context-rule span the CRF's least P(not O) over its tokens --
+mapped through a logistic (Platt) calibration with a rule indicator, fitted on the hand-written *validation*
+set only (:func:`calibrate`); uncalibrated, the score is the raw probability.
 """
 
 from __future__ import annotations
@@ -403,15 +408,32 @@ class CRFTagger:
         """Spans scored by their least sure token's marginal probability (uncalibrated)."""
         return self._analyse(text)[1]
 
-    def score(self, raw: float) -> float:
+    def score(self, raw: float, rule: bool = False) -> float:
+        """The calibrated probability of a span with raw score ``raw`` (a CRF span's least sure marginal,
+        or for a context-rule span (``rule``) the CRF's least P(not O) over its tokens)."""
         if self.calibration is None:
             return float(raw)
-        a, b = self.calibration
+        a, b, *c = self.calibration
         p = min(max(raw, 1e-6), 1 - 1e-6)
-        return float(1.0 / (1.0 + math.exp(-(a * math.log(p / (1 - p)) + b))))
+        z = a * math.log(p / (1 - p)) + b + (c[0] if c and rule else 0.0)
+        return float(1.0 / (1.0 + math.exp(-z)))
 
     def spans(self, text: str) -> list[PIISpan]:
-        """Tagged spans with a calibrated confidence each (see :func:`calibrate`): the CRF's spans trimmed
+        """Tagged spans with a calibrated confidence each (see :func:`calibrate`): :meth:`uncalibrated_spans`
+        with each score mapped through the calibration fitted on the validation set."""
+        return [
+            PIISpan(
+                s.start,
+                s.end,
+                s.label,
+                round(self.score(s.score, s.source == "tagger:context"), 4),
+                s.source,
+            )
+            for s in self.uncalibrated_spans(text)
+        ]
+
+    def uncalibrated_spans(self, text: str) -> list[PIISpan]:
+        """The tagger's spans with raw scores: the CRF's spans trimmed
         of titles / greetings, cut at lower-case function words and column gaps (:func:`tidy_span`) and
         dropped when every word is an ordinary word of Zipf frequency >= 3.5 (``Card``, ``Pozdrawiam``), then the names and towns
         the gazetteer-and-context rules (:mod:`.context`) find where the CRF found nothing."""
@@ -426,12 +448,10 @@ class CRFTagger:
                     for w in words
                 ):
                     continue
-                crf.append(
-                    PIISpan(p.start, p.end, p.label, round(self.score(p.score), 4), p.source)
-                )
+                crf.append(p)
 
         def p_entity(i: int, j: int) -> float:
-            return round(self.score(min(p_ent[i:j])), 4)
+            return float(min(p_ent[i:j]))
 
         crf = [x for s in crf for x in _split_address(text, s, rules)]
         # a rule span is added where the CRF found nothing, and replaces the CRF spans it strictly
@@ -534,25 +554,27 @@ def train_crf_tagger(
     return tagger
 
 
-def calibrate(tagger: CRFTagger, docs: Sequence[Any]) -> tuple[float, float]:
-    """Fit the Platt map of ``tagger``'s span scores on hand-written ``docs`` (the *validation* set:
-    :class:`~.evalset.EvalDoc` with gold items): a span is a positive when it overlaps a gold item and
-    takes no word outside the gold items. Returns ``(a, b)``; set it as ``tagger.calibration``."""
-    from sklearn.linear_model import LogisticRegression  # heavy: only when calibrating
+def calibrate(tagger: CRFTagger, docs: Sequence[Any]) -> tuple[float, float, float]:
+    """Fit the Platt map of ``tagger``'s final span scores (:meth:`CRFTagger.uncalibrated_spans`) on
+    hand-written ``docs`` (the *validation* set: :class:`~.evalset.EvalDoc` with gold items): a span is a
+    positive when it overlaps a gold item and takes no word outside the gold items. A logistic regression
+    on ``logit(raw score)`` and whether the span comes from a context rule (whose raw score, the CRF's own
+    P(not O), runs low on names the CRF missed). Returns ``(a, b, c)``; set it as ``tagger.calibration``."""
+    from sklearn.linear_model import LogisticRegression  # heavy (~1 s): only when calibrating
 
     xs, ys = [], []
     for d in docs:
         gold_chars = {i for a, b, _ in d.gold for i in range(a, b) if d.text[i].isalnum()}
-        for s in tagger.raw_spans(d.text):
+        for s in tagger.uncalibrated_spans(d.text):
             wc = {i for i in range(s.start, s.end) if d.text[i].isalnum()}
             ok = bool(wc) and wc <= gold_chars
             p = min(max(s.score, 1e-6), 1 - 1e-6)
-            xs.append([math.log(p / (1 - p))])
+            xs.append([math.log(p / (1 - p)), float(s.source == "tagger:context")])
             ys.append(int(ok))
     if len(set(ys)) < 2:
-        return (1.0, 0.0)
+        return (1.0, 0.0, 0.0)
     lr = LogisticRegression(C=10.0).fit(np.array(xs), np.array(ys))
-    return (float(lr.coef_[0][0]), float(lr.intercept_[0]))
+    return (float(lr.coef_[0][0]), float(lr.intercept_[0]), float(lr.coef_[0][1]))
 
 
 def _model_key(seed: int, n_docs: int) -> str:
@@ -604,7 +626,8 @@ def crf_tagger(
             print(f"trained the CRF PII tagger in {time.perf_counter() - t0:.0f} s -> {path}")
     val = default_evalset_dir() / "validation.txt"
     if calibrated and val.is_file():
-        digest = hashlib.sha256(val.read_bytes()).hexdigest()
+        # the calibration's format is part of the digest: a v1 (CRF spans only) map is refitted
+        digest = hashlib.sha256(val.read_bytes()).hexdigest() + ":cal2"
         if tagger.calibration is None or tagger.calibrated_on != digest:
             tagger.calibration = calibrate(tagger, load_evalset("validation"))
             tagger.calibrated_on = digest
