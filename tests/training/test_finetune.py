@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForSequenceClassification
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 from typer.testing import CliRunner
 
 from privnlp.cli.main import app
@@ -24,6 +25,7 @@ from privnlp.mechanisms.training.finetune import (
     read_labelled,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 FAST = FineTuneRecipe(
     batch_size=16, epochs=2, max_grad_norm=1.0, lr=5e-3, max_length=16, physical_batch_size=8
 )
@@ -237,3 +239,36 @@ def test_cli_bad_model_folders_and_one_class(tiny_checkpoints, tmp_path):
         r = _cli(*args, "--out", out)
         assert r.exit_code == 2 and re.search(match, r.output), r.output
         assert len(r.output.strip().splitlines()) == 1 and not out.exists()
+
+
+def _doc_blocks() -> list[str]:
+    """The Python blocks of the README's fine-tuning example (docs/readme/30-private-training.md)."""
+    text = (ROOT / "docs" / "readme" / "30-private-training.md").read_text()
+    section = text.split("### Fine-tuning a pretrained checkpoint", 1)[1].split("\n### ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+def test_the_docs_fine_tuning_example_runs_on_tiny_checkpoints(
+    tiny_checkpoints, tmp_path, monkeypatch
+):
+    """Executes the docs' classification and causal-LM blocks as written, with the checkpoint folders
+    swapped for tiny ones built here (the MiniLM run of the same block is the slow docs test)."""
+    cls, lm = _doc_blocks()
+    assert "MODEL_DIR = get_model_path()" in cls and 'LM_DIR = "my-gpt2/"' in lm
+    cls = cls.replace(
+        "MODEL_DIR = get_model_path()", f"MODEL_DIR = {str(tiny_checkpoints['bert'])!r}"
+    )
+    lm = lm.replace('LM_DIR = "my-gpt2/"', f"LM_DIR = {str(tiny_checkpoints['gpt2'])!r}")
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(cls, "30-private-training.md:classification", "exec"), ns)  # noqa: S102
+    assert ns["res"].claim.epsilon <= 8.0 and ns["res"].baseline is not None
+    assert (tmp_path / "dp-classifier" / "claim.json").is_file()
+    exec(compile(lm, "30-private-training.md:causal-lm", "exec"), ns)  # noqa: S102
+    assert ns["res"].task == "causal-lm" and (tmp_path / "dp-lm" / "config.json").is_file()
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "dp-lm")
+    assert not reloaded.config.tie_word_embeddings  # untied for DP-SGD, saved untied
+    for a, b in zip(
+        reloaded.state_dict().values(), ns["res"].model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b)

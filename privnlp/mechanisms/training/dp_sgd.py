@@ -56,13 +56,14 @@ from privnlp.accounting import (
     BudgetGuard,
     DPLedger,
 )
+from privnlp.accounting.adversaries import dp_sgd_adversary_bounds
 from privnlp.accounting.duplicates import (
     duplicate_message,
     find_duplicates,
     group_epsilon,
     row_keys,
 )
-from privnlp.core.claims import PrivacyClaim
+from privnlp.core.claims import AdversaryBound, PrivacyClaim
 from privnlp.core.errors import (
     InvalidArgument,
     InvalidPrivacyParameter,
@@ -562,7 +563,13 @@ class PrivateTraining:
         return self.ledger.steps
 
     def allowed_steps(self) -> float:
-        return self.guard.allowed_steps(self.optimizer.noise_multiplier, self.sample_rate)
+        return self.guard.allowed_steps(self.optimizer.noise_multiplier, self.accounting_rate)
+
+    @property
+    def accounting_rate(self) -> float:
+        """The sampling rate the ledger, the budget and the calibration use: the Poisson rate q, or 1 for a
+        shuffled / fixed-size loader (no amplification by sampling is claimed for it)."""
+        return float(self.sample_rate) if self.poisson_sampling else 1.0
 
     # -- privacy ---------------------------------------------------------------------------
     def estimate(self):
@@ -586,12 +593,40 @@ class PrivateTraining:
             poisson_sampling=self.poisson_sampling,
         )
 
+    def adversary_bounds(self, epsilon: float | None = None) -> tuple[AdversaryBound, ...]:
+        """The guarantee against each adversary of central DP-SGD (issue #28 item 1).
+
+        Named adversaries (:data:`privnlp.accounting.adversaries.DP_SGD_ADVERSARIES`): the white-box analyst
+        (every noised update of training, i.e. every intermediate model, and the released model -- not which
+        examples were sampled) and the black-box querier (the released model's outputs). DP-SGD's accounting
+        covers every noised step, so both get the same epsilon: amplified by Poisson sampling, which neither
+        observes; with a shuffled / fixed-size loader (``poisson_sampling=False``) the no-amplification epsilon
+        (the ledger then accounts every step at rate 1, so the budget refuses at this epsilon too).
+
+        Args:
+            epsilon: the ledger's reported epsilon at the claim's delta (``None``: computed).
+        """
+        eps = self.estimate().epsilon if epsilon is None else float(epsilon)
+        return dp_sgd_adversary_bounds(
+            epsilon=eps,
+            delta=self.delta,
+            accountant=REPORTED[self.accountant],
+            poisson_sampling=self.poisson_sampling,
+            epsilon_no_amplification=None
+            if self.poisson_sampling
+            else self.ledger.epsilon_no_amplification(self.delta),
+        )
+
     def claim(self) -> PrivacyClaim:
+        """The :class:`~privnlp.core.claims.PrivacyClaim`: (epsilon, delta)-DP per example against each named
+        adversary (:meth:`adversary_bounds`; the headline is the strongest), with the ledger, the notes and
+        every accountant's epsilon in ``extra``."""
         est = self.ledger.cross_check(self.delta, self.accountant)
         extra: dict[str, Any] = {
             "noise_multiplier": float(self.optimizer.noise_multiplier),
             "max_grad_norm": float(self.max_grad_norm),
             "sample_rate": float(self.sample_rate),
+            "accounted_sample_rate": self.accounting_rate,
             "expected_batch_size": _num(self.expected_batch_size),
             "steps": int(self.steps),
             "epsilon_opacus": est.opacus,
@@ -646,13 +681,22 @@ class PrivateTraining:
         if not self.poisson_sampling:
             extra["epsilon_no_amplification"] = self.ledger.epsilon_no_amplification(self.delta)
             notes.append(
-                "the loader is shuffled/fixed-size, not Poisson: the accountants' epsilon assumes Poisson "
-                "sampling; epsilon_no_amplification is the guarantee without amplification by sampling"
+                "the loader is shuffled/fixed-size, not Poisson: no amplification by sampling is claimed; every "
+                "step is accounted as a full-batch Gaussian mechanism (epsilon_no_amplification is the headline)"
+            )
+        bounds = self.adversary_bounds(est.epsilon)
+        if self.poisson_sampling:
+            notes.append(
+                "the trainer, who draws the Poisson masks, is trusted: an adversary who also learned which "
+                "examples each step sampled is not covered by the amplified epsilon; against it "
+                f"(every step counted, no amplification) epsilon <= "
+                f"{self.ledger.epsilon_no_amplification(self.delta):.4g}"
             )
         return PrivacyClaim.dp(
-            est.epsilon,
+            max(b.epsilon for b in bounds),
             self.delta,
             self.unit,
+            adversaries=bounds,
             neighbouring=self.neighbouring,
             accountant=f"{REPORTED[self.accountant]} (reported); opacus.{self.accountant} diagnostic",
             ledger=self.ledger.to_dict(),

@@ -329,6 +329,8 @@ class DPEngine:
         )
 
         sample_rate = sampling.sample_rate
+        # a shuffled / fixed-size loader claims no amplification: calibration, budget and ledger use rate 1
+        acc_rate = sample_rate if poisson_sampling else 1.0
         planned = None
         if steps is not None:
             planned = int(steps)
@@ -340,11 +342,11 @@ class DPEngine:
                     "target_epsilon without noise_multiplier needs epochs or steps to calibrate sigma"
                 )
             noise_multiplier = calibrate_noise_multiplier(
-                target_epsilon, delta, sample_rate, planned, accountant
+                target_epsilon, delta, acc_rate, planned, accountant
             )
         # inconsistent accounting configuration fails here, before training (never after it)
         check_accounting_configuration(
-            float(noise_multiplier), sample_rate, planned, float(delta), accountant
+            float(noise_multiplier), acc_rate, planned, float(delta), accountant
         )
         if dups is not None and dups.has_duplicates:
             k_steps = planned or len(data_loader)
@@ -448,7 +450,7 @@ class DPEngine:
         guard = BudgetGuard(ledger, target_epsilon, float(delta), accountant)
         if dist_ctx is not None:
             _dist.attach(dist_ctx, dp_opt, guard)
-        _install_guard(dp_opt, guard, sample_rate)
+        _install_guard(dp_opt, guard, acc_rate)
         pt = PrivateTraining(
             model=gsm,
             optimizer=dp_opt,
