@@ -23,6 +23,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+)
+
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_range
 from privnlp.core.observations import BlackBoxLM, GradientObservation
@@ -30,6 +38,7 @@ from privnlp.core.protocols import Mechanism, Scenario, ScenarioRun, Trial
 from privnlp.core.registry import ATTACKS
 from privnlp.core.rng import as_numpy, seed_of
 from privnlp.data import make_canary
+from privnlp.models.training import train_lm
 
 from .audit import audit
 from .scenarios.gradient import _lm_batch_dict, client_update
@@ -81,13 +90,6 @@ def load_checkpoint(path: Any) -> tuple[Any, Any]:
     p = Path(path)
     if not p.is_dir():
         raise InvalidArgument(f"model must be an existing folder (save_pretrained); got {str(p)!r}")
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-    )
-
     if not (p / "config.json").exists():
         raise InvalidArgument(
             f"model must be a folder written by save_pretrained (config.json); got {str(p)!r}"
@@ -158,8 +160,6 @@ class UserModelScenario(Scenario):
         self.n_texts = len(self._texts)
 
     def _canary_trials(self, gen: Any) -> list:
-        from privnlp.models import train_lm
-
         cans = [make_canary(self.canary_pattern, rng=gen) for _ in range(self.canaries)]
         data = list(self._texts) + [c.text for c in cans for _ in range(self.canary_repeats)]
         m = copy.deepcopy(self._model)
@@ -188,8 +188,6 @@ class UserModelScenario(Scenario):
         ]
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
-        import torch
-
         gen, tok, model = as_numpy(rng), self._tok, self._model
         b = min(self.batch_size, len(self._texts))
         trials = []

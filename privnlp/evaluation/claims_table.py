@@ -24,6 +24,7 @@ from typing import Any
 from privnlp.accounting import REPORTED, DPLedger
 from privnlp.core.claims import ClaimKind, PrivacyClaim
 from privnlp.core.registry import MECHANISMS
+from privnlp.mechanisms.federated.mechanisms import DPFedAvg, client_dp_adversary_bounds
 
 __all__ = ["ClaimRow", "REFERENCE_SETTINGS", "claims_table_rows", "render_markdown", "main"]
 
@@ -76,8 +77,6 @@ def _dp_sgd(p: Mapping[str, Any]) -> PrivacyClaim:
 
 
 def _dp_fedavg(p: Mapping[str, Any]) -> PrivacyClaim:
-    from privnlp.mechanisms.federated import DPFedAvg
-
     return DPFedAvg(
         noise_multiplier=p["noise_multiplier"],
         rounds=p["rounds"],
@@ -89,8 +88,6 @@ def _dp_fedavg(p: Mapping[str, Any]) -> PrivacyClaim:
 
 
 def _client_dp_sgd(p: Mapping[str, Any]) -> PrivacyClaim:
-    from privnlp.mechanisms.federated.mechanisms import client_dp_adversary_bounds
-
     led = DPLedger()
     led.record(p["noise_multiplier"], p["sample_rate"], p["steps_per_round"] * p["rounds"])
     eps = led.epsilon(p["delta"], "rdp").epsilon
