@@ -26,7 +26,8 @@ import copy
 import functools
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from privnlp.accounting.duplicates import DuplicateExamplesWarning
 from privnlp.core.errors import InvalidArgument
 from privnlp.core.numerics import pinned_threads
 from privnlp.core.protocols import PrivateTrainer
+from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.core.rng import as_numpy
 from privnlp.data import generate_corpus, make_canary
 from privnlp.models.realistic import (
@@ -43,6 +45,7 @@ from privnlp.models.realistic import (
     debian_english_texts,
     minilm_classifier,
     realistic_lm,
+    realistic_lm_cached,
 )
 
 __all__ = [
@@ -62,6 +65,10 @@ __all__ = [
     "CLASSIFIER",
     "DP_CLASSIFIER",
     "LM",
+    "STEP_SECONDS",
+    "PlanStep",
+    "RealisticPlan",
+    "realistic_plan",
 ]
 
 #: the preset used where ``realistic`` has no victim of its own (mechanism examples, other scenarios, audits)
@@ -614,3 +621,127 @@ def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
         "heldout": heldout_texts(),
         "info": out_info,
     }
+
+
+# ------------------------------------------------------------------ expected time (issue #29 item 8)
+#: seconds of one audit step (one system x scenario x seed) on the realistic preset, one busy core of the 2-core
+#: CPU machine, from the timings recorded in docs/readme/15-evaluation.md (the realistic card table) and issue
+#: #29 (dp_sgd: 2 of 6 steps in 15 min): rough priors, within about a factor of 2 of a run on that machine
+STEP_SECONDS: dict[str, float] = {
+    "fedsgd.eavesdropper": 30.0,  # victims + attacks without LAMP (frozen_embeddings: 64-105 s for 3 steps)
+    "fedsgd.eavesdropper+lamp": 270.0,  # LAMP at the realistic budget (18 min for 4 LAMP/TAG/DLG runs)
+    "fedsgd.eavesdropper+film": 60.0,  # FILM on the realistic LM after the client's fine-tune (5.5 min card)
+    "lm.canary": 30.0,  # exposure / extraction on the cached LM
+    "lm.canary+dp": 800.0,  # a DP-SGD defense retrains the 4-layer LM (300 steps) with per-example gradients
+    "fl.snapshots": 160.0,  # eavesdropping / watermark on federated snapshots (8 min card)
+    "other": 60.0,  # scenarios without a realistic victim run at quick sizes (1.5 s to 150 s a step measured)
+}
+#: one-time costs: building the realistic LM when it is not cached (11-15 min), MiniLM's fine-tune (34 s / process)
+LM_BUILD_SECONDS = 800.0
+MINILM_FINETUNE_SECONDS = 34.0
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One audit step of the realistic preset and its expected seconds."""
+
+    mechanism: str
+    scenario: str
+    system: str
+    seed: int
+    expected_seconds: float
+
+
+@dataclass(frozen=True)
+class RealisticPlan:
+    """What ``privnlp evaluate --preset realistic`` will run and how long it is expected to take.
+
+    Attributes:
+        steps: every audit step (the progress bar's unit), in run order.
+        one_time_seconds: costs paid once (the LM build when it is not cached, MiniLM's fine-tune).
+        lm_cached: whether the realistic LM is already in the model cache.
+    """
+
+    steps: tuple[PlanStep, ...]
+    one_time_seconds: float
+    lm_cached: bool
+
+    @property
+    def expected_seconds(self) -> float:
+        return self.one_time_seconds + sum(s.expected_seconds for s in self.steps)
+
+    def describe(self) -> str:
+        """One line to print before the run starts."""
+        mins = self.expected_seconds / 60
+        return (
+            f"realistic preset: {len(self.steps)} audit steps, expected about {mins:.0f} min on one CPU core "
+            f"(rough, within ~2x; {'the realistic LM is cached' if self.lm_cached else 'includes building the realistic LM, ~13 min, cached afterwards'}"
+            "); an interrupted run resumes: finished steps are read from the cache"
+        )
+
+
+def _step_cost(scenario: str, attacks: set[str], system: str, private_trainer: bool) -> float:
+    if scenario == "fedsgd.eavesdropper":
+        return (
+            STEP_SECONDS["fedsgd.eavesdropper"]
+            + (STEP_SECONDS["fedsgd.eavesdropper+lamp"] if "lamp" in attacks else 0.0)
+            + (STEP_SECONDS["fedsgd.eavesdropper+film"] if "film" in attacks else 0.0)
+        )
+    if scenario == "lm.canary":
+        dp = system != "undefended" and private_trainer
+        return STEP_SECONDS["lm.canary+dp" if dp else "lm.canary"]
+    if scenario in STEP_SECONDS:
+        return STEP_SECONDS[scenario]
+    return STEP_SECONDS["other"]
+
+
+def realistic_plan(
+    names: Sequence[str] | None = None,
+    *,
+    seeds: Sequence[int] = (0,),
+    lm_cached: bool | None = None,
+) -> RealisticPlan:
+    """The steps ``evaluate_all(preset="realistic")`` runs for ``names`` (default: every registered defense) and
+    their expected time (:data:`STEP_SECONDS`), computed before anything is built.
+
+    Args:
+        names: registered defense names.
+        seeds: the preset's seeds.
+        lm_cached: whether the realistic LM is cached (``None``: looked up, reading the Debian corpus: ~10 s).
+
+    Raises:
+        InvalidArgument: an unknown defense name or no seed.
+    """
+    if not seeds:
+        raise InvalidArgument("seeds must contain at least one seed")
+    known = MECHANISMS.names()
+    names = list(names) if names else list(known)
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise InvalidArgument(f"unknown defense(s) {bad}; known: {sorted(known)}")
+    twins = set(LEAKY_TWINS.load_all())
+    steps: list[PlanStep] = []
+    for n in names:
+        cls = MECHANISMS.get(n)
+        spec = getattr(cls, "scenario", None)
+        scens = [s for s in (spec if isinstance(spec, (list, tuple)) else [spec]) if s]
+        attacks = set(getattr(cls, "paired_attacks", ()) or ())
+        systems = ["defended", "undefended"] + (["leaky_twin"] if n in twins else [])
+        trainer = hasattr(cls, "make_private")
+        for sc in scens:
+            for system in systems:
+                for s in seeds:
+                    steps.append(
+                        PlanStep(n, sc, system, int(s), _step_cost(sc, attacks, system, trainer))
+                    )
+    uses_lm = any(
+        s.scenario in ("lm.canary", "fl.snapshots")
+        or (s.scenario == "fedsgd.eavesdropper" and "film" in REALISTIC_ATTACKS)
+        for s in steps
+    )
+    if lm_cached is None:
+        lm_cached = realistic_lm_cached() if uses_lm else True
+    once = (0.0 if lm_cached or not uses_lm else LM_BUILD_SECONDS) + (
+        MINILM_FINETUNE_SECONDS if any(s.scenario == "fedsgd.eavesdropper" for s in steps) else 0.0
+    )
+    return RealisticPlan(tuple(steps), once, bool(lm_cached))

@@ -30,13 +30,14 @@ from privnlp.models.builders import fix_loss_type, tiny_gpt2
 from privnlp.models.tokenization import train_bpe_tokenizer
 
 from ._seed import hf_quiet, seeded
-from .cache import get_or_build
+from .cache import entry_dir, get_or_build, is_valid
 
 __all__ = [
     "minilm_classifier",
     "debian_english_texts",
     "corpus_fingerprint",
     "realistic_lm",
+    "realistic_lm_cached",
     "REALISTIC_LM",
 ]
 
@@ -153,13 +154,10 @@ def realistic_lm(
     attacks), the corpus size, the losses and the seconds. Cached on disk (key: config + seed + numerics +
     :func:`corpus_fingerprint` of the Debian paragraphs read on this machine).
     """
-    cfg = json.loads(json.dumps(REALISTIC_LM))
-    if steps is not None:
-        cfg["train"]["steps"] = int(steps)
     # the training text depends on the Debian packages installed (documentation packages add paragraphs):
     # its fingerprint is part of the cache key, so another corpus never loads a model trained on this one
-    public = debian_english_texts(**cfg["corpus"])
-    cfg["corpus_sha256"] = corpus_fingerprint(public)
+    public = debian_english_texts(**REALISTIC_LM["corpus"])
+    cfg = _lm_config(steps, public)
 
     def build(out: Path) -> None:
         from .training import train_lm
@@ -208,3 +206,20 @@ def realistic_lm(
         (out / "privnlp-realistic.json").write_text(json.dumps(info))
 
     return get_or_build("realistic-gpt2", cfg, seed, build, _load_lm)
+
+
+def _lm_config(steps: int | None = None, public: list[str] | None = None) -> dict[str, Any]:
+    """The cache key's config: :data:`REALISTIC_LM` (+ ``steps``) and the fingerprint of ``public`` (the Debian
+    paragraphs; read here when ``None``)."""
+    cfg = json.loads(json.dumps(REALISTIC_LM))
+    if steps is not None:
+        cfg["train"]["steps"] = int(steps)
+    if public is None:
+        public = debian_english_texts(**cfg["corpus"])
+    cfg["corpus_sha256"] = corpus_fingerprint(public)
+    return cfg
+
+
+def realistic_lm_cached(*, seed: int = 0, steps: int | None = None) -> bool:
+    """Whether :func:`realistic_lm` would load from the cache (``False``: it trains first, minutes on a CPU)."""
+    return is_valid(entry_dir("realistic-gpt2", _lm_config(steps), seed))
