@@ -8,6 +8,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from privnlp.auditing.render import audit_index_text
 from privnlp.core.errors import PrivnlpError
 from privnlp.core.registry import MECHANISMS
 from privnlp.data import load_texts
@@ -116,9 +117,7 @@ def evaluate(
         audit_dp=audit_dp,
     )
 
-    audit_text = None
-    if audit_dp:
-        from privnlp.auditing.render import audit_index_text as audit_text
+    audit_text = audit_index_text if audit_dp else None
     console.print(summary_table(outcomes, failures, audit_text=audit_text))
     index = (report_dir / "index.html").resolve()
     typer.echo(f"HTML index: {index}")

@@ -158,7 +158,7 @@ def summarize(
     mean = float(vals_ok.mean())
     if n < MIN_INTERVAL_N:
         return MetricSummary(mean, mean, mean, n, tuple(vals.tolist()))
-    from scipy import stats
+    from scipy import stats  # ~2 s to import; privnlp.core sits on every light path
 
     sem = float(vals_ok.std(ddof=1) / math.sqrt(n))
     h = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sem) if sem > 0 else 0.0
@@ -272,7 +272,7 @@ def figure_from_matplotlib(fig: Any, name: str, caption: str = "", dpi: int = 11
     Returns:
         The rendered figure.
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional plotting, heavy; privnlp.core sits on every light path
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
