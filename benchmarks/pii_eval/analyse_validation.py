@@ -4,7 +4,7 @@ Prints recall / precision per type for the three pipelines and lists every misse
 span of the default pipeline on ``validation.txt``. It never loads ``test.txt`` (the test set is measured
 only by ``benchmarks/pii_redaction.py --evalset``).
 
-    .venv/bin/python benchmarks/pii_eval/analyse_validation.py [--pipeline combined|regex|tagger]
+    .venv/bin/python benchmarks/pii_eval/analyse_validation.py [--quiet]
 """
 
 from __future__ import annotations
