@@ -62,9 +62,19 @@ def _utility_change(r: Any) -> float:
     return float(sum(vals) / len(vals)) if vals else math.nan
 
 
-def _save(fig: Any) -> tuple[bytes, bytes]:
+def _pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, imported on first use: matplotlib is heavy and this module
+    is imported by the cards renderer, which the CLI's ``attack`` commands load at their top."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(fig: Any) -> tuple[bytes, bytes]:
+    plt = _pyplot()
     png, svg = io.BytesIO(), io.BytesIO()
     fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
     fig.savefig(svg, format="svg", bbox_inches="tight")
@@ -74,11 +84,7 @@ def _save(fig: Any) -> tuple[bytes, bytes]:
 
 def overview_figures(reports: Sequence[Any]) -> dict[str, tuple[bytes, bytes]]:
     """``{"overview-heatmap": (png, svg), "overview-tradeoff": (png, svg)}`` (empty when nothing was measured)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     defenses, attacks, cells = overview_matrix(reports)
     if not attacks:
         return {}
