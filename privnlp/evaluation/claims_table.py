@@ -87,6 +87,32 @@ def _dp_fedavg(p: Mapping[str, Any]) -> PrivacyClaim:
     ).claim()
 
 
+def _dp_fedavg_secagg(p: Mapping[str, Any]) -> PrivacyClaim:
+    """The Flower deployment's SecAgg+ mode (distributed Skellam noise) at the same rounds / clients / z."""
+    mech = DPFedAvg(
+        noise_multiplier=p["noise_multiplier"],
+        rounds=p["rounds"],
+        num_users=p["population"],
+        clients_per_round=p["clients_per_round"],
+        sampling="fixed",
+        delta=p["delta"],
+        clip_norm=p["clip_norm"],
+    )
+    (bounds,) = [
+        v
+        for k, v in mech.deployment_claims(dim=p["dim"], levels=p["levels"]).items()
+        if "SecAgg+" in k
+    ]
+    return PrivacyClaim.dp(
+        max(b.epsilon for b in bounds),
+        max(b.delta for b in bounds),
+        "user",
+        neighbouring="zero-out (population N public)",
+        accountant=bounds[0].accountant,
+        adversaries=bounds,
+    )
+
+
 def _client_dp_sgd(p: Mapping[str, Any]) -> PrivacyClaim:
     led = DPLedger()
     led.record(p["noise_multiplier"], p["sample_rate"], p["steps_per_round"] * p["rounds"])
@@ -144,6 +170,22 @@ REFERENCE_SETTINGS: tuple[tuple[str, str | None, str, dict[str, Any], Callable],
             "delta": 1e-5,
         },
         _dp_fedavg,
+    ),
+    (
+        "dp_fedavg (SecAgg+, distributed Skellam noise)",
+        None,
+        "N 1000, 100 per round (fixed), z 1, 100 rounds; d 10,000 coordinates, 1024 levels, 32 bits",
+        {
+            "noise_multiplier": 1.0,
+            "clients_per_round": 100,
+            "population": 1000,
+            "rounds": 100,
+            "delta": 1e-5,
+            "clip_norm": 1.0,
+            "dim": 10_000,
+            "levels": 1024,
+        },
+        _dp_fedavg_secagg,
     ),
     (
         "fedavg + client DP-SGD",
