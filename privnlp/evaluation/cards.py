@@ -294,6 +294,16 @@ def _with_deployment_claims(
     )
 
 
+def _keep_cpu_intervals(report: LeakageReport, previous: dict) -> LeakageReport:
+    """Issue #17: a regenerated card keeps the CPU-dependent intervals of the card it replaces, for the
+    attacks it still measures (an interval of an attack no longer measured, e.g. quick LAMP, is dropped:
+    ``carry_cpu_intervals`` raised a KeyError when none was left)."""
+    measured = {a.attack for a in report.attacks}
+    if not set(previous.get("config", {}).get("cpu_intervals") or {}) & measured:
+        return report
+    return carry_cpu_intervals(report, previous)
+
+
 def evaluate_defense(
     name: str,
     *,
@@ -383,10 +393,13 @@ def evaluate_defense(
     if cards_dir is not None:
         d = Path(cards_dir) / name
         d.mkdir(parents=True, exist_ok=True)
-        if (
-            d / "report.json"
-        ).exists():  # issue #17: keep the CPU-dependent intervals the card states
-            report = carry_cpu_intervals(report, json.loads((d / "report.json").read_text()))
+        previous = (
+            json.loads((d / "report.json").read_text()) if (d / "report.json").exists() else {}
+        )
+        measured = {a.attack for a in report.attacks}
+        if set(previous.get("config", {}).get("cpu_intervals") or {}) & measured:
+            # issue #17: keep the CPU-dependent intervals the card states (of attacks still measured)
+            report = carry_cpu_intervals(report, previous)
         atomic_write_text(d / "report.json", report.to_json())
         for f in report.figures:
             (d / f"{name}-{f.name}.png").write_bytes(f.png)

@@ -2,11 +2,13 @@
 central noise (the server adds it) and SecAgg+ with distributed Skellam noise."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 
 from privnlp.core.claims import Adversary
-from privnlp.evaluation.cards import _mode_lines
+from privnlp.core.report import LeakageReport
+from privnlp.evaluation.cards import _keep_cpu_intervals, _mode_lines
 from privnlp.evaluation.scenarios.federated import FLDPFedAvgScenario, federated_secret_sharer_data
 from privnlp.evaluation.scenarios.memorization import digit_bpe_tokenizer
 from privnlp.mechanisms.federated import DPFedAvg, lm_task
@@ -71,3 +73,21 @@ def test_model_parameters_bound_the_trained_model():
     model = lm_task(tok, **cfg["model"]).model_factory()
     real = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert 0 < real <= FLDPFedAvgScenario.model_parameters("quick")
+
+
+def test_regenerated_card_drops_the_interval_of_an_attack_no_longer_measured():
+    rep = LeakageReport.load(Path(__file__).parents[2] / "cards/mechanisms/dp_fedavg/report.json")
+    att = rep.attacks[0].attack
+    stale = {"config": {"cpu_intervals": {"lamp": {"undefended": [0.0, 0.2]}}}}
+    assert (
+        _keep_cpu_intervals(rep, stale) is rep
+    )  # quick LAMP is not measured: dropped, no KeyError
+    mean = rep.attacks[0].defended[rep.attacks[0].headline_metric].mean
+    kept = {
+        "config": {
+            "cpu_intervals": {att: {"defended": [mean - 1.0, mean + 1.0]}},
+            "cpu_interval_environments": ["a CPU"],
+        }
+    }
+    out = _keep_cpu_intervals(rep, kept)
+    assert out.config["cpu_intervals"][att]["defended"] == [mean - 1.0, mean + 1.0]
