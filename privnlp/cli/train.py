@@ -266,6 +266,7 @@ def train(
         )  # torchrun (issue #20)
         from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
         from privnlp.mechanisms.training.embedding import freeze_embeddings as _freeze
+        from privnlp.mechanisms.training.loop import TrainResult
         from privnlp.models import lm_batch, tiny_gpt2, train_bpe_tokenizer
 
         if defense != "dp_sgd" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -386,8 +387,6 @@ def train(
                 else None
             )
             if res is None:
-                from privnlp.mechanisms.training.loop import TrainResult
-
                 res = TrainResult((), 0, pt.epsilon(), pt.claim(), False)
             claim = res.claim
             statement = pt.privacy_statement()

@@ -22,6 +22,9 @@ Scenarios and mechanisms without a realistic victim run with the ``quick`` sizes
 
 from __future__ import annotations
 
+# privnlp.evaluation imports this module, and it must not pull torch: torch, sklearn (scipy) and the
+# torch-importing privnlp modules (mechanisms.training, models.training) are imported inside the functions that
+# build or train a victim
 import copy
 import functools
 import re
@@ -40,6 +43,7 @@ from privnlp.core.protocols import PrivateTrainer
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.core.rng import as_numpy
 from privnlp.data import generate_corpus, make_canary
+from privnlp.models.builders import tiny_gpt2
 from privnlp.models.realistic import (
     REALISTIC_LM,
     debian_english_texts,
@@ -586,8 +590,6 @@ def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
     if mechanism is None:
         out_info["train_loss"] = float(sum(info["losses"][-10:]) / len(info["losses"][-10:]))
     elif isinstance(mechanism, PrivateTrainer):
-        from privnlp.models import tiny_gpt2
-
         cfg = REALISTIC_LM
         eos = tok.eos_token_id
         fresh = tiny_gpt2(

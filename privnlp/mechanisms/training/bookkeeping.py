@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
 from torch import nn
 
 from privnlp.core.errors import InvalidArgument
@@ -39,7 +40,6 @@ __all__ = ["BookKeeping", "supports_bookkeeping", "attach"]
 
 
 def _samplers() -> tuple[dict, dict]:
-    from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
 
     return GradSampleModule.GRAD_SAMPLERS, GradSampleModuleFastGradientClipping.NORM_SAMPLERS
 

@@ -48,6 +48,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from opacus.data_loader import DPDataLoader
+from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
+from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Subset
 
@@ -267,7 +270,6 @@ def choose_grad_sample_mode(model: nn.Module, batch_size: int | None = None) -> 
     (unknown batch size: whenever possible); ``ghost`` where book-keeping does not apply and they would exceed
     :data:`AUTO_GHOST_BYTES`; else ``hooks`` (opacus then uses functorch for layers without a sampler, e.g.
     HF ``Conv1D``)."""
-    from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
 
     register_for_model(model)  # HF Conv1D (GPT-2) and RMSNorm (Llama) rules: issue #29 item 2
     if tied_parameter_names(model):
@@ -419,7 +421,6 @@ def _poisson_loader(
 ) -> Any:
     """opacus' ``DPDataLoader`` over ``data_loader``'s dataset at ``sample_rate``: ``from_data_loader`` with the
     rate given (``from_data_loader`` itself takes 1/len(data_loader), computed from the private N)."""
-    from opacus.data_loader import DPDataLoader
 
     if isinstance(data_loader.dataset, IterableDataset):
         raise InvalidArgument(
@@ -543,8 +544,6 @@ class PrivateTraining:
                 f"loss_per_sample must have shape [batch]; got {tuple(loss_per_sample.shape)}"
             )
         if self.grad_sample_mode == "ghost":
-            from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
-
             return DPTensorFastGradientClipping(self.model, self.optimizer, loss_per_sample, "mean")
         return loss_per_sample.mean()
 

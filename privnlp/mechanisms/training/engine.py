@@ -200,6 +200,11 @@ class DPEngine:
     ) -> PrivateTraining:
         """Make ``model`` / ``optimizer`` / ``data_loader`` private with DP-SGD (opacus).
 
+        The steps, in order (each named below): check the options and the loader, drop or count duplicates,
+        resolve the public sampling and delta, prepare the model (per-sample rules, DP-LoRA, device, dtypes,
+        tied weights, clipping mode), plan the steps and calibrate sigma, draw the generators, wrap with opacus,
+        and build the handle with its ledger and budget guard.
+
         Args:
             model: the model (``model.train()`` is called, as Hugging Face's ``Trainer`` does).
             optimizer: its optimizer.
@@ -214,48 +219,110 @@ class DPEngine:
             InvalidArgument / InvalidPrivacyParameter: a bad option, named with its allowed range; raised before
                 any step is taken and before any epsilon is spent.
         """
-        noise_multiplier, rng = self.noise.noise_multiplier, self.noise.rng
-        poisson_sampling = self.sampling.poisson
-        expected_batch_size = self.sampling.expected_batch_size
-        sample_rate = self.sampling.sample_rate
-        public_dataset_size = self.sampling.public_dataset_size
-        max_grad_norm = self.clipping.max_grad_norm
-        grad_sample_mode = self.clipping.mode
-        tied_embeddings = self.clipping.tied_embeddings
-        target_epsilon, delta = self.budget.target_epsilon, self.budget.delta
-        epochs, steps = self.budget.epochs, self.budget.steps
-        accountant, unit, dedup, distributed = (
-            self.accountant,
-            self.unit,
-            self.dedup,
-            self.distributed,
+        self._check_options(model)
+        n = self._check_loader(model, data_loader)
+        notes: list[str] = []
+        data_loader, n, dups = self._deduplicate(data_loader, n, duplicate_keys, notes)
+        s = self.sampling
+        sampling = resolve_sampling(
+            n,
+            len(data_loader),
+            expected_batch_size=s.expected_batch_size,
+            sample_rate=s.sample_rate,
+            public_dataset_size=s.public_dataset_size,
         )
-        # ---- validation
+        # the default delta uses the public N where there is one (a default computed from the private N would
+        # publish it); the check also holds for the actual N (an error before training releases nothing)
+        delta = (
+            default_delta(sampling.reference_size)
+            if self.budget.delta is None
+            else self.budget.delta
+        )
+        check_delta(delta, max(n, sampling.reference_size))
+        device, dist_ctx, mode, digest = self._prepare_model(model, optimizer, sampling, notes)
+        noise_multiplier, planned, acc_rate = self._plan(sampling, float(delta), data_loader, dups)
+        g_noise, g_sample, g_workers, noise_seeded = self._generators(device, notes)
+        gsm, dp_opt, dl, hooks = self._wrap_opacus(
+            model,
+            optimizer,
+            data_loader,
+            sampling=sampling,
+            noise_multiplier=noise_multiplier,
+            mode=mode,
+            dist_ctx=dist_ctx,
+            generators=(g_noise, g_sample, g_workers),
+            wrap_model=wrap_model,
+        )
+        ledger = DPLedger()
+        guard = BudgetGuard(ledger, self.budget.target_epsilon, float(delta), self.accountant)
+        if dist_ctx is not None:
+            _dist.attach(dist_ctx, dp_opt, guard)
+        _install_guard(dp_opt, guard, acc_rate)
+        pt = PrivateTraining(
+            model=gsm,
+            optimizer=dp_opt,
+            data_loader=dl,
+            original_model=model,
+            grad_sample_mode=mode,
+            ledger=ledger,
+            guard=guard,
+            noise_multiplier=float(noise_multiplier),
+            max_grad_norm=float(self.clipping.max_grad_norm),
+            sample_rate=sampling.sample_rate,
+            expected_batch_size=sampling.expected_batch_size,
+            dataset_size=n,
+            public_dataset_size=sampling.public_dataset_size,
+            public_sampling=sampling.public,
+            delta=float(delta),
+            accountant=self.accountant,
+            target_epsilon=self.budget.target_epsilon,
+            poisson_sampling=self.sampling.poisson,
+            planned_steps=planned,
+            unit=self.unit,
+            notes=tuple(notes),
+            hooks=tuple(hooks),
+            noise_seeded=noise_seeded,
+            generators={"noise": g_noise, "sampling": g_sample},
+            duplicates=dups,
+        )
+        _track_grad_norm(pt, device)
+        pt.base_digest = digest
+        self.private = pt if dist_ctx is None else _dist.finish(dist_ctx, pt)
+        return self.private
+
+    # -- the steps of make_private ---------------------------------------------------------------------------
+    def _check_options(self, model: nn.Module) -> None:
+        """Every option in its range (named), before anything is touched."""
         if not isinstance(model, nn.Module):
             raise InvalidArgument(f"model must be a torch.nn.Module; got {type(model).__name__}")
-        check_positive("max_grad_norm", max_grad_norm, error=InvalidPrivacyParameter)
-        if accountant not in ACCOUNTANTS:
+        check_positive("max_grad_norm", self.clipping.max_grad_norm, error=InvalidPrivacyParameter)
+        if self.accountant not in ACCOUNTANTS:
             raise InvalidArgument(
-                f"accountant must be one of {sorted(ACCOUNTANTS)}; got {accountant!r}"
+                f"accountant must be one of {sorted(ACCOUNTANTS)}; got {self.accountant!r}"
             )
-        if grad_sample_mode not in GRAD_SAMPLE_MODES:
+        if self.clipping.mode not in GRAD_SAMPLE_MODES:
             raise InvalidArgument(
-                f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}; got {grad_sample_mode!r}"
+                f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}; got {self.clipping.mode!r}"
             )
-        if noise_multiplier is not None:
-            check_range(
-                "noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter
-            )
-        if target_epsilon is not None:
-            check_positive("target_epsilon", target_epsilon, error=InvalidPrivacyParameter)
-        if noise_multiplier is None and target_epsilon is None:
+        sigma, target = self.noise.noise_multiplier, self.budget.target_epsilon
+        if sigma is not None:
+            check_range("noise_multiplier", sigma, 0.0, math.inf, error=InvalidPrivacyParameter)
+        if target is not None:
+            check_positive("target_epsilon", target, error=InvalidPrivacyParameter)
+        if sigma is None and target is None:
             raise InvalidPrivacyParameter(
                 "pass noise_multiplier (>= 0) or target_epsilon (> 0) to make_private"
             )
-        if epochs is not None:
-            check_positive("epochs", epochs)
-        if steps is not None:
-            check_range("steps", steps, 1, math.inf, integer=True)
+        if self.budget.epochs is not None:
+            check_positive("epochs", self.budget.epochs)
+        if self.budget.steps is not None:
+            check_range("steps", self.budget.steps, 1, math.inf, integer=True)
+        if not isinstance(self.dedup, bool):
+            raise InvalidArgument(f"dedup must be True or False; got {self.dedup!r}")
+
+    @staticmethod
+    def _check_loader(model: nn.Module, data_loader: Any) -> int:
+        """The dataset size N (a sized, non-empty dataset) and a model with something to train."""
         try:
             n = len(data_loader.dataset)
         except (AttributeError, TypeError):
@@ -268,36 +335,36 @@ class DPEngine:
             raise InvalidArgument(
                 "model has no trainable parameters (requires_grad=False everywhere); nothing to train"
             )
-        if not isinstance(dedup, bool):
-            raise InvalidArgument(f"dedup must be True or False; got {dedup!r}")
-        notes: list[str] = []
+        return n
+
+    def _deduplicate(
+        self, data_loader: Any, n: int, duplicate_keys: Any, notes: list[str]
+    ) -> tuple[Any, int, Any]:
+        """Count duplicates; with ``dedup`` train on one copy of each (the note never publishes a private count
+        when the sampling is public)."""
         dups = _count_duplicates(data_loader.dataset, duplicate_keys)
-        if dups is not None and dups.has_duplicates and dedup:
-            public = any(
-                v is not None for v in (expected_batch_size, sample_rate, public_dataset_size)
-            )
-            notes.append(
-                f"dedup=True: {dups.method} duplicates removed (up to {dups.max_copies} copies of a record)"
-                if public  # the counts would publish the private dataset size
-                else f"dedup=True: trained on {dups.n_unique} unique of {dups.n} examples ({dups.method} "
-                f"duplicates removed; up to {dups.max_copies} copies of a record)"
-            )
-            data_loader = _subset_loader(data_loader, dups.keep)
-            n = len(data_loader.dataset)
-            dups = find_duplicates(
-                range(n), method=dups.method
-            )  # what is trained on: no duplicates left
-        sampling = resolve_sampling(
-            n,
-            len(data_loader),
-            expected_batch_size=expected_batch_size,
-            sample_rate=sample_rate,
-            public_dataset_size=public_dataset_size,
+        if dups is None or not dups.has_duplicates or not self.dedup:
+            return data_loader, n, dups
+        s = self.sampling
+        public = any(
+            v is not None for v in (s.expected_batch_size, s.sample_rate, s.public_dataset_size)
         )
-        # the default delta uses the public N where there is one (a default computed from the private N would
-        # publish it); the check also holds for the actual N (an error before training releases nothing)
-        delta = default_delta(sampling.reference_size) if delta is None else delta
-        check_delta(delta, max(n, sampling.reference_size))
+        notes.append(
+            f"dedup=True: {dups.method} duplicates removed (up to {dups.max_copies} copies of a record)"
+            if public  # the counts would publish the private dataset size
+            else f"dedup=True: trained on {dups.n_unique} unique of {dups.n} examples ({dups.method} "
+            f"duplicates removed; up to {dups.max_copies} copies of a record)"
+        )
+        data_loader = _subset_loader(data_loader, dups.keep)
+        n = len(data_loader.dataset)
+        # what is trained on: no duplicates left
+        return data_loader, n, find_duplicates(range(n), method=dups.method)
+
+    def _prepare_model(
+        self, model: nn.Module, optimizer: Any, sampling: Any, notes: list[str]
+    ) -> tuple[torch.device, Any, str, Any]:
+        """Per-sample rules, DP-LoRA checks, one device, dtypes, tied weights and the clipping mode:
+        ``(device, distributed context, mode, base-weight digest)``."""
         _check_lstm(model)
         register_for_model(model)  # per-sample rules for HF Conv1D and RMSNorm layers (issue #29)
         digest = None
@@ -311,11 +378,10 @@ class DPEngine:
             )
         device = check_model_device(model)  # one device, one the noise generator can follow
         check_model_dtypes(model)
-        dist_ctx = _dist.resolve(distributed)
+        dist_ctx = _dist.resolve(self.distributed)
         if dist_ctx is not None:
-            _dist.check_noise_rng(dist_ctx, rng, poisson_sampling)
-
-        tie_note = handle_tied_embeddings(model, optimizer, tied_embeddings)
+            _dist.check_noise_rng(dist_ctx, self.noise.rng, self.sampling.poisson)
+        tie_note = handle_tied_embeddings(model, optimizer, self.clipping.tied_embeddings)
         if tie_note:
             notes.append(tie_note)
         if not _trainable(model):
@@ -324,56 +390,63 @@ class DPEngine:
             )
         mode = (
             choose_grad_sample_mode(model, int(math.ceil(sampling.expected_batch_size)))
-            if grad_sample_mode == "auto"
-            else grad_sample_mode
+            if self.clipping.mode == "auto"
+            else self.clipping.mode
         )
+        return device, dist_ctx, mode, digest
 
-        sample_rate = sampling.sample_rate
+    def _plan(
+        self, sampling: Any, delta: float, data_loader: Any, dups: Any
+    ) -> tuple[float, int | None, float]:
+        """The planned steps, sigma (calibrated from the budget when not given) and the accounted sampling rate;
+        an inconsistent accounting configuration and the duplicates' group epsilon are reported here, before
+        training (never after it)."""
+        q, poisson = sampling.sample_rate, self.sampling.poisson
         # a shuffled / fixed-size loader claims no amplification: calibration, budget and ledger use rate 1
-        acc_rate = sample_rate if poisson_sampling else 1.0
+        acc_rate = q if poisson else 1.0
         planned = None
-        if steps is not None:
-            planned = int(steps)
-        elif epochs is not None:
-            planned = max(1, int(round(epochs / sample_rate)))
-        if noise_multiplier is None:
+        if self.budget.steps is not None:
+            planned = int(self.budget.steps)
+        elif self.budget.epochs is not None:
+            planned = max(1, int(round(self.budget.epochs / q)))
+        sigma = self.noise.noise_multiplier
+        if sigma is None:
             if planned is None:
                 raise InvalidArgument(
                     "target_epsilon without noise_multiplier needs epochs or steps to calibrate sigma"
                 )
-            noise_multiplier = calibrate_noise_multiplier(
-                target_epsilon, delta, acc_rate, planned, accountant
+            sigma = calibrate_noise_multiplier(
+                self.budget.target_epsilon, delta, acc_rate, planned, self.accountant
             )
-        # inconsistent accounting configuration fails here, before training (never after it)
-        check_accounting_configuration(
-            float(noise_multiplier), acc_rate, planned, float(delta), accountant
-        )
+        check_accounting_configuration(float(sigma), acc_rate, planned, delta, self.accountant)
         if dups is not None and dups.has_duplicates:
             k_steps = planned or len(data_loader)
-            runs = [(float(noise_multiplier), sample_rate, k_steps)]
+            runs = [(float(sigma), q, k_steps)]
             eps1 = (
-                epsilon_for(runs, float(delta), accountant).epsilon
-                if poisson_sampling
-                else epsilon_no_amplification(runs, float(delta))
+                epsilon_for(runs, delta, self.accountant).epsilon
+                if poisson
+                else epsilon_no_amplification(runs, delta)
             )
             geps = group_epsilon(
-                runs, dups.max_copies, float(delta), accountant, poisson_sampling=poisson_sampling
+                runs, dups.max_copies, delta, self.accountant, poisson_sampling=poisson
             )
             warnings.warn(
                 duplicate_message(
                     dups,
                     epsilon=eps1,
                     group_eps=geps,
-                    delta=float(delta),
+                    delta=delta,
                     where=f"make_private (after {k_steps} {'planned ' if planned else ''}steps)",
                 ),
                 DuplicateExamplesWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
+        return float(sigma), planned, acc_rate
 
-        # ---- rng: privacy noise and Poisson masks (OS entropy unless the caller seeds a simulation)
-        # Poisson masks on the CPU (as before); the noise on the parameters' device (issue #29 item 1)
-        (g_noise, g_sample, g_workers), noise_seeded = noise_torch(rng, 3)
+    def _generators(self, device: torch.device, notes: list[str]) -> tuple[Any, Any, Any, bool]:
+        """Privacy noise and Poisson masks: OS entropy unless the caller seeds a simulation. The masks on the CPU,
+        the noise on the parameters' device (issue #29 item 1)."""
+        (g_noise, g_sample, g_workers), noise_seeded = noise_torch(self.noise.rng, 3)
         g_noise = generator_on(g_noise, device, seeded=noise_seeded)
         if noise_seeded and device.type != "cpu":
             notes.append(
@@ -385,19 +458,35 @@ class DPEngine:
                 "noise and Poisson masks drawn from torch's PRNG seeded from os.urandom (fresh on every "
                 "make_private and every resume)"
             )
+        return g_noise, g_sample, g_workers, noise_seeded
 
-        # ---- opacus
-
+    def _wrap_opacus(
+        self,
+        model: nn.Module,
+        optimizer: Any,
+        data_loader: Any,
+        *,
+        sampling: Any,
+        noise_multiplier: float,
+        mode: str,
+        dist_ctx: Any,
+        generators: tuple[Any, Any, Any],
+        wrap_model: bool,
+    ) -> tuple[Any, Any, Any, list[Any]]:
+        """opacus' PrivacyEngine on our Poisson loader and generators, our normaliser, book-keeping / fp32
+        clipping: ``(grad-sample module, DP optimizer, loader, hooks)``."""
+        g_noise, g_sample, g_workers = generators
+        max_grad_norm = float(self.clipping.max_grad_norm)
         hooks = [add_batch_position_ids(model)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             engine = PrivacyEngine(accountant="rdp")
-            if poisson_sampling:
+            if self.sampling.poisson:
                 dl = (
-                    _poisson_loader(data_loader, sample_rate, g_sample)
+                    _poisson_loader(data_loader, sampling.sample_rate, g_sample)
                     if dist_ctx is None
                     else _dist.poisson_loader(
-                        dist_ctx, data_loader, g_sample, sample_rate=sample_rate
+                        dist_ctx, data_loader, g_sample, sample_rate=sampling.sample_rate
                     )
                 )
                 # DataLoader draws a worker base seed from ``dl.generator`` at every new iteration: keep those draws
@@ -410,8 +499,8 @@ class DPEngine:
                     module=model if dist_ctx is None else _dist.wrap_model(dist_ctx, model),
                     optimizer=optimizer,
                     data_loader=dl,
-                    noise_multiplier=float(noise_multiplier),
-                    max_grad_norm=float(max_grad_norm),
+                    noise_multiplier=noise_multiplier,
+                    max_grad_norm=max_grad_norm,
                     poisson_sampling=False,
                     noise_generator=g_noise,
                     grad_sample_mode="no_op" if mode == "bookkeeping" else mode,
@@ -429,60 +518,22 @@ class DPEngine:
             gsm, dp_opt, _crit, dl = out
         else:
             gsm, dp_opt, dl = out
-        if poisson_sampling and hasattr(gsm, "forbid_grad_accumulation"):
+        if self.sampling.poisson and hasattr(gsm, "forbid_grad_accumulation"):
             gsm.forbid_grad_accumulation()
         # opacus derives its normaliser from len(dataset) (the private N); ours is the resolved one (public where the
         # caller gave it). opacus' distributed optimizer divides by the per-rank share and all-reduces the mean.
         dp_opt.expected_batch_size = sampling.expected_batch_size / (
             1 if dist_ctx is None else dist_ctx.world_size
         )
-        expected_batch_size = sampling.expected_batch_size
         if (
             mode == "bookkeeping"
         ):  # one backward pass, clipped sums from book-kept activations (issue #20)
-            hooks.append(_bk.attach(gsm, model, dp_opt, float(max_grad_norm)))
+            hooks.append(_bk.attach(gsm, model, dp_opt, max_grad_norm))
         elif mode in ("hooks", "functorch"):
             _fp32_clipping(
                 dp_opt
             )  # bf16 per-sample gradients: norms and clip factors in fp32 (issue #29)
-
-        ledger = DPLedger()
-        guard = BudgetGuard(ledger, target_epsilon, float(delta), accountant)
-        if dist_ctx is not None:
-            _dist.attach(dist_ctx, dp_opt, guard)
-        _install_guard(dp_opt, guard, acc_rate)
-        pt = PrivateTraining(
-            model=gsm,
-            optimizer=dp_opt,
-            data_loader=dl,
-            original_model=model,
-            grad_sample_mode=mode,
-            ledger=ledger,
-            guard=guard,
-            noise_multiplier=float(noise_multiplier),
-            max_grad_norm=float(max_grad_norm),
-            sample_rate=sample_rate,
-            expected_batch_size=expected_batch_size,
-            dataset_size=n,
-            public_dataset_size=sampling.public_dataset_size,
-            public_sampling=sampling.public,
-            delta=float(delta),
-            accountant=accountant,
-            target_epsilon=target_epsilon,
-            poisson_sampling=poisson_sampling,
-            planned_steps=planned,
-            unit=unit,
-            notes=tuple(notes),
-            hooks=tuple(hooks),
-            noise_seeded=noise_seeded,
-            generators={"noise": g_noise, "sampling": g_sample},
-            duplicates=dups,
-        )
-        _track_grad_norm(pt, device)
-        pt.base_digest = digest
-        self.private = pt if dist_ctx is None else _dist.finish(dist_ctx, pt)
-
-        return self.private
+        return gsm, dp_opt, dl, hooks
 
 
 def _track_grad_norm(pt: PrivateTraining, device: torch.device) -> None:

@@ -53,6 +53,9 @@ __all__ = [
     "check_model_dir",
     "fine_tune",
     "with_overrides",
+    "Selection",
+    "task_splits",
+    "tune_on_validation",
 ]
 
 TASKS = ("classification", "causal-lm")
@@ -400,6 +403,8 @@ def fine_tune(
     baseline: bool = True,
     seed: int = 0,
     progress: bool = False,
+    heldout: LabelledTexts | None = None,
+    test: LabelledTexts | None = None,
 ) -> FineTuneResult:
     """Fine-tune the checkpoint in ``model_dir`` on ``data`` with DP-SGD (or without, ``dp=None``).
 
@@ -415,6 +420,10 @@ def fine_tune(
             report its held-out metrics beside the DP ones.
         seed: the non-private randomness (held-out split, baseline batches, head init is the loader's).
         progress: show a progress bar.
+        heldout: the evaluation split (e.g. a validation split for choosing hyperparameters); ``None``: a
+            seeded ``recipe.eval_fraction`` of ``data`` is held out.
+        test: a further split evaluated after training (``test_<metric>`` in ``utility`` and ``baseline``):
+            report it for the configuration chosen on ``heldout``, never choose on it.
 
     Raises:
         InvalidArgument: a folder that is not a model, labels missing for classification (or given for
@@ -433,24 +442,45 @@ def fine_tune(
     if len(data.texts) < 4:
         raise InvalidArgument(f"--data must hold at least 4 records; got {len(data.texts)}")
     classes = data.classes
-    train_idx, held_idx = _split(len(data.texts), data.labels, recipe.eval_fraction, seed)
+    for name, part in (("heldout", heldout), ("test", test)):
+        if part is not None and (part.labels is None) != (data.labels is None):
+            raise InvalidArgument(f"{name} must be labelled exactly when data is")
+        if part is not None and part.labels is not None and not set(part.classes) <= set(classes):
+            raise InvalidArgument(
+                f"{name} holds labels the training data lacks: {sorted(set(part.classes) - set(classes))}"
+            )
+    if heldout is None:
+        train_idx, held_idx = _split(len(data.texts), data.labels, recipe.eval_fraction, seed)
+    else:
+        train_idx, held_idx = list(range(len(data.texts))), []
     model, tok = _load(model_dir, task, classes)
     model.to(recipe.device)
 
-    def dataset(idx: Sequence[int]) -> TensorDataset:
-        ids, mask = _tensors(tok, [data.texts[i] for i in idx], recipe.max_length, task)
+    def dataset(part: LabelledTexts, idx: Sequence[int]) -> TensorDataset:
+        ids, mask = _tensors(tok, [part.texts[i] for i in idx], recipe.max_length, task)
         if task == "classification":
-            y = torch.tensor([classes.index(data.labels[i]) for i in idx], dtype=torch.long)
+            y = torch.tensor([classes.index(part.labels[i]) for i in idx], dtype=torch.long)
         else:
             y = ids.masked_fill(mask == 0, -100)
         return TensorDataset(ids, mask, y)
 
-    train, held = dataset(train_idx), dataset(held_idx)
+    train = dataset(data, train_idx)
+    held = (
+        dataset(data, held_idx) if heldout is None else dataset(heldout, range(len(heldout.texts)))
+    )
+    test_set = None if test is None else dataset(test, range(len(test.texts)))
     n_train = len(train)
     public_n = (dp or {}).get("public_dataset_size")
     batch = min(recipe.batch_size, max(1, (public_n or n_train) // 4))
     steps = max(1, int(round(recipe.epochs * (public_n or n_train) / batch)))
-    evaluate = lambda m: _evaluate(m, held, task, recipe.physical_batch_size, len(classes))  # noqa: E731
+
+    def evaluate(m: Any, final: bool = False) -> dict[str, float]:
+        out = _evaluate(m, held, task, recipe.physical_batch_size, len(classes))
+        if final and test_set is not None:
+            t = _evaluate(m, test_set, task, recipe.physical_batch_size, len(classes))
+            out.update({f"test_{k}": v for k, v in t.items()})
+        return out
+
     before = evaluate(model)
     model.train()  # from_pretrained gives an eval-mode model, which opacus refuses
     sizes = {"train_examples": n_train, "heldout_examples": len(held), "expected_batch_size": batch}
@@ -487,7 +517,7 @@ def fine_tune(
         _baseline(model, train, recipe, steps, batch, task, seed)
         claim = PrivacyClaim.none()
         statement, done = claim.statement(), steps
-    after = evaluate(model)
+    after = evaluate(model, final=True)
     utility = {
         **after,
         **{f"{k}_before": v for k, v in before.items()},
@@ -499,9 +529,86 @@ def fine_tune(
         bmodel, _ = _load(model_dir, task, classes)
         bmodel.to(recipe.device)
         _baseline(bmodel, train, recipe, steps, batch, task, seed)
-        base = {**evaluate(bmodel), "steps": steps, **sizes}
+        base = {**evaluate(bmodel, final=True), "steps": steps, **sizes}
         del bmodel
     return FineTuneResult(task, claim, statement, utility, base, model, tok, pt)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Hyperparameters chosen on a validation split (:func:`tune_on_validation`).
+
+    Attributes:
+        chosen: the recipe with the best validation metric.
+        validation: ``(recipe, validation metric)`` of every candidate, in the order tried.
+        test: the chosen run's test metric (the only test number reported; nothing was chosen on it).
+        claim: the chosen run's privacy claim (``PrivacyClaim.none()`` without DP).
+        metric: the metric compared (``"accuracy"``).
+    """
+
+    chosen: FineTuneRecipe
+    validation: tuple[tuple[FineTuneRecipe, float], ...]
+    test: float
+    claim: PrivacyClaim
+    metric: str = "accuracy"
+
+
+def task_splits(task: Any) -> tuple[LabelledTexts, LabelledTexts, LabelledTexts]:
+    """``(train, validation, test)`` of a :class:`~privnlp.mechanisms.training.tasks.TextClassificationTask`,
+    labels as their names."""
+    names = task.label_names
+
+    def part(texts: Sequence[str], labels: Sequence[int]) -> LabelledTexts:
+        return LabelledTexts(tuple(texts), tuple(names[i] for i in labels))
+
+    return (
+        part(task.train_texts, task.train_labels),
+        part(task.validation_texts, task.validation_labels),
+        part(task.test_texts, task.test_labels),
+    )
+
+
+def tune_on_validation(
+    model_dir: str | Path,
+    task: Any,
+    recipes: Sequence[FineTuneRecipe],
+    *,
+    dp: dict[str, Any] | None,
+    seed: int = 0,
+    progress: bool = False,
+) -> Selection:
+    """Fine-tune with each of ``recipes`` on ``task``'s training split, keep the one with the best validation
+    accuracy, and report its test accuracy (the test split never takes part in the choice).
+
+    Args:
+        model_dir: the checkpoint folder.
+        task: a :class:`~privnlp.mechanisms.training.tasks.TextClassificationTask` (train / validation / test).
+        recipes: the candidates (at least one).
+        dp: :func:`fine_tune`'s ``dp`` (``None``: the non-private runs, tuned the same way).
+        seed: non-private randomness.
+        progress: progress bars.
+    """
+    if not recipes:
+        raise InvalidArgument("recipes must hold at least one FineTuneRecipe")
+    train, val, test = task_splits(task)
+    scores, best = [], None
+    for r in recipes:
+        res = fine_tune(
+            model_dir,
+            train,
+            task="classification",
+            recipe=r,
+            dp=dp,
+            baseline=False,
+            seed=seed,
+            progress=progress,
+            heldout=val,
+            test=test,
+        )
+        scores.append((r, float(res.utility["accuracy"])))
+        if best is None or scores[-1][1] > best[0]:
+            best = (scores[-1][1], r, float(res.utility["test_accuracy"]), res.claim)
+    return Selection(best[1], tuple(scores), best[2], best[3])
 
 
 def with_overrides(recipe: FineTuneRecipe, **overrides: Any) -> FineTuneRecipe:

