@@ -24,8 +24,10 @@ import argparse
 import datetime as dt
 import os
 import re
+import signal
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +59,28 @@ def stage_seconds(log: Path) -> dict[int, list[float]]:
     return out
 
 
+def _mem_available_gib() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    return float("inf")
+
+
+_LOWEST = [float("inf")]  # lowest MemAvailable seen (GiB)
+
+
+def _watch_memory(min_gib: float, stop: threading.Event) -> None:
+    """SIGINT to this process (the deployment's ``with`` block then stops every process) when the machine's
+    available memory drops below ``min_gib``: N SuperNodes on a shared machine must not starve other jobs."""
+    while not stop.wait(1.0):
+        _LOWEST[0] = min(_LOWEST[0], _mem_available_gib())
+        if _LOWEST[0] < min_gib:
+            print(f"MemAvailable below {min_gib} GiB: stopping the benchmark", flush=True)
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+
+
 def _run(
     clients: int,
     rounds: int,
@@ -78,6 +102,11 @@ def _run(
     with LoopbackDeployment(
         work, clients, secure=secure, fork_exec=fork_exec, node_poll=node_poll
     ) as dep:
+        again = dep.ensure_nodes(
+            600.0
+        )  # N nodes pick free ports at once: a lost race restarts a node
+        if again:
+            print(f"restarted SuperNodes of partitions {again} (port taken before they bound it)")
         out = dep.submit(cfg, os.path.join(work, "out"), timeout=600.0)  # flwr run under load
         res = dep.wait(out, 600.0 + 600.0 * rounds)
     if "error" in res:
@@ -95,13 +124,26 @@ def main() -> None:
     )
     ap.add_argument("--only", choices=("plain", "secure"), default=None)
     ap.add_argument(
+        "--min-free-gib",
+        type=float,
+        default=3.0,
+        help="stop everything when the machine's available memory drops below this (Linux)",
+    )
+    ap.add_argument(
         "--node-poll",
         type=float,
         default=None,
         help="diagnosis: shorten the SuperNodes' hard-coded 3 s idle poll (patches Flower's loop)",
     )
     a = ap.parse_args()
+    # started in the background by a non-interactive shell, SIGINT is ignored: make SIGINT / SIGTERM (and the
+    # memory watchdog) unwind the `with` blocks so every Flower process is stopped
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     load0 = os.getloadavg()
+    stop = threading.Event()
+    if os.path.exists("/proc/meminfo"):
+        threading.Thread(target=_watch_memory, args=(a.min_free_gib, stop), daemon=True).start()
     t0 = time.monotonic()
     times, stages = {}, {}
     arms = [("plain", False), ("secure", True)]
@@ -119,12 +161,14 @@ def main() -> None:
                 a.node_poll,
             )
     load1 = os.getloadavg()
+    stop.set()
     med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in times.items()}
     print(
         f"clients={a.clients} (all selected) rounds={a.rounds} task={a.task} "
         f"superexec={'flower (process per message)' if a.no_fork_exec else 'privnlp fork-server'} "
         f"node-poll={a.node_poll or 'flower 3 s'} cpus={os.cpu_count()} load1 before/after={load0[0]:.1f}/{load1[0]:.1f} "
-        f"wall={time.monotonic() - t0:.0f}s"
+        f"wall={time.monotonic() - t0:.0f}s lowest MemAvailable={_LOWEST[0]:.1f} GiB "
+        f"(of {_mem_available_gib():.1f} after)"
     )
     for k, v in times.items():
         print(

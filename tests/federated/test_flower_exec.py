@@ -16,6 +16,7 @@ from flwr.supercore.superexec import run_superexec as rs
 
 from privnlp.core.rng import secure_numpy
 from privnlp.mechanisms.federated import flower_exec
+from privnlp.mechanisms.federated.flower import LoopbackDeployment
 from privnlp.mechanisms.federated.flower_exec import ExecutionSpec, ForkExecutor, TaskType
 
 
@@ -102,3 +103,38 @@ def test_poll_interval_is_the_env_flower_reads(monkeypatch):
     or stops reading it)."""
     monkeypatch.setenv("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", flower_exec.DEFAULT_TASK_POLL_INTERVAL)
     assert rs._get_task_poll_interval() == pytest.approx(0.2)
+
+
+class _FakeNode:
+    """A Popen stand-in: ``rc`` None = running."""
+
+    def __init__(self, rc):
+        self.rc, self.pid = rc, 2**22 + 1
+
+    def poll(self):
+        return self.rc
+
+    def wait(self, timeout=None):
+        return self.rc
+
+
+def test_ensure_nodes_restarts_a_node_that_lost_its_port(tmp_path, monkeypatch):
+    """N SuperNodes pick free ports at once; one whose port was taken exits (Errno 98): ensure_nodes starts it
+    again on a new port and waits until every node has a node id in its log."""
+    dep = LoopbackDeployment(tmp_path, 2)
+    dep.nodes = {0: _FakeNode(None), 1: _FakeNode(1)}
+    (tmp_path / "supernode0.log").write_bytes(b"INFO SuperNode ID: 11\n")
+    started = []
+
+    def fake_start(i, *, log_name=None, **_):
+        started.append((i, log_name))
+        (tmp_path / log_name).write_bytes(b"INFO SuperNode ID: 12\n")
+        dep.nodes[i] = _FakeNode(None)
+
+    monkeypatch.setattr(dep, "start_node", fake_start)
+    assert dep.ensure_nodes(10.0) == [1]
+    assert started == [(1, "supernode1.restart0.log")]
+    dep.nodes = {0: _FakeNode(None)}
+    (tmp_path / "supernode0.log").write_bytes(b"starting\n")  # never gets an id
+    with pytest.raises(TimeoutError, match="1 SuperNodes have no node id"):
+        dep.ensure_nodes(1.0)

@@ -1804,6 +1804,32 @@ class LoopbackDeployment:
         self.nodes[partition_id] = p
         return p
 
+    def ensure_nodes(self, timeout: float = 600.0) -> list[int]:
+        """Wait until every SuperNode has a node id (``SuperNode ID`` in its log) and is still running; a node
+        that exited meanwhile (e.g. its Runtime API port, picked free by :func:`free_port`, was taken by
+        another process before it bound it: Errno 98) is started again on a new port. Returns the restarted
+        partitions; raises ``TimeoutError`` after ``timeout`` seconds."""
+        restarted: list[int] = []
+        logs = {i: Path(self.work_dir) / f"supernode{i}.log" for i in self.nodes}
+        end = time.monotonic() + timeout
+        while True:
+            ready = 0
+            for i, p in list(self.nodes.items()):
+                if p.poll() is not None:
+                    stop([p], grace=1.0)
+                    logs[i] = Path(self.work_dir) / f"supernode{i}.restart{len(restarted)}.log"
+                    self.start_node(i, log_name=logs[i].name)
+                    restarted.append(i)
+                elif logs[i].exists() and b"SuperNode ID" in logs[i].read_bytes():
+                    ready += 1
+            if ready == len(self.nodes):
+                return restarted
+            if time.monotonic() >= end:
+                raise TimeoutError(
+                    f"{len(self.nodes) - ready} SuperNodes have no node id after {timeout:.0f}s"
+                )
+            time.sleep(0.5)
+
     def kill_node(self, partition_id: int, sig: int = signal.SIGKILL) -> None:
         """Kill the SuperNode of ``partition_id`` and its ClientApp processes (its process group)."""
         stop([self.nodes[partition_id]], grace=10.0, sig=sig)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import sys
 import time
@@ -71,6 +72,7 @@ class ForkExecutor(SubprocessExecutor):
         pid = os.fork()
         if pid == 0:  # the child: exactly what `flwr-clientapp --token ...` runs, then exit
             code = 0
+            t0 = time.perf_counter()
             try:
                 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
                     signal.signal(sig, signal.SIG_DFL)
@@ -88,6 +90,12 @@ class ForkExecutor(SubprocessExecutor):
             except BaseException:  # noqa: BLE001 - the child must never return into the parent's loop
                 code = 1
             finally:
+                ru = resource.getrusage(resource.RUSAGE_SELF)
+                print(  # one line per message in the SuperNode's log: where a round's time goes
+                    f"privnlp fork-exec: task {spec.task_id} exit {code} wall "
+                    f"{time.perf_counter() - t0:.2f}s cpu {ru.ru_utime + ru.ru_stime:.2f}s",
+                    flush=True,
+                )
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
