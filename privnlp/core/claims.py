@@ -301,9 +301,15 @@ class PrivacyClaim:
         s = f"({_eps_text(self.epsilon)}, {self.delta:.3g})-DP per {self.unit.value}"
         strongest = self.strongest_adversary()
         if strongest is not None:
-            s += f" against the {strongest.adversary}"
-            if len(self.adversaries) > 1:
-                s += " (the strongest named adversary)"
+            if len(self.adversaries) > 1 and all(
+                _same_eps(a.epsilon, strongest.epsilon) for a in self.adversaries
+            ):
+                # one guarantee for all: naming one "the strongest" would suggest the others get less
+                s += " against every named adversary"
+            else:
+                s += f" against the {strongest.adversary}"
+                if len(self.adversaries) > 1:
+                    s += " (the strongest named adversary)"
         g = self.extra.get("group_epsilon")
         k = self.extra.get("group_size", self.extra.get("max_copies"))
         if isinstance(g, (int, float)) and isinstance(k, (int, float)) and k > 1:

@@ -133,8 +133,12 @@ def test_adversary_bounds_from_threat_models_round_trip():
     assert bounds[1].observes == "log-probabilities, outputs"
     c = PrivacyClaim.dp(1.5, 1e-5, "example", adversaries=bounds)
     assert PrivacyClaim.from_dict(c.to_dict()) == c
+    # one guarantee for every adversary: no adversary is singled out as "the strongest"
+    assert c.headline() == "(1.5, 1e-05)-DP per example against every named adversary"
+    weaker = (bounds[0], AdversaryBound("black-box querier", "outputs", 0.5, 1e-5, "x", True))
     assert (
-        c.headline() == "(1.5, 1e-05)-DP per example against the honest-but-curious server "
+        PrivacyClaim.dp(1.5, 1e-5, "example", adversaries=weaker).headline()
+        == "(1.5, 1e-05)-DP per example against the honest-but-curious server "
         "(the strongest named adversary)"
     )
     with pytest.raises(InvalidPrivacyParameter, match="delta of the bound"):
