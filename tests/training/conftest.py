@@ -75,6 +75,8 @@ def tiny_checkpoints(tmp_path_factory):
         intermediate_size=64,
         max_position_embeddings=64,
         pad_token_id=0,
+        hidden_dropout_prob=0.0,  # no dropout: the results do not depend on torch's global RNG / test order
+        attention_probs_dropout_prob=0.0,
     )
     torch.manual_seed(0)
     BertModel(cfg).save_pretrained(root / "bert")

@@ -15,14 +15,12 @@ from . import twins_embedding as _twins_embedding  # noqa: F401  (leaky twins)
 from . import twins_transforms as _twins_transforms  # noqa: F401  (leaky twins)
 from .dp_sgd import (
     PrivateTraining,
-    make_private,
     per_sample_classification_loss,
     per_sample_lm_loss,
     per_sample_token_loss,
-    private_training,
 )
 from .embedding import freeze_embeddings
-from .engine import Budget, Clipping, DPEngine, Noise, Sampling
+from .engine import Budget, Clipping, DPEngine, Noise, Sampling, make_private, private_training
 from .large_batch import effective_noise_multiplier, sharded_dp_mean
 from .loop import TrainResult, head_loss, train_private
 from .mechanisms import (

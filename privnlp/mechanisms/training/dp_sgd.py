@@ -41,7 +41,6 @@ import inspect
 import math
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,8 +80,6 @@ __all__ = [
     "PrivateTraining",
     "SamplingPlan",
     "resolve_sampling",
-    "make_private",
-    "private_training",
     "per_sample_lm_loss",
     "per_sample_classification_loss",
     "per_sample_token_loss",
@@ -919,96 +916,6 @@ def _install_guard(optimizer: Any, guard: BudgetGuard, sample_rate: float) -> No
     optimizer.step_hook = lambda opt: guard.record(opt.noise_multiplier, sample_rate)
 
 
-def make_private(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    data_loader: Any,
-    *,
-    noise_multiplier: float | None = None,
-    target_epsilon: float | None = None,
-    epochs: float | None = None,
-    steps: int | None = None,
-    max_grad_norm: float = 1.0,
-    delta: float | None = None,
-    accountant: str = "prv",
-    poisson_sampling: bool = True,
-    grad_sample_mode: str = "auto",
-    tied_embeddings: str = "untie",
-    unit: str = "example",
-    wrap_model: bool = True,
-    rng: Any = None,
-    dedup: bool = False,
-    duplicate_keys: Any = None,
-    distributed: bool | None = None,
-    expected_batch_size: int | None = None,
-    sample_rate: float | None = None,
-    public_dataset_size: int | None = None,
-) -> PrivateTraining:
-    """Make ``model`` / ``optimizer`` / ``data_loader`` private with DP-SGD (opacus).
-
-    Args:
-        noise_multiplier: sigma; if ``None``, calibrated from ``target_epsilon`` and ``epochs``/``steps``.
-        target_epsilon: the hard budget: the step that would exceed it raises
-            :class:`~privnlp.core.errors.PrivacyBudgetExceeded` before it is taken.
-        epochs / steps: planned training length (needed for calibration).
-        max_grad_norm: per-example clipping norm C (> 0).
-        delta: default ``min(1e-5, N^-1.1)``; must be < 1/N.
-        accountant: ``"prv"`` (default) or ``"rdp"`` (opacus); dp_accounting PLD / RDP runs in parallel.
-        poisson_sampling: Poisson sampling (default). ``False`` keeps the loader (shuffled / fixed-size)
-            and the claim also states the no-amplification epsilon.
-        grad_sample_mode: ``auto`` (see :func:`choose_grad_sample_mode`: hooks while a batch's per-sample
-            gradients are small, book-keeping beyond -- one backward pass, no per-sample gradients -- or ghost
-            where book-keeping does not apply), ``bookkeeping``, ``ghost``, ``hooks``, ``functorch``.
-        tied_embeddings: ``untie`` / ``freeze`` / ``error`` for shared weights (GPT-2 wte/lm_head).
-        unit: the privacy unit of one dataset element (``example``, ``record``, ``user``...).
-        wrap_model: ``False`` attaches opacus hooks to ``model`` itself (``pt.model`` is then the hooks
-            object; keep calling the original model) — used by the HF ``Trainer`` integration.
-        rng: ``None`` (default): the noise and the Poisson masks come from generators seeded from the OS
-            entropy pool (secure; a resume never replays them). A seed / Generator: a reproducible
-            simulation in one process; the claim then says "noise seeded: not private against anyone who
-            knows the seed". Never pass a seed that another party knows (e.g. a federated server's).
-        dedup: train on the first copy of each duplicated example (exact duplicates of the dataset's rows,
-            or of ``duplicate_keys``). Without it, duplicates are counted, a
-            :class:`~privnlp.accounting.duplicates.DuplicateExamplesWarning` states the count and the group
-            epsilon of the most repeated record, and the claim carries both.
-        duplicate_keys: optional per-example keys (same order as the dataset) for duplicate detection, e.g.
-            :func:`~privnlp.accounting.duplicates.normalize_text` of each text (near duplicates).
-        distributed: ``None`` (default): DP-SGD on all ranks when a torch.distributed process group with >= 2
-            ranks is initialized (torchrun); ``True`` requires one; ``False`` never. The claim and ledger are the
-            single-process ones for the same global batch (:mod:`privnlp.mechanisms.training.distributed`).
-        expected_batch_size / sample_rate / public_dataset_size: the sampling rate q and the normaliser B (noise
-            std on the mean sigma*C/B) as *public* hyperparameters (issue #28 item 2): give two of them
-            (``public_dataset_size`` is a public upper bound on N; q = B / N_public). The claim is then
-            add/remove-DP and names no private dataset size: N and N+1 examples train with the same q, B and
-            noise. Without them (default) q = 1/len(data_loader) and B are computed from the dataset size N,
-            which an add/remove neighbour can change: the claim is then for zero-out neighbours with N public
-            (:func:`resolve_sampling`).
-    """
-    # the engine module imports this one (its helpers and PrivateTraining): imported here to break the cycle
-    from .engine import Budget, Clipping, DPEngine, Noise, Sampling
-
-    engine = DPEngine(
-        noise=Noise(noise_multiplier=noise_multiplier, rng=rng),
-        sampling=Sampling(
-            poisson=poisson_sampling,
-            expected_batch_size=expected_batch_size,
-            sample_rate=sample_rate,
-            public_dataset_size=public_dataset_size,
-        ),
-        clipping=Clipping(
-            max_grad_norm=max_grad_norm, mode=grad_sample_mode, tied_embeddings=tied_embeddings
-        ),
-        budget=Budget(target_epsilon=target_epsilon, delta=delta, epochs=epochs, steps=steps),
-        accountant=accountant,
-        unit=unit,
-        dedup=dedup,
-        distributed=distributed,
-    )
-    return engine.make_private(
-        model, optimizer, data_loader, wrap_model=wrap_model, duplicate_keys=duplicate_keys
-    )
-
-
 def _count_duplicates(dataset: Any, keys: Any) -> Any:
     """A :class:`~privnlp.accounting.duplicates.DuplicateReport` of the dataset's examples (``None`` if they
     cannot be read cheaply)."""
@@ -1058,33 +965,3 @@ def _subset_loader(dl: Any, keep: Any) -> Any:
         shuffle=isinstance(dl.sampler, RandomSampler),
         generator=dl.generator,
     )
-
-
-@contextlib.contextmanager
-def private_training(
-    model: nn.Module, optimizer: torch.optim.Optimizer, data_loader: Any, **kwargs: Any
-) -> Iterator[PrivateTraining]:
-    """Context-manager form of :func:`make_private`; opacus hooks are removed on exit.
-
-    >>> with private_training(model, opt, loader, noise_multiplier=1.0, max_grad_norm=1.0, rng=0) as pt:  # doctest: +SKIP
-    ...     ...
-
-    Args:
-        model: the model to train.
-        optimizer: its optimizer.
-        data_loader: a DataLoader over a sized dataset.
-        **kwargs: the keyword arguments of :func:`make_private` (``noise_multiplier``, ``target_epsilon``,
-            ``max_grad_norm``, ``delta``, ``rng``, ...).
-
-    Yields:
-        The ``PrivateTraining`` handle.
-
-    Raises:
-        InvalidArgument: as :func:`make_private`.
-        InvalidPrivacyParameter: as :func:`make_private`.
-    """
-    pt = make_private(model, optimizer, data_loader, **kwargs)
-    try:
-        yield pt
-    finally:
-        pt.close()

@@ -38,10 +38,10 @@ from privnlp.models.pretrained import CheckpointNotFound, load_classifier, load_
 
 from .dp_sgd import (
     PrivateTraining,
-    make_private,
     per_sample_classification_loss,
     per_sample_lm_loss,
 )
+from .engine import make_private
 from .loop import train_private
 
 __all__ = [

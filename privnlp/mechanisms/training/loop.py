@@ -24,11 +24,11 @@ from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded, check_po
 from .dp_sgd import (
     PrivateTraining,
     choose_grad_sample_mode,
-    make_private,
     per_sample_classification_loss,
     per_sample_lm_loss,
     per_sample_token_loss,
 )
+from .engine import make_private
 
 __all__ = ["TrainResult", "train_private", "head_loss", "batch_len", "DPTrainer"]  # noqa: F822 (DPTrainer: module __getattr__, transformers loaded on first use)
 

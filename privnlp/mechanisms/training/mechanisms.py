@@ -27,7 +27,7 @@ from privnlp.core.errors import (
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 
-from .dp_sgd import ADD_REMOVE, ZERO_OUT, make_private
+from .dp_sgd import ADD_REMOVE, ZERO_OUT
 from .embedding import (
     adversarial_embedding_loss,
     apply_dropout_embedding,
@@ -36,6 +36,7 @@ from .embedding import (
     freeze_embeddings,
 )
 from .embedding import freeze_embeddings as _freeze
+from .engine import make_private
 from .transforms import GaussianNoise, GradDrop, GradientPruning, RandomMasking, SignSGD
 
 __all__ = [
