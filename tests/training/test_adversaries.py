@@ -74,6 +74,8 @@ def test_poisson_claim_names_each_adversary_with_the_amplified_epsilon():
     assert no_amp > 3 * c.epsilon
     again = PrivacyClaim.from_dict(c.to_dict())
     assert again.adversaries == c.adversaries and "Per adversary" in c.statement()
+    statement = pt.privacy_statement()
+    assert "Per adversary" in statement and "white-box analyst (observes every noised" in statement
 
 
 def test_shuffled_loader_gets_no_amplification_and_the_budget_refuses_at_it():

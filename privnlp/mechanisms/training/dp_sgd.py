@@ -742,6 +742,8 @@ class PrivateTraining:
                 f"{self.allowed_steps()}"
             )
         lines.append(f"Privacy unit: one {self.unit} ({self.neighbouring} neighbours).")
+        lines.append("Per adversary (the headline epsilon is the strongest's):")
+        lines.extend(f"  {a.describe()}" for a in c.adversaries)
         lines.append(
             "Noise: "
             + (
