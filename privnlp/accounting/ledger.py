@@ -939,12 +939,15 @@ class DPLedger:
         after = self.copy()
         after.add(event)
         if isinstance(event, MetricDPRun):
-            spent, new, what = self.metric_epsilon(), after.metric_epsilon(), "per-word metric-DP"
+            new, what = after.metric_epsilon(), "per-word metric-DP"
         else:
-            spent = self.headline_epsilon(delta, accountant)
             new = after.headline_epsilon(delta, accountant)
             what = "user-level" if isinstance(event, RoundRun) else "headline"
-        if new > target_epsilon:
+        if new > target_epsilon:  # the spent epsilon is computed only for the refusal's message
+            if isinstance(event, MetricDPRun):
+                spent = self.metric_epsilon()
+            else:
+                spent = self.headline_epsilon(delta, accountant)
             at = "" if delta is None else f" at delta={delta:.3g}"
             raise PrivacyBudgetExceeded(
                 f"refusing {_describe(self, event)}: the {what} epsilon would become {new:.4g} > "
