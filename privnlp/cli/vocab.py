@@ -8,7 +8,9 @@ from typing import Any
 
 import typer
 
+import privnlp.accounting as accounting  # lazy package: DPLedger loads on first use
 from privnlp.core.errors import InvalidArgument, MalformedInput, PrivnlpError
+from privnlp.core.report import atomic_write_text
 from privnlp.core.rng import secure_numpy
 from privnlp.data import generate_corpus
 from privnlp.data.loaders import TXT_UNIT_RULES, TXT_UNITS, load_texts
@@ -114,6 +116,31 @@ def _read_corpus(
     return texts, None, rule
 
 
+def _charge_ledger(mech: DPWordPiece, path: Path | None, target_epsilon: float | None) -> Any:
+    """The ledger of ``--ledger`` (read, or new) with this release charged; ``None`` without ``--ledger``.
+    Raises PrivacyBudgetExceeded before anything is built when ``--target-epsilon`` would be exceeded."""
+    if path is None:
+        if target_epsilon is not None:
+            raise InvalidArgument(
+                "--target-epsilon needs --ledger (the file that records the releases)"
+            )
+        return None
+    if path.exists():
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise MalformedInput(f"--ledger: {path} is not JSON ({e.msg})") from None
+        if not isinstance(d, dict):
+            raise MalformedInput(
+                f"--ledger: {path} holds a {type(d).__name__}, not a ledger object"
+            )
+        led = accounting.DPLedger.from_dict(d)
+    else:
+        led = accounting.DPLedger()
+    led.charge(mech.release_event(), target_epsilon=target_epsilon)
+    return led
+
+
 @app.command("build")
 def build(
     corpus: Path | None = typer.Argument(
@@ -159,6 +186,18 @@ def build(
     secure: bool = typer.Option(
         False, help="OpenDP discrete Laplace noise (needs `pip install opendp`)"
     ),
+    ledger: Path | None = typer.Option(
+        None,
+        "--ledger",
+        help="a DPLedger JSON file: the release is charged to it (created if missing, written back "
+        "after a successful build), so releases on the same contributors compose",
+    ),
+    target_epsilon: float | None = typer.Option(
+        None,
+        "--target-epsilon",
+        help="with --ledger: refuse (exit 2, nothing written) a release that would take the ledger's "
+        "epsilon above this",
+    ),
 ) -> None:
     """Build a DP WordPiece tokenizer from CORPUS and write it with its privacy claim."""
 
@@ -182,6 +221,7 @@ def build(
             vocab_size=vocab_size,
             secure=secure,
         )
+        led = _charge_ledger(mech, ledger, target_epsilon)
         if engine == "dask":
             if corpus is None or bundled or user_field or txt_unit != "line" or corpus.is_dir():
                 raise InvalidArgument(
@@ -201,6 +241,8 @@ def build(
                 records=rule,
             )
         paths = res.save(out)
+        if led is not None:  # only a release that happened is recorded
+            atomic_write_text(ledger, json.dumps(led.to_dict(), indent=1))
     except PrivnlpError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -382,3 +382,33 @@ def test_laplace_threshold_large_delta_branch_releases_a_singleton_with_probabil
     x = cal.threshold - 1.0
     p_release = 1.0 - 0.5 * math.exp(x / cal.scale) if x < 0 else 0.5 * math.exp(-x / cal.scale)
     assert abs(p_release - 0.6) < 1e-12
+
+
+def test_cli_ledger_composes_releases_and_refuses_over_budget(tmp_path):
+    from typer.testing import CliRunner
+
+    from privnlp.accounting import DPLedger
+    from privnlp.cli.main import app
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(TEXTS))
+    led = tmp_path / "ledger.json"
+
+    def run(out: str, *extra: str):
+        args = ["vocab", "build", str(corpus), "--out", str(tmp_path / out), "--epsilon", "1"]
+        args += ["--delta", "1e-4", "--k", "4", "--vocab-size", "200", "--seed", "0", *extra]
+        return CliRunner().invoke(app, args)
+
+    for out in ("a", "b"):
+        r = run(out, "--ledger", str(led), "--target-epsilon", "2.5")
+        assert r.exit_code == 0, r.output
+    assert DPLedger.from_dict(json.loads(led.read_text())).release_epsilon() == pytest.approx(2.0)
+    before = led.read_text()
+    r = run("c", "--ledger", str(led), "--target-epsilon", "2.5")
+    assert r.exit_code == 2 and "refusing DP vocabulary release 3" in r.output
+    assert led.read_text() == before and not (tmp_path / "c").exists()
+    r = run("d", "--target-epsilon", "2.5")
+    assert r.exit_code == 2 and "--target-epsilon needs --ledger" in r.output
+    (tmp_path / "bad.json").write_text("[1]")
+    r = run("e", "--ledger", str(tmp_path / "bad.json"))
+    assert r.exit_code == 2 and "not a ledger object" in r.output
