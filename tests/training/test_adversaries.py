@@ -91,3 +91,31 @@ def test_shuffled_loader_gets_no_amplification_and_the_budget_refuses_at_it():
     # would have run all 500 steps: an adversary-visible epsilon far above the target)
     assert gauss(steps + 1) > 5.0 * 0.98
     assert steps < 100
+
+
+def test_the_registered_mechanism_names_the_adversaries_before_and_after_training():
+    from privnlp.mechanisms.training import DPSGD
+
+    mech = DPSGD(target_epsilon=3.0, max_grad_norm=1.0, epochs=1, accountant="rdp")
+    planned = mech.claim()  # what a card shows before any data is seen
+    assert [a.adversary for a in planned.adversaries] == [
+        Adversary.WHITE_BOX_ANALYST.value,
+        Adversary.BLACK_BOX_QUERIER.value,
+    ]
+    assert all(a.epsilon == 3.0 and a.amplified for a in planned.adversaries)
+    assert planned.epsilon == 3.0
+    shuffled = DPSGD(
+        target_epsilon=3.0, max_grad_norm=1.0, epochs=1, poisson_sampling=False
+    ).claim()
+    assert not any(a.amplified for a in shuffled.adversaries)
+    torch.manual_seed(0)
+    model = nn.Linear(6, 1)
+    pt = mech.make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(TensorDataset(torch.randn(100, 6), torch.randn(100, 1)), batch_size=10),
+        rng=0,
+    )
+    train_private(pt, _mse, steps=3)
+    after = mech.claim()
+    assert after.adversaries == pt.claim().adversaries and after.epsilon <= 3.0

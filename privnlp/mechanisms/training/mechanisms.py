@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 
 from opacus.optimizers.optimizer import _mark_as_processed
 
+from privnlp.accounting.adversaries import dp_sgd_adversary_bounds
 from privnlp.accounting.ledger import REPORTED
-from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
+from privnlp.core.claims import Adversary, AdversaryBound, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
     InvalidArgument,
     InvalidPrivacyParameter,
@@ -220,14 +221,27 @@ class DPSGD(Mechanism):
         given = (self.expected_batch_size, self.sample_rate, self.public_dataset_size)
         return ADD_REMOVE if sum(v is not None for v in given) == 2 else ZERO_OUT
 
+    def _planned_bounds(self, epsilon: float) -> tuple[AdversaryBound, ...]:
+        """The planned claim per adversary (issue #28 item 1): the budget holds against each named adversary
+        (amplified by Poisson sampling, or, for a shuffled loader, without amplification: the budget is then
+        enforced on the no-amplification epsilon)."""
+        return dp_sgd_adversary_bounds(
+            epsilon=epsilon,
+            delta=self.delta or 1e-5,
+            accountant=f"{REPORTED.get(self.accountant, self.accountant)} (planned budget)",
+            poisson_sampling=self.poisson_sampling,
+            epsilon_no_amplification=epsilon,
+        )
+
     def claim(self) -> PrivacyClaim:
         if self._last is not None:
             return self._last.claim()
         if self.target_epsilon is None:
             return PrivacyClaim.dp(
-                math.inf if self.noise_multiplier == 0 else self.target_epsilon or math.inf,
+                math.inf,
                 self.delta or 1e-5,
                 self.unit,
+                adversaries=self._planned_bounds(math.inf),
                 neighbouring=self._neighbouring(),
                 notes=(
                     "planned claim: epsilon is known once the data loader and the number of "
@@ -245,6 +259,7 @@ class DPSGD(Mechanism):
             self.target_epsilon,
             self.delta or 1e-5,
             self.unit,
+            adversaries=self._planned_bounds(self.target_epsilon),
             neighbouring=self._neighbouring(),
             accountant=f"{REPORTED.get(self.accountant, self.accountant)} (reported)",
             notes=tuple(notes),
