@@ -13,7 +13,8 @@ Processes (on 127.0.0.1 in the tests; across machines see the README section):
   explicitly allows it, issue #33; with authentication every key of the list is registered first,
   :func:`register_nodes`),
 * ``flower-supernode --root-certificates CA [--auth-supernode-private-key KEY] --superlink HOST:P --port Q_i
-  --node-config "partition-id=i num-partitions=n"``,
+  --node-config "partition-id=i num-partitions=n" --isolation process`` and its SuperExec, privnlp's fork-server
+  (:mod:`.flower_exec`: every ClientApp message runs in a fork of a process that imported flwr once),
 * ``flwr run APP_DIR local`` with ``FLWR_HOME`` holding ``config.toml`` that names the SuperLink; the
   generated ``APP_DIR`` (:func:`write_app`) holds a ``pyproject.toml`` whose components point at
   :data:`server_app` / :data:`client_app` below (privnlp must be importable by the SuperLink's and the
