@@ -23,10 +23,22 @@ Importing this package does not import torch.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .result import DPAuditResult, DPAuditSuite, EpsilonBound
 from .runner import audit_report, has_audit, run_dp_audit
+
+if TYPE_CHECKING:  # for type checkers and the API reference (static analysis); loaded lazily below
+    from .bounds import (
+        clopper_pearson,
+        epsilon_lower_bound,
+        epsilon_lower_bound_gdp,
+        gdp_epsilon,
+        one_run_audit,
+        one_run_epsilon_lower_bound,
+        one_run_epsilon_lower_bound_gdp,
+        threshold_audit,
+    )
 
 #: loaded on first access (PEP 562): the bounds need scipy / dp_accounting (~2 s), and this package sits on
 #: the CLI's light path (the cards renderer imports it)

@@ -300,3 +300,12 @@ def test_one_rdp_order_list_and_one_gaussian_conversion():
     exact = events.gaussian_epsilon(2.0, 1e-5)
     assert exact <= pld.get_epsilon(1e-5) <= exact * (1 + 1e-4)
     assert math.isinf(events.gaussian_epsilon(0.0, 1e-5))
+
+
+def test_package_exports_resolve_lazily():
+    # every listed name resolves (loaded on first access: importing a light submodule stays light)
+    assert set(acc_pkg.__all__) == set(acc_pkg._EXPORTS)
+    for name in acc_pkg.__all__:
+        assert getattr(acc_pkg, name) is not None
+    with pytest.raises(AttributeError, match="FedLedger"):
+        acc_pkg.FedLedger  # noqa: B018
