@@ -183,11 +183,17 @@ def effective_noise_multiplier(per_shard_noise_multiplier: float, num_shards: in
 
 @dataclass(frozen=True)
 class EpsilonEstimate:
-    """Epsilon of a ledger at ``delta``.
+    """Epsilon of a ledger's DP-SGD steps at ``delta``.
 
-    ``epsilon`` is the reported value (dp_accounting, see the module docstring) and equals
-    ``dp_accounting``; ``opacus`` is opacus' value of the same accountant name (a diagnostic, ``nan``
-    when not computed); ``source`` names what was reported; ``diagnostics`` holds the other values."""
+    Attributes:
+        epsilon: the reported value (dp_accounting, see the module docstring); equals ``dp_accounting``.
+        opacus: opacus' value of the same accountant name (a diagnostic, ``nan`` when not computed).
+        dp_accounting: dp_accounting's value (the reported one).
+        accountant: ``"prv"`` or ``"rdp"``.
+        delta: the delta it is stated at.
+        source: what was reported, in words (:data:`REPORTED`).
+        diagnostics: the other accountants' values, skipped / failed diagnostics with their reason.
+    """
 
     epsilon: float
     opacus: float
