@@ -7,7 +7,8 @@ fixed-size rounds, IID vs non-IID users, secret sharer p_u / p_e), ``fl-dp-seque
 metrics, many workers), ``record-level-privacy-leakage-in-fl.txt`` (M of N clients, global snapshots).
 
 Importing this package imports torch (it registers ``fedavg`` / ``dp_fedavg`` and the leaky twin);
-Flower (``flwr``) is imported only inside :mod:`.flower` functions.
+Flower (``flwr``) is imported by :mod:`.flower`, which only ``privnlp fl`` commands, the ServerApp and the tests
+load.
 """
 
 from __future__ import annotations
