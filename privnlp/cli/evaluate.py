@@ -82,6 +82,7 @@ def evaluate(
     """Run the registered defense/attack pairs on the bundled scenarios."""
     # privnlp.evaluation pulls faker at import time: only when the command runs
     from privnlp.evaluation.cards import PRESETS, evaluate_all
+    from privnlp.evaluation.realistic import realistic_plan
 
     if ctx.invoked_subcommand is not None:
         return
@@ -107,6 +108,8 @@ def evaluate(
         bad = [n for n in names if n not in known]
         if bad:
             raise typer.BadParameter(f"unknown defense(s) {bad}; known: {sorted(known)}")
+    if preset == "realistic":  # issue #29 item 8: say the expected time before the run starts
+        console.print(realistic_plan(names).describe())
     outcomes, failures = evaluate_all(
         preset=preset,
         report_dir=report_dir,
