@@ -202,10 +202,12 @@ def test_tag_dlg_defaults_are_the_reference_baselines():
 def test_keep_best_returns_the_lowest_loss_iterate(tiny_bert_obs):
     """A learning rate far too large makes the last iterate worse than earlier ones: keep_best (the reference
     code's best_final_x) returns the best seen; without it, the last."""
-    from privnlp.attacks.gradient.lamp import reconstruct
+    from dataclasses import replace
+
+    from privnlp.attacks.gradient.lamp import LampSearch, reconstruct
 
     obs, _ = tiny_bert_obs
-    kw = dict(
+    search = LampSearch(
         loss="cos",
         alpha_reg=0.0,
         alpha_lm=0.0,
@@ -217,13 +219,19 @@ def test_keep_best_returns_the_lowest_loss_iterate(tiny_bert_obs):
         lr=50.0,
         lr_decay=1.0,
         init_std=1.0,
-        rng=0,
+        keep_best=True,
     )
     _, best = reconstruct(
-        obs.model, obs.gradients, obs.labels, obs.lengths, obs.tokenizer, keep_best=True, **kw
+        obs.model, obs.gradients, obs.labels, obs.lengths, obs.tokenizer, rng=0, search=search
     )
     _, last = reconstruct(
-        obs.model, obs.gradients, obs.labels, obs.lengths, obs.tokenizer, keep_best=False, **kw
+        obs.model,
+        obs.gradients,
+        obs.labels,
+        obs.lengths,
+        obs.tokenizer,
+        rng=0,
+        search=replace(search, keep_best=False),
     )
     assert best["returned_rec_loss"] <= min(best["history"]) + 1e-9
     assert best["returned_rec_loss"] <= best["best_rec_loss"] + 1e-9

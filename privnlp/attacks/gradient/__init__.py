@@ -7,7 +7,7 @@ Importing this package registers ``film``, ``rlg``, ``lamp``, ``dlg`` and ``tag`
 from __future__ import annotations
 
 from .film import FILM, BagOfWords, beam_search, recover_bag, reorder
-from .lamp import DLG, LAMP, TAG, aux_lm, reconstruct
+from .lamp import DLG, LAMP, TAG, LampSearch, aux_lm, reconstruct
 from .rlg import RLG, LabelSet, estimate_num_labels, reveal_labels, sign_baseline
 
 __all__ = [
@@ -26,4 +26,5 @@ __all__ = [
     "sign_baseline",
     "aux_lm",
     "reconstruct",
+    "LampSearch",
 ]

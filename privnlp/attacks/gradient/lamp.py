@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,16 @@ from privnlp.models.realistic import debian_english_texts
 
 from ._common import hungarian_rouge
 
-__all__ = ["LAMP", "DLG", "TAG", "aux_lm", "kn_prior", "KneserNeyBigram", "reconstruct"]
+__all__ = [
+    "LAMP",
+    "DLG",
+    "TAG",
+    "LampSearch",
+    "aux_lm",
+    "kn_prior",
+    "KneserNeyBigram",
+    "reconstruct",
+]
 
 
 _AUX: dict[tuple[str, int, int], Any] = {}
@@ -472,39 +482,12 @@ def _transform(x, lengths: Sequence[int], fixed_first: bool, rng: np.random.Gene
     return x
 
 
-def reconstruct(
-    model: Any,
-    gradients: Any,
-    labels: Any,
-    lengths: Sequence[int],
-    tokenizer: Any,
-    *,
-    rng: Any,
-    loss: str = "cos",
-    alpha_tag: float = 0.01,
-    alpha_reg: float = 1.0,
-    alpha_lm: float = 0.2,
-    n_init: int = 50,
-    n_perm: int = 50,
-    iterations: int = 10,
-    n_c: int = 25,
-    n_d: int = 16,
-    lr: float = 0.01,
-    lm: Any = None,
-    batched: bool = True,
-    lr_decay: float = 0.89,
-    init_std: float | None = None,
-    keep_best: bool = True,
-) -> tuple[list[list[int]], dict[str, Any]]:
-    """Run the engine; returns (token ids per sequence, raw numbers).
+@dataclass(frozen=True)
+class LampSearch:
+    """The search options of :func:`reconstruct` (LAMP's continuous + discrete steps), grouped; the attack classes
+    (:class:`LAMP`, :class:`TAG`, :class:`DLG`) hold the same names as attributes and pass them as one.
 
-    Args:
-        model: the client's model (weights known to the attacker).
-        gradients: the observed gradients (parameter name -> tensor).
-        labels: the batch's labels.
-        lengths: each sequence's length in tokens.
-        tokenizer: the tokenizer (``[CLS]`` / ``[SEP]`` kept fixed when it has them).
-        rng: the attack's randomness (keyword-only).
+    Attributes:
         loss: ``"cos"``, ``"tag"`` or ``"l2"``.
         alpha_tag: weight of the L1 term, >= 0.
         alpha_reg: weight of the embedding-norm regulariser, >= 0.
@@ -515,7 +498,6 @@ def reconstruct(
         n_c: Adam steps per round.
         n_d: discrete candidates per round.
         lr: Adam learning rate.
-        lm: the auxiliary LM (``None`` = no prior).
         batched: score candidates in one vmapped call.
         lr_decay: the learning rate is multiplied by this every 50 Adam steps (the reference code's StepLR; 1 = none).
         init_std: standard deviation of the Gaussian initialisations; ``None``: the real embeddings' scale (mean
@@ -523,6 +505,56 @@ def reconstruct(
         keep_best: return the iterate with the lowest ``L_rec`` seen during the continuous steps (the reference
             code's ``best_final_x``), not the last one.
     """
+
+    loss: str = "cos"
+    alpha_tag: float = 0.01
+    alpha_reg: float = 1.0
+    alpha_lm: float = 0.2
+    n_init: int = 50
+    n_perm: int = 50
+    iterations: int = 10
+    n_c: int = 25
+    n_d: int = 16
+    lr: float = 0.01
+    batched: bool = True
+    lr_decay: float = 0.89
+    init_std: float | None = None
+    keep_best: bool = True
+
+
+def reconstruct(
+    model: Any,
+    gradients: Any,
+    labels: Any,
+    lengths: Sequence[int],
+    tokenizer: Any,
+    *,
+    rng: Any,
+    search: LampSearch | None = None,
+    lm: Any = None,
+) -> tuple[list[list[int]], dict[str, Any]]:
+    """Run the engine; returns (token ids per sequence, raw numbers).
+
+    Args:
+        model: the client's model (weights known to the attacker).
+        gradients: the observed gradients (parameter name -> tensor).
+        labels: the batch's labels.
+        lengths: each sequence's length in tokens.
+        tokenizer: the tokenizer (``[CLS]`` / ``[SEP]`` kept fixed when it has them).
+        rng: the attack's randomness (keyword-only).
+        search: the search options (``None``: :class:`LampSearch`'s defaults).
+        lm: the auxiliary LM (``None`` = no prior).
+    """
+    s = LampSearch() if search is None else search
+    loss, alpha_tag, alpha_reg, alpha_lm = s.loss, s.alpha_tag, s.alpha_reg, s.alpha_lm
+    n_init, n_perm, iterations, n_c, n_d = s.n_init, s.n_perm, s.iterations, s.n_c, s.n_d
+    lr, batched, lr_decay, init_std, keep_best = (
+        s.lr,
+        s.batched,
+        s.lr_decay,
+        s.init_std,
+        s.keep_best,
+    )
 
     gen = as_numpy(rng)
     tg = as_torch(int(gen.integers(0, 2**62)))
@@ -766,21 +798,8 @@ class _GradientMatching(Attack):
             observation.lengths,
             observation.tokenizer,
             rng=rng,
-            loss=self.loss,
-            alpha_tag=self.alpha_tag,
-            alpha_reg=self.alpha_reg,
-            alpha_lm=self.alpha_lm,
-            n_init=self.n_init,
-            n_perm=self.n_perm,
-            iterations=self.iterations,
-            n_c=self.n_c,
-            n_d=self.n_d,
-            lr=self.lr,
+            search=LampSearch(**{f.name: getattr(self, f.name) for f in fields(LampSearch)}),
             lm=lm,
-            batched=self.batched,
-            lr_decay=self.lr_decay,
-            init_std=self.init_std,
-            keep_best=self.keep_best,
         )
         texts = tuple(_decode(observation.tokenizer, s) for s in ids)
         raw["token_ids"] = ids
