@@ -42,7 +42,7 @@ _MECH = typer.Option(
 
 
 def _load_observation(path: Path) -> Any:
-    import torch
+    import torch  # deferred: torch: CLI modules stay torch-free until a command runs
 
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=False)
@@ -73,7 +73,7 @@ def _run(
     if observation is not None:
         trials.append((_load_observation(observation), None))
     else:
-        # privnlp.evaluation pulls faker at import time
+        # scenarios/gradient.py imports torch at the top: loaded when the command runs
         from privnlp.evaluation.scenarios.gradient import FedSGDEavesdropper
 
         mech = mget(mechanism)() if mechanism else None

@@ -69,7 +69,7 @@ def eval_threads() -> int:
 @contextlib.contextmanager
 def pinned_threads(n: int | None = None) -> Iterator[int]:
     """Run the body with ``torch.set_num_threads(n)`` (default :func:`eval_threads`); restore afterwards."""
-    import torch
+    import torch  # deferred: torch: core stays torch-free
 
     n = eval_threads() if n is None else int(n)
     before = torch.get_num_threads()
@@ -109,7 +109,7 @@ def numerics_fingerprint() -> dict[str, Any]:
     """What decides the bits of a CPU result besides the code and the seed: pinned thread count,
     torch's CPU kernel family, and the versions of torch / transformers / tokenizers / numpy."""
 
-    import torch
+    import torch  # deferred: torch: core stays torch-free
 
     out: dict[str, Any] = {
         "torch_threads": eval_threads(),

@@ -111,7 +111,7 @@ class ModelSnapshots(Observation):
     def load(self, r: int, *, into: Any = None) -> Any:
         """The model after round ``r``. ``into``: an already built model of the same architecture to
         load the weights into (building a fresh model per round re-runs weight initialisation)."""
-        import torch
+        import torch  # deferred: torch: core stays torch-free
 
         model = self.model_factory() if into is None else into
         state = torch.load(self.paths[r], map_location="cpu", weights_only=True)

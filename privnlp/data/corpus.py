@@ -1053,7 +1053,7 @@ def generate_corpus(
     kinds = tuple(kinds)
     if not kinds or any(k not in KINDS for k in kinds):
         raise InvalidArgument(f"kinds must be a non-empty subset of {KINDS}; got {kinds!r}")
-    from faker import Faker
+    from faker import Faker  # deferred: faker: only generate_corpus needs it (data is a light path)
 
     fake = Faker("en_US")
     records: list[Record] = []

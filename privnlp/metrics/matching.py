@@ -64,6 +64,7 @@ def hungarian_match(
     Raises:
         InvalidArgument: ``refs`` is empty, or ``score_fn`` returned a non-finite score.
     """
+    # deferred: scipy: only this metric needs it (privnlp.metrics stays light)
     from scipy.optimize import linear_sum_assignment
 
     refs, hyps = list(refs), list(hyps)

@@ -139,6 +139,7 @@ def _credit(g: tuple[int, int, str], p: tuple[int, int, str], scheme: str) -> fl
 def _doc_credit(gold, pred, scheme: str) -> float:
     if not gold or not pred:
         return 0.0
+    # deferred: scipy: only this metric needs it (privnlp.metrics stays light)
     from scipy.optimize import linear_sum_assignment
 
     m = np.array([[_credit(g, p, scheme) for p in pred] for g in gold])
@@ -200,7 +201,7 @@ def seqeval_f1(
     Raises:
         InvalidArgument: ``gold_tags`` is a single tag sequence, or the shapes differ.
     """
-    from seqeval.metrics import f1_score
+    from seqeval.metrics import f1_score  # deferred: seqeval (slow import): this metric only
 
     gold_tags, pred_tags = [list(x) for x in gold_tags], [list(x) for x in pred_tags]
     if gold_tags and isinstance(gold_tags[0], str):

@@ -75,7 +75,7 @@ def rouge(
     Raises:
         InvalidArgument: ``refs`` and ``hyps`` of different lengths, or empty.
     """
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer  # deferred: rouge_score pulls nltk: this metric only
 
     refs, hyps = _pairs(refs, hyps)
     sc = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=use_stemmer)
@@ -100,7 +100,7 @@ def bleu(refs: Sequence[str] | str, hyps: Sequence[str] | str) -> float:
     Returns:
         BLEU in [0, 100].
     """
-    import sacrebleu
+    import sacrebleu  # deferred: sacrebleu: BLEU / chrF only
 
     refs, hyps = _pairs(refs, hyps)
     return float(sacrebleu.corpus_bleu(hyps, [refs]).score)
@@ -119,7 +119,7 @@ def chrf(refs: Sequence[str] | str, hyps: Sequence[str] | str) -> float:
     Returns:
         chrF in [0, 100].
     """
-    import sacrebleu
+    import sacrebleu  # deferred: sacrebleu: BLEU / chrF only
 
     refs, hyps = _pairs(refs, hyps)
     return float(sacrebleu.corpus_chrf(hyps, [refs]).score)

@@ -16,7 +16,7 @@ from privnlp.core.errors import check_range
 @contextlib.contextmanager
 def seeded(seed: int) -> Iterator[None]:
     """Run the body with torch's CPU RNG seeded to ``seed``; restore the caller's state afterwards."""
-    import torch
+    import torch  # deferred: torch: builders/tokenization (light paths) import this module
 
     check_range("seed", seed, 0, 2**63 - 1, integer=True)
     with torch.random.fork_rng(devices=[]):
@@ -27,6 +27,7 @@ def seeded(seed: int) -> Iterator[None]:
 @contextlib.contextmanager
 def hf_quiet() -> Iterator[None]:
     """Hide transformers' progress bars ("Loading weights", "Writing model shards") for the body."""
+    # deferred: transformers: light path, as above
     from transformers.utils import logging as hf_logging
 
     was = hf_logging.is_progress_bar_enabled()

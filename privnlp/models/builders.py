@@ -83,6 +83,7 @@ def tiny_gpt2(
     check_range("n_positions", n_positions, 1, 2**20, integer=True)
     _check_dims(n_embd, n_head, "n_embd", "n_head")
     check_probability("dropout", dropout, open_high=True)
+    # deferred: transformers: privnlp.evaluation imports this module
     from transformers import GPT2Config, GPT2LMHeadModel
 
     special = {

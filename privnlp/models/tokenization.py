@@ -120,6 +120,7 @@ def train_bpe_tokenizer(
     check_range("min_frequency", min_frequency, 1, 2**31, integer=True)
     check_range("model_max_length", model_max_length, 1, 2**31, integer=True)
     corpus = _canonical_texts(texts)
+    # deferred: transformers (2 s): privnlp --help imports this module
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -248,7 +249,7 @@ def train_wordpiece_tokenizer(
     check_range("min_frequency", min_frequency, 1, 2**31, integer=True)
     check_range("model_max_length", model_max_length, 1, 2**31, integer=True)
     corpus = _canonical_texts(texts)
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # deferred: transformers: light path, as above
 
     normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=bool(lowercase)

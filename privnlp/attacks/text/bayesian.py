@@ -515,7 +515,7 @@ class AuditResult:
 
 
 def _cp_bounds(k: np.ndarray, n: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    from scipy.stats import beta
+    from scipy.stats import beta  # deferred: scipy: privnlp sanitize imports this module
 
     lo = np.where(k > 0, beta.ppf(alpha, k, n - k + 1), 0.0)
     hi = np.where(k < n, beta.ppf(1 - alpha, k + 1, n - k), 1.0)

@@ -234,7 +234,7 @@ def plot_inclusion(
 ) -> Path:
     """Plot inclusion rate vs n (log x) for every curve of :func:`inclusion_sweep`; save a PNG
     (atomically) and return its path."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib: the plot only
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
