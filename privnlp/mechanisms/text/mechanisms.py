@@ -629,6 +629,35 @@ class WordMetricDP(Mechanism):
             gens = _noise_rng(rng)
         return self._sanitize(list(texts), gens)
 
+    def _units_memo(self) -> dict:
+        """token -> its units (see :meth:`_token_units`), valid while the vocabulary and the selection
+        settings stay the same (a changed attribute starts a new memo)."""
+        emb = self.resolve_embeddings()
+        sig = (self.lowercase, self.skip_stopwords, self.redactable)
+        cur = self.__dict__.get("_memo")
+        if cur is None or cur[0] is not emb or cur[1] != sig:
+            cur = self.__dict__["_memo"] = (emb, sig, {})
+        return cur[2]
+
+    def _token_units(self, tok: str, emb: Embeddings) -> tuple[tuple, int, int]:
+        """A word token's vocabulary units ``((start, end, kind, id), ...)`` with kind 0 = released
+        verbatim (not selected), 1 = perturbed (``id`` = its vocabulary row), 2 = out of vocabulary;
+        and the numbers of perturbed and OOV units."""
+        out, m, o = [], 0, 0
+        for pa, pb in self.pieces(tok):
+            k = self._key(tok[pa:pb])
+            if not self._selected(k):
+                out.append((pa, pb, 0, -1))
+                continue
+            j = emb.id_of(k)
+            if j < 0:
+                out.append((pa, pb, 2, -1))
+                o += 1
+            else:
+                out.append((pa, pb, 1, j))
+                m += 1
+        return tuple(out), m, o
+
     def _sanitize(self, texts: list[str], gens: Any) -> list[SanitizedText]:
         emb = self.resolve_embeddings()
         V = len(emb)
@@ -638,6 +667,7 @@ class WordMetricDP(Mechanism):
         prot: list[list[tuple[int, int]]] = [[] for _ in texts]
         if self.redact_pii:  # PII -> placeholders first; the placeholders are released verbatim
             texts, prot = self._redact(texts)
+        memo = self._units_memo()
         for t, pr in zip(texts, prot):
             us, m, o = [], 0, 0
             for mt in WORD_RE.finditer(t):
@@ -645,18 +675,16 @@ class WordMetricDP(Mechanism):
                 if pr and any(x <= a < y for x, y in pr):
                     us.append((a, mt.end(), 0, -1))
                     continue
-                for pa, pb in self.pieces(mt.group()):
-                    k = self._key(t[a + pa : a + pb])
-                    if not self._selected(k):
-                        us.append((a + pa, a + pb, 0, -1))
-                        continue
-                    j = emb.id_of(k)
-                    if j < 0:
-                        us.append((a + pa, a + pb, 2, -1))
-                        o += 1
-                    else:
-                        us.append((a + pa, a + pb, 1, j))
-                        m += 1
+                tok = mt.group()
+                ent = memo.get(tok)
+                if ent is None:  # a deterministic function of the token: computed once per run
+                    ent = memo[tok] = self._token_units(tok, emb)
+                    if len(memo) > 500_000:  # bounded memory on corpora with many rare tokens
+                        memo.clear()
+                for pa, pb, kind, j in ent[0]:
+                    us.append((a + pa, a + pb, kind, j))
+                m += ent[1]
+                o += ent[2]
             units.append(us)
             n_m.append(m)
             n_o.append(o)
