@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -157,3 +158,17 @@ def test_bad_input_files(tmp_path):
         read_parallel(tmp_path / "d.jsonl")
     with pytest.raises(MalformedInput, match="does not exist"):
         read_parallel(tmp_path / "nope.src", tmp_path / "a.tgt")
+
+
+def test_written_files_honour_the_umask(tmp_path, toy, toy_text):
+    """Issue #31: the release files get 0666 minus the umask (mkstemp alone gives 0600)."""
+    rel = PhraseFragmentation(7, 0.5).fragment(toy_text, rng=0, alignments=toy.alignments)
+    old = os.umask(0o022)
+    try:
+        paths = rel.write(tmp_path / "a")
+        assert {oct(p.stat().st_mode & 0o777) for p in paths.values()} == {oct(0o644)}
+        os.umask(0o077)
+        paths = rel.write(tmp_path / "b")
+        assert {oct(p.stat().st_mode & 0o777) for p in paths.values()} == {oct(0o600)}
+    finally:
+        os.umask(old)

@@ -172,6 +172,8 @@ class FragmentRelease:
         }
         tmps: dict[str, str] = {}
         moved: list[Path] = []
+        umask = os.umask(0)
+        os.umask(umask)
         try:
             for k, text in contents.items():
                 fd, tmp = tempfile.mkstemp(dir=outdir, prefix=f".{paths[k].name}.", suffix=".tmp")
@@ -180,6 +182,7 @@ class FragmentRelease:
                     f.write(text)
                     f.flush()
                     os.fsync(f.fileno())
+                os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600: the mode a plain open gives
             for k in ("source", "target", "sidecar"):  # sidecar last: it marks a complete release
                 os.replace(tmps[k], paths[k])
                 del tmps[k]
