@@ -12,7 +12,13 @@ are reported apart); **batched** seconds per text; CrypTen's rounds and bytes (d
 independent of machine load) per text; and, in the same process, the baselines: CrypTen's
 per-AND-gate TTP requests (``offline=False``) and plaintext inference.
 
+Transport (issue #33 item 5): the same runs over the mutually authenticated TLS 1.3 channels
+(``transport="tls"``, ``channels.py``) and over CrypTen's torch.distributed / gloo on plain TCP,
+interleaved ``--repeats`` times in the same process; it prints the median seconds of each and the
+ratio TLS / plain (rounds and bytes are identical on both: the same protocol).
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mpc_inference.py [--n 200] [--n-seq 20] [--preset both]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mpc_inference.py --transport-only [--repeats 3]
 """
 
 from __future__ import annotations
@@ -31,6 +37,30 @@ def _fmt_comm(c: dict, n: int) -> str:
     )
 
 
+def _transport_ratio(model, x, ns: int, provider: str, repeats: int) -> None:
+    """Interleaved gloo / TLS runs (sequential on ``ns`` texts, batched on all of ``x``)."""
+    import numpy as np
+
+    from privnlp.mechanisms.mpc import CryptenTextCNN
+
+    for mode, xs in (("sequential", x[:ns]), ("batched", x)):
+        secs: dict[str, list[float]] = {"gloo": [], "tls": []}
+        comm: dict[str, dict] = {}
+        for _ in range(repeats):
+            for tr in ("gloo", "tls"):
+                r = CryptenTextCNN(
+                    provider=provider, mode=mode, transport=tr, timeout=600
+                ).classify(model, xs)
+                secs[tr].append(r.seconds / len(xs))
+                comm[tr] = {k: (v["rounds"], v["bytes"]) for k, v in r.comm.items()}
+        g, t = float(np.median(secs["gloo"])), float(np.median(secs["tls"]))
+        print(
+            f"transport {mode} n={len(xs)} ({repeats} interleaved runs each, session incl. weight sharing): "
+            f"plain gloo {g:.4f} s/text, TLS {t:.4f} s/text -> TLS/plain = {t / g:.2f}x  "
+            f"(same rounds/bytes: {comm['gloo'] == comm['tls']}; load average {os.getloadavg()[0]:.1f})"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200, help="texts in the batched run")
@@ -44,6 +74,12 @@ def main() -> None:
     ap.add_argument(
         "--no-baseline", action="store_true", help="skip the offline=False sequential baseline"
     )
+    ap.add_argument(
+        "--transport-only",
+        action="store_true",
+        help="only the TLS vs plain-gloo comparison (skips the sequential/batched/baseline section)",
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per transport")
     a = ap.parse_args()
     import numpy as np
     import torch
@@ -86,6 +122,9 @@ def main() -> None:
         plain = (time.perf_counter() - t) / 10 / len(x)
 
         ns = min(a.n_seq, len(x))
+        _transport_ratio(model, x, ns, a.provider, a.repeats)
+        if a.transport_only:
+            continue
         res = CryptenTextCNN(provider=a.provider, mode="sequential", timeout=600).classify(
             model, x[:ns]
         )

@@ -29,8 +29,6 @@ import typer
 from privnlp.core.errors import PrivnlpError
 from privnlp.core.report import atomic_write_text
 from privnlp.data import load_texts
-from privnlp.mechanisms.mpc.encoder import PublicEncoder
-from privnlp.mechanisms.mpc.textcnn import CryptenTextCNN, load_alice_model
 
 app = typer.Typer(help="Private text classification with CrypTen (MPC).", no_args_is_help=True)
 
@@ -92,7 +90,7 @@ def serve(
     embeddings: str | None = typer.Option(
         None, "--embeddings", help="bob: .npy embeddings instead of --texts"
     ),
-    encoder: str = typer.Option(
+    encoder_name: str = typer.Option(
         "auto", "--encoder", help="bob: public encoder (auto, minilm, hashed)"
     ),
     out: str | None = typer.Option(None, "--out", help="bob: write the labels (JSON) here"),
@@ -172,32 +170,30 @@ def serve(
         typer.echo(f"{role}: {transport['statement']}", err=True)
     try:
         # heavy (torch, CrypTen): this module is imported by `privnlp --help`
-        from privnlp.mechanisms.mpc import protocol as P
-        from privnlp.mechanisms.mpc.channels import PartyTLS
-        from privnlp.mechanisms.mpc.crypten_model import plaintext_state
+        from privnlp.mechanisms.mpc import encoder, protocol, textcnn
 
         bind_addr = None
         if bind is not None:
-            bind_addr = P.parse_tcp(f"tcp://{bind}")
+            bind_addr = protocol.parse_tcp(f"tcp://{bind}")
         party_tls = None
         if use_tls:
             if tls_dir is None and None in (ca_cert, cert, key):
                 _fail("TLS needs --tls-dir DIR, or all three of --ca-cert, --cert and --key")
-            base = PartyTLS.in_dir(tls_dir or ".", roles[role])
-            party_tls = PartyTLS(
+            base = protocol.PartyTLS.in_dir(tls_dir or ".", roles[role])
+            party_tls = protocol.PartyTLS(
                 Path(ca_cert) if ca_cert else base.ca_certfile,
                 Path(cert) if cert else base.certfile,
                 Path(key) if key else base.keyfile,
             ).check(
                 roles[role]
             )  # before anything is sent: missing / expired / mismatched / other rank
-            P.parse_tcp(rdv)
+            protocol.parse_tcp(rdv)
         if rdv.startswith("tcp://") and role == "alice":  # fail fast on a taken port
-            h, port = P.parse_tcp(rdv)
-            P.check_port_free(*(bind_addr or (h, port)))
+            h, port = protocol.parse_tcp(rdv)
+            protocol.check_port_free(*(bind_addr or (h, port)))
 
         if role == "ttp":
-            P.run_ttp(rendezvous=rdv, timeout=timeout, tls=party_tls)
+            protocol.run_ttp(rendezvous=rdv, timeout=timeout, tls=party_tls)
             typer.echo(f"ttp: done (transport {transport['channels']})")
             return
         kwargs: dict = {"mode": mode}
@@ -205,26 +201,28 @@ def serve(
             if not model:
                 _fail("--role alice needs --model")
 
-            m = load_alice_model(model)
+            m = textcnn.load_alice_model(model)
             kwargs.update(
                 config=m.public_config(),
-                state={k: v.numpy() for k, v in plaintext_state(m).items()},
+                state={k: v.numpy() for k, v in protocol.plaintext_state(m).items()},
             )
         else:
             if embeddings:
                 x = np.load(embeddings)
             elif texts:
-                x = PublicEncoder(encoder).encode(load_texts(texts))
+                x = encoder.PublicEncoder(encoder_name).encode(load_texts(texts))
             else:
                 _fail("--role bob needs --texts or --embeddings")
             kwargs["embeddings"] = np.asarray(x, np.float32)
-        crypten = P.init_party(roles[role], rendezvous=rdv, provider=provider, timeout=timeout)
-        with P.transport(
+        crypten = protocol.init_party(
+            roles[role], rendezvous=rdv, provider=provider, timeout=timeout
+        )
+        with protocol.transport(
             roles[role], rendezvous=rdv, timeout=timeout, tls=party_tls, bind=bind_addr
         ):
             crypten.init()
             try:
-                res = P.run_party(roles[role], **kwargs)
+                res = protocol.run_party(roles[role], **kwargs)
             finally:
                 with contextlib.suppress(Exception):
                     crypten.uninit()
@@ -256,17 +254,37 @@ def serve(
 def predict(
     model: str = typer.Option(..., "--model", help="Alice's TextCNN file"),
     texts: str = typer.Option(..., "--texts", help="texts file (txt/jsonl/csv)"),
-    encoder: str = typer.Option("auto", "--encoder"),
+    encoder_name: str = typer.Option("auto", "--encoder"),
     provider: str = typer.Option("TTP", "--provider"),
     mode: str = typer.Option("batched", "--mode"),
     timeout: float = typer.Option(300.0, "--timeout"),
+    transport: str = typer.Option(
+        "gloo",
+        "--transport",
+        help="gloo (torch.distributed, plain local TCP) or tls (mutually authenticated TLS 1.3 channels, "
+        "certificates of a CA made for the run)",
+    ),
 ) -> None:
     """Embedded mode: run Alice, Bob (and the TTP) as local processes and print the labels."""
 
+    # heavy (torch): this module is imported by `privnlp --help`
+    from privnlp.mechanisms.mpc import encoder, textcnn
+
     try:
-        m = load_alice_model(model)
-        x = PublicEncoder(encoder).encode(load_texts(texts))
-        res = CryptenTextCNN(provider=provider, mode=mode, timeout=timeout).classify(m, x)
-        typer.echo(json.dumps({"labels": [int(v) for v in res.labels], "seconds": res.seconds}))
+        mech = textcnn.CryptenTextCNN(
+            provider=provider, mode=mode, timeout=timeout, transport=transport
+        )
+        m = textcnn.load_alice_model(model)
+        x = encoder.PublicEncoder(encoder_name).encode(load_texts(texts))
+        res = mech.classify(m, x)
+        typer.echo(
+            json.dumps(
+                {
+                    "labels": [int(v) for v in res.labels],
+                    "seconds": res.seconds,
+                    "transport": res.transport,
+                }
+            )
+        )
     except PrivnlpError as e:
         _fail(str(e))

@@ -448,3 +448,12 @@ def test_eavesdropper_sees_no_share_on_the_wire(alice, pki, tmp_path):
     for name, b in wire.items():
         assert b[:1] == b"\x16" and b[1:2] == b"\x03", name  # starts with a TLS handshake record
         assert needle not in b, name
+
+
+def test_cli_predict_names_a_bad_transport(tmp_path):
+    from privnlp.cli.mpc import app
+
+    res = CliRunner().invoke(
+        app, ["predict", "--model", "m.pt", "--texts", "t.txt", "--transport", "ssh"]
+    )
+    assert res.exit_code == 2 and "transport must be one of" in res.output

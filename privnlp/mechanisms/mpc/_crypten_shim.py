@@ -28,6 +28,8 @@ import sys
 import types
 from typing import Any
 
+import torch
+
 from privnlp.core.errors import MissingDependency
 
 __all__ = ["import_crypten", "crypten_available", "safe_load", "register_safe_classes"]
@@ -58,13 +60,9 @@ def import_crypten() -> Any:
     global _crypten
     if _crypten is not None:
         return _crypten
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:  # pragma: no cover
-        raise MissingDependency("torch", "mpc") from e
     _install_onnx_stub()
     try:
-        import crypten  # type: ignore[import-not-found]
+        import crypten  # type: ignore[import-not-found]  # optional (the mpc extra): deferred
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] in ("crypten",):
             raise MissingDependency(
@@ -87,17 +85,12 @@ def crypten_available() -> bool:
 
 def safe_load(f: Any, **kwargs: Any) -> Any:
     """``crypten.load`` with ``torch.load(weights_only=False)`` (torch >= 2.6 default changed)."""
-
-    import torch
-
     crypten = import_crypten()
     return crypten.load(f, load_closure=functools.partial(torch.load, weights_only=False), **kwargs)
 
 
 def register_safe_classes(*classes: type) -> None:
     """Register classes with CrypTen's restricted unpickler (``crypten.common.serial``)."""
-    import_crypten()
-    from crypten.common import serial  # type: ignore[import-not-found]
-
+    serial = import_crypten().common.serial
     for c in classes:
         serial.register_safe_class(c)

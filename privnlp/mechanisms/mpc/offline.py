@@ -80,13 +80,11 @@ class OfflinePhase:
     def fill(self) -> None:
         """Generate this party's halves of all traced tuples; Alice (rank 0) gets the TTP's
         corrections for all of them in one message."""
-        from crypten.mpc.provider.ttp_provider import TTPClient  # type: ignore[import-not-found]
-
         self.provider.tuple_cache = {}
         if self.rank != 0:
             self.provider.fill_cache()
             return
-        client = TTPClient.get()
+        client = crypten.mpc.provider.ttp_provider.TTPClient.get()
         pending: list[tuple[dict, torch.Tensor]] = []
 
         def deferred(func_name: str, device: Any, *args: Any, **kwargs: Any) -> torch.Tensor:

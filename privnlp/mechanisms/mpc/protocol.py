@@ -38,10 +38,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
+import torch.distributed as dist
+from omegaconf import OmegaConf
 
 from privnlp.core.errors import InvalidArgument, ProtocolError
+from privnlp.mechanisms.federated.tls import make_certs
 
 from ._crypten_shim import import_crypten
+from .channels import PartyTLS, TLSSettings, use_tls_channels
+from .crypten_model import build_crypten_textcnn, plaintext_state
+from .offline import BatchingTTPServer, OfflinePhase
+
+crypten = import_crypten()
 
 __all__ = [
     "ALICE",
@@ -55,6 +64,12 @@ __all__ = [
     "check_port_free",
     "validate_embeddings",
     "MAX_RECORDED",
+    "PartyTLS",
+    "plaintext_state",
+    "parse_tcp",
+    "transport",
+    "run_model",
+    "ephemeral_tls",
 ]
 
 ALICE, BOB, TTP = 0, 1, 2
@@ -121,8 +136,6 @@ def check_port_free(host: str, port: int) -> None:
 def _patch_dist_timeout(seconds: float) -> None:
     """CrypTen calls ``init_process_group`` without a timeout (default 30 min): inject ours, so
     a missing party or a dead peer fails the rendezvous / a collective instead of hanging."""
-    import torch.distributed as dist
-
     orig = getattr(dist.init_process_group, "_privnlp_orig", dist.init_process_group)
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
@@ -131,9 +144,7 @@ def _patch_dist_timeout(seconds: float) -> None:
 
     init_process_group._privnlp_orig = orig  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
-    import crypten.communicator.distributed_communicator as dc  # type: ignore[import-not-found]
-
-    dc.dist.init_process_group = init_process_group
+    crypten.communicator.distributed_communicator.dist.init_process_group = init_process_group
 
 
 class _Recorder:
@@ -148,8 +159,6 @@ class _Recorder:
             setattr(comm, op, self._wrap(op, getattr(comm, op)))
 
     def _log(self, op: str, out: Any) -> None:
-        import torch
-
         if self.paused or self._n >= MAX_MESSAGES:
             return
         items = out if isinstance(out, (list, tuple)) else [out]
@@ -186,9 +195,7 @@ class _NS:
 
 
 @contextlib.contextmanager
-def _fast_config(crypten: Any) -> Any:
-    from omegaconf import OmegaConf
-
+def _fast_config() -> Any:
     cfg = crypten.cfg
     old = cfg.config
     cfg.set_config(_NS(OmegaConf.to_container(old, resolve=True)))
@@ -201,9 +208,7 @@ def _fast_config(crypten: Any) -> Any:
 def _open_label(logit: Any, dst: int) -> Any:
     """``logit > 0`` opened to ``dst`` only: the sign bit of ``-logit`` taken from its binary
     sharing (one A2B; CrypTen's ``gt`` would convert the bit back to arithmetic first)."""
-    from crypten.mpc.ptype import ptype as Ptype  # type: ignore[import-not-found]
-
-    b = (-logit)._to_ptype(Ptype.binary)._tensor
+    b = (-logit)._to_ptype(crypten.mpc.ptype.binary)._tensor
     b.share = (b.share >> 63) & 1
     return b.reveal(dst=dst)
 
@@ -226,12 +231,8 @@ def run_party(
     Public handshake first (Alice: architecture config; Bob: number of texts and embedding size),
     so that both sides reject bad input together instead of one of them hanging.
     """
-    import torch
-
     torch.set_num_threads(1)
-
-    crypten = import_crypten()
-    with _fast_config(crypten):
+    with _fast_config():
         return _run_party(
             rank,
             config=config,
@@ -259,14 +260,7 @@ def _run_party(
     pool_method: str,
     offline: bool,
 ) -> PartyOutput:
-    import torch
-
-    crypten = import_crypten()
-    import crypten.communicator as comm_mod  # type: ignore[import-not-found]
-
-    from .crypten_model import build_crypten_textcnn
-
-    comm = comm_mod.get()
+    comm = crypten.communicator.get()
     role = "alice" if rank == ALICE else "bob"
     # -- public handshake ------------------------------------------------------------------
     if rank == ALICE:
@@ -330,17 +324,14 @@ def _run_party(
     def share_input(xp: torch.Tensor) -> Any:
         if leak == "unmasked_shares":
             # LEAKY: Bob hands Alice his fixed-point encoded input and keeps a zero share.
-            from crypten.encoder import FixedPointEncoder  # type: ignore[import-not-found]
-            from crypten.mpc.primitives import ArithmeticSharedTensor  # type: ignore[import-not-found]
-
-            enc = FixedPointEncoder().encode(xp)
+            enc = crypten.encoder.FixedPointEncoder().encode(xp)
             if rank == BOB:
                 comm.send(enc, ALICE)
                 sh = torch.zeros_like(enc)
             else:
                 sh = comm.recv(torch.zeros_like(enc), BOB)
             t = crypten.mpc.MPCTensor([])
-            t._tensor = ArithmeticSharedTensor.from_shares(sh)
+            t._tensor = crypten.mpc.primitives.ArithmeticSharedTensor.from_shares(sh)
             return t
         return crypten.cryptensor(xp, src=BOB)
 
@@ -349,8 +340,6 @@ def _run_party(
     batches = [slice(0, n)] if mode == "batched" else [slice(i, i + 1) for i in range(n)]
     pre = None
     if offline and len(batches) > 1 and str(crypten.cfg.mpc.provider) == "TTP":
-        from .offline import OfflinePhase
-
         pre = OfflinePhase(rank)
     batch_seconds: list[float] = []
     for bi, sl in enumerate(batches):
@@ -430,11 +419,7 @@ def parse_tcp(rendezvous: str) -> tuple[str, int]:
 
 def init_party(rank: int, *, rendezvous: str, provider: str, timeout: float) -> Any:
     """Set the env-based rendezvous and initialise CrypTen in this process."""
-    import torch
-
     torch.set_num_threads(1)  # a forked party hangs in its first conv otherwise
-
-    crypten = import_crypten()
     os.environ.update(
         {
             "RENDEZVOUS": rendezvous,
@@ -464,8 +449,6 @@ def transport(
     if tls is None:
         yield "gloo"
         return
-    from .channels import TLSSettings, use_tls_channels  # imports torch + CrypTen (heavy)
-
     host, port = parse_tcp(rendezvous)
     with use_tls_channels(TLSSettings(rank, host, port, tls, float(timeout), bind)):
         yield "tls"
@@ -476,8 +459,6 @@ def run_ttp(
 ) -> None:
     """The trusted third party (rank 2): deals Beaver triples until Alice says "terminate"."""
     crypten = init_party(TTP, rendezvous=rendezvous, provider="TTP", timeout=timeout)
-    from .offline import BatchingTTPServer
-
     with transport(TTP, rendezvous=rendezvous, timeout=timeout, tls=tls, bind=bind):
         try:
             BatchingTTPServer()  # CrypTen's TTPServer + batched requests; crypten.init(), serves until terminated
@@ -633,6 +614,34 @@ def run_embedded(
             with contextlib.suppress(OSError):
                 os.unlink(rendezvous[len("file://") :])
     return {"alice": results[ALICE], "bob": results[BOB]}
+
+
+def ephemeral_tls(d: str | os.PathLike, parties: int) -> dict[int, PartyTLS]:
+    """A CA and one certificate per party made in the (private, temporary) folder ``d``:
+    ``{rank: PartyTLS}`` for an embedded run over the TLS channels."""
+    make_certs(d, days=1, parties=parties)
+    return {r: PartyTLS.in_dir(d, r).check(r) for r in range(parties)}
+
+
+def run_model(
+    model: Any, embeddings: Any, *, transport: str = "gloo", **kwargs: Any
+) -> dict[str, PartyOutput]:
+    """:func:`run_embedded` for a plaintext TextCNN ``model`` (its public config and weights are
+    handed to Alice); ``transport="tls"`` runs the parties over the TLS channels with certificates of
+    a CA made for this run (removed afterwards)."""
+    kw = dict(
+        kwargs,
+        config=model.public_config(),
+        state={k: v.numpy() for k, v in plaintext_state(model).items()},
+        embeddings=embeddings,
+    )
+    if transport == "gloo":
+        return run_embedded(**kw)
+    if transport != "tls":
+        raise InvalidArgument(f"transport must be 'gloo' or 'tls'; got {transport!r}")
+    parties = 3 if kw.get("provider", "TTP") == "TTP" else 2
+    with tempfile.TemporaryDirectory(prefix="privnlp-mpc-tls-") as d:
+        return run_embedded(tls=ephemeral_tls(d, parties), **kw)
 
 
 def _role(rank: int) -> str:

@@ -10,14 +10,13 @@ Also here: the deliberately leaky twin (``LEAKY_TWINS["crypten_textcnn"]``) used
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import InvalidArgument, check_positive
@@ -25,6 +24,9 @@ from privnlp.core.observations import PartyView
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.data import generate_sentiment
+from privnlp.models.cnn import PRESETS, TextCNN, train_textcnn
+
+from .encoder import PublicEncoder
 
 __all__ = [
     "CryptenTextCNN",
@@ -134,12 +136,6 @@ def train_alice_model(
     Raises:
         InvalidArgument: unknown ``preset`` or ``encoder``, or embeddings and labels of different lengths.
     """
-    import torch
-
-    from privnlp.models.cnn import PRESETS, TextCNN, train_textcnn
-
-    from .encoder import PublicEncoder
-
     if preset not in PRESETS:
         raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
     if texts is None:
@@ -171,8 +167,6 @@ def save_alice_model(model: Any, path: str) -> None:
         model: the TextCNN.
         path: the destination file.
     """
-    import torch
-
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save({"config": model.config(), "state_dict": model.state_dict()}, tmp)
     os.replace(tmp, path)
@@ -187,10 +181,6 @@ def load_alice_model(path: str) -> Any:
     Returns:
         The model.
     """
-    import torch
-
-    from privnlp.models.cnn import TextCNN
-
     d = torch.load(path, map_location="cpu", weights_only=True)
     cfg = dict(d["config"])
     m = TextCNN(
@@ -200,18 +190,6 @@ def load_alice_model(path: str) -> Any:
     m.load_state_dict(d["state_dict"])
     m.eval()
     return m
-
-
-def _ephemeral_tls(stack: contextlib.ExitStack, parties: int) -> dict:
-    """A CA and one certificate per party, made for this run in a private temporary folder (removed on
-    exit): ``{rank: PartyTLS}``."""
-    from privnlp.mechanisms.federated.tls import make_certs  # pulls torch (federated package)
-
-    from .channels import PartyTLS
-
-    d = stack.enter_context(tempfile.TemporaryDirectory(prefix="privnlp-mpc-tls-"))
-    make_certs(d, days=1, parties=parties)
-    return {r: PartyTLS.in_dir(d, r).check(r) for r in range(parties)}
 
 
 @MECHANISMS.register("crypten_textcnn")
@@ -316,29 +294,20 @@ class CryptenTextCNN(Mechanism):
         CrypTen's generators seeded with ``os.urandom`` (a seeded sharing would not be secret).
         ``reveal="logits"`` opens the logits to Bob too (for testing the fixed-point error).
         """
-        from ._crypten_shim import import_crypten
+        from . import protocol  # imports torch and CrypTen (this module is on light paths)
 
-        import_crypten()
-        from .crypten_model import plaintext_state
-        from .protocol import run_embedded
-
-        with contextlib.ExitStack() as stack:
-            tls = None
-            if self.transport == "tls":
-                tls = _ephemeral_tls(stack, 3 if self.provider == "TTP" else 2)
-            out = run_embedded(
-                config=model.public_config(),
-                state={k: v.numpy() for k, v in plaintext_state(model).items()},
-                embeddings=embeddings,
-                provider=self.provider,
-                mode=self.mode,
-                reveal=reveal,
-                record=record,
-                leak=self.leak,
-                pool_method=self.pool_method,
-                timeout=self.timeout,
-                tls=tls,
-            )
+        out = protocol.run_model(
+            model,
+            embeddings,
+            transport=self.transport,
+            provider=self.provider,
+            mode=self.mode,
+            reveal=reveal,
+            record=record,
+            leak=self.leak,
+            pool_method=self.pool_method,
+            timeout=self.timeout,
+        )
         views = ()
         if record:
             views = tuple(
