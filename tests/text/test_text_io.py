@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from privnlp.core.errors import InvalidArgument, MalformedInput
-from privnlp.mechanisms.text import Vickrey, load_embeddings, word_spans
+from privnlp.accounting import DPLedger
+from privnlp.core.errors import InvalidArgument, MalformedInput, PrivnlpError
+from privnlp.mechanisms.text import Vickrey, bundled_embeddings, load_embeddings, word_spans
 from privnlp.mechanisms.text.files import sanitize_file, sidecar_path
 
 
@@ -204,3 +205,21 @@ def test_cli_sanitize_and_errors(tmp_path, small_emb):
         assert r.exit_code == 2 and not (tmp_path / "x.out").exists()
         if msg:
             assert msg in r.output
+
+
+def test_sanitize_file_charges_the_ledger(tmp_path):
+    """Issue #28 item 4: one MetricDPRun per pass; a pass over the budget is refused before any output."""
+    src = tmp_path / "in.txt"
+    src.write_text("the cat sat on the mat\nthe dog\n", encoding="utf-8")
+    mech = Vickrey(3.0, embeddings=bundled_embeddings(), oov="mask")
+    led = DPLedger()
+    sanitize_file(
+        src, tmp_path / "a.txt", mech, seed=0, progress=False, ledger=led, target_epsilon=5
+    )
+    assert led.metric_epsilon() == 3.0 and len(led.metric_runs) == 1
+    assert led.metric_runs[0].words == 6 and led.metric_runs[0].metric == "euclidean"
+    with pytest.raises(PrivnlpError):
+        sanitize_file(
+            src, tmp_path / "b.txt", mech, seed=0, progress=False, ledger=led, target_epsilon=5
+        )
+    assert not (tmp_path / "b.txt").exists() and led.metric_epsilon() == 3.0

@@ -136,6 +136,8 @@ def sanitize_file(
     progress: bool = True,
     seed: int | None = None,
     num_proc: int = 1,
+    ledger: Any = None,
+    target_epsilon: float | None = None,
 ) -> FileReport:
     """Sanitize ``input`` into ``output`` with ``mechanism`` (a :class:`WordMetricDP`).
 
@@ -155,6 +157,10 @@ def sanitize_file(
         progress: show a progress bar with words/s.
         seed: per-record generators derived from this seed (reproducible for any ``num_proc``).
         num_proc: worker processes on this machine.
+        ledger: a :class:`privnlp.accounting.DPLedger` charged with one ``MetricDPRun`` (this pass:
+            per-word epsilon, the metric, the most words of one record); the budget is checked before
+            anything is created, the pass recorded once the output is in place.
+        target_epsilon: the ledger's per-word budget (``None``: no budget); needs ``ledger``.
     """
     src, dst = Path(input), Path(output)
     if not src.is_file():
@@ -174,6 +180,10 @@ def sanitize_file(
         raise InvalidArgument(
             "num_proc > 1 needs seed=... (reproducible) or rng=None (OS entropy per worker)"
         )
+    if target_epsilon is not None and ledger is None:
+        raise InvalidArgument("target_epsilon needs ledger=DPLedger()")
+    if ledger is not None:  # refuse before any work (PrivacyBudgetExceeded)
+        ledger.check(_metric_run(mechanism, 1), target_epsilon)
     if src.stat().st_size == 0:
         raise MalformedInput(f"{src}: the input file is empty")
     with open(src, "rb") as fh:
@@ -265,6 +275,8 @@ def sanitize_file(
         os.replace(tmp, dst)
         atomic_write_text(side, json.dumps(meta, indent=2, default=str) + "\n")
         honour_umask(side)
+        if ledger is not None:
+            ledger.add(_metric_run(mechanism, max(1, counts["max_words_per_record"])))
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -275,6 +287,15 @@ def sanitize_file(
             pool.terminate()
             pool.join()
     return FileReport(str(src), str(dst), str(side), fmt, **counts, oov_top=oov_report(oov))
+
+
+def _metric_run(mechanism: Any, words: int) -> Any:
+    """One pass of ``mechanism`` over a dataset as a ledger event."""
+    from privnlp.accounting import MetricDPRun  # lazy package: only a caller holding a ledger pays
+
+    return MetricDPRun(
+        epsilon=float(mechanism.epsilon), metric=mechanism.metric_name, words=int(words)
+    )
 
 
 def has_bom(path: Path) -> bool:
