@@ -17,6 +17,9 @@ error); and the redaction speed of the default pipeline as a ratio to tokenizing
 ``cards/mechanisms/pii_redaction/handwritten.json`` (read by ``privnlp redact --report`` and the card).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pii_redaction.py --evalset
+
+``--evalset-file PATH`` scores the same pipelines (same tagger) on one more hand-written file, e.g. the blind
+second test set ``benchmarks/pii_eval/test_fresh.txt``, and writes no card file (``--out`` for the JSON).
 """
 
 from __future__ import annotations
@@ -223,6 +226,50 @@ def evalset_main(out_json: str | None, note: str | None = None) -> None:
         print(f"updated the generated block of {path.parent / 'NOTES.md'}")
 
 
+def evalset_file_main(path: str, out_json: str | None) -> None:
+    """Score the pipelines of :func:`evalset_main` (same tagger, same settings) on one more hand-written
+    file, e.g. the blind second test set ``benchmarks/pii_eval/test_fresh.txt``; writes no card file."""
+    import json
+    import platform
+    from pathlib import Path
+
+    from privnlp.mechanisms.pii.crf import crf_tagger
+    from privnlp.mechanisms.pii.evalset import parse_evalset, score_spans
+    from privnlp.mechanisms.pii.redact import PIIRedactor
+
+    docs = parse_evalset(Path(path).read_text(encoding="utf-8"), Path(path).stem)
+    tagger = crf_tagger(progress=True)
+    pipelines = {
+        "recognizers only": PIIRedactor(None).analyze,
+        "CRF tagger only": PIIRedactor(tagger, regex=False).analyze,
+        "recognizers + CRF tagger": PIIRedactor(tagger).analyze,
+    }
+    result = {
+        "file": str(path),
+        "texts": len(docs),
+        "items": sum(len(d.gold) for d in docs),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
+        "pipelines": {},
+    }
+    for name, fn in pipelines.items():
+        sc = score_spans(docs, [fn(d.text) for d in docs])
+        result["pipelines"][name] = sc.to_dict()
+        print(
+            f"\n### {name}: recall {sc.recall:.3f}, precision {sc.precision:.3f}, "
+            f"typed recall {sc.typed_recall:.3f}, non-PII words kept {sc.kept_words:.3f}"
+        )
+        print(sc.table())
+        if name == "recognizers + CRF tagger":
+            result["missed"] = [list(m) for m in sc.missed]
+            result["wrong"] = [list(w) for w in sc.wrong]
+    if out_json:
+        Path(out_json).write_text(
+            json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        print(f"wrote {out_json}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=400)
@@ -235,8 +282,16 @@ def main() -> None:
         default=None,
         help="with --evalset: what changed since the last test measurement (logged)",
     )
+    ap.add_argument(
+        "--evalset-file",
+        default=None,
+        help="score one more hand-written file (e.g. benchmarks/pii_eval/test_fresh.txt); no card is written",
+    )
     a = ap.parse_args()
     warnings.simplefilter("ignore")
+    if a.evalset_file:
+        evalset_file_main(a.evalset_file, a.out)
+        return
     if a.evalset:
         evalset_main(a.out, a.note)
         return
