@@ -166,8 +166,12 @@ def metric_dp_adversary_bounds(
         threat_models: the mechanism's threat models; ``None`` or empty: :data:`METRIC_DP_ADVERSARIES`.
     """
     note = (
-        f"epsilon * d_{metric}(x, x') per word; a record of n <= {int(words)} words: "
-        f"epsilon * sum_i d(x_i, x'_i) (additive over its words)"
+        f"epsilon * d_{metric}(x, x') per word; "
+        + (
+            f"a record of n <= {int(words)} words: epsilon * sum_i d(x_i, x'_i) (additive over its words)"
+            if int(words) > 1
+            else "over the words of a record the epsilons add (epsilon * sum_i d(x_i, x'_i))"
+        )
         + (
             f"; {int(releases)} passes over the same records, epsilons added"
             if releases > 1

@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from privnlp.accounting.adversaries import metric_dp_adversary_bounds
 from privnlp.core.claims import Adversary, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
     InvalidArgument,
@@ -914,9 +915,21 @@ class WordMetricDP(Mechanism):
             "n_words": len(e),
             "dim": e.dim,
         }
+        # issue #28 item 1: the claim names who sees the sanitized text (the same bound for each)
+        adversaries = metric_dp_adversary_bounds(
+            epsilon=float(self.epsilon),
+            metric=self.metric_name,
+            words=1 if n_words is None else max(int(n_words), 1),
+            threat_models=self.threat_models,
+        )
         if n_words is None:
             return PrivacyClaim.metric_dp(
-                self.epsilon, self.metric_name, "word", notes=tuple(notes), extra=extra
+                self.epsilon,
+                self.metric_name,
+                "word",
+                notes=tuple(notes),
+                extra=extra,
+                adversaries=adversaries,
             )
         check_range("n_words", n_words, 0, math.inf, integer=True)
         extra.update(
@@ -932,6 +945,7 @@ class WordMetricDP(Mechanism):
             "text",
             notes=tuple(notes),
             extra=extra,
+            adversaries=adversaries,
         )
 
     def _claim_extra(self) -> dict[str, Any]:
