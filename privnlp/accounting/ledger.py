@@ -839,15 +839,7 @@ class DPLedger:
             raise InvalidPrivacyParameter(
                 "delta is required for a ledger with DP-SGD steps or rounds"
             )
-        check_range(
-            "delta",
-            delta,
-            0.0,
-            1.0,
-            lo_inclusive=False,
-            hi_inclusive=False,
-            error=InvalidPrivacyParameter,
-        )
+        check_delta(delta, None)
         rest = float(delta) - self.release_delta()
         if rest <= 0:
             raise InvalidPrivacyParameter(
