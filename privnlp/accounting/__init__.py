@@ -81,7 +81,7 @@ _EXPORTS = {
     "EpsilonEstimate": "ledger",
     "calibrate_noise_multiplier": "ledger",
     "check_accounting_configuration": "ledger",
-    "check_delta": "ledger",
+    "check_delta": "events",
     "default_delta": "ledger",
     "effective_noise_multiplier": "ledger",
     "epsilon_for": "ledger",

@@ -36,6 +36,7 @@ from scipy.stats import norm
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, check_range
 
 __all__ = [
+    "check_delta",
     "RDP_ORDERS",
     "LedgerRun",
     "ThresholdRelease",
@@ -370,3 +371,33 @@ class MetricDPRun:
         return cls(
             float(d["epsilon"]), str(d["metric"]), int(d.get("words", 1)), int(d.get("releases", 1))
         )
+
+
+def check_delta(delta: float, n: int | None) -> float:
+    """Validate delta: in (0, 1) and strictly below 1/N (delta >= 1/N allows releasing a record).
+
+    Args:
+        delta: the delta to check.
+        n: the dataset size N (records or users at the accounting unit), or ``None`` to check (0, 1) only.
+
+    Returns:
+        ``delta`` as a float.
+
+    Raises:
+        InvalidPrivacyParameter: ``delta`` is outside (0, 1), or ``delta >= 1/n``.
+    """
+    check_range(
+        "delta",
+        delta,
+        0.0,
+        1.0,
+        lo_inclusive=False,
+        hi_inclusive=False,
+        error=InvalidPrivacyParameter,
+    )
+    if n is not None and delta >= 1.0 / n:
+        raise InvalidPrivacyParameter(
+            f"delta must be in (0, 1/N) = (0, {1.0 / n:.3g}) for a dataset of N={n} records "
+            f"(delta >= 1/N permits publishing a whole record); got {delta!r}; the default is min(1e-5, N^-1.1)"
+        )
+    return float(delta)

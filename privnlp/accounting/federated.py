@@ -57,7 +57,13 @@ from privnlp.core.errors import (
     check_range,
 )
 
-from .events import RDP_ORDERS, bisect_noise_multiplier, gaussian_mu_epsilon, quiet_absl
+from .events import (
+    RDP_ORDERS,
+    bisect_noise_multiplier,
+    check_delta,
+    gaussian_mu_epsilon,
+    quiet_absl,
+)
 
 __all__ = [
     "SAMPLINGS",
@@ -352,15 +358,7 @@ def no_amplification_epsilon(
     Returns:
         ``(epsilon, note)``: the note states the bound used (k, its tail probability, the deltas).
     """
-    check_range(
-        "delta",
-        delta,
-        0.0,
-        1.0,
-        lo_inclusive=False,
-        hi_inclusive=False,
-        error=InvalidPrivacyParameter,
-    )
+    check_delta(delta, None)
     runs = tuple(r for r in runs if int(r[4]) > 0)
     if not runs:
         return 0.0, "no rounds"
@@ -469,15 +467,7 @@ def dp_fedavg_adversary_bounds(
     check_range("clients_per_round", clients_per_round, 1, population)
     check_range("rounds", rounds, 0, math.inf, integer=True)
     check_range("noise_multiplier", noise_multiplier, 0.0, math.inf, error=InvalidPrivacyParameter)
-    check_range(
-        "delta",
-        delta,
-        0.0,
-        1.0,
-        lo_inclusive=False,
-        hi_inclusive=False,
-        error=InvalidPrivacyParameter,
-    )
+    check_delta(delta, None)
     runs = (
         (sampling, int(population), float(clients_per_round), float(noise_multiplier), int(rounds)),
     )

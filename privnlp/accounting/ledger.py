@@ -61,6 +61,7 @@ from .events import (
     MetricDPRun,
     ThresholdRelease,
     bisect_noise_multiplier,
+    check_delta,
     gaussian_epsilon,
     normalise_runs,
     quiet_absl,
@@ -123,36 +124,6 @@ def default_delta(n: int) -> float:
     """
     check_range("dataset size N", n, 1, math.inf, integer=True)
     return float(min(1e-5, float(n) ** -1.1))
-
-
-def check_delta(delta: float, n: int | None) -> float:
-    """Validate delta: in (0, 1) and strictly below 1/N (delta >= 1/N allows releasing a record).
-
-    Args:
-        delta: the delta to check.
-        n: the dataset size N (records or users at the accounting unit), or ``None`` to check (0, 1) only.
-
-    Returns:
-        ``delta`` as a float.
-
-    Raises:
-        InvalidPrivacyParameter: ``delta`` is outside (0, 1), or ``delta >= 1/n``.
-    """
-    check_range(
-        "delta",
-        delta,
-        0.0,
-        1.0,
-        lo_inclusive=False,
-        hi_inclusive=False,
-        error=InvalidPrivacyParameter,
-    )
-    if n is not None and delta >= 1.0 / n:
-        raise InvalidPrivacyParameter(
-            f"delta must be in (0, 1/N) = (0, {1.0 / n:.3g}) for a dataset of N={n} records "
-            f"(delta >= 1/N permits publishing a whole record); got {delta!r}; the default is min(1e-5, N^-1.1)"
-        )
-    return float(delta)
 
 
 def effective_noise_multiplier(per_shard_noise_multiplier: float, num_shards: int) -> float:
