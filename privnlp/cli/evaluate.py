@@ -78,11 +78,18 @@ def evaluate(
         help="--model (causal LM): insert this many canaries by a short "
         "fine-tune and measure canary exposure / extraction.",
     ),
+    device: str = typer.Option(
+        "cpu",
+        "--device",
+        help="Where the scenarios train (victim fine-tunes, DP-SGD, federated local steps): cpu, cuda, "
+        "cuda:N or auto (cuda when present). Default cpu: the committed cards and the cache are CPU "
+        "numbers, and a GPU changes the bits of a trained model.",
+    ),
 ) -> None:
     """Run the registered defense/attack pairs on the bundled scenarios."""
     # privnlp.evaluation pulls faker at import time: only when the command runs
     from privnlp.evaluation.cards import PRESETS, evaluate_all
-    from privnlp.evaluation.realistic import realistic_plan
+    from privnlp.evaluation.realistic import realistic_plan, use_device
 
     if ctx.invoked_subcommand is not None:
         return
@@ -96,6 +103,12 @@ def evaluate(
             )
         raise typer.Exit()
     if model is not None:  # issue #17: bring your own model and data
+        if device != "cpu":
+            typer.echo(
+                "error: --device applies to the registered defenses' scenarios; --model audits run on the cpu",
+                err=True,
+            )
+            raise typer.Exit(2)
         _evaluate_model(model, data, field, batch_size, canaries, report_dir, console)
         raise typer.Exit()
     if preset not in PRESETS:
@@ -108,17 +121,19 @@ def evaluate(
         bad = [n for n in names if n not in known]
         if bad:
             raise typer.BadParameter(f"unknown defense(s) {bad}; known: {sorted(known)}")
+    dev = _resolve_device(device)  # issue #29 item 8: before any work
     if preset == "realistic":  # issue #29 item 8: say the expected time before the run starts
-        console.print(realistic_plan(names).describe())
-    outcomes, failures = evaluate_all(
-        preset=preset,
-        report_dir=report_dir,
-        cards_dir=cards_dir if cards else None,
-        names=names,
-        cache_dir=cache_dir or (report_dir / ".cache"),
-        keep_going=keep_going,
-        audit_dp=audit_dp,
-    )
+        console.print(realistic_plan(names, device=dev).describe())
+    with use_device(dev):  # the scenarios built by the audit read it (their `device`)
+        outcomes, failures = evaluate_all(
+            preset=preset,
+            report_dir=report_dir,
+            cards_dir=cards_dir if cards else None,
+            names=names,
+            cache_dir=cache_dir or (report_dir / ".cache"),
+            keep_going=keep_going,
+            audit_dp=audit_dp,
+        )
 
     audit_text = audit_index_text if audit_dp else None
     console.print(summary_table(outcomes, failures, audit_text=audit_text))
@@ -126,6 +141,18 @@ def evaluate(
     typer.echo(f"HTML index: {index}")
     if failures:
         raise typer.Exit(1)
+
+
+def _resolve_device(device: str) -> str:
+    """``--device`` checked and resolved (``auto``) before any work: bad input is one line, exit 2."""
+    # deferred: resolving a device imports torch; `evaluate --list` and the help stay torch-free
+    from privnlp.mechanisms.training.devices import resolve_device
+
+    try:
+        return resolve_device(device, name="--device")
+    except PrivnlpError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _evaluate_model(

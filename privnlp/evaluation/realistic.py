@@ -25,11 +25,13 @@ from __future__ import annotations
 # privnlp.evaluation imports this module, and it must not pull torch: torch, sklearn (scipy) and the
 # torch-importing privnlp modules (mechanisms.training, models.training) are imported inside the functions that
 # build or train a victim
+import contextlib
+import contextvars
 import copy
 import functools
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +75,51 @@ __all__ = [
     "PlanStep",
     "RealisticPlan",
     "realistic_plan",
+    "use_device",
+    "current_device",
+    "scenario_device",
 ]
+
+#: the device the scenarios train on (issue #29 item 8), set by ``privnlp evaluate --device`` through
+#: :func:`use_device`; a scenario reads it once, when it is constructed, and stores it as its ``device``
+_DEVICE: contextvars.ContextVar[str] = contextvars.ContextVar("privnlp_train_device", default="cpu")
+
+
+@contextlib.contextmanager
+def use_device(device: str) -> Iterator[str]:
+    """Scenarios constructed inside the body train on ``device`` (a string already checked by
+    :func:`privnlp.mechanisms.training.devices.resolve_device`: ``"cpu"``, ``"cuda"``, ``"cuda:N"``).
+
+    ``audit`` builds its scenarios from registry names, so ``privnlp evaluate --device`` hands the device down
+    this way; a scenario built directly takes ``device=`` instead. Restored on exit (a context variable: threads
+    and tasks started elsewhere keep their own)."""
+    token = _DEVICE.set(_check_device(device))
+    try:
+        yield device
+    finally:
+        _DEVICE.reset(token)
+
+
+def current_device() -> str:
+    """The device set by the innermost :func:`use_device` (``"cpu"`` outside any)."""
+    return _DEVICE.get()
+
+
+def _check_device(device: Any) -> str:
+    if not isinstance(device, str) or re.fullmatch(r"cpu|cuda(:\d+)?", device) is None:
+        raise InvalidArgument(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}")
+    return device
+
+
+def scenario_device(device: str | None) -> str:
+    """A scenario's ``device`` argument: ``None`` = :func:`current_device` (``privnlp evaluate --device``)."""
+    return current_device() if device is None else _check_device(device)
+
+
+def _to(batch: Sequence[Any], device: str) -> list[Any]:
+    """The tensors of a loader batch on ``device`` (a no-op copy-free move on the CPU)."""
+    return [t.to(device) for t in batch]
+
 
 #: the preset used where ``realistic`` has no victim of its own (mechanism examples, other scenarios, audits)
 BASE = {"quick": "quick", "full": "full", "realistic": "quick"}
@@ -192,16 +238,18 @@ def _split(tok: Any, seed: int) -> tuple[list[tuple[str, int]], list[tuple[str, 
 
 @functools.lru_cache(maxsize=2)
 def classifier_victim(
-    seed: int = 0,
+    seed: int = 0, device: str = "cpu"
 ) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...], dict[str, float]]:
     """``(model, tokenizer, attack texts, their labels, info)``: MiniLM fine-tuned on license sentences.
 
+    The fine-tune runs on ``device``; the returned model is on the CPU (the attacks run there).
     ``info``: training loss first/last; the fine-tuned model's accuracy on every sentence not trained on
     (``heldout_accuracy``; the classes are unbalanced, so also ``heldout_balanced_accuracy``, the mean
     per-class recall) and on the attacked sentences (``attack_accuracy``)."""
     import torch
 
     model, tok = minilm_classifier(num_labels=2, seed=seed)
+    model.to(device)
     train, attack = _split(tok, seed)
     ft = CLASSIFIER["finetune"]
     g = np.random.default_rng(seed)
@@ -219,18 +267,21 @@ def classifier_victim(
                 max_length=ft["max_length"],
                 return_tensors="pt",
             )
-            loss = model(**enc, labels=torch.tensor([train[int(i)][1] for i in idx])).loss
+            y = torch.tensor([train[int(i)][1] for i in idx], device=device)
+            loss = model(**enc.to(device), labels=y).loss
             opt.zero_grad()
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
         scores = _heldout_scores(model, tok, train, attack)
+    model.to("cpu")
     info = {
         "train_loss_first": losses[0],
         "train_loss_last": float(np.mean(losses[-4:])),
         **scores,
         "n_train": len(train),
         "n_attack": len(attack),
+        "device": device,
     }
     return model, tok, tuple(s for s, _ in attack), tuple(int(y) for _, y in attack), info
 
@@ -274,10 +325,11 @@ def _heldout_scores(
     }
 
 
-def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
+def dp_classifier(seed: int = 0, device: str = "cpu", **overrides: Any) -> dict[str, Any]:
     """MiniLM fine-tuned with DP-SGD on the same license sentences as :func:`classifier_victim`.
 
-    ``overrides`` replace :data:`DP_CLASSIFIER` entries. Returns ``{"model", "tokenizer", "claim", "info"}``;
+    Trains on ``device`` (the noise is drawn there, from a generator of that device); the returned model is on
+    the CPU. ``overrides`` replace :data:`DP_CLASSIFIER` entries. Returns ``{"model", "tokenizer", "claim", "info"}``;
     ``info`` has the held-out scores of :func:`classifier_victim` plus the spent epsilon, sigma and steps.
     The noise comes from opacus' generator (not seeded: DP noise nobody can recompute)."""
     import torch
@@ -298,6 +350,7 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
             f"dp_classifier: trainable must be 'all' or 'head'; got {cfg['trainable']!r}"
         )
     model, tok = minilm_classifier(num_labels=2, seed=seed)
+    model.to(device)
     if cfg["trainable"] == "head":
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith(("classifier.", "bert.pooler.")))
@@ -326,7 +379,7 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
     )  # sentences that agree on their first max_length tokens are one example
 
     def loss_fn(m: Any, batch: Any) -> Any:
-        ids, mask, y = batch
+        ids, mask, y = _to(batch, device)
         return per_sample_classification_loss(m(input_ids=ids, attention_mask=mask).logits, y)
 
     with pinned_threads():
@@ -341,6 +394,7 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
         trained = getattr(pt, "original_model", model)
         info = {
             **_heldout_scores(trained, tok, train, attack),
+            "device": device,
             "epsilon": float(res.epsilon),
             "noise_multiplier": float(pt.optimizer.noise_multiplier),
             "dp_steps": int(res.steps),
@@ -349,7 +403,7 @@ def dp_classifier(seed: int = 0, **overrides: Any) -> dict[str, Any]:
             "config": cfg,
             "trained_parameters": n_trained,
         }
-    return {"model": trained, "tokenizer": tok, "claim": pt.claim(), "info": info}
+    return {"model": trained.to("cpu"), "tokenizer": tok, "claim": pt.claim(), "info": info}
 
 
 def _predict(model: Any, tok: Any, texts: list[str], batch_size: int = 64) -> list[int]:
@@ -357,6 +411,7 @@ def _predict(model: Any, tok: Any, texts: list[str], batch_size: int = 64) -> li
     import torch
 
     out: list[int] = []
+    dev = next(model.parameters()).device
     with torch.no_grad():
         for i in range(0, len(texts), batch_size):
             enc = tok(
@@ -366,7 +421,7 @@ def _predict(model: Any, tok: Any, texts: list[str], batch_size: int = 64) -> li
                 max_length=64,
                 return_tensors="pt",
             )
-            out += model(**enc).logits.argmax(-1).tolist()
+            out += model(**enc.to(dev)).logits.argmax(-1).tolist()
     return out
 
 
@@ -509,13 +564,17 @@ def dp_train_lm(
     cfg: Mapping[str, Any],
     *,
     rng: Any,
+    device: str = "cpu",
 ) -> tuple[Any, dict[str, Any]]:
     """Train ``model`` (a causal LM) on ``texts`` with DP-SGD through the mechanism's ``make_private``
     (opacus); ``cfg`` gives ``train`` (``max_length``, ``steps``) and ``dp`` (``batch_size``, ``lr``). Shared by
     ``lm.canary`` (:mod:`privnlp.evaluation.scenarios.memorization`) and the realistic canary LM.
 
+    The model and every batch are moved to ``device`` (the noise is drawn there: issue #29 item 1); the sampling
+    and the ledger are the same on every device, so the epsilon is too.
+
     Returns:
-        ``(trained model in eval mode, {"epsilon", "dp_steps", "stopped_by_budget"})``.
+        ``(trained model in eval mode on the CPU, {"epsilon", "dp_steps", "stopped_by_budget", "device"})``.
     """
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -524,6 +583,7 @@ def dp_train_lm(
     from privnlp.mechanisms.training.loop import train_private
     from privnlp.models.training import lm_batch
 
+    model.to(device)
     b = lm_batch(tokenizer, texts, cfg["train"]["max_length"])
     ds = TensorDataset(b.input_ids, b.attention_mask, b.labels)
     loader = DataLoader(
@@ -552,9 +612,9 @@ def dp_train_lm(
         pt = mechanism.make_private(model, opt, loader, rng=int(as_numpy(rng).integers(2**31)))
 
     def loss_fn(m: Any, batch: Any) -> Any:
-        ids, mask, labels = batch
+        ids, mask, labels = _to(batch, device)
         t = ids.shape[1]
-        pos = torch.arange(t).unsqueeze(0).repeat(ids.shape[0], 1)
+        pos = torch.arange(t, device=ids.device).unsqueeze(0).repeat(ids.shape[0], 1)
         return per_sample_lm_loss(
             m(input_ids=ids, attention_mask=mask, position_ids=pos).logits, labels
         )
@@ -562,22 +622,26 @@ def dp_train_lm(
     res = train_private(
         pt, loss_fn, epochs=epochs if steps is None else None, steps=steps, stop_at_budget=True
     )
-    trained = getattr(pt, "original_model", model)
+    trained = getattr(pt, "original_model", model).to("cpu")
     trained.eval()
     info = {
         "epsilon": float(res.epsilon),
         "dp_steps": int(res.steps),
         "stopped_by_budget": bool(res.stopped_by_budget),
+        "device": device,
     }
     return trained, info
 
 
-def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
+def canary_lm(
+    mechanism: Any | None = None, *, seed: int = 0, device: str = "cpu"
+) -> dict[str, Any]:
     """``lm.canary`` on the realistic preset: ``{"model", "tokenizer", "canaries", "heldout", "info"}``.
 
     Undefended: the cached :func:`~privnlp.models.realistic.realistic_lm` (its 2 canaries were inserted 16
     times each). A mechanism with ``make_private`` (DP-SGD) trains the same architecture from scratch on the
-    same texts for the same number of steps with its tokenizer (slow on a CPU: minutes to tens of minutes)."""
+    same texts for the same number of steps with its tokenizer (slow on a CPU: minutes to tens of minutes), on
+    ``device``."""
 
     model, tok, info = realistic_lm(seed=seed)
     canaries = _canaries(info, seed)
@@ -608,6 +672,7 @@ def canary_lm(mechanism: Any | None = None, *, seed: int = 0) -> dict[str, Any]:
                 _training_texts(info, seed),
                 {"train": cfg["train"], "dp": CANARY_DP},
                 rng=seed,
+                device=device,
             )
         out_info.update(dp)
     else:
@@ -662,11 +727,13 @@ class RealisticPlan:
         steps: every audit step (the progress bar's unit), in run order.
         one_time_seconds: costs paid once (the LM build when it is not cached, MiniLM's fine-tune).
         lm_cached: whether the realistic LM is already in the model cache.
+        device: where the scenarios train (``privnlp evaluate --device``); the estimate is for one CPU core.
     """
 
     steps: tuple[PlanStep, ...]
     one_time_seconds: float
     lm_cached: bool
+    device: str = "cpu"
 
     @property
     def expected_seconds(self) -> float:
@@ -675,10 +742,16 @@ class RealisticPlan:
     def describe(self) -> str:
         """One line to print before the run starts."""
         mins = self.expected_seconds / 60
+        where = (
+            "the scenarios train on cpu"
+            if self.device == "cpu"
+            else f"the scenarios train on {self.device} (the estimate is the one-CPU-core one: no GPU timing "
+            "is recorded yet)"
+        )
         return (
             f"realistic preset: {len(self.steps)} audit steps, expected about {mins:.0f} min on one CPU core "
             f"(rough, within ~2x; {'the realistic LM is cached' if self.lm_cached else 'includes building the realistic LM, ~13 min, cached afterwards'}"
-            "); an interrupted run resumes: finished steps are read from the cache"
+            f"); {where}; an interrupted run resumes: finished steps are read from the cache"
         )
 
 
@@ -702,6 +775,7 @@ def realistic_plan(
     *,
     seeds: Sequence[int] = (0,),
     lm_cached: bool | None = None,
+    device: str = "cpu",
 ) -> RealisticPlan:
     """The steps ``evaluate_all(preset="realistic")`` runs for ``names`` (default: every registered defense) and
     their expected time (:data:`STEP_SECONDS`), computed before anything is built.
@@ -710,6 +784,7 @@ def realistic_plan(
         names: registered defense names.
         seeds: the preset's seeds.
         lm_cached: whether the realistic LM is cached (``None``: looked up, reading the Debian corpus: ~10 s).
+        device: where the scenarios will train (named in :meth:`RealisticPlan.describe`).
 
     Raises:
         InvalidArgument: an unknown defense name or no seed.
@@ -746,4 +821,4 @@ def realistic_plan(
     once = (0.0 if lm_cached or not uses_lm else LM_BUILD_SECONDS) + (
         MINILM_FINETUNE_SECONDS if any(s.scenario == "fedsgd.eavesdropper" for s in steps) else 0.0
     )
-    return RealisticPlan(tuple(steps), once, bool(lm_cached))
+    return RealisticPlan(tuple(steps), once, bool(lm_cached), device)

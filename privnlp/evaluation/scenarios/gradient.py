@@ -137,10 +137,12 @@ def lm_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[Any
 
 @functools.lru_cache(maxsize=4)
 def classifier_victim(
-    preset: str = "quick", seed: int = 0
+    preset: str = "quick", seed: int = 0, device: str = "cpu"
 ) -> tuple[Any, Any, tuple[str, ...], tuple[int, ...]]:
-    if preset == "realistic":
-        return realistic.classifier_victim(seed)[:4]
+    if (
+        preset == "realistic"
+    ):  # the MiniLM fine-tune runs on ``device``; the victim comes back on the CPU
+        return realistic.classifier_victim(seed, device)[:4]
     model, tok = bundled_bert_classifier("quick", seed=seed)
     data = generate_sentiment(200, seed=seed + 7)
     keep = [
@@ -184,7 +186,7 @@ def _loss(model: Any, batch: dict) -> Any:
 
 
 def _dp_sgd_update(
-    mechanism: PrivateTrainer, m: Any, batch: dict, *, rng: Any
+    mechanism: PrivateTrainer, m: Any, batch: dict, *, rng: Any, device: str = "cpu"
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The update a DP-SGD client sends, produced by the mechanism itself (``make_private`` on opacus:
     per-example clipping to C, Gaussian noise sigma*C on the sum, divided by the batch size b).
@@ -193,7 +195,8 @@ def _dp_sgd_update(
     ``poisson_sampling=False`` on a one-batch loader; a budget-calibrated mechanism (``noise_multiplier``
     None) is run at sigma = 1, the setting of this scenario's cards. Tied weights (GPT-2's wte / lm_head)
     are untied by the mechanism (``tied_embeddings="untie"``): the update holds each copy's noised
-    gradient under its own name, each with per-coordinate noise std sigma*C/b."""
+    gradient under its own name, each with per-coordinate noise std sigma*C/b. The step runs on ``device``
+    (``m`` is the scenario's private copy; the noise is drawn there); the update comes back on the CPU."""
 
     mech = copy.copy(mechanism)
     if mech.noise_multiplier is None:
@@ -201,6 +204,8 @@ def _dp_sgd_update(
     mech.poisson_sampling = False
     mech.epochs, mech.steps = None, 1
     keys = list(batch)
+    m.to(device)
+    batch = {k: v.to(device) for k, v in batch.items()}
     b = int(batch["input_ids"].shape[0])
     loader = DataLoader(TensorDataset(*(batch[k] for k in keys)), batch_size=b, shuffle=False)
     tied = tied_parameter_names(m)
@@ -230,7 +235,7 @@ def _dp_sgd_update(
         pt.loss(per).backward()
     pt.optimizer.step()  # clip, noise, scale (lr 0: the parameters do not move)
     grads = {
-        n: p.grad.detach().clone()
+        n: p.grad.detach().to("cpu", copy=True)
         for n, p in pt.original_model.named_parameters()
         if p.requires_grad and p.grad is not None
     }
@@ -253,10 +258,13 @@ def client_update(
     local_steps: int = 1,
     lr: float = 0.01,
     rng: Any,
+    device: str = "cpu",
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """What the client sends: ``(gradients dict name -> tensor, observation extras)``.
 
-    ``batch`` holds the model's keyword inputs including ``labels``. ``model`` is not modified."""
+    ``batch`` holds the model's keyword inputs including ``labels``. ``model`` is not modified. ``device``: where
+    a DP-SGD mechanism's private step runs (``privnlp evaluate --device``); the other updates are one small
+    autograd call on the CPU victim. The update is returned on the CPU."""
 
     check_range("local_steps", local_steps, 1, 10**6, integer=True)
     check_positive("lr", lr)
@@ -272,7 +280,7 @@ def client_update(
             "or an UpdateTransformer (transform(): gradient_pruning, sign_sgd, ...); core.protocols)"
         )
     if isinstance(mechanism, PrivateTrainer):
-        return _dp_sgd_update(mechanism, m, batch, rng=gen)
+        return _dp_sgd_update(mechanism, m, batch, rng=gen, device=device)
     extras: dict[str, Any] = {"transform": None, "noise_std": None, "meta": {}}
     if isinstance(mechanism, EmbeddingFreezer):
         frozen = mechanism.apply(m)
@@ -326,6 +334,9 @@ class FedSGDEavesdropper(Scenario):
         task: ``"lm"``, ``"classifier"``, ``"labels"`` or ``"both"`` (all three).
         local_steps: 1 = FedSGD; K > 1 = FedAvg, the pseudo-gradient ``(theta_0 - theta_K) / lr`` is sent.
         lr: local learning rate (and the server step used for the utility numbers).
+        device: where the training runs (the realistic MiniLM fine-tune and a DP-SGD mechanism's step):
+            ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``None`` = the device of ``privnlp evaluate --device``
+            (:func:`privnlp.evaluation.realistic.use_device`). Observations are handed out on the CPU.
     """
 
     threat_model = ThreatModel(
@@ -347,6 +358,7 @@ class FedSGDEavesdropper(Scenario):
         task: str = "both",
         local_steps: int = 1,
         lr: float = 0.01,
+        device: str | None = None,
     ) -> None:
         if preset not in PRESETS:
             raise InvalidArgument(f"preset must be one of {sorted(PRESETS)}; got {preset!r}")
@@ -362,6 +374,7 @@ class FedSGDEavesdropper(Scenario):
         self.task = task
         self.local_steps = local_steps
         self.lr = lr
+        self.device = realistic.scenario_device(device)
 
     def _utility(self, model: Any, batch: dict, grads: dict) -> tuple[float, float]:
         m = copy.deepcopy(model)
@@ -393,6 +406,7 @@ class FedSGDEavesdropper(Scenario):
                     local_steps=self.local_steps,
                     lr=self.lr,
                     rng=seed_of(gen),
+                    device=self.device,
                 )
                 ids = batch["input_ids"][batch["attention_mask"].bool()].tolist()
                 texts = [
@@ -423,7 +437,7 @@ class FedSGDEavesdropper(Scenario):
                 util["loss_before"].append(before)
                 util["loss_after_update"].append(after)
         if self.task in ("classifier", "both"):
-            model, tok, texts_all, labels_all = classifier_victim(self.preset, 0)
+            model, tok, texts_all, labels_all = classifier_victim(self.preset, 0, self.device)
             for _ in range(cfg["clf_trials"]):
                 idx = gen.choice(len(texts_all), size=min(b, len(texts_all)), replace=False)
                 texts = [texts_all[int(i)] for i in idx]
@@ -442,6 +456,7 @@ class FedSGDEavesdropper(Scenario):
                     local_steps=self.local_steps,
                     lr=self.lr,
                     rng=seed_of(gen),
+                    device=self.device,
                 )
                 lengths = [int(x) for x in enc["attention_mask"].sum(1).tolist()]
                 obs = GradientObservation(
@@ -491,6 +506,7 @@ class FedSGDEavesdropper(Scenario):
                     local_steps=self.local_steps,
                     lr=self.lr,
                     rng=seed_of(gen),
+                    device=self.device,
                 )
                 # the labels are the secret here: the observation carries neither labels nor lengths
                 obs = GradientObservation(
@@ -513,6 +529,7 @@ class FedSGDEavesdropper(Scenario):
             utility["loss_decrease"] = utility["loss_before"] - utility["loss_after_update"]
         config = {
             "preset": self.preset,
+            "device": self.device,
             "batch_size": b,
             "task": self.task,
             "local_steps": self.local_steps,

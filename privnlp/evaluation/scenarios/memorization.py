@@ -47,7 +47,7 @@ from privnlp.core.registry import SCENARIOS
 from privnlp.core.rng import as_numpy
 from privnlp.data import generate_corpus, make_canary
 from privnlp.data.canaries import DEFAULT_WORDS
-from privnlp.evaluation.realistic import canary_lm, dp_train_lm, fl_clients
+from privnlp.evaluation.realistic import canary_lm, dp_train_lm, fl_clients, scenario_device
 from privnlp.mechanisms.federated.client import Task, _lm_loss, lm_client_data
 from privnlp.mechanisms.federated.simulator import FedSimulator
 from privnlp.models._seed import seeded
@@ -174,8 +174,12 @@ def train_canary_lm(
     pattern: str | None = None,
     n_canaries: int | None = None,
     rng: Any,
+    device: str = "cpu",
 ) -> dict[str, Any]:
-    """Train the ``lm.canary`` model; returns ``{"model", "tokenizer", "canaries", "heldout", "info"}``."""
+    """Train the ``lm.canary`` model; returns ``{"model", "tokenizer", "canaries", "heldout", "info"}``.
+
+    A DP-SGD mechanism trains on ``device`` (the returned model is on the CPU); the undefended model is
+    trained by :func:`privnlp.models.train_lm`, on the CPU (it does not move batches to a device)."""
     # deferred: scenario modules are imported on registry lookup
 
     if preset not in LM_CANARY_PRESETS:
@@ -189,7 +193,7 @@ def train_canary_lm(
                 "the realistic lm.canary victim has fixed canaries (2 x 16 insertions of "
                 "'my pin code is {digits:4}'): repeats/pattern/n_canaries must be None"
             )
-        return canary_lm(mechanism, seed=0)
+        return canary_lm(mechanism, seed=0, device=device)
     g = as_numpy(rng)
     seed = int(g.integers(0, 2**31 - 1))
     corpus = generate_corpus(**cfg["corpus"], seed=seed)
@@ -220,7 +224,7 @@ def train_canary_lm(
         log = train_lm(model, tok, texts, **cfg["train"], rng=g)
         info["train_loss"] = log.mean_last(10)
     elif isinstance(mechanism, PrivateTrainer):
-        model, dp = dp_train_lm(mechanism, model, tok, texts, cfg, rng=g)
+        model, dp = dp_train_lm(mechanism, model, tok, texts, cfg, rng=g, device=device)
         info.update(dp)
     else:
         raise InvalidArgument(
@@ -246,7 +250,11 @@ class LMCanaryScenario(Scenario):
     utility_higher_is_better = {"heldout_loss": False, "heldout_perplexity": False}
 
     def __init__(
-        self, preset: str = "quick", repeats: int | None = None, pattern: str | None = None
+        self,
+        preset: str = "quick",
+        repeats: int | None = None,
+        pattern: str | None = None,
+        device: str | None = None,
     ) -> None:
         if preset not in LM_CANARY_PRESETS:
             raise InvalidArgument(
@@ -255,10 +263,17 @@ class LMCanaryScenario(Scenario):
         self.preset = preset
         self.repeats = repeats
         self.pattern = pattern
+        # where a DP-SGD defense trains; None = privnlp evaluate --device (realistic.use_device)
+        self.device = scenario_device(device)
 
     def run(self, mechanism: Any | None, *, rng: Any) -> ScenarioRun:
         out = train_canary_lm(
-            mechanism, preset=self.preset, repeats=self.repeats, pattern=self.pattern, rng=rng
+            mechanism,
+            preset=self.preset,
+            repeats=self.repeats,
+            pattern=self.pattern,
+            rng=rng,
+            device=self.device,
         )
         model, tok = out["model"], out["tokenizer"]
         cfg = LM_CANARY_PRESETS[self.preset]
@@ -284,7 +299,7 @@ class LMCanaryScenario(Scenario):
         return ScenarioRun(
             trials=trials,
             utility={"heldout_loss": loss, "heldout_perplexity": math.exp(loss)},
-            config={"preset": self.preset, **info},
+            config={"preset": self.preset, "device": self.device, **info},
         )
 
 
@@ -407,12 +422,15 @@ def _local_adam(
     max_length: int,
     mechanism: Any | None,
     rng: np.random.Generator,
+    device: str = "cpu",
 ) -> list[float]:
     """One client's local training: ``steps`` Adam steps on minibatches of its own texts.
 
     Same batches as :func:`privnlp.models.train_lm` (``lm_batch``; order from ``rng``; dropout drawn
     from a forked, seeded torch RNG). A mechanism with ``loss_terms(model, inputs, *, rng, forward)``
     (adversarial embedding) adds its term to the next-token loss computed from the clean logits.
+    Trains on ``device`` (model and batches moved there; the model is moved back to the CPU at the end: the
+    parameter objects stay the same, so a caller's ``state_dict(keep_vars=True)`` keeps pointing at them).
     """
 
     eos = tokenizer.eos_token
@@ -423,6 +441,7 @@ def _local_adam(
         max_length=int(max_length),
     )["input_ids"]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=float(lr))
     extra = mechanism.loss_terms if isinstance(mechanism, TrainingLossTerm) else None
@@ -436,7 +455,7 @@ def _local_adam(
             while len(order) < take:
                 order = np.concatenate([order, rng.permutation(len(rows))])
             idx, order = order[:take], order[take:]
-            b = lm_batch_from_ids([rows[i] for i in idx], pad)
+            b = lm_batch_from_ids([rows[i] for i in idx], pad).to(device)
             opt.zero_grad(set_to_none=True)
             if extra is None:
                 loss = model(**b).loss
@@ -457,6 +476,7 @@ def _local_adam(
             opt.step()
             losses.append(float(loss.detach()))
     model.eval()
+    model.to("cpu")
     return losses
 
 
@@ -484,6 +504,7 @@ def async_fedavg_snapshots(
     mechanism: Any | None = None,
     progress: bool = False,
     rng: Any,
+    device: str = "cpu",
 ) -> tuple[list[str], list[tuple[int, ...]]]:
     """Asynchronous FedAvg with a global snapshot per round: the record-level paper's training engine.
 
@@ -509,7 +530,8 @@ def async_fedavg_snapshots(
     the local loss. Anything else raises :class:`InvalidArgument`.
 
     Snapshot ``r`` (``state_dict`` after round ``r``; round 0 = the initial model) is written to
-    ``out_dir``. Returns ``(paths, selection)`` with ``selection[0] = ()``.
+    ``out_dir``. Returns ``(paths, selection)`` with ``selection[0] = ()``. The local training runs on
+    ``device``; the global model, the average and the snapshots stay on the CPU.
     """
 
     if mechanism is not None and not isinstance(mechanism, (ModelDefense, TrainingLossTerm)):
@@ -552,6 +574,7 @@ def async_fedavg_snapshots(
                 **{k: check[k] for k in ("steps", "batch_size", "lr", "max_length")},
                 mechanism=mechanism,
                 rng=g,
+                device=device,
             )
             states.append({k: v.detach().clone() for k, v in live.items()})
         w = sizes[list(chosen)] / sizes[list(chosen)].sum()
@@ -610,6 +633,7 @@ class FLSnapshotsScenario(Scenario):
         record_repeats: int | None = None,
         rounds: int | None = None,
         model: str | None = None,
+        device: str | None = None,
     ) -> None:
         if preset not in FL_PRESETS:
             raise InvalidArgument(f"preset must be one of {sorted(FL_PRESETS)}; got {preset!r}")
@@ -619,6 +643,8 @@ class FLSnapshotsScenario(Scenario):
         self.record_repeats = record_repeats
         self.rounds = rounds
         self.model = model
+        # where the clients' local Adam steps run; None = privnlp evaluate --device (realistic.use_device)
+        self.device = scenario_device(device)
 
     def model_for(self, mechanism: Any | None) -> str:
         """The model family this scenario trains for ``mechanism`` (see the class docstring)."""
@@ -712,6 +738,7 @@ class FLSnapshotsScenario(Scenario):
                 out_dir=out_dir,
                 mechanism=mechanism,
                 rng=g,
+                device=self.device,
             )
         trials = tuple(
             Trial(
@@ -747,6 +774,8 @@ class FLSnapshotsScenario(Scenario):
                 "record_repeats": reps,
                 "snapshot_dir": out_dir,
                 "federated": engine,
+                # FedSimulator (fedavg / dp_fedavg) trains on the CPU: it takes no device yet
+                "device": "cpu" if isinstance(mechanism, Aggregator) else self.device,
                 **extra,
             },
         )

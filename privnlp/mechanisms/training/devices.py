@@ -12,12 +12,47 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
 from privnlp.core.errors import InvalidArgument
 
-__all__ = ["check_model_device", "check_model_dtypes"]
+__all__ = ["check_model_device", "check_model_dtypes", "resolve_device"]
+
+_DEVICE_SPEC = re.compile(r"cpu|auto|cuda(:\d+)?")
+
+
+def resolve_device(spec: str, *, name: str = "device") -> str:
+    """The device a run trains on: ``"cpu"``, ``"cuda"`` (the current CUDA device), ``"cuda:N"`` or ``"auto"``
+    (``"cuda"`` when torch sees a CUDA device, else ``"cpu"``), checked before any work is done.
+
+    Returns:
+        The canonical device string (``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``"auto"`` resolved).
+
+    Raises:
+        InvalidArgument: naming ``name``: a spec outside ``cpu``, ``cuda``, ``cuda:N``, ``auto``; a CUDA request
+            where torch sees no CUDA device; ``cuda:N`` with ``N`` >= the number of CUDA devices.
+    """
+    if not isinstance(spec, str) or _DEVICE_SPEC.fullmatch(spec.strip().lower()) is None:
+        raise InvalidArgument(f"{name} must be one of cpu, cuda, cuda:N, auto; got {spec!r}")
+    spec = spec.strip().lower()
+    if spec == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if spec == "cpu":
+        return spec
+    if not torch.cuda.is_available():
+        raise InvalidArgument(
+            f"{name} {spec!r} requested but torch sees no CUDA device on this machine "
+            f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); use {name} cpu or auto"
+        )
+    count = torch.cuda.device_count()
+    if ":" in spec and int(spec.split(":", 1)[1]) >= count:
+        raise InvalidArgument(
+            f"{name} {spec!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})"
+        )
+    return spec
 
 
 def check_model_device(model: nn.Module) -> torch.device:
