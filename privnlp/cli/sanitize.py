@@ -6,6 +6,8 @@ commands so ``privnlp --help`` stays fast.
 
 from __future__ import annotations
 
+import json
+import math
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -16,14 +18,16 @@ import numpy as np
 import typer
 from typer.core import TyperGroup
 
+import privnlp.accounting as accounting  # lazy package: DPLedger loads only with --ledger
 from privnlp.attacks.text.bayesian import sentiment_flip_loss
-from privnlp.core.errors import MalformedInput, PrivnlpError, check_range
+from privnlp.core.errors import InvalidArgument, MalformedInput, PrivnlpError, check_range
+from privnlp.core.report import atomic_write_text
 from privnlp.data.loaders import load_texts
 from privnlp.data.sentiment import LEXICON
 from privnlp.mechanisms.text import LaplaceMetric, Mahalanobis, Vickrey, VickreyK, load_embeddings
 from privnlp.mechanisms.text.distributed import sanitize_file_dask
 from privnlp.mechanisms.text.embeddings import default_embeddings
-from privnlp.mechanisms.text.files import _seeded, sanitize_file
+from privnlp.mechanisms.text.files import _metric_run, _seeded, sanitize_file
 from privnlp.mechanisms.text.textio import WORD_RE
 from privnlp.mechanisms.text.tuning import plot_tradeoff, select_parameters, tradeoff_points
 
@@ -73,6 +77,30 @@ MECHS = tuple(MECH_CLASSES)
 def _fail(msg: str) -> None:
     typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
     raise typer.Exit(2)
+
+
+def _read_ledger(path: Path | None, target_epsilon: float | None) -> Any:
+    """The DPLedger of ``--ledger`` (read, or a new one when the file does not exist); ``None``
+    without ``--ledger``."""
+    if path is None:
+        if target_epsilon is not None:
+            raise InvalidArgument(
+                "--target-epsilon needs --ledger (the file that records the releases)"
+            )
+        return None
+    if target_epsilon is not None:
+        check_range("--target-epsilon", target_epsilon, 0.0, math.inf, lo_inclusive=False)
+    if not path.exists():
+        return accounting.DPLedger()
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise MalformedInput(f"--ledger: {path} is not JSON ({e})") from None
+    except OSError as e:
+        raise InvalidArgument(f"--ledger: cannot read {path} ({e.strerror})") from None
+    if not isinstance(d, dict):
+        raise MalformedInput(f"--ledger: {path} holds a {type(d).__name__}, not a ledger object")
+    return accounting.DPLedger.from_dict(d)
 
 
 def _embeddings(path: Path | None, fmt: str | None, vocab_limit: int | None) -> Any:
@@ -180,6 +208,19 @@ def sanitize(
     workers: int = typer.Option(
         2, "--workers", help="--engine dask: worker processes of the local cluster."
     ),
+    ledger: Path | None = typer.Option(
+        None,
+        "--ledger",
+        help="a DPLedger JSON file (the format of `privnlp vocab build --ledger`): this pass is "
+        "charged to it as a metric-DP run (created if missing, written back after the output is in "
+        "place), so passes over the same records add up",
+    ),
+    target_epsilon: float | None = typer.Option(
+        None,
+        "--target-epsilon",
+        help="with --ledger: refuse (exit 2, nothing written) a pass that would take the ledger's "
+        "per-word metric-DP epsilon above this",
+    ),
 ) -> None:
     """Sanitize INPUT into OUTPUT (record order and count kept, atomic write, claim in a sidecar)."""
     if ctx.meta.get("privnlp_subcommand") or ctx.invoked_subcommand is not None:
@@ -212,6 +253,9 @@ def sanitize(
         elif mechanism == "mahalanobis":
             kw["lam"] = lam
         mech = cls(epsilon, **kw)  # validates epsilon / t / ... before any work
+        led = _read_ledger(ledger, target_epsilon)
+        if led is not None:  # refuse before any work or output (PrivacyBudgetExceeded)
+            led.check(_metric_run(mech, 1), target_epsilon)
         if input is not None and not input.is_file():
             _fail(f"INPUT {str(input)!r} is not a file")
         if engine not in ("local", "dask"):
@@ -225,6 +269,8 @@ def sanitize(
             rep = sanitize_file_dask(
                 input, output, mech, seed=seed, fmt=fmt, field=field, n_workers=workers
             )
+            if led is not None:  # the pass happened: record it (sanitize_file does it itself)
+                led.add(_metric_run(mech, max(1, rep.max_words_per_record)))
         else:
             rep = sanitize_file(
                 input,
@@ -235,7 +281,11 @@ def sanitize(
                 progress=progress,
                 seed=seed,
                 num_proc=num_proc,
+                ledger=led,
+                target_epsilon=target_epsilon,
             )
+        if led is not None:
+            atomic_write_text(ledger, json.dumps(led.to_dict(), indent=1))
     except PrivnlpError as e:
         _fail(str(e))
     typer.echo(

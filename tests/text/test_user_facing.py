@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from privnlp.accounting import DPLedger
 from privnlp.cli.main import app
 from privnlp.mechanisms.text import Embeddings, Vickrey
 from privnlp.mechanisms.text.files import sanitize_file, sidecar_path
@@ -108,3 +109,42 @@ def test_tune_reads_input_prints_command_and_meaning(tmp_path, emb):
     assert "recovers about" in r.output and "% of these words" in r.output
     assert f"apply it: privnlp sanitize {src} -o OUTPUT -m " in r.output
     assert "not covered by the claim" in r.output
+
+
+def test_cli_ledger_charges_passes_and_refuses_before_output(tmp_path, emb):
+    """Brief B: `privnlp sanitize --ledger FILE [--target-epsilon E]` records each pass as a metric-DP
+    run in the `vocab build --ledger` file format; a pass over the budget exits 2 and writes nothing."""
+    vec = tmp_path / "v.txt"
+    vec.write_text(
+        "\n".join(w + " " + " ".join(f"{x:.5f}" for x in v) for w, v in zip(emb.words, emb.vectors))
+    )
+    src = tmp_path / "in.txt"
+    src.write_text("the film of the mail\ncall\n")
+    led = tmp_path / "led.json"
+    base = ["--embeddings", str(vec), "--embeddings-format", "glove", "--no-progress"]
+
+    def run(out: str, *extra: str):
+        return CliRunner().invoke(
+            app, ["sanitize", str(src), "-o", str(tmp_path / out), "-e", "3", *base, *extra]
+        )
+
+    r = run("a.txt", "--ledger", str(led), "--target-epsilon", "5")
+    assert r.exit_code == 0, r.output
+    d = json.loads(led.read_text())
+    assert d["format"] == DPLedger().to_dict()["format"]  # the file `vocab build --ledger` writes
+    back = DPLedger.from_dict(d)
+    assert back.metric_epsilon() == 3.0 and back.metric_runs[0].words == 5
+    before = led.read_text()
+    r = run("b.txt", "--ledger", str(led), "--target-epsilon", "5")  # 3 + 3 > 5
+    assert r.exit_code == 2 and "would become 6 > target 5" in r.output, r.output
+    assert not (tmp_path / "b.txt").exists() and not sidecar_path(tmp_path / "b.txt").exists()
+    assert led.read_text() == before  # the refused pass is not recorded
+    r = run("c.txt", "--ledger", str(led))  # no budget: recorded, passes add up
+    assert r.exit_code == 0, r.output
+    assert DPLedger.from_dict(json.loads(led.read_text())).metric_epsilon() == 6.0
+    r = run("d.txt", "--target-epsilon", "5")  # a budget without a ledger is refused
+    assert r.exit_code == 2 and "--target-epsilon needs --ledger" in r.output
+    led.write_text("[1]")
+    r = run("e.txt", "--ledger", str(led))
+    assert r.exit_code == 2 and "not a ledger object" in r.output
+    assert not (tmp_path / "e.txt").exists()
