@@ -222,6 +222,17 @@ def _phone_valid(cand: str) -> tuple[bool, bool]:
     return False, possible
 
 
+#: a number right after one of these words is an order / tax / reference id, not a phone
+_ID_LABEL_BEFORE = re.compile(
+    r"(?:\b(?:order|orders|invoice|ref|reference|po|vat|abn|acn|gst|ein|tax\s*id|account\s*no|"
+    r"bestelling|bestelnummer|factuur|pedido|factura|albarán|commande|facture|bestellung|bestellnr|"
+    r"rechnung|rechnungsnr|auftrag|sendungsnr|ordine|fattura|zamówienie|zamowienie|faktura|encomenda|"
+    r"fatura|n[ºo°]\.?\s*de\s*pedido|tracking|sendung|ticket|case)\b[\s.:#nº°-]*(?:[A-Z]{2}\s?)?|"
+    r"#\s*)$",
+    re.I,
+)
+
+
 def find_phones(text: str, score: float = 0.85) -> list[PIISpan]:
     """Phone numbers in E.164 / international (``+44 20 7946 0958``, ``0044 ...``) and national formats
     (``020 7946 0958``, ``612 34 56 78``, ``(415) 555-0132``), with or without spaces.
@@ -256,6 +267,8 @@ def find_phones(text: str, score: float = 0.85) -> list[PIISpan]:
             continue  # dotted digit runs without context are dates / versions / IPs (but 210.555.0122)
         if nd < 9 and not (intl or ctx):
             continue  # a short local number (no area code) only after a phone word
+        if not ctx and _ID_LABEL_BEFORE.search(text[max(0, a - 30) : a]):
+            continue  # "order 1180-22736", "VAT GB 284 1172 90", "ABN 51 824 753 556": an id, not a phone
         valid, possible = _phone_valid(cand)
         if valid and (intl or grouped or ctx):
             out.append(PIISpan(a, b, "PHONE", score, "regex"))
@@ -440,7 +453,7 @@ _UK_POSTCODE = re.compile(
 _US_ZIP = re.compile(
     r"(?:(?:,\s*|^)(?:"
     + "|".join(_US_STATES)
-    + r"),?\s+|\bZIP(?: code)?:?\s*)(\d{5}(?:-\d{4})?)(?![\w-])",
+    + r"),?\s+|\b(?i:zip)(?:\s*(?i:code))?:?\s*)(\d{5}(?:-\d{4})?)(?![\w-])",
     re.M,
 )
 # Irish Eircode: routing key + unique identifier ("D02 X285", "H91 E2K3")
@@ -454,8 +467,30 @@ _EU_POSTCODE = re.compile(
 )
 
 
+# Australian: a state / territory after the town, then four digits ("Ballarat VIC 3350", "Annandale NSW 2038")
+_AU_POSTCODE = re.compile(
+    r"(?:(?<=[a-z] )|(?<=[a-z], )|(?<=[a-z],))(?:NSW|VIC|QLD|SA|WA|TAS|ACT|NT)\s+(\d{4})(?![\w-])"
+)
+# any code after a postcode label ("Código postal: 41001", "PLZ / Ort: 70173", "CAP 20121", "kod pocztowy")
+_LABELLED_POSTCODE = re.compile(
+    r"\b(?:post\s?code|postal\s+code|zip\s+code|c[óo]digo\s+postal|cod\.\s*postal|c\.\s?p\.|"
+    r"code\s+postal|plz|postleitzahl|cap|postcode|kod\s+pocztowy|eircode)\b"
+    r"(?:\s*/\s*[A-Za-zÀ-ÿ]+)?\s*[:.]?\s*"
+    r"(\d{4}-\d{3}|\d{2}-\d{3}|\d{3}-\d{4}|\d{5}(?:-\d{4})?|\d{4}\s?[A-Z]{2}|\d{4})(?![\w-])",
+    re.I,
+)
+# Japanese: NNN-NNNN after 〒 or with a Japanese address nearby ("Shibuya-ku, Tokyo 150-0001")
+_JP_POSTCODE = re.compile(r"(?<![\w-])(?:〒\s?)?(\d{3}-\d{4})(?![\w-])")
+_JP_CONTEXT = re.compile(
+    r"〒|\b[A-Z][a-z]+-(?:ku|shi|ken|cho|machi|gun)\b|\b(?:Tokyo|Osaka|Kyoto|Nagoya|Yokohama|Sapporo|"
+    r"Fukuoka|Kobe|Sendai|Hiroshima|Japan)\b"
+)
+
+
 def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
-    """UK postcodes (``NW1 6XE``), US ZIP codes after a state or ``ZIP`` (``CA 94105``), continental
+    """UK postcodes (``NW1 6XE``), US ZIP codes after a state or ``ZIP`` (``CA 94105``), Australian codes
+    after the state (``VIC 3350``), any code after a postcode label (``Código postal: 41001``, ``PLZ:
+    70173``), Japanese ``NNN-NNNN`` with a Japanese address around it, continental
     codes before a town at a line start / after a comma / after ``D-`` (``28013 Madrid``, ``1012 AB
     Amsterdam``, Portuguese ``1100-048 Lisboa``, Polish ``00-238 Warszawa``) and Irish Eircodes
     (``D02 X285``: letters and digits mixed in the last four)."""
@@ -471,6 +506,17 @@ def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
     for m in _EU_POSTCODE.finditer(text):
         a = m.start(1)
         out.append(PIISpan(a, m.end(1), "POSTCODE", round(score * 0.9, 4), "regex"))
+    for pat in (_AU_POSTCODE, _LABELLED_POSTCODE):
+        out += [
+            PIISpan(m.start(1), m.end(1), "POSTCODE", round(score * 0.9, 4), "regex")
+            for m in pat.finditer(text)
+        ]
+    for m in _JP_POSTCODE.finditer(text):
+        a = m.start(1)
+        if re.search(r"[\d)]", text[max(0, a - 3) : a]):
+            continue  # the tail of a phone number: "(503) 555-0172"
+        if m.group().startswith("〒") or _JP_CONTEXT.search(text[max(0, a - 80) : a + 80]):
+            out.append(PIISpan(a, m.end(1), "POSTCODE", round(score * 0.9, 4), "regex"))
     return out
 
 
@@ -479,9 +525,9 @@ _UCHARS = r"[A-Za-z0-9][A-Za-z0-9._-]{1,38}"
 _USER_PATTERNS = (
     re.compile(
         r"\b(?:user(?:[ _-]?name)?|login|log-in|uid|user[ _-]?id|account|acct|handle|usuario|"
-        r"utilisateur|identifiant|benutzer(?:name)?|nom d'utilisateur)\s*[:=]\s*['\"]?("
-        + _UCHARS
-        + ")",
+        r"utilisateur|identifiant|benutzer(?:name)?|nom d'utilisateur|gebruiker(?:snaam)?|compte|"
+        r"utente|nome utente|użytkownik|uzytkownik|login_name|conta|cuenta|konto|nutzer|usr)"
+        r"\s*[:=]\s*['\"]?(" + _UCHARS + ")",
         re.I,
     ),
     re.compile(
@@ -524,18 +570,37 @@ _USER_PATTERNS = (
     ),
     re.compile(r"\bsu(?:\[\d+\])?:.*?\bby\s+(" + _UCHARS + ")"),
 )
+# a public profile URL names its owner: github.com/jwreed-dev, linkedin.com/in/jane-doe-12
+_PROFILE_URL = re.compile(
+    r"\b(?:github\.com|gitlab\.com|bitbucket\.org|linkedin\.com/in|twitter\.com|x\.com|"
+    r"instagram\.com|facebook\.com|tiktok\.com/@|medium\.com/@|keybase\.io|behance\.net|"
+    r"dribbble\.com)/@?([A-Za-z0-9][A-Za-z0-9._-]{1,38}[A-Za-z0-9])(?![\w-])"
+)
+_PROFILE_RESERVED = frozenset("in company pub about login signup home orgs settings search".split())
+# in a log line (it carries a hh:mm:ss time): a login shaped like initial(s) / first name "." surname
+# ("t.wagner (ipv4:...)", "[eoin.brennan] Peer Connection"), not a host / file / domain name
+_LOG_LINE = re.compile(r"^[^\n]*\b\d{2}:\d{2}:\d{2}\b[^\n]*$", re.M)
+_DOTTED_LOGIN = re.compile(r"(?<![\w.@/:=-])([a-z]{1,15}\.[a-z]{2,20})(?![\w.@(/-]|\.[a-z])")
+_NOT_SUFFIX = frozenset(
+    "com net org edu gov io co uk de nl fr es it pl pt ie eu info biz local lan internal corp home log txt "
+    "conf cfg ini json xml yml yaml service socket target timer mount pid sh py js ts html htm php exe "
+    "dll so gz zip tar bak tmp lock sock err out csv pdf doc docx png jpg gif d ko rules key pem crt".split()
+)
 _HANDLE = re.compile(
     r"(?<![\w.@/])@[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,28}[A-Za-z0-9_])?(?![\w@-]|\.[A-Za-z])"
 )
 _NOT_USERS = frozenset(
     "root admin administrator guest unknown invalid test user users nobody www-data system the a an "
-    "is was name id none null anonymous daemon service locked login logon password username".split()
+    "is was name id none null anonymous daemon service locked login logon password username "
+    "administrador administrateur amministratore beheerder oracle postgres mysql ubuntu pi git ftp "
+    "centos debian ec2-user apache nginx mail postfix nagios backup operator support".split()
 )
 
 
 def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
     """Usernames in login / log contexts (``Username: jdoe1987``, ``Failed password for user jdoe``,
-    ``session opened for user anna.k``, ``sudo: jdoe :``, ``logged in as m_ortiz``) and ``@handles``;
+    ``session opened for user anna.k``, ``sudo: jdoe :``, ``logged in as m_ortiz``, ``gebruiker=rvl``), the
+    owner of a profile URL (``github.com/jdoe``), ``first.last`` logins in log lines and ``@handles``;
     system accounts (``root``, ``admin``, ``www-data``...) are not personal and are left alone."""
     out = []
     for pat in _USER_PATTERNS:
@@ -545,6 +610,16 @@ def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
                 continue
             a = m.start(1)
             out.append(PIISpan(a, a + len(v), "USERNAME", score, "regex"))
+    for m in _PROFILE_URL.finditer(text):
+        if m.group(1).lower() not in _PROFILE_RESERVED:
+            out.append(PIISpan(m.start(1), m.end(1), "USERNAME", score, "regex"))
+    for line in _LOG_LINE.finditer(text):
+        for m in _DOTTED_LOGIN.finditer(line.group()):
+            v = m.group(1)
+            if v.split(".")[1] in _NOT_SUFFIX or v.split(".")[0] in _NOT_SUFFIX:
+                continue
+            a = line.start() + m.start(1)
+            out.append(PIISpan(a, a + len(v), "USERNAME", round(score * 0.9, 4), "regex"))
     for m in _HANDLE.finditer(text):
         if m.group()[1:].lower() not in _NOT_USERS:
             out.append(PIISpan(m.start(), m.end(), "USERNAME", round(score * 0.9, 4), "regex"))
@@ -596,6 +671,32 @@ _DATE_PARTIAL = (
     ),
 )
 
+# a German / Dutch / Polish day and month without the year, both dotted: "vom 22.12. bis 2.1."
+# (after a word that introduces a date: a bare "1.2." is as often a section number)
+_DOTTED_DAY_MONTH = re.compile(
+    r"\b(?:vom|von|am|bis|ab|zum|seit|den|op|tot|van|per|dnia|od|do|le|du|au|del|al|dal)\s"
+    r"(([0-3]?\d)\.([01]?\d)\.)(?![\w.]|\d)",
+    re.I,
+)
+#: a romanised Japanese block number ("4-7-15 Sakae, Naka-ku") is no d-m-y date
+_JP_BLOCK = re.compile(r"\s+[A-Z][a-z]+,\s*[A-Z][a-z]+-(?:ku|shi|cho|machi|gun)\b")
+# a syslog time stamp with a month abbreviation of another language at the line start ("Dez 02 06:58:41")
+_SYSLOG_INTL = re.compile(
+    r"^(?:jan|feb|mär|mrz|apr|mai|jun|jul|aug|sep|okt|nov|dez|janv|févr|mars|avr|juin|juil|août|sept|"
+    r"oct|déc|ene|abr|may|ago|dic|gen|mag|giu|lug|set|ott|mrt|mei|sty|lut|kwi|cze|lip|sie|wrz|paź|"
+    r"lis|gru|fev|out|dec)\.?\s+[0-3]?\d(?=\s+\d{2}:\d{2}:\d{2})",
+    re.I | re.M,
+)
+# a Japanese era year with month and day: "Heisei 8, June 21", "Showa 55, 3 May"
+_ERA_DATE = re.compile(
+    r"\b(?:Reiwa|Heisei|Sh[oō]wa|Taish[oō])\s+\d{1,2},?\s+(?:(?:"
+    + _MONTH_RE
+    + r")\s+[0-3]?\d|[0-3]?\d\s+(?:"
+    + _MONTH_RE
+    + r"))(?!\w)",
+    re.I,
+)
+
 
 def _year(y: str) -> int:
     v = int(y)
@@ -639,7 +740,11 @@ def find_dates(text: str, score: float = 0.8) -> list[PIISpan]:
     """Dates: numeric (``30/05/2001``, ``2001-05-30``), written (``May 30th, 2001``, ``30 de mayo de
     2001``, ``3. März 2024``), without a year (``1st of February``) and month + year (``March 2021``).
     A leading ``the`` is left outside the span."""
-    out = [PIISpan(a, b, "DATE", score, "regex") for a, b, _ in _date_candidates(text)]
+    out = [
+        PIISpan(a, b, "DATE", score, "regex")
+        for a, b, _ in _date_candidates(text)
+        if not _JP_BLOCK.match(text, b)
+    ]
     for pat in _DATE_PARTIAL:
         for m in pat.finditer(text):
             a = m.start()
@@ -649,6 +754,14 @@ def find_dates(text: str, score: float = 0.8) -> list[PIISpan]:
                 if not 1 <= int(g) <= 31:
                     continue
             out.append(PIISpan(a, m.end(), "DATE", round(score * 0.9, 4), "regex"))
+    for m in _DOTTED_DAY_MONTH.finditer(text):
+        if 1 <= int(m.group(2)) <= 31 and 1 <= int(m.group(3)) <= 12:
+            out.append(PIISpan(m.start(1), m.end(1), "DATE", round(score * 0.8, 4), "regex"))
+    for pat in (_SYSLOG_INTL, _ERA_DATE):
+        out += [
+            PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex")
+            for m in pat.finditer(text)
+        ]
     return out
 
 
@@ -666,6 +779,24 @@ _ADDRESS_PATTERNS = (
         + r"\s+){1,3}(?:Street|St|Road|Rd|Avenue|Ave|Lane|Ln|"
         r"Drive|Dr|Grove|Close|Way|Court|Ct|Place|Pl|Terrace|Crescent|Cres|Boulevard|Blvd|Square|Sq|"
         r"Gardens|Gdns|Hill|Row|Mews|Parkway|Pkwy|Highway|Hwy|Circle|Cir|Walk|Trail|Broadway)\b"
+        # a directional / part suffix: "1187 Peachtree Battle Ave NW", "27 Dominick Street Lower"
+        r"(?:\s+(?:NW|NE|SW|SE|N|S|E|W|North|South|East|West|Upper|Lower)(?![\w'’-]))?"
+    ),
+    # au / nz: unit / house number ("3/45 Beach Rd", "2/118 Marine Pde")
+    re.compile(
+        r"(?<![\w/-])\d{1,4}[A-Za-z]?/\d{1,5}[A-Za-z]?\s+(?:"
+        + _CAP
+        + r"\s+){1,3}(?:Street|St|Road|Rd|Avenue|Ave|Lane|Ln|Drive|Dr|Grove|Close|Way|Court|Ct|Place|"
+        r"Pl|Parade|Pde|Terrace|Tce|Crescent|Cres|Boulevard|Blvd|Highway|Hwy|Circuit|Cct|Esplanade|Esp)\b"
+    ),
+    # ja (romanised): chome-ban-go before the district and its ward / city ("4-7-15 Sakae, Naka-ku")
+    re.compile(
+        r"(?<![\w-])\d{1,2}-\d{1,2}(?:-\d{1,3})?\s+[A-Z][a-z]+(?=,\s*[A-Z][a-z]+-(?:ku|shi|cho|machi|gun)\b)"
+    ),
+    # nl: "Laan van Meerdervoort 412", "Weg naar Rhoon 3"
+    re.compile(
+        r"(?<![\w-])(?:Laan|Weg|Kade|Plein|Singel|Gracht|Dijk|Straat)\s+(?:van|der|de|den|het|ter|te|op|naar)"
+        r"(?:\s+(?:van|der|de|den|het|ter|te|op))*\s+" + _CAP + r"(?:\s+" + _CAP + r")?\s+" + _NUM
     ),
     # fr: 12 rue de la Paix, 18 avenue Jean Jaurès, 4 bis place Bellecour
     re.compile(
@@ -681,8 +812,9 @@ _ADDRESS_PATTERNS = (
         r"(?<![\w-])(?:(?:Calle|C/|Avenida|Avda\.?|Av\.|Plaza|Pza\.|Paseo|Camino|Carrer|Ronda|Travesía|"
         r"Via|Viale|Corso|Piazza|Piazzale|Vicolo|Largo|Rua|Travessa|Praça|Estrada|Alameda)|"
         # lower case only after "in / en / em / na / no / a" ("residente in via Roma 3", "vivo en calle")
-        r"(?:(?<=\bin )|(?<=\ben )|(?<=\bem )|(?<=\bna )|(?<=\bno )|(?<=\ba ))(?:calle|c/|avenida|"
-        r"plaza|paseo|via|viale|corso|piazza|largo|rua|travessa|praça))\s+"
+        # lower case too ("piso calle de Toledo 42", "residente in via Roma 3": the house number decides)
+        r"(?:calle|c/|avenida|plaza|paseo|viale|corso|piazza|largo|rua|travessa|praça|"
+        r"(?:(?<=\bin )|(?<=\ben )|(?<=\bem )|(?<=\bna )|(?<=\bno )|(?<=\ba ))via))\s+"
         r"(?:(?:de|del|la|las|los|di|della|delle|dei|degli|da|do|dos|das)\s+)*"
         + _CAP
         + r"(?:\s+(?:(?:de|del|la|di|della|da|do|dos|das|e|y)\s+)*"
@@ -692,7 +824,9 @@ _ADDRESS_PATTERNS = (
     ),
     # de / nl: Goethestraße 5, Prinsengracht 263, Hauptstr. 12a, Kerkstraat 4
     re.compile(
-        r"(?<![\w-])[A-ZÀ-Þ][\w-]*(?:straße|strasse|str\.|weg|gasse|platz|allee|ring|damm|ufer|gracht|"
+        # an inflected adjective may come first: "Nieuwe Binnenweg 210", "Alte Hauptstraße 4"
+        r"(?<![\w-])(?:[A-ZÄÖÜ][a-zäöüß]+e\s+)?"
+        r"[A-ZÀ-Þ][\w-]*(?:straße|strasse|str\.|weg|gasse|platz|allee|ring|damm|ufer|gracht|"
         r"laan|straat|plein|kade|singel|dijk|steeg|markt)\s+" + _NUM
     ),
     # de / at / ch with the street word apart: Mariahilfer Straße 88, Am Alten Markt 3 (not "Markt 3")
