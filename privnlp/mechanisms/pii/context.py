@@ -60,7 +60,10 @@ _GREETING_BEFORE = re.compile(
     r"(?:^|[\s,.;!¡¿])(?:hi|hello|hey|hiya|dear|hola|buenas|bonjour|salut|coucou|hallo|moin|servus|ciao|"
     r"caro|cara|carissimo|carissima|gentile|gentilissimo|gentilissima|beste|lieve|olá|ola|oi|cześć|"
     r"witaj|witam|droga|drogi|liebe|lieber|querido|querida|estimado|estimada|thanks|thank you|cheers|"
-    r"gracias|merci|danke|grazie|obrigado|obrigada|bedankt|dzięki|dziękuję)\s*,?\s+$",
+    r"gracias|merci|danke|grazie|obrigado|obrigada|bedankt|dzięki|dziękuję|"
+    # a self-introduction: "it's Mei", "hey its Bec", "soy Lucía", "ich bin Jonas"
+    r"it's|it’s|its|it is|this is|i'm|i’m|i am|my name is|name's|soy|me llamo|sono|mi chiamo|je suis|"
+    r"je m'appelle|ich bin|ich heiße|ik ben|jestem|mam na imię|sou|chamo-me)\s*,?\s+$",
     re.I,
 )
 _LABELS = (
@@ -68,12 +71,16 @@ _LABELS = (
     r"applicant|contact|attn|fao|to|from|cc|employee|tenant|guest|passenger|nombre|nombre y apellidos|"
     r"apellido|apellidos|solicitante|destinatario|destinataria|titular|nom|prénom|nom de famille|"
     r"vorname|nachname|familienname|empfänger|nome|cognome|nome e cognome|naam|voornaam|achternaam|"
-    r"imię|nazwisko|imię i nazwisko|odbiorca|nome completo|apelido"
+    r"imię|nazwisko|imię i nazwisko|odbiorca|nome completo|apelido|"
+    # who attended / chaired / signed: "Present: Tom, ...", "Signed: C. Okonkwo"
+    r"present|attendees|attendance|apologies|chair|signed|signature|asistentes|presentes|teilnehmer|"
+    r"anwesend|unterschrift|présents|participants|participantes|presenti|partecipanti|firma|aanwezig|"
+    r"deelnemers|obecni|uczestnicy|podpis|assinatura|t\.n\.v\."
 )
 _LABEL_BEFORE = re.compile(r"(?:^|\s{2,}|\t|[;|,]\s*)(?:" + _LABELS + r")\s*:\s*$", re.I | re.M)
 _PLACE_BEFORE = re.compile(
     r"(?:^|\s)(?:in|from|to|at|near|visit|visiting|around|à|au|en|de|desde|hacia|a|di|da|uit|naar|bij|"
-    r"aus|nach|bei|von|em|para|vers|près de|w|z|ze|do|we|pod|office in)\s+$",
+    r"aus|nach|bei|von|em|para|vers|près de|w|z|ze|do|we|pod|office in|habite|habitent|habitait)\s+$",
     re.I,
 )
 #: a town before one of these words is a place ("the Denver team", "our Glasgow office")
@@ -87,14 +94,54 @@ _DETERMINERS = frozenset(
     "the a an our my your his her their this that el la le les der die das il lo het".split()
 )
 _PLACE_NOUN_AFTER = re.compile(
-    r"^((?:\s+(?:[A-Z][\w'’.-]*|of|de|du|la|del|di))*?)\s+(?:Hospital|Clinic|Infirmary|Hospice|Surgery|"
+    r"^\.?((?:\s+(?:[A-Z][\w'’.-]*|of|de|du|la|del|di))*?)\s+(?:Hospital|Clinic|Infirmary|Hospice|Surgery|"
     r"Medical Centre|Medical Center|Health Centre|Klinik|Klinikum|Krankenhaus|Hôpital|Clinique|Ospedale|"
     r"Hospitale|Szpital|Ziekenhuis|Hospital de)\b"
+)
+#: a form label / phrase whose value is a town ("Municipio: Sevilla", "Ort: Ulm", "Nato a: Napoli")
+_PLACE_LABEL_BEFORE = re.compile(
+    r"(?:^|\s{2,}|\t|[;|,/]\s*|\b)(?:city|town|town/city|ciudad|localidad|municipio|población|ville|"
+    r"commune|lieu de naissance|stadt|ort|wohnort|geburtsort|città|comune|località|luogo di nascita|"
+    r"plaats|woonplaats|geboorteplaats|miejscowość|miasto|miejsce urodzenia|cidade|localidade|"
+    r"naturalidade|place of birth|born in|nato a|nata a|né à|née à|nacido en|nacida en|"
+    r"lugar de nacimiento)\s*:?\s*$",
+    re.I,
+)
+#: a continental postcode just before (same line): the town follows it ("48003 Bilbao", "2563 BH Den Haag")
+_POSTCODE_BEFORE = re.compile(
+    r"(?:^|[,:/]\s*|\s{2,})\s*(?:[A-Z]{1,2}-)?(?:\d{5}|\d{4}\s?[A-Z]{2}|\d{4}|\d{2}-\d{3}|\d{4}-\d{3})\s+$"
+)
+_STATES = (
+    "AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY "
+    "NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY NSW VIC QLD SA TAS ACT NT"
+).split()
+#: a US / Australian state and its ZIP / postcode just after: the town comes before ("Stowe, VT 05672")
+_STATE_ZIP_AFTER = re.compile(
+    r",?[ \t]+(?:" + "|".join(_STATES) + r")[ \t]+\d{4,5}(?:-\d{4})?(?!\w)"
+)
+#: a town's words after a label / postcode (same line; particles inside: "Frankfurt am Main")
+_TOWN_WORDS = re.compile(
+    r"[A-ZÀ-ÞŁŚŻŹĆ][\w'’.-]*(?: (?:(?:am|an|der|de|den|la|le|sur|sous|del|di|im|bei|aan) )?"
+    r"[A-ZÀ-ÞŁŚŻŹĆ][\w'’-]*){0,2}"
+)
+#: the noun of a named place of care that comes first ("Hospital Universitario La Paz", "CH Annecy")
+_PLACE_NOUN_FIRST = frozenset(
+    "hospital hôpital hopital ospedale clínica clinica clinique klinikum szpital chu ch policlinico "
+    "ziekenhuis".split()
 )
 _PL_PREP_BEFORE = re.compile(r"\b(?:w|we|z|ze|do|pod|na|koło|przy)\s+$", re.I)
 #: Polish case endings -> the nominative's ending (folded): Poznaniu -> poznan, Gdańsku -> gdansk,
 #: Krakowie -> krakow, Warszawie -> warszawa, Gdańska -> gdansk, Łodzi -> łodz
-_PL_LOCATIVE = (("iu", ""), ("u", ""), ("ie", ""), ("ie", "a"), ("a", ""), ("i", ""), ("y", "a"))
+_PL_LOCATIVE = (
+    ("iu", ""),
+    ("u", ""),
+    ("ie", ""),
+    ("ie", "a"),
+    ("ia", ""),  # Wrocławia -> wroclaw
+    ("a", ""),
+    ("i", ""),
+    ("y", "a"),
+)
 _SENT_END_BEFORE = re.compile(r"[.!?]\s+$")
 # a chat line: "Name: " then a sentence (two lower-case words; a form's "NIF: 123" / "Morada: Rua ..." is no
 # chat line)
@@ -328,9 +375,48 @@ class ContextRules:
             and not (self.ambiguous(w) and (not before.strip() or _SENT_END_BEFORE.search(before)))
         ):
             return "PERSON"
+        # a place of care named noun first: "Hospital Universitario La Paz", "CH Annecy Genevois"
+        if w[:1].isupper() and f in _PLACE_NOUN_FIRST and re.match(r" [A-ZÀ-Þ]", text[b : b + 2]):
+            m = _TOWN_WORDS.match(text, toks[i + 1][1]) if i + 1 < len(toks) else None
+            if m:
+                self._end = m.end()
+                return "LOC"
         if not _is_cap(w):
             return None
         if _HONORIFIC_AFTER.match(nxt):
+            return "PERSON"
+        lone_caps = w.isupper() and len(w) <= 3 and f not in _PLACE_NOUN_FIRST
+        # a town: after a town label, after a continental postcode, before a state + ZIP
+        if not lone_caps and not nxt.lstrip(".").startswith(":"):
+            if _PLACE_LABEL_BEFORE.search(before) or _POSTCODE_BEFORE.search(before):
+                m = _TOWN_WORDS.match(text, a)
+                if m and not any(self.plain(x) for x in m.group().split()[:1]):
+                    self._end = m.end()
+                    return "LOC"
+            ends = [b]
+            for k in range(i + 1, min(i + 3, len(toks))):
+                x, xa, xb = toks[k]
+                if (
+                    xa - toks[k - 1][2] != 1
+                    or text[xa - 1] != " "
+                    or not _is_cap(x)
+                    or x in _STATES
+                ):
+                    break
+                ends.append(xb)
+            for e in reversed(ends):
+                if _STATE_ZIP_AFTER.match(text, e) and not self.plain(w):
+                    self._end = e
+                    return "LOC"
+        # an initial before a surname: "C. Okonkwo" after a label / known surname, "R. Bakker"
+        if (
+            len(w) == 1
+            and w.lower() not in TITLES  # "M. Olivier Garnier": M. is Monsieur
+            and text[b : b + 2] == ". "
+            and i + 2 < len(toks)
+            and _is_cap(toks[i + 2][0])
+            and (fold(toks[i + 2][0]) in self.last or _LABEL_BEFORE.search(before))
+        ):
             return "PERSON"
         m = _PLACE_NOUN_AFTER.match(text[b : b + 60])
         if m and w.lower() not in _DETERMINERS and (m.group(1) or not self.plain(w)):
@@ -355,6 +441,8 @@ class ContextRules:
                 return "LOC"
         # after a title, a form label or a greeting any capitalised word that is not a very frequent word
         # is a name ("Cześć Ania", "Hallo Jeroen"; not "Dear Customer")
+        if w.lower().rstrip(".") in TITLES:
+            return None  # "Frau Dr. Bauer", "Estimada Sra. Navarro": the title is no name
         if _TITLE_BEFORE.search(text[max(0, a - 12) : a]) and word_zipf(w) < TITLE_ZIPF:
             return "PERSON"  # "Herrn Fischer" (a frequent German word too), "Mme Lefèvre"
         if word_zipf(w) < AMBIGUOUS_ZIPF or f in self.first or f in self.last:
@@ -392,6 +480,27 @@ class ContextRules:
                     j += 2
                     continue
                 break
+            if (
+                gap == 1
+                and len(w) == 1
+                and w.isupper()
+                and j + 1 < len(toks)
+                and toks[j + 1][0] == "."
+                and toks[j + 1][1] == toks[j][2]
+            ):
+                j += 1  # a middle initial: "Tyler J. Hoang"
+                continue
+            if (
+                gap == 0
+                and w == "."
+                and len(toks[j - 1][0]) == 1
+                and toks[j - 1][0].isupper()
+                and j + 1 < len(toks)
+                and toks[j + 1][1] - toks[j][2] == 1
+                and _is_cap(toks[j + 1][0])
+            ):
+                j += 1  # the dot of an initial: "Tyler J. Hoang"
+                continue
             if gap != 1 or text[toks[j - 1][2]] != " ":
                 break  # a name does not run on over a line break / tab
             if fold(w) in _PARTICLES and j + 1 < len(toks) and _is_cap(toks[j + 1][0]):

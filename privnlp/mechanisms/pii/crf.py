@@ -55,7 +55,7 @@ from privnlp.data.corpus import tokenize
 from privnlp.models.cache import cache_dir
 
 from . import annotate, synth
-from .context import ContextRules, fold, word_zipf
+from .context import _SPEAKER_LINE, ContextRules, fold, word_zipf
 from .evalset import default_evalset_dir, load_evalset
 from .synth import LOCALES, annotate_documents, prose_paragraphs, real_towns, synth_documents
 from .types import PIISpan
@@ -325,6 +325,80 @@ def _split_address(text: str, span: PIISpan, rules: ContextRules) -> list[PIISpa
     return [PIISpan(pieces[0][0], pieces[-1][1], "ADDRESS", span.score, span.source), *out]
 
 
+#: a legal form / organisation word right after a capitalised span makes it a company or club's name
+_ORG_AFTER = re.compile(
+    r"[ \t]+(?:Ltd|Limited|LLC|L\.L\.C\.|Inc|Corp|Co\.|Company|GmbH|AG|KG|OHG|SE|S\.A\.|SA|S\.L\.|SL|"
+    r"B\.V\.|BV|N\.V\.|NV|S\.p\.A\.|SpA|S\.r\.l\.|Srl|Pty|PLC|plc|LLP|SARL|SAS|Oy|AB|Sp\. z o\.o\.|"
+    r"Club|Medicine|Bros)\b"
+)
+_US_AU_STATES = frozenset(
+    "AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY "
+    "NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY NSW VIC QLD SA TAS ACT NT".split()
+)
+_MONTH_WORDS = frozenset(
+    "january february march april may june july august september october november december januar "
+    "februar märz juni juli oktober dezember janvier février mars avril mai juin juillet août septembre "
+    "octobre novembre décembre enero febrero marzo abril mayo junio julio agosto septiembre octubre "
+    "noviembre diciembre gennaio febbraio aprile maggio giugno luglio settembre ottobre dicembre januari "
+    "februari maart mei augustus".split()
+)
+
+
+def _split_lines(text: str, span: PIISpan) -> list[PIISpan]:
+    """A PERSON / LOC span cut at line breaks (a name does not run over one: ``Rotterdam\nKenteken``)."""
+    if span.label not in ("PERSON", "LOC") or "\n" not in text[span.start : span.end]:
+        return [span]
+    out = []
+    for m in re.finditer(r"[^\n]+", text[span.start : span.end]):
+        x, y = span.start + m.start(), span.start + m.end()
+        while x < y and not text[x].isalnum():
+            x += 1
+        while y > x and not text[y - 1].isalnum():
+            y -= 1
+        if y > x:
+            out.append(PIISpan(x, y, span.label, span.score, span.source))
+    return out
+
+
+def _not_a_name(text: str, span: PIISpan, rules: ContextRules) -> PIISpan | None:
+    """A PERSON / LOC span checked against what the words around it say it is: ``None`` for a company /
+    club (``Koala Sleep Pty Ltd``, ``Clontarf Tennis Club``), a form label at a line start followed by no
+    sentence (``Kenteken: 82-KLT-4``; a known first name stays, and so does a chat's speaker: ``Kai: on my way``), a month typed LOC (``im Juni``);
+    a US / Australian state code before its ZIP is cut off (``Evanston IL 60201`` -> ``Evanston``), and a
+    lower-case particle before a known first name (``van Sanne de Vries``) or at the start of a town
+    (``de Zaragoza``)."""
+    if span.label not in ("PERSON", "LOC"):
+        return span
+    a, b = span.start, span.end
+    words = text[a:b].split()
+    if _ORG_AFTER.match(text, b):
+        return None
+    line_start = text.rfind("\n", 0, a) + 1
+    if (
+        len(words) == 1
+        and re.match(r"\.?\s*:(?!//)", text[b : b + 4])
+        and not text[line_start:a].strip()  # a form label starts its line
+        and not _SPEAKER_LINE.match(text, line_start)  # a chat line goes on with a sentence
+        and fold(words[0]) not in rules.first
+    ):
+        return None
+    if span.label == "LOC" and len(words) == 1 and fold(words[0]) in _MONTH_WORDS:
+        return None
+    while words and words[-1] in _US_AU_STATES and re.match(r"[ \t]+\d{4,5}\b", text[b : b + 8]):
+        b = a + text[a:b].rstrip().rfind(" ")
+        words = words[:-1]
+        if b <= a:
+            return None
+        b = a + len(text[a:b].rstrip())
+    if len(words) > 1 and words[0] in _PARTICLES:
+        nxt = words[1]
+        if span.label == "LOC" or fold(nxt) in rules.first:
+            a = text.index(nxt, a)
+    if not words or b <= a:
+        return None
+    return PIISpan(a, b, span.label, span.score, span.source)
+
+
 def _chunks(text: str) -> list[tuple[int, list[tuple[str, int, int]]]]:
     """Token windows of at most ``_MAX_TOKENS`` (cut at paragraph breaks where possible)."""
     toks = tokenize(text)
@@ -473,7 +547,12 @@ class CRFTagger:
                 (o.end - o.start) < (r.end - r.start) for o in over
             ):
                 out[lo:hi] = [r]
-        return out
+        return [
+            x
+            for s in out
+            for piece in _split_lines(text, s)
+            if (x := _not_a_name(text, piece, rules)) is not None
+        ]
 
     def save(self, path: str | os.PathLike) -> None:
         """The model file and ``PATH.json`` (gazetteers, calibration), both written atomically."""

@@ -597,6 +597,12 @@ _NOT_USERS = frozenset(
 )
 
 
+def is_system_account(name: str) -> bool:
+    """A system / service account, not a person's login: ``root``, ``admin``, ``oracle``, ``svc_backup``."""
+    low = name.lower().lstrip("@")
+    return low in _NOT_USERS or low.startswith(("svc_", "svc-", "svc.", "sa_", "srv_", "sys_"))
+
+
 def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
     """Usernames in login / log contexts (``Username: jdoe1987``, ``Failed password for user jdoe``,
     ``session opened for user anna.k``, ``sudo: jdoe :``, ``logged in as m_ortiz``, ``gebruiker=rvl``), the
@@ -606,7 +612,7 @@ def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
     for pat in _USER_PATTERNS:
         for m in pat.finditer(text):
             v = m.group(1).rstrip("._-")
-            if v.lower() in _NOT_USERS or "@" in v:
+            if is_system_account(v) or "@" in v:
                 continue
             a = m.start(1)
             out.append(PIISpan(a, a + len(v), "USERNAME", score, "regex"))

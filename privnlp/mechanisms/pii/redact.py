@@ -24,9 +24,10 @@ import csv
 import io
 import json
 import os
+import re
 import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,8 @@ from privnlp.core.errors import InvalidArgument, MalformedInput
 from privnlp.core.report import atomic_write_text
 
 from .annotate import AutoAnnotator, validate_fields
-from .recognizers import RECOGNIZER_LABELS, digits, recognize
+from .context import fold
+from .recognizers import RECOGNIZER_LABELS, digits, is_system_account, recognize
 from .spans import Occupancy, merge_for_redaction
 from .surrogates import Surrogates
 from .types import PIISpan
@@ -87,6 +89,50 @@ def _norm(label: str, s: str) -> str:
     if label in ("PHONE", "SSN", "CREDIT_CARD"):
         return label + ":" + digits(s)
     return label + ":" + " ".join(s.lower().replace("'s", "").split())
+
+
+#: a piece left over from a tagger span that is no PII of its own: a unit / flat designator, a state code
+_LEFTOVER_NOISE = re.compile(
+    r"(?:(?:apt|apartment|flat|unit|suite|ste|piso|wohnung|app|appt|bus)\.?\s*\w{1,5}|"
+    r"[A-Z]{2,3}|[\W\d_]*)",
+    re.I,
+)
+_STATE_TAIL = re.compile(r"[ \t]+(?:[A-Z]{2}|NSW|VIC|QLD|TAS|ACT)$")
+
+
+def _leftovers(
+    text: str, span: PIISpan, taken: Sequence[PIISpan], town: Callable[[str], bool]
+) -> list[PIISpan]:
+    """What remains of a tagger span that overlaps recognizer spans (``48003 Bilbao`` around the
+    postcode, ``3/45 Beach Rd, Mollymook NSW 2539`` around the address and the postcode): the pieces
+    between them, cut at commas and line breaks, without unit designators (``Apt 3B``), acronyms and
+    state codes; a piece with a digit is dropped (the recognizers own the identifiers). A piece next to a
+    postcode, or a known ``town`` left of an ADDRESS span, is a town (LOC); other pieces of an ADDRESS
+    span are dropped (a shop's name before its phone number)."""
+    over = sorted((t for t in taken if t.overlaps(span)), key=lambda t: t.start)
+    if not over:
+        return [span]
+    out: list[PIISpan] = []
+    bounds, a = [], span.start
+    for t in over:
+        bounds.append((a, t.start))
+        a = max(a, t.end)
+    bounds.append((a, span.end))
+    for x, y in bounds:
+        for m in re.finditer(r"[^,\n/]+", text[x:y] if y > x else ""):
+            piece = m.group().strip(" \t.-:;()")
+            if not piece or _LEFTOVER_NOISE.fullmatch(piece) or any(c.isdigit() for c in piece):
+                continue
+            piece = _STATE_TAIL.sub("", piece)
+            if not piece[:1].isupper() or piece.isupper():
+                continue
+            start = x + m.start() + m.group().index(piece)
+            near_pc = any(t.label == "POSTCODE" and abs(t.end - start) <= 2 for t in over)
+            if span.label == "ADDRESS" and not (near_pc or town(piece)):
+                continue
+            label = "LOC" if span.label == "ADDRESS" or near_pc else span.label
+            out.append(PIISpan(start, start + len(piece), label, span.score, span.source))
+    return out
 
 
 def _cut(text: str, span: PIISpan) -> list[PIISpan]:
@@ -170,7 +216,15 @@ class PIIRedactor:
                 for s in self.tagger.spans(text)
                 if s.label in TAGGER_LABELS
                 for p in _cut(text, s)
+                if not (p.label == "USERNAME" and is_system_account(text[p.start : p.end]))
             ]
+            if self.regex:  # a tagger span over a recognizer's span keeps what lies beside it
+                taken = list(occ.spans)
+                rules = getattr(self.tagger, "rules", None)
+                town = (
+                    (lambda w: fold(w) in rules.towns) if rules is not None else (lambda w: False)
+                )
+                tag = [q for p in tag for q in _leftovers(text, p, taken, town)]
             add([s for s in tag if s.score >= self.min_score])
         kept = list(occ.spans)
         if self.labels is not None:
