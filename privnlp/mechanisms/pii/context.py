@@ -121,7 +121,7 @@ _STATE_ZIP_AFTER = re.compile(
 )
 #: a town's words after a label / postcode (same line; particles inside: "Frankfurt am Main")
 _TOWN_WORDS = re.compile(
-    r"[A-ZÀ-ÞŁŚŻŹĆ][\w'’.-]*(?: (?:(?:am|an|der|de|den|la|le|sur|sous|del|di|im|bei|aan) )?"
+    r"[A-ZÀ-ÞŁŚŻŹĆ][\w'’-]*(?: (?:(?:am|an|der|de|den|la|le|sur|sous|del|di|im|bei|aan) )?"
     r"[A-ZÀ-ÞŁŚŻŹĆ][\w'’-]*){0,2}"
 )
 #: the noun of a named place of care that comes first ("Hospital Universitario La Paz", "CH Annecy")
@@ -390,7 +390,7 @@ class ContextRules:
         if not lone_caps and not nxt.lstrip(".").startswith(":"):
             if _PLACE_LABEL_BEFORE.search(before) or _POSTCODE_BEFORE.search(before):
                 m = _TOWN_WORDS.match(text, a)
-                if m and not any(self.plain(x) for x in m.group().split()[:1]):
+                if m and not all(self.plain(x) for x in m.group().split()):
                     self._end = m.end()
                     return "LOC"
             ends = [b]

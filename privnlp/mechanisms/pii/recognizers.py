@@ -468,13 +468,11 @@ _EU_POSTCODE = re.compile(
 
 
 # Australian: a state / territory after the town, then four digits ("Ballarat VIC 3350", "Annandale NSW 2038")
-_AU_POSTCODE = re.compile(
-    r"(?:(?<=[a-z] )|(?<=[a-z], )|(?<=[a-z],))(?:NSW|VIC|QLD|SA|WA|TAS|ACT|NT)\s+(\d{4})(?![\w-])"
-)
+_AU_POSTCODE = re.compile(r"\b[A-Z][a-z]+,? (?:NSW|VIC|QLD|SA|WA|TAS|ACT|NT)\s+(\d{4})(?![\w-])")
 # any code after a postcode label ("Código postal: 41001", "PLZ / Ort: 70173", "CAP 20121", "kod pocztowy")
 _LABELLED_POSTCODE = re.compile(
     r"\b(?:post\s?code|postal\s+code|zip\s+code|c[óo]digo\s+postal|cod\.\s*postal|c\.\s?p\.|"
-    r"code\s+postal|plz|postleitzahl|cap|postcode|kod\s+pocztowy|eircode)\b"
+    r"code\s+postal|(?-i:PLZ|CAP)|postleitzahl|postcode|kod\s+pocztowy|eircode)\b"
     r"(?:\s*/\s*[A-Za-zÀ-ÿ]+)?\s*[:.]?\s*"
     r"(\d{4}-\d{3}|\d{2}-\d{3}|\d{3}-\d{4}|\d{5}(?:-\d{4})?|\d{4}\s?[A-Z]{2}|\d{4})(?![\w-])",
     re.I,

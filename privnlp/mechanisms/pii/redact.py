@@ -123,11 +123,15 @@ def _leftovers(
             piece = m.group().strip(" \t.-:;()")
             if not piece or _LEFTOVER_NOISE.fullmatch(piece) or any(c.isdigit() for c in piece):
                 continue
+            raw_end = x + m.start() + m.group().index(piece) + len(piece)
             piece = _STATE_TAIL.sub("", piece)
             if not piece[:1].isupper() or piece.isupper():
                 continue
             start = x + m.start() + m.group().index(piece)
-            near_pc = any(t.label == "POSTCODE" and abs(t.end - start) <= 2 for t in over)
+            near_pc = any(
+                t.label == "POSTCODE" and (0 <= start - t.end <= 2 or 0 <= t.start - raw_end <= 2)
+                for t in over
+            )
             if span.label == "ADDRESS" and not (near_pc or town(piece)):
                 continue
             label = "LOC" if span.label == "ADDRESS" or near_pc else span.label
