@@ -186,6 +186,10 @@ def found(rules: ContextRules, text: str) -> list[tuple[str, str]]:
         ("Signed: P. Hollander", ("P. Hollander", "PERSON")),  # initial + surname
         ("Name: Anneke R. Hollander", ("Anneke R. Hollander", "PERSON")),  # middle initial
         ("raport dla klienta z Poznania jutro", ("Poznania", "LOC")),  # Polish genitive -ia
+        (
+            "Message from Hollander Anneke: the parcel",
+            ("Hollander Anneke", "PERSON"),
+        ),  # surname first
     ],
 )
 def test_new_context_rules(rules, text, want):
@@ -214,6 +218,8 @@ def test_context_rule_negatives(rules, text):
         ("Wiebke: on my way, see you soon", "Wiebke", "Wiebke"),  # a chat speaker stays
         ("Tobenna: running late but on my way", "Tobenna", "Tobenna"),  # unknown name, chat line
         ("Betriebsfeier im Juni", "Juni", None),  # a month is no town
+        ("Date: 03/04/2025", "Date", None),  # a label that is also a (rare) first name
+        ("Anneke: 12-05", "Anneke", "Anneke"),  # a known, unambiguous first name stays
         ("Bloomington IL 61701", "Bloomington IL", "Bloomington"),  # the state code goes
         ("Melding van Anneke Hollander", "van Anneke Hollander", "Anneke Hollander"),
         ("la sede de Zamora", "de Zamora", "Zamora"),
@@ -221,7 +227,7 @@ def test_context_rule_negatives(rules, text):
 )
 def test_not_a_name(rules, text, span, want):
     a = text.index(span)
-    label = "PERSON" if "Wiebke" in span or "Anneke" in span or "Tobenna" in span else "LOC"
+    label = "PERSON" if any(n in span for n in ("Wiebke", "Anneke", "Tobenna", "Date")) else "LOC"
     out = _not_a_name(text, PIISpan(a, a + len(span), label, 0.5, "tagger:crf"), rules)
     assert (None if out is None else text[out.start : out.end]) == want
 

@@ -221,7 +221,14 @@ _NAME_LOCALES = (
 def faker_first_names() -> frozenset[str]:
     """Folded first names of many Faker locales (read from the provider classes: no Faker instance)."""
     return _faker_names(
-        ("first_names", "first_names_male", "first_names_female", "first_romanized_names")
+        (
+            "first_names",
+            "first_names_male",
+            "first_names_female",
+            "first_romanized_names",
+            "first_romanized_names_male",
+            "first_romanized_names_female",
+        )
     )
 
 
@@ -383,6 +390,20 @@ class ContextRules:
                 return "LOC"
         if not _is_cap(w):
             return None
+        # surname first ("Sato Yuki", "Kovács Anna"): a known surname then a known first name, neither an
+        # ordinary word
+        if (
+            i + 1 < len(toks)
+            and toks[i + 1][1] - b == 1
+            and _is_cap(toks[i + 1][0])
+            and f in self.last
+            and fold(toks[i + 1][0]) in self.first
+            and not self.plain(w)
+            and not self.plain(toks[i + 1][0])
+            and not self.ambiguous(w)
+        ):
+            self._end = toks[i + 1][2]
+            return "PERSON"
         if _HONORIFIC_AFTER.match(nxt):
             return "PERSON"
         lone_caps = w.isupper() and len(w) <= 3 and f not in _PLACE_NOUN_FIRST

@@ -379,7 +379,7 @@ def _not_a_name(text: str, span: PIISpan, rules: ContextRules) -> PIISpan | None
         and re.match(r"\.?\s*:(?!//)", text[b : b + 4])
         and not text[line_start:a].strip()  # a form label starts its line
         and not _SPEAKER_LINE.match(text, line_start)  # a chat line goes on with a sentence
-        and fold(words[0]) not in rules.first
+        and not (fold(words[0]) in rules.first and not rules.ambiguous(words[0]))
     ):
         return None
     if span.label == "LOC" and len(words) == 1 and fold(words[0]) in _MONTH_WORDS:
