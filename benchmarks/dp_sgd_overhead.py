@@ -22,6 +22,13 @@ Prints the device name, the versions, every row's step time, its ratio to the no
 memory (CUDA peak allocated)::
 
     python benchmarks/dp_sgd_overhead.py --model gpt2-small --batch 16 --seq-len 256 --dtype bf16 --device cuda
+
+``--model bert-4l`` / ``--model gpt2-4l``: the same families with 4 layers of width 256 and the real vocabularies
+(CPU-sized). ``--profile`` splits one book-keeping step and the non-private step into forward, backward, clipped
+sum, noise and AdamW, alternating the two every step (the CPU ratios of issue #29 item 5)::
+
+    OMP_NUM_THREADS=1 nice .venv/bin/python benchmarks/dp_sgd_overhead.py --model bert-4l --batch 8 --seq-len 128 \
+        --steps 4 --device cpu --profile
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
 from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
 
+from privnlp.mechanisms.training import bookkeeping as bkm
 from privnlp.mechanisms.training import make_private
 from privnlp.mechanisms.training.dp_sgd import per_sample_classification_loss, per_sample_lm_loss
 from privnlp.mechanisms.training.embedding import freeze_embeddings
@@ -273,15 +281,123 @@ def bench_minilm(
     return rows
 
 
+#: the CPU-sized configs of the profile (issue #29 item 5 on a machine without a GPU): BERT-base / GPT-2-small with
+#: 4 layers of width 256 (4 heads, FFN 1024) and the real vocabularies (the embedding and the LM head keep their
+#: real size: their per-sample norms are where book-keeping differs most from the non-private step)
+SMALL = {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024}
+
+
 def _real(name: str, device: str):
-    """Random-init BERT-base (2 labels) or GPT-2-small (untied head), seeded."""
+    """Random-init BERT-base (2 labels) or GPT-2-small (untied head), or their 4-layer 256-wide ``-small`` twins,
+    seeded."""
 
     torch.manual_seed(0)
+    s = SMALL
     if name == "bert-base":
         m = BertForSequenceClassification(BertConfig(num_labels=2))
+    elif name == "bert-4l":
+        m = BertForSequenceClassification(
+            BertConfig(
+                num_labels=2,
+                hidden_size=s["hidden"],
+                num_hidden_layers=s["layers"],
+                num_attention_heads=s["heads"],
+                intermediate_size=s["ffn"],
+            )
+        )
+    elif name == "gpt2-4l":
+        m = GPT2LMHeadModel(
+            GPT2Config(
+                tie_word_embeddings=False,
+                n_embd=s["hidden"],
+                n_layer=s["layers"],
+                n_head=s["heads"],
+                n_inner=s["ffn"],
+            )
+        )
     else:
         m = GPT2LMHeadModel(GPT2Config(tie_word_embeddings=False))
     return m.to(device).train()
+
+
+def profile_bookkeeping(name: str, *, steps: int, batch: int, seq_len: int, device: str) -> dict:
+    """Where one book-keeping DP step spends its time next to the non-private step (same model, same batch):
+    forward, backward, then the optimizer step split into the clipped sum (per-sample norms + clipped sums), the
+    noise (with the budget guard) and the AdamW update. Milliseconds per step (CUDA: synchronized per part)."""
+    g = torch.Generator().manual_seed(0)
+    vocab = 30522 if name.startswith("bert") else 50257
+    x = torch.randint(1000, vocab, (batch, seq_len), generator=g).to(device)
+    y = (torch.arange(batch) % 2).to(device)
+    pos = torch.arange(seq_len, device=device).unsqueeze(0).repeat(batch, 1)
+    causal = name.startswith("gpt2")
+    extra = {"position_ids": pos} if causal else {"position_ids": pos, "token_type_ids": 0 * x}
+
+    def per_sample(model):
+        logits = model(input_ids=x, **extra).logits
+        return (
+            per_sample_lm_loss(logits, x) if causal else per_sample_classification_loss(logits, y)
+        )
+
+    parts: dict[str, float] = {}
+
+    def clock(label, fn, *args, **kw):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        out = fn(*args, **kw)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        parts[label] = parts.get(label, 0.0) + time.perf_counter() - t
+        return out
+
+    m = _real(name, device)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
+
+    def plain():
+        opt.zero_grad(set_to_none=True)
+        loss = clock("plain forward", lambda: per_sample(m).mean())
+        clock("plain backward", loss.backward)
+        clock("plain AdamW", opt.step)
+
+    m2 = _real(name, device)
+    opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-5)
+    dl = DataLoader(
+        TensorDataset(torch.randint(1000, vocab, (batch * 8, seq_len), generator=g)),
+        batch_size=batch,
+    )
+    pt = make_private(
+        m2, opt2, dl, noise_multiplier=1.0, max_grad_norm=1.0, accountant="rdp",
+        grad_sample_mode="bookkeeping", rng=None, dedup=False,
+    )  # fmt: skip
+    dp = pt.optimizer
+    orig_cs, orig_noise, orig_adam = (
+        bkm.BookKeeping.clipped_sum,
+        dp.add_noise,
+        dp.original_optimizer.step,
+    )
+    dp.add_noise = lambda: clock("DP noise (+ budget guard)", orig_noise)
+    dp.original_optimizer.step = lambda *a, **k: clock("DP AdamW", orig_adam, *a, **k)
+    bkm.BookKeeping.clipped_sum = lambda self, *a, **k: clock(
+        "DP clipped sum (norms + sums)", orig_cs, self, *a, **k
+    )
+
+    def private():
+        dp.zero_grad(set_to_none=True)
+        loss = clock("DP forward", lambda: pt.loss(per_sample(pt.model)))
+        clock("DP backward", loss.backward)
+        clock("DP optimizer step (all)", dp.step)
+
+    try:
+        for fn in (plain, private):
+            fn()  # warm-up
+        parts.clear()
+        for _ in range(steps):
+            plain()
+            private()
+    finally:
+        bkm.BookKeeping.clipped_sum = orig_cs
+        pt.close()
+    return {k: 1e3 * v / steps for k, v in parts.items()}
 
 
 def _real_row(name, mode, per_sample, dl, steps, device) -> tuple[str, float, float]:
@@ -332,11 +448,11 @@ def bench_real(
     per-row position ids, and zero token types for BERT, for every row: opacus' hooks need them)."""
 
     g = torch.Generator().manual_seed(0)
-    vocab = 30522 if name == "bert-base" else 50257
+    vocab = 30522 if name.startswith("bert") else 50257
     x = torch.randint(1000, vocab, (batch, seq_len), generator=g).to(device)
     y = (torch.arange(batch) % 2).to(device)
     pos = torch.arange(seq_len, device=device).unsqueeze(0).repeat(batch, 1)
-    causal = name == "gpt2-small"
+    causal = name.startswith("gpt2")
     extra = {"position_ids": pos} if causal else {"position_ids": pos, "token_type_ids": 0 * x}
 
     def per_sample(model):
@@ -410,6 +526,18 @@ def main_real(a: argparse.Namespace) -> None:
         f"seq_len={a.seq_len} steps={a.steps} (after 2 warm-up steps) load={os.getloadavg()[0]:.2f}"
     )
     print(f"versions: python {platform.python_version()}, {_versions()}")
+    if a.profile:
+        parts = profile_bookkeeping(
+            a.model, steps=a.steps, batch=a.batch, seq_len=a.seq_len, device=a.device
+        )
+        plain = sum(v for k, v in parts.items() if k.startswith("plain"))
+        dp = sum(parts[k] for k in ("DP forward", "DP backward", "DP optimizer step (all)"))
+        for k, v in parts.items():
+            print(f"{k:32} {v:9.1f} ms")
+        print(
+            f"book-keeping step / non-private step: {dp:.1f} / {plain:.1f} ms = {dp / plain:.2f}x"
+        )
+        return
     rows = bench_real(
         a.model, steps=a.steps, batch=a.batch, seq_len=a.seq_len, device=a.device,
         modes=tuple(a.modes.split(",")), dtype=a.dtype,
@@ -440,7 +568,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument(
-        "--model", choices=("tiny", "minilm", "bert-base", "gpt2-small"), default="tiny"
+        "--model",
+        choices=("tiny", "minilm", "bert-base", "gpt2-small", "bert-4l", "gpt2-4l"),
+        default="tiny",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="bert-* / gpt2-*: split one book-keeping step and the non-private step into their parts",
     )
     ap.add_argument(
         "--dtype", choices=("fp32", "bf16"), default="fp32", help="bert-base / gpt2-small: autocast"
@@ -452,7 +587,7 @@ def main() -> None:
         help="--model minilm / bert-base / gpt2-small: privnlp modes to time",
     )
     a = ap.parse_args()
-    if a.model in ("bert-base", "gpt2-small"):
+    if a.model in ("bert-base", "gpt2-small", "bert-4l", "gpt2-4l"):
         if a.modes == "hooks,ghost,bookkeeping,auto":
             a.modes = "auto,bookkeeping,ghost,hooks"
         main_real(a)

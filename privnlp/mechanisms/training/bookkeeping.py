@@ -11,12 +11,17 @@ How: forward hooks store each trainable layer's input ``a`` and a tensor hook it
 (book-keeping); the layers' weights do not require grad during the pass, so autograd computes only the
 activation gradients (no weight gradients at all). At ``optimizer.step()``:
 
-1. per-sample gradient norms per layer from ``(a, g)`` with opacus' norm samplers (ghost norm for linear
-   layers over sequences: ``<a a^T, g g^T>`` per example), summed over layers -> ``||grad_i||``;
+1. per-sample gradient norms per layer from ``(a, g)``: linear / Conv1D layers by the cheaper of the ghost norm
+   ``<a a^T, g g^T>`` and the instantiated per-sample gradient (the paper's mixed ghost norm), with ``a a^T``
+   computed once for layers that read the same input (BERT's query / key / value); embeddings by the ghost norm
+   with one-hot inputs, ``sum_{t,t'} [id_t = id_t'] <g_t, g_t'>`` (no ``torch.unique``: opacus' embedding norm
+   sampler sorts (example, id) pairs into a tensor whose size the host must read, a GPU synchronisation every
+   step); other layers by opacus' norm or grad samplers; summed over layers -> ``||grad_i||``;
 2. ``c_i = min(1, C / (||grad_i|| + 1e-6))`` (opacus' formula);
-3. the clipped sum per layer without a second backward pass: linear ``W: (c*g)^T a``, ``b: sum c*g``;
-   embedding: ``index_add`` of ``c*g`` at the token ids; any other opacus layer: its grad sampler on
-   ``(a, c*g)`` summed over the batch (linear in ``g``);
+3. the clipped sum per layer without a second backward pass: linear ``W: g^T diag(c) a`` with ``c`` folded into
+   the narrower of ``a`` and ``g`` (an LM head's ``g`` is vocabulary-wide: scaling ``a`` avoids a batch x tokens x
+   vocabulary copy), ``b: sum_i c_i sum_t g_it``; embedding: ``index_add`` of ``c*g`` at the token ids; any other
+   opacus layer: its grad sampler on ``(a, c*g)`` summed over the batch (linear in ``g``);
 4. opacus' DP optimizer adds the noise ``N(0, (sigma C)^2)``, scales by the expected batch size and steps
    (the same noise, budget guard and accounting as hooks / ghost mode).
 
@@ -34,7 +39,7 @@ from torch import nn
 
 from privnlp.core.errors import InvalidArgument
 
-from .samplers import conv1d_clipped_sum, is_conv1d, register_for_model
+from .samplers import is_conv1d, register_for_model
 
 __all__ = ["BookKeeping", "supports_bookkeeping", "attach"]
 
@@ -61,16 +66,73 @@ def supports_bookkeeping(model: nn.Module) -> bool:
     return bool(mods) and all(type(m) in grad_s and "RNN" not in type(m).__name__ for _, m in mods)
 
 
-def _linear_sq_norms(layer: nn.Linear, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+def _gram(x: torch.Tensor, cache: dict | None) -> torch.Tensor:
+    """``x x^T`` per example (``n x T x T``, fp32), computed once per input tensor when ``cache`` is given: layers
+    that read the same activation (BERT's query, key and value) share it."""
+    key = (x.data_ptr(), tuple(x.shape), tuple(x.stride()), x.dtype, x._version)
+    if cache is not None and key in cache:
+        return cache[key]
+    x32 = x.float()
+    gram = torch.bmm(x32, x32.transpose(1, 2))
+    if cache is not None:
+        cache[key] = gram
+    return gram
+
+
+#: sequence length up to which the embedding norm is the ghost norm (its ``n x T x T`` Gram matrices); longer
+#: sequences use opacus' sort-based embedding norm sampler
+EMBEDDING_GHOST_MAX_T = 1024
+
+
+def _embedding_sq_norms(ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Squared per-sample gradient norm of an embedding table from its token ids and output gradients: the ghost
+    norm with one-hot inputs, ``||sum_t e_{id_t} g_t^T||^2 = sum_{t,t'} [id_t = id_t'] <g_t, g_t'>`` (Li et al.
+    2022's ghost clipping applied to the embedding; padding positions count, as in opacus' per-sample gradient)."""
+    n = g.shape[0]
+    ids = ids.reshape(n, -1)
+    g = g.reshape(n, ids.shape[1], -1).float()
+    same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
+    return (torch.bmm(g, g.transpose(1, 2)) * same).sum((1, 2)).clamp(min=0)
+
+
+def _linear_clipped_sums(
+    layer: nn.Module, a: torch.Tensor, g: torch.Tensor, cs: torch.Tensor, pid: set[int]
+) -> dict[nn.Parameter, torch.Tensor]:
+    """Book-keeping's clipped sum of a linear or HF ``Conv1D`` layer, one matmul and no per-sample gradients:
+    ``sum_i c_i g_i^T a_i`` (``nn.Linear``'s ``p x d`` weight; its transpose ``a^T diag(c) g`` for ``Conv1D``'s
+    ``d x p``) with ``c`` folded into the narrower of ``a`` (``d``) and ``g`` (``p``), and the bias
+    ``sum_i c_i sum_t g_it``; in fp32, cast to the parameters' dtype."""
+    n = g.shape[0]
+    d, p = a.shape[-1], g.shape[-1]
+    a2, g2 = a.reshape(n, -1, d).float(), g.reshape(n, -1, p).float()
+    col = cs.view(n, 1, 1)
+    scale_a = p > d
+    if scale_a:
+        a2 = a2 * col
+    else:
+        g2 = g2 * col
+    out: dict[nn.Parameter, torch.Tensor] = {}
+    w = layer.weight
+    if id(w) in pid:
+        af, gf = a2.reshape(-1, d), g2.reshape(-1, p)
+        out[w] = (af.t() @ gf if is_conv1d(layer) else gf.t() @ af).to(w.dtype)
+    b = layer.bias
+    if b is not None and id(b) in pid:
+        out[b] = (cs @ g2.sum(1) if scale_a else g2.sum((0, 1))).to(b.dtype)
+    return out
+
+
+def _linear_sq_norms(
+    layer: nn.Linear, a: torch.Tensor, g: torch.Tensor, grams: dict | None = None
+) -> torch.Tensor:
     """Squared per-sample gradient norm of a linear layer (weight + bias), the cheaper of the ghost norm
     ``<a a^T, g g^T>`` (cost ~ T^2 (d + p)) and the instantiated per-sample gradient (~ T d p) per layer, as in
     FastDP's mixed ghost norm; the bias norm is ``||sum_t g_t||^2`` (opacus recomputes ``g g^T`` for it).
-    Used when every parameter of the layer is trained."""
-    a, g = (
-        a.float(),
-        g.float(),
-    )  # norms in fp32 whatever the activations' dtype (bf16 autocast: issue #29)
+    ``grams`` caches ``a a^T`` across layers with the same input. Used when every parameter of the layer is
+    trained."""
+    g = g.float()  # norms in fp32 whatever the activations' dtype (bf16 autocast: issue #29)
     if g.dim() == 2:
+        a = a.float()
         sq = (g * g).sum(1) * (a * a).sum(1)
         if layer.bias is not None:
             sq = sq + (g * g).sum(1)
@@ -80,13 +142,9 @@ def _linear_sq_norms(layer: nn.Linear, a: torch.Tensor, g: torch.Tensor) -> torc
     t = g.shape[1]
     d, p = a.shape[-1], g.shape[-1]
     if t * (d + p) <= d * p:
-        sq = (
-            (torch.bmm(g, g.transpose(1, 2)) * torch.bmm(a, a.transpose(1, 2)))
-            .sum((1, 2))
-            .clamp(min=0)
-        )
+        sq = (torch.bmm(g, g.transpose(1, 2)) * _gram(a, grams)).sum((1, 2)).clamp(min=0)
     else:
-        gs = torch.bmm(g.transpose(1, 2), a)
+        gs = torch.bmm(g.transpose(1, 2), a.float())
         sq = (gs * gs).sum((1, 2))
     if layer.bias is not None:
         b = g.sum(1)
@@ -189,6 +247,10 @@ class BookKeeping:
             float(n) if loss_reduction == "mean" else 1.0
         )  # backprops of the mean loss are grad_i / n
         sq = None
+        grams: dict = {}  # a a^T per input tensor, shared by the layers that read it
+        kept: dict[
+            nn.Module, dict
+        ] = {}  # per-sample gradients of small generic layers (unscaled g)
         # the norm and grad samplers are linear in g: norms of the unscaled g times ``scale``, and the scale folded
         # into the clip factors (one pass over every output gradient less); norms and clipping in fp32 (bf16
         # autocast: issue #29 item 3)
@@ -197,7 +259,15 @@ class BookKeeping:
             if (type(m) is nn.Linear or is_conv1d(m)) and len(self.params[m]) == len(
                 [q for q in m.parameters(recurse=False)]
             ):  # ||a^T g|| = ||g^T a||: the same norm for Conv1D's transposed weight
-                v = _linear_sq_norms(m, acts[0], g).to(torch.float32)
+                v = _linear_sq_norms(m, acts[0], g, grams).to(torch.float32)
+                sq = v if sq is None else sq + v
+                continue
+            if (
+                type(m) is nn.Embedding
+                and self.params[m] == [m.weight]
+                and acts[0].reshape(n, -1).shape[1] <= EMBEDDING_GHOST_MAX_T
+            ):
+                v = _embedding_sq_norms(acts[0], g)
                 sq = v if sq is None else sq + v
                 continue
             for p in self.params[m]:
@@ -207,36 +277,38 @@ class BookKeeping:
                 if type(m) in norm_s:
                     norms = norm_s[type(m)](m, acts, g32)
                 else:
-                    norms = {
-                        p: gs.reshape(n, -1).float().norm(2, dim=1)
-                        for p, gs in grad_s[type(m)](m, acts, g32).items()
-                    }
+                    per = grad_s[type(m)](m, acts, g32)
+                    norms = {p: gs.reshape(n, -1).float().norm(2, dim=1) for p, gs in per.items()}
+                    if sum(gs.numel() for gs in per.values()) <= 4 * g.numel():
+                        # small per-sample gradients (normalisation layers: n x d): kept for the clipped sum
+                        # instead of running the grad sampler (LayerNorm's recomputes the norm) a second time
+                        kept[m] = per
             finally:
                 for p in self.params[m]:
                     p.requires_grad_(False)
             for p in self.params[m]:
                 v = norms[p].reshape(n).to(torch.float32) ** 2
                 sq = v if sq is None else sq + v
+        grams.clear()
         per_sample = sq.sqrt() * scale
         # clip factors in fp32, applied to fp32 output gradients; sums cast to the parameters' dtype at the end
         c = (self.max_grad_norm / (per_sample + 1e-6)).clamp(max=1.0)
         cs = c * scale
         for m, (acts, g) in entries:
-            # never in place: autograd hands one gradient tensor to several layers (the summed BERT embeddings)
-            cg = g.float() * cs.view(-1, *([1] * (g.dim() - 1)))
             ps = self.params[m]
             pid = {id(q) for q in ps}
-            if is_conv1d(m):
-                sums.update(conv1d_clipped_sum(m, acts[0], cg, ps))
-            elif type(m) is nn.Linear:
-                a = acts[0].to(cg.dtype)
-                if id(m.weight) in pid:
-                    sums[m.weight] = (
-                        cg.reshape(-1, cg.shape[-1]).t() @ a.reshape(-1, a.shape[-1])
-                    ).to(m.weight.dtype)
-                if m.bias is not None and id(m.bias) in pid:
-                    sums[m.bias] = cg.reshape(-1, cg.shape[-1]).sum(0).to(m.bias.dtype)
-            elif type(m) is nn.Embedding and pid == {id(m.weight)} and not m.max_norm:
+            if type(m) is nn.Linear or is_conv1d(m):
+                sums.update(_linear_clipped_sums(m, acts[0], g, cs, pid))
+                continue
+            if (
+                m in kept
+            ):  # sum_i c_i grad_i from the per-sample gradients of the norm pass (linear in g)
+                for p in ps:
+                    sums[p] = torch.tensordot(cs, kept[m][p].float(), dims=([0], [0])).to(p.dtype)
+                continue
+            # never in place: autograd hands one gradient tensor to several layers (the summed BERT embeddings)
+            cg = g.float() * cs.view(-1, *([1] * (g.dim() - 1)))
+            if type(m) is nn.Embedding and pid == {id(m.weight)} and not m.max_norm:
                 ids = acts[0].reshape(-1)
                 sums[m.weight] = torch.zeros_like(m.weight).index_add_(
                     0, ids, cg.reshape(-1, cg.shape[-1]).to(m.weight.dtype)

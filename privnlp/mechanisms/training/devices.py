@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 
 import torch
+from opacus.optimizers.optimizer import _generate_noise
 from torch import nn
 
 from privnlp.core.errors import InvalidArgument
 
-__all__ = ["check_model_device", "check_model_dtypes", "resolve_device"]
+__all__ = ["check_model_device", "check_model_dtypes", "noised_sum", "resolve_device"]
 
 _DEVICE_SPEC = re.compile(r"cpu|auto|cuda(:\d+)?")
 
@@ -99,3 +100,34 @@ def check_model_dtypes(model: nn.Module) -> None:
                 "not integrate (per-sample gradients underflow, the clipping bound loses precision): use "
                 "bfloat16 parameters, or fp32 parameters under torch.autocast(device_type, dtype=torch.bfloat16)"
             )
+
+
+def noised_sum(
+    summed: torch.Tensor,
+    *,
+    std: float,
+    generator: torch.Generator | None,
+    secure_mode: bool = False,
+) -> torch.Tensor:
+    """``summed + N(0, std^2)`` per coordinate, drawn on ``summed``'s device and in its dtype from ``generator``.
+
+    The same draw as opacus' ``_generate_noise`` (one ``torch.normal`` call with the same arguments: the same
+    values from the same generator state), without the ``torch.zeros`` tensor it allocates for every parameter at
+    every step and with the sum taken in place in the noise tensor (one parameter-sized allocation less; IEEE
+    addition is commutative, so the result is bit-identical). ``secure_mode`` (opacus' 2n-draw defence against
+    floating-point attacks) keeps opacus' own function."""
+    if secure_mode:
+        return summed + _generate_noise(
+            std=std, reference=summed, generator=generator, secure_mode=True
+        )
+    if std == 0:
+        return summed.clone()
+    noise = torch.normal(
+        mean=0,
+        std=std,
+        size=summed.shape,
+        device=summed.device,
+        generator=generator,
+        dtype=summed.dtype,
+    )
+    return noise.add_(summed)

@@ -49,7 +49,6 @@ import torch
 from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
 from opacus.optimizers.optimizer import (
     _check_processed_flag,
-    _generate_noise,
     _mark_as_processed,
 )
 from opacus.utils.uniform_sampler import DistributedUniformWithReplacementSampler
@@ -59,6 +58,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded
 from privnlp.core.rng import noise_is_seeded
 
+from .devices import noised_sum
 from .dp_sgd import _poisson_loader
 
 __all__ = [
@@ -222,13 +222,12 @@ def attach(ctx: DistributedContext, optimizer: Any, guard: Any) -> None:
         std = optimizer.noise_multiplier * optimizer.max_grad_norm / math.sqrt(w)
         for p in optimizer.params:
             _check_processed_flag(p.summed_grad)
-            noise = _generate_noise(
+            p.grad = noised_sum(
+                p.summed_grad,
                 std=std,
-                reference=p.summed_grad,
                 generator=optimizer.generator,
                 secure_mode=optimizer.secure_mode,
-            )
-            p.grad = (p.summed_grad + noise).view_as(p)
+            ).view_as(p)
             _mark_as_processed(p.summed_grad)
 
     def reduce_gradients() -> None:

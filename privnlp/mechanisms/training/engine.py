@@ -68,7 +68,7 @@ from privnlp.core.rng import generator_on, noise_torch
 
 from . import bookkeeping as _bk
 from . import distributed as _dist
-from .devices import check_model_device, check_model_dtypes
+from .devices import check_model_device, check_model_dtypes, noised_sum
 from .dp_sgd import (
     GRAD_SAMPLE_MODES,
     PrivateTraining,
@@ -535,6 +535,8 @@ class DPEngine:
         dp_opt.expected_batch_size = sampling.expected_batch_size / (
             1 if dist_ctx is None else dist_ctx.world_size
         )
+        if dist_ctx is None:  # (distributed.attach installs the split noise of several ranks)
+            _lean_noise(dp_opt)
         if (
             mode == "bookkeeping"
         ):  # one backward pass, clipped sums from book-kept activations (issue #20)
@@ -561,6 +563,26 @@ def _track_grad_norm(pt: PrivateTraining, device: torch.device) -> None:
             pt.last_grad_norm.copy_(torch.linalg.vector_norm(torch.stack(norms)))
 
     pt.optimizer.step_hook = step_hook
+
+
+def _lean_noise(optimizer: Any) -> None:
+    """opacus' ``add_noise`` with :func:`~privnlp.mechanisms.training.devices.noised_sum`: the same noise from the
+    same generator, without a zeros tensor per parameter per step and the out-of-place sum (measured on CPU: 13 of
+    the 87 ms that opacus' noise took for a 11M-parameter BERT)."""
+
+    def add_noise() -> None:
+        std = optimizer.noise_multiplier * optimizer.max_grad_norm
+        for p in optimizer.params:
+            _check_processed_flag(p.summed_grad)
+            p.grad = noised_sum(
+                p.summed_grad,
+                std=std,
+                generator=optimizer.generator,
+                secure_mode=optimizer.secure_mode,
+            ).view_as(p)
+            _mark_as_processed(p.summed_grad)
+
+    optimizer.add_noise = add_noise
 
 
 def _fp32_clipping(optimizer: Any) -> None:

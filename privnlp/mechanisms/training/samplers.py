@@ -13,16 +13,21 @@ al. 2022 (ghost norms); DP-SGD: Abadi et al. 2016. Registered with opacus' own r
   name ending in ``RMSNorm``, a single ``weight`` parameter and an ``eps`` / ``variance_epsilon`` attribute.
 
 Rotary position embeddings have no parameters and grouped-query attention is made of ``nn.Linear`` layers, so a
-Llama-style decoder needs nothing else. Each rule is tested against per-sample gradients computed by a loop
+Llama-style decoder needs nothing else.
+
+The registration is process-wide (opacus' registries are class attributes, read at every backward pass, so a rule
+cannot be scoped to one model) and that is safe: it only adds rules for classes opacus 1.6 has none for (where
+opacus would refuse the layer or fall back to functorch's instantiated per-sample gradients), the rules are exact
+(the loop tests), and a rule already registered for a class by someone else is never replaced (see
+:func:`register_for_model`). Each rule is tested against per-sample gradients computed by a loop
 (``tests/training/test_decoders.py``). Hand-written because opacus has no rule for these layers and functorch's
 fallback instantiates every per-sample gradient.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
+from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
 from opacus.grad_sample.utils import register_grad_sampler, register_norm_sampler
 from torch import nn
 
@@ -124,38 +129,33 @@ def rmsnorm_grad_sample(
 def register_for_model(model: nn.Module) -> list[str]:
     """Register the rules above with opacus for every Conv1D / RMSNorm class in ``model`` (idempotent).
 
+    A class that already has a grad sampler (or, for Conv1D, a norm sampler) registered by someone else -- the user's
+    own rule, registered before privnlp saw the class -- keeps it: privnlp never replaces a rule it did not write.
+
     Returns:
-        The class names registered by this call.
+        The class names for which this call registered at least one rule.
     """
 
     new: list[str] = []
+    grad_s = GradSampleModule.GRAD_SAMPLERS
+    norm_s = GradSampleModuleFastGradientClipping.NORM_SAMPLERS
     for mod in model.modules():
         t = type(mod)
         if t in _REGISTERED:
             continue
         if is_conv1d(mod):
-            register_grad_sampler(t)(conv1d_grad_sample)
-            register_norm_sampler(t)(conv1d_norm_sample)
+            rules = [(grad_s, register_grad_sampler, conv1d_grad_sample)]
+            rules.append((norm_s, register_norm_sampler, conv1d_norm_sample))
         elif is_rmsnorm(mod):
-            register_grad_sampler(t)(rmsnorm_grad_sample)
+            rules = [(grad_s, register_grad_sampler, rmsnorm_grad_sample)]
         else:
             continue
+        added = False
+        for registry, register, rule in rules:
+            if t not in registry:
+                register(t)(rule)
+                added = True
         _REGISTERED.add(t)
-        new.append(t.__name__)
+        if added:
+            new.append(t.__name__)
     return new
-
-
-def conv1d_clipped_sum(
-    layer: nn.Module, a: torch.Tensor, cg: torch.Tensor, params: Any
-) -> dict[nn.Parameter, torch.Tensor]:
-    """Book-keeping's clipped sum of a Conv1D: ``W: a^T (c g)``, ``b: sum c g`` (one matmul, no per-sample
-    gradients)."""
-    out = {}
-    pid = {id(q) for q in params}
-    a2 = a.reshape(-1, a.shape[-1]).to(cg.dtype)
-    g2 = cg.reshape(-1, cg.shape[-1])
-    if id(layer.weight) in pid:
-        out[layer.weight] = (a2.t() @ g2).to(layer.weight.dtype)
-    if layer.bias is not None and id(layer.bias) in pid:
-        out[layer.bias] = g2.sum(0).to(layer.bias.dtype)
-    return out

@@ -1,0 +1,254 @@
+"""Book-keeping's per-sample norms and clipped sums against per-sample gradients instantiated by a loop: the ghost
+norm of linear layers (with the shared Gram matrix of layers that read one input), the embedding's ghost norm
+(no torch.unique), the clipped sums with the clip factors folded into the narrower of a / g, and the in-place noise
+that draws what opacus draws."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from opacus.grad_sample import GradSampleModuleFastGradientClipping
+from opacus.optimizers.optimizer import _generate_noise
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from privnlp.mechanisms.training import make_private
+from privnlp.mechanisms.training.bookkeeping import (
+    _embedding_sq_norms,
+    _gram,
+    _linear_clipped_sums,
+    _linear_sq_norms,
+)
+from privnlp.mechanisms.training.devices import noised_sum
+from privnlp.mechanisms.training.dp_sgd import per_sample_classification_loss
+from privnlp.models import tiny_bert_classifier
+from privnlp.models.builders import tiny_gpt2
+
+N, T = 5, 7
+
+
+def _per_sample_linear(layer, a, g):
+    """Per-example gradients of a linear layer, from autograd one example at a time (the definition)."""
+    out = []
+    for i in range(a.shape[0]):
+        layer.zero_grad(set_to_none=True)
+        (layer(a[i]) * g[i]).sum().backward()
+        out.append({n: p.grad.detach().clone() for n, p in layer.named_parameters()})
+    return out
+
+
+@pytest.mark.parametrize(
+    "d,p", [(24, 24), (3, 4)]
+)  # ghost (T(d+p) <= dp) and instantiated branches
+def test_linear_norms_both_branches_equal_the_loop(d, p):
+    g0 = torch.Generator().manual_seed(0)
+    layer = nn.Linear(d, p)
+    a, g = torch.randn(N, T, d, generator=g0), torch.randn(N, T, p, generator=g0)
+    ref = torch.stack(
+        [sum((v**2).sum() for v in gi.values()) for gi in _per_sample_linear(layer, a, g)]
+    )
+    torch.testing.assert_close(_linear_sq_norms(layer, a, g), ref, rtol=1e-5, atol=1e-6)
+    # the Gram cache: a second layer reading the same input gets the same norms from the cached a a^T
+    grams: dict = {}
+    first = _linear_sq_norms(layer, a, g, grams)
+    second = _linear_sq_norms(layer, a, g, grams)
+    torch.testing.assert_close(first, ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(second, ref, rtol=1e-5, atol=1e-6)
+    assert len(grams) == (1 if T * (d + p) <= d * p else 0)
+
+
+def test_gram_cache_is_keyed_by_storage_and_version():
+    x = torch.randn(2, 3, 4)
+    cache: dict = {}
+    g1 = _gram(x, cache)
+    assert _gram(x.detach(), cache) is g1  # the same memory: served from the cache
+    y = x.clone()
+    assert _gram(y, cache) is not g1  # another tensor, equal values: computed again
+    x.mul_(2)  # modified in place: its version moves, the stale Gram is not served
+    torch.testing.assert_close(_gram(x, cache), 4 * g1)
+
+
+@pytest.mark.parametrize("d,p", [(6, 40), (40, 6)])  # c folded into a (p > d) and into g
+@pytest.mark.parametrize("conv1d", [False, True])
+def test_linear_clipped_sums_equal_the_loop(d, p, conv1d):
+    g0 = torch.Generator().manual_seed(1)
+    layer = nn.Linear(d, p)
+    a, g = torch.randn(N, T, d, generator=g0), torch.randn(N, T, p, generator=g0)
+    c = torch.rand(N, generator=g0)
+    per = _per_sample_linear(layer, a, g)
+    ref_w = sum(ci * gi["weight"] for ci, gi in zip(c, per))
+    ref_b = sum(ci * gi["bias"] for ci, gi in zip(c, per))
+    if conv1d:  # an HF Conv1D holds the transposed weight (d x p)
+        from transformers.pytorch_utils import Conv1D
+
+        conv = Conv1D(p, d)
+        out = _linear_clipped_sums(conv, a, g, c, {id(conv.weight), id(conv.bias)})
+        torch.testing.assert_close(out[conv.weight], ref_w.t(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out[conv.bias], ref_b, rtol=1e-5, atol=1e-5)
+    else:
+        out = _linear_clipped_sums(layer, a, g, c, {id(layer.weight), id(layer.bias)})
+        torch.testing.assert_close(out[layer.weight], ref_w, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out[layer.bias], ref_b, rtol=1e-5, atol=1e-5)
+
+
+def test_embedding_ghost_norm_equals_the_loop_and_opacus():
+    g0 = torch.Generator().manual_seed(2)
+    emb = nn.Embedding(9, 5, padding_idx=0)
+    ids = torch.randint(0, 9, (N, T), generator=g0)
+    ids[0, :3] = ids[0, 3]  # repeated tokens in one example: their gradients add up before the norm
+    ids[1] = 4  # one token only (a token-type embedding)
+    g = torch.randn(N, T, 5, generator=g0)
+    ref = []
+    for i in range(N):  # the per-sample gradient, padding row included (opacus' convention)
+        w = torch.zeros(9, 5).index_add_(0, ids[i], g[i])
+        ref.append((w**2).sum())
+    ref = torch.stack(ref)
+    torch.testing.assert_close(_embedding_sq_norms(ids, g), ref, rtol=1e-5, atol=1e-6)
+    emb.weight.requires_grad_(True)
+    theirs = GradSampleModuleFastGradientClipping.NORM_SAMPLERS[nn.Embedding](emb, [ids], g)
+    torch.testing.assert_close(
+        _embedding_sq_norms(ids, g), theirs[emb.weight] ** 2, rtol=1e-5, atol=1e-6
+    )
+
+
+def _wide_bert_step(mode: str):
+    """One clipped step of a BERT wide enough for the ghost norm (T(d+p) <= dp with d = 64, T = 12): query / key /
+    value share their input (the Gram cache), the three embeddings take the embedding ghost norm."""
+    model = tiny_bert_classifier(
+        60,
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        seed=0,
+    )
+    model.train()
+    g0 = torch.Generator().manual_seed(0)
+    ids, y = torch.randint(1, 60, (6, 12), generator=g0), torch.arange(6) % 2
+    ids[:, -2:] = 0
+    pt = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        DataLoader(TensorDataset(ids, y), batch_size=6),
+        noise_multiplier=0.0,
+        max_grad_norm=0.05,
+        accountant="rdp",
+        grad_sample_mode=mode,
+        poisson_sampling=False,
+        rng=0,
+    )
+    torch.manual_seed(1)
+    pt.optimizer.zero_grad(set_to_none=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        pt.loss(per_sample_classification_loss(pt.model(input_ids=ids).logits, y)).backward()
+    pt.optimizer.step()
+    out = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    pt.close()
+    return out
+
+
+def test_bookkeeping_ghost_paths_equal_hooks_on_a_wide_bert():
+    ref, bk = _wide_bert_step("hooks"), _wide_bert_step("bookkeeping")
+    assert set(ref) == set(bk) and len(ref) > 10
+    for n in ref:
+        torch.testing.assert_close(bk[n], ref[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_noised_sum_draws_what_opacus_draws(dtype):
+    summed = torch.randn(3, 4, generator=torch.Generator().manual_seed(3)).to(dtype)
+    ours = noised_sum(summed, std=0.7, generator=torch.Generator().manual_seed(5))
+    theirs = summed + _generate_noise(
+        std=0.7, reference=summed, generator=torch.Generator().manual_seed(5)
+    )
+    assert ours.dtype == dtype and torch.equal(ours, theirs)  # bit for bit
+    assert torch.equal(noised_sum(summed, std=0.0, generator=None), summed)
+    # secure mode keeps opacus' own 2n-draw function
+    sec = noised_sum(summed, std=0.7, generator=torch.Generator().manual_seed(5), secure_mode=True)
+    ref = summed + _generate_noise(
+        std=0.7, reference=summed, generator=torch.Generator().manual_seed(5), secure_mode=True
+    )
+    assert torch.equal(sec, ref)
+
+
+def test_seeded_dp_step_is_unchanged_by_the_lean_noise():
+    """A seeded step's noised gradient equals clipped sum + opacus' draw from the same seeded generator."""
+    model = tiny_gpt2(30, n_layer=1, n_embd=8, n_head=2, n_positions=8, seed=0)
+    ids = torch.randint(0, 30, (4, 6), generator=torch.Generator().manual_seed(0))
+    dl = DataLoader(TensorDataset(ids), batch_size=4)
+    pt = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        dl,
+        noise_multiplier=1.3,
+        max_grad_norm=0.5,
+        accountant="rdp",
+        poisson_sampling=False,
+        rng=11,
+    )
+    gen_state = pt.optimizer.generator.get_state()
+    seen = {}
+    orig = pt.optimizer.add_noise
+
+    def spy():
+        seen.update({id(p): p.summed_grad.clone() for p in pt.optimizer.params})
+        orig()
+
+    pt.optimizer.add_noise = spy
+    pt.optimizer.zero_grad(set_to_none=True)
+    logits = pt.model(input_ids=ids).logits
+    per = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none").mean(1)
+    with warnings.catch_warnings():  # opacus' hooks on a first layer fed token ids (benign)
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        pt.loss(per).backward()
+    pt.optimizer.step()
+    gen = torch.Generator().set_state(gen_state)
+    for p in pt.optimizer.params:  # opacus' order of draws: one normal per parameter, in order
+        expect = (
+            seen[id(p)] + _generate_noise(std=1.3 * 0.5, reference=seen[id(p)], generator=gen)
+        ) / pt.optimizer.expected_batch_size
+        torch.testing.assert_close(p.grad, expect.view_as(p), rtol=0, atol=0)
+    pt.close()
+
+
+def _fresh_rmsnorm_class():
+    class TestOnlyRMSNorm(nn.Module):  # a new class per call: nothing registered for it yet
+        def __init__(self, d):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+            self.variance_epsilon = 1e-6
+
+        def forward(self, x):
+            return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    return TestOnlyRMSNorm
+
+
+def test_registration_adds_missing_rules_and_never_replaces_a_users_rule():
+    from opacus.grad_sample import GradSampleModule
+    from opacus.grad_sample.utils import register_grad_sampler
+
+    from privnlp.mechanisms.training import samplers
+
+    registry = GradSampleModule.GRAD_SAMPLERS
+    ours_cls, theirs_cls = _fresh_rmsnorm_class(), _fresh_rmsnorm_class()
+
+    def users_rule(layer, activations, backprops):  # pragma: no cover - never called here
+        return {}
+
+    register_grad_sampler(theirs_cls)(users_rule)
+    try:
+        model = nn.Sequential(ours_cls(4), theirs_cls(4))
+        assert samplers.register_for_model(model) == [
+            "TestOnlyRMSNorm"
+        ]  # only the class without a rule
+        assert registry[ours_cls] is samplers.rmsnorm_grad_sample
+        assert registry[theirs_cls] is users_rule  # the user's rule is kept
+        assert samplers.register_for_model(model) == []  # idempotent
+    finally:
+        for c in (ours_cls, theirs_cls):
+            registry.pop(c, None)
+            samplers._REGISTERED.discard(c)
