@@ -14,9 +14,13 @@ from privnlp.core.errors import InvalidArgument
 from privnlp.core.registry import MECHANISMS
 from privnlp.evaluation import realistic
 from privnlp.evaluation.audit import _scenario_identity, resolve_scenario
-from privnlp.evaluation.realistic import current_device, use_device
+from privnlp.evaluation.realistic import current_device, dp_train_lm, use_device
 from privnlp.evaluation.scenarios.gradient import FedSGDEavesdropper, client_update
-from privnlp.evaluation.scenarios.memorization import FLSnapshotsScenario, LMCanaryScenario
+from privnlp.evaluation.scenarios.memorization import (
+    FLSnapshotsScenario,
+    LMCanaryScenario,
+    digit_bpe_tokenizer,
+)
 from privnlp.mechanisms.training.devices import resolve_device
 from privnlp.models import tiny_gpt2
 
@@ -187,3 +191,35 @@ def test_dp_sgd_update_on_cuda_comes_back_on_the_cpu_and_leaves_the_model():
     assert all(torch.isfinite(g).all() for g in grads.values())
     for n, p in model.named_parameters():
         assert p.device.type == "cpu" and torch.equal(p, before[n])
+
+
+def _dp_lm(device: str):
+    texts = [f"my pin code is {1000 + 37 * i} and the day is fine" for i in range(24)]
+    tok = digit_bpe_tokenizer(texts, 120, model_max_length=24)
+    eos = tok.eos_token_id
+    model = tiny_gpt2(
+        len(tok), n_layer=1, n_embd=16, n_head=2, n_positions=24, seed=0,
+        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
+    )  # fmt: skip
+    mech = MECHANISMS.get("dp_sgd").example("quick")
+    cfg = {"train": {"max_length": 24, "steps": 2}, "dp": {"batch_size": 8, "lr": 1e-3}}
+    return dp_train_lm(mech, model, tok, texts, cfg, rng=0, device=device)
+
+
+def test_dp_train_lm_records_the_device_and_returns_a_cpu_model():
+    model, info = _dp_lm("cpu")
+    assert info["device"] == "cpu" and info["dp_steps"] >= 1 and info["epsilon"] > 0
+    assert all(p.device.type == "cpu" for p in model.parameters())
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (run by scripts/gpu)"
+)
+def test_dp_train_lm_on_cuda_spends_the_cpu_epsilon_and_returns_a_cpu_model():
+    cpu_model, cpu_info = _dp_lm("cpu")
+    model, info = _dp_lm("cuda")
+    assert info["device"] == "cuda" and info["dp_steps"] == cpu_info["dp_steps"]
+    assert info["epsilon"] == pytest.approx(
+        cpu_info["epsilon"], rel=1e-12
+    )  # same ledger on every device
+    assert all(p.device.type == "cpu" for p in model.parameters())
