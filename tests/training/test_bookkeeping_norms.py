@@ -9,12 +9,14 @@ import warnings
 
 import pytest
 import torch
-from opacus.grad_sample import GradSampleModuleFastGradientClipping
+from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
+from opacus.grad_sample.utils import register_grad_sampler
 from opacus.optimizers.optimizer import _generate_noise
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+from transformers.pytorch_utils import Conv1D
 
-from privnlp.mechanisms.training import make_private
+from privnlp.mechanisms.training import make_private, samplers
 from privnlp.mechanisms.training.bookkeeping import (
     _embedding_sq_norms,
     _gram,
@@ -81,8 +83,6 @@ def test_linear_clipped_sums_equal_the_loop(d, p, conv1d):
     ref_w = sum(ci * gi["weight"] for ci, gi in zip(c, per))
     ref_b = sum(ci * gi["bias"] for ci, gi in zip(c, per))
     if conv1d:  # an HF Conv1D holds the transposed weight (d x p)
-        from transformers.pytorch_utils import Conv1D
-
         conv = Conv1D(p, d)
         out = _linear_clipped_sums(conv, a, g, c, {id(conv.weight), id(conv.bias)})
         torch.testing.assert_close(out[conv.weight], ref_w.t(), rtol=1e-5, atol=1e-5)
@@ -228,11 +228,6 @@ def _fresh_rmsnorm_class():
 
 
 def test_registration_adds_missing_rules_and_never_replaces_a_users_rule():
-    from opacus.grad_sample import GradSampleModule
-    from opacus.grad_sample.utils import register_grad_sampler
-
-    from privnlp.mechanisms.training import samplers
-
     registry = GradSampleModule.GRAD_SAMPLERS
     ours_cls, theirs_cls = _fresh_rmsnorm_class(), _fresh_rmsnorm_class()
 
