@@ -8,7 +8,7 @@ import pytest
 
 from privnlp.data.corpus import tokenize
 from privnlp.mechanisms.pii.context import ContextRules
-from privnlp.mechanisms.pii.crf import _not_a_name, _split_lines
+from privnlp.mechanisms.pii.crf import Gazetteers, _not_a_name, _split_lines, tidy_span
 from privnlp.mechanisms.pii.recognizers import (
     find_addresses,
     find_dates,
@@ -189,7 +189,15 @@ def found(rules: ContextRules, text: str) -> list[tuple[str, str]]:
         (
             "Message from Hollander Anneke: the parcel",
             ("Hollander Anneke", "PERSON"),
-        ),  # surname first
+        ),
+        (
+            "Melding van Anneke de Vries: kapot",
+            ("Anneke de Vries", "PERSON"),
+        ),  # particle + town-word
+        (
+            "Groet,\nAnneke van 't Hollander",
+            ("Anneke van 't Hollander", "PERSON"),
+        ),  # Dutch 't  # surname first
     ],
 )
 def test_new_context_rules(rules, text, want):
@@ -214,6 +222,12 @@ def test_context_rule_negatives(rules, text):
     [
         ("From: Wattle Bedding Pty Ltd", "Wattle Bedding", None),  # a company
         ("Member of Ravenhill Chess Club", "Ravenhill Chess", None),  # a club
+        ("Invoice - Greenway Roofing Services LLC", "Greenway", None),  # a town-like first word
+        (
+            "Anneke Hollander, Ltd director",
+            "Anneke Hollander",
+            "Anneke Hollander",
+        ),  # comma: no company
         ("Vervaldatum: 12-05-2026", "Vervaldatum", None),  # a form label at a line start
         ("Wiebke: on my way, see you soon", "Wiebke", "Wiebke"),  # a chat speaker stays
         ("Tobenna: running late but on my way", "Tobenna", "Tobenna"),  # unknown name, chat line
@@ -227,9 +241,27 @@ def test_context_rule_negatives(rules, text):
 )
 def test_not_a_name(rules, text, span, want):
     a = text.index(span)
-    label = "PERSON" if any(n in span for n in ("Wiebke", "Anneke", "Tobenna", "Date")) else "LOC"
+    names = ("Wiebke", "Anneke", "Tobenna", "Date", "Greenway")
+    label = "PERSON" if any(n in span for n in names) else "LOC"
     out = _not_a_name(text, PIISpan(a, a + len(span), label, 0.5, "tagger:crf"), rules)
     assert (None if out is None else text[out.start : out.end]) == want
+
+
+def test_tidy_keeps_glued_surnames_and_double_surnames():
+    gaz = Gazetteers.from_dict(
+        {"first": ["wiebke"], "last": ["puig", "casals"], "towns": [], "common": ["acqua"]}
+    )
+    text = "Titular: Wiebke Puig i Casals, IBAN"
+    a = text.index("Wiebke")
+    out = tidy_span(text, PIISpan(a, a + 22, "PERSON", 0.5, "tagger:crf"), gaz)
+    assert [text[p.start : p.end] for p in out] == ["Wiebke Puig i Casals"]
+    text = "Wiebke Dell'Acqua\nNata"
+    out = tidy_span(text, PIISpan(0, 17, "PERSON", 0.5, "tagger:crf"), gaz, lambda w: w == "Acqua")
+    assert [text[p.start : p.end] for p in out] == ["Wiebke Dell'Acqua"]
+    # a conjunction between two people stays a cut
+    text = "Wiebke y Anneke"
+    out = tidy_span(text, PIISpan(0, 15, "PERSON", 0.5, "tagger:crf"), gaz)
+    assert [text[p.start : p.end] for p in out] == ["Wiebke", "Anneke"]
 
 
 def test_split_lines():

@@ -525,7 +525,17 @@ class ContextRules:
             if gap != 1 or text[toks[j - 1][2]] != " ":
                 break  # a name does not run on over a line break / tab
             if fold(w) in _PARTICLES and j + 1 < len(toks) and _is_cap(toks[j + 1][0]):
-                j += 1
+                # the word after a particle is the surname, whatever else it is ("de Vries": a town too)
+                j, words = j + 2, words + 1
+                continue
+            if (
+                fold(w) in _PARTICLES
+                and j + 3 < len(toks)
+                and toks[j + 1][0] in ("'", "’")
+                and toks[j + 2][0] == "t"
+                and _is_cap(toks[j + 3][0])
+            ):
+                j, words = j + 4, words + 1  # Dutch "van 't Hooft"
                 continue
             if _is_cap(w) and w[:1].isalpha() and (fold(w) in self.last or not self.plain(w)):
                 if fold(w) in self.towns and fold(w) not in self.last:

@@ -266,6 +266,15 @@ def tidy_span(
         )
         if low == "s" and k > 0 and toks[k - 1][0] in "'’":
             stop = False  # a possessive inside a place name: "St. Mary's Hospital"
+        if (
+            span.label == "PERSON"
+            and low in ("i", "y")
+            and len(pieces[-1]) >= 2
+            and k + 1 < len(toks)
+            and toks[k + 1][0][:1].isupper()
+            and toks[k + 1][0].lower() in gaz.last
+        ):
+            stop = False  # a Catalan / Spanish double surname: "Puig i Casals", "Ortega y Gasset"
         # a sentence end: "." after a word of 2+ letters that is not a title ("Mr." stays)
         if t[0] in ".!?" and k > 0 and len(toks[k - 1][0]) > 1:
             stop = stop or toks[k - 1][0].lower() not in _TITLES
@@ -286,7 +295,13 @@ def tidy_span(
     for pc in pieces:
         # a common word is dropped from the edge only while a name of 2+ words remains ("Customer Will
         # Turner" -> "Will Turner"; "Will Turner" stays); greetings / titles / form labels always go
-        while pc and (pc[-1][0].lower() in _LEAD or (plain_word(pc[-1][0]) and words(pc) > 2)):
+        def glued(pc: list) -> bool:  # the last word is the tail of "Dell'Acqua" / "Carr-Whitley"
+            return len(pc) >= 3 and pc[-2][0] in ("'", "’", "-") and pc[-2][2] == pc[-1][1]
+
+        while pc and (
+            pc[-1][0].lower() in _LEAD
+            or (plain_word(pc[-1][0]) and words(pc) > 2 and not glued(pc))
+        ):
             pc = pc[:-1]
         while pc and (
             pc[0][0].lower().rstrip(".") in _LEAD
@@ -325,9 +340,10 @@ def _split_address(text: str, span: PIISpan, rules: ContextRules) -> list[PIISpa
     return [PIISpan(pieces[0][0], pieces[-1][1], "ADDRESS", span.score, span.source), *out]
 
 
-#: a legal form / organisation word right after a capitalised span makes it a company or club's name
+#: a legal form / organisation word right after a capitalised span (at most two capitalised words between)
+#: makes it a company or club's name
 _ORG_AFTER = re.compile(
-    r"[ \t]+(?:Ltd|Limited|LLC|L\.L\.C\.|Inc|Corp|Co\.|Company|GmbH|AG|KG|OHG|SE|S\.A\.|SA|S\.L\.|SL|"
+    r"(?:[ \t]+[A-Z][\w&'’-]*){0,2}[ \t]+(?:Ltd|Limited|LLC|L\.L\.C\.|Inc|Corp|Co\.|Company|GmbH|AG|KG|OHG|SE|S\.A\.|SA|S\.L\.|SL|"
     r"B\.V\.|BV|N\.V\.|NV|S\.p\.A\.|SpA|S\.r\.l\.|Srl|Pty|PLC|plc|LLP|SARL|SAS|Oy|AB|Sp\. z o\.o\.|"
     r"Club|Medicine|Bros)\b"
 )
@@ -528,6 +544,7 @@ class CRFTagger:
             return float(min(p_ent[i:j]))
 
         crf = [x for s in crf for x in _split_address(text, s, rules)]
+        crf = [x for s in crf if (x := _not_a_name(text, s, rules)) is not None]
         # a rule span is added where the CRF found nothing, and replaces the CRF spans it strictly
         # contains ("Will Ramos" over "Ramos", "San Antonio" over "Antonio")
         out = sorted(crf, key=lambda s: s.start)
