@@ -434,21 +434,26 @@ def label_victim(num_labels: int, seed: int = 0) -> tuple[Any, Any, tuple[str, .
     return model, tok, tuple(s for s, _ in license_sentences())
 
 
-def lm_victim(seed: int = 0, finetune_steps: int | None = None) -> tuple[Any, Any, tuple[Any, ...]]:
+def lm_victim(
+    seed: int = 0, finetune_steps: int | None = None, device: str = "cpu"
+) -> tuple[Any, Any, tuple[Any, ...]]:
     """``(model, tokenizer, records)``: the realistic LM after the client fine-tuned it on its records.
 
     The records are the bundled private records that :func:`~privnlp.models.realistic.realistic_lm` inserted
     in its training text (regenerated with the same seed, so their PII spans are known for NERR); the client
     then trains ``finetune_steps`` (default ``LM["finetune_steps"]``) AdamW steps on ``LM["records"]`` of them
     (FILM Fig. 4: recovery needs a model that memorised the client's text; 0 = the realistic LM as built, whose
-    300 steps saw each record about 3 times and did not memorise it)."""
-    return _lm_victim(seed, LM["finetune_steps"] if finetune_steps is None else int(finetune_steps))
+    300 steps saw each record about 3 times and did not memorise it). The fine-tune runs on ``device``; the model
+    comes back on the CPU."""
+    steps = LM["finetune_steps"] if finetune_steps is None else int(finetune_steps)
+    return _lm_victim(seed, steps, device)
 
 
 @functools.lru_cache(maxsize=2)
-def _lm_victim(seed: int, steps: int) -> tuple[Any, Any, tuple[Any, ...]]:
+def _lm_victim(seed: int, steps: int, device: str = "cpu") -> tuple[Any, Any, tuple[Any, ...]]:
     import torch
 
+    from privnlp.mechanisms.training.devices import InputsOnDevice
     from privnlp.models import train_lm
 
     base, tok, info = realistic_lm(seed=seed)
@@ -471,7 +476,7 @@ def _lm_victim(seed: int, steps: int) -> tuple[Any, Any, tuple[Any, ...]]:
         with pinned_threads(), torch.random.fork_rng():
             torch.manual_seed(seed)
             train_lm(
-                model,
+                model if device == "cpu" else InputsOnDevice(model.to(device), device),
                 tok,
                 [r.text for r in recs],
                 steps=steps,
@@ -480,7 +485,7 @@ def _lm_victim(seed: int, steps: int) -> tuple[Any, Any, tuple[Any, ...]]:
                 max_length=L,
                 rng=seed,
             )
-    model.eval()
+    model.to("cpu").eval()
     return model, tok, recs
 
 

@@ -21,7 +21,7 @@ from privnlp.evaluation.scenarios.memorization import (
     LMCanaryScenario,
     digit_bpe_tokenizer,
 )
-from privnlp.mechanisms.training.devices import resolve_device
+from privnlp.mechanisms.training.devices import InputsOnDevice, resolve_device
 from privnlp.models import tiny_gpt2
 
 #: the scenarios whose run trains a model (victim fine-tune, DP-SGD, federated local steps)
@@ -223,3 +223,17 @@ def test_dp_train_lm_on_cuda_spends_the_cpu_epsilon_and_returns_a_cpu_model():
         cpu_info["epsilon"], rel=1e-12
     )  # same ledger on every device
     assert all(p.device.type == "cpu" for p in model.parameters())
+
+
+def test_inputs_on_device_moves_tensor_arguments_and_shares_the_parameters():
+    """The wrapper ``train_lm`` gets on a GPU: its inputs are moved to the module's device (``meta`` here: a device
+    that is not the CPU, on a machine without a GPU), its parameters and training mode are the module's."""
+    lin = torch.nn.Linear(3, 2, device="meta")
+    wrapped = InputsOnDevice(lin, "meta")
+    out = wrapped(torch.ones(4, 3))  # a CPU tensor in, computed on meta
+    assert out.device.type == "meta" and out.shape == (4, 2)
+    assert list(wrapped.parameters()) == list(lin.parameters())
+    wrapped.eval()
+    assert not lin.training
+    with pytest.raises(RuntimeError):  # unwrapped, the CPU input meets meta weights
+        lin(torch.ones(4, 3))

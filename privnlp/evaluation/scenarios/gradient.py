@@ -102,11 +102,14 @@ PRESETS = {
 
 
 @functools.lru_cache(maxsize=4)
-def lm_victim(preset: str = "quick", seed: int = 0) -> tuple[Any, Any, tuple[Any, ...]]:
-    """(model, tokenizer, private records): the bundled LM fine-tuned on the client's records."""
+def lm_victim(
+    preset: str = "quick", seed: int = 0, device: str = "cpu"
+) -> tuple[Any, Any, tuple[Any, ...]]:
+    """(model, tokenizer, private records): the bundled LM fine-tuned on the client's records (the realistic
+    preset's fine-tune on ``device``; the quick one, 1-2 layers, on the CPU)."""
 
     if preset == "realistic":
-        return realistic.lm_victim(seed)
+        return realistic.lm_victim(seed, device=device)
     cfg = PRESETS[preset]
     model, tok = bundled_lm("quick", seed=seed)
     model = copy.deepcopy(model)
@@ -394,7 +397,7 @@ class FedSGDEavesdropper(Scenario):
         util: dict[str, list[float]] = {"loss_before": [], "loss_after_update": []}
         b = int(self.batch_size)
         if self.task in ("lm", "both"):
-            model, tok, recs = lm_victim(self.preset, 0)
+            model, tok, recs = lm_victim(self.preset, 0, self.device)
             for _ in range(cfg["trials"]):
                 idx = gen.choice(len(recs), size=min(b, len(recs)), replace=False)
                 chosen = [recs[int(i)] for i in idx]

@@ -50,6 +50,7 @@ from privnlp.data.canaries import DEFAULT_WORDS
 from privnlp.evaluation.realistic import canary_lm, dp_train_lm, fl_clients, scenario_device
 from privnlp.mechanisms.federated.client import Task, _lm_loss, lm_client_data
 from privnlp.mechanisms.federated.simulator import FedSimulator
+from privnlp.mechanisms.training.devices import InputsOnDevice
 from privnlp.models._seed import seeded
 from privnlp.models.builders import tiny_gpt2
 from privnlp.models.lstm_lm import tiny_lstm_lm
@@ -178,8 +179,8 @@ def train_canary_lm(
 ) -> dict[str, Any]:
     """Train the ``lm.canary`` model; returns ``{"model", "tokenizer", "canaries", "heldout", "info"}``.
 
-    A DP-SGD mechanism trains on ``device`` (the returned model is on the CPU); the undefended model is
-    trained by :func:`privnlp.models.train_lm`, on the CPU (it does not move batches to a device)."""
+    Trains on ``device`` (the undefended model through :class:`~privnlp.mechanisms.training.devices.InputsOnDevice`:
+    :func:`privnlp.models.train_lm` builds its batches on the CPU); the returned model is on the CPU."""
     # deferred: scenario modules are imported on registry lookup
 
     if preset not in LM_CANARY_PRESETS:
@@ -221,7 +222,9 @@ def train_canary_lm(
     )
     info: dict[str, Any] = {"n_train": len(texts), "repeats": reps, "pattern": pat}
     if mechanism is None:
-        log = train_lm(model, tok, texts, **cfg["train"], rng=g)
+        on = model if device == "cpu" else InputsOnDevice(model.to(device), device)
+        log = train_lm(on, tok, texts, **cfg["train"], rng=g)
+        model.to("cpu")
         info["train_loss"] = log.mean_last(10)
     elif isinstance(mechanism, PrivateTrainer):
         model, dp = dp_train_lm(mechanism, model, tok, texts, cfg, rng=g, device=device)

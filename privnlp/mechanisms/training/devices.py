@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 from opacus.optimizers.optimizer import _generate_noise
@@ -20,7 +21,13 @@ from torch import nn
 
 from privnlp.core.errors import InvalidArgument
 
-__all__ = ["check_model_device", "check_model_dtypes", "noised_sum", "resolve_device"]
+__all__ = [
+    "InputsOnDevice",
+    "check_model_device",
+    "check_model_dtypes",
+    "noised_sum",
+    "resolve_device",
+]
 
 _DEVICE_SPEC = re.compile(r"cpu|auto|cuda(:\d+)?")
 
@@ -131,3 +138,21 @@ def noised_sum(
         dtype=summed.dtype,
     )
     return noise.add_(summed)
+
+
+class InputsOnDevice(nn.Module):
+    """``module`` with its tensor keyword arguments moved to ``device`` first: hands a model on a GPU to a training
+    loop that builds its batches on the CPU (``privnlp.models.train_lm``). Same parameters, same modes (``train()``
+    / ``eval()`` reach ``module``); the output stays on ``device``."""
+
+    def __init__(self, module: nn.Module, device: str | torch.device) -> None:
+        super().__init__()
+        self.module = module
+        self.device = torch.device(device)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(a.to(self.device) if isinstance(a, torch.Tensor) else a for a in args)
+        kwargs = {
+            k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()
+        }
+        return self.module(*args, **kwargs)
