@@ -232,6 +232,9 @@ def test_context_rule_negatives(rules, text):
         ("Wiebke: on my way, see you soon", "Wiebke", "Wiebke"),  # a chat speaker stays
         ("Tobenna: running late but on my way", "Tobenna", "Tobenna"),  # unknown name, chat line
         ("Betriebsfeier im Juni", "Juni", None),  # a month is no town
+        ("BSc, University of Exeter", "Exeter", None),  # a town naming an institution
+        ("Laurea, Politecnico di Torino", "Torino", None),
+        ("moved from Exeter in May", "Exeter", "Exeter"),
         ("Date: 03/04/2025", "Date", None),  # a label that is also a (rare) first name
         ("Anneke: 12-05", "Anneke", "Anneke"),  # a known, unambiguous first name stays
         ("Bloomington IL 61701", "Bloomington IL", "Bloomington"),  # the state code goes
@@ -262,6 +265,24 @@ def test_tidy_keeps_glued_surnames_and_double_surnames():
     text = "Wiebke y Anneke"
     out = tidy_span(text, PIISpan(0, 15, "PERSON", 0.5, "tagger:crf"), gaz)
     assert [text[p.start : p.end] for p in out] == ["Wiebke", "Anneke"]
+
+
+def test_speaker_time_lines_and_name_propagation(rules):
+    text = "Wiebke Hollander 9:41 AM\nok see you\nOmondi 9:42 AM\nfine"
+    got = found(rules, text)
+    assert ("Wiebke Hollander", "PERSON") in got and ("Omondi", "PERSON") in got
+    assert found(rules, "Total 9:41 AM\nok") == []  # an ordinary word before a time is no speaker
+    from privnlp.mechanisms.pii.crf import _propagate_names
+
+    text = "Present: Omondi Kariuki, Wiebke\n- Omondi to send the notes; Summary to all"
+    toks = tokenize(text)
+    spans = [
+        PIISpan(9, 23, "PERSON", 0.9, "tagger:crf"),
+        PIISpan(25, 31, "PERSON", 0.9, "tagger:crf"),
+    ]
+    out = _propagate_names(text, toks, spans, rules, lambda i, j: 0.4)
+    assert [text[s.start : s.end] for s in out] == ["Omondi Kariuki", "Wiebke", "Omondi"]
+    assert out[-1].score == 0.4 and out[-1].source == "tagger:context"
 
 
 def test_split_lines():

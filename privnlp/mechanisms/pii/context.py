@@ -149,6 +149,11 @@ _SPEAKER_LINE = re.compile(
     r"^[ \t]*[A-Za-zÀ-ÿ][a-zà-ÿ'’.-]{1,20}:(?!//)[ \t]+(?=[^\n]*\b[^\W\d_A-Z]{2,}\b[^\n]*\b[^\W\d_A-Z]{2,}\b)",
     re.M,
 )
+#: a chat export's speaker line: the name, then the time alone on the line ("Priya Shah 9:41 AM")
+_SPEAKER_TIME_AFTER = re.compile(
+    r"((?: [A-ZÀ-Þ][\w'’-]+)?)[ \t]+(?:\[)?\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?(?:\])?[ \t]*$",
+    re.M,
+)
 _HONORIFIC_AFTER = re.compile(r"^-(?:san|sama|kun|chan|sensei|senpai|shi)\b", re.I)
 _PARTICLES = frozenset(
     "de del della di da dos das du van von der den ter la le lo los las ní nic mac bin al el".split()
@@ -390,6 +395,9 @@ class ContextRules:
                 return "LOC"
         if not _is_cap(w):
             return None
+        if not before.strip() and not self.plain(w) and (m := _SPEAKER_TIME_AFTER.match(text, b)):
+            self._end = b + len(m.group(1))
+            return "PERSON"  # "Tyrese 10:44 AM" on its own line
         # surname first ("Sato Yuki", "Kovács Anna"): a known surname then a known first name, neither an
         # ordinary word
         if (

@@ -55,7 +55,7 @@ from privnlp.data.corpus import tokenize
 from privnlp.models.cache import cache_dir
 
 from . import annotate, synth
-from .context import _SPEAKER_LINE, ContextRules, fold, word_zipf
+from .context import _SPEAKER_LINE, ContextRules, _is_cap, fold, word_zipf
 from .evalset import default_evalset_dir, load_evalset
 from .synth import LOCALES, annotate_documents, prose_paragraphs, real_towns, synth_documents
 from .types import PIISpan
@@ -347,6 +347,17 @@ _ORG_AFTER = re.compile(
     r"B\.V\.|BV|N\.V\.|NV|S\.p\.A\.|SpA|S\.r\.l\.|Srl|Pty|PLC|plc|LLP|SARL|SAS|Oy|AB|Sp\. z o\.o\.|"
     r"Club|Medicine|Bros)\b"
 )
+#: a town right after one of these is part of an institution's name ("University of Warwick", "Politecnico
+#: di Milano"), not a place a person is tied to
+_INSTITUTION = (
+    r"(?:University|Universit[àäé]t?|Universidad|Universidade|Uniwersytet|Universiteit|College|Institute|"
+    r"Instituto|Institut|Politecnico|Polytechnic|Politécnica|Hochschule|Academy|Akademie|Accademia|"
+    r"Academia|Bank|Banco|Banca|Banque|School|Escuela|École|Scuola|Conservatorio|Conservatoire)"
+)
+_INSTITUTION_BEFORE = re.compile(
+    _INSTITUTION + r"(?:\s+(?:of|de|di|du|des|della|del|do|da|für|zu|van|in))?\s+$"
+)
+_INSTITUTION_WORD = re.compile(_INSTITUTION)
 _US_AU_STATES = frozenset(
     "AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY "
     "NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY NSW VIC QLD SA TAS ACT NT".split()
@@ -379,7 +390,9 @@ def _split_lines(text: str, span: PIISpan) -> list[PIISpan]:
 def _not_a_name(text: str, span: PIISpan, rules: ContextRules) -> PIISpan | None:
     """A PERSON / LOC span checked against what the words around it say it is: ``None`` for a company /
     club (``Koala Sleep Pty Ltd``, ``Clontarf Tennis Club``), a form label at a line start followed by no
-    sentence (``Kenteken: 82-KLT-4``; a known first name stays, and so does a chat's speaker: ``Kai: on my way``), a month typed LOC (``im Juni``);
+    sentence (``Kenteken: 82-KLT-4``; a known first name stays, and so does a chat's speaker:
+    ``Kai: on my way``), a month typed LOC (``im Juni``), a word inside an institution's name (``University
+    of Warwick``);
     a US / Australian state code before its ZIP is cut off (``Evanston IL 60201`` -> ``Evanston``), and a
     lower-case particle before a known first name (``van Sanne de Vries``) or at the start of a town
     (``de Zaragoza``)."""
@@ -400,6 +413,10 @@ def _not_a_name(text: str, span: PIISpan, rules: ContextRules) -> PIISpan | None
         return None
     if span.label == "LOC" and len(words) == 1 and fold(words[0]) in _MONTH_WORDS:
         return None
+    if _INSTITUTION_BEFORE.search(text[max(0, a - 40) : a]) or (
+        len(words) == 1 and _INSTITUTION_WORD.fullmatch(words[0])
+    ):
+        return None  # "University of Warwick": the town names the institution
     while words and words[-1] in _US_AU_STATES and re.match(r"[ \t]+\d{4,5}\b", text[b : b + 8]):
         b = a + text[a:b].rstrip().rfind(" ")
         words = words[:-1]
@@ -413,6 +430,40 @@ def _not_a_name(text: str, span: PIISpan, rules: ContextRules) -> PIISpan | None
     if not words or b <= a:
         return None
     return PIISpan(a, b, span.label, span.score, span.source)
+
+
+def _propagate_names(
+    text: str,
+    toks: Sequence[tuple[str, int, int]],
+    spans: list[PIISpan],
+    rules: ContextRules,
+    p_entity: Callable[[int, int], float],
+) -> list[PIISpan]:
+    """One name, one entity per document: a word of a PERSON span found somewhere (3+ letters, capitalised,
+    no ordinary or very frequent word) is a PERSON wherever else it stands capitalised in the same text and
+    no span covers it ("Present: Tom Reyes ... Tom to send the minutes")."""
+    names = {
+        w
+        for s in spans
+        if s.label == "PERSON"
+        for w in re.findall(r"[^\W\d_][\w'’-]*", text[s.start : s.end])
+        if len(w) >= 3 and _is_cap(w) and not rules.plain(w) and not rules.ambiguous(w)
+    }
+    if not names:
+        return spans
+    covered = sorted((s.start, s.end) for s in spans)
+    starts = [a for a, _ in covered]
+    out = list(spans)
+    for i, (w, a, b) in enumerate(toks):
+        if w not in names:
+            continue
+        k = bisect.bisect_right(starts, a) - 1
+        if k >= 0 and covered[k][1] > a:
+            continue
+        if k + 1 < len(covered) and covered[k + 1][0] < b:
+            continue
+        out.append(PIISpan(a, b, "PERSON", p_entity(i, i + 1), "tagger:context"))
+    return sorted(out, key=lambda s: s.start)
 
 
 def _chunks(text: str) -> list[tuple[int, list[tuple[str, int, int]]]]:
@@ -564,12 +615,13 @@ class CRFTagger:
                 (o.end - o.start) < (r.end - r.start) for o in over
             ):
                 out[lo:hi] = [r]
-        return [
+        out = [
             x
             for s in out
             for piece in _split_lines(text, s)
             if (x := _not_a_name(text, piece, rules)) is not None
         ]
+        return _propagate_names(text, toks, out, rules, p_entity)
 
     def save(self, path: str | os.PathLike) -> None:
         """The model file and ``PATH.json`` (gazetteers, calibration), both written atomically."""
