@@ -233,6 +233,11 @@ def test_context_rule_negatives(rules, text):
         ("Tobenna: running late but on my way", "Tobenna", "Tobenna"),  # unknown name, chat line
         ("Betriebsfeier im Juni", "Juni", None),  # a month is no town
         ("BSc, University of Exeter", "Exeter", None),  # a town naming an institution
+        (
+            "IN NO EVENT SHALL THE\nCONTRIBUTORS BE LIABLE",
+            "CONTRIBUTORS",
+            None,
+        ),  # a word in capitals
         ("Laurea, Politecnico di Torino", "Torino", None),
         ("moved from Exeter in May", "Exeter", "Exeter"),
         ("Date: 03/04/2025", "Date", None),  # a label that is also a (rare) first name

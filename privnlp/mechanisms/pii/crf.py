@@ -413,6 +413,8 @@ def _not_a_name(text: str, span: PIISpan, rules: ContextRules) -> PIISpan | None
         return None
     if span.label == "LOC" and len(words) == 1 and fold(words[0]) in _MONTH_WORDS:
         return None
+    if len(words) == 1 and words[0].isupper() and rules.plain(words[0]):
+        return None  # an ordinary word in capitals: "CONTRIBUTORS", "FITNESS"
     if _INSTITUTION_BEFORE.search(text[max(0, a - 40) : a]) or (
         len(words) == 1 and _INSTITUTION_WORD.fullmatch(words[0])
     ):

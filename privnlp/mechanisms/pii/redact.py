@@ -134,7 +134,7 @@ def _leftovers(
             )
             if span.label == "ADDRESS" and not (near_pc or town(piece)):
                 continue
-            label = "LOC" if span.label == "ADDRESS" or near_pc else span.label
+            label = "LOC" if span.label == "ADDRESS" or (near_pc and town(piece)) else span.label
             out.append(PIISpan(start, start + len(piece), label, span.score, span.source))
     return out
 
