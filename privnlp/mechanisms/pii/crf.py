@@ -55,6 +55,7 @@ from privnlp.data.corpus import tokenize
 from privnlp.models.cache import cache_dir
 
 from . import annotate, synth
+from . import context as context_module
 from .context import _SPEAKER_LINE, ContextRules, _is_cap, fold, word_zipf
 from .evalset import default_evalset_dir, load_evalset
 from .synth import LOCALES, annotate_documents, prose_paragraphs, real_towns, synth_documents
@@ -747,6 +748,23 @@ def _model_key(seed: int, n_docs: int) -> str:
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _spans_code_key() -> str:
+    """A digest of the code between the CRF's tags and the calibrated spans (the context rules, the span
+    clean-up and filters): when it changes, the calibration is refitted (seconds; no retraining)."""
+    src = inspect.getsource(context_module) + "".join(
+        inspect.getsource(o)
+        for o in (
+            CRFTagger.uncalibrated_spans,
+            tidy_span,
+            _split_address,
+            _split_lines,
+            _not_a_name,
+            _propagate_names,
+        )
+    )
+    return hashlib.sha256(src.encode()).hexdigest()[:12]
+
+
 def _version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
@@ -776,8 +794,9 @@ def crf_tagger(
             print(f"trained the CRF PII tagger in {time.perf_counter() - t0:.0f} s -> {path}")
     val = default_evalset_dir() / "validation.txt"
     if calibrated and val.is_file():
-        # the calibration's format is part of the digest: a v1 (CRF spans only) map is refitted
-        digest = hashlib.sha256(val.read_bytes()).hexdigest() + ":cal2"
+        # the calibration's format is part of the digest (a v1, CRF-spans-only map is refitted), and so is
+        # the code that turns the CRF's tags into spans (rules, filters): the map is fitted on its spans
+        digest = hashlib.sha256(val.read_bytes()).hexdigest() + ":cal2:" + _spans_code_key()
         if tagger.calibration is None or tagger.calibrated_on != digest:
             tagger.calibration = calibrate(tagger, load_evalset("validation"))
             tagger.calibrated_on = digest
