@@ -506,6 +506,7 @@ def audit(
             "mechanism": mech.params() if hasattr(mech, "params") else repr(mech),
             "scenario": ", ".join(getattr(x, "name", type(x).__name__) for x in scens),
             "preset": preset,
+            "device": ", ".join(sorted({str(getattr(x, "device", "cpu")) for x in scens})),
             "attacks": {a.name: a.params() for a in atks},
             "leaky_twin": twin.params() if twin is not None and hasattr(twin, "params") else None,
         },

@@ -243,3 +243,23 @@ def test_quick_lamp_is_declared_unmeasured():
     from privnlp.core.registry import ATTACKS
 
     assert "quick" in ATTACKS.get("lamp").unmeasured_presets
+
+
+class BitScenarioOnDevice(BitScenario):
+    name = "bits_dev"
+    device = "cuda:1"
+
+
+def test_audit_records_the_scenarios_device_in_the_report_config():
+    """`privnlp evaluate --device` (issue #29 item 8): the report says where its models ran; a scenario
+    without a device attribute ran on the CPU."""
+    rep = audit(RandomizedResponse(0.5), [BitScenario()], [Guess()], seeds=[0], progress=False)
+    assert rep.config["device"] == "cpu"
+    rep = audit(
+        RandomizedResponse(0.5),
+        [BitScenario(), BitScenarioOnDevice()],
+        [Guess()],
+        seeds=[0],
+        progress=False,
+    )
+    assert rep.config["device"] == "cpu, cuda:1"
