@@ -233,6 +233,9 @@ def test_context_rule_negatives(rules, text):
         ("Tobenna: running late but on my way", "Tobenna", "Tobenna"),  # unknown name, chat line
         ("Betriebsfeier im Juni", "Juni", None),  # a month is no town
         ("BSc, University of Exeter", "Exeter", None),  # a town naming an institution
+        ("Grado, Universidad de Zamora (2019)", "Universidad de Zamora", None),
+        ("order from Wehkamp.nl today", "Wehkamp", None),  # a web shop
+        ("LaToya: running late, start without me", "LaToya", "LaToya"),  # a speaker, inner capital
         (
             "IN NO EVENT SHALL THE\nCONTRIBUTORS BE LIABLE",
             "CONTRIBUTORS",
@@ -249,7 +252,7 @@ def test_context_rule_negatives(rules, text):
 )
 def test_not_a_name(rules, text, span, want):
     a = text.index(span)
-    names = ("Wiebke", "Anneke", "Tobenna", "Date", "Greenway")
+    names = ("Wiebke", "Anneke", "Tobenna", "Date", "Greenway", "LaToya")
     label = "PERSON" if any(n in span for n in names) else "LOC"
     out = _not_a_name(text, PIISpan(a, a + len(span), label, 0.5, "tagger:crf"), rules)
     assert (None if out is None else text[out.start : out.end]) == want
@@ -294,6 +297,19 @@ def test_split_lines():
     text = "Rotterdam\nPolisnummer: 7"
     pieces = _split_lines(text, PIISpan(0, 21, "LOC", 0.5, "tagger:crf"))
     assert [text[p.start : p.end] for p in pieces] == ["Rotterdam", "Polisnummer"]
+    text = "Absender: Hamburg - Auftragsnr. 5"
+    pieces = _split_lines(text, PIISpan(10, 31, "LOC", 0.5, "tagger:crf"))
+    assert [text[p.start : p.end] for p in pieces] == ["Hamburg", "Auftragsnr"]
+    text = "Anne-Marie Hollander"  # a hyphen without spaces stays inside the name
+    assert _split_lines(text, PIISpan(0, 20, "PERSON", 0.5, "tagger:crf")) == [
+        PIISpan(0, 20, "PERSON", 0.5, "tagger:crf")
+    ]
+
+
+def test_inner_capital_names(rules):
+    assert ("DeMarco", "PERSON") in found(rules, "Thanks, DeMarco will call")
+    assert ("McTavish", "PERSON") in found(rules, "per McTavish the plan holds")
+    assert found(rules, "written in LaTeX and iPhone notes") == []
 
 
 def test_leftovers_keep_the_town_beside_a_recognizer_span():

@@ -154,6 +154,8 @@ _SPEAKER_TIME_AFTER = re.compile(
     r"((?: [A-ZÀ-Þ][\w'’-]+)?)[ \t]+(?:\[)?\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?(?:\])?[ \t]*$",
     re.M,
 )
+#: a capital inside after a name prefix: a person's name ("DeShawn", "McAllister"; not "LaTeX", "iPhone")
+_INNER_CAP_NAME = re.compile(r"(?:Mc|Mac|De|La|Le|Di|Da|Du|Van|Von|Fitz)[A-Z][a-z]{2,}")
 _HONORIFIC_AFTER = re.compile(r"^-(?:san|sama|kun|chan|sensei|senpai|shi)\b", re.I)
 _PARTICLES = frozenset(
     "de del della di da dos das du van von der den ter la le lo los las ní nic mac bin al el".split()
@@ -395,6 +397,8 @@ class ContextRules:
                 return "LOC"
         if not _is_cap(w):
             return None
+        if _INNER_CAP_NAME.fullmatch(w) and not self.plain(w):
+            return "PERSON"  # a name's shape: "DeShawn", "McAllister", "LaToya", "MacLeod"
         if not before.strip() and not self.plain(w) and (m := _SPEAKER_TIME_AFTER.match(text, b)):
             self._end = b + len(m.group(1))
             return "PERSON"  # "Tyrese 10:44 AM" on its own line

@@ -56,7 +56,7 @@ from privnlp.models.cache import cache_dir
 
 from . import annotate, synth
 from . import context as context_module
-from .context import _SPEAKER_LINE, ContextRules, _is_cap, fold, word_zipf
+from .context import ContextRules, _is_cap, fold, word_zipf
 from .evalset import default_evalset_dir, load_evalset
 from .synth import LOCALES, annotate_documents, prose_paragraphs, real_towns, synth_documents
 from .types import PIISpan
@@ -359,6 +359,12 @@ _INSTITUTION_BEFORE = re.compile(
     _INSTITUTION + r"(?:\s+(?:of|de|di|du|des|della|del|do|da|für|zu|van|in))?\s+$"
 )
 _INSTITUTION_WORD = re.compile(_INSTITUTION)
+#: after a line-start "Name:" a sentence follows (two lower-case words): a speaker, not a form label
+_SENTENCE_AFTER = re.compile(
+    r"\.?[ \t]*:[ \t]+(?=[^\n]*\b[^\W\d_A-Z]{2,}\b[^\n]*\b[^\W\d_A-Z]{2,}\b)"
+)
+#: a word glued to a top-level domain is a website / company name ("Bol.com", "Zalando.de")
+_DOMAIN_AFTER = re.compile(r"\.(?:com|net|org|io|co|de|nl|fr|es|it|pl|pt|ie|uk|eu|jp|au)\b")
 _US_AU_STATES = frozenset(
     "AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY "
     "NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY NSW VIC QLD SA TAS ACT NT".split()
@@ -373,11 +379,13 @@ _MONTH_WORDS = frozenset(
 
 
 def _split_lines(text: str, span: PIISpan) -> list[PIISpan]:
-    """A PERSON / LOC span cut at line breaks (a name does not run over one: ``Rotterdam\nKenteken``)."""
-    if span.label not in ("PERSON", "LOC") or "\n" not in text[span.start : span.end]:
+    """A PERSON / LOC span cut at line breaks and spaced dashes (a name does not run over one:
+    ``Rotterdam\nKenteken``, ``Berlin - Sendungsnr``)."""
+    inner = text[span.start : span.end]
+    if span.label not in ("PERSON", "LOC") or ("\n" not in inner and " - " not in inner):
         return [span]
     out = []
-    for m in re.finditer(r"[^\n]+", text[span.start : span.end]):
+    for m in re.finditer(r"(?:(?! - )[^\n])+", inner):
         x, y = span.start + m.start(), span.start + m.end()
         while x < y and not text[x].isalnum():
             x += 1
@@ -401,14 +409,14 @@ def _not_a_name(text: str, span: PIISpan, rules: ContextRules) -> PIISpan | None
         return span
     a, b = span.start, span.end
     words = text[a:b].split()
-    if _ORG_AFTER.match(text, b):
-        return None
+    if _ORG_AFTER.match(text, b) or _DOMAIN_AFTER.match(text, b):
+        return None  # a company ("Koala Sleep Pty Ltd") or a web shop ("Bol.com")
     line_start = text.rfind("\n", 0, a) + 1
     if (
         len(words) == 1
         and re.match(r"\.?\s*:(?!//)", text[b : b + 4])
         and not text[line_start:a].strip()  # a form label starts its line
-        and not _SPEAKER_LINE.match(text, line_start)  # a chat line goes on with a sentence
+        and not _SENTENCE_AFTER.match(text, b)  # a chat line goes on with a sentence
         and not (fold(words[0]) in rules.first and not rules.ambiguous(words[0]))
     ):
         return None
@@ -416,8 +424,8 @@ def _not_a_name(text: str, span: PIISpan, rules: ContextRules) -> PIISpan | None
         return None
     if len(words) == 1 and words[0].isupper() and rules.plain(words[0]):
         return None  # an ordinary word in capitals: "CONTRIBUTORS", "FITNESS"
-    if _INSTITUTION_BEFORE.search(text[max(0, a - 40) : a]) or (
-        len(words) == 1 and _INSTITUTION_WORD.fullmatch(words[0])
+    if _INSTITUTION_BEFORE.search(text[max(0, a - 40) : a]) or _INSTITUTION_WORD.fullmatch(
+        words[0]
     ):
         return None  # "University of Warwick": the town names the institution
     while words and words[-1] in _US_AU_STATES and re.match(r"[ \t]+\d{4,5}\b", text[b : b + 8]):
