@@ -8,7 +8,13 @@ import pytest
 
 from privnlp.data.corpus import tokenize
 from privnlp.mechanisms.pii.context import ContextRules
-from privnlp.mechanisms.pii.crf import Gazetteers, _not_a_name, _split_lines, tidy_span
+from privnlp.mechanisms.pii.crf import (
+    Gazetteers,
+    _not_a_name,
+    _propagate_names,
+    _split_lines,
+    tidy_span,
+)
 from privnlp.mechanisms.pii.recognizers import (
     find_addresses,
     find_dates,
@@ -280,8 +286,6 @@ def test_speaker_time_lines_and_name_propagation(rules):
     got = found(rules, text)
     assert ("Wiebke Hollander", "PERSON") in got and ("Omondi", "PERSON") in got
     assert found(rules, "Total 9:41 AM\nok") == []  # an ordinary word before a time is no speaker
-    from privnlp.mechanisms.pii.crf import _propagate_names
-
     text = "Present: Omondi Kariuki, Wiebke\n- Omondi to send the notes; Summary to all"
     toks = tokenize(text)
     spans = [
