@@ -111,6 +111,7 @@ def test_system_accounts():
         ("Urlaub vom 3.4. bis 17.4. eingetragen", ["3.4.", "17.4."]),
         ("Okt 05 10:11:12 host sshd[1]: ok", ["Okt 05"]),  # localised syslog month
         ("Date of birth: Showa 58, April 2", ["Showa 58, April 2"]),  # Japanese era
+        ('1.2.3.4 - - [04/Feb/2025:08:01:02 +0100] "GET /"', ["04/Feb/2025"]),  # web server log
     ],
 )
 def test_new_date_forms(text, want):
@@ -200,6 +201,7 @@ def found(rules: ContextRules, text: str) -> list[tuple[str, str]]:
             "Melding van Anneke de Vries: kapot",
             ("Anneke de Vries", "PERSON"),
         ),  # particle + town-word
+        ("An: Frau Wiebke Sommer, Lindenweg 3", ("Wiebke Sommer", "PERSON")),  # word-like surname
         (
             "Groet,\nAnneke van 't Hollander",
             ("Anneke van 't Hollander", "PERSON"),
@@ -216,11 +218,13 @@ def test_new_context_rules(rules, text, want):
         "Sehr geehrte Frau Dr. Hollander",  # the title "Dr" is no name (the surname is)
         "M. Wiebke Hollander",  # French "M." is Monsieur, not an initial
         "the ACT 2020 budget",
+        "call Wiebke Monday",  # a weekday is too frequent a word to be her surname
     ],
 )
 def test_context_rule_negatives(rules, text):
     got = found(rules, text)
-    assert not any(w in ("Dr", "M. Wiebke Hollander", "ACT") for w, _ in got), got
+    bad = ("Dr", "M. Wiebke Hollander", "ACT", "Wiebke Monday")
+    assert not any(w in bad for w, _ in got), got
 
 
 @pytest.mark.parametrize(

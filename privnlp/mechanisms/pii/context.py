@@ -549,7 +549,19 @@ class ContextRules:
             ):
                 j, words = j + 4, words + 1  # Dutch "van 't Hooft"
                 continue
-            if _is_cap(w) and w[:1].isalpha() and (fold(w) in self.last or not self.plain(w)):
+            # a rarer capitalised word right after a known first name is its surname even when it is also
+            # an ordinary word somewhere ("Anja Krüger", "Tom Fischer"; not "Anna Monday": too frequent)
+            after_first = (
+                words == 1
+                and fold(toks[j - 1][0]) in self.first
+                and not w.isupper()
+                and word_zipf(w) < AMBIGUOUS_ZIPF
+            )
+            if (
+                _is_cap(w)
+                and w[:1].isalpha()
+                and (fold(w) in self.last or not self.plain(w) or after_first)
+            ):
                 if fold(w) in self.towns and fold(w) not in self.last:
                     break
                 j += 1

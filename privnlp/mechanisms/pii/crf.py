@@ -363,6 +363,8 @@ _INSTITUTION_WORD = re.compile(_INSTITUTION)
 _SENTENCE_AFTER = re.compile(
     r"\.?[ \t]*:[ \t]+(?=[^\n]*\b[^\W\d_A-Z]{2,}\b[^\n]*\b[^\W\d_A-Z]{2,}\b)"
 )
+#: the types the context rules find (a CRF span of another type never blocks them)
+_RULE_LABELS = frozenset({"PERSON", "LOC", "ADDRESS", "USERNAME"})
 #: a word glued to a top-level domain is a website / company name ("Bol.com", "Zalando.de")
 _DOMAIN_AFTER = re.compile(r"\.(?:com|net|org|io|co|de|nl|fr|es|it|pl|pt|ie|uk|eu|jp|au)\b")
 _US_AU_STATES = frozenset(
@@ -622,6 +624,10 @@ class CRFTagger:
             over = out[lo:hi]
             if not over:
                 out.insert(k, r)
+            elif all(o.label not in _RULE_LABELS for o in over):
+                # the CRF's guess of another type (a POSTCODE over "Mollymook NSW 2539"): the recognizers own
+                # those types and drop the tagger's spans of them, so the rule's name / town goes in
+                out[lo:hi] = [r]
             elif all(r.start <= o.start and o.end <= r.end for o in over) and any(
                 (o.end - o.start) < (r.end - r.start) for o in over
             ):

@@ -691,6 +691,10 @@ _SYSLOG_INTL = re.compile(
     r"lis|gru|fev|out|dec)\.?\s+[0-3]?\d(?=\s+\d{2}:\d{2}:\d{2})",
     re.I | re.M,
 )
+# the Common Log Format time stamp of web servers: [10/Mar/2024:13:55:36 +0000] (the day / month / year part)
+_CLF_DATE = re.compile(
+    r"(?<=\[)[0-3]\d/(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)/(?:19|20)\d\d(?=:\d\d:\d\d:\d\d)"
+)
 # a Japanese era year with month and day: "Heisei 8, June 21", "Showa 55, 3 May"
 _ERA_DATE = re.compile(
     r"\b(?:Reiwa|Heisei|Sh[oō]wa|Taish[oō])\s+\d{1,2},?\s+(?:(?:"
@@ -761,7 +765,7 @@ def find_dates(text: str, score: float = 0.8) -> list[PIISpan]:
     for m in _DOTTED_DAY_MONTH.finditer(text):
         if 1 <= int(m.group(2)) <= 31 and 1 <= int(m.group(3)) <= 12:
             out.append(PIISpan(m.start(1), m.end(1), "DATE", round(score * 0.8, 4), "regex"))
-    for pat in (_SYSLOG_INTL, _ERA_DATE):
+    for pat in (_SYSLOG_INTL, _ERA_DATE, _CLF_DATE):
         out += [
             PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex")
             for m in pat.finditer(text)
