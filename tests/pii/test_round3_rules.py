@@ -299,6 +299,11 @@ def test_speaker_time_lines_and_name_propagation(rules):
     out = _propagate_names(text, toks, spans, rules, lambda i, j: 0.4)
     assert [text[s.start : s.end] for s in out] == ["Omondi Kariuki", "Wiebke", "Omondi"]
     assert out[-1].score == 0.4 and out[-1].source == "tagger:context"
+    # a frequent-word first name in a list next to a name; the same word alone stays a word
+    text = "References from Will and Omondi Kariuki. Will check."
+    spans = [PIISpan(25, 39, "PERSON", 0.9, "tagger:crf")]
+    out = _propagate_names(text, tokenize(text), spans, rules, lambda i, j: 0.4)
+    assert [text[s.start : s.end] for s in out] == ["Will", "Omondi Kariuki"]
 
 
 def test_split_lines():

@@ -363,6 +363,9 @@ _INSTITUTION_WORD = re.compile(_INSTITUTION)
 _SENTENCE_AFTER = re.compile(
     r"\.?[ \t]*:[ \t]+(?=[^\n]*\b[^\W\d_A-Z]{2,}\b[^\n]*\b[^\W\d_A-Z]{2,}\b)"
 )
+_CONJ_RE = r"(?:and|or|y|e|et|und|en|i|og|och|&)"
+_LIST_SEP_BEFORE = re.compile(r"(?:,[ \t]*|[ \t]+" + _CONJ_RE + r"[ \t]+)\Z")
+_LIST_SEP_AFTER = re.compile(r"(?:,[ \t]*|[ \t]+" + _CONJ_RE + r"[ \t]+)")
 #: the types the context rules find (a CRF span of another type never blocks them)
 _RULE_LABELS = frozenset({"PERSON", "LOC", "ADDRESS", "USERNAME"})
 #: a word glued to a top-level domain is a website / company name ("Bol.com", "Zalando.de")
@@ -454,7 +457,9 @@ def _propagate_names(
 ) -> list[PIISpan]:
     """One name, one entity per document: a word of a PERSON span found somewhere (3+ letters, capitalised,
     no ordinary or very frequent word) is a PERSON wherever else it stands capitalised in the same text and
-    no span covers it ("Present: Tom Reyes ... Tom to send the minutes")."""
+    no span covers it ("Present: Tom Reyes ... Tom to send the minutes"); a known first name, even one that
+    is also a frequent word, next to a PERSON span in a list (", ", "and", "y", "e", "und" ...) is one too
+    ("presenti Luca, Chiara e il dott. Ferri")."""
     names = {
         w
         for s in spans
@@ -462,13 +467,19 @@ def _propagate_names(
         for w in re.findall(r"[^\W\d_][\w'’-]*", text[s.start : s.end])
         if len(w) >= 3 and _is_cap(w) and not rules.plain(w) and not rules.ambiguous(w)
     }
-    if not names:
-        return spans
+    person_ends = {s.end for s in spans if s.label == "PERSON"}
+    person_starts = {s.start for s in spans if s.label == "PERSON"}
+
+    def listed(a: int, b: int) -> bool:  # "Luca, Chiara e il dott. Ferri": next to a name in a list
+        m = _LIST_SEP_BEFORE.search(text, max(0, a - 6), a)
+        n = _LIST_SEP_AFTER.match(text, b)
+        return bool((m and m.start() in person_ends) or (n and n.end() in person_starts))
+
     covered = sorted((s.start, s.end) for s in spans)
     starts = [a for a, _ in covered]
     out = list(spans)
     for i, (w, a, b) in enumerate(toks):
-        if w not in names:
+        if w not in names and not (_is_cap(w) and fold(w) in rules.first and listed(a, b)):
             continue
         k = bisect.bisect_right(starts, a) - 1
         if k >= 0 and covered[k][1] > a:
