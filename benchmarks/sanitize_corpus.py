@@ -10,6 +10,14 @@ printed before and after.
 
     python benchmarks/sanitize_corpus.py --size-mb 1024     # the issue's 1 GB (hours on 2 cores)
     python benchmarks/sanitize_corpus.py --size-mb 2        # reduced size
+    python benchmarks/sanitize_corpus.py --size-mb 1024 --max-seconds 180 --delete
+        # the real 1 GB file, each configuration stopped after 180 s (SIGINT: the CLI removes its
+        # temporary output): the output bytes written are sampled every second, so it prints the
+        # steady-state words/s (slope over the last 2/3 of the budget, bytes -> words at the corpus's
+        # words per byte) and per core, the fraction of the file done, the extrapolated time for the
+        # whole file, the time to first output, and the peak resident memory of the process tree
+        # (summed over the workers) within the first third of the budget and within the whole budget
+        # (streaming: the two stay about equal while the file is read further)
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import glob
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -97,18 +106,163 @@ def run(cmd: list[str], out: Path) -> dict:
     }
 
 
+def _tree_rss_kib(sid: int) -> int:
+    """Resident memory (KiB) summed over the processes of session ``sid`` (the run and its workers)."""
+    tot = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.getsid(int(d)) != sid:
+                continue
+            with open(f"/proc/{d}/status") as fh:
+                for ln in fh:
+                    if ln.startswith("VmRSS:"):
+                        tot += int(ln.split()[1])
+                        break
+        except (OSError, ValueError, ProcessLookupError):
+            continue
+    return tot
+
+
+def _out_bytes(folder: Path, name: str) -> int:
+    """Bytes written so far: the run's temporary output file, or the Dask engine's part files."""
+    n = 0
+    for p in folder.glob(f".{name}*"):
+        try:
+            if p.is_file():
+                n += p.stat().st_size
+            elif p.is_dir():
+                n += sum(q.stat().st_size for q in p.rglob("*") if q.is_file())
+        except OSError:
+            pass
+    return n
+
+
+def run_budget(cmd: list[str], out: Path, budget: float) -> dict:
+    """Run ``cmd`` for at most ``budget`` seconds, sampling output bytes and tree RSS every second."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    samples: list[tuple[float, int, int]] = []  # (t, output bytes, tree RSS KiB)
+    first = None
+    while proc.poll() is None and time.perf_counter() - t0 < budget:
+        time.sleep(1.0)
+        t = time.perf_counter() - t0
+        b = _out_bytes(out.parent, out.name)
+        samples.append((t, b, _tree_rss_kib(proc.pid)))
+        if first is None and b > 0:
+            first = t
+    finished = proc.poll() is not None
+    cpu = _tree_cpu(proc.pid)
+    if not finished:
+        os.killpg(
+            proc.pid, signal.SIGINT
+        )  # KeyboardInterrupt: the CLI removes its temporary output
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    wall = samples[-1][0] if samples else time.perf_counter() - t0
+    return {
+        "samples": samples,
+        "first_output": first,
+        "finished": finished,
+        "wall": wall,
+        "cpu": cpu,
+    }
+
+
+def _tree_cpu(sid: int) -> float:
+    """CPU seconds (user + sys) of the live processes of session ``sid``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    tot = 0.0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.getsid(int(d)) != sid:
+                continue
+            with open(f"/proc/{d}/stat") as fh:
+                f = fh.read().rsplit(")", 1)[1].split()
+            tot += (int(f[11]) + int(f[12])) / tick  # utime, stime
+        except (OSError, ValueError, ProcessLookupError, IndexError):
+            continue
+    return tot
+
+
+def budget_main(args, corpus: Path, wd: Path, words_per_byte: float, exe: list[str]) -> None:
+    size = corpus.stat().st_size
+    print(
+        f"corpus {corpus} ({size / 2**20:.1f} MiB, {words_per_byte * size:,.0f} words); budget "
+        f"{args.max_seconds:.0f} s per configuration; load {os.getloadavg()}; {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    for name, extra, cores in (
+        ("--num-proc 1", ["--num-proc", "1"], 1),
+        ("--num-proc 2", ["--num-proc", "2"], 2),
+        ("--engine dask --workers 2", ["--engine", "dask", "--workers", "2"], 2),
+    ):
+        out = wd / f"out-{name.replace(' ', '').replace('-', '')}.jsonl"
+        cmd = exe + ["sanitize", str(corpus), "-o", str(out), "--seed", str(args.seed)]
+        load = os.getloadavg()[0]
+        r = run_budget(cmd + ["--no-progress"] + extra, out, args.max_seconds)
+        S = r["samples"]
+        t_a = r["wall"] / 3  # steady state: the last two thirds of the budget
+        a = next((x for x in S if x[0] >= t_a and x[1] > 0), S[0])
+        z = S[-1]
+        bps = (z[1] - a[1]) / max(z[0] - a[0], 1e-9)
+        wps = bps * words_per_byte
+        third = max((x[2] for x in S if x[0] <= t_a), default=0) / 1024
+        peak = max((x[2] for x in S), default=0) / 1024
+        done = z[1] / size
+        fo = r["first_output"]
+        print(
+            f"{name:28s} steady {wps:,.0f} words/s ({wps / cores:,.0f} per core, {cores} core(s)); "
+            f"{z[1] / 2**20:.1f} MiB written in {z[0]:.0f} s = {100 * done:.2f}% of the file; "
+            f"whole file extrapolated {size / max(bps, 1e-9) / 3600:.1f} h; first output "
+            f"{'n/a' if fo is None else f'{fo:.0f} s'}; peak tree RSS {third:.0f} MiB in the first "
+            f"{t_a:.0f} s, {peak:.0f} MiB in {z[0]:.0f} s; CPU {r['cpu']:.0f} s of live processes at "
+            f"the stop; load before {load:.2f}" + ("; FINISHED" if r["finished"] else ""),
+            flush=True,
+        )
+    print(f"load after: {os.getloadavg()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size-mb", type=float, default=1024.0)
     ap.add_argument("--workdir", default="/tmp/privnlp-sanitize-corpus")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=0.0,
+        help="stop each configuration after this (0: run whole)",
+    )
+    ap.add_argument("--delete", action="store_true", help="delete the corpus at the end")
     args = ap.parse_args()
     wd = Path(args.workdir)
     wd.mkdir(parents=True, exist_ok=True)
     corpus = wd / f"corpus-{args.size_mb:g}MB.jsonl"
     if not corpus.exists():
-        make_corpus(corpus, args.size_mb)
+        t0 = time.perf_counter()
+        w = make_corpus(corpus, args.size_mb)
+        print(f"generated {corpus} ({w:,} words) in {time.perf_counter() - t0:.0f} s", flush=True)
     exe = [sys.executable, "-m", "privnlp.cli.main"]
+    if args.max_seconds > 0:
+        with open(corpus, "rb") as fh:  # words per byte of the records' text, from the first 16 MiB
+            head = fh.read(16 << 20).decode("utf-8", "ignore").split("\n")[:-1]
+        nb = sum(len(ln.encode()) + 1 for ln in head)
+        nw = sum(len(json.loads(ln)["text"].split()) for ln in head)
+        try:
+            budget_main(args, corpus, wd, nw / nb, exe)
+        finally:
+            if args.delete:
+                corpus.unlink()
+        return
     print(f"corpus {corpus} ({corpus.stat().st_size / 2**20:.1f} MiB); load {os.getloadavg()}")
     base = None
     for name, extra in (

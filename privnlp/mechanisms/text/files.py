@@ -21,6 +21,7 @@ import io
 import json
 import multiprocessing as mp
 import os
+import sys
 import tempfile
 import time
 from collections import Counter, deque
@@ -92,6 +93,18 @@ def _lines(fh: io.TextIOBase, path: Path, line0: int = 0) -> Iterator[tuple[int,
 _MECH: Any = (
     None  # the mechanism of forked workers (inherited, never pickled: vectors may be a memory map)
 )
+
+
+def _init_worker() -> None:
+    """A forked worker's first step: one intra-op thread in the libraries the parent already loaded.
+    torch's OpenMP pool does not survive fork: a worker whose parent had run a torch matrix product
+    (the exact index's prescreen) hung in its first ``torch.mm`` (tests/text/test_real_text.py)."""
+    torch = sys.modules.get("torch")  # never imported here: only a parent that loaded it pays
+    if torch is not None:
+        torch.set_num_threads(1)
+    faiss = sys.modules.get("faiss")
+    if faiss is not None:
+        faiss.omp_set_num_threads(1)
 
 
 def _work(args: tuple) -> tuple[list[str], list[tuple], list[str]]:
@@ -218,25 +231,31 @@ def sanitize_file(
         if num_proc > 1:
             global _MECH
             _MECH = mechanism
-            pool = mp.get_context("fork").Pool(num_proc)
+            pool = mp.get_context("fork").Pool(num_proc, initializer=_init_worker)
 
         def run_chunks(chunks: Iterator[list[str]]) -> Iterator[list[str]]:
             """Sanitized texts chunk by chunk, in order (bounded look-ahead with workers)."""
             start = 0
             if pool is None:
-                for texts in chunks:
+
+                def one(texts: list[str], start: int) -> list:
                     if seed is not None:
-                        res = mechanism.sanitize_many(texts, seed=seed, start=start)
-                    else:
-                        res = mechanism.sanitize_many(texts, rng=g)
-                    start += len(texts)
+                        return mechanism.sanitize_many(texts, seed=seed, start=start)
+                    return mechanism.sanitize_many(texts, rng=g)
+
+                def finish(res: list) -> list[str]:
                     _account(
                         counts,
                         [(r.n_words, r.n_perturbed, r.n_changed, r.n_oov, r.n_kept) for r in res],
                     )
                     oov.update(w for r in res for w in r.oov_words)
                     _rate_postfix(bar, counts, t0)
-                    yield [r.text for r in res]
+                    return [r.text for r in res]
+
+                for texts in chunks:
+                    res = one(texts, start)
+                    start += len(texts)
+                    yield finish(res)
                 return
             pending: deque = deque()
             for texts in chunks:
