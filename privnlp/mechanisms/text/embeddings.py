@@ -71,7 +71,9 @@ class Embeddings:
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        words = tuple(str(w) for w in self.words)
+        words = tuple(self.words)
+        if set(map(type, words)) != {str}:  # a str subclass or other object: converted
+            words = tuple(str(w) for w in words)
         vecs = np.ascontiguousarray(np.asarray(self.vectors, dtype=np.float32))
         if vecs.ndim != 2:
             raise InvalidArgument(
@@ -94,10 +96,10 @@ class Embeddings:
             if c.shape != (len(words),):
                 raise InvalidArgument(f"counts must have shape ({len(words)},); got {c.shape}")
             object.__setattr__(self, "counts", c)
-        idx = {}
-        for i, w in enumerate(words):
-            idx.setdefault(w, i)
-        self._index.update(idx)
+        # word -> its first row (a duplicate keeps the first): built from the end, so an earlier
+        # row overwrites a later one (one C-level pass instead of a Python loop over 392k words)
+        n = len(words)
+        self._index.update(zip(reversed(words), range(n - 1, -1, -1)))
 
     # -- basic accessors ---------------------------------------------------------------
     def __len__(self) -> int:

@@ -965,18 +965,15 @@ class FaissIndex:
                 starts=starts,
                 CT=np.ascontiguousarray(-2.0 * C.T),
                 cn=np.einsum("ij,ij->i", C, C),
-                VT=[
-                    np.ascontiguousarray(-2.0 * vs[starts[j] : starts[j + 1]].T) for j in range(nl)
-                ],
                 vsq=np.einsum("ij,ij->i", vs, vs),
             )
-            # [-2 v^T ; |v|^2] per list: one GEMM of [q, 1] gives |v|^2 - 2 q.v (no second pass)
-            P["VTa"] = [
-                np.ascontiguousarray(
-                    np.vstack([P["VT"][j], P["vsq"][None, starts[j] : starts[j + 1]]])
-                )
-                for j in range(nl)
-            ]
+            # per list [-2 v^T ; |v|^2] (d+1 x m): one GEMM of [q, 1] gives |v|^2 - 2 q.v; its first d
+            # rows (a view) are the -2 v^T of the general top-k scan
+            VTa = np.empty((d + 1, len(order)), dtype=np.float32)
+            VTa[:d] = -2.0 * vs.T
+            VTa[d] = P["vsq"]
+            P["VTa"] = [np.ascontiguousarray(VTa[:, starts[j] : starts[j + 1]]) for j in range(nl)]
+            P["VT"] = [a[:d] for a in P["VTa"]]
         cache[key] = P
         return P
 
