@@ -26,14 +26,22 @@ from functools import lru_cache
 
 import phonenumbers
 from stdnum import iban as _iban
+from stdnum.br import cpf as _cpf
 from stdnum.de import idnr as _idnr
 from stdnum.es import dni as _dni
 from stdnum.es import nie as _nie
 from stdnum.fr import nir as _nir
+from stdnum.ie import pps as _pps
 from stdnum.it import codicefiscale as _cf
+from stdnum.mx import curp as _curp
+from stdnum.mx import rfc as _rfc
 from stdnum.nl import bsn as _bsn
 from stdnum.pl import pesel as _pesel
+from stdnum.pt import cc as _ptcc
 from stdnum.pt import nif as _nif
+from stdnum.se import personnummer as _pnr
+from stdnum.tr import tckimlik as _tck
+from stdnum.za import idnr as _zaid
 
 from privnlp.core.errors import InvalidArgument
 
@@ -140,6 +148,15 @@ _MONTHS_INTL = {  # es, fr, de, it, nl, pt, pl month names (lower case) -> month
             "listopad grudzień".split()
         )
     },
+}
+_MONTHS_INTL |= {  # Turkish; Swedish "augusti" (its other names are Dutch / French / Polish ones above)
+    **{
+        m: i + 1
+        for i, m in enumerate(
+            "ocak şubat mart nisan mayıs haziran temmuz ağustos eylül ekim kasım aralık".split()
+        )
+    },
+    "augusti": 8,
 }
 _MON = {m[:3]: i + 1 for i, m in enumerate(_MONTHS)} | {"sept": 9}
 _MON_FULL = {m: i + 1 for i, m in enumerate(_MONTHS)} | _MONTHS_INTL
@@ -323,6 +340,92 @@ _DIGIT_IDS = (
 )
 
 
+def _rfc_ok(number: str) -> bool:
+    """Mexican RFC with its check digit (stdnum's ``is_valid`` skips the check digit by default)."""
+    try:
+        _rfc.validate(number, validate_check_digits=True)
+    except ValueError:  # stdnum's ValidationError subclasses ValueError
+        return False
+    return True
+
+
+# ids with their label (issue 32, fourth round): (pattern, label before it within 30 characters, checksum
+# test, policy). "alone": a passing checksum is enough (a format with letters or separators that rarely occurs by
+# chance); "label": the label is needed and then the format alone is enough (a mistyped id after its own
+# label is still the id); "both": label and checksum (bare digit runs: a random run passes 1 time in 10-11).
+_LABELLED_IDS = (
+    # Mexican RFC (persona física: 4 letters, yymmdd, 3-character homoclave; the last one a check digit)
+    (
+        re.compile(r"(?<![\w-])[A-ZÑ&]{4}\d{6}[A-Z\d]{2}[\dA](?![\w-])"),
+        re.compile(r"\bRFC\b"),
+        _rfc_ok,
+        "alone",
+    ),
+    # Mexican CURP: 4 letters, yymmdd, H/M, state, 3 consonants, homonym character, check digit
+    (
+        re.compile(r"(?<![\w-])[A-Z]{4}\d{6}[HMX][A-Z]{5}[A-Z\d]\d(?![\w-])"),
+        re.compile(r"\bCURP\b"),
+        _curp.is_valid,
+        "alone",
+    ),
+    # Brazilian CPF: NNN.NNN.NNN-NN (mod 11, two check digits); bare 11 digits need the label
+    (
+        re.compile(r"(?<![\w.-])\d{3}\.\d{3}\.\d{3}-\d{2}(?![\w-]|\.\d)"),
+        re.compile(r"\bCPF\b"),
+        _cpf.is_valid,
+        "alone",
+    ),
+    (
+        re.compile(r"(?<![\w.-])\d{11}(?![\w-]|\.\d)"),
+        re.compile(r"\bCPF\b"),
+        _cpf.is_valid,
+        "both",
+    ),
+    # Brazilian RG (no national checksum): only after "RG"
+    (
+        re.compile(r"(?<![\w.-])\d{1,2}\.\d{3}\.\d{3}-[\dXx](?![\w-])"),
+        re.compile(r"\bRG\b"),
+        None,
+        "label",
+    ),
+    # South African ID: yymmdd + 7 digits, Luhn; 13 bare digits, so only after "ID" / "identity"
+    (
+        re.compile(r"(?<![\w-])\d{13}(?![\w-])"),
+        re.compile(r"\bID\b|\bidentity\b", re.I),
+        _zaid.is_valid,
+        "both",
+    ),
+    # Swedish personnummer: (yy)yymmdd-nnnn, date + Luhn; only after its name
+    (
+        re.compile(r"(?<![\w-])(?:19|20)?\d{6}[-+]\d{4}(?![\w-])"),
+        re.compile(r"\bperson(?:nummer|nr)\b|\bpnr\b", re.I),
+        _pnr.is_valid,
+        "both",
+    ),
+    # Turkish T.C. Kimlik No: 11 digits, two check digits; only after "T.C." / "kimlik"
+    (
+        re.compile(r"(?<![\w-])[1-9]\d{10}(?![\w-])"),
+        re.compile(r"\bT\.\s?C\.|\bTC\b|\bkimlik", re.I),
+        _tck.is_valid,
+        "both",
+    ),
+    # Irish PPS number: 7 digits + check letter (+ an optional second letter); after "PPS" / "PPSN"
+    (
+        re.compile(r"(?<![\w-])\d{7}[A-W][A-IW]?(?![\w-])"),
+        re.compile(r"\bPPSN?\b|personal public service", re.I),
+        _pps.is_valid,
+        "label",
+    ),
+    # Portuguese Cartão de Cidadão: 8 digits, check digit, 2 characters, check digit
+    (
+        re.compile(r"(?<![\w-])\d{8} ?\d ?[A-Z\d]{2}\d(?![\w-])"),
+        re.compile(r"Cart[ãa]o de Cidad[ãa]o|\bCC\b", re.I),
+        _ptcc.is_valid,
+        "alone",
+    ),
+)
+
+
 def luhn_ok(number: str) -> bool:
     """The Luhn checksum of the digits of ``number`` (card numbers).
 
@@ -398,6 +501,16 @@ def find_national_ids(text: str, score: float = 0.95) -> list[PIISpan]:
         for m in pat.finditer(text):
             if ctx.search(text[max(0, m.start() - 30) : m.start()]) and mod.is_valid(m.group()):
                 out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", score, "regex"))
+    for pat, ctx, check, policy in _LABELLED_IDS:
+        for m in pat.finditer(text):
+            labelled = bool(ctx.search(text[max(0, m.start() - 30) : m.start()]))
+            valid = check is not None and check(m.group())
+            if (
+                (policy == "alone" and (valid or labelled))
+                or (policy == "label" and labelled)
+                or (policy == "both" and labelled and valid)
+            ):
+                out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", score, "regex"))
     return out
 
 
@@ -453,7 +566,7 @@ _UK_POSTCODE = re.compile(
 _US_ZIP = re.compile(
     r"(?:(?:,\s*|^)(?:"
     + "|".join(_US_STATES)
-    + r"),?\s+|\b(?i:zip)(?:\s*(?i:code))?:?\s*)(\d{5}(?:-\d{4})?)(?![\w-])",
+    + r"),?\s+|\b(?i:zip)(?:\s*(?i:code))?\"?:?\s*\"?)(\d{5}(?:-\d{4})?)(?![\w-])",
     re.M,
 )
 # Irish Eircode: routing key + unique identifier ("D02 X285", "H91 E2K3")
@@ -472,16 +585,36 @@ _AU_POSTCODE = re.compile(r"\b[A-Z][a-z]+,? (?:NSW|VIC|QLD|SA|WA|TAS|ACT|NT)\s+(
 # any code after a postcode label ("Código postal: 41001", "PLZ / Ort: 70173", "CAP 20121", "kod pocztowy")
 _LABELLED_POSTCODE = re.compile(
     r"\b(?:post\s?code|postal\s+code|zip\s+code|c[óo]digo\s+postal|cod\.\s*postal|c\.\s?p\.|"
-    r"code\s+postal|(?-i:PLZ|CAP)|postleitzahl|postcode|kod\s+pocztowy|eircode)\b"
+    r"code\s+postal|(?-i:PLZ|CAP|CEP)|postleitzahl|postcode|kod\s+pocztowy|eircode|postnr|postnummer)\b"
     r"(?:\s*/\s*[A-Za-zÀ-ÿ]+)?\s*[:.]?\s*"
-    r"(\d{4}-\d{3}|\d{2}-\d{3}|\d{3}-\d{4}|\d{5}(?:-\d{4})?|\d{4}\s?[A-Z]{2}|\d{4})(?![\w-])",
+    r"(\d{4}-\d{3}|\d{2}-\d{3}|\d{3}-\d{4}|\d{5}-\d{3}|\d{5}(?:-\d{4})?|\d{3}\s\d{2}|\d{4}\s?[A-Z]{2}|\d{4})"
+    r"(?![\w-])",
     re.I,
 )
 # Japanese: NNN-NNNN after 〒 or with a Japanese address nearby ("Shibuya-ku, Tokyo 150-0001")
-_JP_POSTCODE = re.compile(r"(?<![\w-])(?:〒\s?)?(\d{3}-\d{4})(?![\w-])")
+# (``\d`` also matches full-width digits; the dash may be full-width too: "〒150－0002")
+_JP_POSTCODE = re.compile(r"(?<![\w-])(?:〒\s?)?(\d{3}[-－‐]\d{4})(?![\w-])")
 _JP_CONTEXT = re.compile(
     r"〒|\b[A-Z][a-z]+-(?:ku|shi|ken|cho|machi|gun)\b|\b(?:Tokyo|Osaka|Kyoto|Nagoya|Yokohama|Sapporo|"
     r"Fukuoka|Kobe|Sendai|Hiroshima|Japan)\b"
+)
+
+# Canadian: A1A 1A1 after a province / territory code ("Montréal QC H2X 3J6"); letters D F I O Q U never occur
+_CA_POSTCODE = re.compile(
+    r"\b(?:AB|BC|MB|NB|NL|NS|NT|NU|ON|PE|QC|SK|YT),?\s+"
+    r"([ABCEGHJ-NPRSTVXY]\d[ABCEGHJ-NPRSTV-Z] ?\d[ABCEGHJ-NPRSTV-Z]\d)(?![\w-])"
+)
+# Indian PIN: six digits (first 1-9) after "<Town> - " ("Bengaluru - 560038"); a label is handled above
+# or after "PIN code" / "Pincode" / "PIN:" (six digits only: a four-digit "PIN" is a bank PIN)
+_IN_PIN = re.compile(
+    r"(?:\b[A-Z][a-z]{2,}\s?[-–]|\b(?i:pin\s?code)\b:?|\bPIN\b:?)\s?([1-9]\d{5})(?![\w-])"
+)
+# Swedish: NNN NN before a capitalised town at a line start / after a comma ("136 40 Handen")
+_SE_POSTCODE = re.compile(r"(?:(?<=,)\s*|(?<=^))(\d{3} \d{2})(?=\s+[A-ZÅÄÖ][a-zåäö]+)", re.M)
+# Brazilian CEP: NNNNN-NNN after a state code ("São Paulo - SP, 01451-000"); "CEP" is a label above
+_BR_CEP = re.compile(
+    r"\b(?:AC|AL|AP|AM|BA|CE|DF|ES|GO|MA|MT|MS|MG|PA|PB|PR|PE|PI|RJ|RN|RS|RO|RR|SC|SP|SE|TO),?\s+"
+    r"(\d{5}-\d{3})(?![\w-])"
 )
 
 
@@ -504,7 +637,7 @@ def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
     for m in _EU_POSTCODE.finditer(text):
         a = m.start(1)
         out.append(PIISpan(a, m.end(1), "POSTCODE", round(score * 0.9, 4), "regex"))
-    for pat in (_AU_POSTCODE, _LABELLED_POSTCODE):
+    for pat in (_AU_POSTCODE, _LABELLED_POSTCODE, _CA_POSTCODE, _IN_PIN, _SE_POSTCODE, _BR_CEP):
         out += [
             PIISpan(m.start(1), m.end(1), "POSTCODE", round(score * 0.9, 4), "regex")
             for m in pat.finditer(text)
@@ -631,7 +764,7 @@ def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
 
 
 # ------------------------------------------------------------------------------------------------ dates
-_DAY = r"(?P<d>[0-3]?\d)(?:st|nd|rd|th|er|º|ª)?"
+_DAY = r"(?P<d>[0-3]?\d)(?:st|nd|rd|th|er|º|ª|°)?"
 _DATE_PATTERNS = (
     # 05/30/2001, 5-30-01, 30.05.2001 (an ISO time may follow: 2001-05-30T10:22)
     re.compile(
@@ -656,6 +789,12 @@ _DATE_PATTERNS = (
         + r"),?\s+(?:de\s+|del\s+)?(?P<y>\d{4})(?!\w)",
         re.I,
     ),
+    # 12-Nov-25 / 03-Mar-2025 (bank statements, Indian / UK forms)
+    re.compile(
+        r"(?<![\w-])(?P<d>[0-3]?\d)-(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)-"
+        r"(?P<y>\d{4}|\d{2})(?![\w-])",
+        re.I,
+    ),
 )
 # without a year (``1st of February``, ``February 1st``, ``14 März``) and month + year (``March 2021``)
 _DATE_PARTIAL = (
@@ -673,6 +812,36 @@ _DATE_PARTIAL = (
     re.compile(
         r"(?<!\w)(?:" + _MONTH_RE + "|" + _INTL_RE + r")(?:\s+de)?\s+(?:19|20)\d\d(?!\w)", re.I
     ),
+    # month / year of a CV period: "10/2014 – 03/2019" (two-digit month only: "3/2019" is as often a ratio)
+    re.compile(r"(?<![\w/.,-])(?:0[1-9]|1[0-2])/(?:19|20)\d\d(?![\w/-])"),
+)
+# a weekday written before a date belongs to it ("Saturday 22 February 2025", "vrijdag 11 juli", "Fri 12
+# Dec", "sábado, 8 de março", "Thurs 6th March"): en, nl, de, fr, es, pt, it, sv, pl, tr (English short
+# forms capitalised only: "we sat 12 Dec")
+_WEEKDAY = (
+    r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|(?-i:Mon|Tues?|Wed|Thu(?:rs?)?|Fri|Sat|Sun)|"
+    r"maandag|dinsdag|woensdag|donderdag|vrijdag|zaterdag|zondag|"
+    r"montag|dienstag|mittwoch|donnerstag|freitag|samstag|sonntag|"
+    r"lundi|mardi|mercredi|jeudi|vendredi|samedi|dimanche|"
+    r"lunes|martes|miércoles|jueves|viernes|sábado|domingo|"
+    r"segunda|terça|quarta|quinta|sexta|(?:segunda|terça|quarta|quinta|sexta)-feira|"
+    r"lunedì|martedì|mercoledì|giovedì|venerdì|sabato|domenica|"
+    r"måndag|tisdag|onsdag|torsdag|fredag|lördag|söndag|"
+    r"poniedziałek|wtorek|środa|czwartek|piątek|sobota|niedziela|"
+    r"pazartesi|salı|çarşamba|perşembe|cuma|cumartesi|pazar)"
+)
+_WEEKDAY_BEFORE = re.compile(r"(?<!\w)" + _WEEKDAY + r"\.?,?[ \t]+$", re.I)
+# a short weekday + day / month without a year ("Qui, 10/04", "vendredi 28/11"): a date only with the weekday
+_WEEKDAY_DM = re.compile(
+    r"(?<!\w)(?:"
+    + _WEEKDAY
+    + r"|(?-i:Seg|Ter|Qua|Qui|Sex|Sáb|Dom))\.?,?[ \t]+([0-3]?\d)/([01]?\d)(?![\w/]|\.\d)",
+    re.I,
+)
+# the first day of a range or a pair before a date: "2–6 April 2025", "4 e 5 de fevereiro", "3 and 4 May"
+_DAY_RANGE_BEFORE = re.compile(
+    r"(?<![\w.,/:-])[0-3]?\d(?:\s?[–-]\s?|\s(?:and|e|y|et|und|en|i|ve|och|a|to|tot|bis|al)\s)$",
+    re.I,
 )
 
 # a German / Dutch / Polish day and month without the year, both dotted: "vom 22.12. bis 2.1."
@@ -770,7 +939,22 @@ def find_dates(text: str, score: float = 0.8) -> list[PIISpan]:
             PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex")
             for m in pat.finditer(text)
         ]
-    return out
+    for m in _WEEKDAY_DM.finditer(text):
+        if 1 <= int(m.group(1)) <= 31 and 1 <= int(m.group(2)) <= 12:
+            out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex"))
+    return [_widen_date(text, sp) for sp in out]
+
+
+def _widen_date(text: str, sp: PIISpan) -> PIISpan:
+    """Take a weekday written before the date (``Saturday 22 February 2025``) and the first day of a range
+    or pair (``2–6 April 2025``, ``4 e 5 de fevereiro``) into its span (only a date that starts with the
+    day number takes a range)."""
+    a = sp.start
+    if text[a : a + 1].isdigit() and (m := _DAY_RANGE_BEFORE.search(text, max(0, a - 8), a)):
+        a = m.start()
+    if m := _WEEKDAY_BEFORE.search(text, max(0, a - 20), a):
+        a = m.start()
+    return sp if a == sp.start else PIISpan(a, sp.end, sp.label, sp.score, sp.source)
 
 
 # ------------------------------------------------------------------------------------------------ addresses

@@ -1,0 +1,137 @@
+"""Rule classes added in issue 32's fourth round, each with positive and negative examples written for this
+test (no string copied from the evaluation sets; the ids carry check digits computed with python-stdnum):
+national ids with their checksum and / or label, postcodes of five more countries, and dates (weekday,
+Turkish / Swedish months, ranges, ``12-Nov-25``, month / year of a CV)."""
+
+from __future__ import annotations
+
+import pytest
+
+from privnlp.mechanisms.pii.recognizers import find_dates, find_national_ids, find_postcodes
+
+
+def texts(spans, text):
+    return [text[s.start : s.end] for s in spans]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("Mi RFC es GARC850417AB2, gracias", ["GARC850417AB2"]),  # valid check digit, label
+        ("factura a GARC850417AB2 emitida", ["GARC850417AB2"]),  # valid: no label needed
+        ("su CURP: GARC850417HJCRMR07.", ["GARC850417HJCRMR07"]),
+        ("CURP GARC850417HJCRMR01", ["GARC850417HJCRMR01"]),  # mistyped, but after its label
+        ("Segue meu CPF 274.839.150-05 para o cadastro", ["274.839.150-05"]),
+        ("cadastro 274.839.150-05 ok", ["274.839.150-05"]),  # formatted and valid
+        ("CPF: 27483915005", ["27483915005"]),  # bare digits with the label and a valid checksum
+        ("RG 23.456.789-X SSP/MG", ["23.456.789-X"]),  # no national checksum: the label is enough
+        ("Her ID number: 8706115014080.", ["8706115014080"]),  # South African, Luhn
+        ("personnummer 850417-2381", ["850417-2381"]),  # Swedish, date + Luhn
+        ("Pnr: 19850417-2381", ["19850417-2381"]),
+        ("TC Kimlik No 38462019520 ile", ["38462019520"]),  # Turkish, two check digits
+        ("PPS no. 6029481I on file", ["6029481I"]),  # Irish, check letter
+        ("Cartão de Cidadão n.º 15283746 2 ZY6", ["15283746 2 ZY6"]),  # Portuguese, check digit
+    ],
+)
+def test_national_ids_found(text, want):
+    assert texts(find_national_ids(text), text) == want
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "factura a GARC850417AB7 emitida",  # RFC with a wrong check digit and no label
+        "cadastro 274.839.150-06 ok",  # CPF with a wrong check digit, no label
+        "pedido 27483915005 enviado",  # valid CPF digits, but bare and unlabelled
+        "CPF: 27483915006",  # bare digits with the label but a failing checksum
+        "order 8706115014080 shipped",  # a valid SA id without its label: 13 digits are too common
+        "Her ID number: 8706115014081.",  # labelled but failing Luhn
+        "ticket 850417-2381 closed",  # a personnummer shape without its label
+        "personnummer 850417-2382",  # labelled, failing Luhn
+        "invoice 38462019520",  # Turkish checksum holds, but no label
+        "TC Kimlik No 38462019521",  # labelled, failing checksum
+        "part 6029481I in stock",  # PPS shape without its label
+        "version 23.456.789-X",  # RG shape without its label
+    ],
+)
+def test_national_ids_not_found(text):
+    assert find_national_ids(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("12 Elm St, Halifax NS B3H 4R2, Canada", ["B3H 4R2"]),
+        ("Ottawa, ON K1P5G4", ["K1P5G4"]),
+        ("Koramangala, Chennai - 600041", ["600041"]),  # Indian PIN after the town
+        ("Pincode: 411014", ["411014"]),
+        ("Storgatan 12, 411 38 Göteborg", ["411 38"]),  # Swedish NNN NN before the town
+        ("Postnummer: 222 21 Lund", ["222 21"]),
+        ("Rua Augusta 10, Curitiba - PR, 80020-310", ["80020-310"]),  # CEP after the state code
+        ("CEP: 30130-010", ["30130-010"]),
+        ("〒530－0001 Osaka", ["530－0001"]),  # full-width dash
+        ('{"zip": "60614", "city": "x"}', ["60614"]),  # JSON field
+    ],
+)
+def test_postcodes_found(text, want):
+    assert texts(find_postcodes(text), text) == want
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Serial no B3H 4R2",  # no province code before the Canadian shape
+        "Your card PIN 4821 is blocked",  # a four-digit PIN is no Indian PIN code
+        "Invoice 2024 - 600041 paid",  # six digits after a number, not after a town
+        "We paid 411 38 kronor",  # no line start / comma before the Swedish shape
+        "Lote 80020-310 recebido",  # no state code or CEP label
+    ],
+)
+def test_postcodes_not_found(text):
+    assert find_postcodes(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("Kickoff is on Wednesday 9 April 2025 at noon.", "Wednesday 9 April 2025"),
+        ("De levering komt dinsdag 3 juni.", "dinsdag 3 juni"),
+        ("Board meeting: Tue 4 Nov, room 2", "Tue 4 Nov"),
+        ("A festa é domingo, 9 de novembro", "domingo, 9 de novembro"),
+        ("Toplantı 14 Şubat 2026 tarihinde", "14 Şubat 2026"),  # Turkish month
+        ("Inflyttning 1 augusti 2025", "1 augusti 2025"),  # Swedish month
+        ("Conference, 14–17 October 2025, Lyon", "14–17 October 2025"),  # day range
+        ("de 8 e 9 de maio de 2025", "8 e 9 de maio de 2025"),  # a pair of days
+        ("Txn on 05-Jan-26 ref 8812", "05-Jan-26"),
+        ("Berufserfahrung 09/2016 – heute", "09/2016"),  # month / year of a CV period
+        ("Entrega: Sex, 21/03 pela manhã", "Sex, 21/03"),  # short weekday + day / month
+        ("assunto: 2° marzo 2025", "2° marzo 2025"),
+    ],
+)
+def test_dates_found(text, want):
+    assert want in texts(find_dates(text), text)
+
+
+@pytest.mark.parametrize(
+    ("text", "not_in"),
+    [
+        ("we sat 4 Nov by the fire", "sat 4 Nov"),  # a lower-case English verb is no weekday
+        ("Sunday\n4 May", "Sunday\n4 May"),  # the weekday on another line stays outside
+        ("from 10:00 - 6 May", "00 - 6 May"),  # a time before a date is no range
+    ],
+)
+def test_dates_do_not_widen_wrongly(text, not_in):
+    assert not_in not in texts(find_dates(text), text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ratio 3/2019 of the tests",  # one-digit month: a ratio as often as a date
+        "see section 13/2019",  # no month 13
+        "Sex, 34/13 errors",  # not a day / month
+        "pay 12-Nov-ish",  # no year
+    ],
+)
+def test_no_date(text):
+    assert find_dates(text) == []
