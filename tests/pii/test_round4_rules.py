@@ -1,13 +1,16 @@
 """Rule classes added in issue 32's fourth round, each with positive and negative examples written for this
 test (no string copied from the evaluation sets; the ids carry check digits computed with python-stdnum):
 national ids with their checksum and / or label, postcodes of five more countries, and dates (weekday,
-Turkish / Swedish months, ranges, ``12-Nov-25``, month / year of a CV)."""
+Turkish / Swedish months, ranges, ``12-Nov-25``, month / year of a CV), and a name the tagger found in
+part widened over its particles and its quoted nickname."""
 
 from __future__ import annotations
 
 import pytest
 
 from privnlp.mechanisms.pii.recognizers import find_dates, find_national_ids, find_postcodes
+from privnlp.mechanisms.pii.redact import _widen_persons
+from privnlp.mechanisms.pii.types import PIISpan
 
 
 def texts(spans, text):
@@ -135,3 +138,55 @@ def test_dates_do_not_widen_wrongly(text, not_in):
 )
 def test_no_date(text):
     assert find_dates(text) == []
+
+
+def _person(text, part):
+    a = text.index(part)
+    return PIISpan(a, a + len(part), "PERSON", 0.9, "tagger")
+
+
+def _widen(text, part, taken=(), towns=()):
+    out = _widen_persons(text, [_person(text, part)], list(taken), lambda w: w in towns)
+    return texts(out, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "part", "want"),
+    [
+        ("Titular: Carmen Ruiz de la Vega, DNI", "Carmen Ruiz", "Carmen Ruiz de la Vega"),
+        ("Afzender: Sanne van den Bosch\nAdres", "Sanne", "Sanne van den Bosch"),
+        ("Signé Marie du Pont-Aven", "Marie", "Marie du Pont-Aven"),
+        ("From Seán Ó Briain today", "Seán", "Seán Ó Briain"),
+        ('Captain: Robert "Bobby" McKay, 7', "Robert", 'Robert "Bobby" McKay'),
+        (
+            'Captain: Robert "Bobby" McKay, 7',
+            "McKay",
+            'Robert "Bobby" McKay',
+        ),  # nickname: both ways
+    ],
+)
+def test_person_widened(text, part, want):
+    assert _widen(text, part) == [want]
+
+
+@pytest.mark.parametrize(
+    ("text", "part", "towns"),
+    [
+        ("Dear Ms Eva van Dijk", "Eva van Dijk", ()),  # already whole: a title is never taken in
+        ("Ristorante da Gino, Roma", "Gino", ()),  # particle names never grow to the left
+        (
+            "Pedro de Sevilla llamó",
+            "Pedro",
+            ("Sevilla",),
+        ),  # "de" + a known town: Pedro from Seville
+        ("Anna von\nBerg", "Anna", ()),  # not across a line break
+    ],
+)
+def test_person_not_widened(text, part, towns):
+    assert _widen(text, part, towns=towns) == [part]
+
+
+def test_person_not_widened_into_a_taken_span():
+    text = "Contact Lena de Jong jong@example.org"
+    taken = [PIISpan(text.index("Jong"), len(text), "EMAIL", 0.95, "regex")]
+    assert _widen(text, "Lena", taken=taken) == ["Lena"]

@@ -99,6 +99,51 @@ _LEFTOVER_NOISE = re.compile(
 )
 _STATE_TAIL = re.compile(r"[ \t]+(?:[A-Z]{2}|NSW|VIC|QLD|TAS|ACT)$")
 
+# issue 32, fourth round: a name the tagger found in part is widened over its particles and its quoted
+# nickname. ``Lucía Fernández`` + `` de la Fuente``, ``Ruud`` + `` van der Linden``, ``Jean du Plessis``,
+# ``Niamh Ó Súilleabháin``; ``Mackenzie "Mac" Brennan`` (the nickname and the surname after it).
+_NCAP = r"[A-ZÀ-ÞŁŚŻŹĆŃ][\w'’]*(?:-[A-ZÀ-ÞŁŚŻŹĆŃ][\w'’]*)*"
+_PARTICLE = (
+    r"(?:van\s+der|van\s+den|van\s+de|von\s+der|de\s+la|de\s+las|de\s+los|de|del|della|"
+    r"da|das|do|dos|di|du|van|von|le|la|Ó|Ní|Nic|Mac|Mc|ter|ten|zu)"
+)
+_PARTICLE_NAME = re.compile(
+    rf"{_NCAP}(?:[ \t]+{_NCAP})*(?:[ \t]+{_PARTICLE}[ \t]+{_NCAP}(?:[ \t]+{_NCAP})?)+"
+)
+_NICK_NAME = re.compile(rf"{_NCAP}[ \t]+[\"“'‘]{_NCAP}[\"”'’][ \t]+{_NCAP}")
+
+
+def _widen_persons(
+    text: str, spans: list[PIISpan], taken: Sequence[PIISpan], town: Callable[[str], bool]
+) -> list[PIISpan]:
+    """Widen each PERSON span to a particle name or a name with a quoted nickname that it overlaps (on
+    one line), unless the wider span would run into a span already taken (a recognizer's) or the words
+    after the particle are a known town (``Pedro de Madrid`` is Pedro from Madrid)."""
+    wide = [
+        (m.start(), m.end(), pat is _NICK_NAME)
+        for pat in (_PARTICLE_NAME, _NICK_NAME)
+        for m in pat.finditer(text)
+    ]
+    out = []
+    for sp in spans:
+        if sp.label == "PERSON":
+            for a, b, nick in wide:
+                if not (a < sp.end and sp.start < b) or (a >= sp.start and b <= sp.end):
+                    continue
+                # a particle name only grows to the right: the capitalised words before a name are as
+                # often a title or a heading ("Customer", "Dear Ms", "Trattoria da Nino")
+                a, b = (min(a, sp.start) if nick else sp.start), max(b, sp.end)
+                if (a, b) == (sp.start, sp.end):
+                    continue
+                if any(t.start < b and a < t.end for t in taken):
+                    continue
+                tail = re.split(rf"[ \t]{_PARTICLE}[ \t]", text[a:b])[-1]
+                if town(tail) or all(town(w) for w in tail.split()):
+                    continue
+                sp = PIISpan(a, b, sp.label, sp.score, sp.source)
+        out.append(sp)
+    return out
+
 
 def _leftovers(
     text: str, span: PIISpan, taken: Sequence[PIISpan], town: Callable[[str], bool]
@@ -222,13 +267,12 @@ class PIIRedactor:
                 for p in _cut(text, s)
                 if not (p.label == "USERNAME" and is_system_account(text[p.start : p.end]))
             ]
+            rules = getattr(self.tagger, "rules", None)
+            town = (lambda w: fold(w) in rules.towns) if rules is not None else (lambda w: False)
+            taken = list(occ.spans)
             if self.regex:  # a tagger span over a recognizer's span keeps what lies beside it
-                taken = list(occ.spans)
-                rules = getattr(self.tagger, "rules", None)
-                town = (
-                    (lambda w: fold(w) in rules.towns) if rules is not None else (lambda w: False)
-                )
                 tag = [q for p in tag for q in _leftovers(text, p, taken, town)]
+            tag = _widen_persons(text, tag, taken, town)
             add([s for s in tag if s.score >= self.min_score])
         kept = list(occ.spans)
         if self.labels is not None:
