@@ -2,14 +2,14 @@
 test (no string copied from the evaluation sets; the ids carry check digits computed with python-stdnum):
 national ids with their checksum and / or label, postcodes of five more countries, and dates (weekday,
 Turkish / Swedish months, ranges, ``12-Nov-25``, month / year of a CV), and a name the tagger found in
-part widened over its particles and its quoted nickname."""
+part widened over its particles and its quoted nickname; names in capitals after a name label."""
 
 from __future__ import annotations
 
 import pytest
 
 from privnlp.mechanisms.pii.recognizers import find_dates, find_national_ids, find_postcodes
-from privnlp.mechanisms.pii.redact import _widen_persons
+from privnlp.mechanisms.pii.redact import _caps_names, _widen_persons
 from privnlp.mechanisms.pii.types import PIISpan
 
 
@@ -190,3 +190,29 @@ def test_person_not_widened_into_a_taken_span():
     text = "Contact Lena de Jong jong@example.org"
     taken = [PIISpan(text.index("Jong"), len(text), "EMAIL", 0.95, "regex")]
     assert _widen(text, "Lena", taken=taken) == ["Lena"]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("Beneficiario: JOSÉ LUIS PRIETO OCHOA. Importe", ["JOSÉ LUIS PRIETO OCHOA"]),
+        ("Nom de famille : FONTAINE\nPrénom : Léa", ["FONTAINE"]),
+        ("Dear KAVYA R, your KYC", ["KAVYA R"]),
+        ("Cognome: ESPOSITO  Nome: CHIARA", ["ESPOSITO", "CHIARA"]),
+    ],
+)
+def test_caps_names_found(text, want):
+    assert texts(_caps_names(text), text) == want
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Dear CUSTOMER SERVICE, please",  # ordinary words in capitals
+        "Upstream-Name: LIBXFOO",  # a Debian field, not a name label
+        "Name: ID",  # no word of four letters
+        "Dear Anna, thanks",  # not in capitals: the tagger's job
+    ],
+)
+def test_caps_names_not_found(text):
+    assert _caps_names(text) == []

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
+from wordfreq import zipf_frequency
 
 from privnlp.core.errors import InvalidArgument, MalformedInput
 from privnlp.core.report import atomic_write_text
@@ -111,6 +112,28 @@ _PARTICLE_NAME = re.compile(
     rf"{_NCAP}(?:[ \t]+{_NCAP})*(?:[ \t]+{_PARTICLE}[ \t]+{_NCAP}(?:[ \t]+{_NCAP})?)+"
 )
 _NICK_NAME = re.compile(rf"{_NCAP}[ \t]+[\"“'‘]{_NCAP}[\"”'’][ \t]+{_NCAP}")
+
+# a name written in capitals after a name label or a greeting ("Nom de naissance : DUPONT", "Ordenante: JUAN
+# PÉREZ GIL", "Dear PRIYA S"): bank messages and forms write names so, and the tagger's case features miss them
+# (not after a hyphen: Debian's "Upstream-Name: LIBFOO")
+_CAPS_NAME = re.compile(
+    r"(?:(?<![\w-])(?:Dear|Ordenante|Beneficiario|Titular|Nom(?: de naissance| d'usage| de famille)?|Pr[ée]nom\(?s?\)?|"
+    r"Name|Surname|Family\s+name|Nombre|Apellidos?|Nachname|Vorname|Cognome|Nome|Naam|Achternaam)"
+    r"[ \t]*:?[ \t]*)"
+    r"((?:[A-ZÀ-ÞŁŚŻŹĆŃ]\.?[ \t]+)?[A-ZÀ-ÞŁŚŻŹĆŃ]{2,}[A-ZÀ-ÞŁŚŻŹĆŃ'’-]*"
+    r"(?:[ \t]+(?:[A-ZÀ-ÞŁŚŻŹĆŃ]{2,}[A-ZÀ-ÞŁŚŻŹĆŃ'’-]*|[A-ZÀ-ÞŁŚŻŹĆŃ]\.?))*)(?![\w'’-])"
+)
+
+
+def _caps_names(text: str) -> list[PIISpan]:
+    """PERSON spans for names in capitals after a name label or ``Dear`` (see ``_CAPS_NAME``): at least one
+    word of four letters or more, and not all such words ordinary English words (``Dear CUSTOMER SERVICE``)."""
+    out = []
+    for m in _CAPS_NAME.finditer(text):
+        long = [w for w in re.findall(r"[^\W\d_]{4,}", m.group(1))]
+        if long and not all(zipf_frequency(w.lower(), "en") >= 4.0 for w in long):
+            out.append(PIISpan(m.start(1), m.end(1), "PERSON", 0.8, "rule"))
+    return out
 
 
 def _widen_persons(
@@ -272,7 +295,7 @@ class PIIRedactor:
             taken = list(occ.spans)
             if self.regex:  # a tagger span over a recognizer's span keeps what lies beside it
                 tag = [q for p in tag for q in _leftovers(text, p, taken, town)]
-            tag = _widen_persons(text, tag, taken, town)
+            tag = _widen_persons(text, tag + _caps_names(text), taken, town)
             add([s for s in tag if s.score >= self.min_score])
         kept = list(occ.spans)
         if self.labels is not None:
