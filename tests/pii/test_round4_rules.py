@@ -2,12 +2,14 @@
 test (no string copied from the evaluation sets; the ids carry check digits computed with python-stdnum):
 national ids with their checksum and / or label, postcodes of five more countries, and dates (weekday,
 Turkish / Swedish months, ranges, ``12-Nov-25``, month / year of a CV), and a name the tagger found in
-part widened over its particles and its quoted nickname; names in capitals after a name label."""
+part widened over its particles and its quoted nickname; names in capitals after a name label; abbreviated titles (``Hr.``, ``Fr.``, ``Lic.``, ``fam.``)."""
 
 from __future__ import annotations
 
 import pytest
 
+from privnlp.data.corpus import tokenize
+from privnlp.mechanisms.pii.context import ContextRules
 from privnlp.mechanisms.pii.recognizers import find_dates, find_national_ids, find_postcodes
 from privnlp.mechanisms.pii.redact import _caps_names, _widen_persons
 from privnlp.mechanisms.pii.types import PIISpan
@@ -216,3 +218,39 @@ def test_caps_names_found(text, want):
 )
 def test_caps_names_not_found(text):
     assert _caps_names(text) == []
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return ContextRules(["Wiebke"], ["Hollander"], towns=["Ourense"])
+
+
+def _found(rules, text):
+    return [
+        (text[s.start : s.end], s.label)
+        for s in rules.spans(text, tokenize(text), lambda i, j: 0.5)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("Teilnehmer: Hr. Brandauer und andere", "Brandauer"),
+        ("bitte bei Fr. Nowotny abgeben", "Nowotny"),
+        ("Lo firma el Lic. Carrasco mañana", "Carrasco"),
+        ("de buren (fam. Bakhuis, nr 12)", "Bakhuis"),
+    ],
+)
+def test_abbreviated_title_makes_a_name(rules, text, name):
+    assert (name, "PERSON") in _found(rules, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "word"),
+    [
+        ("Open 24 hr Pharmacy downtown", "Pharmacy"),  # "hr" without its dot / capital is no title
+        ("Sent fr Brandauer today", "Brandauer"),  # lower-case "fr"
+    ],
+)
+def test_no_title_without_dot_and_case(rules, text, word):
+    assert (word, "PERSON") not in _found(rules, text)

@@ -48,11 +48,14 @@ TITLE_ZIPF = 5.5
 
 TITLES = frozenset(
     "mr mrs ms miss mx dr prof sir lady lord sr sra srta d dña don doña m mme mlle herr frau herrn dott "
-    "dottssa dottoressa sig sigra signor signora dhr mevr pan pani san sra. ing avv".split()
+    "dottssa dottoressa sig sigra signor signora dhr mevr pan pani san sra. ing avv hr fr lic profa fam".split()
 )
 _TITLE_BEFORE = re.compile(
     r"(?:^|[\s(,;:])(?:mr|mrs|ms|miss|mx|dr|prof|sir|sr|sra|srta|d|dña|don|doña|m|mme|mlle|herr|herrn|"
-    r"frau|dott|dott\.ssa|sig|sig\.ra|sig\.na|signor|signora|dhr|mevr|pan|pani|pana|panią|ing|avv)"
+    r"frau|dott|dott\.ssa|sig|sig\.ra|sig\.na|signor|signora|dhr|mevr|pan|pani|pana|panią|ing|avv|"
+    # German "Hr." / "Fr.", Mexican "Lic.", Spanish "Profa.", Dutch "fam.": abbreviations with their dot and
+    # their case only ("24 hr Service", "fr" of French are no titles)
+    r"(?-i:Hr\.|Fr\.|Lic\.|Profa\.|[Ff]am\.))"
     r"\.?\s+$",
     re.I,
 )
