@@ -143,7 +143,13 @@ def run_budget(cmd: list[str], out: Path, budget: float) -> dict:
     """Run ``cmd`` for at most ``budget`` seconds, sampling output bytes and tree RSS every second."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        # a job started with `&` inherits SIGINT ignored, and Python then installs no
+        # KeyboardInterrupt handler: restore the default so the stop below cleans up
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     samples: list[tuple[float, int, int]] = []  # (t, output bytes, tree RSS KiB)
     first = None
@@ -156,10 +162,10 @@ def run_budget(cmd: list[str], out: Path, budget: float) -> dict:
             first = t
     finished = proc.poll() is not None
     cpu = _tree_cpu(proc.pid)
+    words, nbytes = _out_words(out.parent, out.name)
     if not finished:
-        os.killpg(
-            proc.pid, signal.SIGINT
-        )  # KeyboardInterrupt: the CLI removes its temporary output
+        # KeyboardInterrupt: the CLI removes its temporary output
+        os.killpg(proc.pid, signal.SIGINT)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -172,7 +178,28 @@ def run_budget(cmd: list[str], out: Path, budget: float) -> dict:
         "finished": finished,
         "wall": wall,
         "cpu": cpu,
+        "words_per_out_byte": words / nbytes if nbytes else 0.0,
     }
+
+
+def _out_words(folder: Path, name: str) -> tuple[int, int]:
+    """Words in the ``text`` of the complete records written so far, and their bytes (the released
+    word count equals the input's up to split clitics: 2,305,696 vs 2,304,790 on 78,336 records)."""
+    words = nbytes = 0
+    for p in folder.glob(f".{name}*"):
+        files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file())
+        for f in files:
+            try:
+                data = f.read_bytes()
+            except OSError:
+                continue
+            for ln in data[: data.rfind(b"\n") + 1].splitlines():
+                try:
+                    words += len(json.loads(ln)["text"].split())
+                    nbytes += len(ln) + 1
+                except (ValueError, KeyError, TypeError):
+                    continue
+    return words, nbytes
 
 
 def _tree_cpu(sid: int) -> float:
@@ -195,8 +222,10 @@ def _tree_cpu(sid: int) -> float:
 
 def budget_main(args, corpus: Path, wd: Path, words_per_byte: float, exe: list[str]) -> None:
     size = corpus.stat().st_size
+    with open(corpus, encoding="utf-8") as fh:  # the file's words (the text fields), ~25 s per GB
+        total_words = sum(len(json.loads(ln)["text"].split()) for ln in fh)
     print(
-        f"corpus {corpus} ({size / 2**20:.1f} MiB, {words_per_byte * size:,.0f} words); budget "
+        f"corpus {corpus} ({size / 2**20:.1f} MiB, {total_words:,} words); budget "
         f"{args.max_seconds:.0f} s per configuration; load {os.getloadavg()}; {os.cpu_count()} CPUs",
         flush=True,
     )
@@ -214,15 +243,18 @@ def budget_main(args, corpus: Path, wd: Path, words_per_byte: float, exe: list[s
         a = next((x for x in S if x[0] >= t_a and x[1] > 0), S[0])
         z = S[-1]
         bps = (z[1] - a[1]) / max(z[0] - a[0], 1e-9)
-        wps = bps * words_per_byte
+        wpob = r["words_per_out_byte"] or words_per_byte
+        wps = bps * wpob
+        done_words = z[1] * wpob
         third = max((x[2] for x in S if x[0] <= t_a), default=0) / 1024
         peak = max((x[2] for x in S), default=0) / 1024
-        done = z[1] / size
+        done = done_words / total_words
         fo = r["first_output"]
         print(
-            f"{name:28s} steady {wps:,.0f} words/s ({wps / cores:,.0f} per core, {cores} core(s)); "
-            f"{z[1] / 2**20:.1f} MiB written in {z[0]:.0f} s = {100 * done:.2f}% of the file; "
-            f"whole file extrapolated {size / max(bps, 1e-9) / 3600:.1f} h; first output "
+            f"{name:28s} steady {wps:,.0f} words/s ({wps / cores:,.0f} per process, {cores} process(es); "
+            f"{done_words / max(r['cpu'], 1e-9):,.0f} words per CPU-second over the run); "
+            f"{z[1] / 2**20:.1f} MiB ({done_words:,.0f} words) written in {z[0]:.0f} s = {100 * done:.2f}% "
+            f"of the file's words; whole file extrapolated {total_words / max(wps, 1e-9) / 3600:.1f} h; first output "
             f"{'n/a' if fo is None else f'{fo:.0f} s'}; peak tree RSS {third:.0f} MiB in the first "
             f"{t_a:.0f} s, {peak:.0f} MiB in {z[0]:.0f} s; CPU {r['cpu']:.0f} s of live processes at "
             f"the stop; load before {load:.2f}" + ("; FINISHED" if r["finished"] else ""),
