@@ -10,7 +10,12 @@ import pytest
 
 from privnlp.data.corpus import tokenize
 from privnlp.mechanisms.pii.context import ContextRules
-from privnlp.mechanisms.pii.recognizers import find_dates, find_national_ids, find_postcodes
+from privnlp.mechanisms.pii.recognizers import (
+    find_dates,
+    find_national_ids,
+    find_postcodes,
+    recognize,
+)
 from privnlp.mechanisms.pii.redact import _caps_names, _widen_persons
 from privnlp.mechanisms.pii.types import PIISpan
 
@@ -36,6 +41,9 @@ def texts(spans, text):
         ("TC Kimlik No 38462019520 ile", ["38462019520"]),  # Turkish, two check digits
         ("PPS no. 6029481I on file", ["6029481I"]),  # Irish, check letter
         ("Cartão de Cidadão n.º 15283746 2 ZY6", ["15283746 2 ZY6"]),  # Portuguese, check digit
+        ("SIN: 193 456 787", ["193 456 787"]),  # Canadian, Luhn
+        ("PAN ABKPS4821M linked", ["ABKPS4821M"]),  # Indian PAN after its label
+        ("Aadhaar no. 3675 9834 6125.", ["3675 9834 6125"]),  # Indian Aadhaar after its label
     ],
 )
 def test_national_ids_found(text, want):
@@ -57,6 +65,10 @@ def test_national_ids_found(text, want):
         "TC Kimlik No 38462019521",  # labelled, failing checksum
         "part 6029481I in stock",  # PPS shape without its label
         "version 23.456.789-X",  # RG shape without its label
+        "call 193 456 787 now",  # a SIN shape without its label
+        "SIN: 193 456 788",  # labelled, failing Luhn
+        "model ABKPS4821M",  # a PAN shape without its label
+        "order 3675 9834 6125",  # an Aadhaar shape without its label
     ],
 )
 def test_national_ids_not_found(text):
@@ -254,3 +266,13 @@ def test_abbreviated_title_makes_a_name(rules, text, name):
 )
 def test_no_title_without_dot_and_case(rules, text, word):
     assert (word, "PERSON") not in _found(rules, text)
+
+
+def test_a_labelled_south_african_id_is_no_card():
+    """13 digits passing Luhn are a card number, unless they follow an ID label and are a valid SA ID."""
+    text = "My ID number is 8706115014080."
+    assert [(s.label, text[s.start : s.end]) for s in recognize(text)] == [
+        ("NATIONAL_ID", "8706115014080")
+    ]
+    text = "Paid with 8706115014080."
+    assert [s.label for s in recognize(text)] == ["CREDIT_CARD"]

@@ -27,11 +27,14 @@ from functools import lru_cache
 import phonenumbers
 from stdnum import iban as _iban
 from stdnum.br import cpf as _cpf
+from stdnum.ca import sin as _sin
 from stdnum.de import idnr as _idnr
 from stdnum.es import dni as _dni
 from stdnum.es import nie as _nie
 from stdnum.fr import nir as _nir
 from stdnum.ie import pps as _pps
+from stdnum.in_ import aadhaar as _aadhaar
+from stdnum.in_ import pan as _pan
 from stdnum.it import codicefiscale as _cf
 from stdnum.mx import curp as _curp
 from stdnum.mx import rfc as _rfc
@@ -349,6 +352,8 @@ def _rfc_ok(number: str) -> bool:
     return True
 
 
+_ZA_LABEL = re.compile(r"\bID\b|\bidentity\b", re.I)
+
 # ids with their label (issue 32, fourth round): (pattern, label before it within 30 characters, checksum
 # test, policy). "alone": a passing checksum is enough (a format with letters or separators that rarely occurs by
 # chance); "label": the label is needed and then the format alone is enough (a mistyped id after its own
@@ -391,7 +396,7 @@ _LABELLED_IDS = (
     # South African ID: yymmdd + 7 digits, Luhn; 13 bare digits, so only after "ID" / "identity"
     (
         re.compile(r"(?<![\w-])\d{13}(?![\w-])"),
-        re.compile(r"\bID\b|\bidentity\b", re.I),
+        _ZA_LABEL,
         _zaid.is_valid,
         "both",
     ),
@@ -414,6 +419,27 @@ _LABELLED_IDS = (
         re.compile(r"(?<![\w-])\d{7}[A-W][A-IW]?(?![\w-])"),
         re.compile(r"\bPPSN?\b|personal public service", re.I),
         _pps.is_valid,
+        "label",
+    ),
+    # Canadian SIN: 9 digits, Luhn; only after "SIN" / "social insurance"
+    (
+        re.compile(r"(?<![\w-])\d{3}[ -]?\d{3}[ -]?\d{3}(?![\w-])"),
+        re.compile(r"\bSIN\b|social insurance", re.I),
+        _sin.is_valid,
+        "both",
+    ),
+    # Indian PAN: 5 letters (the 4th the holder type), 4 digits, a letter; after "PAN"
+    (
+        re.compile(r"(?<![\w-])[A-Z]{5}\d{4}[A-Z](?![\w-])"),
+        re.compile(r"\bPAN\b"),
+        _pan.is_valid,
+        "label",
+    ),
+    # Indian Aadhaar: 12 digits (Verhoeff check digit); after "Aadhaar" / "UID"
+    (
+        re.compile(r"(?<![\w-])[2-9]\d{3} ?\d{4} ?\d{4}(?![\w-])"),
+        re.compile(r"\baadhaa?r\b|\bUID\b", re.I),
+        _aadhaar.is_valid,
         "label",
     ),
     # Portuguese Cartão de Cidadão: 8 digits, check digit, 2 characters, check digit
@@ -471,8 +497,18 @@ def find_cards(text: str, score: float = 0.95) -> list[PIISpan]:
     return [
         PIISpan(m.start(), m.end(), "CREDIT_CARD", score, "regex")
         for m in _CARD.finditer(text)
-        if 13 <= len(digits(m.group())) <= 19 and luhn_ok(m.group())
+        if 13 <= len(digits(m.group())) <= 19
+        and luhn_ok(m.group())
+        and not _za_id_after_label(text, m)  # 13 digits, Luhn: also a South African ID number
     ]
+
+
+def _za_id_after_label(text: str, m: re.Match[str]) -> bool:
+    return (
+        len(m.group()) == 13
+        and bool(_ZA_LABEL.search(text[max(0, m.start() - 30) : m.start()]))
+        and _zaid.is_valid(m.group())
+    )
 
 
 def find_national_ids(text: str, score: float = 0.95) -> list[PIISpan]:
