@@ -16,7 +16,7 @@ from privnlp.mechanisms.pii.recognizers import (
     find_postcodes,
     recognize,
 )
-from privnlp.mechanisms.pii.redact import _caps_names, _widen_persons
+from privnlp.mechanisms.pii.redact import _caps_names, _title_particle_names, _widen_persons
 from privnlp.mechanisms.pii.types import PIISpan
 
 
@@ -276,3 +276,18 @@ def test_a_labelled_south_african_id_is_no_card():
     ]
     text = "Paid with 8706115014080."
     assert [s.label for s in recognize(text)] == ["CREDIT_CARD"]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("Anwesend: Hr. von Stetten, Fr. Ulm", ["von Stetten"]),
+        ("namens dhr. P. van den Heuvel", ["P. van den Heuvel"]),
+        ("ask Dr. de la Peña first", ["de la Peña"]),
+        ("Fr de Gruyter", []),  # "Fr" without its dot is no title
+        ("Mr Van Dam", []),  # a capitalised particle is a name the tagger handles
+        ("the Dr. van the truck", []),  # a particle must be followed by a capitalised word
+    ],
+)
+def test_title_particle_names(text, want):
+    assert texts(_title_particle_names(text), text) == want

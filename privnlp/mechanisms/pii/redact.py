@@ -136,6 +136,21 @@ def _caps_names(text: str) -> list[PIISpan]:
     return out
 
 
+# a title, then (initials and) a name particle and a surname: "Hr. von Albrecht", "mevr. J. van der Meulen",
+# "Dr. de la Cruz" (the context rules start a name at a capitalised word, so a particle after the title is lost)
+_TITLE_PARTICLE = re.compile(
+    r"(?<![\w-])(?:Hr\.|Fr\.|(?:Herr|Herrn|Frau|mevr|Mevr|dhr|Dhr|Mr|Mrs|Ms|Dr|Prof|Mme|Sr|Sra|Srta|Dott|sig\.ra)\.?)"
+    r"[ \t]+((?:[A-Z]\.[ \t]?)*" + _PARTICLE + r"[ \t]+" + _NCAP + r")"
+)
+
+
+def _title_particle_names(text: str) -> list[PIISpan]:
+    """PERSON spans for a particle surname after a title (see ``_TITLE_PARTICLE``)."""
+    return [
+        PIISpan(m.start(1), m.end(1), "PERSON", 0.8, "rule") for m in _TITLE_PARTICLE.finditer(text)
+    ]
+
+
 def _widen_persons(
     text: str, spans: list[PIISpan], taken: Sequence[PIISpan], town: Callable[[str], bool]
 ) -> list[PIISpan]:
@@ -295,7 +310,9 @@ class PIIRedactor:
             taken = list(occ.spans)
             if self.regex:  # a tagger span over a recognizer's span keeps what lies beside it
                 tag = [q for p in tag for q in _leftovers(text, p, taken, town)]
-            tag = _widen_persons(text, tag + _caps_names(text), taken, town)
+            tag = _widen_persons(
+                text, tag + _caps_names(text) + _title_particle_names(text), taken, town
+            )
             add([s for s in tag if s.score >= self.min_score])
         kept = list(occ.spans)
         if self.labels is not None:
