@@ -208,7 +208,11 @@ def test_the_secagg_server_sees_no_individual_update(dep, runs):
                 w = u * scale
                 if np.allclose(v, w, rtol=1e-3, atol=1e-3 * np.abs(w).max()):
                     return True
-                if np.std(v) > 0 and abs(np.corrcoef(v, w)[0, 1]) > 0.9:
+                # an unmasked update survives quantisation and the (tiny) noise as an affine copy: |r| ~ 1.
+                # Threshold 0.999, not 0.9: for 9 independent uniform values P(|r| > 0.9) = 9.4e-4 per
+                # comparison, a ~1% false alarm per run over the masked vectors (seen once in CI);
+                # P(|r| > 0.999) = 1.0e-10 (r^2 ~ Beta(1/2, (n-2)/2)).
+                if np.std(v) > 0 and abs(np.corrcoef(v, w)[0, 1]) > 0.999:
                     return True
         return False
 
