@@ -331,15 +331,7 @@ def epsilon_for(
         InvalidPrivacyParameter: ``delta`` outside (0, 1).
     """
     _check_accountant(accountant)
-    check_range(
-        "delta",
-        delta,
-        0.0,
-        1.0,
-        lo_inclusive=False,
-        hi_inclusive=False,
-        error=InvalidPrivacyParameter,
-    )
+    check_delta(delta, None)
     rt = normalise_runs(runs)
     src = REPORTED[accountant]
     if not rt:
@@ -390,15 +382,7 @@ def check_accounting_configuration(
         )
     if not (0.0 < float(sample_rate) <= 1.0):
         raise InvalidPrivacyParameter(f"sample_rate must be in (0, 1]; got {sample_rate!r}")
-    check_range(
-        "delta",
-        delta,
-        0.0,
-        1.0,
-        lo_inclusive=False,
-        hi_inclusive=False,
-        error=InvalidPrivacyParameter,
-    )
+    check_delta(delta, None)
     if steps is None:
         return None
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from privnlp.accounting.ledger import DPLedger, default_delta
+from privnlp.accounting.ledger import DPLedger, check_delta, default_delta
 from privnlp.core.claims import Adversary, AdversaryBound, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
     InvalidArgument,
@@ -496,15 +496,7 @@ class DPFedAvg(_FedBase):
                 "target_epsilon without noise_multiplier needs rounds (>= 1) to calibrate z"
             )
         if delta is not None:
-            check_range(
-                "delta",
-                delta,
-                0.0,
-                1.0,
-                lo_inclusive=False,
-                hi_inclusive=False,
-                error=InvalidPrivacyParameter,
-            )
+            check_delta(delta, None)
         if rounds is not None:
             check_range("rounds", rounds, 1, math.inf, integer=True)
         if num_users is not None:

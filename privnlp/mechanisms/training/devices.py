@@ -16,7 +16,11 @@ import re
 from typing import Any
 
 import torch
-from opacus.optimizers.optimizer import _generate_noise
+from opacus.optimizers.optimizer import (
+    _check_processed_flag,
+    _generate_noise,
+    _mark_as_processed,
+)
 from torch import nn
 
 from privnlp.core.errors import InvalidArgument
@@ -138,6 +142,20 @@ def noised_sum(
         dtype=summed.dtype,
     )
     return noise.add_(summed)
+
+
+def noise_summed_grads(optimizer: Any, std: float) -> None:
+    """The body of opacus' ``DPOptimizer.add_noise`` with :func:`noised_sum`: each parameter's clipped sum plus
+    ``N(0, std^2)`` becomes its ``.grad`` (each summed gradient noised exactly once, as opacus checks)."""
+    for p in optimizer.params:
+        _check_processed_flag(p.summed_grad)
+        p.grad = noised_sum(
+            p.summed_grad,
+            std=std,
+            generator=optimizer.generator,
+            secure_mode=optimizer.secure_mode,
+        ).view_as(p)
+        _mark_as_processed(p.summed_grad)
 
 
 class InputsOnDevice(nn.Module):

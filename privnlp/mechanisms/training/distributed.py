@@ -47,10 +47,6 @@ from typing import Any
 
 import torch
 from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
-from opacus.optimizers.optimizer import (
-    _check_processed_flag,
-    _mark_as_processed,
-)
 from opacus.utils.uniform_sampler import DistributedUniformWithReplacementSampler
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -58,7 +54,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from privnlp.core.errors import InvalidArgument, PrivacyBudgetExceeded
 from privnlp.core.rng import noise_is_seeded
 
-from .devices import noised_sum
+from .devices import noise_summed_grads
 from .dp_sgd import _poisson_loader
 
 __all__ = [
@@ -219,16 +215,9 @@ def attach(ctx: DistributedContext, optimizer: Any, guard: Any) -> None:
     w = ctx.world_size
 
     def add_noise() -> None:
-        std = optimizer.noise_multiplier * optimizer.max_grad_norm / math.sqrt(w)
-        for p in optimizer.params:
-            _check_processed_flag(p.summed_grad)
-            p.grad = noised_sum(
-                p.summed_grad,
-                std=std,
-                generator=optimizer.generator,
-                secure_mode=optimizer.secure_mode,
-            ).view_as(p)
-            _mark_as_processed(p.summed_grad)
+        noise_summed_grads(
+            optimizer, optimizer.noise_multiplier * optimizer.max_grad_norm / math.sqrt(w)
+        )
 
     def reduce_gradients() -> None:
         params = [

@@ -68,7 +68,7 @@ from privnlp.core.rng import generator_on, noise_torch
 
 from . import bookkeeping as _bk
 from . import distributed as _dist
-from .devices import check_model_device, check_model_dtypes, noised_sum
+from .devices import check_model_device, check_model_dtypes, noise_summed_grads
 from .dp_sgd import (
     GRAD_SAMPLE_MODES,
     PrivateTraining,
@@ -571,16 +571,7 @@ def _lean_noise(optimizer: Any) -> None:
     the 87 ms that opacus' noise took for a 11M-parameter BERT)."""
 
     def add_noise() -> None:
-        std = optimizer.noise_multiplier * optimizer.max_grad_norm
-        for p in optimizer.params:
-            _check_processed_flag(p.summed_grad)
-            p.grad = noised_sum(
-                p.summed_grad,
-                std=std,
-                generator=optimizer.generator,
-                secure_mode=optimizer.secure_mode,
-            ).view_as(p)
-            _mark_as_processed(p.summed_grad)
+        noise_summed_grads(optimizer, optimizer.noise_multiplier * optimizer.max_grad_norm)
 
     optimizer.add_noise = add_noise
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from opacus.optimizers.optimizer import _mark_as_processed
 
 from privnlp.accounting.adversaries import dp_sgd_adversary_bounds
-from privnlp.accounting.ledger import REPORTED
+from privnlp.accounting.ledger import REPORTED, check_delta
 from privnlp.core.claims import Adversary, AdversaryBound, PrivacyClaim, ThreatModel
 from privnlp.core.errors import (
     InvalidArgument,
@@ -159,15 +159,7 @@ class DPSGD(Mechanism):
         if noise_multiplier is None and target_epsilon is None:
             raise InvalidPrivacyParameter("pass noise_multiplier (>= 0) or target_epsilon (> 0)")
         if delta is not None:
-            check_range(
-                "delta",
-                delta,
-                0.0,
-                1.0,
-                lo_inclusive=False,
-                hi_inclusive=False,
-                error=InvalidPrivacyParameter,
-            )
+            check_delta(delta, None)
         self.noise_multiplier = noise_multiplier
         self.target_epsilon = target_epsilon
         self.max_grad_norm = max_grad_norm
