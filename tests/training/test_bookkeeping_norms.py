@@ -93,6 +93,42 @@ def test_linear_clipped_sums_equal_the_loop(d, p, conv1d):
         torch.testing.assert_close(out[layer.bias], ref_b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("d,p", [(6, 40), (40, 6)])
+@pytest.mark.parametrize("conv1d", [False, True])
+def test_bf16_clipped_sums_in_low_precision_gemms_match_the_loop_and_bound_each_example(
+    d, p, conv1d
+):
+    """The CUDA autocast path (``lowp_gemm``: bf16 operands, the clip-scaled one as hi + lo, fp32 accumulation)
+    run on CPU: equal to the fp32 loop on the bf16 values within 2^-14, and each example's contribution,
+    clipped to C from the norms book-keeping computes, stays within C (1 + 1e-4)."""
+    g0 = torch.Generator().manual_seed(3)
+    layer = nn.Linear(d, p)
+    a = torch.randn(N, T, d, generator=g0).bfloat16()
+    g = (torch.randn(N, T, p, generator=g0) * torch.rand(N, 1, 1, generator=g0) * 10).bfloat16()
+    mod = Conv1D(p, d) if conv1d else layer
+    pid = {id(mod.weight), id(mod.bias)}
+    per = _per_sample_linear(layer, a.float(), g.float())
+    c = torch.rand(N, generator=g0)
+    out = _linear_clipped_sums(mod, a, g, c, pid, lowp_gemm=True)
+    ref_w = sum(ci * gi["weight"] for ci, gi in zip(c, per))
+    ref_b = sum(ci * gi["bias"] for ci, gi in zip(c, per))
+    # elementwise error bound: 2^-15 of sum_i c_i sum_t |g_it| |a_it| (hi + lo keeps 16 bits of each term)
+    mag = torch.einsum("n,ntp,ntd->pd", c, g.float().abs(), a.float().abs())
+    err = (out[mod.weight] - (ref_w.t() if conv1d else ref_w)).abs()
+    assert (err <= 2**-15 * (mag.t() if conv1d else mag) + 1e-6).all(), float(err.max())
+    torch.testing.assert_close(out[mod.bias], ref_b, rtol=1e-5, atol=1e-5)
+    clip = 0.5
+    norms = _linear_sq_norms(layer, a, g).sqrt()
+    cs = (clip / (norms + 1e-6)).clamp(max=1.0)
+    assert (cs < 1).all()  # clipping active for every example
+    for i in range(N):
+        one = torch.zeros(N)
+        one[i] = cs[i]
+        s = _linear_clipped_sums(mod, a, g, one, pid, lowp_gemm=True)
+        norm = torch.sqrt(sum((v.double() ** 2).sum() for v in s.values()))
+        assert clip * (1 - 1e-4) <= norm <= clip * (1 + 1e-4), (i, float(norm))
+
+
 def test_embedding_ghost_norm_equals_the_loop_and_opacus():
     g0 = torch.Generator().manual_seed(2)
     emb = nn.Embedding(9, 5, padding_idx=0)

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from privnlp.mechanisms.training import bookkeeping as bkm
 from privnlp.mechanisms.training import make_private
 from privnlp.mechanisms.training.dp_sgd import choose_grad_sample_mode, per_sample_lm_loss
 from privnlp.mechanisms.training.samplers import is_conv1d, is_rmsnorm
@@ -133,10 +135,16 @@ def test_auto_picks_bookkeeping_for_decoders(arch):
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
-@pytest.mark.parametrize("mode", ["bookkeeping", "hooks"])
-def test_bf16_autocast_keeps_every_per_sample_gradient_inside_the_bound(arch, mode):
+@pytest.mark.parametrize("mode", ["bookkeeping", "bookkeeping-lowp-gemm", "hooks"])
+def test_bf16_autocast_keeps_every_per_sample_gradient_inside_the_bound(arch, mode, monkeypatch):
     """One example per step, sigma = 0: the applied gradient is that example's clipped gradient; under bf16
-    autocast (norms and clip factors in fp32) its norm never exceeds C (tolerance: fp32 rounding, 1e-4)."""
+    autocast (norms and clip factors in fp32) its norm never exceeds C (tolerance: fp32 rounding, 1e-4).
+    ``bookkeeping-lowp-gemm``: the clipped sums in bf16 GEMMs (hi + lo split), the path CUDA takes."""
+    if mode == "bookkeeping-lowp-gemm":
+        monkeypatch.setattr(
+            bkm, "_linear_clipped_sums", functools.partial(bkm._linear_clipped_sums, lowp_gemm=True)
+        )
+        mode = "bookkeeping"
     clip = 0.01  # far below every per-sample gradient norm here: clipping is always active
     model = BUILDERS[arch]()
     model.train()

@@ -85,6 +85,33 @@ def test_causal_lm_fine_tune_lowers_heldout_perplexity(tiny_checkpoints):
     assert res.claim.kind.value == "dp"
 
 
+def test_freeze_embeddings_keeps_the_checkpoints_embeddings_byte_identical(tiny_checkpoints):
+    data = read_labelled(tiny_checkpoints["data"], label_field="label")
+    before = AutoModelForSequenceClassification.from_pretrained(
+        tiny_checkpoints["bert"]
+    ).state_dict()
+    res = fine_tune(
+        tiny_checkpoints["bert"],
+        data,
+        task="classification",
+        recipe=replace(FAST, freeze_embeddings=True),
+        dp={"noise_multiplier": 1.0, "accountant": "rdp", "rng": 0},
+        baseline=False,
+    )
+    after = res.model.state_dict()
+    frozen = [
+        "bert.embeddings.word_embeddings.weight",
+        "bert.embeddings.position_embeddings.weight",
+    ]
+    for k in frozen:
+        assert torch.equal(after[k], before[k]), k
+    trained = "bert.encoder.layer.0.attention.self.query.weight"
+    assert not torch.equal(after[trained], before[trained])
+    # the noise covers the trained coordinates only: the frozen tables are outside the optimizer
+    names = {id(p): n for n, p in res.model.named_parameters()}
+    assert not {names[id(p)] for p in res.private.optimizer.params} & set(frozen)
+
+
 @pytest.mark.parametrize(
     "rows, field, match",
     [

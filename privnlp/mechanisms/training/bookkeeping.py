@@ -66,14 +66,35 @@ def supports_bookkeeping(model: nn.Module) -> bool:
     return bool(mods) and all(type(m) in grad_s and "RNN" not in type(m).__name__ for _, m in mods)
 
 
+#: low-precision activation dtypes (autocast): their matmuls run on the device's tensor cores, accumulated in fp32
+_LOWP = (torch.bfloat16, torch.float16)
+#: whether this torch has ``torch.mm(..., out_dtype=)`` for low-precision CUDA inputs (``None``: not tried yet)
+_MM_OUT_DTYPE: bool | None = None
+
+
+def _mm32(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``x @ y`` (2-D or batched 3-D) accumulated and returned in fp32. Low-precision CUDA inputs stay in their
+    dtype (products of two bf16 / fp16 numbers are exact in fp32: the same result as casting them first, at
+    tensor-core speed); anything else, or a torch without ``out_dtype``, is cast to fp32 first."""
+    global _MM_OUT_DTYPE
+    mm = torch.bmm if x.dim() == 3 else torch.mm
+    if x.dtype in _LOWP and x.dtype == y.dtype and x.is_cuda and _MM_OUT_DTYPE is not False:
+        try:
+            out = mm(x, y, out_dtype=torch.float32)
+            _MM_OUT_DTYPE = True
+            return out
+        except (RuntimeError, TypeError):  # torch without mm.dtype / bmm.dtype
+            _MM_OUT_DTYPE = False
+    return mm(x.float(), y.float())
+
+
 def _gram(x: torch.Tensor, cache: dict | None) -> torch.Tensor:
     """``x x^T`` per example (``n x T x T``, fp32), computed once per input tensor when ``cache`` is given: layers
     that read the same activation (BERT's query, key and value) share it."""
     key = (x.data_ptr(), tuple(x.shape), tuple(x.stride()), x.dtype, x._version)
     if cache is not None and key in cache:
         return cache[key]
-    x32 = x.float()
-    gram = torch.bmm(x32, x32.transpose(1, 2))
+    gram = _mm32(x, x.transpose(1, 2))
     if cache is not None:
         cache[key] = gram
     return gram
@@ -95,28 +116,67 @@ def _embedding_sq_norms(ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return (torch.bmm(g, g.transpose(1, 2)) * same).sum((1, 2)).clamp(min=0)
 
 
+def _split_lowp(x32: torch.Tensor, lowp: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x32 = hi + lo`` with ``hi``, ``lo`` in ``lowp``: 16 significant bits for bf16 (22 for fp16) instead of 8,
+    so that the clip factors folded into a low-precision operand keep each example's contribution within a
+    relative 2^-16 of its fp32 value (one rounding of ``c_i g_i`` to bf16 alone would be 2^-9)."""
+    hi = x32.to(lowp)
+    return hi, (x32 - hi.float()).to(lowp)
+
+
 def _linear_clipped_sums(
-    layer: nn.Module, a: torch.Tensor, g: torch.Tensor, cs: torch.Tensor, pid: set[int]
+    layer: nn.Module,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    cs: torch.Tensor,
+    pid: set[int],
+    lowp_gemm: bool | None = None,
 ) -> dict[nn.Parameter, torch.Tensor]:
     """Book-keeping's clipped sum of a linear or HF ``Conv1D`` layer, one matmul and no per-sample gradients:
     ``sum_i c_i g_i^T a_i`` (``nn.Linear``'s ``p x d`` weight; its transpose ``a^T diag(c) g`` for ``Conv1D``'s
     ``d x p``) with ``c`` folded into the narrower of ``a`` (``d``) and ``g`` (``p``), and the bias
-    ``sum_i c_i sum_t g_it``; in fp32, cast to the parameters' dtype."""
+    ``sum_i c_i sum_t g_it``; accumulated in fp32, cast to the parameters' dtype.
+
+    Under autocast (``g`` in bf16 / fp16 on CUDA, or ``lowp_gemm=True``) the weight sum runs in the activations'
+    dtype on the tensor cores with fp32 accumulation and output, as the non-private backward's weight gradient
+    does (an fp32 GEMM here made the bf16 DP step 2x the non-private one on an H100): ``a`` in that dtype (the
+    operand autocast's forward used, so the sum is the gradient of the fp32 master weight), the clip-scaled
+    operand as a ``hi + lo`` pair (:func:`_split_lowp`), two GEMMs."""
     n = g.shape[0]
     d, p = a.shape[-1], g.shape[-1]
-    a2, g2 = a.reshape(n, -1, d).float(), g.reshape(n, -1, p).float()
     col = cs.view(n, 1, 1)
     scale_a = p > d
+    lowp = g.dtype if g.dtype in _LOWP else None
+    if lowp_gemm is None:
+        lowp_gemm = lowp is not None and g.is_cuda
+    out: dict[nn.Parameter, torch.Tensor] = {}
+    w, b = layer.weight, layer.bias
+    if lowp_gemm and lowp is not None:
+        a2, g2 = a.reshape(n, -1, d).to(lowp), g.reshape(n, -1, p)
+        s32 = (a2 if scale_a else g2).float() * col
+        if id(w) in pid:
+            hi, lo = (x.reshape(-1, x.shape[-1]) for x in _split_lowp(s32, lowp))
+            u = (g2 if scale_a else a2).reshape(-1, p if scale_a else d)
+            af, gf = ((hi, lo), (u, u)) if scale_a else ((u, u), (hi, lo))
+            if is_conv1d(layer):  # a^T g
+                ws = _mm32(af[0].t(), gf[0]).add_(_mm32(af[1].t(), gf[1]))
+            else:  # g^T a
+                ws = _mm32(gf[0].t(), af[0]).add_(_mm32(gf[1].t(), af[1]))
+            out[w] = ws.to(w.dtype)
+        if b is not None and id(b) in pid:
+            gsum = g2.sum(1, dtype=torch.float32)
+            out[b] = (cs @ gsum if scale_a else s32.sum((0, 1))).to(b.dtype)
+        return out
+    if lowp is not None:  # the operand autocast's forward used (and the norms read)
+        a = a.to(lowp)
+    a2, g2 = a.reshape(n, -1, d).float(), g.reshape(n, -1, p).float()
     if scale_a:
         a2 = a2 * col
     else:
         g2 = g2 * col
-    out: dict[nn.Parameter, torch.Tensor] = {}
-    w = layer.weight
     if id(w) in pid:
         af, gf = a2.reshape(-1, d), g2.reshape(-1, p)
         out[w] = (af.t() @ gf if is_conv1d(layer) else gf.t() @ af).to(w.dtype)
-    b = layer.bias
     if b is not None and id(b) in pid:
         out[b] = (cs @ g2.sum(1) if scale_a else g2.sum((0, 1))).to(b.dtype)
     return out
@@ -130,24 +190,30 @@ def _linear_sq_norms(
     FastDP's mixed ghost norm; the bias norm is ``||sum_t g_t||^2`` (opacus recomputes ``g g^T`` for it).
     ``grams`` caches ``a a^T`` across layers with the same input. Used when every parameter of the layer is
     trained."""
-    g = g.float()  # norms in fp32 whatever the activations' dtype (bf16 autocast: issue #29)
+    # norms in fp32 whatever the activations' dtype (bf16 autocast: issue #29): low-precision CUDA operands
+    # stay in their dtype for the matmuls (exact products, fp32 accumulation: _mm32), ``a`` cast to ``g``'s
+    # dtype as autocast's forward did
     if g.dim() == 2:
-        a = a.float()
+        g, a = g.float(), a.float()
         sq = (g * g).sum(1) * (a * a).sum(1)
         if layer.bias is not None:
             sq = sq + (g * g).sum(1)
         return sq
     n = g.shape[0]
+    if g.dtype in _LOWP:
+        a = a.to(g.dtype)
+    else:
+        g, a = g.float(), a.float()
     a, g = a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
     t = g.shape[1]
     d, p = a.shape[-1], g.shape[-1]
     if t * (d + p) <= d * p:
-        sq = (torch.bmm(g, g.transpose(1, 2)) * _gram(a, grams)).sum((1, 2)).clamp(min=0)
+        sq = (_mm32(g, g.transpose(1, 2)) * _gram(a, grams)).sum((1, 2)).clamp(min=0)
     else:
-        gs = torch.bmm(g.transpose(1, 2), a.float())
+        gs = _mm32(g.transpose(1, 2), a)
         sq = (gs * gs).sum((1, 2))
     if layer.bias is not None:
-        b = g.sum(1)
+        b = g.sum(1, dtype=torch.float32)
         sq = sq + (b * b).sum(1)
     return sq
 
