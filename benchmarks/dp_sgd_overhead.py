@@ -320,7 +320,9 @@ def _real(name: str, device: str):
     return m.to(device).train()
 
 
-def profile_bookkeeping(name: str, *, steps: int, batch: int, seq_len: int, device: str) -> dict:
+def profile_bookkeeping(
+    name: str, *, steps: int, batch: int, seq_len: int, device: str, dtype: str = "fp32"
+) -> dict:
     """Where one book-keeping DP step spends its time next to the non-private step (same model, same batch):
     forward, backward, then the optimizer step split into the clipped sum (per-sample norms + clipped sums), the
     noise (with the budget guard) and the AdamW update. Milliseconds per step (CUDA: synchronized per part)."""
@@ -333,7 +335,9 @@ def profile_bookkeeping(name: str, *, steps: int, batch: int, seq_len: int, devi
     extra = {"position_ids": pos} if causal else {"position_ids": pos, "token_type_ids": 0 * x}
 
     def per_sample(model):
-        logits = model(input_ids=x, **extra).logits
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            logits = model(input_ids=x, **extra).logits
+        logits = logits.float()
         return (
             per_sample_lm_loss(logits, x) if causal else per_sample_classification_loss(logits, y)
         )
@@ -528,8 +532,9 @@ def main_real(a: argparse.Namespace) -> None:
     print(f"versions: python {platform.python_version()}, {_versions()}")
     if a.profile:
         parts = profile_bookkeeping(
-            a.model, steps=a.steps, batch=a.batch, seq_len=a.seq_len, device=a.device
-        )
+            a.model, steps=a.steps, batch=a.batch, seq_len=a.seq_len, device=a.device,
+            dtype=a.dtype,
+        )  # fmt: skip
         plain = sum(v for k, v in parts.items() if k.startswith("plain"))
         dp = sum(parts[k] for k in ("DP forward", "DP backward", "DP optimizer step (all)"))
         for k, v in parts.items():

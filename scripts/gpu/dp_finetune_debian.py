@@ -27,15 +27,27 @@ from privnlp.mechanisms.training.finetune import FineTuneRecipe, tune_on_validat
 from privnlp.mechanisms.training.tasks import TextClassificationTask, debian_sections_task
 
 #: the candidates. DP: Li et al. 2022's regime (large batch, small C, larger learning rate); the issue's run
-#: (batch 512, 10 epochs, C 0.1, AdamW 5e-4) is the first candidate. Non-private: the usual BERT fine-tuning range.
+#: (batch 512, 10 epochs, C 0.1, AdamW 5e-4) is the first candidate; then a larger batch, and the same with the
+#: word and position embeddings frozen (half of MiniLM's parameters: less noise in total). max_length 32 covers
+#: 99% of the task's texts (mean 12.6 WordPiece tokens, 99th percentile 24, longest 74).
 DP_GRID = [
-    FineTuneRecipe(batch_size=512, epochs=10, max_grad_norm=0.1, lr=5e-4),
-    FineTuneRecipe(batch_size=512, epochs=10, max_grad_norm=0.1, lr=1e-3),
-    FineTuneRecipe(batch_size=1024, epochs=15, max_grad_norm=0.1, lr=2e-3),
+    FineTuneRecipe(batch_size=512, epochs=10, max_grad_norm=0.1, lr=5e-4, max_length=32),
+    FineTuneRecipe(batch_size=1024, epochs=15, max_grad_norm=0.1, lr=2e-3, max_length=32),
+    FineTuneRecipe(
+        batch_size=512, epochs=10, max_grad_norm=0.1, lr=1e-3, max_length=32, freeze_embeddings=True
+    ),
+    FineTuneRecipe(
+        batch_size=1024,
+        epochs=20,
+        max_grad_norm=0.1,
+        lr=2e-3,
+        max_length=32,
+        freeze_embeddings=True,
+    ),
 ]
 NONPRIVATE_GRID = [
-    FineTuneRecipe(batch_size=32, epochs=3, max_grad_norm=1.0, lr=5e-5),
-    FineTuneRecipe(batch_size=32, epochs=3, max_grad_norm=1.0, lr=1e-4),
+    FineTuneRecipe(batch_size=32, epochs=3, max_grad_norm=1.0, lr=5e-5, max_length=32),
+    FineTuneRecipe(batch_size=32, epochs=3, max_grad_norm=1.0, lr=1e-4, max_length=32),
 ]
 
 
@@ -86,7 +98,7 @@ def main() -> int:
     )
 
     def adapt(r: FineTuneRecipe) -> FineTuneRecipe:
-        r = replace(r, device=args.device, physical_batch_size=128 if args.device == "cuda" else 32)
+        r = replace(r, device=args.device, physical_batch_size=512 if args.device == "cuda" else 32)
         return (
             replace(r, batch_size=min(r.batch_size, 64), epochs=2, max_length=64)
             if args.quick
@@ -112,11 +124,13 @@ def main() -> int:
         }
         rows.append(row)
         vals = ", ".join(
-            f"lr {r.lr:g} B {r.batch_size} E {r.epochs:g}: {v:.3f}" for r, v in sel.validation
+            f"lr {r.lr:g} B {r.batch_size} E {r.epochs:g}{' frozen-emb' if r.freeze_embeddings else ''}: {v:.3f}"
+            for r, v in sel.validation
         )
         print(
             f"{label}: validation [{vals}] -> chosen lr {sel.chosen.lr:g}, B {sel.chosen.batch_size}, "
-            f"C {sel.chosen.max_grad_norm:g}, E {sel.chosen.epochs:g}; TEST accuracy {sel.test:.3f}"
+            f"C {sel.chosen.max_grad_norm:g}, E {sel.chosen.epochs:g}, frozen embeddings "
+            f"{sel.chosen.freeze_embeddings}; TEST accuracy {sel.test:.3f}"
             + (f" at ({sel.claim.epsilon:.3g}, {sel.claim.delta:.3g})-DP" if dp else "")
             + f" [{row['seconds']} s]",
             flush=True,

@@ -2,12 +2,12 @@
 # One command for a later session with a GPU (issue #29 items 5, 6, 8); prepare first with
 # scripts/gpu/prepare_carry.sh, then with the device tool:
 #     run(command="bash scripts/gpu/issue29.sh", carry=[".whl", ".gpu_carry"], timeout_s=580)
-# Prints every row and writes them under $OUT (device.txt, finetune.json/.txt, bench.txt).
-#  * item 6: DP fine-tuning of all-MiniLM-L6-v2 on the Debian-sections task, hyperparameters chosen on the
-#    validation split only, test accuracy of the chosen run at epsilon 8 and 3 next to the tuned non-private one
-#    (scripts/gpu/dp_finetune_debian.py; about 6 min on one H100: estimate, not yet run).
-#  * item 5: the overhead benchmark (BERT-base / GPT-2-small, fp32 / bf16): already measured on an H100
-#    (scripts/gpu/results/h100-run2.txt); BENCH=1 reruns it after item 6 (about 5 min more: run it in a second call).
+# One call does, each part with the time left of BUDGET=560 s: the device and versions, the CUDA-only tests, item 5
+# (BERT-base / GPT-2-small, fp32 / bf16 autocast, every mode and opacus' hooks: bench.txt; earlier run:
+# scripts/gpu/results/h100-run2.txt), item 6 (DP fine-tuning of all-MiniLM-L6-v2 on the Debian-sections task,
+# hyperparameters chosen on the validation split only, test accuracy of the chosen run at epsilon 8 and 3 next to
+# the tuned non-private one: scripts/gpu/dp_finetune_debian.py, finetune.json / .txt), then the bf16 book-keeping
+# profile if time is left (profile.txt). Everything lands under $OUT.
 #  * item 8: ITEM8=1 runs `privnlp evaluate --all --preset realistic --device cuda` instead of items 5/6 (its own
 #    call: the 10-minute limit of one command). A preflight prints what the machine lacks before any work: the
 #    MiniLM package (a shim serving the carried .gpu_carry/minilm as fp32 stands in), /usr/share/common-licenses,
@@ -60,14 +60,36 @@ PYEOF
   exit 0
 fi
 [ -f .gpu_carry/debian_sections.json.gz ] || { echo "run scripts/gpu/prepare_carry.sh first (carry .gpu_carry)"; exit 1; }
-timeout ${FINETUNE_TIMEOUT:-420} python3 scripts/gpu/dp_finetune_debian.py --carry .gpu_carry --device cuda \
-  --out "$OUT/finetune.json" 2>&1 | tee "$OUT/finetune.txt"
-if [ "${BENCH:-0}" = 1 ]; then
+# budget of one 10-minute call (BUDGET seconds from the start of this script): each part's timeout is what is left
+BUDGET=${BUDGET:-560}
+left() { echo $((BUDGET - SECONDS)); }
+python3 -c "import torch; a = torch.randn(8, 8, device='cuda', dtype=torch.bfloat16); \
+print('mm out_dtype (book-keeping bf16 GEMMs):', torch.mm(a, a, out_dtype=torch.float32).dtype)" 2>&1 | tee -a "$OUT/device.txt"
+# the CUDA-only tests (they skip on CPU)
+timeout 60 python3 -m pytest -q -p no:cacheprovider -rs tests/training/test_devices.py \
+  tests/training/test_bookkeeping_norms.py 2>&1 | tail -4 | tee "$OUT/tests.txt"
+# item 5: every mode and opacus' hooks, fp32 and bf16 autocast (BENCH=0 skips)
+if [ "${BENCH:-1}" = 1 ]; then
   for cfg in "bert-base 32 128" "gpt2-small 16 256"; do
     set -- $cfg
     for dtype in fp32 bf16; do
-      timeout 105 python3 benchmarks/dp_sgd_overhead.py --model "$1" --batch "$2" --seq-len "$3" \
+      timeout 75 python3 benchmarks/dp_sgd_overhead.py --model "$1" --batch "$2" --seq-len "$3" \
         --dtype "$dtype" --steps 10 --device cuda 2>&1 | tee -a "$OUT/bench.txt"
+      echo | tee -a "$OUT/bench.txt"
     done
   done
 fi
+echo "== bench done at ${SECONDS} s"
+# item 6: DP fine-tuning of MiniLM, tuned on validation (JSON rewritten after each setting: a cut run keeps them)
+timeout $(( $(left) - 60 )) python3 scripts/gpu/dp_finetune_debian.py --carry .gpu_carry --device cuda \
+  --out "$OUT/finetune.json" 2>&1 | grep -v "LOAD REPORT\|MISSING\|^Key\|^---\|^Notes\|^- MISSING\|^$" \
+  | tee "$OUT/finetune.txt"
+echo "== finetune done at ${SECONDS} s"
+# where a bf16 book-keeping step spends its time (forward / backward / clipped sum / noise / AdamW), if time is left
+for cfg in "bert-base 32 128" "gpt2-small 16 256"; do
+  set -- $cfg
+  [ "$(left)" -gt 35 ] || break
+  timeout $(( $(left) - 5 )) python3 benchmarks/dp_sgd_overhead.py --model "$1" --batch "$2" --seq-len "$3" \
+    --steps 10 --device cuda --profile --dtype bf16 2>&1 | tee -a "$OUT/profile.txt"
+done
+echo "== all done at ${SECONDS} s"
