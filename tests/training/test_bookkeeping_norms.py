@@ -72,6 +72,24 @@ def test_gram_cache_is_keyed_by_storage_and_version():
     torch.testing.assert_close(_gram(x, cache), 4 * g1)
 
 
+def test_gram_cache_never_serves_a_stale_gram_for_an_autocast_input():
+    """Under autocast a layer reads an fp32 input (LayerNorm's output) while its output gradient is bf16: the
+    norm casts the input to bf16. Keyed by that temporary copy, the Gram cache served the first layer's Gram to
+    the second (the freed copy's address is reused): norms off by ~0.2%, clipping above C (seen in a bf16 test).
+    The key is the book-kept input itself."""
+    g0 = torch.Generator().manual_seed(4)
+    layer = nn.Linear(24, 24)
+    grams: dict = {}
+    for _ in range(
+        4
+    ):  # inputs of equal shape, different values, each alive (book-kept) as in a real step
+        a = torch.randn(N, T, 24, generator=g0)
+        g = torch.randn(N, T, 24, generator=g0).bfloat16()
+        got = _linear_sq_norms(layer, a, g, grams)
+        want = _linear_sq_norms(layer, a, g, None)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("d,p", [(6, 40), (40, 6)])  # c folded into a (p > d) and into g
 @pytest.mark.parametrize("conv1d", [False, True])
 def test_linear_clipped_sums_equal_the_loop(d, p, conv1d):

@@ -88,13 +88,27 @@ def _mm32(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return mm(x.float(), y.float())
 
 
-def _gram(x: torch.Tensor, cache: dict | None) -> torch.Tensor:
-    """``x x^T`` per example (``n x T x T``, fp32), computed once per input tensor when ``cache`` is given: layers
-    that read the same activation (BERT's query, key and value) share it."""
-    key = (x.data_ptr(), tuple(x.shape), tuple(x.stride()), x.dtype, x._version)
+def _tensor_key(x: torch.Tensor) -> tuple:
+    """Identity of a tensor's values: its memory, layout, dtype and in-place version."""
+    return (x.data_ptr(), tuple(x.shape), tuple(x.stride()), x.dtype, x._version)
+
+
+def _gram(
+    x: torch.Tensor,
+    cache: dict | None,
+    dtype: torch.dtype | None = None,
+    source: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``x x^T`` per example (``n x T x T``, fp32) of ``x`` cast to ``dtype`` (the matmul's operand dtype; ``None``:
+    ``x``'s own), computed once per input tensor when ``cache`` is given: layers that read the same activation share
+    it. The key is the identity of ``source`` (default ``x``), which must be the book-kept tensor (alive for the
+    whole step), never a temporary copy: a freed copy's address is reused by the next one (a stale Gram for
+    another layer's input)."""
+    key = (*_tensor_key(x if source is None else source), tuple(x.shape), dtype)
     if cache is not None and key in cache:
         return cache[key]
-    gram = _mm32(x, x.transpose(1, 2))
+    xc = x if dtype is None else x.to(dtype)
+    gram = _mm32(xc, xc.transpose(1, 2))
     if cache is not None:
         cache[key] = gram
     return gram
@@ -182,6 +196,21 @@ def _linear_clipped_sums(
     return out
 
 
+def _layernorm_grad_sample(
+    layer: nn.LayerNorm, x: torch.Tensor, g: torch.Tensor
+) -> dict[nn.Parameter, torch.Tensor]:
+    """Per-sample gradients of an affine LayerNorm (``n x`` normalized shape, fp32): ``w_i = sum_t g_it * xhat_it``,
+    ``b_i = sum_t g_it`` with ``xhat`` the normalised input (opacus' rule, without its per-call overhead)."""
+    k = len(layer.normalized_shape)
+    g32 = g.float()
+    xhat = nn.functional.layer_norm(x.float(), layer.normalized_shape, eps=layer.eps)
+    dims = tuple(range(1, g32.dim() - k))
+    gw, gb = g32 * xhat, g32
+    if dims:
+        gw, gb = gw.sum(dims), gb.sum(dims)
+    return {layer.weight: gw, layer.bias: gb}
+
+
 def _linear_sq_norms(
     layer: nn.Linear, a: torch.Tensor, g: torch.Tensor, grams: dict | None = None
 ) -> torch.Tensor:
@@ -200,17 +229,17 @@ def _linear_sq_norms(
             sq = sq + (g * g).sum(1)
         return sq
     n = g.shape[0]
-    if g.dtype in _LOWP:
-        a = a.to(g.dtype)
-    else:
-        g, a = g.float(), a.float()
+    op = g.dtype if g.dtype in _LOWP else torch.float32  # the matmuls' operand dtype
+    g = g.to(op)
+    kept_a = a  # the book-kept input: the Gram cache's key (reshape may copy)
     a, g = a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
     t = g.shape[1]
     d, p = a.shape[-1], g.shape[-1]
     if t * (d + p) <= d * p:
-        sq = (_mm32(g, g.transpose(1, 2)) * _gram(a, grams)).sum((1, 2)).clamp(min=0)
+        # the Gram cache is keyed by the book-kept ``a`` itself (cast inside): see _gram
+        sq = (_mm32(g, g.transpose(1, 2)) * _gram(a, grams, op, kept_a)).sum((1, 2)).clamp(min=0)
     else:
-        gs = _mm32(g.transpose(1, 2), a)
+        gs = _mm32(g.transpose(1, 2), a.to(op))
         sq = (gs * gs).sum((1, 2))
     if layer.bias is not None:
         b = g.sum(1, dtype=torch.float32)
@@ -271,6 +300,15 @@ class BookKeeping:
     def clear(self) -> None:
         self.store.clear()
 
+    @staticmethod
+    def store_of(ms: list[nn.Module], by: dict) -> tuple[list, torch.Tensor]:
+        """The book-kept ``(inputs, g)`` of a group of layers reading one input (``by``: layer -> entry): ``g`` of
+        every member concatenated along the features (the member order of ``ms``)."""
+        acts = by[ms[0]][0]
+        if len(ms) == 1:
+            return acts, by[ms[0]][1]
+        return acts, torch.cat([by[m][1] for m in ms], dim=-1)
+
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
@@ -320,12 +358,45 @@ class BookKeeping:
         # the norm and grad samplers are linear in g: norms of the unscaled g times ``scale``, and the scale folded
         # into the clip factors (one pass over every output gradient less); norms and clipping in fp32 (bf16
         # autocast: issue #29 item 3)
+        # linear layers whose parameters are all trained, grouped by the input they read (BERT's query / key /
+        # value, Llama's q / k / v and gate / up): one group's output gradients concatenated along the features
+        # are one wider layer's, so its norms (sum over the layers) and clipped sums (rows of one GEMM) take one
+        # pass instead of one per layer
+        groups: dict[tuple, list] = {}
         for m, e in entries:
             acts, g = e
             if (type(m) is nn.Linear or is_conv1d(m)) and len(self.params[m]) == len(
                 [q for q in m.parameters(recurse=False)]
-            ):  # ||a^T g|| = ||g^T a||: the same norm for Conv1D's transposed weight
-                v = _linear_sq_norms(m, acts[0], g, grams).to(torch.float32)
+            ):
+                key = (
+                    _tensor_key(acts[0]),
+                    g.dtype,
+                    tuple(g.shape[:-1]),
+                    m.bias is not None,
+                    is_conv1d(m),
+                )
+                groups.setdefault(key, []).append(m)
+        linear_groups = list(groups.values())
+        by_layer = dict(entries)
+        grouped = {m for ms in linear_groups for m in ms}
+        for (
+            ms
+        ) in linear_groups:  # ||a^T g|| = ||g^T a||: the same norm for Conv1D's transposed weight
+            acts, g = self.store_of(ms, by_layer)
+            v = _linear_sq_norms(ms[0], acts[0], g, grams).to(torch.float32)
+            sq = v if sq is None else sq + v
+        for m, e in entries:
+            acts, g = e
+            if m in grouped:
+                continue
+            if (
+                type(m) is nn.LayerNorm
+                and m.elementwise_affine
+                and m.bias is not None
+                and self.params[m] == [m.weight, m.bias]
+            ):
+                kept[m] = _layernorm_grad_sample(m, acts[0], g)
+                v = sum(gs.reshape(n, -1).pow(2).sum(1) for gs in kept[m].values())
                 sq = v if sq is None else sq + v
                 continue
             if (
@@ -360,11 +431,25 @@ class BookKeeping:
         # clip factors in fp32, applied to fp32 output gradients; sums cast to the parameters' dtype at the end
         c = (self.max_grad_norm / (per_sample + 1e-6)).clamp(max=1.0)
         cs = c * scale
+        for ms in linear_groups:
+            acts, g = self.store_of(ms, by_layer)
+            pid = {id(q) for m in ms for q in self.params[m]}
+            if len(ms) == 1:
+                sums.update(_linear_clipped_sums(ms[0], acts[0], g, cs, pid))
+                continue
+            # the group as one wider layer (its parameters are the first member's ids: weight / bias rows split)
+            wide = _linear_clipped_sums(ms[0], acts[0], g, cs, {id(ms[0].weight), id(ms[0].bias)})
+            widths = [m.weight.shape[1] if is_conv1d(m) else m.weight.shape[0] for m in ms]
+            wsum = wide[ms[0].weight].split(widths, dim=1 if is_conv1d(ms[0]) else 0)
+            bsum = wide[ms[0].bias].split(widths) if ms[0].bias is not None else [None] * len(ms)
+            for m, w, b in zip(ms, wsum, bsum, strict=True):
+                sums[m.weight] = w.contiguous()
+                if b is not None:
+                    sums[m.bias] = b
         for m, (acts, g) in entries:
             ps = self.params[m]
             pid = {id(q) for q in ps}
-            if type(m) is nn.Linear or is_conv1d(m):
-                sums.update(_linear_clipped_sums(m, acts[0], g, cs, pid))
+            if m in grouped:
                 continue
             if (
                 m in kept
