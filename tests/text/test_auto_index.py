@@ -4,6 +4,7 @@ ones (top-k recall >= 0.99 measured on a public probe, recorded in the sidecar a
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -121,3 +122,44 @@ def test_direct_short_call_plans_exact(big_emb, cache):
     big = _mech(big_emb, auto_exact_words=2)
     big.perturb_ids(np.arange(10), rng=0)
     assert big.index_report()["kind"] == "faiss"
+
+
+def test_scan_layout_cached_next_to_the_index(big_emb, cache, monkeypatch):
+    """The batched scan's arrays are cached on disk: a second process answers without reading the faiss
+    file (same candidates); a rebuilt faiss file or a damaged layout is not trusted (rebuilt)."""
+    g = np.random.default_rng(3)
+    q = big_emb.vectors[g.integers(0, 5000, 2000)] + 0.3 * g.standard_normal((2000, 16)).astype(
+        np.float32
+    )
+    first = FaissIndex(_fresh(big_emb), nprobe=8).query(q, 2)
+    (faiss_file,) = (cache / "faiss").glob("*.faiss")
+    layout = sorted((cache / "faiss").glob("*.gemm1.np*"))
+    assert [p.suffix for p in layout] == [".npy", ".npz"]
+
+    def boom(*a, **k):
+        raise AssertionError("faiss file read although the layout is cached")
+
+    with monkeypatch.context() as mp:
+        mp.setattr("faiss.read_index", boom)
+        again = FaissIndex(_fresh(big_emb), nprobe=8)
+        res = again.query(q, 2)
+        assert np.array_equal(res.ids, first.ids) and np.array_equal(res.dists, first.dists)
+        assert again._index()["index"] is None  # no faiss object loaded
+    # the non-batched path on a cached layout loads the faiss index when it needs it
+    native = FaissIndex(_fresh(big_emb), nprobe=8, batched=False)
+    assert topk_recall(native.query(q, 2), first) >= 0.999
+    # a faiss file written after the layout (another build): the layout is stale -> rebuilt from it
+    st = faiss_file.stat()
+    os.utime(faiss_file, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    calls = []
+    orig = FaissIndex._layout
+    monkeypatch.setattr(FaissIndex, "_layout", lambda self, idx: calls.append(1) or orig(self, idx))
+    FaissIndex(_fresh(big_emb), nprobe=8)._index()
+    assert calls == [1]
+    FaissIndex(_fresh(big_emb), nprobe=8)._index()  # the fresh layout is used again
+    assert calls == [1]
+    # a truncated vector file: ignored, rebuilt, same answers
+    npy = next(p for p in layout if p.suffix == ".npy")
+    npy.write_bytes(npy.read_bytes()[:1000])
+    res = FaissIndex(_fresh(big_emb), nprobe=8).query(q, 2)
+    assert calls == [1, 1] and np.array_equal(res.ids, first.ids)

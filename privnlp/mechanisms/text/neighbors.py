@@ -885,17 +885,36 @@ class FaissIndex:
             raise MissingDependency("faiss-cpu", "ann") from e
         return faiss
 
+    #: version of the on-disk GEMM layout (:meth:`_layout_path`); bump when its contents change
+    LAYOUT_VERSION = 1
+
+    def _layout_path(self, path: Path) -> Path:
+        return path.with_name(f"{path.stem}.gemm{self.LAYOUT_VERSION}")
+
     def _index(self) -> dict:
         fac = self.resolved_factory()
         key = ("faiss", fac, self.seed)
         cache = self.embeddings._cache
         if key in cache:
             return cache[key]
+        path = self._disk_path(fac)
+        if path is not None and self.batched:
+            P = self._load_layout(path)
+            if P is not None:  # the batched scan needs no faiss object (nor the faiss import)
+                cache[key] = P
+                return P
+        idx = self._build_or_read(fac, path)
+        P = self._layout(idx)
+        if P["gemm"] and path is not None and self.batched:
+            self._save_layout(path, P)
+        cache[key] = P
+        return P
+
+    def _build_or_read(self, fac: str, path: Path | None) -> Any:
         faiss = self._faiss()
         faiss.omp_set_num_threads(self.num_threads)
         v = self.embeddings.vectors
         n, d = v.shape
-        path = self._disk_path(fac)
         idx = None
         if path is not None and path.exists():
             try:
@@ -934,6 +953,16 @@ class FaissIndex:
                     os.replace(tmp, path)
                 except (OSError, RuntimeError):
                     pass
+        return idx
+
+    def _layout(self, idx: Any) -> dict:
+        """The faiss index and, for an L2 ``IVF...,Flat`` index, the arrays of the batched scan:
+        ``order`` (vocabulary rows list by list), ``starts`` (list boundaries in ``order``), the
+        coarse centroids as ``CT = -2 C^T`` and ``cn = |c|^2``, and per list one C-contiguous
+        ``[-2 v^T ; |v|^2]`` block (``VTa``, views of one flat array ``flat``)."""
+        faiss = self._faiss()
+        v = self.embeddings.vectors
+        d = v.shape[1]
         ivf = None
         try:
             ivf = faiss.extract_index_ivf(idx)
@@ -957,25 +986,107 @@ class FaissIndex:
                     order[starts[j] : starts[j + 1]] = faiss.rev_swig_ptr(
                         inv.get_ids(j), int(sizes[j])
                     )
-            vs = np.ascontiguousarray(v[order], dtype=np.float32)
-            P.update(
-                gemm=True,
-                nlist=nl,
-                order=order,
-                starts=starts,
-                CT=np.ascontiguousarray(-2.0 * C.T),
-                cn=np.einsum("ij,ij->i", C, C),
-                vsq=np.einsum("ij,ij->i", vs, vs),
-            )
-            # per list [-2 v^T ; |v|^2] (d+1 x m): one GEMM of [q, 1] gives |v|^2 - 2 q.v; its first d
-            # rows (a view) are the -2 v^T of the general top-k scan
-            VTa = np.empty((d + 1, len(order)), dtype=np.float32)
-            VTa[:d] = -2.0 * vs.T
-            VTa[d] = P["vsq"]
-            P["VTa"] = [np.ascontiguousarray(VTa[:, starts[j] : starts[j + 1]]) for j in range(nl)]
-            P["VT"] = [a[:d] for a in P["VTa"]]
-        cache[key] = P
+            # list j's block [-2 v^T ; |v|^2] (d+1 x m_j) at flat[(d+1) starts[j] : (d+1) starts[j+1]]:
+            # built list by list (a transpose that fits in cache; the whole-matrix transpose took
+            # 0.3-0.7 s); one GEMM of [q, 1] with a block gives |v|^2 - 2 q.v
+            flat = np.empty((d + 1) * len(order), dtype=np.float32)
+            for j in range(nl):
+                s, e = starts[j], starts[j + 1]
+                vj = np.asarray(v[order[s:e]], dtype=np.float32)
+                b = flat[(d + 1) * s : (d + 1) * e].reshape(d + 1, e - s)
+                np.multiply(vj.T, -2.0, out=b[:d])
+                np.einsum("ij,ij->i", vj, vj, out=b[d])
+            self._finish_layout(P, C, order, starts, flat, d)
         return P
+
+    @staticmethod
+    def _finish_layout(
+        P: dict, C: np.ndarray, order: np.ndarray, starts: np.ndarray, flat: np.ndarray, d: int
+    ) -> None:
+        nl = len(starts) - 1
+        VTa = [
+            flat[(d + 1) * starts[j] : (d + 1) * starts[j + 1]].reshape(d + 1, -1)
+            for j in range(nl)
+        ]
+        P.update(
+            gemm=True,
+            nlist=nl,
+            order=order,
+            starts=starts,
+            C=C,
+            flat=flat,
+            CT=np.ascontiguousarray(-2.0 * C.T),
+            cn=np.einsum("ij,ij->i", C, C),
+            vsq=np.concatenate([a[d] for a in VTa]) if VTa else np.zeros(0, np.float32),
+            VTa=VTa,
+            VT=[a[:d] for a in VTa],  # the -2 v^T of the general top-k scan (views)
+        )
+
+    def _save_layout(self, path: Path, P: dict) -> None:
+        """Write the batched scan's arrays next to the faiss file (atomically: a temp file + rename,
+        the small ``.npz`` last, so its presence means a complete pair), stamped with the faiss
+        file's size and mtime: a rebuilt index file invalidates them."""
+        try:
+            st = path.stat()
+            base = self._layout_path(path)
+            tmp = base.with_name(f".{base.name}.{os.getpid()}.tmp.npy")
+            np.save(tmp, P["flat"])
+            os.replace(tmp, base.with_name(base.name + ".npy"))
+            tmpz = base.with_name(f".{base.name}.{os.getpid()}.tmp.npz")
+            with open(tmpz, "wb") as fh:
+                np.savez(
+                    fh,
+                    C=P["C"],
+                    order=P["order"],
+                    starts=P["starts"],
+                    stamp=np.array([st.st_size, st.st_mtime_ns], dtype=np.int64),
+                )
+            os.replace(tmpz, base.with_name(base.name + ".npz"))
+        except OSError:  # a read-only cache only costs time
+            pass
+
+    def _load_layout(self, path: Path) -> dict | None:
+        """The cached layout of :meth:`_save_layout` (the vector blocks memory-mapped), or ``None``
+        when missing, stale (the faiss file changed) or inconsistent with these embeddings."""
+        base = self._layout_path(path)
+        n, d = self.embeddings.vectors.shape
+        try:
+            st = path.stat()
+            with np.load(base.with_name(base.name + ".npz")) as z:
+                C, order, starts, stamp = z["C"], z["order"], z["starts"], z["stamp"]
+            # memory-mapped: no copy, and the pages are shared by the --num-proc workers
+            flat = np.asarray(np.load(base.with_name(base.name + ".npy"), mmap_mode="r"))
+        except (OSError, ValueError, KeyError):
+            return None
+        if (
+            list(stamp) != [st.st_size, st.st_mtime_ns]
+            or C.ndim != 2
+            or C.shape[1] != d
+            or len(starts) != C.shape[0] + 1
+            or order.shape != (n,)
+            or starts[0] != 0
+            or starts[-1] != n
+            or np.any(np.diff(starts) < 0)
+            or flat.shape != ((d + 1) * n,)
+            or flat.dtype != np.float32
+        ):
+            return None
+        P: dict = {"index": None, "ivf": None, "gemm": False, "path": path}
+        self._finish_layout(P, C, order, starts, flat, d)
+        return P
+
+    def _native(self, P: dict) -> tuple[Any, Any]:
+        """The faiss index and its IVF part (read from disk when the layout came from the cache)."""
+        if P["index"] is None:
+            Q = self._layout(self._build_or_read(self.resolved_factory(), P["path"]))
+            P["index"], P["ivf"] = Q["index"], Q["ivf"]
+        return P["index"], P["ivf"]
+
+    @staticmethod
+    def _nlist(P: dict) -> int | None:
+        if P.get("gemm"):
+            return int(P["nlist"])
+        return P["ivf"].nlist if P["ivf"] is not None else None
 
     def query(self, q: np.ndarray, k: int) -> NeighborResult:
         emb = self.embeddings
@@ -987,15 +1098,16 @@ class FaissIndex:
         if self.resolved_nprobe() is None:
             self.calibrate(q[np.linspace(0, q.shape[0] - 1, min(q.shape[0], 2000)).astype(int)], k)
         want = self.resolved_nprobe()
-        nprobe = min(want, P["ivf"].nlist) if P["ivf"] is not None else want
+        nl = self._nlist(P)
+        nprobe = min(want, nl) if nl is not None else want
         if P["gemm"] and self.batched:
             labels = self._batched_ivf(P, q, k, nprobe)
         else:
             faiss = self._faiss()
             faiss.omp_set_num_threads(self.num_threads)
-            idx = P["index"]
-            if P["ivf"] is not None:
-                P["ivf"].nprobe = nprobe
+            idx, ivf = self._native(P)
+            if ivf is not None:
+                ivf.nprobe = nprobe
             if hasattr(faiss.downcast_index(idx), "hnsw"):
                 faiss.downcast_index(idx).hnsw.efSearch = max(self.ef_search, k * self.k_factor)
             kk = min(n, k * self.k_factor)
@@ -1023,7 +1135,7 @@ class FaissIndex:
         """Set ``nprobe`` to the smallest of :data:`NPROBE_LADDER` whose top-``k`` recall on ``probe``
         reaches ``recall_target`` (the largest ladder step <= nlist if none does: the full scan)."""
         P = self._index()
-        nl = P["ivf"].nlist if P["ivf"] is not None else 1
+        nl = self._nlist(P) or 1
         ladder = [p for p in NPROBE_LADDER if p < nl] + [nl]
         cal = calibrate_param(
             lambda p: FaissIndex(
