@@ -86,6 +86,11 @@ def main() -> int:
     ap.add_argument(
         "--quick", action="store_true", help="CPU smoke run: small batches, 2 epochs, 64 tokens"
     )
+    ap.add_argument(
+        "--skip-nonprivate",
+        action="store_true",
+        help="only the DP settings (the baseline measured already)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -106,7 +111,7 @@ def main() -> int:
         )
 
     rows = []
-    settings = [("non-private", None)] + [
+    settings = ([] if args.skip_nonprivate else [("non-private", None)]) + [
         (f"epsilon {e:g}", {"target_epsilon": e, "accountant": "prv"}) for e in args.epsilons
     ]
     for label, dp in settings:

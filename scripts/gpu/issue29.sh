@@ -66,25 +66,30 @@ left() { echo $((BUDGET - SECONDS)); }
 python3 -c "import torch; a = torch.randn(8, 8, device='cuda', dtype=torch.bfloat16); \
 print('mm out_dtype (book-keeping bf16 GEMMs):', torch.mm(a, a, out_dtype=torch.float32).dtype)" 2>&1 | tee -a "$OUT/device.txt"
 # the CUDA-only tests (they skip on CPU)
-timeout 60 python3 -m pytest -q -p no:cacheprovider -rs tests/training/test_devices.py \
-  tests/training/test_bookkeeping_norms.py 2>&1 | tail -4 | tee "$OUT/tests.txt"
+timeout 60 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/training/test_devices.py \
+  tests/training/test_bookkeeping_norms.py > "$OUT/tests.txt" 2>&1
+grep -E "^(FAILED|ERROR|E |SKIPPED)|passed|failed" "$OUT/tests.txt" | tail -25
 # item 5: every mode and opacus' hooks, fp32 and bf16 autocast (BENCH=0 skips)
-if [ "${BENCH:-1}" = 1 ]; then
+# BENCH_DTYPES before the fine-tune, BENCH_AFTER after it if time is left; FT_ARGS: extra fine-tune arguments
+# (e.g. --skip-nonprivate); RESERVE: seconds kept back from the fine-tune for what follows it
+bench() {
+  local dt=$1
   for cfg in "bert-base 32 128" "gpt2-small 16 256"; do
     set -- $cfg
-    for dtype in fp32 bf16; do
-      timeout 75 python3 benchmarks/dp_sgd_overhead.py --model "$1" --batch "$2" --seq-len "$3" \
-        --dtype "$dtype" --steps 10 --device cuda 2>&1 | tee -a "$OUT/bench.txt"
-      echo | tee -a "$OUT/bench.txt"
-    done
+    [ "$(left)" -gt 50 ] || return 0
+    timeout 75 python3 benchmarks/dp_sgd_overhead.py --model "$1" --batch "$2" --seq-len "$3" \
+      --dtype "$dt" --steps 10 --device cuda 2>&1 | tee -a "$OUT/bench.txt"
+    echo | tee -a "$OUT/bench.txt"
   done
-fi
+}
+for dtype in ${BENCH_DTYPES-fp32 bf16}; do bench "$dtype"; done
 echo "== bench done at ${SECONDS} s"
 # item 6: DP fine-tuning of MiniLM, tuned on validation (JSON rewritten after each setting: a cut run keeps them)
-timeout $(( $(left) - 60 )) python3 scripts/gpu/dp_finetune_debian.py --carry .gpu_carry --device cuda \
-  --out "$OUT/finetune.json" 2>&1 | grep -v "LOAD REPORT\|MISSING\|^Key\|^---\|^Notes\|^- MISSING\|^$" \
+timeout $(( $(left) - ${RESERVE:-60} )) python3 scripts/gpu/dp_finetune_debian.py --carry .gpu_carry --device cuda \
+  ${FT_ARGS:-} --out "$OUT/finetune.json" 2>&1 | grep -v "LOAD REPORT\|MISSING\|^Key\|^---\|^Notes\|^- MISSING\|^$" \
   | tee "$OUT/finetune.txt"
 echo "== finetune done at ${SECONDS} s"
+for dtype in ${BENCH_AFTER:-}; do bench "$dtype"; done
 # where a bf16 book-keeping step spends its time (forward / backward / clipped sum / noise / AdamW), if time is left
 for cfg in "bert-base 32 128" "gpt2-small 16 256"; do
   set -- $cfg

@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from transformers.pytorch_utils import Conv1D
 
+from privnlp.mechanisms.training import bookkeeping as bkm
 from privnlp.mechanisms.training import make_private, samplers
 from privnlp.mechanisms.training.bookkeeping import (
     _embedding_sq_norms,
@@ -80,11 +81,13 @@ def test_gram_cache_never_serves_a_stale_gram_for_an_autocast_input():
     g0 = torch.Generator().manual_seed(4)
     layer = nn.Linear(24, 24)
     grams: dict = {}
+    kept = []  # inputs of equal shape, different values, all alive (book-kept) as in a real step
     for _ in range(
-        4
-    ):  # inputs of equal shape, different values, each alive (book-kept) as in a real step
+        32
+    ):  # a freed copy's address comes back within a few allocations (malloc reuses it)
         a = torch.randn(N, T, 24, generator=g0)
         g = torch.randn(N, T, 24, generator=g0).bfloat16()
+        kept.append(a)
         got = _linear_sq_norms(layer, a, g, grams)
         want = _linear_sq_norms(layer, a, g, None)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
@@ -167,13 +170,13 @@ def test_embedding_ghost_norm_equals_the_loop_and_opacus():
     )
 
 
-def _wide_bert_step(mode: str):
+def _wide_bert_step(mode: str, layers: int = 1):
     """One clipped step of a BERT wide enough for the ghost norm (T(d+p) <= dp with d = 64, T = 12): query / key /
     value share their input (the Gram cache), the three embeddings take the embedding ghost norm."""
     model = tiny_bert_classifier(
         60,
         hidden_size=64,
-        num_hidden_layers=1,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         max_position_embeddings=16,
         seed=0,
@@ -209,6 +212,55 @@ def test_bookkeeping_ghost_paths_equal_hooks_on_a_wide_bert():
     assert set(ref) == set(bk) and len(ref) > 10
     for n in ref:
         torch.testing.assert_close(bk[n], ref[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"{n}: {m}")
+
+
+def test_stacked_layers_equal_hooks_and_the_layer_by_layer_pass(monkeypatch):
+    """Three BERT blocks: their q/k/v groups, attention outputs and feed-forward layers are stacked into batched
+    passes (one per shape); the result equals hooks mode and the unstacked pass (STACK_MAX_BYTES = 0)."""
+    ref, bk = _wide_bert_step("hooks", 3), _wide_bert_step("bookkeeping", 3)
+    monkeypatch.setattr(bkm, "STACK_MAX_BYTES", 0)
+    one_by_one = _wide_bert_step("bookkeeping", 3)
+    assert set(ref) == set(bk) == set(one_by_one) and len(ref) > 40
+    for n in ref:
+        torch.testing.assert_close(bk[n], ref[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"{n}: {m}")
+        torch.testing.assert_close(bk[n], one_by_one[n], rtol=1e-5, atol=1e-7)
+
+
+def test_stack_chunks_bucket_equal_shapes_under_the_byte_cap(monkeypatch):
+    model = tiny_bert_classifier(
+        60,
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        seed=0,
+    )
+    n, t, d = 4, 5, 64
+    by_layer, groups = {}, []
+    for layer in model.bert.encoder.layer:
+        att = layer.attention.self
+        a = torch.randn(n, t, d)
+        qkv = [att.query, att.key, att.value]
+        for m in qkv:
+            by_layer[m] = ([a], torch.randn(n, t, d))
+        groups.append(qkv)
+        ffn = layer.intermediate.dense
+        assert ffn.out_features == 2 * d  # (the byte arithmetic below)
+        by_layer[ffn] = ([torch.randn(n, t, d)], torch.randn(n, t, ffn.out_features))
+        groups.append([ffn])
+    chunks = bkm._stack_chunks(groups, by_layer)
+    assert [len(c) for c in chunks] == [
+        3,
+        3,
+    ]  # the q/k/v groups together, the feed-forward layers together
+    assert all(len({bkm._group_g_width(ms) for ms in c}) == 1 for c in chunks)
+    each = (
+        n * t * d * 4 + n * t * 3 * d * 4
+    )  # one q/k/v group: its input and its three output gradients
+    monkeypatch.setattr(
+        bkm, "STACK_MAX_BYTES", 2 * each
+    )  # 2 q/k/v groups (4 ntd each), 2 FFNs (3 ntd each)
+    assert [len(c) for c in bkm._stack_chunks(groups, by_layer)] == [2, 1, 2, 1]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -138,6 +138,67 @@ def _split_lowp(x32: torch.Tensor, lowp: torch.dtype) -> tuple[torch.Tensor, tor
     return hi, (x32 - hi.float()).to(lowp)
 
 
+def _clipped_wb(
+    a: torch.Tensor,
+    g: torch.Tensor,
+    cs: torch.Tensor,
+    *,
+    conv1d: bool,
+    want_w: bool,
+    want_b: bool,
+    lowp_gemm: bool | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The clipped sums of ``k`` linear layers of equal shapes at once (fp32): ``a`` is ``k x n x ... x d``, ``g``
+    ``k x n x ... x p``; returns the weight sums ``sum_i c_i g_i^T a_i`` (``k x p x d``; ``k x d x p`` for
+    ``Conv1D``) and the bias sums ``sum_i c_i sum_t g_it`` (``k x p``), each ``None`` when not wanted. ``c`` is
+    folded into the narrower of ``a`` and ``g``; one batched GEMM for the ``k`` layers.
+
+    Under autocast (``g`` in bf16 / fp16 on CUDA, or ``lowp_gemm=True``) the weight sum runs in the activations'
+    dtype on the tensor cores with fp32 accumulation and output, as the non-private backward's weight gradient
+    does (an fp32 GEMM here made the bf16 DP step 2x the non-private one on an H100): ``a`` in that dtype (the
+    operand autocast's forward used, so the sum is the gradient of the fp32 master weight), the clip-scaled
+    operand as a ``hi + lo`` pair (:func:`_split_lowp`), two GEMMs."""
+    k, n = g.shape[0], g.shape[1]
+    d, p = a.shape[-1], g.shape[-1]
+    col = cs.view(1, n, 1, 1)
+    scale_a = p > d
+    lowp = g.dtype if g.dtype in _LOWP else None
+    if lowp_gemm is None:
+        lowp_gemm = lowp is not None and g.is_cuda
+    if lowp is not None:  # the operand autocast's forward used (and the norms read)
+        a = a.to(lowp)
+    a2, g2 = a.reshape(k, n, -1, d), g.reshape(k, n, -1, p)
+    ws = bs = None
+    if lowp_gemm and lowp is not None:
+        s32 = (a2 if scale_a else g2).float() * col
+        if want_w:
+            hi, lo = (x.reshape(k, -1, x.shape[-1]) for x in _split_lowp(s32, lowp))
+            u = (g2 if scale_a else a2).reshape(k, -1, p if scale_a else d)
+            af, gf = ((hi, lo), (u, u)) if scale_a else ((u, u), (hi, lo))
+            if conv1d:  # a^T g
+                ws = _mm32(af[0].transpose(1, 2), gf[0]).add_(_mm32(af[1].transpose(1, 2), gf[1]))
+            else:  # g^T a
+                ws = _mm32(gf[0].transpose(1, 2), af[0]).add_(_mm32(gf[1].transpose(1, 2), af[1]))
+        if want_b:
+            bs = (
+                torch.einsum("n,knp->kp", cs, g2.sum(2, dtype=torch.float32))
+                if scale_a
+                else s32.sum((1, 2))
+            )
+        return ws, bs
+    a2, g2 = a2.float(), g2.float()
+    if scale_a:
+        a2 = a2 * col
+    else:
+        g2 = g2 * col
+    if want_w:
+        af, gf = a2.reshape(k, -1, d), g2.reshape(k, -1, p)
+        ws = torch.bmm(af.transpose(1, 2), gf) if conv1d else torch.bmm(gf.transpose(1, 2), af)
+    if want_b:
+        bs = torch.einsum("n,knp->kp", cs, g2.sum(2)) if scale_a else g2.sum((1, 2))
+    return ws, bs
+
+
 def _linear_clipped_sums(
     layer: nn.Module,
     a: torch.Tensor,
@@ -146,69 +207,58 @@ def _linear_clipped_sums(
     pid: set[int],
     lowp_gemm: bool | None = None,
 ) -> dict[nn.Parameter, torch.Tensor]:
-    """Book-keeping's clipped sum of a linear or HF ``Conv1D`` layer, one matmul and no per-sample gradients:
+    """Book-keeping's clipped sum of one linear or HF ``Conv1D`` layer, one matmul and no per-sample gradients:
     ``sum_i c_i g_i^T a_i`` (``nn.Linear``'s ``p x d`` weight; its transpose ``a^T diag(c) g`` for ``Conv1D``'s
-    ``d x p``) with ``c`` folded into the narrower of ``a`` (``d``) and ``g`` (``p``), and the bias
-    ``sum_i c_i sum_t g_it``; accumulated in fp32, cast to the parameters' dtype.
-
-    Under autocast (``g`` in bf16 / fp16 on CUDA, or ``lowp_gemm=True``) the weight sum runs in the activations'
-    dtype on the tensor cores with fp32 accumulation and output, as the non-private backward's weight gradient
-    does (an fp32 GEMM here made the bf16 DP step 2x the non-private one on an H100): ``a`` in that dtype (the
-    operand autocast's forward used, so the sum is the gradient of the fp32 master weight), the clip-scaled
-    operand as a ``hi + lo`` pair (:func:`_split_lowp`), two GEMMs."""
-    n = g.shape[0]
-    d, p = a.shape[-1], g.shape[-1]
-    col = cs.view(n, 1, 1)
-    scale_a = p > d
-    lowp = g.dtype if g.dtype in _LOWP else None
-    if lowp_gemm is None:
-        lowp_gemm = lowp is not None and g.is_cuda
-    out: dict[nn.Parameter, torch.Tensor] = {}
+    ``d x p``) and the bias ``sum_i c_i sum_t g_it`` (:func:`_clipped_wb` with one layer), cast to the parameters'
+    dtype."""
     w, b = layer.weight, layer.bias
-    if lowp_gemm and lowp is not None:
-        a2, g2 = a.reshape(n, -1, d).to(lowp), g.reshape(n, -1, p)
-        s32 = (a2 if scale_a else g2).float() * col
-        if id(w) in pid:
-            hi, lo = (x.reshape(-1, x.shape[-1]) for x in _split_lowp(s32, lowp))
-            u = (g2 if scale_a else a2).reshape(-1, p if scale_a else d)
-            af, gf = ((hi, lo), (u, u)) if scale_a else ((u, u), (hi, lo))
-            if is_conv1d(layer):  # a^T g
-                ws = _mm32(af[0].t(), gf[0]).add_(_mm32(af[1].t(), gf[1]))
-            else:  # g^T a
-                ws = _mm32(gf[0].t(), af[0]).add_(_mm32(gf[1].t(), af[1]))
-            out[w] = ws.to(w.dtype)
-        if b is not None and id(b) in pid:
-            gsum = g2.sum(1, dtype=torch.float32)
-            out[b] = (cs @ gsum if scale_a else s32.sum((0, 1))).to(b.dtype)
-        return out
-    if lowp is not None:  # the operand autocast's forward used (and the norms read)
-        a = a.to(lowp)
-    a2, g2 = a.reshape(n, -1, d).float(), g.reshape(n, -1, p).float()
-    if scale_a:
-        a2 = a2 * col
-    else:
-        g2 = g2 * col
-    if id(w) in pid:
-        af, gf = a2.reshape(-1, d), g2.reshape(-1, p)
-        out[w] = (af.t() @ gf if is_conv1d(layer) else gf.t() @ af).to(w.dtype)
-    if b is not None and id(b) in pid:
-        out[b] = (cs @ g2.sum(1) if scale_a else g2.sum((0, 1))).to(b.dtype)
+    want_b = b is not None and id(b) in pid
+    ws, bs = _clipped_wb(
+        a.unsqueeze(0),
+        g.unsqueeze(0),
+        cs,
+        conv1d=is_conv1d(layer),
+        want_w=id(w) in pid,
+        want_b=want_b,
+        lowp_gemm=lowp_gemm,
+    )
+    out: dict[nn.Parameter, torch.Tensor] = {}
+    if ws is not None:
+        out[w] = ws[0].to(w.dtype)
+    if bs is not None:
+        out[b] = bs[0].to(b.dtype)
     return out
 
 
-def _layernorm_grad_sample(
-    layer: nn.LayerNorm, x: torch.Tensor, g: torch.Tensor
-) -> dict[nn.Parameter, torch.Tensor]:
-    """Per-sample gradients of an affine LayerNorm (``n x`` normalized shape, fp32): ``w_i = sum_t g_it * xhat_it``,
-    ``b_i = sum_t g_it`` with ``xhat`` the normalised input (opacus' rule, without its per-call overhead)."""
-    k = len(layer.normalized_shape)
-    g32 = g.float()
-    xhat = nn.functional.layer_norm(x.float(), layer.normalized_shape, eps=layer.eps)
-    dims = tuple(range(1, g32.dim() - k))
-    gw, gb = g32 * xhat, g32
-    if dims:
-        gw, gb = gw.sum(dims), gb.sum(dims)
-    return {layer.weight: gw, layer.bias: gb}
+def _layernorm_chunks(
+    layers: list[nn.LayerNorm], by_layer: dict
+) -> list[tuple[list[nn.LayerNorm], torch.Tensor, torch.Tensor]]:
+    """Per-sample gradients of affine LayerNorms, those of equal input shape, dtypes, normalized shape and eps
+    stacked (chunks of at most :data:`STACK_MAX_BYTES`): ``[(layers, w, b)]`` with ``w_ji = sum_t g_jit * xhat_jit``
+    and ``b_ji = sum_t g_jit`` (``k x n x`` normalized shape, fp32), ``xhat`` the normalised input (opacus' rule,
+    without its per-layer round trip)."""
+    buckets: dict[tuple, list] = {}
+    for m in layers:
+        x, g = by_layer[m][0][0], by_layer[m][1]
+        sig = (tuple(x.shape), x.dtype, tuple(g.shape), g.dtype, tuple(m.normalized_shape), m.eps)
+        buckets.setdefault(sig, []).append(m)
+    out = []
+    for bucket in buckets.values():
+        x, g = by_layer[bucket[0]][0][0], by_layer[bucket[0]][1]
+        each = x.numel() * x.element_size() + g.numel() * g.element_size()
+        per = max(1, int(STACK_MAX_BYTES // max(each, 1)))
+        for i in range(0, len(bucket), per):
+            mods = bucket[i : i + per]
+            m = mods[0]
+            xs = torch.stack([by_layer[q][0][0] for q in mods]).float()
+            g32 = torch.stack([by_layer[q][1] for q in mods]).float()
+            xhat = nn.functional.layer_norm(xs, m.normalized_shape, eps=m.eps)
+            dims = tuple(range(2, g32.dim() - len(m.normalized_shape)))  # the token axes
+            gw, gb = g32 * xhat, g32
+            if dims:
+                gw, gb = gw.sum(dims), gb.sum(dims)
+            out.append((mods, gw, gb))
+    return out
 
 
 def _linear_sq_norms(
@@ -245,6 +295,52 @@ def _linear_sq_norms(
         b = g.sum(1, dtype=torch.float32)
         sq = sq + (b * b).sum(1)
     return sq
+
+
+#: bytes of book-kept inputs and output gradients stacked into one batched pass (a transient copy)
+STACK_MAX_BYTES = 256 * 2**20
+
+
+def _group_g_width(ms: list[nn.Module]) -> int:
+    return sum(int(m.weight.shape[1] if is_conv1d(m) else m.weight.shape[0]) for m in ms)
+
+
+def _stack_chunks(groups: list[list[nn.Module]], by_layer: dict) -> list[list[list[nn.Module]]]:
+    """``groups`` (layers reading one input) bucketed by equal shapes, dtypes, bias and kind, in order, each bucket
+    cut into chunks of at most :data:`STACK_MAX_BYTES` of inputs + output gradients."""
+    buckets: dict[tuple, list[list]] = {}
+    for ms in groups:
+        a, g = by_layer[ms[0]][0][0], by_layer[ms[0]][1]
+        sig = (
+            tuple(a.shape),
+            a.dtype,
+            tuple(g.shape[:-1]),
+            _group_g_width(ms),
+            g.dtype,
+            ms[0].bias is not None,
+            is_conv1d(ms[0]),
+            ms[0].weight.dtype,
+        )
+        buckets.setdefault(sig, []).append(ms)
+    chunks: list[list[list[nn.Module]]] = []
+    for bucket in buckets.values():
+        a, g = by_layer[bucket[0][0]][0][0], by_layer[bucket[0][0]][1]
+        each = (
+            a.numel() * a.element_size()
+            + g[..., :1].numel() * _group_g_width(bucket[0]) * g.element_size()
+        )
+        per = max(1, int(STACK_MAX_BYTES // max(each, 1)))
+        chunks.extend(bucket[i : i + per] for i in range(0, len(bucket), per))
+    return chunks
+
+
+def _stacked(chunk: list[list[nn.Module]], by_layer: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a, g)`` of a chunk's groups stacked on a new first dimension (``k x n x ...``); each group's ``g`` is its
+    members' output gradients side by side; ``a`` in ``g``'s dtype under autocast (what the forward multiplied)."""
+    gs = [BookKeeping.store_of(ms, by_layer)[1] for ms in chunk]
+    cast = gs[0].dtype if gs[0].dtype in _LOWP else None
+    a = torch.stack([by_layer[ms[0]][0][0].to(cast or by_layer[ms[0]][0][0].dtype) for ms in chunk])
+    return a, torch.stack(gs)
 
 
 class BookKeeping:
@@ -379,25 +475,39 @@ class BookKeeping:
         linear_groups = list(groups.values())
         by_layer = dict(entries)
         grouped = {m for ms in linear_groups for m in ms}
-        for (
-            ms
-        ) in linear_groups:  # ||a^T g|| = ||g^T a||: the same norm for Conv1D's transposed weight
-            acts, g = self.store_of(ms, by_layer)
-            v = _linear_sq_norms(ms[0], acts[0], g, grams).to(torch.float32)
+        # groups of equal shapes (a transformer's repeated blocks) stacked: one batched pass for up to
+        # STACK_MAX_BYTES of inputs and output gradients (the step is bound by kernel launches on a GPU)
+        chunks = _stack_chunks(linear_groups, by_layer)
+        for chunk in chunks:  # ||a^T g|| = ||g^T a||: the same norm for Conv1D's transposed weight
+            if len(chunk) == 1:
+                acts, g = self.store_of(chunk[0], by_layer)
+                v = _linear_sq_norms(chunk[0][0], acts[0], g, grams)
+            else:
+                a, g = _stacked(chunk, by_layer)
+                v = _linear_sq_norms(chunk[0][0], a.flatten(0, 1), g.flatten(0, 1), None)
+                v = v.view(len(chunk), n).sum(0)
+            v = v.to(torch.float32)
             sq = v if sq is None else sq + v
+        # affine LayerNorms by their direct rule, those of equal shapes stacked (one pass for a model's LayerNorms)
+        ln_layers = [
+            m
+            for m, _ in entries
+            if type(m) is nn.LayerNorm
+            and m.elementwise_affine
+            and m.bias is not None
+            and self.params[m] == [m.weight, m.bias]
+        ]
+        ln_chunks = _layernorm_chunks(ln_layers, by_layer)
+        for _mods, gw, gb in ln_chunks:
+            v = gw.flatten(2).pow(2).sum(2) + gb.flatten(2).pow(2).sum(2)  # k x n
+            v = v.sum(0)
+            sq = v if sq is None else sq + v
+        ln_layers = set(ln_layers)
         for m, e in entries:
             acts, g = e
             if m in grouped:
                 continue
-            if (
-                type(m) is nn.LayerNorm
-                and m.elementwise_affine
-                and m.bias is not None
-                and self.params[m] == [m.weight, m.bias]
-            ):
-                kept[m] = _layernorm_grad_sample(m, acts[0], g)
-                v = sum(gs.reshape(n, -1).pow(2).sum(1) for gs in kept[m].values())
-                sq = v if sq is None else sq + v
+            if m in ln_layers:
                 continue
             if (
                 type(m) is nn.Embedding
@@ -431,25 +541,34 @@ class BookKeeping:
         # clip factors in fp32, applied to fp32 output gradients; sums cast to the parameters' dtype at the end
         c = (self.max_grad_norm / (per_sample + 1e-6)).clamp(max=1.0)
         cs = c * scale
-        for ms in linear_groups:
-            acts, g = self.store_of(ms, by_layer)
-            pid = {id(q) for m in ms for q in self.params[m]}
-            if len(ms) == 1:
-                sums.update(_linear_clipped_sums(ms[0], acts[0], g, cs, pid))
-                continue
-            # the group as one wider layer (its parameters are the first member's ids: weight / bias rows split)
-            wide = _linear_clipped_sums(ms[0], acts[0], g, cs, {id(ms[0].weight), id(ms[0].bias)})
-            widths = [m.weight.shape[1] if is_conv1d(m) else m.weight.shape[0] for m in ms]
-            wsum = wide[ms[0].weight].split(widths, dim=1 if is_conv1d(ms[0]) else 0)
-            bsum = wide[ms[0].bias].split(widths) if ms[0].bias is not None else [None] * len(ms)
-            for m, w, b in zip(ms, wsum, bsum, strict=True):
-                sums[m.weight] = w.contiguous()
-                if b is not None:
-                    sums[m.bias] = b
+        for chunk in chunks:
+            m0 = chunk[0][0]
+            conv1d = is_conv1d(m0)
+            if len(chunk) == 1:
+                acts, g = self.store_of(chunk[0], by_layer)
+                a, g = acts[0].unsqueeze(0), g.unsqueeze(0)
+            else:
+                a, g = _stacked(chunk, by_layer)
+            ws, bs = _clipped_wb(a, g, cs, conv1d=conv1d, want_w=True, want_b=m0.bias is not None)
+            for j, ms in enumerate(chunk):
+                # a group is one wider layer: its members' weight / bias rows (Conv1D: columns) split back
+                widths = [m.weight.shape[1] if conv1d else m.weight.shape[0] for m in ms]
+                wsum = ws[j].split(widths, dim=1 if conv1d else 0)
+                bsum = bs[j].split(widths) if bs is not None else [None] * len(ms)
+                for m, w, b in zip(ms, wsum, bsum, strict=True):
+                    sums[m.weight] = w.to(m.weight.dtype).contiguous()
+                    if b is not None:
+                        sums[m.bias] = b.to(m.bias.dtype).contiguous()
+        for mods, gw, gb in ln_chunks:  # sum_i c_i grad_i of the per-sample gradients (k x ...)
+            ws = torch.tensordot(cs, gw, dims=([0], [1]))
+            bs = torch.tensordot(cs, gb, dims=([0], [1]))
+            for j, m in enumerate(mods):
+                sums[m.weight] = ws[j].to(m.weight.dtype)
+                sums[m.bias] = bs[j].to(m.bias.dtype)
         for m, (acts, g) in entries:
             ps = self.params[m]
             pid = {id(q) for q in ps}
-            if m in grouped:
+            if m in grouped or m in ln_layers:
                 continue
             if (
                 m in kept

@@ -327,7 +327,9 @@ def _tensors(tok: Any, texts: Sequence[str], max_length: int, task: str) -> tupl
 
 def _loss_fn(task: str):
     def loss(model: Any, batch: Sequence[torch.Tensor]) -> torch.Tensor:
-        ids, mask, y = batch
+        # the loader's batches are on the CPU: move them to the model's device (a no-op on the CPU)
+        dev = next(model.parameters()).device
+        ids, mask, y = (t.to(dev, non_blocking=True) for t in batch)
         logits = model(input_ids=ids, attention_mask=mask).logits
         if task == "classification":
             return per_sample_classification_loss(logits, y)
