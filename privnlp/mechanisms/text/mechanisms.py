@@ -669,29 +669,42 @@ class WordMetricDP(Mechanism):
         if self.redact_pii:  # PII -> placeholders first; the placeholders are released verbatim
             texts, prot = self._redact(texts)
         memo = self._units_memo()
+        idl: list[int] = []  # vocabulary rows of the perturbed units, in order
+        push = idl.append
         for t, pr in zip(texts, prot):
-            us, m, o = [], 0, 0
+            us, m0, o = [], len(idl), 0
+            add = us.append
             for mt in WORD_RE.finditer(t):
-                a = mt.start()
+                a, e = mt.span()
                 if pr and any(x <= a < y for x, y in pr):
-                    us.append((a, mt.end(), 0, -1))
+                    add((a, e, 0, -1))
                     continue
-                tok = mt.group()
+                tok = t[a:e]
                 ent = memo.get(tok)
                 if ent is None:  # a deterministic function of the token: computed once per run
-                    ent = memo[tok] = self._token_units(tok, emb)
+                    u, mm, oo = self._token_units(tok, emb)
+                    # (units, perturbed, oov, (kind, id) when the token is one unit, else None)
+                    one = (u[0][2], u[0][3]) if len(u) == 1 and u[0][1] - u[0][0] == e - a else None
+                    ent = memo[tok] = (u, mm, oo, one)
                     if len(memo) > 500_000:  # bounded memory on corpora with many rare tokens
                         memo.clear()
+                one = ent[3]
+                if one is not None:  # the common case: the token is one unit
+                    add((a, e, one[0], one[1]))
+                    if one[0] == 1:
+                        push(one[1])
+                    else:
+                        o += ent[2]
+                    continue
                 for pa, pb, kind, j in ent[0]:
-                    us.append((a + pa, a + pb, kind, j))
-                m += ent[1]
+                    add((a + pa, a + pb, kind, j))
+                    if kind == 1:
+                        push(j)
                 o += ent[2]
             units.append(us)
-            n_m.append(m)
+            n_m.append(len(idl) - m0)
             n_o.append(o)
-        ids = np.fromiter(
-            (u[3] for us in units for u in us if u[2] == 1), dtype=np.int64, count=sum(n_m)
-        )
+        ids = np.array(idl, dtype=np.int64)
         # 2. randomness: noise, selection uniforms, OOV draws (shared generator or one per record)
         if isinstance(gens, list):
             noise = np.concatenate(
@@ -716,40 +729,55 @@ class WordMetricDP(Mechanism):
             out[s : s + bt] = self._choose_u(self._neighbors(noisy, b), uni[s : s + bt])
         # 3. detokenise in place, casing of the input applied to the output word
         results, ci, co = [], 0, 0
+        words, outl, oovl = emb.words, out.tolist(), oovr.tolist()  # Python ints: fast indexing
+        oov_pol, mask = self.oov, self.mask_token
         for t, us in zip(texts, units):
             parts, last = [], 0
-            st = {"n_perturbed": 0, "n_changed": 0, "n_oov": 0, "n_kept": 0}
+            add = parts.append
+            n_pert = n_changed = n_oov = n_kept = 0
             oov_words = []
             for a, b, kind, j in us:
                 src = t[a:b]
                 if kind == 0:
                     nw = src
-                    st["n_kept"] += 1
+                    n_kept += 1
                 elif kind == 1:
-                    nw = emb.words[out[ci]]
-                    st["n_perturbed"] += 1
-                    st["n_changed"] += int(out[ci] != j)
+                    w = outl[ci]
+                    nw = words[w]
+                    n_pert += 1
+                    n_changed += w != j
                     ci += 1
                 else:
-                    st["n_oov"] += 1
+                    n_oov += 1
                     oov_words.append(src)
-                    if self.oov == "random":
-                        nw = emb.words[oovr[co]]
-                    elif self.oov == "mask":
-                        nw = self.mask_token
+                    if oov_pol == "random":
+                        nw = words[oovl[co]]
+                    elif oov_pol == "mask":
+                        nw = mask
                     else:
                         nw = src
-                        st["n_kept"] += 1
+                        n_kept += 1
                     co += 1
-                if kind and nw is not src and nw != self.mask_token:
-                    nw = _apply_case(src, nw)
+                if kind and nw is not src and nw != mask:
+                    if not src.islower():  # all-lowercase input: the word as the vocabulary has it
+                        nw = _apply_case(src, nw)
                     if a == last and parts and _is_clitic(src) and not _is_clitic(nw):
                         nw = " " + nw  # "john's" -> "john the" rather than "johnthe"
-                parts.append(t[last:a])
-                parts.append(nw)
+                add(t[last:a])
+                add(nw)
                 last = b
-            parts.append(t[last:])
-            results.append(SanitizedText("".join(parts), len(us), **st, oov_words=tuple(oov_words)))
+            add(t[last:])
+            results.append(
+                SanitizedText(
+                    "".join(parts),
+                    len(us),
+                    n_perturbed=n_pert,
+                    n_changed=int(n_changed),
+                    n_oov=n_oov,
+                    n_kept=n_kept,
+                    oov_words=tuple(oov_words),
+                )
+            )
         return results
 
     def _redact(self, texts: list[str]) -> tuple[list[str], list[list[tuple[int, int]]]]:
