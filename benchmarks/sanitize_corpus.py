@@ -106,21 +106,31 @@ def run(cmd: list[str], out: Path) -> dict:
     }
 
 
-def _tree_rss_kib(sid: int) -> int:
-    """Resident memory (KiB) summed over the processes of session ``sid`` (the run and its workers)."""
-    tot = 0
+def _session_pids(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (the run and its workers)."""
+    pids = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            if os.getsid(int(d)) != sid:
-                continue
-            with open(f"/proc/{d}/status") as fh:
+            if os.getsid(int(d)) == sid:
+                pids.append(int(d))
+        except (OSError, ProcessLookupError):
+            continue
+    return pids
+
+
+def _tree_rss_kib(sid: int) -> int:
+    """Resident memory (KiB) summed over the processes of session ``sid`` (the run and its workers)."""
+    tot = 0
+    for pid in _session_pids(sid):
+        try:
+            with open(f"/proc/{pid}/status") as fh:
                 for ln in fh:
                     if ln.startswith("VmRSS:"):
                         tot += int(ln.split()[1])
                         break
-        except (OSError, ValueError, ProcessLookupError):
+        except (OSError, ValueError):
             continue
     return tot
 
@@ -207,18 +217,30 @@ def _tree_cpu(sid: int) -> float:
     """CPU seconds (user + sys) of the live processes of session ``sid``."""
     tick = os.sysconf("SC_CLK_TCK")
     tot = 0.0
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+    for pid in _session_pids(sid):
         try:
-            if os.getsid(int(d)) != sid:
-                continue
-            with open(f"/proc/{d}/stat") as fh:
+            with open(f"/proc/{pid}/stat") as fh:
                 f = fh.read().rsplit(")", 1)[1].split()
             tot += (int(f[11]) + int(f[12])) / tick  # utime, stime
-        except (OSError, ValueError, ProcessLookupError, IndexError):
+        except (OSError, ValueError, IndexError):
             continue
     return tot
+
+
+#: the configurations measured: (name, extra CLI arguments, processes doing the work)
+CONFIGS = (
+    ("--num-proc 1", ["--num-proc", "1"], 1),
+    ("--num-proc 2", ["--num-proc", "2"], 2),
+    ("--engine dask --workers 2", ["--engine", "dask", "--workers", "2"], 2),
+)
+
+
+def _command(
+    exe: list[str], corpus: Path, wd: Path, name: str, seed: int
+) -> tuple[Path, list[str]]:
+    """The output path of configuration ``name`` and its ``privnlp sanitize`` command (defaults)."""
+    out = wd / f"out-{name.replace(' ', '').replace('-', '')}.jsonl"
+    return out, exe + ["sanitize", str(corpus), "-o", str(out), "--seed", str(seed)]
 
 
 def budget_main(args, corpus: Path, wd: Path, words_per_byte: float, exe: list[str]) -> None:
@@ -230,13 +252,8 @@ def budget_main(args, corpus: Path, wd: Path, words_per_byte: float, exe: list[s
         f"{args.max_seconds:.0f} s per configuration; load {os.getloadavg()}; {os.cpu_count()} CPUs",
         flush=True,
     )
-    for name, extra, cores in (
-        ("--num-proc 1", ["--num-proc", "1"], 1),
-        ("--num-proc 2", ["--num-proc", "2"], 2),
-        ("--engine dask --workers 2", ["--engine", "dask", "--workers", "2"], 2),
-    ):
-        out = wd / f"out-{name.replace(' ', '').replace('-', '')}.jsonl"
-        cmd = exe + ["sanitize", str(corpus), "-o", str(out), "--seed", str(args.seed)]
+    for name, extra, cores in CONFIGS:
+        out, cmd = _command(exe, corpus, wd, name, args.seed)
         load = os.getloadavg()[0]
         r = run_budget(cmd + ["--no-progress"] + extra, out, args.max_seconds)
         S = r["samples"]
@@ -298,13 +315,8 @@ def main() -> None:
         return
     print(f"corpus {corpus} ({corpus.stat().st_size / 2**20:.1f} MiB); load {os.getloadavg()}")
     base = None
-    for name, extra in (
-        ("--num-proc 1", ["--num-proc", "1"]),
-        ("--num-proc 2", ["--num-proc", "2"]),
-        ("--engine dask --workers 2", ["--engine", "dask", "--workers", "2"]),
-    ):
-        out = wd / f"out-{name.replace(' ', '').replace('-', '')}.jsonl"
-        cmd = exe + ["sanitize", str(corpus), "-o", str(out), "--seed", str(args.seed)]
+    for name, extra, _ in CONFIGS:
+        out, cmd = _command(exe, corpus, wd, name, args.seed)
         res = run(cmd + ["--no-progress"] + extra, out)
         wps = res["words"] / res["wall"]
         base = base or wps
