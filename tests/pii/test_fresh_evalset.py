@@ -6,6 +6,7 @@ calibration (fitted on ``validation.txt`` only) opens none of them."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,14 @@ def opened(tmp_path_factory):
 def test_no_training_path_reads_the_set(opened, name):
     training, _ = opened
     assert not any(p.endswith(name) for p in training)
+
+
+def test_no_training_path_reads_any_hand_written_file(opened):
+    """No file of the hand-written sets' folder at all (a set added later, written blind, included) is
+    opened while the tagger's corpus is built and the tagger trained (issue 32, fifth round)."""
+    training, _ = opened
+    folder = str(default_evalset_dir().resolve())
+    assert not [p for p in training if str(Path(p).resolve()).startswith(folder)]
 
 
 @pytest.mark.parametrize("name", NOT_FOR_TRAINING)

