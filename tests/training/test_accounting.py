@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from privnlp.accounting import (
     BudgetGuard,
@@ -14,7 +17,9 @@ from privnlp.accounting import (
     epsilon_for,
     epsilon_no_amplification,
 )
+from privnlp.accounting import ledger as ledger_mod
 from privnlp.core.errors import InvalidArgument, InvalidPrivacyParameter, PrivacyBudgetExceeded
+from privnlp.mechanisms.training import make_private
 
 
 def test_opacus_rdp_reference_value_within_1_percent():
@@ -93,6 +98,38 @@ def test_budget_guard_refuses_exactly_the_step_over_target():
     with pytest.raises(PrivacyBudgetExceeded) as ei:
         g.check_step(1.0, 0.05)
     assert ei.value.target == 3.0 and led.steps == k
+
+
+def test_calibrated_plan_costs_the_guard_no_accountant_call_and_is_still_guarded(monkeypatch):
+    """make_private calibrates sigma so that the planned steps fit: the guard takes that as known (calibration
+    evaluated the same epsilon) instead of ~10 PLD calls per run; past the plan it checks as before, and the
+    ledger never exceeds the target."""
+    x = torch.randn(64, 3, generator=torch.Generator().manual_seed(0))
+    model = nn.Linear(3, 1)
+    pt = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(TensorDataset(x), batch_size=16),
+        target_epsilon=2.0,
+        steps=6,
+        max_grad_norm=1.0,
+        accountant="rdp",
+        rng=0,
+    )
+    calls = []
+    real = ledger_mod.epsilon_for
+    monkeypatch.setattr(ledger_mod, "epsilon_for", lambda *a, **k: calls.append(a) or real(*a, **k))
+    sigma, q = pt.noise_multiplier, pt.sample_rate
+    for _ in range(6):  # the plan: no accountant call
+        pt.guard.check_step(sigma, q)
+        pt.guard.record(sigma, q)
+    assert calls == []
+    assert pt.epsilon() <= 2.0
+    with pytest.raises(
+        PrivacyBudgetExceeded
+    ):  # calibrated to the plan: one step more would exceed it
+        pt.guard.check_step(sigma, q)
+    assert calls  # past the plan the guard evaluated the accountant
 
 
 def test_delta_defaults_and_rejections():

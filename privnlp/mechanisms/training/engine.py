@@ -268,6 +268,9 @@ class DPEngine:
         if dist_ctx is not None:
             _dist.attach(dist_ctx, dp_opt, guard)
         _install_guard(dp_opt, guard, acc_rate)
+        if self.noise.noise_multiplier is None and planned is not None:
+            # sigma was calibrated so that the planned steps fit the target with the guard's own accountant
+            guard.note_fits(noise_multiplier, acc_rate, planned)
         pt = PrivateTraining(
             model=gsm,
             optimizer=dp_opt,
