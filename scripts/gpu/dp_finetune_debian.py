@@ -112,7 +112,8 @@ def main() -> int:
 
     rows = []
     settings = ([] if args.skip_nonprivate else [("non-private", None)]) + [
-        (f"epsilon {e:g}", {"target_epsilon": e, "accountant": "prv", "dedup": True}) for e in args.epsilons
+        (f"epsilon {e:g}", {"target_epsilon": e, "accountant": "prv", "dedup": True})
+        for e in args.epsilons
     ]
     for label, dp in settings:
         grid = [adapt(r) for r in (NONPRIVATE_GRID if dp is None else DP_GRID)]
