@@ -447,9 +447,15 @@ def bench_real(
     device: str,
     modes: tuple[str, ...],
     dtype: str,
+    bracket: bool = False,
 ) -> list[dict]:
     """Non-private step, opacus' own hooks (the anchor), then each privnlp mode, on one fixed batch (explicit
-    per-row position ids, and zero token types for BERT, for every row: opacus' hooks need them)."""
+    per-row position ids, and zero token types for BERT, for every row: opacus' hooks need them).
+
+    ``bracket``: the non-private step is timed again (fresh model) after every DP row, and each row's ratio is
+    to the mean of the non-private times just before and after it (``ratio``; ``ratio_first`` keeps the ratio to
+    the first non-private row). On a GPU the bf16 step is bound by kernel launches from the host CPU, whose speed
+    drifts between rows (one H100 call measured the same non-private bf16 step at 29 and 49 ms)."""
 
     g = torch.Generator().manual_seed(0)
     vocab = 30522 if name.startswith("bert") else 50257
@@ -487,24 +493,34 @@ def bench_real(
     t0, mem0, n_params = plain_row()
     free()
     rows = [{"mode": "non-private", "ms": 1e3 * t0, "ratio": 1.0, "mem_mb": mem0, "mem_ratio": 1.0}]
+    plain_times = [t0]
     dl_x = torch.randint(1000, vocab, (batch * 8, seq_len), generator=g)
     dl = DataLoader(TensorDataset(dl_x, torch.arange(batch * 8) % 2), batch_size=batch)
     for mode in ("opacus-hooks", *modes):
+        before = plain_times[-1]
         try:
             label, t, mem = _real_row(name, mode, per_sample, dl, steps, device)
-            rows.append(
-                {
-                    "mode": label,
-                    "ms": 1e3 * t,
-                    "ratio": t / t0,
-                    "mem_mb": mem,
-                    "mem_ratio": mem / mem0,
-                }
-            )
+            row = {
+                "mode": label,
+                "ms": 1e3 * t,
+                "ratio": t / t0,
+                "mem_mb": mem,
+                "mem_ratio": mem / mem0,
+            }
         except Exception as e:  # noqa: BLE001 - a mode that fails is a row of the table, not the end of the run
-            rows.append({"mode": mode, "error": f"{type(e).__name__}: {str(e)[:160]}"})
+            row = {"mode": mode, "error": f"{type(e).__name__}: {str(e)[:160]}"}
         free()
+        if bracket:
+            after = plain_row()[0]
+            free()
+            plain_times.append(after)
+            if "error" not in row:
+                row["ratio_first"] = row["ratio"]
+                row["ratio"] = row["ms"] / (1e3 * (before + after) / 2)
+                row["plain_ms"] = (1e3 * before, 1e3 * after)
+        rows.append(row)
     rows[0]["params"] = n_params
+    rows[0]["plain_ms_all"] = [1e3 * t for t in plain_times]
     return rows
 
 
@@ -545,18 +561,25 @@ def main_real(a: argparse.Namespace) -> None:
         return
     rows = bench_real(
         a.model, steps=a.steps, batch=a.batch, seq_len=a.seq_len, device=a.device,
-        modes=tuple(a.modes.split(",")), dtype=a.dtype,
+        modes=tuple(a.modes.split(",")), dtype=a.dtype, bracket=a.bracket,
     )  # fmt: skip
     print(f"trainable parameters: {rows[0]['params'] / 1e6:.1f}M")
+    if a.bracket:
+        times = ", ".join(f"{t:.1f}" for t in rows[0]["plain_ms_all"])
+        print(
+            f"non-private step timed before the first row and after every DP row: {times} ms; each DP row's "
+            "ratio is to the mean of the two around it (ratio to the first non-private row in brackets)"
+        )
     mem = "MiB, CUDA peak allocated" if a.device == "cuda" else "MiB, peak RSS growth"
     print(f"{'mode':24} {'step ms':>9} {'ratio':>7} {'peak mem':>10} {'mem ratio':>9}  ({mem})")
     for r in rows:
         if "error" in r:
             print(f"{r['mode']:24} failed: {r['error']}")
         else:
+            first = f"  ({r['ratio_first']:.2f}x)" if "ratio_first" in r else ""
             print(
                 f"{r['mode']:24} {r['ms']:9.1f} {r['ratio']:6.2f}x {r['mem_mb']:10.1f} "
-                f"{r['mem_ratio']:8.2f}x"
+                f"{r['mem_ratio']:8.2f}x{first}"
             )
     auto = [r for r in rows if r["mode"].startswith("auto") and "error" not in r]
     if auto:
@@ -586,6 +609,11 @@ def main() -> None:
         "--dtype", choices=("fp32", "bf16"), default="fp32", help="bert-base / gpt2-small: autocast"
     )
     ap.add_argument("--seq-len", type=int, default=128, help="--model minilm: tokens per example")
+    ap.add_argument(
+        "--bracket",
+        action="store_true",
+        help="bert-* / gpt2-*: time the non-private step again after every DP row; ratios to the two around it",
+    )
     ap.add_argument(
         "--modes",
         default="hooks,ghost,bookkeeping,auto",

@@ -7,7 +7,9 @@
 # scripts/gpu/results/h100-run2.txt), item 6 (DP fine-tuning of all-MiniLM-L6-v2 on the Debian-sections task,
 # hyperparameters chosen on the validation split only, test accuracy of the chosen run at epsilon 8 and 3 next to
 # the tuned non-private one: scripts/gpu/dp_finetune_debian.py, finetune.json / .txt), then the bf16 book-keeping
-# profile if time is left (profile.txt). Everything lands under $OUT.
+# profile if time is left (profile.txt). Everything lands under $OUT. Bench rows are --bracket'ed (the non-private
+# step timed again after every DP row). What is left after session 11 (2026-11-27): the DP rows of item 6 --
+#     run(command="FT_ARGS=--skip-nonprivate BENCH_DTYPES=bf16 RESERVE=5 bash scripts/gpu/issue29.sh", ...)
 #  * item 8: ITEM8=1 runs `privnlp evaluate --all --preset realistic --device cuda` instead of items 5/6 (its own
 #    call: the 10-minute limit of one command). A preflight prints what the machine lacks before any work: the
 #    MiniLM package (a shim serving the carried .gpu_carry/minilm as fp32 stands in), /usr/share/common-licenses,
@@ -78,7 +80,7 @@ bench() {
     set -- $cfg
     [ "$(left)" -gt 50 ] || return 0
     timeout 75 python3 benchmarks/dp_sgd_overhead.py --model "$1" --batch "$2" --seq-len "$3" \
-      --dtype "$dt" --steps 10 --device cuda 2>&1 | tee -a "$OUT/bench.txt"
+      --dtype "$dt" --steps 10 --device cuda --bracket 2>&1 | tee -a "$OUT/bench.txt"
     echo | tee -a "$OUT/bench.txt"
   done
 }
