@@ -5,6 +5,7 @@ that draws what opacus draws."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import pytest
@@ -261,6 +262,54 @@ def test_stack_chunks_bucket_equal_shapes_under_the_byte_cap(monkeypatch):
         bkm, "STACK_MAX_BYTES", 2 * each
     )  # 2 q/k/v groups (4 ntd each), 2 FFNs (3 ntd each)
     assert [len(c) for c in bkm._stack_chunks(groups, by_layer)] == [2, 1, 2, 1]
+
+
+@pytest.mark.parametrize("lowp_gemm", [False, True])
+def test_bf16_bert_bookkeeping_keeps_every_example_inside_the_bound(monkeypatch, lowp_gemm):
+    """BERT under bf16 autocast, one example per step, sigma = 0: the applied gradient is that example's clipped
+    gradient, and its norm stays within C (1 + 1e-4). BERT has what the decoders' test lacks: fp32 LayerNorm
+    outputs read by bf16 matmuls (q/k/v grouped and stacked) and a one-token pooler; the pooler's norm once read
+    the fp32 input while its sum read the bf16 copy: 1.7e-4 above C."""
+    if lowp_gemm:
+        monkeypatch.setattr(bkm, "_clipped_wb", functools.partial(bkm._clipped_wb, lowp_gemm=True))
+    model = tiny_bert_classifier(
+        60,
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        seed=0,
+    )
+    model.train()
+    g0 = torch.Generator().manual_seed(0)
+    ids, y = torch.randint(1, 60, (6, 12), generator=g0), torch.arange(6) % 2
+    clip = 0.01  # below every example's gradient norm: clipping always active
+    pt = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        DataLoader(TensorDataset(ids, y), batch_size=1),
+        noise_multiplier=0.0,
+        max_grad_norm=clip,
+        accountant="rdp",
+        grad_sample_mode="bookkeeping",
+        poisson_sampling=False,
+        rng=0,
+    )
+    norms = []
+    for x, yy in pt.data_loader:
+        pt.optimizer.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = pt.model(input_ids=x).logits
+            pt.loss(per_sample_classification_loss(logits.float(), yy)).backward()
+        pt.optimizer.step()
+        g = [p.grad.double() for p in pt.optimizer.params if p.grad is not None]
+        norms.append(float(torch.sqrt(sum((v**2).sum() for v in g))))
+    pt.close()
+    assert len(norms) == 6
+    assert max(norms) <= clip * (1 + 1e-4), norms
+    assert min(norms) >= clip * 0.99
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
