@@ -4,11 +4,17 @@ Paper: ``../shared/papers/wikipii-pii-extraction-federated.txt`` §2.2: an insti
 *and* the PII fields of each record, but not where they occur; the fields are located in the text
 (:class:`~.annotate.AutoAnnotator`) and the noisy BIO labels train the tagger.
 
-Here the records are synthetic (``Faker`` in many locales: en_GB, en_US, en_IE, es_ES, fr_FR, de_DE,
-it_IT, nl_NL, pt_PT, pl_PL, ja_JP romanised), rendered into short templates of the document kinds users
-redact (tickets, CVs, labels, notes, logs, e-mails, forms, chat) and inserted between paragraphs of real
-English prose read on this machine (``/usr/share/doc``, ``/usr/share/common-licenses``: negative context
-the tagger must leave alone). Only the *record* (known fields) is passed to the annotator, never the
+Here the records are synthetic (``Faker`` in 45 locales: the eleven of :data:`LOCALES` and, since issue 32's
+fifth round, 34 more Latin-script or romanised ones in :data:`EXTRA_LOCALES` -- en_IN, es_MX, pt_BR, sv_SE,
+tr_TR, zh_CN romanised ... -- half the documents each), rendered into short templates of the document kinds
+users redact (tickets, CVs, labels, notes, logs, e-mails, forms with labels in ten languages, chat, letters,
+signatures, records / CSV / JSON rows) and inserted between paragraphs of real English prose read on this
+machine (``/usr/share/doc``, ``/usr/share/common-licenses``: negative context the tagger must leave alone).
+The names come as full names, lone first names, lone surnames, nicknames, initials, surname first
+(``Yamamoto Kenji``, ``DUPONT Marie``), in capitals (whole documents of the form kinds), after titles of
+twenty languages; usernames in six styles. Negative sentences are labelled O: company names (with a legal
+form), products and brands (several are surnames or first names: ``Porsche``, ``Mercedes``), venues,
+countries, ticket / order numbers, weekdays, bare months, document titles in capitals. Only the *record* (known fields) is passed to the annotator, never the
 slots' positions: the labels are as noisy as the paper's. The templates are this module's own; the
 hand-written evaluation set (``benchmarks/pii_eval/``) is never read here.
 """
@@ -29,7 +35,7 @@ from faker import Faker
 from privnlp.core.rng import as_numpy
 from privnlp.models.realistic import debian_english_texts
 
-from .annotate import AutoAnnotator
+from .annotate import _NICK_INDEX, AutoAnnotator
 
 __all__ = [
     "LOCALES",
@@ -145,6 +151,8 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "Sent from my {product}",
         "{name}\n{company}\n{street}\n{postcode} {city}",
         "Cheers, {first}",
+        "Cheers,\n{nick}",
+        "xx {nick}",
         "{ini}. {last} | {company} | {email}",
         "Regards,\n{LAST} {FIRST}",
     ),
@@ -237,6 +245,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "Thanks to {first} for fixing the {product} export before {weekday}.",
         "{last} will present; {first2} takes notes. Next meeting: {date}.",
         "Ask {first} in accounting about ticket {ticket}.",
+        "{nick} to book the room; {first2} sends the invite.",
         "Offsite in {city} on {date}; venue: {venue}.",
         "{first2} flies to {city} on {weekday} to meet {company}.",
     ),
@@ -261,6 +270,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "Dear {title} {last},\nThank you for your message of {date}. Kind regards,\n{name2}",
         "Hi {first},\nplease send the form to {email} by {weekday}.\nThanks, {first2}",
         "Hello {first}, my new number is {phone}. Speak soon, {first2}",
+        "Hi {nick},\nall good for {weekday}? {first2}",
         "Dear {first}, your appointment with {title} {last2} is on {date}.",
         "Hi {first}, the deposit goes to {iban} (holder {name}). Best, {first2}",
         "To {name}: your username is {user}. Questions: {email}.",
@@ -293,6 +303,9 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "Product: {product}\nSerial: {order}\nOwner: {name}",
         "NAME: {name}\nADDRESS: {street}\nCITY: {city}",
         "Payroll: {last}, {first} — {iban}",
+        "Nom / Name: {LAST_first}\nDate of birth: {date}",
+        "Titulaire : {LAST_first}",
+        "Holder: {LAST_first}  No. {order}",
     ),
     "chat": (
         "{first}: are you coming to {city} on {weekday}?",
@@ -305,6 +318,10 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "[{hh}:{mm}] <{user}> has anyone seen the {product} build?",
         "[{hh}:{mm}] {first}: ok, {first2} will take it",
         "@{user} can you review this?",
+        "{nick}: omw, 10 min",
+        "thx {nick}!! see you {weekday}",
+        "{first2}: {nick} has the keys",
+        "[{hh}:{mm}] {nick}: can someone cover my shift?",
         "{first} ({hh}:{mm}): running late, stuck near {city}",
         "{first2}: thanks {first}!",
         "{first}: got the {product} from {company}, not bad",
@@ -486,7 +503,7 @@ _VENUES = (
 _LEGAL = re.compile(
     r"\b(?:Inc|Ltd|LLC|GmbH|AG|SA|S\.A|S/A|Oy|Ky|AB|HB|s\.r\.o|a\.s|k\.s|A\.Ş|Şti|Tbk|PT|CV|SpA|S\.p\.A|"
     r"Srl|SRL|SCA|BV|NV|plc|PLC|e\.V|KG|Group|Ltda|S\.L|SARL|SAS|Tic|A\.C|Industrias|Bank|and|y|e|et|"
-    r"und|en|&)\b|&",
+    r"und|en|S\.r\.l|Kft|Zrt|és|ve|och|og|Sp\. z o\.o|d\.o\.o|ApS|AS|A/S|&)\b|&",
     re.I,
 )
 _SUFFIX = (
@@ -506,8 +523,8 @@ _SUFFIX = (
 
 def _company(f: Faker, g: Any) -> str:
     c = f.company()
-    if not c.isascii() and not all(ord(ch) < 0x250 for ch in c):
-        c = f"{f.last_name()} {g.choice(_SUFFIX)}"
+    if not _latin(c):  # ja_JP / zh_CN: a romanised surname and a legal form
+        c = f"{f.last_romanized_name()} {g.choice(_SUFFIX)}"
     if not _LEGAL.search(c):
         c = f"{c} {g.choice(_SUFFIX)}"
     return c
@@ -531,9 +548,20 @@ def _name(f: Faker, loc: str, g: Any) -> tuple[str, str]:
     return first, last
 
 
+def _sorted_cities(f: Faker) -> list[str]:
+    return sorted(
+        c for p in f.providers for c in (getattr(p, "cities", None) or ()) if isinstance(c, str)
+    )
+
+
 def _town(f: Faker, loc: str, g: Any) -> str:
     towns = real_towns().get(_country(loc), ())
-    fake = f.city() if loc not in _ROMANISED or loc == "ja_JP" else ""
+    if (
+        loc == "it_IT"
+    ):  # Faker's it_IT city list is built from a set: its order changes with the hash seed
+        fake = str(g.choice(_sorted_cities(f)))
+    else:
+        fake = f.city() if loc not in _ROMANISED or loc == "ja_JP" else ""
     # Faker's fallback cities of some locales are US-style inventions ("West Davidmouth"): real towns there
     if towns and (
         g.random() < 0.6 or not fake or not _latin(fake) or re.search(r"mouth|fort|ville", fake)
@@ -543,6 +571,12 @@ def _town(f: Faker, loc: str, g: Any) -> str:
 
 
 def _street(f: Faker, loc: str, g: Any) -> str:
+    if (
+        loc == "ja_JP"
+    ):  # romanised: block numbers before the area ("2-14-3 Nakano"); Faker's are in kana
+        return (
+            f"{g.integers(1, 9)}-{g.integers(1, 30)}-{g.integers(1, 20)} {f.last_romanized_name()}"
+        )
     if loc == "zh_CN":  # Faker's zh_CN streets are in Chinese script
         return (
             f"{g.integers(1, 300)} {f.last_romanized_name()} {g.choice(['Road', 'Lu', 'Street'])}"
@@ -588,6 +622,26 @@ def _username(f: Faker, first: str, last: str, g: Any) -> str:
     return u if g.random() < 0.8 and len(u) >= 3 else f.user_name()
 
 
+_NICK_ENDINGS = ("", "", "", "i", "y", "a", "o", "s", "e")
+
+
+def _nickname(first: str, g: Any) -> str:
+    """A short form of a first name: a known English nickname (``Robert`` -> ``Bob``) or, for any language, its
+    first three or four letters with a hypocoristic ending (``Tobias`` -> ``Tobi``, ``Małgorzata`` -> ``Małgo``)."""
+    known = sorted(_NICK_INDEX.get(first.lower(), set()) - {first})
+    if known and g.random() < 0.7:
+        return str(g.choice(known))
+    w = first.split()[0].split("-")[0]
+    if len(w) < 5:
+        return w
+    nick = w[: int(g.integers(3, 5))] + str(g.choice(_NICK_ENDINGS))
+    return nick if nick.lower() != w.lower() else w[:3]
+
+
+#: locales whose names are often written surname first
+_SURNAME_FIRST = frozenset({"ja_JP", "zh_CN", "hu_HU"})
+
+
 def _record(f: Faker, loc: str, g: Any, en: Faker) -> dict[str, str]:
     first, last = _name(f, loc, g)
     first2, last2 = _name(f, loc, g)
@@ -597,7 +651,11 @@ def _record(f: Faker, loc: str, g: Any, en: Faker) -> dict[str, str]:
     rec = {
         "first": first,
         "last": last,
-        "name": f"{first} {last}",
+        "name": f"{last} {first}"
+        if loc in _SURNAME_FIRST and g.random() < 0.5
+        else f"{first} {last}",
+        "nick": _nickname(first, g),
+        "LAST_first": f"{last.upper()} {first}",
         "first2": first2,
         "last2": last2,
         "name2": f"{first2} {last2}",
@@ -609,7 +667,9 @@ def _record(f: Faker, loc: str, g: Any, en: Faker) -> dict[str, str]:
         "district": _district(f, loc, g),
         "postcode": f.postcode(),
         "phone": f.phone_number() if hasattr(f, "phone_number") else en.phone_number(),
-        "email": f"{first}.{last}".lower().replace(" ", "").replace("'", "")
+        # an address in ASCII, as mail providers issue them (an accented one is not found in the text by the
+        # annotator, whose fuzzy name match then ran a PERSON label into it: "Droz <hélène")
+        "email": re.sub(r"[^a-z0-9.-]", "", _fold_ascii(f"{first}.{last}").lower())
         + "@"
         + f.free_email_domain(),
         "user": _username(f, first, last, g),
@@ -677,7 +737,9 @@ _FIELD_OF = {
     "ssn": "NATIONAL_ID",
 }
 #: the name slots of the first / second person of a record
-_PERSON1 = frozenset({"name", "first", "last", "name_mid", "ini", "FIRST", "LAST"})
+_PERSON1 = frozenset(
+    {"name", "first", "last", "name_mid", "ini", "FIRST", "LAST", "nick", "LAST_first"}
+)
 _PERSON2 = frozenset({"name2", "first2", "last2"})
 #: kinds in which a whole document's names are often written in capitals (forms, labels, CVs, letters)
 _CAPS_KINDS = frozenset({"form", "label", "cv", "letter", "signature", "record"})
@@ -686,7 +748,7 @@ _CAPS_KINDS = frozenset({"form", "label", "cv", "letter", "signature", "record"}
 def _caps(rec: dict[str, str]) -> dict[str, str]:
     """The record with its people's names in capitals (``DUPONT``, ``MARIE DUPONT``)."""
     out = dict(rec)
-    for k in ("first", "last", "first2", "last2", "name", "name2", "name_mid"):
+    for k in ("first", "last", "first2", "last2", "name", "name2", "name_mid", "nick"):
         out[k] = rec[k].upper()
     return out
 
@@ -744,6 +806,12 @@ def synth_documents(
                 people.append(rec["name_mid"])
             if {"FIRST", "LAST"} & used:
                 people.append(f"{rec['FIRST']} {rec['LAST']}")
+            if "name" in used and not rec["name"].startswith(rec["first"]):
+                people.append(rec["name"])  # surname first: "Yamamoto Kenji"
+            if "LAST_first" in used:
+                people.append(rec["LAST_first"])
+            if "nick" in used:
+                people.append(rec["nick"])
         if _PERSON2 & used:
             people.append(f"{rec['first2']} {rec['last2']}")
         if people:
