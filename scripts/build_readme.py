@@ -30,7 +30,10 @@ JOBS = [
         "Wrap a training loop (central or [federated](docs/readme/35-federated.md)) with a private optimizer; the "
         "budget is hard: the step that would exceed it raises `PrivacyBudgetExceeded` before it is taken. "
         "Tutorial: [notebooks/a_private_training.ipynb](notebooks/a_private_training.ipynb); how-to: "
-        "[private training](docs/readme/30-private-training.md).",
+        "[private training](docs/readme/30-private-training.md). On GPUs: measured on one NVIDIA H100 80GB "
+        "(2026-11-27), the book-keeping DP-SGD step `auto` picks took 1.21x (BERT-base, 32 x 128) and 1.20x "
+        "(GPT-2-small, 16 x 256) the time of the non-private fp32 step, at 1.23x / 1.00x its memory (opacus' own "
+        "hooks: 1.87x / 1.76x); bf16 ratios were not stable between runs (1.3x-2.1x), see the how-to.",
     ),
     (
         "sanitize",
