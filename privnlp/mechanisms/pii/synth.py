@@ -548,9 +548,16 @@ def _name(f: Faker, loc: str, g: Any) -> tuple[str, str]:
     return first, last
 
 
-def _sorted_cities(f: Faker) -> list[str]:
-    return sorted(
-        c for p in f.providers for c in (getattr(p, "cities", None) or ()) if isinstance(c, str)
+@lru_cache(maxsize=8)
+def _sorted_cities(loc: str) -> tuple[str, ...]:
+    """A locale's Faker city list in a fixed order (it is read, not drawn from: no seed needed)."""
+    return tuple(
+        sorted(
+            c
+            for p in Faker(loc).providers
+            for c in (getattr(p, "cities", None) or ())
+            if isinstance(c, str)
+        )
     )
 
 
@@ -559,7 +566,7 @@ def _town(f: Faker, loc: str, g: Any) -> str:
     if (
         loc == "it_IT"
     ):  # Faker's it_IT city list is built from a set: its order changes with the hash seed
-        fake = str(g.choice(_sorted_cities(f)))
+        fake = str(g.choice(_sorted_cities(loc)))
     else:
         fake = f.city() if loc not in _ROMANISED or loc == "ja_JP" else ""
     # Faker's fallback cities of some locales are US-style inventions ("West Davidmouth"): real towns there
