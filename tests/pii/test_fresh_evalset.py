@@ -16,7 +16,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 FRESH = default_evalset_dir() / "test_fresh.txt"
 #: sets no training path may read (all development data now: tuning rules on them is allowed)
-NOT_FOR_TRAINING = ("test.txt", "test_fresh.txt", "test_blind.txt", "test_blind4.txt")
+NOT_FOR_TRAINING = (
+    "test.txt",
+    "test_fresh.txt",
+    "test_blind.txt",
+    "test_blind4.txt",
+    "test_blind5.txt",
+)
 
 
 def _fresh():
