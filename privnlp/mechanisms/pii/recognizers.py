@@ -640,6 +640,12 @@ _CA_POSTCODE = re.compile(
     r"\b(?:AB|BC|MB|NB|NL|NS|NT|NU|ON|PE|QC|SK|YT),?\s+"
     r"([ABCEGHJ-NPRSTVXY]\d[ABCEGHJ-NPRSTV-Z] ?\d[ABCEGHJ-NPRSTV-Z]\d)(?![\w-])"
 )
+# the Canadian shape written on its own ("postal code (H2J 3K5)", "G1J 2E6"): letter-digit-letter, one space,
+# digit-letter-digit, with Canada Post's letter rules (no D F I O Q U; no W Z first); without the space or with
+# lower case it stays a label's or province's case (product codes are written without the space or in lower case)
+_CA_POSTCODE_BARE = re.compile(
+    r"(?<![\w-])([ABCEGHJ-NPRSTVXY]\d[ABCEGHJ-NPRSTV-Z] \d[ABCEGHJ-NPRSTV-Z]\d)(?![\w-])"
+)
 # Indian PIN: six digits (first 1-9) after "<Town> - " ("Bengaluru - 560038"); a label is handled above
 # or after "PIN code" / "Pincode" / "PIN:" (six digits only: a four-digit "PIN" is a bank PIN)
 _IN_PIN = re.compile(
@@ -673,7 +679,15 @@ def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
     for m in _EU_POSTCODE.finditer(text):
         a = m.start(1)
         out.append(PIISpan(a, m.end(1), "POSTCODE", round(score * 0.9, 4), "regex"))
-    for pat in (_AU_POSTCODE, _LABELLED_POSTCODE, _CA_POSTCODE, _IN_PIN, _SE_POSTCODE, _BR_CEP):
+    for pat in (
+        _AU_POSTCODE,
+        _LABELLED_POSTCODE,
+        _CA_POSTCODE,
+        _CA_POSTCODE_BARE,
+        _IN_PIN,
+        _SE_POSTCODE,
+        _BR_CEP,
+    ):
         out += [
             PIISpan(m.start(1), m.end(1), "POSTCODE", round(score * 0.9, 4), "regex")
             for m in pat.finditer(text)
@@ -684,7 +698,10 @@ def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
             continue  # the tail of a phone number: "(503) 555-0172"
         if m.group().startswith("〒") or _JP_CONTEXT.search(text[max(0, a - 80) : a + 80]):
             out.append(PIISpan(a, m.end(1), "POSTCODE", round(score * 0.9, 4), "regex"))
-    return out
+    seen: set[tuple[int, int]] = (
+        set()
+    )  # one span per position (a Canadian code after its province: two rules)
+    return [sp for sp in out if (sp.start, sp.end) not in seen and not seen.add((sp.start, sp.end))]
 
 
 # ------------------------------------------------------------------------------------------------ usernames
