@@ -272,7 +272,9 @@ def _linear_sq_norms(
     # norms in fp32 whatever the activations' dtype (bf16 autocast: issue #29): low-precision CUDA operands
     # stay in their dtype for the matmuls (exact products, fp32 accumulation: _mm32), ``a`` cast to ``g``'s
     # dtype as autocast's forward did
-    if g.dim() == 2:  # one token per example (BERT's pooler): a cast as autocast's forward did, as in the sums
+    if (
+        g.dim() == 2
+    ):  # one token per example (BERT's pooler): a cast as autocast's forward did, as in the sums
         if g.dtype in _LOWP:
             a = a.to(g.dtype)
         g, a = g.float(), a.float()
