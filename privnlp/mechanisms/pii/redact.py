@@ -183,6 +183,46 @@ def _widen_persons(
     return out
 
 
+#: words a PERSON span never starts with (greetings and honorifics of the supported languages, beyond the CRF's
+#: own list): a greeting or title before a name stays outside the span, as in the annotation table
+_LEAD_WORDS = frozenset(
+    "dear hi hello hey hiya hola buenas bonjour salut coucou hallo moin servus ciao gentile beste lieve olá ola "
+    "oi querido querida estimado estimada liebe lieber grüezi grüß grüss kære kjære hej hei moi dragă stimate "
+    "stimată drogi droga szanowny szanowna sevgili merhaba sayın bayan geachte sehr geehrte geehrter herr frau "
+    "herrn mr mrs ms miss mx dr prof sir sr sra srta doña dona dña mme mlle dott sig pan pani dhr mevr fru herra "
+    "rouva ibu bapak pak kuya auntie aunty uncle gogo kyria kyrios kyrie".split()
+)  # not "Don", "Cara", "Tito", "Bay": first names and surnames as often as titles (privacy first: kept whole)
+#: all-caps form labels and codes that are never a name on their own (an id's label, a currency, a tax)
+_LABEL_CODES = frozenset(
+    "DOB ID BSN PPSN PPS SSN NIN NINO CPF CNP DNI NIE NIR NHS PIN IBAN BIC SWIFT VAT TIN PAN PAYE AUD USD EUR GBP "
+    "CAD NZD ZAR SEK NOK DKK PLN TRY RON INR BRL MXN URL FAQ PDF DIAN RUT CURP RFC AHV AMKA TC CPR OIB".split()
+)
+
+
+def _tidy_persons(text: str, spans: list[PIISpan]) -> list[PIISpan]:
+    """PERSON spans from every source (tagger, caps / title / particle rules, widening) cut at a column gap (two
+    spaces or a tab: ``Ana Santos   CPF``), without leading greetings / titles (``Hola Mª José``,
+    ``Grüezi Herr Rüegg``), and without pieces that are an all-caps form label (``BSN``, ``DOB``)."""
+    out = []
+    for sp in spans:
+        if sp.label != "PERSON":
+            out.append(sp)
+            continue
+        for m in re.finditer(r"\S+(?:[ ]\S+)*", text[sp.start : sp.end]):
+            a, b = sp.start + m.start(), sp.start + m.end()
+            while True:  # drop leading greeting / title words while a word is left after them
+                w = re.match(r"[^\W\d_]+\.?,?[ ]+", text[a:b])
+                if not w or w.group().strip(" .,").lower() not in _LEAD_WORDS:
+                    break
+                a += w.end()
+            piece = text[a:b].strip(" ,;:")
+            if not piece or piece in _LABEL_CODES:
+                continue
+            a = text.index(piece, a)
+            out.append(PIISpan(a, a + len(piece), sp.label, sp.score, sp.source))
+    return out
+
+
 def _leftovers(
     text: str, span: PIISpan, taken: Sequence[PIISpan], town: Callable[[str], bool]
 ) -> list[PIISpan]:
@@ -310,8 +350,11 @@ class PIIRedactor:
             taken = list(occ.spans)
             if self.regex:  # a tagger span over a recognizer's span keeps what lies beside it
                 tag = [q for p in tag for q in _leftovers(text, p, taken, town)]
-            tag = _widen_persons(
-                text, tag + _caps_names(text) + _title_particle_names(text), taken, town
+            tag = _tidy_persons(
+                text,
+                _widen_persons(
+                    text, tag + _caps_names(text) + _title_particle_names(text), taken, town
+                ),
             )
             add([s for s in tag if s.score >= self.min_score])
         kept = list(occ.spans)
