@@ -5,7 +5,6 @@ that draws what opacus draws."""
 
 from __future__ import annotations
 
-import functools
 import warnings
 
 import pytest
@@ -171,9 +170,8 @@ def test_embedding_ghost_norm_equals_the_loop_and_opacus():
     )
 
 
-def _wide_bert_step(mode: str, layers: int = 1):
-    """One clipped step of a BERT wide enough for the ghost norm (T(d+p) <= dp with d = 64, T = 12): query / key /
-    value share their input (the Gram cache), the three embeddings take the embedding ghost norm."""
+def _wide_bert(layers: int):
+    """A tiny BERT wide enough for the ghost norm (T(d+p) <= dp with d = 64, T = 12), ``layers`` blocks."""
     model = tiny_bert_classifier(
         60,
         hidden_size=64,
@@ -183,20 +181,36 @@ def _wide_bert_step(mode: str, layers: int = 1):
         seed=0,
     )
     model.train()
+    return model
+
+
+def _bert_batch():
     g0 = torch.Generator().manual_seed(0)
-    ids, y = torch.randint(1, 60, (6, 12), generator=g0), torch.arange(6) % 2
-    ids[:, -2:] = 0
-    pt = make_private(
+    return torch.randint(1, 60, (6, 12), generator=g0), torch.arange(6) % 2
+
+
+def _private(model, ids, y, *, batch_size: int, clip: float, mode: str):
+    """sigma = 0, lr = 0, a fixed (non-Poisson) loader: the applied gradient is the clipped sum itself."""
+    return make_private(
         model,
         torch.optim.SGD(model.parameters(), lr=0.0),
-        DataLoader(TensorDataset(ids, y), batch_size=6),
+        DataLoader(TensorDataset(ids, y), batch_size=batch_size),
         noise_multiplier=0.0,
-        max_grad_norm=0.05,
+        max_grad_norm=clip,
         accountant="rdp",
         grad_sample_mode=mode,
         poisson_sampling=False,
         rng=0,
     )
+
+
+def _wide_bert_step(mode: str, layers: int = 1):
+    """One clipped step of :func:`_wide_bert`: query / key / value share their input (one group, one Gram), the three
+    embeddings take the embedding ghost norm."""
+    model = _wide_bert(layers)
+    ids, y = _bert_batch()
+    ids[:, -2:] = 0
+    pt = _private(model, ids, y, batch_size=6, clip=0.05, mode=mode)
     torch.manual_seed(1)
     pt.optimizer.zero_grad(set_to_none=True)
     with warnings.catch_warnings():
@@ -228,14 +242,7 @@ def test_stacked_layers_equal_hooks_and_the_layer_by_layer_pass(monkeypatch):
 
 
 def test_stack_chunks_bucket_equal_shapes_under_the_byte_cap(monkeypatch):
-    model = tiny_bert_classifier(
-        60,
-        hidden_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        max_position_embeddings=16,
-        seed=0,
-    )
+    model = _wide_bert(3)
     n, t, d = 4, 5, 64
     by_layer, groups = {}, []
     for layer in model.bert.encoder.layer:
@@ -250,17 +257,12 @@ def test_stack_chunks_bucket_equal_shapes_under_the_byte_cap(monkeypatch):
         by_layer[ffn] = ([torch.randn(n, t, d)], torch.randn(n, t, ffn.out_features))
         groups.append([ffn])
     chunks = bkm._stack_chunks(groups, by_layer)
-    assert [len(c) for c in chunks] == [
-        3,
-        3,
-    ]  # the q/k/v groups together, the feed-forward layers together
+    # the q/k/v groups together, the feed-forward layers together
+    assert [len(c) for c in chunks] == [3, 3]
     assert all(len({bkm._group_g_width(ms) for ms in c}) == 1 for c in chunks)
-    each = (
-        n * t * d * 4 + n * t * 3 * d * 4
-    )  # one q/k/v group: its input and its three output gradients
-    monkeypatch.setattr(
-        bkm, "STACK_MAX_BYTES", 2 * each
-    )  # 2 q/k/v groups (4 ntd each), 2 FFNs (3 ntd each)
+    # a cap of two q/k/v groups (input + three output gradients: 4 ntd each); an FFN group is 3 ntd
+    each = n * t * d * 4 + n * t * 3 * d * 4
+    monkeypatch.setattr(bkm, "STACK_MAX_BYTES", 2 * each)
     assert [len(c) for c in bkm._stack_chunks(groups, by_layer)] == [2, 1, 2, 1]
 
 
@@ -270,31 +272,19 @@ def test_bf16_bert_bookkeeping_keeps_every_example_inside_the_bound(monkeypatch,
     gradient, and its norm stays within C (1 + 1e-4). BERT has what the decoders' test lacks: fp32 LayerNorm
     outputs read by bf16 matmuls (q/k/v grouped and stacked) and a one-token pooler; the pooler's norm once read
     the fp32 input while its sum read the bf16 copy: 1.7e-4 above C."""
+    seen = []
     if lowp_gemm:
-        monkeypatch.setattr(bkm, "_clipped_wb", functools.partial(bkm._clipped_wb, lowp_gemm=True))
-    model = tiny_bert_classifier(
-        60,
-        hidden_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        max_position_embeddings=16,
-        seed=0,
-    )
-    model.train()
-    g0 = torch.Generator().manual_seed(0)
-    ids, y = torch.randint(1, 60, (6, 12), generator=g0), torch.arange(6) % 2
+        real = bkm._clipped_wb
+
+        def tensor_core_path(a, g, *args, **kw):
+            seen.append(g.dtype)  # the bf16 output gradients reach the hi + lo GEMMs
+            return real(a, g, *args, **kw, lowp_gemm=True)
+
+        monkeypatch.setattr(bkm, "_clipped_wb", tensor_core_path)
+    model = _wide_bert(3)
+    ids, y = _bert_batch()
     clip = 0.01  # below every example's gradient norm: clipping always active
-    pt = make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.0),
-        DataLoader(TensorDataset(ids, y), batch_size=1),
-        noise_multiplier=0.0,
-        max_grad_norm=clip,
-        accountant="rdp",
-        grad_sample_mode="bookkeeping",
-        poisson_sampling=False,
-        rng=0,
-    )
+    pt = _private(model, ids, y, batch_size=1, clip=clip, mode="bookkeeping")
     norms = []
     for x, yy in pt.data_loader:
         pt.optimizer.zero_grad(set_to_none=True)
@@ -310,6 +300,7 @@ def test_bf16_bert_bookkeeping_keeps_every_example_inside_the_bound(monkeypatch,
     assert len(norms) == 6
     assert max(norms) <= clip * (1 + 1e-4), norms
     assert min(norms) >= clip * 0.99
+    assert not lowp_gemm or torch.bfloat16 in seen
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

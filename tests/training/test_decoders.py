@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import functools
 import warnings
 
 import pytest
@@ -140,10 +139,15 @@ def test_bf16_autocast_keeps_every_per_sample_gradient_inside_the_bound(arch, mo
     """One example per step, sigma = 0: the applied gradient is that example's clipped gradient; under bf16
     autocast (norms and clip factors in fp32) its norm never exceeds C (tolerance: fp32 rounding, 1e-4).
     ``bookkeeping-lowp-gemm``: the clipped sums in bf16 GEMMs (hi + lo split), the path CUDA takes."""
-    if mode == "bookkeeping-lowp-gemm":
-        monkeypatch.setattr(
-            bkm, "_linear_clipped_sums", functools.partial(bkm._linear_clipped_sums, lowp_gemm=True)
-        )
+    lowp, seen = mode == "bookkeeping-lowp-gemm", []
+    if lowp:
+        real = bkm._clipped_wb
+
+        def tensor_core_path(a, g, *args, **kw):
+            seen.append(g.dtype)  # the bf16 output gradients reach the hi + lo GEMMs
+            return real(a, g, *args, **kw, lowp_gemm=True)
+
+        monkeypatch.setattr(bkm, "_clipped_wb", tensor_core_path)
         mode = "bookkeeping"
     clip = 0.01  # far below every per-sample gradient norm here: clipping is always active
     model = BUILDERS[arch]()
@@ -176,6 +180,7 @@ def test_bf16_autocast_keeps_every_per_sample_gradient_inside_the_bound(arch, mo
     assert len(norms) == B
     assert max(norms) <= clip * (1 + 1e-4), norms
     assert min(norms) >= clip * 0.99  # clipped to C, not below (the gradient is not lost)
+    assert not lowp or torch.bfloat16 in seen
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
