@@ -10,6 +10,8 @@ printed before and after.
 
     python benchmarks/sanitize_corpus.py --size-mb 1024     # the issue's 1 GB (hours on 2 cores)
     python benchmarks/sanitize_corpus.py --size-mb 2        # reduced size
+    python benchmarks/sanitize_corpus.py --size-mb 100 --configs 1   # one configuration, whole
+        # (the generator is deterministic: the 100 MB file is the first 100 MB of the 1 GB one)
     python benchmarks/sanitize_corpus.py --size-mb 1024 --max-seconds 180 --delete
         # the real 1 GB file, each configuration stopped after 180 s (SIGINT: the CLI removes its
         # temporary output): the output bytes written are sampled every second, so it prints the
@@ -151,6 +153,7 @@ def _out_bytes(folder: Path, name: str) -> int:
 
 def run_budget(cmd: list[str], out: Path, budget: float) -> dict:
     """Run ``cmd`` for at most ``budget`` seconds, sampling output bytes and tree RSS every second."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd,
@@ -171,9 +174,23 @@ def run_budget(cmd: list[str], out: Path, budget: float) -> dict:
         if first is None and b > 0:
             first = t
     finished = proc.poll() is not None
+    t_end = time.perf_counter() - t0
     cpu = _tree_cpu(proc.pid)
     # a finished run's output is in place under its own name (no temporary file left to count)
     words, nbytes = _out_words(out.parent, out.name, whole=finished)
+    total = None
+    if finished:
+        if proc.returncode != 0:
+            sys.exit(f"failed (exit {proc.returncode}): {' '.join(cmd)}")
+        # the temporary output was renamed: the samples after the rename count 0 bytes. Keep the
+        # samples taken while it was written and end on the complete output, so the slope and the
+        # words done come from the run's own records; the whole-run rate uses the sidecar's count.
+        samples = [x for x in samples if x[1] > 0]
+        rss = max((x[2] for x in samples), default=0)
+        samples.append((t_end, nbytes, rss))
+        total = json.loads(Path(str(out) + ".privnlp.json").read_text())["counts"]["words"]
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the reaped tree's CPU
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if not finished:
         # KeyboardInterrupt: the CLI removes its temporary output
         os.killpg(proc.pid, signal.SIGINT)
@@ -184,6 +201,7 @@ def run_budget(cmd: list[str], out: Path, budget: float) -> dict:
             proc.wait()
     wall = samples[-1][0] if samples else time.perf_counter() - t0
     return {
+        "released_words": total,
         "samples": samples,
         "first_output": first,
         "finished": finished,
@@ -235,6 +253,18 @@ CONFIGS = (
 )
 
 
+def _selected(args) -> list[tuple[str, list[str], int]]:
+    """The configurations named by ``--configs`` (indices into :data:`CONFIGS`; default all)."""
+    if not args.configs:
+        return list(CONFIGS)
+    try:
+        return [CONFIGS[int(i)] for i in args.configs.split(",")]
+    except (ValueError, IndexError):
+        sys.exit(
+            f"--configs: comma-separated indices in 0..{len(CONFIGS) - 1}, got {args.configs!r}"
+        )
+
+
 def _command(
     exe: list[str], corpus: Path, wd: Path, name: str, seed: int
 ) -> tuple[Path, list[str]]:
@@ -252,7 +282,7 @@ def budget_main(args, corpus: Path, wd: Path, words_per_byte: float, exe: list[s
         f"{args.max_seconds:.0f} s per configuration; load {os.getloadavg()}; {os.cpu_count()} CPUs",
         flush=True,
     )
-    for name, extra, cores in CONFIGS:
+    for name, extra, cores in _selected(args):
         out, cmd = _command(exe, corpus, wd, name, args.seed)
         load = os.getloadavg()[0]
         r = run_budget(cmd + ["--no-progress"] + extra, out, args.max_seconds)
@@ -260,10 +290,12 @@ def budget_main(args, corpus: Path, wd: Path, words_per_byte: float, exe: list[s
         t_a = r["wall"] / 3  # steady state: the last two thirds of the budget
         a = next((x for x in S if x[0] >= t_a and x[1] > 0), S[0])
         z = S[-1]
-        bps = (z[1] - a[1]) / max(z[0] - a[0], 1e-9)
         wpob = r["words_per_out_byte"] or words_per_byte
-        wps = bps * wpob
-        done_words = z[1] * wpob
+        if z[0] - a[0] >= 1.0:
+            wps = (z[1] - a[1]) / (z[0] - a[0]) * wpob
+        else:  # finished inside the first third: only the whole-run rate exists
+            wps = (r["released_words"] or 0) / max(r["wall"], 1e-9)
+        done_words = z[1] * wpob if r["released_words"] is None else r["released_words"]
         third = max((x[2] for x in S if x[0] <= t_a), default=0) / 1024
         peak = max((x[2] for x in S), default=0) / 1024
         done = done_words / total_words
@@ -275,7 +307,13 @@ def budget_main(args, corpus: Path, wd: Path, words_per_byte: float, exe: list[s
             f"of the file's words; whole file extrapolated {total_words / max(wps, 1e-9) / 3600:.1f} h; first output "
             f"{'n/a' if fo is None else f'{fo:.0f} s'}; peak tree RSS {third:.0f} MiB in the first "
             f"{t_a:.0f} s, {peak:.0f} MiB in {z[0]:.0f} s; CPU {r['cpu']:.0f} s of live processes at "
-            f"the stop; load before {load:.2f}" + ("; FINISHED" if r["finished"] else ""),
+            f"the stop; load before {load:.2f}"
+            + (
+                f"; FINISHED in {r['wall']:.1f} s: {r['released_words']:,} words released, "
+                f"{r['released_words'] / max(r['wall'], 1e-9):,.0f} words/s over the whole run"
+                if r["finished"]
+                else ""
+            ),
             flush=True,
         )
     print(f"load after: {os.getloadavg()}")
@@ -293,6 +331,12 @@ def main() -> None:
         help="stop each configuration after this (0: run whole)",
     )
     ap.add_argument("--delete", action="store_true", help="delete the corpus at the end")
+    ap.add_argument(
+        "--configs",
+        default="",
+        help="comma-separated indices of the configurations to run (0: --num-proc 1, 1: --num-proc 2, "
+        "2: dask with 2 workers; default: all)",
+    )
     args = ap.parse_args()
     wd = Path(args.workdir)
     wd.mkdir(parents=True, exist_ok=True)
@@ -315,7 +359,7 @@ def main() -> None:
         return
     print(f"corpus {corpus} ({corpus.stat().st_size / 2**20:.1f} MiB); load {os.getloadavg()}")
     base = None
-    for name, extra, _ in CONFIGS:
+    for name, extra, _ in _selected(args):
         out, cmd = _command(exe, corpus, wd, name, args.seed)
         res = run(cmd + ["--no-progress"] + extra, out)
         wps = res["words"] / res["wall"]
