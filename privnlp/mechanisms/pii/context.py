@@ -152,6 +152,11 @@ _SPEAKER_LINE = re.compile(
     r"^[ \t]*[A-Za-zÀ-ÿ][a-zà-ÿ'’.-]{1,20}:(?!//)[ \t]+(?=[^\n]*\b[^\W\d_A-Z]{2,}\b[^\n]*\b[^\W\d_A-Z]{2,}\b)",
     re.M,
 )
+#: the word of every "Word:" slot at a line start (after an optional "[10:02]" / "10:02" time stamp): the
+#: speaker candidates of a chat transcript, counted to see whether a speaker comes back
+_SPEAKER_SLOT = re.compile(
+    r"^[ \t]*(?:\[?\d{1,2}:\d{2}(?::\d{2})?\]?[ \t]+)?([^\W\d_][\w'’.-]{0,20})[ \t]*:(?!//)", re.M
+)
 #: a chat export's speaker line: the name, then the time alone on the line ("Priya Shah 9:41 AM")
 _SPEAKER_TIME_AFTER = re.compile(
     r"((?: [A-ZÀ-Þ][\w'’-]+)?)[ \t]+(?:\[)?\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?(?:\])?[ \t]*$",
@@ -281,6 +286,8 @@ class ContextRules:
         self.towns = frozenset(fold(x) for x in towns) | city_names()
         self.major_towns = major_towns()
         self._chat = False
+        self._real_chat = False
+        self._slots: dict[str, int] = {}
         self._end: int | None = None
 
     # ---------------------------------------------------------------- word classes
@@ -315,6 +322,16 @@ class ContextRules:
         out: list[PIISpan] = []
         n = len(toks)
         self._chat = len(_SPEAKER_LINE.findall(text)) >= 2
+        slots: dict[str, int] = {}
+        for m in _SPEAKER_SLOT.finditer(text):
+            slots[m.group(1)] = slots.get(m.group(1), 0) + 1
+        self._slots = slots
+        named = sum(fold(w) in self.first for w in slots)
+        # a transcript, not a form: a speaker comes back, or most "Word:" slots hold known first names
+        self._real_chat = self._chat and (
+            any(c >= 2 and word_zipf(w) < AMBIGUOUS_ZIPF for w, c in slots.items())
+            or (named >= 1 and 2 * named >= len(slots))
+        )
         used = [False] * n
         i = 0
         while i < n:
@@ -342,6 +359,21 @@ class ContextRules:
             i = j
         return out
 
+    def _speaker_ok(self, w: str) -> bool:
+        """Whether ``w`` in a line-start ``w:`` slot is a speaker's name (see :meth:`spans`)."""
+        f = fold(w)
+        if w.lower().rstrip(".") in TITLES or (f in self.towns and f not in self.first):
+            return False
+        if f in self.first:
+            # "Laura: oye", "Wiebke: on my way" -- a known first name (word frequency cannot tell "Edit:"
+            # from "Laura:": names are frequent words of the lists too)
+            return True
+        if not self._real_chat:
+            return False
+        # in a transcript, a name-like word ("Tobenna", "Kasia"); a role that speaks ("Customer:", "Agent:")
+        # is a very frequent word
+        return _is_cap(w) and not w.isupper() and word_zipf(w) < AMBIGUOUS_ZIPF
+
     def _town_end(self, toks: Sequence[tuple[str, int, int]], i: int) -> int | None:
         """The end of the longest town name (1-3 words) starting at token ``i``."""
         for k in (3, 2, 1):
@@ -367,18 +399,11 @@ class ContextRules:
         speaker = (not before.strip() or _SENT_END_BEFORE.search(before)) and (
             nxt.startswith(":") and not nxt.startswith("://")
         )
-        if speaker and (
-            f in self.first
-            or (
-                self._chat
-                and _is_cap(w)
-                and not w.isupper()
-                and word_zipf(w) < AMBIGUOUS_ZIPF
-                and f not in self.towns
-                and w.lower() not in TITLES
-            )
-        ):
-            return "PERSON"  # in a chat transcript (2+ "Name:" lines) any name-like speaker counts
+        if speaker:
+            # evidence that the word before ":" is a name, not a form label ("Aangever:", "Referee:"): a
+            # first name that is no ordinary word, or a transcript (a speaker comes back / most speakers are
+            # known first names) where a known or name-like word speaks
+            return "PERSON" if self._speaker_ok(w) else None
         # first name + known surname: "this is Will Ramos", "Customer Will Turner"
         if (
             _is_cap(w)

@@ -54,7 +54,7 @@ from privnlp.core.rng import as_numpy
 from privnlp.data.corpus import tokenize
 from privnlp.models.cache import cache_dir
 
-from . import annotate, synth
+from . import annotate, orgs, synth
 from . import context as context_module
 from .context import ContextRules, _is_cap, fold, word_zipf
 from .evalset import default_evalset_dir, load_evalset
@@ -423,6 +423,8 @@ def _not_a_name(text: str, span: PIISpan, rules: ContextRules) -> PIISpan | None
     words = text[a:b].split()
     if _ORG_AFTER.match(text, b) or _DOMAIN_AFTER.match(text, b):
         return None  # a company ("Koala Sleep Pty Ltd") or a web shop ("Bol.com")
+    if orgs.is_org_span(text, a, b, span.label):
+        return None  # a business / venue: "Ridge Dental", "Dunne & Moran Solicitors", "Trattoria da Nino"
     line_start = text.rfind("\n", 0, a) + 1
     if (
         len(words) == 1
@@ -656,7 +658,13 @@ class CRFTagger:
             for piece in _split_lines(text, s)
             if (x := _not_a_name(text, piece, rules)) is not None
         ]
-        return _propagate_names(text, toks, out, rules, p_entity)
+        # a propagated name can land in a business's name ("Kevin Dunne, Dunne & Moran Solicitors")
+        return [
+            s
+            for s in _propagate_names(text, toks, out, rules, p_entity)
+            if s.label not in ("PERSON", "LOC")
+            or not orgs.is_org_span(text, s.start, s.end, s.label)
+        ]
 
     def save(self, path: str | os.PathLike) -> None:
         """The model file and ``PATH.json`` (gazetteers, calibration), both written atomically."""
@@ -783,15 +791,19 @@ def _model_key(seed: int, n_docs: int) -> str:
 def _spans_code_key() -> str:
     """A digest of the code between the CRF's tags and the calibrated spans (the context rules, the span
     clean-up and filters): when it changes, the calibration is refitted (seconds; no retraining)."""
-    src = inspect.getsource(context_module) + "".join(
-        inspect.getsource(o)
-        for o in (
-            CRFTagger.uncalibrated_spans,
-            tidy_span,
-            _split_address,
-            _split_lines,
-            _not_a_name,
-            _propagate_names,
+    src = (
+        inspect.getsource(context_module)
+        + inspect.getsource(orgs)
+        + "".join(
+            inspect.getsource(o)
+            for o in (
+                CRFTagger.uncalibrated_spans,
+                tidy_span,
+                _split_address,
+                _split_lines,
+                _not_a_name,
+                _propagate_names,
+            )
         )
     )
     return hashlib.sha256(src.encode()).hexdigest()[:12]

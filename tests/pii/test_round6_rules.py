@@ -1,0 +1,132 @@
+"""Issue 32, sixth round (development): evidence for a chat speaker, organisation / venue names left alone,
+lone first names in context. Every example is written for this test (none copied from an evaluation set)."""
+
+from __future__ import annotations
+
+import pytest
+
+from privnlp.data.corpus import tokenize
+from privnlp.mechanisms.pii.context import ContextRules
+from privnlp.mechanisms.pii.crf import _not_a_name
+from privnlp.mechanisms.pii.orgs import ORG_HEADS, ORG_TAILS, is_org_span
+from privnlp.mechanisms.pii.types import PIISpan
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return ContextRules(["Wiebke", "Anneke", "Omondi"], ["Hollander", "Kariuki"], towns=["Ourense"])
+
+
+def found(rules: ContextRules, text: str) -> list[tuple[str, str]]:
+    toks = tokenize(text)
+    return [(text[s.start : s.end], s.label) for s in rules.spans(text, toks, lambda i, j: 0.5)]
+
+
+# ------------------------------------------------------------------------------------ chat speakers
+def test_form_labels_followed_by_prose_are_not_speakers(rules):
+    # a form whose values read like sentences: two "Word:" lines would have made it a "chat" before; the
+    # labels are not first names, none comes back, none of the slots is a known name
+    form = (
+        "Melder: Pieter van Dam, woont in de straat\n"
+        "Voorval: de fiets is gestolen bij het station\n"
+        "Getuige: een buurman van de overkant"
+    )
+    got = found(rules, form)
+    assert all(t not in ("Melder", "Voorval", "Getuige") for t, _ in got), got
+
+
+def test_a_transcript_keeps_its_speakers(rules):
+    # a speaker who comes back makes it a transcript: an unknown name-like speaker counts
+    chat = (
+        "Tobenna: are you coming tonight\nWiebke: yes but a bit late\nTobenna: ok we wait for you"
+    )
+    got = found(rules, chat)
+    assert ("Tobenna", "PERSON") in got and ("Wiebke", "PERSON") in got
+    # half the speakers are known first names: a transcript too
+    chat = "Wiebke: the train is late again\nChidozie: no problem, take your time"
+    assert ("Chidozie", "PERSON") in found(rules, chat)
+
+
+def test_a_known_first_name_speaks_on_its_own(rules):
+    assert ("Anneke", "PERSON") in found(rules, "Anneke: ik ben er over vijf minuten")
+
+
+def test_roles_that_speak_are_not_names(rules):
+    # "Customer:" / "Agent:" come back on every line: frequent words, no names
+    chat = (
+        "Customer: my parcel has not arrived yet\n"
+        "Agent: sorry to hear that, let me check\n"
+        "Customer: it was due on monday\n"
+        "Agent: it is with the courier now"
+    )
+    got = found(rules, chat)
+    assert all(t not in ("Customer", "Agent") for t, _ in got), got
+
+
+# ------------------------------------------------------------------------------------ organisations
+@pytest.mark.parametrize(
+    "text, span",
+    [
+        (
+            "Your appointment at Thornbury Dental is confirmed",
+            "Thornbury Dental",
+        ),  # a business tail
+        ("Thanks, Marta Kowal - Eastgate Lettings", "Eastgate Lettings"),
+        (
+            "Volunteers needed at the Ashcombe Food Bank on Sunday",
+            "Ashcombe",
+        ),  # tail after the span
+        ("Signed for Pryce & Lloyd Solicitors", "Pryce"),  # "&" then a tail
+        ("Signed for Pryce & Lloyd Solicitors", "Lloyd"),
+        ("Invoice from Bakker Verhuizingen B.V.", "Bakker"),  # Dutch business noun
+        ("Cena alla Trattoria da Gino sabato", "Gino"),  # a head noun before
+        ("Iscrizione Palestra Vittoria, corso serale", "Palestra Vittoria"),  # a head noun inside
+        ("Reservation: Hotel Mirabeau Lyon, two nights", "Lyon"),  # head two words before
+        ("Kancelaria Nowicki i Wspólnicy zaprasza", "Nowicki"),
+        ("Paid to Lindqvist Bros for the fence", "Lindqvist"),
+    ],
+)
+def test_organisation_names_are_left_alone(text, span):
+    a = text.index(span)
+    assert is_org_span(text, a, a + len(span))
+
+
+@pytest.mark.parametrize(
+    "text, span, label",
+    [
+        ("Dear Marta Kowal, thanks for the call", "Marta Kowal", "PERSON"),
+        (
+            "Rider: Ines Duarte    Mobile: 912 345 678",
+            "Ines Duarte",
+            "PERSON",
+        ),  # column gap + label
+        ("Contact Ines Duarte\nBank details below", "Ines Duarte", "PERSON"),  # line break
+        ("Anneke Hollander, Ltd director", "Anneke Hollander", "PERSON"),  # comma before the form
+        ("Kevin and Ruth Ostrowski will attend", "Kevin", "PERSON"),  # "and" then no business noun
+        ("Chauffeur - Agence de Carcassonne", "Carcassonne", "LOC"),  # the branch's town stays
+        (
+            "Seen at Queen Elizabeth Hospital",
+            "Queen Elizabeth Hospital",
+            "LOC",
+        ),  # places of care: LOC
+    ],
+)
+def test_people_and_towns_are_not_organisations(text, span, label):
+    a = text.index(span)
+    assert not is_org_span(text, a, a + len(span), label)
+
+
+def test_word_lists_are_folded_and_leave_places_of_care_out():
+    assert "kuafor" in ORG_HEADS and "panaderia" in ORG_TAILS  # accent-folded like the lookups
+    assert not {"hospital", "clinic", "surgery", "klinik", "hopital", "ospedale"} & ORG_TAILS
+
+
+def test_not_a_name_drops_a_business(rules):
+    text = "Quote from Harwood Joinery, 14 March"
+    a = text.index("Harwood Joinery")
+    span = PIISpan(a, a + len("Harwood Joinery"), "PERSON", 0.9, "tagger:crf")
+    assert _not_a_name(text, span, rules) is None
+    text = "Quote from Wiebke Hollander, 14 March"
+    a = text.index("Wiebke")
+    span = PIISpan(a, a + len("Wiebke Hollander"), "PERSON", 0.9, "tagger:crf")
+    assert _not_a_name(text, span, rules) == span
