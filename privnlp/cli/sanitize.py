@@ -160,8 +160,11 @@ def sanitize(
     vocab_limit: int | None = typer.Option(
         None, "--vocab-limit", "--top-k", help="Keep the N most frequent vocabulary words (>= 2)."
     ),
-    num_proc: int = typer.Option(
-        1, "--num-proc", help="Worker processes (output identical for every N with --seed)."
+    num_proc: str = typer.Option(
+        "auto",
+        "--num-proc",
+        help="Worker processes: N >= 1, or auto (one per core, at most 4, for an input of >= 256 KiB "
+        "on the faiss index; else 1). Output identical for every N with --seed.",
     ),
     oov: str = typer.Option(
         "random",
@@ -234,6 +237,12 @@ def sanitize(
     try:
         if mechanism not in MECHS:
             _fail(f"--mechanism must be one of {MECHS}; got {mechanism!r}")
+        procs: int | str = num_proc
+        if num_proc != "auto":
+            try:
+                procs = int(num_proc)
+            except ValueError:
+                _fail(f"--num-proc must be 'auto' or an integer in [1, 1024]; got {num_proc!r}")
         cls = MECH_CLASSES[mechanism]
         kw: dict[str, Any] = dict(
             oov=oov,
@@ -280,7 +289,7 @@ def sanitize(
                 field=field,
                 progress=progress,
                 seed=seed,
-                num_proc=num_proc,
+                num_proc=procs,
                 ledger=led,
                 target_epsilon=target_epsilon,
             )

@@ -223,6 +223,49 @@ def test_num_proc_and_datasets_map_identical(tmp_path, glove20k):
     assert got == [json.loads(l)["text"] for l in outs[0].splitlines()]
 
 
+def test_num_proc_auto_runs_a_worker_per_core_with_the_same_output(tmp_path, glove20k, monkeypatch):
+    """num_proc="auto" (the CLI's default): one worker per usable core on the faiss index for a
+    large input, each worker's scan on cores // workers threads; the output is the one process's
+    for the same seed. The exact index, a small input or a caller's rng stay in one process."""
+    import privnlp.mechanisms.text.files as F
+    from privnlp.mechanisms.text import Vickrey
+
+    src, lines = _corpus(tmp_path)
+    monkeypatch.setattr(F, "AUTO_PROC_BYTES", src.stat().st_size)  # this input counts as large
+    monkeypatch.setattr(F, "usable_cores", lambda: 2)
+    outs, reps = [], []
+    for k, nproc in enumerate(("auto", 1)):
+        m = Vickrey(10.0, embeddings=glove20k, index="faiss", ann_nprobe=8)
+        dst = tmp_path / f"o{k}.jsonl"
+        reps.append(
+            F.sanitize_file(src, dst, m, seed=7, num_proc=nproc, chunk_records=9, progress=False)
+        )
+        outs.append(dst.read_text())
+    assert [r.num_proc for r in reps] == [2, 1]
+    assert outs[0] == outs[1] != src.read_text()
+    # the worker's initializer gives its (forked) copy of the index the threads it was handed
+    m = Vickrey(10.0, embeddings=glove20k, index="faiss", ann_nprobe=8)
+    m.plan_index(10**6)
+    monkeypatch.setattr(F, "_MECH", m)
+    F._init_worker(1)
+    assert m._nn().num_threads == 1
+    assert F.auto_num_proc("faiss", src.stat().st_size) == 2
+    assert F.auto_num_proc("faiss", src.stat().st_size - 1) == 1  # small input
+    assert F.auto_num_proc("exact", 1 << 30) == 1
+    assert F.auto_num_proc("faiss", 1 << 30, rng=np.random.default_rng(0)) == 1
+    rep = F.sanitize_file(
+        src,
+        tmp_path / "ex.jsonl",
+        Vickrey(10.0, embeddings=glove20k),
+        seed=7,
+        num_proc="auto",
+        progress=False,
+    )  # auto index on a 20k vocabulary: exact, one process
+    assert rep.num_proc == 1
+    with pytest.raises(InvalidArgument, match="num_proc must be 'auto'"):
+        F.sanitize_file(src, tmp_path / "x.jsonl", m, num_proc="many", progress=False)
+
+
 @pytest.mark.parametrize(
     "content,args,msg",
     [
@@ -234,6 +277,7 @@ def test_num_proc_and_datasets_map_identical(tmp_path, glove20k):
         (b"hello world\n", ["-t", "2"], "t must be"),
         (b"hello world\n", ["--vocab-limit", "1"], "vocab-limit"),
         (b"hello world\n", ["--num-proc", "0"], "num_proc"),
+        (b"hello world\n", ["--num-proc", "two"], "--num-proc must be 'auto' or an integer"),
     ],
 )
 def test_bad_input_clear_error_no_output(tmp_path, content, args, msg):

@@ -57,6 +57,8 @@ class FileReport:
     #: the most frequent out-of-vocabulary units ``(unit, count, kind)``, for the data owner (printed
     #: by the CLI, never written to the sidecar: they are words of the private input)
     oov_top: tuple = ()
+    #: the worker processes that ran (``num_proc="auto"`` resolved)
+    num_proc: int = 1
 
     @property
     def oov_rate(self) -> float:
@@ -95,16 +97,44 @@ _MECH: Any = (
 )
 
 
-def _init_worker() -> None:
+def _init_worker(scan_threads: int = 1) -> None:
     """A forked worker's first step: one intra-op thread in the libraries the parent already loaded.
     torch's OpenMP pool does not survive fork: a worker whose parent had run a torch matrix product
-    (the exact index's prescreen) hung in its first ``torch.mm`` (tests/text/test_real_text.py)."""
+    (the exact index's prescreen) hung in its first ``torch.mm`` (tests/text/test_real_text.py).
+    The batched IVF scan runs on ``scan_threads`` threads in each worker (the cores divided among
+    the workers: two workers of one thread each beat one process of two threads, whose per-list
+    numpy calls contend for the GIL)."""
     torch = sys.modules.get("torch")  # never imported here: only a parent that loaded it pays
     if torch is not None:
         torch.set_num_threads(1)
     faiss = sys.modules.get("faiss")
     if faiss is not None:
         faiss.omp_set_num_threads(1)
+    nn = _MECH.__dict__.get("_nn_index") if _MECH is not None else None
+    if nn is not None and hasattr(nn, "num_threads"):
+        nn.num_threads = scan_threads  # the worker's copy (fork); the parent's index is unchanged
+
+
+#: ``num_proc="auto"``: worker processes (one per usable core, at most this many) for an input of
+#: at least :data:`AUTO_PROC_BYTES` on the batched approximate index; else one process
+AUTO_PROC_MAX = 4
+AUTO_PROC_BYTES = 256 << 10
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def auto_num_proc(index_kind: str, size_bytes: int, rng: Any = None) -> int:
+    """The ``num_proc`` that ``"auto"`` resolves to (see :data:`AUTO_PROC_MAX`). A caller's own
+    ``rng`` stays in this process (``num_proc > 1`` needs OS entropy or ``seed``)."""
+    if rng is not None or index_kind != "faiss" or size_bytes < AUTO_PROC_BYTES:
+        return 1
+    return min(usable_cores(), AUTO_PROC_MAX)
 
 
 def _work(args: tuple) -> tuple[list[str], list[tuple], list[str]]:
@@ -148,7 +178,7 @@ def sanitize_file(
     chunk_records: int = 512,
     progress: bool = True,
     seed: int | None = None,
-    num_proc: int = 1,
+    num_proc: int | str = 1,
     ledger: Any = None,
     target_epsilon: float | None = None,
 ) -> FileReport:
@@ -169,7 +199,9 @@ def sanitize_file(
         chunk_records: records per chunk (memory / progress granularity).
         progress: show a progress bar with words/s.
         seed: per-record generators derived from this seed (reproducible for any ``num_proc``).
-        num_proc: worker processes on this machine.
+        num_proc: worker processes on this machine, or ``"auto"`` (:func:`auto_num_proc`: one per
+            usable core, at most :data:`AUTO_PROC_MAX`, for an input of >= 256 KiB on the faiss
+            index; else 1). The output is the same for every value (with ``seed``).
         ledger: a :class:`privnlp.accounting.DPLedger` charged with one ``MetricDPRun`` (this pass:
             per-word epsilon, the metric, the most words of one record); the budget is checked before
             anything is created, the pass recorded once the output is in place.
@@ -183,13 +215,19 @@ def sanitize_file(
         raise InvalidArgument(f"fmt must be one of {FORMATS}; got {fmt!r}")
     if src.resolve() == dst.resolve():
         raise InvalidArgument("output must differ from input")
-    check_range("num_proc", num_proc, 1, 1024, integer=True)
+    auto_proc = num_proc == "auto"
+    if not auto_proc:
+        if isinstance(num_proc, str):
+            raise InvalidArgument(
+                f"num_proc must be 'auto' or an integer in [1, 1024]; got {num_proc!r}"
+            )
+        check_range("num_proc", num_proc, 1, 1024, integer=True)
     check_range("chunk_records", chunk_records, 1, 1 << 24, integer=True)
     if seed is not None:
         check_range("seed", seed, 0, 2**63 - 1, integer=True)
         if rng is not None:
             raise InvalidArgument("pass either rng or seed, not both")
-    elif num_proc > 1 and rng is not None:
+    elif not auto_proc and num_proc > 1 and rng is not None:
         raise InvalidArgument(
             "num_proc > 1 needs seed=... (reproducible) or rng=None (OS entropy per worker)"
         )
@@ -210,7 +248,9 @@ def sanitize_file(
     # index="auto": exact for small inputs, else an approximate index calibrated to the recall target
     # (about 6 bytes per word of English text; only the speed and recall depend on the estimate)
     expected_words = src.stat().st_size // 6
-    mechanism.plan_index(expected_words)
+    kind = mechanism.plan_index(expected_words)
+    if auto_proc:
+        num_proc = auto_num_proc(kind, src.stat().st_size, rng)
     made = make_parent(dst)  # removed again if the run fails (no leftover output folder)
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
     bom = has_bom(src)
@@ -231,7 +271,11 @@ def sanitize_file(
         if num_proc > 1:
             global _MECH
             _MECH = mechanism
-            pool = mp.get_context("fork").Pool(num_proc, initializer=_init_worker)
+            pool = mp.get_context("fork").Pool(
+                num_proc,
+                initializer=_init_worker,
+                initargs=(max(1, usable_cores() // num_proc),),
+            )
 
         def run_chunks(chunks: Iterator[list[str]]) -> Iterator[list[str]]:
             """Sanitized texts chunk by chunk, in order (bounded look-ahead with workers)."""
@@ -305,7 +349,9 @@ def sanitize_file(
         if pool is not None:
             pool.terminate()
             pool.join()
-    return FileReport(str(src), str(dst), str(side), fmt, **counts, oov_top=oov_report(oov))
+    return FileReport(
+        str(src), str(dst), str(side), fmt, **counts, oov_top=oov_report(oov), num_proc=num_proc
+    )
 
 
 def _metric_run(mechanism: Any, words: int) -> Any:
