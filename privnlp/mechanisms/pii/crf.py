@@ -479,16 +479,28 @@ def _propagate_names(
     person_ends = {s.end for s in spans if s.label == "PERSON"}
     person_starts = {s.start for s in spans if s.label == "PERSON"}
 
-    def listed(a: int, b: int) -> bool:  # "Luca, Chiara e il dott. Ferri": next to a name in a list
+    def listed(a: int, b: int, conj_only: bool = False) -> bool:
+        # "Luca, Chiara e il dott. Ferri": next to a name in a list (``conj_only``: joined by a conjunction,
+        # "Sipho and Thandeka Dlamini", "Micke & Lotta", not only by a comma)
         m = _LIST_SEP_BEFORE.search(text, max(0, a - 6), a)
         n = _LIST_SEP_AFTER.match(text, b)
+        if conj_only:
+            m = m if m and "," not in m.group() else None
+            n = n if n and "," not in n.group() else None
         return bool((m and m.start() in person_ends) or (n and n.end() in person_starts))
+
+    def name_like(w: str) -> bool:  # a word no list knows, in name case: "Sipho", "Lotta"
+        return len(w) >= 3 and _is_cap(w) and not w.isupper() and not rules.plain(w)
 
     covered = sorted((s.start, s.end) for s in spans)
     starts = [a for a, _ in covered]
     out = list(spans)
     for i, (w, a, b) in enumerate(toks):
-        if w not in names and not (_is_cap(w) and fold(w) in rules.first and listed(a, b)):
+        if (
+            w not in names
+            and not (_is_cap(w) and fold(w) in rules.first and listed(a, b))
+            and not (name_like(w) and listed(a, b, conj_only=True))
+        ):
             continue
         k = bisect.bisect_right(starts, a) - 1
         if k >= 0 and covered[k][1] > a:
