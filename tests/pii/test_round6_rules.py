@@ -177,3 +177,54 @@ def test_a_name_like_word_joined_to_a_name_by_a_conjunction(rules):
     spans = [PIISpan(0, 14, "PERSON", 0.9, "tagger:crf")]
     out = _propagate_names(text, tokenize(text), spans, rules, lambda i, j: 0.4)
     assert [text[s.start : s.end] for s in out] == ["Omondi Kariuki"]
+
+
+# ------------------------------------------------------------------------------------ street grammars
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (
+            "Leveres til Sølvgatan 17 B, 222 21 Lund",
+            "Sølvgatan 17 B",
+        ),  # sv: -gatan + entrance letter
+        ("Adresse: Fyrrevej 12, 8600 Silkeborg", "Fyrrevej 12"),  # da: -vej
+        ("Henting: Øvre Slottsgate 9C, 0157 Oslo", "Øvre Slottsgate 9C"),
+        ("adres: Ihlamur Sokak No: 12/4, Beşiktaş", "Ihlamur Sokak No: 12/4"),  # tr
+        ("Çamlık Mahallesi, Lale Sokak No: 8, Konak/İzmir", "Çamlık Mahallesi, Lale Sokak No: 8"),
+        ("Dirección: Carrera 15 # 82-41, Bogotá", "Carrera 15 # 82-41"),  # co
+        ("Dirección: Calle 10 No. 5-21 apto 3", "Calle 10 No. 5-21"),
+        ("Adresa: Str. Mihai Eminescu nr. 7, Brașov", "Str. Mihai Eminescu nr. 7"),  # ro
+        ("Flat 4, No. 9, 6th Cross, 3rd Main Road, Jayanagar", "9, 6th Cross, 3rd Main Road"),  # in
+        ("Residenza: Via dei Mille 44/3, Parma", "Via dei Mille 44/3"),  # it door number
+        ("Wohnung Favoritenstraße 110/4/12, 1100 Wien", "Favoritenstraße 110/4/12"),  # at
+        ("Adres: Lijnbaansgracht 52-II, Amsterdam", "Lijnbaansgracht 52-II"),  # nl floor suffix
+        ("Adres: Herengracht 7 bis, Amsterdam", "Herengracht 7 bis"),
+        ("Ship to 3300 W 5th St, Apt 2, Dallas", "3300 W 5th St"),  # a directional + ordinal street
+        ("Site office: 11-15 Harbour Road, Wellington", "11-15 Harbour Road"),  # a number range
+        ("Pick-up: Plot 8 Marina Way, Lagos", "Plot 8 Marina Way"),  # a plot glued to its number
+        (
+            "Blk 233 Jurong East Street 21 #04-11",
+            "Blk 233 Jurong East Street 21",
+        ),  # a numbered street
+        ("Return to 3 Heol y Bryn, Swansea", "3 Heol y Bryn"),  # Welsh street word first
+    ],
+)
+def test_new_street_grammars(text, want):
+    from privnlp.mechanisms.pii.recognizers import find_addresses
+
+    assert want in [text[s.start : s.end] for s in find_addresses(text)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Boarding at Gate 12 from 10:30",  # an English gate is no Norwegian street
+        "Calle 10 is closed",  # a numbered street without its number
+        "Meet at Stand 14, Hall B",
+        "Version 2 Road Map",
+    ],
+)
+def test_street_grammar_lookalikes(text):
+    from privnlp.mechanisms.pii.recognizers import find_addresses
+
+    assert find_addresses(text) == []

@@ -1013,19 +1013,61 @@ def _widen_date(text: str, sp: PIISpan) -> PIISpan:
 # ------------------------------------------------------------------------------------------------ addresses
 _CAP = r"[A-ZÀ-ÞŁŚŻŹĆ][\w'’.-]*"
 _NUM = r"\d{1,5}[A-Za-z]?(?![\w/.-]\d)"
+#: a continental house number with its door / staircase ("118/2", "37/2/14") or Dutch / Belgian suffix
+#: ("231 bis", "176-III", "12 B": a lone capital letter after a space)
+_NUM_EU = (
+    r"\d{1,5}[A-Za-z]?(?:/\d{1,4}[A-Za-z]?){0,2}(?:-(?:I{1,3}|IV|hs|h)\b|\s(?:bis|ter)\b|\s[A-H]\b(?![.'’-]))?"
+    r"(?![\w/.-]\d)"
+)
 #: street address grammars (house number + street), one per writing convention
 _ADDRESS_PATTERNS = (
-    # en: 221B Baker Street, 1600 Maple Dr, 27 High St
+    # en: 221B Baker Street, 1600 Maple Dr, 27 High St; "Plot 27 Admiralty Way" / "Blk 412 Bedok North Ave 2"
+    # (a plot / block word glued to its number is part of it), "27-29 Pacific Highway", "1904 E 12th St"
     re.compile(
-        r"(?<![\w-])"
+        r"(?<![\w-])(?:(?:Plot|Blk|Block|Lot)\s+)?(?:\d{1,5}-)?"
         + _NUM
-        + r"\s+(?:"
+        + r"\s+(?:(?:N|S|E|W|NE|NW|SE|SW)\.?\s+\d{1,3}(?:st|nd|rd|th)\s+|(?:"
         + _CAP
-        + r"\s+){1,3}(?:Street|St|Road|Rd|Avenue|Ave|Lane|Ln|"
+        + r"\s+){1,3})(?:Street|St|Road|Rd|Avenue|Ave|Lane|Ln|"
         r"Drive|Dr|Grove|Close|Way|Court|Ct|Place|Pl|Terrace|Crescent|Cres|Boulevard|Blvd|Square|Sq|"
         r"Gardens|Gdns|Hill|Row|Mews|Parkway|Pkwy|Highway|Hwy|Circle|Cir|Walk|Trail|Broadway)\b"
         # a directional / part suffix: "1187 Peachtree Battle Ave NW", "27 Dominick Street Lower"
         r"(?:\s+(?:NW|NE|SW|SE|N|S|E|W|North|South|East|West|Upper|Lower)(?![\w'’-]))?"
+        # Singapore's numbered streets: "Tampines Street 86", "Bedok North Ave 2"
+        r"(?:\s\d{1,3}(?![\w:./-]))?"
+    ),
+    # Welsh street word first: "9 Heol y Nant", "14 Ffordd Las"
+    re.compile(r"(?<![\w-])" + _NUM + r"\s+(?:Heol|Ffordd|Stryd|Lôn)\s+(?:y\s+|yr\s+)?" + _CAP),
+    # Indian cross / main roads: "27, 14th Cross Road", "27, 14th Cross, 2nd Main Road"
+    re.compile(
+        r"(?<![\w-])\d{1,4}[A-Z]?,\s+\d{1,2}(?:st|nd|rd|th)\s+(?:Cross|Main)(?:\s+Road)?"
+        r"(?:,\s+\d{1,2}(?:st|nd|rd|th)\s+(?:Cross|Main)(?:\s+Road)?)?"
+    ),
+    # Nordic: "Storgatan 12 B", "Klitvej 7", "Vårvindsvägen 3", "Thorvald Meyers gate 58B", "Nordre gate 7B"
+    re.compile(
+        r"(?<![\w-])(?:(?:(?:Øvre|Nedre|Nordre|Søndre|Store|Lille|Gamle|Norra|Södra|Östra|Västra|Stora|Lilla|"
+        r"Gamla)\s+)?[A-ZÅÄÖØÆ][\wåäöøæ-]*(?:gatan|vägen|gränd|torget|stigen|backen|allén|vej|gade|"
+        r"vænget|veien|veg|gata|gate|stræde|plass)|(?:"
+        + _CAP
+        + r"\s+){1,2}(?:gate|gata|vei|veien|vej|gade|allé|gatan|vägen))\s+"
+        + _NUM_EU
+    ),
+    # tr: "Bağdat Caddesi No: 221", "Atatürk Bulvarı No: 98", "Uzundere Cad. No:7", with its quarter first
+    # ("Çamlık Mahallesi, Lale Sokak No: 8/2")
+    re.compile(
+        r"(?<![\w-])(?:(?:" + _CAP + r"\s+){1,2}(?:Mahallesi|Mah\.),?\s+)?"
+        r"(?:" + _CAP + r"\s+){1,3}(?:Caddesi|Cad\.|Cd\.|Sokak|Sokağı|Sok\.|Sk\.|Bulvarı|Blv\.)"
+        r"\s*(?:No\s*:\s*|No\.?\s*)\d{1,4}[A-Za-z]?(?:/\d{1,3})?"
+    ),
+    # co: "Carrera 76 # 33A-41", "Calle 93 # 11A-28", "Cra. 43A No. 1-50"
+    re.compile(
+        r"(?<![\w-])(?:Calle|Carrera|Cra\.?|Cr\.?|Kr\.?|Cl\.?|Avenida|Av\.?|Diagonal|Dg\.?|Transversal|"
+        r"Tv\.?)\s+\d{1,3}\s?[A-Z]?(?:\s?bis)?\s*(?:#|No\.?|N[°º])\s*\d{1,3}\s?[A-Z]?\s*-\s*\d{1,3}\b"
+    ),
+    # ro: "Str. Vasile Lascăr nr. 44", "Bd. Independenței nr. 15", "Calea Victoriei nr. 12"
+    re.compile(
+        r"(?<![\w-])(?:Str\.|Strada|Bd\.|Bdul\.?|Bulevardul|Calea|Șos\.|Şos\.|Șoseaua|Aleea|Splaiul)\s+"
+        r"(?:" + _CAP + r"\s+){1,3}nr\.\s*\d{1,4}[A-Za-z]?"
     ),
     # au / nz: unit / house number ("3/45 Beach Rd", "2/118 Marine Pde")
     re.compile(
@@ -1055,7 +1097,7 @@ _ADDRESS_PATTERNS = (
     # es / it / pt / ca: Calle de Alcalá 155, Via Zamboni 22, Avenida da Liberdade 190, C/ Mayor, 3
     re.compile(
         r"(?<![\w-])(?:(?:Calle|C/|Avenida|Avda\.?|Av\.|Plaza|Pza\.|Paseo|Camino|Carrer|Ronda|Travesía|"
-        r"Via|Viale|Corso|Piazza|Piazzale|Vicolo|Largo|Rua|Travessa|Praça|Estrada|Alameda)|"
+        r"Via|Viale|Corso|Piazza|Piazzale|Vicolo|Largo|Borgo|Rua|Travessa|Praça|Estrada|Alameda)|"
         # lower case only after "in / en / em / na / no / a" ("residente in via Roma 3", "vivo en calle")
         # lower case too ("piso calle de Toledo 42", "residente in via Roma 3": the house number decides)
         r"(?:calle|c/|avenida|plaza|paseo|viale|corso|piazza|largo|rua|travessa|praça|"
@@ -1065,19 +1107,19 @@ _ADDRESS_PATTERNS = (
         + r"(?:\s+(?:(?:de|del|la|di|della|da|do|dos|das|e|y)\s+)*"
         + _CAP
         + r"){0,4},?\s+(?:n\.?\s?º\s*|nº\s*|n\.\s*)?"
-        + _NUM
+        + _NUM_EU
     ),
     # de / nl: Goethestraße 5, Prinsengracht 263, Hauptstr. 12a, Kerkstraat 4
     re.compile(
         # an inflected adjective may come first: "Nieuwe Binnenweg 210", "Alte Hauptstraße 4"
         r"(?<![\w-])(?:[A-ZÄÖÜ][a-zäöüß]+e\s+)?"
         r"[A-ZÀ-Þ][\w-]*(?:straße|strasse|str\.|weg|gasse|platz|allee|ring|damm|ufer|gracht|"
-        r"laan|straat|plein|kade|singel|dijk|steeg|markt)\s+" + _NUM
+        r"laan|straat|plein|kade|singel|dijk|steeg|markt)\s+" + _NUM_EU
     ),
     # de / at / ch with the street word apart: Mariahilfer Straße 88, Am Alten Markt 3 (not "Markt 3")
     re.compile(
         r"(?<![\w-])[A-ZÄÖÜ][\w-]*(?:er|e|es)?\s+(?:Straße|Strasse|Str\.|Weg|Gasse|Platz|Allee|Ring|Damm|"
-        r"Ufer|Chaussee|Steig|Zeile)\s+" + _NUM
+        r"Ufer|Chaussee|Steig|Zeile)\s+" + _NUM_EU
     ),
     # pl: ul. Długa 15, al. Jerozolimskie 44/2
     re.compile(
