@@ -275,8 +275,10 @@ def _command(
 
 def budget_main(args, corpus: Path, wd: Path, words_per_byte: float, exe: list[str]) -> None:
     size = corpus.stat().st_size
-    with open(corpus, encoding="utf-8") as fh:  # the file's words (the text fields), ~25 s per GB
-        total_words = sum(len(json.loads(ln)["text"].split()) for ln in fh)
+    total_words = args.corpus_words
+    if not total_words:
+        with open(corpus, encoding="utf-8") as fh:  # the file's words (text fields), ~25 s per GB
+            total_words = sum(len(json.loads(ln)["text"].split()) for ln in fh)
     print(
         f"corpus {corpus} ({size / 2**20:.1f} MiB, {total_words:,} words); budget "
         f"{args.max_seconds:.0f} s per configuration; load {os.getloadavg()}; {os.cpu_count()} CPUs",
@@ -331,6 +333,12 @@ def main() -> None:
         help="stop each configuration after this (0: run whole)",
     )
     ap.add_argument("--delete", action="store_true", help="delete the corpus at the end")
+    ap.add_argument(
+        "--corpus-words",
+        type=int,
+        default=0,
+        help="the corpus's word count when known (printed when it was generated; 0: count it)",
+    )
     ap.add_argument(
         "--configs",
         default="",
