@@ -228,3 +228,56 @@ def test_street_grammar_lookalikes(text):
     from privnlp.mechanisms.pii.recognizers import find_addresses
 
     assert find_addresses(text) == []
+
+
+# ------------------------------------------------------------------------------------ districts
+def _places(rules, text: str) -> list[str]:
+    from privnlp.mechanisms.pii.crf import _address_localities
+    from privnlp.mechanisms.pii.recognizers import find_addresses
+
+    streets = find_addresses(text)
+    out = _address_localities(text, streets, streets, rules, lambda a, b: 0.5)
+    assert all(s.label == "LOC" and s.source == "tagger:context" for s in out)
+    return [text[s.start : s.end] for s in out]
+
+
+@pytest.fixture(scope="module")
+def town_rules():
+    return ContextRules(
+        ["Omondi"], ["Kariuki"], towns=["Wellington", "Lisboa", "Cardiff", "Medellín"]
+    )
+
+
+def test_districts_after_a_street(town_rules):
+    # a suburb between the street and the town; the town ends the run (the country after it is no LOC)
+    got = _places(town_rules, "Deliver to 4 Marine Parade, Kilbirnie, Wellington 6022, New Zealand")
+    assert got == ["Kilbirnie", "Wellington"]
+    got = _places(town_rules, "Morada: Rua Augusta 21, Baixa Pombalina, Lisboa, Portugal")
+    assert "Baixa Pombalina" in got and "Portugal" not in got
+    # a unit is skipped, a quarter marker stays outside the span
+    got = _places(
+        town_rules, "Dirección: Carrera 70 # 44-12, apto 402, barrio Los Colores, Medellín"
+    )
+    assert "Los Colores" in got and not any("apto" in g or "barrio" in g for g in got)
+    assert _places(town_rules, "Oficina: Av. Reforma 222, Col. Juárez Centro, 06600") == [
+        "Juárez Centro"
+    ]
+
+
+def test_districts_on_the_lines_of_an_address_block(town_rules):
+    text = "Mr T. Okonjo\n7 Heol y Wern\nLlandaff North\nCardiff\nCF5 2AB"
+    assert _places(town_rules, text) == ["Llandaff North", "Cardiff"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Invoice: 15 King Street, Bramley Joinery Ltd, Leeds",  # a business on the address line
+        "Returns: 15 King Street, Fifth Floor, Suite 200",  # units
+        "Office: 15 King Street\nOmondi Kariuki\nSales Manager",  # a person on the next line
+        "Route: 15 King Street, NSW, Australia",  # a state code and a country
+        "Sent from 15 King Street, Jal.",  # an abbreviated region
+    ],
+)
+def test_no_district_from_other_pieces(town_rules, text):
+    assert _places(town_rules, text) == []

@@ -262,34 +262,41 @@ def major_towns() -> frozenset[str]:
     )
 
 
+#: Faker locales (Latin script, or romanised) whose first and last names extend the tagger's gazetteers
+_NAME_LOCALES = (
+    "en_US en_GB en_IE en_IN en_NZ en_KE en_NG en_PK es_ES es_MX es_AR es_CO es_CL pt_PT pt_BR fr_FR fr_BE "
+    "fr_CA fr_CH de_DE de_AT de_CH it_IT nl_NL nl_BE pl_PL cs_CZ sk_SK sl_SI hr_HR hu_HU ro_RO da_DK sv_SE "
+    "no_NO fi_FI et_EE lt_LT lv_LV ga_IE id_ID tr_TR sw yo_NG zu_ZA ja_JP"
+).split()
 #: Faker person locales whose lists are mostly ordinary words as lone capitalised words: ``en`` (the US
 #: census list: ``Author``, ``Reason``, ``Dock``, ``May``), ``is_IS`` (``Visa``, ``Var``, ``Bil``), romanised
 #: Chinese / Vietnamese syllables (``I``, ``Lan``, ``Cam``), ``de_LU`` (``May``)
 _NAME_LOCALES_SKIPPED = frozenset({"en", "is_IS", "zh_CN", "zh_TW", "vi_VN", "de_LU"})
-#: Faker locales whose first names extend the tagger's training gazetteer: every locale with a person
-#: provider but those above (only Latin-script or romanised names are kept: ``_faker_names``)
-_NAME_LOCALES = tuple(
+#: every other Faker person locale: its first names count only when they are no ordinary word of the eight
+#: languages (az_AZ's ``Royal`` stays out: "at the Royal Oak")
+_MORE_NAME_LOCALES = tuple(
     sorted(
         m.name
         for m in pkgutil.iter_modules(faker.providers.person.__path__)
-        if m.ispkg and m.name not in _NAME_LOCALES_SKIPPED
+        if m.ispkg and m.name not in _NAME_LOCALES_SKIPPED and m.name not in _NAME_LOCALES
     )
+)
+
+_FIRST_ATTRS = (
+    "first_names",
+    "first_names_male",
+    "first_names_female",
+    "first_romanized_names",
+    "first_romanized_names_male",
+    "first_romanized_names_female",
 )
 
 
 @lru_cache(maxsize=1)
 def faker_first_names() -> frozenset[str]:
-    """Folded first names of many Faker locales (read from the provider classes: no Faker instance)."""
-    return _faker_names(
-        (
-            "first_names",
-            "first_names_male",
-            "first_names_female",
-            "first_romanized_names",
-            "first_romanized_names_male",
-            "first_romanized_names_female",
-        )
-    )
+    """Folded first names of the Faker locales (read from the provider classes: no Faker instance)."""
+    more = _faker_names(_FIRST_ATTRS, _MORE_NAME_LOCALES)
+    return _faker_names(_FIRST_ATTRS) | {w for w in more if word_zipf(w) < PLAIN_ZIPF}
 
 
 @lru_cache(maxsize=1)
@@ -298,9 +305,9 @@ def faker_last_names() -> frozenset[str]:
     return _faker_names(("last_names", "last_romanized_names"))
 
 
-def _faker_names(attrs: Sequence[str]) -> frozenset[str]:
+def _faker_names(attrs: Sequence[str], locales: Sequence[str] = _NAME_LOCALES) -> frozenset[str]:
     out: set[str] = set()
-    for loc in _NAME_LOCALES:
+    for loc in locales:
         try:
             prov = importlib.import_module(f"faker.providers.person.{loc}").Provider
         except (ImportError, AttributeError):

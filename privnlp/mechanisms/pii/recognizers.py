@@ -1024,13 +1024,14 @@ _ADDRESS_PATTERNS = (
     # en: 221B Baker Street, 1600 Maple Dr, 27 High St; "Plot 27 Admiralty Way" / "Blk 412 Bedok North Ave 2"
     # (a plot / block word glued to its number is part of it), "27-29 Pacific Highway", "1904 E 12th St"
     re.compile(
-        r"(?<![\w-])(?:(?:Plot|Blk|Block|Lot)\s+)?(?:\d{1,5}-)?"
+        r"(?<![\w/-])(?:(?:Plot|Blk|Block|Lot)\s+)?(?:\d{1,5}-)?"
         + _NUM
         + r"\s+(?:(?:N|S|E|W|NE|NW|SE|SW)\.?\s+\d{1,3}(?:st|nd|rd|th)\s+|(?:"
         + _CAP
         + r"\s+){1,3})(?:Street|St|Road|Rd|Avenue|Ave|Lane|Ln|"
         r"Drive|Dr|Grove|Close|Way|Court|Ct|Place|Pl|Terrace|Crescent|Cres|Boulevard|Blvd|Square|Sq|"
-        r"Gardens|Gdns|Hill|Row|Mews|Parkway|Pkwy|Highway|Hwy|Circle|Cir|Walk|Trail|Broadway)\b"
+        r"Gardens|Gdns|Hill|Row|Mews|Parkway|Pkwy|Highway|Hwy|Circle|Cir|Walk|Trail|Broadway|Parade|Pde|"
+        r"Quay)\b"
         # a directional / part suffix: "1187 Peachtree Battle Ave NW", "27 Dominick Street Lower"
         r"(?:\s+(?:NW|NE|SW|SE|N|S|E|W|North|South|East|West|Upper|Lower)(?![\w'’-]))?"
         # Singapore's numbered streets: "Tampines Street 86", "Bedok North Ave 2"
@@ -1114,12 +1115,12 @@ _ADDRESS_PATTERNS = (
         # an inflected adjective may come first: "Nieuwe Binnenweg 210", "Alte Hauptstraße 4"
         r"(?<![\w-])(?:[A-ZÄÖÜ][a-zäöüß]+e\s+)?"
         r"[A-ZÀ-Þ][\w-]*(?:straße|strasse|str\.|weg|gasse|platz|allee|ring|damm|ufer|gracht|"
-        r"laan|straat|plein|kade|singel|dijk|steeg|markt)\s+" + _NUM_EU
+        r"laan|straat|plein|kade|singel|dijk|steeg|markt)[ \t]+" + _NUM_EU
     ),
     # de / at / ch with the street word apart: Mariahilfer Straße 88, Am Alten Markt 3 (not "Markt 3")
     re.compile(
         r"(?<![\w-])[A-ZÄÖÜ][\w-]*(?:er|e|es)?\s+(?:Straße|Strasse|Str\.|Weg|Gasse|Platz|Allee|Ring|Damm|"
-        r"Ufer|Chaussee|Steig|Zeile)\s+" + _NUM_EU
+        r"Ufer|Chaussee|Steig|Zeile)[ \t]+" + _NUM_EU
     ),
     # pl: ul. Długa 15, al. Jerozolimskie 44/2
     re.compile(
