@@ -31,6 +31,7 @@ as hooks mode (tests compare them), so the claim is unchanged.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -231,19 +232,30 @@ def _linear_clipped_sums(
 
 
 def _layernorm_chunks(
-    layers: list[nn.LayerNorm], by_layer: dict
-) -> list[tuple[list[nn.LayerNorm], torch.Tensor, torch.Tensor]]:
-    """Per-sample gradients of affine LayerNorms, those of equal input shape, dtypes, normalized shape and eps
-    stacked (chunks of at most :data:`STACK_MAX_BYTES`): ``[(layers, w, b)]`` with ``w_ji = sum_t g_jit * xhat_jit``
-    and ``b_ji = sum_t g_jit`` (``k x n x`` normalized shape, fp32), ``xhat`` the normalised input (opacus' rule,
-    without its per-layer round trip)."""
+    layers: list[nn.LayerNorm], by_layer: dict, params: dict
+) -> list[tuple[list[nn.LayerNorm], torch.Tensor | None, torch.Tensor | None]]:
+    """Per-sample gradients of affine LayerNorms, those of equal input shape, dtypes, normalized shape, eps and
+    trained parameters stacked (chunks of at most :data:`STACK_MAX_BYTES`): ``[(layers, w, b)]`` with
+    ``w_ji = sum_t g_jit * xhat_jit`` and ``b_ji = sum_t g_jit`` (``k x n x`` normalized shape, fp32; ``None`` where
+    that parameter is frozen or absent: ``bias=False``), ``xhat`` the normalised input (opacus' rule, without its
+    per-layer round trip; opacus' own fails on ``bias=False``)."""
     buckets: dict[tuple, list] = {}
     for m in layers:
         x, g = by_layer[m][0][0], by_layer[m][1]
-        sig = (tuple(x.shape), x.dtype, tuple(g.shape), g.dtype, tuple(m.normalized_shape), m.eps)
+        pid = {id(q) for q in params[m]}
+        sig = (
+            tuple(x.shape),
+            x.dtype,
+            tuple(g.shape),
+            g.dtype,
+            tuple(m.normalized_shape),
+            m.eps,
+            id(m.weight) in pid,
+            m.bias is not None and id(m.bias) in pid,
+        )
         buckets.setdefault(sig, []).append(m)
     out = []
-    for bucket in buckets.values():
+    for (*_, want_w, want_b), bucket in buckets.items():
         x, g = by_layer[bucket[0]][0][0], by_layer[bucket[0]][1]
         each = x.numel() * x.element_size() + g.numel() * g.element_size()
         per = max(1, int(STACK_MAX_BYTES // max(each, 1)))
@@ -257,7 +269,7 @@ def _layernorm_chunks(
             gw, gb = g32 * xhat, g32
             if dims:
                 gw, gb = gw.sum(dims), gb.sum(dims)
-            out.append((mods, gw, gb))
+            out.append((mods, gw if want_w else None, gb if want_b else None))
     return out
 
 
@@ -367,6 +379,19 @@ class BookKeeping:
         self.params = {
             m: [p for p in m.parameters(recurse=False) if p.requires_grad] for _, m in self.modules
         }
+        owners: dict[int, list[str]] = {}
+        for n, m in self.modules:
+            for p in self.params[m]:
+                owners.setdefault(id(p), []).append(n)
+        shared = [ns for ns in owners.values() if len(ns) > 1]
+        if (
+            shared
+        ):  # per-layer norms would count its parts apart (||g1||^2 + ||g2||^2, not ||g1 + g2||^2)
+            raise InvalidArgument(
+                f"grad_sample_mode='bookkeeping': trainable weights shared by layers {shared}; untie them "
+                "(tied_embeddings='untie') or use grad_sample_mode='hooks'"
+            )
+        #: layer -> [[inputs, output gradient (None until the backward), the inputs' versions at the forward]]
         self.store: dict[nn.Module, list] = {}
         self.handles = []
         for p in (p for ps in self.params.values() for p in ps):
@@ -386,7 +411,10 @@ class BookKeeping:
             )
         if not output.requires_grad:  # the first trainable layer (e.g. the embedding of token ids)
             output = output.detach().requires_grad_(True)
-        entry = [[x.detach() for x in inputs if isinstance(x, torch.Tensor)], None]
+        acts = [x.detach() for x in inputs if isinstance(x, torch.Tensor)]
+        # the layer's weight does not require grad, so autograd does not save (nor guard) its input: an in-place
+        # change after this point would go unnoticed and the norm and sum would read the changed values
+        entry = [acts, None, [x._version for x in acts]]
         self.store.setdefault(module, []).append(
             entry
         )  # forwards without a backward leave g=None (ignored)
@@ -415,7 +443,7 @@ class BookKeeping:
         self.handles = []
         for p in (p for ps in self.params.values() for p in ps):
             p.requires_grad_(True)
-        self.store.clear()
+        self.clear()
 
     # -- the clipped sum -----------------------------------------------------------------------
     @torch.no_grad()
@@ -423,7 +451,21 @@ class BookKeeping:
         self, loss_reduction: str = "mean"
     ) -> tuple[dict[nn.Parameter, torch.Tensor], torch.Tensor]:
         """``({param: sum_i c_i grad_i}, per-sample norms)`` from the book-kept ``(a, g)``; zero sums (and no
-        norms) when nothing was book-kept (an empty Poisson batch)."""
+        norms) when nothing was book-kept (an empty Poisson batch).
+
+        Runs with autocast off: ``optimizer.step()`` called inside a ``torch.autocast`` region (a common training
+        loop) ran the norms' and sums' fp32 matmuls in bf16, in different roundings: a clipped gradient up to
+        1.2e-3 above C on a tiny Llama (tests/training/test_bookkeeping_review.py)."""
+        kinds = {"cpu"} | {p.device.type for ps in self.params.values() for p in ps}
+        with contextlib.ExitStack() as stack:
+            for kind in sorted(kinds):
+                if torch.amp.is_autocast_available(kind):
+                    stack.enter_context(torch.autocast(kind, enabled=False))
+            return self._clipped_sum(loss_reduction)
+
+    def _clipped_sum(
+        self, loss_reduction: str
+    ) -> tuple[dict[nn.Parameter, torch.Tensor], torch.Tensor]:
         grad_s, norm_s = _samplers()
         entries = []
         for m, es in self.store.items():
@@ -436,11 +478,26 @@ class BookKeeping:
                     "grad_sample_mode='hooks'"
                 )
             if es:
-                entries.append((m, es[0]))
+                acts, g, versions = es[0]
+                if [x._version for x in acts] != versions:
+                    self.clear()
+                    raise InvalidArgument(
+                        f"grad_sample_mode='bookkeeping': the input of layer {type(m).__name__} was changed in "
+                        "place after the layer read it (its per-sample gradient would be wrong); use an "
+                        "out-of-place op or grad_sample_mode='hooks'"
+                    )
+                entries.append((m, (acts, g)))
         n = 0
         for _m, (_acts, g) in entries:
             n = g.shape[0]
             break
+        bad = [type(m).__name__ for m, (_a, g) in entries if g.shape[0] != n]
+        if bad:
+            self.clear()
+            raise InvalidArgument(
+                f"grad_sample_mode='bookkeeping': the output gradients of {bad} do not have the batch ({n}) as "
+                "their first dimension (per-sample norms need batch-first layers); use grad_sample_mode='hooks'"
+            )
         if n == 0:
             self.clear()
             return {p: torch.zeros_like(p) for ps in self.params.values() for p in ps}, torch.zeros(
@@ -493,19 +550,14 @@ class BookKeeping:
             v = v.to(torch.float32)
             sq = v if sq is None else sq + v
         # affine LayerNorms by their direct rule, those of equal shapes stacked (one pass for a model's LayerNorms)
-        ln_layers = [
-            m
-            for m, _ in entries
-            if type(m) is nn.LayerNorm
-            and m.elementwise_affine
-            and m.bias is not None
-            and self.params[m] == [m.weight, m.bias]
-        ]
-        ln_chunks = _layernorm_chunks(ln_layers, by_layer)
+        # (weight and bias, either frozen, or bias=False: every parameter the layer trains, counted once)
+        ln_layers = [m for m, _ in entries if type(m) is nn.LayerNorm and m.elementwise_affine]
+        ln_chunks = _layernorm_chunks(ln_layers, by_layer, self.params)
         for _mods, gw, gb in ln_chunks:
-            v = gw.flatten(2).pow(2).sum(2) + gb.flatten(2).pow(2).sum(2)  # k x n
-            v = v.sum(0)
-            sq = v if sq is None else sq + v
+            for x in (gw, gb):
+                if x is not None:
+                    v = x.flatten(2).pow(2).sum(2).sum(0)  # k x n -> n
+                    sq = v if sq is None else sq + v
         ln_layers = set(ln_layers)
         for m, e in entries:
             acts, g = e
@@ -564,11 +616,12 @@ class BookKeeping:
                     if b is not None:
                         sums[m.bias] = b.to(m.bias.dtype).contiguous()
         for mods, gw, gb in ln_chunks:  # sum_i c_i grad_i of the per-sample gradients (k x ...)
-            ws = torch.tensordot(cs, gw, dims=([0], [1]))
-            bs = torch.tensordot(cs, gb, dims=([0], [1]))
-            for j, m in enumerate(mods):
-                sums[m.weight] = ws[j].to(m.weight.dtype)
-                sums[m.bias] = bs[j].to(m.bias.dtype)
+            for x, name in ((gw, "weight"), (gb, "bias")):
+                if x is not None:
+                    s = torch.tensordot(cs, x, dims=([0], [1]))
+                    for j, m in enumerate(mods):
+                        p = getattr(m, name)
+                        sums[p] = s[j].to(p.dtype)
         for m, (acts, g) in entries:
             ps = self.params[m]
             pid = {id(q) for q in ps}
