@@ -281,3 +281,57 @@ def test_districts_on_the_lines_of_an_address_block(town_rules):
 )
 def test_no_district_from_other_pieces(town_rules, text):
     assert _places(town_rules, text) == []
+
+
+# ------------------------------------------------------------------------------------ usernames
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (
+            '{"event":"login_failed","user":"mkowalczyk7","ip":"198.51.100.4"}',
+            "mkowalczyk7",
+        ),  # JSON
+        ('{"event":"role_granted","actor":"admin","target":"pnguyen"}', "pnguyen"),
+        (
+            "2025-03-02 10:11:12 INFO order saved, Kunde=a.schreiber84, Zahlart=SEPA",
+            "a.schreiber84",
+        ),
+        ("bloqueio temporário: usuário=camilarocha", "camilarocha"),
+        ("**okafor-dev** commented on Mar 3, 2025", "okafor-dev"),  # a GitHub thread
+        ("Opened by lindqvist_a on Apr 2", "lindqvist_a"),
+        ("Co-authored-by: mbrennan <mbrennan@users.noreply.example.com>", "mbrennan"),
+        ("Portfolio · GitHub: ewatanabe · Lisbon", "ewatanabe"),  # a service's field
+        ("add me on Discord: kitsune#0417", "kitsune#0417"),
+        ("Please log in to the portal as rgupta1988 and check", "rgupta1988"),
+        ("my account name is farah_k92 and the phone", "farah_k92"),
+        ("Mein Login fürs Intranet ist jmeier3, bitte freischalten", "jmeier3"),
+        ("Reporter: Chidi Okafor-Bell (chidi.ob)   Priority: High", "chidi.ob"),  # after a name
+        ("Assignee: lmartins (Luana Martins)", "lmartins"),  # before a name
+        ("pay to VPA anita.k22@okhdfcbank today", "anita.k22@okhdfcbank"),  # a UPI address
+        ("mika.virtanen 10:42 AM\nmorning all", "mika.virtanen"),  # a chat export speaker
+    ],
+)
+def test_new_username_shapes(text, want):
+    from privnlp.mechanisms.pii.recognizers import find_usernames
+
+    assert want in [text[s.start : s.end] for s in find_usernames(text)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "session opened for user ana(uid=1043) by (uid=0)",  # a number after uid is no login
+        "WARN retry exhausted, user_id=88211045",
+        "dovecot: imap-login: Disconnected (auth failed)",  # "login:" inside a process name
+        "INFO portal.account phone changed",  # a logger name
+        "* src/ldap.c (connect_ldap): free the handle",  # a changelog's function name
+        "registration partly seen as CY19, reversing",  # upper case: no login
+        "Fixed the crash in the parser (v4.12.3)",  # a version
+        "Install it as www.example.org for now",  # a domain
+    ],
+)
+def test_username_shape_lookalikes(text):
+    from privnlp.mechanisms.pii.recognizers import find_usernames
+
+    got = [text[s.start : s.end] for s in find_usernames(text)]
+    assert got == [] or got == ["ana"], got

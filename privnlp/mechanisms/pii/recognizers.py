@@ -706,13 +706,72 @@ def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
 
 # ------------------------------------------------------------------------------------------------ usernames
 _UCHARS = r"[A-Za-z0-9][A-Za-z0-9._-]{1,38}"
+#: a value shaped like a login: lower case, and a digit, "." or "_" inside ("dellison79", "solveig.aa")
+_LOGIN = (
+    r"(?:[a-z][a-z0-9]*[._][a-z0-9]+(?:[._-][a-z0-9]+)*|[a-z]+[0-9][a-z0-9]*(?:[._-][a-z0-9]+)*)"
+)
+_VPA_BANKS = (
+    r"(?:okaxis|okicici|okhdfcbank|oksbi|ybl|paytm|upi|apl|ibl|axl|axisbank|icici|hdfcbank|sbi|kotak|"
+    r"yesbank|barodampay|freecharge)"
+)
+_VPA = re.compile(r"@" + _VPA_BANKS + r"$")
 _USER_PATTERNS = (
+    # "Username: jdoe", "user=jdoe", JSON "user":"jdoe" (not "imap-login: Disconnected": a word before "-")
     re.compile(
-        r"\b(?:user(?:[ _-]?name)?|login|log-in|uid|user[ _-]?id|account|acct|handle|usuario|"
-        r"utilisateur|identifiant|benutzer(?:name)?|nom d'utilisateur|gebruiker(?:snaam)?|compte|"
+        r"(?<![\w-])(?:user(?:[ _-]?name)?|login|log-in|uid|user[ _-]?id|account|acct|handle|usuario|"
+        r"usu[aá]rio|utilisateur|identifiant|benutzer(?:name)?|nom d'utilisateur|gebruiker(?:snaam)?|compte|"
         r"utente|nome utente|użytkownik|uzytkownik|login_name|conta|cuenta|konto|nutzer|usr)"
-        r"\s*[:=]\s*['\"]?(" + _UCHARS + ")",
+        r"['\"]?\s*[:=]\s*['\"]?(" + _UCHARS + ")",
         re.I,
+    ),
+    # key=value / JSON of other keys that name a person's login in logs ("Kunde=h.bauer1971",
+    # "target":"kmurphy", "actor":"jdoe")
+    re.compile(
+        r"(?<![\w-])['\"]?(?:kunde|customer|client|cliente|target|actor|member|assignee|owner|author)"
+        r"['\"]?\s*(?:=|:(?=\s*\"))\s*['\"]?([a-z][a-z0-9._-]{1,38})(?![\w@])",
+        re.I,
+    ),
+    # GitHub-style threads: "**kenji-w** commented", "Opened by t-nakamura-dev on", "Co-authored-by: jdoe <"
+    re.compile(
+        r"\*\*("
+        + _UCHARS
+        + r")\*\*\s+(?:commented|opened|wrote|replied|reviewed|approved|merged|closed|"
+        r"reacted|mentioned|edited)\b"
+    ),
+    re.compile(
+        r"\b(?:Opened|Reported|Created|Filed|Assigned|Reviewed|Closed|Merged|Submitted)\s+by:?\s+@?"
+        r"([a-z][a-z0-9._-]{1,38}[a-z0-9])(?=\s+(?:on|at|in)\b|\s*[(,]|\s*$)",
+        re.M,
+    ),
+    re.compile(r"\bCo-authored-by:\s+(" + _UCHARS + r")\s+<"),
+    # a service's field: "GitHub: jjkreyes", "Discord: ponpon#4412"
+    re.compile(
+        r"\b(?:GitHub|GitLab|Bitbucket|Discord|Slack|Telegram|Skype|Reddit|Steam|Twitch|Mastodon|Signal|"
+        r"Threema|Keybase|Xbox|PSN)\s*:\s*@?([A-Za-z0-9][A-Za-z0-9._-]{1,38}(?:#\d{4})?)(?![\w@])"
+    ),
+    # a login after "as" / "account" / "agent" ("log in as dellison79", "my account ohara.siobhan",
+    # "account name is summerbrooks_88", "Login fürs Portal ist lhoffmann2")
+    re.compile(
+        r"\b(?i:account(?:\s+name)?(?:\s+is)?|agent|konto|účet|tai khoan|conta|cuenta|compte)\s+"
+        r"(" + _LOGIN + r")(?![\w@]|\.[a-z])"
+    ),
+    re.compile(
+        r"\b(?i:log(?:ged)?[ -]?(?:in|on)|sign(?:ed)?[ -]?in|connected|authenticated)\b[^.\n]{0,30}?"
+        r"\bas\s+(" + _LOGIN + r")(?![\w@]|\.[a-z])"
+    ),
+    re.compile(
+        r"\blogin\b[^.\n]{0,30}?\b(?:ist|is|es|est|è|é)\s+(" + _LOGIN + r")(?![\w@]|\.[a-z])", re.I
+    ),
+    # a login before a person's name in brackets, or after one: "tuan.ngo (Ngo Anh Tuan)", "Hemi (hemi-p)"
+    re.compile(r"(?<![\w@./])(" + _LOGIN + r")\s+\((?=[A-ZÀ-Þ][\w'’-]+(?:\s+[A-ZÀ-Þ][\w'’-]+)+\))"),
+    re.compile(
+        r"(?<![\w.-])[A-ZÀ-Þ][\w'’-]+[ \t]+\(([a-z]{2,}[a-z0-9]{0,20}(?:[._-][a-z0-9]{1,20})+)\)(?!:)"
+    ),
+    # a UPI payment address (VPA): "ravi.teja88@okaxis"
+    re.compile(r"(?<![\w.])([a-z0-9][a-z0-9._-]{1,40}@" + _VPA_BANKS + r")(?![\w.@])"),
+    # a plain login after a label, before its owner's name: "Reporter: hkristoffersen (Håkon Kristoffersen)"
+    re.compile(
+        r"(?<=:)[ \t]+([a-z]{4,20})[ \t]+\((?=[A-ZÀ-Þ][\w'’-]+(?:[ \t]+[A-ZÀ-Þ][\w'’-]+)+\))"
     ),
     re.compile(
         r"\b(?:for|by|from)\s+(?:invalid\s+|unknown\s+)?user\s+['\"]?(" + _UCHARS + ")", re.I
@@ -765,13 +824,19 @@ _PROFILE_RESERVED = frozenset("in company pub about login signup home orgs setti
 # ("t.wagner (ipv4:...)", "[eoin.brennan] Peer Connection"), not a host / file / domain name
 _LOG_LINE = re.compile(r"^[^\n]*\b\d{2}:\d{2}:\d{2}\b[^\n]*$", re.M)
 _DOTTED_LOGIN = re.compile(r"(?<![\w.@/:=-])([a-z]{1,15}\.[a-z]{2,20})(?![\w.@(/-]|\.[a-z])")
+_NOT_LOGINS = frozenset("e.g i.e a.m p.m etc n.b p.s e.v u.s".split())
 _NOT_SUFFIX = frozenset(
-    "com net org edu gov io co uk de nl fr es it pl pt ie eu info biz local lan internal corp home log txt "
+    "account accounts api auth job jobs worker session sessions pc exe com net org edu gov io co uk de nl fr es it pl pt ie eu info biz local lan internal corp home log txt "
     "conf cfg ini json xml yml yaml service socket target timer mount pid sh py js ts html htm php exe "
     "dll so gz zip tar bak tmp lock sock err out csv pdf doc docx png jpg gif d ko rules key pem crt".split()
 )
 _HANDLE = re.compile(
     r"(?<![\w.@/])@[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,28}[A-Za-z0-9_])?(?![\w@-]|\.[A-Za-z])"
+)
+#: a chat export's speaker line with a login as the name: "kaylee.brooks 9:03 AM"
+_SPEAKER_LOGIN = re.compile(
+    r"^[ \t]*(" + _LOGIN + r")[ \t]+\[?\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?\]?[ \t]*$",
+    re.M,
 )
 _NOT_USERS = frozenset(
     "root admin administrator guest unknown invalid test user users nobody www-data system the a an "
@@ -796,8 +861,14 @@ def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
     for pat in _USER_PATTERNS:
         for m in pat.finditer(text):
             v = m.group(1).rstrip("._-")
-            if is_system_account(v) or "@" in v:
+            if is_system_account(v) or ("@" in v and not _VPA.search(v)):
                 continue
+            if (
+                v.isdigit()
+                or v.lower() in _NOT_LOGINS
+                or v.rsplit(".", 1)[-1].lower() in _NOT_SUFFIX
+            ):
+                continue  # "uid=1043", "user_id=88211045": a number, not a login; "e.g", "a.m"
             a = m.start(1)
             out.append(PIISpan(a, a + len(v), "USERNAME", score, "regex"))
     for m in _PROFILE_URL.finditer(text):
@@ -810,6 +881,9 @@ def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
                 continue
             a = line.start() + m.start(1)
             out.append(PIISpan(a, a + len(v), "USERNAME", round(score * 0.9, 4), "regex"))
+    for m in _SPEAKER_LOGIN.finditer(text):
+        if not is_system_account(m.group(1)):
+            out.append(PIISpan(m.start(1), m.end(1), "USERNAME", round(score * 0.9, 4), "regex"))
     for m in _HANDLE.finditer(text):
         if m.group()[1:].lower() not in _NOT_USERS:
             out.append(PIISpan(m.start(), m.end(), "USERNAME", round(score * 0.9, 4), "regex"))
