@@ -391,15 +391,28 @@ class BookKeeping:
                 f"grad_sample_mode='bookkeeping': trainable weights shared by layers {shared}; untie them "
                 "(tied_embeddings='untie') or use grad_sample_mode='hooks'"
             )
-        #: layer -> [[inputs, output gradient (None until the backward), the inputs' versions at the forward]]
+        #: layer -> [[inputs, output gradient (None until the backward), the inputs' versions at the forward,
+        #: whether an embedding's ids were built inside the model]]
         self.store: dict[nn.Module, list] = {}
+        #: storages of the tensors passed to the model in this step (its batch): an embedding's ids must be one
+        self.batch_storages: set[int] = set()
+        self.names = {m: n for n, m in self.modules}
         self.handles = []
         for p in (p for ps in self.params.values() for p in ps):
             p.requires_grad_(
                 False
             )  # no weight gradients in autograd: BK computes the clipped sums itself
+        self.handles.append(model.register_forward_pre_hook(self._model_inputs, with_kwargs=True))
         for _, m in self.modules:
             self.handles.append(m.register_forward_hook(self._forward_hook))
+
+    def _model_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """Records the storages of the model's tensor inputs (after the pre-hooks registered before this one, e.g.
+        the engine's per-row position ids)."""
+        if torch.is_grad_enabled():
+            for x in (*args, *kwargs.values()):
+                if isinstance(x, torch.Tensor):
+                    self.batch_storages.add(x.untyped_storage().data_ptr())
 
     def _forward_hook(self, module: nn.Module, inputs: tuple, output: Any) -> Any:
         if not torch.is_grad_enabled():
@@ -414,7 +427,16 @@ class BookKeeping:
         acts = [x.detach() for x in inputs if isinstance(x, torch.Tensor)]
         # the layer's weight does not require grad, so autograd does not save (nor guard) its input: an in-place
         # change after this point would go unnoticed and the norm and sum would read the changed values
-        entry = [acts, None, [x._version for x in acts]]
+        # ids built inside the model (nanoGPT's wpe(torch.arange(T)), T5's relative-position buckets) have no batch
+        # axis: the output is broadcast over the batch and its output gradient is the batch's sum; when its first
+        # dimension happens to equal the batch size nothing else notices, and every example's gradient in that
+        # table escapes its own clip factor (measured: one example's clipped gradient at 2.0 C with B = T = 4)
+        internal = (
+            type(module) is nn.Embedding
+            and bool(acts)
+            and acts[0].untyped_storage().data_ptr() not in self.batch_storages
+        )
+        entry = [acts, None, [x._version for x in acts], internal]
         self.store.setdefault(module, []).append(
             entry
         )  # forwards without a backward leave g=None (ignored)
@@ -427,6 +449,7 @@ class BookKeeping:
 
     def clear(self) -> None:
         self.store.clear()
+        self.batch_storages.clear()
 
     @staticmethod
     def store_of(ms: list[nn.Module], by: dict) -> tuple[list, torch.Tensor]:
@@ -468,6 +491,7 @@ class BookKeeping:
     ) -> tuple[dict[nn.Parameter, torch.Tensor], torch.Tensor]:
         grad_s, norm_s = _samplers()
         entries = []
+        built_inside: list[tuple[nn.Module, torch.Tensor]] = []
         for m, es in self.store.items():
             es = [e for e in es if e[1] is not None]
             if len(es) > 1:
@@ -478,7 +502,9 @@ class BookKeeping:
                     "grad_sample_mode='hooks'"
                 )
             if es:
-                acts, g, versions = es[0]
+                acts, g, versions, internal = es[0]
+                if internal:
+                    built_inside.append((m, acts[0]))
                 if [x._version for x in acts] != versions:
                     self.clear()
                     raise InvalidArgument(
@@ -491,6 +517,18 @@ class BookKeeping:
         for _m, (_acts, g) in entries:
             n = g.shape[0]
             break
+        # an embedding of ids built inside the model: fine for one example, or ids expanded along a batch axis (HF
+        # BERT's token-type ids); anything else may be broadcast over the batch (see _forward_hook)
+        for m, ids in built_inside:
+            if n > 1 and not (ids.dim() >= 2 and ids.shape[0] == n and ids.stride(0) == 0):
+                self.clear()
+                raise InvalidArgument(
+                    f"grad_sample_mode='bookkeeping': embedding {self.names[m]!r} reads ids built inside the "
+                    f"model (shape {tuple(ids.shape)}), not passed to it: e.g. torch.arange(T) position ids "
+                    "broadcast over the batch, whose per-sample gradients cannot be told apart (an example could "
+                    "escape clipping); pass the ids to the model with a batch axis (batch x tokens, e.g. "
+                    "position_ids=...), expand them to one (ids.expand(batch, -1)), or freeze the layer"
+                )
         bad = [type(m).__name__ for m, (_a, g) in entries if g.shape[0] != n]
         if bad:
             self.clear()
