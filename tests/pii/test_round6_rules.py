@@ -335,3 +335,50 @@ def test_username_shape_lookalikes(text):
 
     got = [text[s.start : s.end] for s in find_usernames(text)]
     assert got == [] or got == ["ana"], got
+
+
+# ------------------------------------------------------------------------------------ national ids
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (
+            "Titular: Ana Ruiz, DNI 12345679T, domicilio",
+            "12345679T",
+        ),  # after its label, check letter off
+        ("codice fiscale MRARSS80A01H501X, residente a Roma", "MRARSS80A01H501X"),
+        ("PESEL: 90010112345, data urodzenia", "90010112345"),
+        ("CNP 1900101123456, domiciliat în Iași", "1900101123456"),
+        ("n° de sécurité sociale 2 85 07 75 116 042 33, domiciliée", "2 85 07 75 116 042 33"),
+        ("Nº afiliación S.S.: 08/12345678/90", "08/12345678/90"),
+        ("titular (DNI 27.345.678) del contrato", "27.345.678"),  # Argentine dotted DNI
+        ("Cédula: 1.020.345.678 / Celular", "1.020.345.678"),  # Colombian cédula
+        ("Henkilötunnus: 131052-308T", "131052-308T"),  # check character passes
+        ("AHV-Nr.: 756.9217.0769.85", "756.9217.0769.85"),  # EAN-13 check digit passes
+        ("Patient NHI ABC1234, seen today", "ABC1234"),
+        ("Rodné číslo: 850101/1234", "850101/1234"),
+        ("Versicherten-Nr.: A123456789", "A123456789"),
+        ("National Insurance no.: QQ 12 34 56 C", "QQ 12 34 56 C"),
+        ("Complainant, ID 8001015009087, residing", "8001015009087"),
+        ("ID card: XK 123456 / pick-up", "XK 123456"),
+    ],
+)
+def test_national_ids_after_their_label(text, want):
+    from privnlp.mechanisms.pii.recognizers import find_national_ids
+
+    assert want in [text[s.start : s.end] for s in find_national_ids(text)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Order ID 1234567890123 shipped",  # an order's id, not a person's
+        "Invoice 32.458.119 paid",  # dotted digits without a DNI / cédula label
+        "Item ABC1234 back in stock",  # an NHI shape without its label
+        "EAN 8712345678906 on the box",
+        "ratio 850101/1234 in the table",
+    ],
+)
+def test_id_shapes_without_their_label(text):
+    from privnlp.mechanisms.pii.recognizers import find_national_ids
+
+    assert find_national_ids(text) == []

@@ -28,9 +28,11 @@ import phonenumbers
 from stdnum import iban as _iban
 from stdnum.br import cpf as _cpf
 from stdnum.ca import sin as _sin
+from stdnum.ch import ssn as _chssn
 from stdnum.de import idnr as _idnr
 from stdnum.es import dni as _dni
 from stdnum.es import nie as _nie
+from stdnum.fi import hetu as _hetu
 from stdnum.fr import nir as _nir
 from stdnum.ie import pps as _pps
 from stdnum.in_ import aadhaar as _aadhaar
@@ -358,6 +360,8 @@ _ZA_LABEL = re.compile(r"\bID\b|\bidentity\b", re.I)
 # test, policy). "alone": a passing checksum is enough (a format with letters or separators that rarely occurs by
 # chance); "label": the label is needed and then the format alone is enough (a mistyped id after its own
 # label is still the id); "both": label and checksum (bare digit runs: a random run passes 1 time in 10-11).
+#: the end of an id's label: punctuation / a number word, then the id (nothing else between)
+_LABEL_END = r"(?:\s*(?:no\.?|nr\.?|n[º°]\.?|number|IT))?\s*[:#.]?\s*\(?\s*$"
 _LABELLED_IDS = (
     # Mexican RFC (persona física: 4 letters, yymmdd, 3-character homoclave; the last one a check digit)
     (
@@ -448,6 +452,115 @@ _LABELLED_IDS = (
         re.compile(r"Cart[ãa]o de Cidad[ãa]o|\bCC\b", re.I),
         _ptcc.is_valid,
         "alone",
+    ),
+    # sixth round: ids right after their own label even when a writer's check digit fails (the checksummed
+    # rules above still take them anywhere when it passes); the label must end just before the id
+    (_DNI, re.compile(r"\b(?:DNI|NIE|NIF|D\.N\.I\.|N\.I\.E\.)" + _LABEL_END), None, "label"),
+    (
+        _CF,
+        re.compile(
+            r"(?i:codice fiscale|cod\. ?fisc(?:ale)?\.?|c[óo]d\. fiscal(?: IT)?)|\bC\.F\."
+            + _LABEL_END
+        ),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])\d{11}(?![\w-])"),
+        re.compile(r"\b(?:PESEL|AMKA|NIN)\b[^\n\d]{0,25}$"),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])[1-8]\d{12}(?![\w-])"),
+        re.compile(r"\bCNP" + _LABEL_END),
+        None,
+        "label",
+    ),
+    (re.compile(r"(?<![\w-])\d{9}(?![\w-])"), re.compile(r"\bBSN\b[^\n\d]{0,30}$"), None, "label"),
+    # French / Belgian social security number (NIR shape) after its name
+    (
+        _NIR,
+        re.compile(
+            r"(?i:s[ée]curit[ée] sociale|sociaal zekerheidsn(?:umme)?r\.?|\bNIR\b|n° ?SS)"
+            + _LABEL_END
+        ),
+        None,
+        "label",
+    ),
+    # Spanish social security affiliation number: 28/10458732/61
+    (
+        re.compile(r"(?<![\w/-])\d{2}/?\d{8}/?\d{2}(?![\w/-])"),
+        re.compile(r"(?i:afiliaci[óo]n|\bNUSS\b|seguridad social|\bS\.S\.)" + _LABEL_END),
+        None,
+        "label",
+    ),
+    # Argentine DNI / Colombian cédula written with thousands dots: "DNI 32.458.119", "C.C. 16.789.452"
+    (
+        re.compile(r"(?<![\w.-])\d{1,3}(?:\.\d{3}){2,3}(?![\w-]|\.\d)"),
+        re.compile(r"(?:\bDNI|(?i:c[ée]dula(?: de ciudadan[íi]a)?)|\bC\.C\.?|\bCC)" + _LABEL_END),
+        None,
+        "label",
+    ),
+    # Finnish henkilötunnus (check character), Swiss AHV / AVS number (EAN-13 check digit)
+    (
+        re.compile(r"(?<![\w-])\d{6}[-+A]\d{3}[0-9A-Y](?![\w-])"),
+        re.compile(r"(?i:henkilötunnus|\bhetu\b|personbeteckning)" + _LABEL_END),
+        _hetu.is_valid,
+        "alone",
+    ),
+    (
+        re.compile(r"(?<![\w.-])756\.\d{4}\.\d{4}\.\d{2}(?![\w-]|\.\d)"),
+        re.compile(r"\b(?:AHV|AVS)\b[^\n\d]{0,30}$"),
+        _chssn.is_valid,
+        "alone",
+    ),
+    # New Zealand NHI, Czech rodné číslo, German health insurance number, UK NI number (any prefix after
+    # its label: "QQ 12 34 56 C"), South African ID after "ID", an ID card's letters + digits
+    (
+        re.compile(r"(?<![\w-])[A-HJ-NP-Z]{3}\d{4}(?![\w-])"),
+        re.compile(r"\bNHI" + _LABEL_END),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w/-])\d{6}/\d{3,4}(?![\w/-])"),
+        re.compile(r"(?i:rodné číslo|rodne cislo|\bRČ)" + _LABEL_END),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])[A-Z]\d{9}(?![\w-])"),
+        re.compile(
+            r"(?i:versicherten-?n(?:umme)?r\.?|krankenversichertennummer|\bKVNR)" + _LABEL_END
+        ),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w-])"),
+        re.compile(
+            r"(?i:national insurance(?: n(?:umbe)?r\.?| no\.?)?|\bNINO|\bNI n(?:umbe)?r\.?)[^\n\d]{0,6}$"
+        ),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])\d{13}(?![\w-])"),
+        re.compile(
+            r"(?<!Order )(?<!order )(?<!Job )(?<!Request )\b(?:SA )?ID(?: (?:no|number|nr))?\.?:?[ \t]*$"
+        ),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])[A-Z]{1,2} ?\d{6,7}(?![\w-])"),
+        re.compile(
+            r"(?i:id card|identity card|carte d'identité|ausweis(?:nummer|-nr\.?)?|ταυτότητα)"
+            + _LABEL_END
+        ),
+        None,
+        "label",
     ),
 )
 
