@@ -88,7 +88,10 @@ def test_national_ids_with_checksums():
     assert nhs_ok("9434765919") and not nhs_ok("9434765918")
     assert found("NHS number 943 476 5918") != [("943 476 5918", "NATIONAL_ID")]
     assert found("DNI 12345678Z") == [("12345678Z", "NATIONAL_ID")]
-    assert found("DNI 12345678A") == []  # wrong letter
+    assert found("ref 12345678A") == []  # wrong letter, no label: not an id
+    # after its own label the strict shape is taken even with a wrong letter (a writer's slip is still the
+    # person's id: privacy first, issue 32 round 6)
+    assert found("DNI 12345678A") == [("12345678A", "NATIONAL_ID")]
     assert found("NIE X1234567L") == [("X1234567L", "NATIONAL_ID")]
     assert found("NIR 2 95 10 99 126 111 93") == [("2 95 10 99 126 111 93", "NATIONAL_ID")]
     assert found("NI number AB 12 34 56 C") == [("AB 12 34 56 C", "NATIONAL_ID")]
@@ -214,7 +217,9 @@ def test_dates_in_italian_dutch_polish_portuguese(text, want):
 
 def test_more_national_ids_with_checksums_and_context():
     assert found("codice fiscale: GLLFNC90A41F205C;") == [("GLLFNC90A41F205C", "NATIONAL_ID")]
-    assert found("codice fiscale: GLLFNC90A41F205D;") == []  # wrong check letter
+    # a wrong check letter: taken after its own label (a writer's slip is still the id: round 6), not alone
+    assert found("codice fiscale: GLLFNC90A41F205D;") == [("GLLFNC90A41F205D", "NATIONAL_ID")]
+    assert found("ref GLLFNC90A41F205D;") == []
     assert found("PESEL: 44051401359") == [("44051401359", "NATIONAL_ID")]
     assert found("PESEL: 44051401358") == []  # checksum
     assert found("order 44051401359 shipped") == []  # a valid PESEL digit run, but no PESEL word

@@ -34,6 +34,7 @@ from stdnum.es import dni as _dni
 from stdnum.es import nie as _nie
 from stdnum.fi import hetu as _hetu
 from stdnum.fr import nir as _nir
+from stdnum.gr import amka as _amka
 from stdnum.ie import pps as _pps
 from stdnum.in_ import aadhaar as _aadhaar
 from stdnum.in_ import pan as _pan
@@ -44,6 +45,7 @@ from stdnum.nl import bsn as _bsn
 from stdnum.pl import pesel as _pesel
 from stdnum.pt import cc as _ptcc
 from stdnum.pt import nif as _nif
+from stdnum.ro import cnp as _cnp
 from stdnum.se import personnummer as _pnr
 from stdnum.tr import tckimlik as _tck
 from stdnum.za import idnr as _zaid
@@ -465,19 +467,21 @@ _LABELLED_IDS = (
         None,
         "label",
     ),
-    (
-        re.compile(r"(?<![\w-])\d{11}(?![\w-])"),
-        re.compile(r"\b(?:PESEL|AMKA|NIN)\b[^\n\d]{0,25}$"),
-        None,
-        "label",
-    ),
+    # bare digit runs keep the round-4 rule: label and check digit (Romanian CNP, Greek AMKA: Luhn); the
+    # Nigerian NIN has no check digit: its label alone
     (
         re.compile(r"(?<![\w-])[1-8]\d{12}(?![\w-])"),
         re.compile(r"\bCNP" + _LABEL_END),
-        None,
-        "label",
+        _cnp.is_valid,
+        "both",
     ),
-    (re.compile(r"(?<![\w-])\d{9}(?![\w-])"), re.compile(r"\bBSN\b[^\n\d]{0,30}$"), None, "label"),
+    (
+        re.compile(r"(?<![\w-])\d{11}(?![\w-])"),
+        re.compile(r"\bAMKA" + _LABEL_END),
+        _amka.is_valid,
+        "both",
+    ),
+    (re.compile(r"(?<![\w-])\d{11}(?![\w-])"), re.compile(r"\bNIN" + _LABEL_END), None, "label"),
     # French / Belgian social security number (NIR shape) after its name
     (
         _NIR,
@@ -516,7 +520,8 @@ _LABELLED_IDS = (
         "alone",
     ),
     # New Zealand NHI, Czech rodné číslo, German health insurance number, UK NI number (any prefix after
-    # its label: "QQ 12 34 56 C"), South African ID after "ID", an ID card's letters + digits
+    # its label: "QQ 12 34 56 C"), an ID card's letters + digits (a bare 13-digit South African ID still needs
+    # "ID" and its Luhn digit: the round-4 rule above)
     (
         re.compile(r"(?<![\w-])[A-HJ-NP-Z]{3}\d{4}(?![\w-])"),
         re.compile(r"\bNHI" + _LABEL_END),
@@ -541,14 +546,6 @@ _LABELLED_IDS = (
         re.compile(r"(?<![\w-])[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w-])"),
         re.compile(
             r"(?i:national insurance(?: n(?:umbe)?r\.?| no\.?)?|\bNINO|\bNI n(?:umbe)?r\.?)[^\n\d]{0,6}$"
-        ),
-        None,
-        "label",
-    ),
-    (
-        re.compile(r"(?<![\w-])\d{13}(?![\w-])"),
-        re.compile(
-            r"(?<!Order )(?<!order )(?<!Job )(?<!Request )\b(?:SA )?ID(?: (?:no|number|nr))?\.?:?[ \t]*$"
         ),
         None,
         "label",
@@ -660,7 +657,10 @@ def find_national_ids(text: str, score: float = 0.95) -> list[PIISpan]:
                 or (policy == "both" and labelled and valid)
             ):
                 out.append(PIISpan(m.start(), m.end(), "NATIONAL_ID", score, "regex"))
-    return out
+    seen: set[tuple[int, int]] = (
+        set()
+    )  # one span per position (a checksummed and a labelled rule agree)
+    return [sp for sp in out if (sp.start, sp.end) not in seen and not seen.add((sp.start, sp.end))]
 
 
 # ------------------------------------------------------------------------------------------------ IP, IBAN
