@@ -450,3 +450,42 @@ def test_position_ids_expanded_along_a_batch_axis_equal_the_loop():
     model = _NanoGPT(expand=True)
     b = _batch(4, 4, seed=10, outlier=0)
     _assert_matches(model, _nano_loss, [b], 0.1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_autocast_with_the_tensor_core_sums_keeps_each_example_inside_the_bound(
+    dtype, monkeypatch
+):
+    """The CUDA path of the clipped sums (``lowp_gemm``: the clip-scaled operand as a hi + lo pair in the autocast
+    dtype) forced on CPU, one example per clipped sum, clipping active, BERT with padding: each example's
+    contribution has norm <= C (1 + 1e-5). BUG FOUND BY THIS REVIEW (fixed in ``_clipped_wb``): under fp16 autocast
+    the fp16 ``lo`` (and small ``hi``) underflowed: 3.4e-5 above C. fp16 now takes the fp32 GEMM. bf16: seen to
+    fail when ``lo`` is dropped (hi alone: 1.4e-4 above C)."""
+    real = bkm._clipped_wb
+    seen = []
+
+    def tensor_core_path(a, g, *args, **kw):
+        seen.append(g.dtype)
+        return real(a, g, *args, **{**kw, "lowp_gemm": True})
+
+    monkeypatch.setattr(bkm, "_clipped_wb", tensor_core_path)
+    model = _bert()
+    b = _batch(4, 8, seed=1)
+    clip = 1e-3  # below every example's norm
+    hook = add_batch_position_ids(model)
+    bk = BookKeeping(model, clip)
+    out = []
+    try:
+        for i in range(4):
+            with torch.autocast("cpu", dtype=dtype):
+                loss = _cls_loss(model, _rows(b, i))
+            loss.float().sum().backward()
+            sums, norms = bk.clipped_sum("sum")
+            assert float(norms[0]) > clip
+            out.append(float(torch.sqrt(sum((v.double() ** 2).sum() for v in sums.values()))))
+    finally:
+        bk.remove()
+        hook.remove()
+    assert dtype in seen
+    assert max(out) <= clip * (1 + 1e-5), [v / clip - 1 for v in out]
+    assert min(out) >= clip * (1 - 1e-5)

@@ -132,9 +132,11 @@ def _embedding_sq_norms(ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 
 
 def _split_lowp(x32: torch.Tensor, lowp: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x32 = hi + lo`` with ``hi``, ``lo`` in ``lowp``: 16 significant bits for bf16 (22 for fp16) instead of 8,
-    so that the clip factors folded into a low-precision operand keep each example's contribution within a
-    relative 2^-16 of its fp32 value (one rounding of ``c_i g_i`` to bf16 alone would be 2^-9)."""
+    """``x32 = hi + lo`` with ``hi``, ``lo`` in ``lowp``: 16 significant bits for bf16 instead of 8, so that the clip
+    factors folded into a low-precision operand keep each example's contribution within a relative 2^-16 of its
+    fp32 value (one rounding of ``c_i g_i`` to bf16 alone would be 2^-9). bf16 only: fp16's exponent range flushes
+    ``lo`` (and small ``hi``) to zero for the small values a clipped gradient has (fp16 autocast, CPU: one example's
+    clipped gradient 3.4e-5 above C on a tiny BERT), so fp16 operands take the fp32 GEMM."""
     hi = x32.to(lowp)
     return hi, (x32 - hi.float()).to(lowp)
 
@@ -154,23 +156,25 @@ def _clipped_wb(
     ``Conv1D``) and the bias sums ``sum_i c_i sum_t g_it`` (``k x p``), each ``None`` when not wanted. ``c`` is
     folded into the narrower of ``a`` and ``g``; one batched GEMM for the ``k`` layers.
 
-    Under autocast (``g`` in bf16 / fp16 on CUDA, or ``lowp_gemm=True``) the weight sum runs in the activations'
+    Under bf16 autocast (``g`` in bf16 on CUDA, or ``lowp_gemm=True``) the weight sum runs in the activations'
     dtype on the tensor cores with fp32 accumulation and output, as the non-private backward's weight gradient
     does (an fp32 GEMM here made the bf16 DP step 2x the non-private one on an H100): ``a`` in that dtype (the
     operand autocast's forward used, so the sum is the gradient of the fp32 master weight), the clip-scaled
-    operand as a ``hi + lo`` pair (:func:`_split_lowp`), two GEMMs."""
+    operand as a ``hi + lo`` pair (:func:`_split_lowp`), two GEMMs. fp16 operands (fp16 autocast) take the fp32
+    GEMM (see :func:`_split_lowp`)."""
     k, n = g.shape[0], g.shape[1]
     d, p = a.shape[-1], g.shape[-1]
     col = cs.view(1, n, 1, 1)
     scale_a = p > d
     lowp = g.dtype if g.dtype in _LOWP else None
     if lowp_gemm is None:
-        lowp_gemm = lowp is not None and g.is_cuda
+        lowp_gemm = g.is_cuda
+    lowp_gemm = lowp_gemm and lowp is torch.bfloat16
     if lowp is not None:  # the operand autocast's forward used (and the norms read)
         a = a.to(lowp)
     a2, g2 = a.reshape(k, n, -1, d), g.reshape(k, n, -1, p)
     ws = bs = None
-    if lowp_gemm and lowp is not None:
+    if lowp_gemm:
         s32 = (a2 if scale_a else g2).float() * col
         if want_w:
             hi, lo = (x.reshape(k, -1, x.shape[-1]) for x in _split_lowp(s32, lowp))
@@ -384,9 +388,9 @@ class BookKeeping:
             for p in self.params[m]:
                 owners.setdefault(id(p), []).append(n)
         shared = [ns for ns in owners.values() if len(ns) > 1]
-        if (
-            shared
-        ):  # per-layer norms would count its parts apart (||g1||^2 + ||g2||^2, not ||g1 + g2||^2)
+        # per-layer norms would count a shared weight's parts apart (||g1||^2 + ||g2||^2, not ||g1 + g2||^2) and
+        # the second layer's sum would overwrite the first's (the engine unties tied weights before BK)
+        if shared:
             raise InvalidArgument(
                 f"grad_sample_mode='bookkeeping': trainable weights shared by layers {shared}; untie them "
                 "(tied_embeddings='untie') or use grad_sample_mode='hooks'"
@@ -425,8 +429,6 @@ class BookKeeping:
         if not output.requires_grad:  # the first trainable layer (e.g. the embedding of token ids)
             output = output.detach().requires_grad_(True)
         acts = [x.detach() for x in inputs if isinstance(x, torch.Tensor)]
-        # the layer's weight does not require grad, so autograd does not save (nor guard) its input: an in-place
-        # change after this point would go unnoticed and the norm and sum would read the changed values
         # ids built inside the model (nanoGPT's wpe(torch.arange(T)), T5's relative-position buckets) have no batch
         # axis: the output is broadcast over the batch and its output gradient is the batch's sum; when its first
         # dimension happens to equal the batch size nothing else notices, and every example's gradient in that
@@ -436,6 +438,8 @@ class BookKeeping:
             and bool(acts)
             and acts[0].untyped_storage().data_ptr() not in self.batch_storages
         )
+        # the inputs' versions: the layer's weight does not require grad, so autograd does not save (nor guard) its
+        # input; an in-place change after this point would go unnoticed, the norm and sum reading the changed values
         entry = [acts, None, [x._version for x in acts], internal]
         self.store.setdefault(module, []).append(
             entry
