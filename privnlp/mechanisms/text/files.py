@@ -131,8 +131,10 @@ def usable_cores() -> int:
 
 def auto_num_proc(index_kind: str, size_bytes: int, rng: Any = None) -> int:
     """The ``num_proc`` that ``"auto"`` resolves to (see :data:`AUTO_PROC_MAX`). A caller's own
-    ``rng`` stays in this process (``num_proc > 1`` needs OS entropy or ``seed``)."""
+    ``rng`` stays in this process (``num_proc > 1`` needs OS entropy or ``seed``); off Linux, 1."""
     if rng is not None or index_kind != "faiss" or size_bytes < AUTO_PROC_BYTES:
+        return 1
+    if not sys.platform.startswith("linux"):  # the workers are forked: only where fork is the norm
         return 1
     return min(usable_cores(), AUTO_PROC_MAX)
 
