@@ -26,7 +26,13 @@ activation gradients (no weight gradients at all). At ``optimizer.step()``:
    (the same noise, budget guard and accounting as hooks / ghost mode).
 
 Threat model and claim: those of DP-SGD (example-level (epsilon, delta)-DP); BK computes the same clipped sum
-as hooks mode (tests compare them), so the claim is unchanged.
+as hooks mode (tests compare them), so the claim is unchanged. BK refuses what would break the per-sample
+bookkeeping instead of clipping wrongly: a weight shared by two layers, a layer run twice in one backward pass, a
+layer's input changed in place after the layer read it, output gradients whose first dimension is not the batch,
+and an embedding of ids built inside the model without a batch axis (nanoGPT's ``wpe(torch.arange(T))``: with
+``B == T`` it passed every shape check and one example's clipped gradient came out at 2 C). The clipped sum runs with
+autocast off (an ``optimizer.step()`` inside ``torch.autocast`` once ran it in bf16: 1.2e-3 above C).
+Adversarial tests against a single-example loop: ``tests/training/test_bookkeeping_review.py``.
 """
 
 from __future__ import annotations
