@@ -161,7 +161,7 @@ def _assert_matches(model, loss_fn, batches: list[dict], clip: float) -> torch.T
     for step, ((ref, ref_norms), (got, norms)) in enumerate(
         zip(refs, _bk(model, loss_fn, batches, clip), strict=True)
     ):
-        assert set(got) == set(ref) and len(ref) >= 4
+        assert set(got) == set(ref) and len(ref) >= 3
         torch.testing.assert_close(norms.double(), ref_norms, rtol=1e-5, atol=1e-7)
         for n in ref:
             torch.testing.assert_close(
@@ -489,3 +489,25 @@ def test_low_precision_autocast_with_the_tensor_core_sums_keeps_each_example_ins
     assert dtype in seen
     assert max(out) <= clip * (1 + 1e-5), [v / clip - 1 for v in out]
     assert min(out) >= clip * (1 - 1e-5)
+
+
+class _DictInput(nn.Module):
+    """A custom model fed one dict batch (``model(batch)``): its ids are a model input, inside the dict."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head = nn.Embedding(V, 8), nn.Linear(8, 2)
+
+    def forward(self, batch):
+        return self.head(self.emb(batch["ids"]).mean(1))
+
+
+def test_ids_inside_a_dict_batch_count_as_model_inputs():
+    """Not refused as ids built inside the model; equal to the loop. Seen to fail when only top-level tensor
+    arguments are recorded."""
+
+    def loss_fn(model, b):
+        return per_sample_classification_loss(model({"ids": b["ids"]}), b["y"])
+
+    _assert_matches(_DictInput(), loss_fn, [_batch(4, 6, seed=11)], 0.05)

@@ -419,10 +419,17 @@ class BookKeeping:
     def _model_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         """Records the storages of the model's tensor inputs (after the pre-hooks registered before this one, e.g.
         the engine's per-row position ids)."""
-        if torch.is_grad_enabled():
-            for x in (*args, *kwargs.values()):
-                if isinstance(x, torch.Tensor):
-                    self.batch_storages.add(x.untyped_storage().data_ptr())
+        if not torch.is_grad_enabled():
+            return
+        todo, depth = [(x, 0) for x in (*args, *kwargs.values())], 0
+        while (
+            todo
+        ):  # tensors, also inside (nested) lists, tuples and dicts: model(batch) with a dict batch
+            x, depth = todo.pop()
+            if isinstance(x, torch.Tensor):
+                self.batch_storages.add(x.untyped_storage().data_ptr())
+            elif isinstance(x, (list, tuple, dict)) and depth < 4:
+                todo.extend((y, depth + 1) for y in (x.values() if isinstance(x, dict) else x))
 
     def _forward_hook(self, module: nn.Module, inputs: tuple, output: Any) -> Any:
         if not torch.is_grad_enabled():
