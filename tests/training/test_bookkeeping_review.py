@@ -511,3 +511,34 @@ def test_ids_inside_a_dict_batch_count_as_model_inputs():
         return per_sample_classification_loss(model({"ids": b["ids"]}), b["y"])
 
     _assert_matches(_DictInput(), loss_fn, [_batch(4, 6, seed=11)], 0.05)
+
+
+class _DirectWeight(nn.Module):
+    """A weight read directly, not through its layer's forward (DeBERTa's ``rel_embeddings.weight``)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.rel, self.head = nn.Embedding(10, 4), nn.Embedding(5, 4), nn.Linear(4, 2)
+
+    def forward(self, ids):
+        return self.head(self.emb(ids) + self.rel.weight[: ids.shape[1]]).sum((1, 2))
+
+
+def test_a_weight_read_directly_is_named_in_a_warning():
+    """BK cannot see that gradient (the weight does not require grad during the pass): its clipped sum is zero, noise
+    only (privacy holds, the layer does not learn). Hooks mode raises; BK names the layer, once. Fails on the code
+    before this review (silent)."""
+    model = _DirectWeight()
+    bk = BookKeeping(model, 1.0)
+    try:
+        for step in range(2):
+            model(torch.randint(0, 10, (3, 5))).sum().backward()
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                sums, _ = bk.clipped_sum("sum")
+            assert float(sums[model.rel.weight].abs().max()) == 0.0
+            named = [w for w in seen if "['rel'] were not called" in str(w.message)]
+            assert len(named) == (1 if step == 0 else 0)  # once per layer
+    finally:
+        bk.remove()

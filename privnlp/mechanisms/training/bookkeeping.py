@@ -38,6 +38,7 @@ Adversarial tests against a single-example loop: ``tests/training/test_bookkeepi
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any
 
 import torch
@@ -407,6 +408,7 @@ class BookKeeping:
         #: storages of the tensors passed to the model in this step (its batch): an embedding's ids must be one
         self.batch_storages: set[int] = set()
         self.names = {m: n for n, m in self.modules}
+        self.warned: set[str] = set()  # layers already named in the not-called warning
         self.handles = []
         for p in (p for ps in self.params.values() for p in ps):
             p.requires_grad_(
@@ -706,9 +708,21 @@ class BookKeeping:
                         p.requires_grad_(False)
                 for p in ps:
                     sums[p] = gs[p].sum(0).to(p.dtype)
+        idle = [self.names[m] for m, ps in self.params.items() if ps and m not in by_layer]
         for p in (p for ps in self.params.values() for p in ps):
             if p not in sums:  # a trainable layer that took no part in this forward pass
                 sums[p] = torch.zeros_like(p)
+        new = sorted(set(idle) - self.warned)
+        if new:  # once per layer: a skipped expert is fine, a weight read directly is a silent zero gradient
+            self.warned.update(new)
+            warnings.warn(
+                f"grad_sample_mode='bookkeeping': trainable layers {new} were not called in this step: their "
+                "weights get noise only. If another module reads such a weight directly (not through the layer's "
+                "forward, e.g. DeBERTa's rel_embeddings.weight), BK cannot see that gradient: freeze the layer or "
+                "use grad_sample_mode='hooks'",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         self.clear()
         return sums, per_sample
 
