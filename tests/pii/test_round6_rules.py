@@ -382,3 +382,40 @@ def test_id_shapes_without_their_label(text):
     from privnlp.mechanisms.pii.recognizers import find_national_ids
 
     assert find_national_ids(text) == []
+
+
+# ------------------------------------------------------------------------------------ dates
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("Porada se koná 14. března 2026 v 9:00", "14. března 2026"),  # Czech genitive month
+        ("Kokous on 3. lokakuuta 2025.", "3. lokakuuta 2025"),  # Finnish partitive month
+        ("Ne vedem vineri, 6 martie, la ora 18", "vineri, 6 martie"),  # Romanian, weekday taken in
+        ("Festen er lørdag 9. marts kl. 18", "lørdag 9. marts"),  # Danish
+        ("Avreise torsdag 3. desember", "torsdag 3. desember"),  # Norwegian
+        ("Ekdromi to Savvato 12 Oktovriou", "Savvato 12 Oktovriou"),  # romanised Greek
+        ("Abgabe bis 3. Jänner bitte", "3. Jänner"),  # Austrian
+        ("Pedido recibido el 23/04 a las 10:15", "23/04"),  # a slashed day / month after "el"
+        ("Please pay by 11/30, thanks", "11/30"),  # US month / day after "by"
+        ("Kiosk: Sön 6/9 Anna, Lör 12/9 Per", "Sön 6/9"),  # a Swedish short weekday
+    ],
+)
+def test_new_date_forms(text, want):
+    from privnlp.mechanisms.pii.recognizers import find_dates
+
+    assert want in [text[s.start : s.end] for s in find_dates(text)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "approved by 2/3 of the members",  # a fraction
+        "won by 3/2 majority",
+        "score of 7/10 overall",  # not a day / month
+        "ratio el 45/60 del total",
+    ],
+)
+def test_slashed_numbers_that_are_no_dates(text):
+    from privnlp.mechanisms.pii.recognizers import find_dates
+
+    assert find_dates(text) == []

@@ -165,6 +165,25 @@ _MONTHS_INTL |= {  # Turkish; Swedish "augusti" (its other names are Dutch / Fre
     },
     "augusti": 8,
 }
+_MONTHS_INTL |= {  # sixth round: Czech (genitive), Finnish (partitive), Romanian, Danish / Norwegian, Austrian,
+    # romanised Greek (genitive)
+    **{
+        m: i + 1
+        for names in (
+            "ledna února března dubna května června července srpna září října listopadu prosince",
+            "tammikuuta helmikuuta maaliskuuta huhtikuuta toukokuuta kesäkuuta heinäkuuta elokuuta "
+            "syyskuuta lokakuuta marraskuuta joulukuuta",
+            "ianuarie februarie martie aprilie mai iunie iulie august septembrie octombrie noiembrie "
+            "decembrie",
+            "ianouariou fevrouariou martiou apriliou maiou iouniou iouliou avgoustou septemvriou "
+            "oktovriou noemvriou dekemvriou",
+        )
+        for i, m in enumerate(names.split())
+    },
+    "marts": 3,
+    "desember": 12,
+    "jänner": 1,
+}
 _MON = {m[:3]: i + 1 for i, m in enumerate(_MONTHS)} | {"sept": 9}
 _MON_FULL = {m: i + 1 for i, m in enumerate(_MONTHS)} | _MONTHS_INTL
 # a dot only after an abbreviation ("Feb."), never after a full name: "... of February." keeps its period
@@ -1068,7 +1087,10 @@ _WEEKDAY = (
     r"lunedì|martedì|mercoledì|giovedì|venerdì|sabato|domenica|"
     r"måndag|tisdag|onsdag|torsdag|fredag|lördag|söndag|"
     r"poniedziałek|wtorek|środa|czwartek|piątek|sobota|niedziela|"
-    r"pazartesi|salı|çarşamba|perşembe|cuma|cumartesi|pazar)"
+    r"pazartesi|salı|çarşamba|perşembe|cuma|cumartesi|pazar|"
+    r"mandag|tirsdag|onsdag|torsdag|fredag|lørdag|søndag|"
+    r"luni|marți|miercuri|joi|vineri|sâmbătă|duminică|kyriaki|deftera|triti|tetarti|pempti|savvato|"
+    r"(?-i:Mån|Tis|Ons|Tors?|Fre|Lör|Sön|Lør|Søn))"
 )
 _WEEKDAY_BEFORE = re.compile(r"(?<!\w)" + _WEEKDAY + r"\.?,?[ \t]+$", re.I)
 # a short weekday + day / month without a year ("Qui, 10/04", "vendredi 28/11"): a date only with the weekday
@@ -1089,6 +1111,14 @@ _DAY_RANGE_BEFORE = re.compile(
 _DOTTED_DAY_MONTH = re.compile(
     r"\b(?:vom|von|am|bis|ab|zum|seit|den|op|tot|van|per|dnia|od|do|le|du|au|del|al|dal)\s"
     r"(([0-3]?\d)\.([01]?\d)\.)(?![\w.]|\d)",
+    re.I,
+)
+# a day and month without the year, slashed, after a word that introduces a date ("el 18/05", "le 12/01",
+# "den 3/2", "by 12/15", "as of 3/28", "ngay 24/11"): d/m or m/d; not a fraction ("by 2/3 of", "1/2 majority")
+_SLASH_DAY_MONTH = re.compile(
+    r"\b(?:el|le|den|d\.|by|on|as of|until|till|from|ngay|am|il|op|em|dia|dne|dnia|du|au|al|del|vom|bis|"
+    r"zum|tot|van|llamada|desde|hasta|entro|fino|avant|après)[ \t]+(([0-3]?\d)/([0-3]?\d))"
+    r"(?![\w/%]|\.\d|[ \t]+(?:of|majority|des|de la|del|der)\b)",
     re.I,
 )
 #: a romanised Japanese block number ("4-7-15 Sakae, Naka-ku") is no d-m-y date
@@ -1182,6 +1212,10 @@ def find_dates(text: str, score: float = 0.8) -> list[PIISpan]:
     for m in _WEEKDAY_DM.finditer(text):
         if 1 <= int(m.group(1)) <= 31 and 1 <= int(m.group(2)) <= 12:
             out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex"))
+    for m in _SLASH_DAY_MONTH.finditer(text):
+        x, y = int(m.group(2)), int(m.group(3))
+        if (1 <= x <= 31 and 1 <= y <= 12) or (1 <= x <= 12 and 1 <= y <= 31):
+            out.append(PIISpan(m.start(1), m.end(1), "DATE", round(score * 0.8, 4), "regex"))
     return [_widen_date(text, sp) for sp in out]
 
 
