@@ -77,6 +77,9 @@ def test_what_the_guard_accepts():
     emb(_ids(3)[:, 0])  # one id per example, (B,): passed in, so dim 0 is the batch
     with torch.no_grad():  # evaluation: no gradients, nothing to clip
         model(_ids(T))
+    model.eval()  # opacus captures no activations in eval mode
+    model(_ids(T))
+    model.train()
     for how in ("expand", "expand_contiguous", "derived"):
         m, _ = _guarded(how)
         m(_ids(T))

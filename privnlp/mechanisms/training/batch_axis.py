@@ -71,8 +71,12 @@ class _BatchAxisGuard:
         self.batch_size = int(xs[0].shape[0]) if xs and xs[0].dim() > 0 else 0
 
     def embedding_ids(self, module: nn.Module, inputs: tuple, output: Any) -> None:
-        if not torch.is_grad_enabled() or not inputs or not isinstance(inputs[0], torch.Tensor):
-            return
+        if (
+            not (torch.is_grad_enabled() and module.training)
+            or not inputs
+            or not isinstance(inputs[0], torch.Tensor)
+        ):
+            return  # opacus captures no activations in eval mode or under no_grad either
         if torch._C._functorch.maybe_current_level() is not None:
             return  # opacus' functorch mode re-runs the layer per example inside vmap / grad: checked at the forward
         ids, b = inputs[0], self.batch_size
@@ -88,9 +92,9 @@ class _BatchAxisGuard:
             f"{where} the model with shape {tuple(ids.shape)} and no batch axis of size B={b} (dim 0); "
             "opacus would read their first axis as the batch and clip rows of its gradient with other examples' "
             "factors (when it happens to equal B, no shape check notices). Pass the ids to the model with a batch "
-            "axis (e.g. position_ids=... of shape (B, T)), expand them inside the model (ids.expand(B, -1).contiguous(): opacus' "
-            "ghost mode fails on stride-0 ids), or "
-            "freeze the layer (weight.requires_grad_(False))"
+            "axis (e.g. position_ids=... of shape (B, T)), expand them inside the model "
+            "(ids.expand(B, -1).contiguous(): opacus' ghost mode fails on stride-0 ids), or freeze the layer "
+            "(weight.requires_grad_(False))"
         )
 
 
@@ -101,10 +105,11 @@ def attach_batch_axis_guard(model: nn.Module, mode: str) -> list[RemovableHandle
     tensor inputs (also inside nested lists / tuples / dicts, depth <= 4) and ``B`` = dim 0 of the first one (batch
     first). A forward hook on every ``nn.Embedding`` with a trainable weight accepts, when ``B > 1``, only ids with
     ``shape[0] == B`` that share an input's storage (the batch or a view of it, ``(B,)`` included) or have
-    ``dim >= 2`` (per-row ids derived from the inputs, or rows expanded to ``B``); any ids when ``B <= 1`` or under
-    ``no_grad``. Anything else raises in the forward, before any backward: no noise is released, no step accounted.
-    Register it after the pre-hooks that add inputs (``add_batch_position_ids``): torch hands each with-kwargs
-    pre-hook the ``(args, kwargs)`` the previous one returned.
+    ``dim >= 2`` (per-row ids derived from the inputs, or rows expanded to ``B``); any ids when ``B <= 1``, under
+    ``no_grad`` or in eval mode (where opacus captures nothing either). Anything else raises in the forward, before
+    any backward: no noise is released, no step accounted. Register it after the pre-hooks that add inputs
+    (``add_batch_position_ids``): torch hands each with-kwargs pre-hook the ``(args, kwargs)`` the previous one
+    returned.
 
     Not caught (their shape cannot tell them from per-row ids): ids built inside with ``dim >= 2`` whose first axis
     is not the batch but equals ``B`` (T5's ``(q, k)`` relative-position buckets when ``B == q``), and ``(T,)`` ids
