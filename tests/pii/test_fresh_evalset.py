@@ -22,6 +22,7 @@ NOT_FOR_TRAINING = (
     "test_blind.txt",
     "test_blind4.txt",
     "test_blind5.txt",
+    "test_blind6.txt",
 )
 
 
