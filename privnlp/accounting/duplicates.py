@@ -64,7 +64,12 @@ def row_keys(tensors: Sequence[Any]) -> list[bytes]:
 
     arrays = []
     for t in tensors:
-        a = t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
+        if hasattr(t, "detach"):
+            t = t.detach().cpu()
+            # numpy has no bfloat16: widen to float32 (exact: every bfloat16 value is a float32 value)
+            a = t.float().numpy() if str(t.dtype) == "torch.bfloat16" else t.numpy()
+        else:
+            a = np.asarray(t)
         arrays.append(np.ascontiguousarray(a.reshape(a.shape[0], -1)))
     n = arrays[0].shape[0] if arrays else 0
     keys = []

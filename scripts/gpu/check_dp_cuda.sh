@@ -26,7 +26,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PAR
 # the CUDA-only tests (they skip on CPU): noise generator on the device, CUDA checkpoint resume (same kind and on
 # CPU), epsilon equal on both device kinds, GPT-2 book-keeping under bf16 on CUDA
 timeout 100 python3 -m pytest -q -p no:cacheprovider -rs tests/training/test_devices.py \
-  tests/training/test_bookkeeping_norms.py 2>&1 | tee "$OUT/tests.txt"
+  tests/training/test_bookkeeping_norms.py tests/training/test_bookkeeping_review.py \
+  tests/training/test_low_precision_sums.py 2>&1 | tee "$OUT/tests.txt"
 DTYPES="fp32 bf16"
 if [ "${PROFILE:-0}" = 1 ]; then
   DTYPES=fp32

@@ -68,8 +68,9 @@ left() { echo $((BUDGET - SECONDS)); }
 python3 -c "import torch; a = torch.randn(8, 8, device='cuda', dtype=torch.bfloat16); \
 print('mm out_dtype (book-keeping bf16 GEMMs):', torch.mm(a, a, out_dtype=torch.float32).dtype)" 2>&1 | tee -a "$OUT/device.txt"
 # the CUDA-only tests (they skip on CPU)
-timeout 60 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/training/test_devices.py \
-  tests/training/test_bookkeeping_norms.py > "$OUT/tests.txt" 2>&1
+timeout 120 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/training/test_devices.py \
+  tests/training/test_bookkeeping_norms.py tests/training/test_bookkeeping_review.py \
+  tests/training/test_low_precision_sums.py > "$OUT/tests.txt" 2>&1
 grep -E "^(FAILED|ERROR|E |SKIPPED)|passed|failed" "$OUT/tests.txt" | tail -25
 # item 5: every mode and opacus' hooks, fp32 and bf16 autocast (BENCH=0 skips)
 # BENCH_DTYPES before the fine-tune, BENCH_AFTER after it if time is left; FT_ARGS: extra fine-tune arguments

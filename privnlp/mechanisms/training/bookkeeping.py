@@ -47,6 +47,7 @@ from torch import nn
 
 from privnlp.core.errors import InvalidArgument
 
+from .devices import sum_dtype
 from .samplers import is_conv1d, register_for_model
 
 __all__ = ["BookKeeping", "supports_bookkeeping", "attach"]
@@ -236,9 +237,9 @@ def _linear_clipped_sums(
     )
     out: dict[nn.Parameter, torch.Tensor] = {}
     if ws is not None:
-        out[w] = ws[0].to(w.dtype)
+        out[w] = ws[0].to(sum_dtype(w.dtype))
     if bs is not None:
-        out[b] = bs[0].to(b.dtype)
+        out[b] = bs[0].to(sum_dtype(b.dtype))
     return out
 
 
@@ -557,9 +558,11 @@ class BookKeeping:
             )
         if n == 0:
             self.clear()
-            return {p: torch.zeros_like(p) for ps in self.params.values() for p in ps}, torch.zeros(
-                0
-            )
+            return {
+                p: torch.zeros_like(p, dtype=sum_dtype(p.dtype))
+                for ps in self.params.values()
+                for p in ps
+            }, torch.zeros(0)
         sums: dict[nn.Parameter, torch.Tensor] = {}
         scale = (
             float(n) if loss_reduction == "mean" else 1.0
@@ -669,16 +672,16 @@ class BookKeeping:
                 wsum = ws[j].split(widths, dim=1 if conv1d else 0)
                 bsum = bs[j].split(widths) if bs is not None else [None] * len(ms)
                 for m, w, b in zip(ms, wsum, bsum, strict=True):
-                    sums[m.weight] = w.to(m.weight.dtype).contiguous()
+                    sums[m.weight] = w.to(sum_dtype(m.weight.dtype)).contiguous()
                     if b is not None:
-                        sums[m.bias] = b.to(m.bias.dtype).contiguous()
+                        sums[m.bias] = b.to(sum_dtype(m.bias.dtype)).contiguous()
         for mods, gw, gb in ln_chunks:  # sum_i c_i grad_i of the per-sample gradients (k x ...)
             for x, name in ((gw, "weight"), (gb, "bias")):
                 if x is not None:
                     s = torch.tensordot(cs, x, dims=([0], [1]))
                     for j, m in enumerate(mods):
                         p = getattr(m, name)
-                        sums[p] = s[j].to(p.dtype)
+                        sums[p] = s[j].to(sum_dtype(p.dtype))
         for m, (acts, g) in entries:
             ps = self.params[m]
             pid = {id(q) for q in ps}
@@ -688,15 +691,17 @@ class BookKeeping:
                 m in kept
             ):  # sum_i c_i grad_i from the per-sample gradients of the norm pass (linear in g)
                 for p in ps:
-                    sums[p] = torch.tensordot(cs, kept[m][p].float(), dims=([0], [0])).to(p.dtype)
+                    sums[p] = torch.tensordot(cs, kept[m][p].float(), dims=([0], [0])).to(
+                        sum_dtype(p.dtype)
+                    )
                 continue
             # never in place: autograd hands one gradient tensor to several layers (the summed BERT embeddings)
             cg = g.float() * cs.view(-1, *([1] * (g.dim() - 1)))
             if type(m) is nn.Embedding and pid == {id(m.weight)} and not m.max_norm:
                 ids = acts[0].reshape(-1)
-                sums[m.weight] = torch.zeros_like(m.weight).index_add_(
-                    0, ids, cg.reshape(-1, cg.shape[-1]).to(m.weight.dtype)
-                )
+                sums[m.weight] = torch.zeros_like(
+                    m.weight, dtype=sum_dtype(m.weight.dtype)
+                ).index_add_(0, ids, cg.reshape(-1, cg.shape[-1]).to(sum_dtype(m.weight.dtype)))
                 # (padding_idx rows are not zeroed: opacus' per-sample embedding gradients include them too)
             else:
                 for p in ps:
@@ -707,11 +712,11 @@ class BookKeeping:
                     for p in ps:
                         p.requires_grad_(False)
                 for p in ps:
-                    sums[p] = gs[p].sum(0).to(p.dtype)
+                    sums[p] = gs[p].sum(0).to(sum_dtype(p.dtype))
         idle = [self.names[m] for m, ps in self.params.items() if ps and m not in by_layer]
         for p in (p for ps in self.params.values() for p in ps):
             if p not in sums:  # a trainable layer that took no part in this forward pass
-                sums[p] = torch.zeros_like(p)
+                sums[p] = torch.zeros_like(p, dtype=sum_dtype(p.dtype))
         new = sorted(set(idle) - self.warned)
         if new:  # once per layer: a skipped expert is fine, a weight read directly is a silent zero gradient
             self.warned.update(new)

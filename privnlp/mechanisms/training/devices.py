@@ -31,6 +31,7 @@ __all__ = [
     "check_model_dtypes",
     "noised_sum",
     "resolve_device",
+    "sum_dtype",
 ]
 
 _DEVICE_SPEC = re.compile(r"cpu|auto|cuda(:\d+)?")
@@ -113,6 +114,17 @@ def check_model_dtypes(model: nn.Module) -> None:
             )
 
 
+def sum_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a clipped sum is kept in until its noise is added: float32 for bfloat16 / float16 parameters,
+    the parameters' own dtype otherwise.
+
+    The sum of B clipped gradients rounded to bfloat16 (8 significant bits) before the noise moves by up to
+    B * C * 2^-8: two neighbouring datasets' rounded sums differed by 1.8 C on 512 examples (a review, 2026-11-27),
+    so the Gaussian mechanism's sensitivity C no longer held. The sum is noised in float32 and only the noised
+    gradient is cast to the parameters' dtype (post-processing)."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
 def noised_sum(
     summed: torch.Tensor,
     *,
@@ -149,12 +161,16 @@ def noise_summed_grads(optimizer: Any, std: float) -> None:
     ``N(0, std^2)`` becomes its ``.grad`` (each summed gradient noised exactly once, as opacus checks)."""
     for p in optimizer.params:
         _check_processed_flag(p.summed_grad)
-        p.grad = noised_sum(
-            p.summed_grad,
-            std=std,
-            generator=optimizer.generator,
-            secure_mode=optimizer.secure_mode,
-        ).view_as(p)
+        p.grad = (
+            noised_sum(
+                p.summed_grad,
+                std=std,
+                generator=optimizer.generator,
+                secure_mode=optimizer.secure_mode,
+            )
+            .view_as(p)
+            .to(p.dtype)
+        )  # noised in the sum's dtype (sum_dtype), then cast: post-processing
         _mark_as_processed(p.summed_grad)
 
 

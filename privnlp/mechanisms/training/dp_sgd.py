@@ -165,10 +165,22 @@ def add_batch_position_ids(model: nn.Module) -> Any:
 
     With opacus 1.6 + transformers 5 the models otherwise build ``position_ids`` of batch size 1
     (``.expand``/broadcast), and opacus' per-sample embedding gradients fail. We build them with
-    ``.repeat(B, 1)``. Returns the hook handle (``.remove()`` to undo).
+    ``.repeat(B, 1)`` -- or, for RoBERTa-style embeddings (``create_position_ids_from_input_ids`` and a
+    ``padding_idx``), with the model's own per-row rule (positions from ``padding_idx + 1``). Returns the hook handle (``.remove()`` to undo).
     """
     params = _forward_params(model)
     want_pos = "position_ids" in params
+    # RoBERTa-style embeddings number positions from padding_idx + 1 and give pads padding_idx: use the model's own
+    # rule (per row: it has the batch axis opacus needs), not 0..T-1, or a pretrained model reads wrong positions
+    own_rule = next(
+        (
+            (m.create_position_ids_from_input_ids, m.padding_idx)
+            for m in model.modules()
+            if callable(getattr(m, "create_position_ids_from_input_ids", None))
+            and isinstance(getattr(m, "padding_idx", None), int)
+        ),
+        None,
+    )
     cfg = getattr(model, "config", None)
     want_tt = "token_type_ids" in params and getattr(cfg, "type_vocab_size", 0)
 
@@ -180,7 +192,11 @@ def add_batch_position_ids(model: nn.Module) -> Any:
             return args, kwargs
         b, t = ids.shape
         if want_pos and kwargs.get("position_ids") is None:
-            kwargs["position_ids"] = torch.arange(t, device=ids.device).unsqueeze(0).repeat(b, 1)
+            kwargs["position_ids"] = (
+                own_rule[0](ids, own_rule[1])
+                if own_rule is not None
+                else torch.arange(t, device=ids.device).unsqueeze(0).repeat(b, 1)
+            )
         if want_tt and kwargs.get("token_type_ids") is None:
             kwargs["token_type_ids"] = torch.zeros((b, t), dtype=torch.long, device=ids.device)
         return args, kwargs

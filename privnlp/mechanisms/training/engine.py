@@ -68,7 +68,7 @@ from privnlp.core.rng import generator_on, noise_torch
 
 from . import bookkeeping as _bk
 from . import distributed as _dist
-from .devices import check_model_device, check_model_dtypes, noise_summed_grads
+from .devices import check_model_device, check_model_dtypes, noise_summed_grads, sum_dtype
 from .dp_sgd import (
     GRAD_SAMPLE_MODES,
     PrivateTraining,
@@ -490,7 +490,8 @@ class DPEngine:
         clipping: ``(grad-sample module, DP optimizer, loader, hooks)``."""
         g_noise, g_sample, g_workers = generators
         max_grad_norm = float(self.clipping.max_grad_norm)
-        hooks = [add_batch_position_ids(model)]
+        low_precision_guard = _refuse_low_precision_ghost(model) if mode == "ghost" else None
+        hooks = [add_batch_position_ids(model), low_precision_guard]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             engine = PrivacyEngine(accountant="rdp")
@@ -551,6 +552,35 @@ class DPEngine:
         return gsm, dp_opt, dl, hooks
 
 
+def _refuse_low_precision_ghost(model: nn.Module) -> Any:
+    """Ghost clipping in low precision is refused: opacus computes the ghost norms in the activations' dtype, so
+    under bf16 (parameters or ``torch.autocast``) one example's clipped gradient came out 1.5e-3 (GPT-2) to 2.0e-3
+    (Llama) above C (a review, 2026-11-27), and ghost's clipped sum is autograd's, in the parameters' dtype.
+    bf16 / fp16 trainable parameters are refused here; a forward under autocast is refused by the returned pre-hook,
+    in the forward, before any gradient, noise or accounting step."""
+    low = [
+        n
+        for n, p in model.named_parameters()
+        if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16)
+    ]
+    if low:
+        raise InvalidArgument(
+            f"grad_sample_mode='ghost' with {len(low)} bfloat16 / float16 trainable parameters "
+            f"(first: {low[0]!r}): opacus' ghost norms would be computed in that precision and clipped gradients "
+            "could exceed max_grad_norm; use grad_sample_mode='bookkeeping' or 'hooks' (norms and sums in float32)"
+        )
+
+    def pre_hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if torch.is_grad_enabled() and any(torch.is_autocast_enabled(d) for d in ("cuda", "cpu")):
+            raise InvalidArgument(
+                "grad_sample_mode='ghost' under torch.autocast: opacus computes the ghost norms in the autocast "
+                "dtype and clipped gradients could exceed max_grad_norm (no step was taken, no epsilon spent); "
+                "use grad_sample_mode='bookkeeping' or 'hooks' (norms and sums in float32 under autocast)"
+            )
+
+    return model.register_forward_pre_hook(pre_hook, with_kwargs=True)
+
+
 def _track_grad_norm(pt: PrivateTraining, device: torch.device) -> None:
     """``pt.last_grad_norm``: a 0-dim tensor holding the L2 norm of the last step's *privatized* gradient (the sum
     of clipped per-sample gradients plus noise, over the expected batch size: what the optimizer applies), updated
@@ -583,8 +613,8 @@ def _fp32_clipping(optimizer: Any) -> None:
     """opacus' ``clip_and_accumulate`` with the per-sample norms, the clip factors and the weighted sum in fp32.
 
     opacus computes the norms in the per-sample gradients' dtype: under bf16 autocast they are bf16, and the
-    clipped gradient of one example then exceeds C by up to ~0.1% (measured; ``test_decoders.py``). The sum is cast
-    to the parameters' dtype (the noise is drawn in it)."""
+    clipped gradient of one example then exceeds C by up to ~0.1% (measured; ``test_decoders.py``). The sum stays in
+    float32 for bf16 parameters (:func:`~privnlp.mechanisms.training.devices.sum_dtype`): noised there, then cast."""
 
     def clip_and_accumulate() -> None:
         samples = optimizer.grad_samples
@@ -598,7 +628,7 @@ def _fp32_clipping(optimizer: Any) -> None:
         for p in optimizer.params:
             _check_processed_flag(p.grad_sample)
             g = optimizer._get_flat_grad_sample(p)
-            grad = torch.einsum("i,i...", factor.to(g.device), g.float()).to(p.dtype)
+            grad = torch.einsum("i,i...", factor.to(g.device), g.float()).to(sum_dtype(p.dtype))
             p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
             _mark_as_processed(p.grad_sample)
 
