@@ -110,11 +110,13 @@ def test_nested_inputs_count_as_the_batch():
             super().__init__()
             self.inner = _NanoGPT()
 
-        def forward(self, batch):
+        def forward(self, batch, scale=None):
             return self.inner(batch["x"][0]["ids"], batch["x"][0]["pos"])
 
     model = Dicts()
     attach_batch_axis_guard(model, "hooks")
+    with pytest.raises(InvalidArgument, match=r"B=3"):  # a leading scalar input does not define B
+        model(scale=torch.tensor(2.0), batch={"x": [{"ids": _ids(3), "pos": torch.arange(T)}]})
     model({"x": [{"ids": _ids(T), "pos": torch.arange(T).repeat(T, 1)}]})
     with pytest.raises(InvalidArgument, match=r"'inner\.wpe'.*shape \(1, 4\)"):
         model({"x": [{"ids": _ids(T), "pos": torch.arange(T).unsqueeze(0)}]})

@@ -68,7 +68,8 @@ class _BatchAxisGuard:
         xs = _tensors(args, kwargs)
         # a view (slice, unsqueeze, expand) of an input shares its storage: the model may reshape what it is given
         self.storages = {x.untyped_storage().data_ptr() for x in xs}
-        self.batch_size = int(xs[0].shape[0]) if xs and xs[0].dim() > 0 else 0
+        # the first tensor with a dim 0 (a scalar such as HF's num_items_in_batch has none)
+        self.batch_size = next((int(x.shape[0]) for x in xs if x.dim() > 0), 0)
 
     def embedding_ids(self, module: nn.Module, inputs: tuple, output: Any) -> None:
         if (
@@ -102,14 +103,14 @@ def attach_batch_axis_guard(model: nn.Module, mode: str) -> list[RemovableHandle
     """Refuse, in the forward, a trainable ``nn.Embedding`` whose ids are built inside the model without a batch axis.
 
     A forward pre-hook (``with_kwargs=True``) on ``model`` records, while gradients are enabled, the storages of its
-    tensor inputs (also inside nested lists / tuples / dicts, depth <= 4) and ``B`` = dim 0 of the first one (batch
-    first). A forward hook on every ``nn.Embedding`` with a trainable weight accepts, when ``B > 1``, only ids with
-    ``shape[0] == B`` that share an input's storage (the batch or a view of it, ``(B,)`` included) or have
-    ``dim >= 2`` (per-row ids derived from the inputs, or rows expanded to ``B``); any ids when ``B <= 1``, under
-    ``no_grad`` or in eval mode (where opacus captures nothing either). Anything else raises in the forward, before
-    any backward: no noise is released, no step accounted. Register it after the pre-hooks that add inputs
-    (``add_batch_position_ids``): torch hands each with-kwargs pre-hook the ``(args, kwargs)`` the previous one
-    returned.
+    tensor inputs (also inside nested lists / tuples / dicts, depth <= 4) and ``B`` = dim 0 of the first one that
+    has a dim 0 (batch first). A forward hook on every ``nn.Embedding`` with a trainable weight accepts, when
+    ``B > 1``, only ids with ``shape[0] == B`` that share an input's storage (the batch or a view of it, ``(B,)``
+    included) or have ``dim >= 2`` (per-row ids derived from the inputs, or rows expanded to ``B``); any ids when
+    ``B <= 1``, under ``no_grad`` or in eval mode (where opacus captures nothing either). Anything else raises in the
+    forward, before any backward: no noise is released, no step accounted. Register it after the pre-hooks that add
+    inputs (``add_batch_position_ids``): torch hands each with-kwargs pre-hook the ``(args, kwargs)`` the previous
+    one returned.
 
     Not caught (their shape cannot tell them from per-row ids): ids built inside with ``dim >= 2`` whose first axis
     is not the batch but equals ``B`` (T5's ``(q, k)`` relative-position buckets when ``B == q``), and ``(T,)`` ids
