@@ -168,10 +168,16 @@ def test_through_make_private_the_refusal_comes_before_any_step(mode):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pt = make_private(
-            model, opt, dl, noise_multiplier=1.0, max_grad_norm=0.1, rng=0, grad_sample_mode=mode,
-            expected_batch_size=8, public_dataset_size=40,
-        )  # fmt: skip
-    attach_batch_axis_guard(model, mode)
+            model,
+            opt,
+            dl,
+            noise_multiplier=1.0,
+            max_grad_norm=0.1,
+            rng=0,
+            grad_sample_mode=mode,
+            expected_batch_size=8,
+            public_dataset_size=40,
+        )  # fmt: skip  (make_private attaches the guard: engine._wrap_opacus)
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(InvalidArgument, match="'wpe'"):
         train_private(pt, _nano_loss, steps=2)
@@ -182,10 +188,16 @@ def test_through_make_private_the_refusal_comes_before_any_step(mode):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pt = make_private(
-            model, opt, dl, noise_multiplier=1.0, max_grad_norm=0.1, rng=0, grad_sample_mode=mode,
-            expected_batch_size=8, public_dataset_size=40,
-        )  # fmt: skip
-    attach_batch_axis_guard(model, mode)
+            model,
+            opt,
+            dl,
+            noise_multiplier=1.0,
+            max_grad_norm=0.1,
+            rng=0,
+            grad_sample_mode=mode,
+            expected_batch_size=8,
+            public_dataset_size=40,
+        )  # fmt: skip  (make_private attaches the guard: engine._wrap_opacus)
     train_private(pt, _nano_loss, steps=2)
     assert pt.ledger.steps == 2
 
@@ -293,11 +305,8 @@ def test_hf_models_train_through_make_private_with_the_guard(arch, mode):
             model, opt, dl, noise_multiplier=1.0, max_grad_norm=1.0, rng=0, grad_sample_mode=mode,
             expected_batch_size=6, public_dataset_size=24,
         )  # fmt: skip
-    handles = attach_batch_axis_guard(model, mode)
     before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
     train_private(pt, steps=2)
     assert pt.ledger.steps == 2
     after = [p for p in model.parameters() if p.requires_grad]
     assert any(not torch.equal(a, p) for a, p in zip(before, after))
-    for h in handles:
-        h.remove()

@@ -68,6 +68,7 @@ from privnlp.core.rng import generator_on, noise_torch
 
 from . import bookkeeping as _bk
 from . import distributed as _dist
+from .batch_axis import GUARDED_MODES, attach_batch_axis_guard
 from .devices import check_model_device, check_model_dtypes, noise_summed_grads, sum_dtype
 from .dp_sgd import (
     GRAD_SAMPLE_MODES,
@@ -492,6 +493,9 @@ class DPEngine:
         max_grad_norm = float(self.clipping.max_grad_norm)
         low_precision_guard = _refuse_low_precision_ghost(model) if mode == "ghost" else None
         hooks = [add_batch_position_ids(model), low_precision_guard]
+        # ids built inside the model without a batch axis (nanoGPT's wpe(arange(T))): refused in the forward
+        if mode in GUARDED_MODES:
+            hooks += attach_batch_axis_guard(model, mode)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             engine = PrivacyEngine(accountant="rdp")
