@@ -16,7 +16,7 @@ from transformers import RobertaConfig, RobertaForSequenceClassification
 
 from privnlp.accounting.duplicates import row_keys
 from privnlp.core.errors import InvalidArgument
-from privnlp.mechanisms.training import devices, make_private
+from privnlp.mechanisms.training import devices, loop, make_private
 from privnlp.mechanisms.training.dp_sgd import add_batch_position_ids
 from privnlp.models import tiny_gpt2
 
@@ -134,3 +134,26 @@ def test_roberta_reads_its_own_positions_under_dp():
     finally:
         handle.remove()
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize(
+    ("auto_picks", "ddp", "low_precision", "passed"),
+    [
+        ("bookkeeping", False, False, None),  # the caller's choice unchanged
+        ("ghost", False, False, None),
+        ("bookkeeping", True, False, "ghost"),  # DDP cannot run book-keeping
+        ("bookkeeping", True, True, "hooks"),  # ... nor ghost under the Trainer's bf16 autocast
+        ("ghost", False, True, "hooks"),
+        ("bookkeeping", False, True, "bookkeeping"),
+        ("hooks", True, True, "hooks"),
+    ],
+)
+def test_dp_trainer_never_picks_ghost_under_autocast(
+    monkeypatch, auto_picks, ddp, low_precision, passed
+):
+    monkeypatch.setattr(loop, "choose_grad_sample_mode", lambda model, b: auto_picks)
+    assert loop._trainer_mode(None, 8, None, ddp=ddp, low_precision=low_precision) == passed
+    assert loop._trainer_mode(None, 8, "ghost", ddp=ddp, low_precision=low_precision) is None
+    if ddp:
+        with pytest.raises(InvalidArgument, match="bookkeeping"):
+            loop._trainer_mode(None, 8, "bookkeeping", ddp=True, low_precision=low_precision)

@@ -206,18 +206,29 @@ def train_private(
     return TrainResult(tuple(losses), pt.steps - start, pt.epsilon(), pt.claim(), stopped)
 
 
-def _ddp_trainer_mode(model: Any, batch_size: int, mode: str | None) -> str:
-    """Book-keeping turns ``requires_grad`` off during training, which torch DDP (wrapped by the Trainer) refuses:
-    under DDP ``auto`` takes ghost clipping where it would take book-keeping; an explicit request is refused."""
+def _trainer_mode(
+    model: Any, batch_size: int, mode: str | None, *, ddp: bool, low_precision: bool
+) -> str | None:
+    """The grad-sample mode ``DPTrainer`` passes to ``make_private`` (``None``: the caller's choice unchanged).
+
+    Book-keeping turns ``requires_grad`` off during training, which torch DDP (wrapped by the Trainer) refuses: under
+    DDP ``auto`` takes ghost clipping where it would take book-keeping, and an explicit request is refused. Ghost
+    clipping is refused under autocast (its norms in bf16 exceed C), so with the Trainer's ``bf16`` / ``fp16``
+    ``auto`` takes hooks where it would take ghost (per-sample norms and sums in fp32)."""
     mode = mode or "auto"
-    if mode == "bookkeeping":
+    if ddp and mode == "bookkeeping":
         raise InvalidArgument(
             "DPTrainer under torchrun/accelerate (DDP): grad_sample_mode='bookkeeping' is not "
             "supported with the Trainer's DDP wrapper; use 'ghost' or 'hooks', or train_private"
         )
-    if mode == "auto" and choose_grad_sample_mode(model, batch_size) == "bookkeeping":
-        return "ghost"
-    return mode
+    if mode != "auto":
+        return None
+    chosen = choose_grad_sample_mode(model, batch_size)
+    if ddp and chosen == "bookkeeping":
+        chosen = "ghost"
+    if low_precision and chosen == "ghost":
+        chosen = "hooks"
+    return chosen if (ddp or low_precision) else None
 
 
 def _make_dp_trainer() -> type:
@@ -291,10 +302,17 @@ def _make_dp_trainer() -> type:
                 if self.optimizer is None:
                     super().create_optimizer()
                 dp = dict(self.dp)
-                if self.args.world_size > 1:  # the Trainer wraps the model in torch DDP (issue #20)
-                    dp["grad_sample_mode"] = _ddp_trainer_mode(
-                        self.model, dl.batch_size, dp.get("grad_sample_mode")
+                mode = (
+                    _trainer_mode(  # DDP (the Trainer's wrapper, issue #20); bf16 / fp16 autocast
+                        self.model,
+                        dl.batch_size,
+                        dp.get("grad_sample_mode"),
+                        ddp=self.args.world_size > 1,
+                        low_precision=bool(self.args.bf16 or self.args.fp16),
                     )
+                )
+                if mode is not None:
+                    dp["grad_sample_mode"] = mode
                 self.private = make_private(
                     self.model, self.optimizer, dl, wrap_model=False, rng=self.dp_rng, **dp
                 )
