@@ -162,42 +162,28 @@ def _nano_loss(m, batch):
     return nn.functional.cross_entropy(m(x).transpose(1, 2), x, reduction="none").mean(1)
 
 
-@pytest.mark.parametrize("mode", ["hooks", "ghost"])
-def test_through_make_private_the_refusal_comes_before_any_step(mode):
-    model, opt, dl = _nano_setup()
+def _nano_private(mode: str, how: str = "arange"):
+    """The nanoGPT-like model through make_private (which attaches the guard: engine._wrap_opacus)."""
+    model, opt, dl = _nano_setup(how)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pt = make_private(
-            model,
-            opt,
-            dl,
-            noise_multiplier=1.0,
-            max_grad_norm=0.1,
-            rng=0,
-            grad_sample_mode=mode,
-            expected_batch_size=8,
-            public_dataset_size=40,
-        )  # fmt: skip  (make_private attaches the guard: engine._wrap_opacus)
+            model, opt, dl, noise_multiplier=1.0, max_grad_norm=0.1, rng=0, grad_sample_mode=mode,
+            expected_batch_size=8, public_dataset_size=40,
+        )  # fmt: skip
+    return model, pt
+
+
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+def test_through_make_private_the_refusal_comes_before_any_step(mode):
+    model, pt = _nano_private(mode)
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(InvalidArgument, match="'wpe'"):
         train_private(pt, _nano_loss, steps=2)
     assert pt.ledger.steps == 0 and pt.epsilon() == 0  # no noise released, no epsilon spent
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
     # the fix the error names: the same model with expanded ids trains
-    model, opt, dl = _nano_setup("expand_contiguous")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pt = make_private(
-            model,
-            opt,
-            dl,
-            noise_multiplier=1.0,
-            max_grad_norm=0.1,
-            rng=0,
-            grad_sample_mode=mode,
-            expected_batch_size=8,
-            public_dataset_size=40,
-        )  # fmt: skip  (make_private attaches the guard: engine._wrap_opacus)
+    _model, pt = _nano_private(mode, "expand_contiguous")
     train_private(pt, _nano_loss, steps=2)
     assert pt.ledger.steps == 2
 

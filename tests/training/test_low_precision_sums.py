@@ -65,44 +65,40 @@ def test_neighbouring_bf16_sums_differ_by_at_most_c_before_the_noise(mode, monke
 
 
 def _tiny_lm():
-    return tiny_gpt2(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
+    return tiny_gpt2(vocab_size=64, n_positions=16, n_embd=16, n_head=2, n_layer=1)
 
 
-def test_ghost_refuses_bf16_parameters():
-    model = _tiny_lm().to(torch.bfloat16)
-    ids = torch.randint(0, 64, (8, 6))
-    with pytest.raises(InvalidArgument, match="ghost.*bfloat16"):
-        make_private(
-            model,
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            DataLoader(TensorDataset(ids), batch_size=4),
-            noise_multiplier=1.0,
-            max_grad_norm=1.0,
-            grad_sample_mode="ghost",
-            rng=0,
-        )
+IDS = torch.randint(0, 64, (8, 6), generator=torch.Generator().manual_seed(0))
 
 
-def test_ghost_under_autocast_is_refused_in_the_forward_before_any_step():
-    model = _tiny_lm()
-    ids = torch.randint(0, 64, (8, 6))
-    pt = make_private(
+def _ghost(model):
+    return make_private(
         model,
         torch.optim.SGD(model.parameters(), lr=0.1),
-        DataLoader(TensorDataset(ids), batch_size=4),
+        DataLoader(TensorDataset(IDS), batch_size=4),
         noise_multiplier=1.0,
         max_grad_norm=1.0,
         grad_sample_mode="ghost",
         rng=0,
     )
+
+
+def test_ghost_refuses_bf16_parameters():
+    with pytest.raises(InvalidArgument, match="ghost.*bfloat16"):
+        _ghost(_tiny_lm().to(torch.bfloat16))
+
+
+def test_ghost_under_autocast_is_refused_in_the_forward_before_any_step():
+    model = _tiny_lm()
+    pt = _ghost(model)
     before = [p.detach().clone() for p in model.parameters()]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         with pytest.raises(InvalidArgument, match="ghost.*autocast"):
-            pt.model(input_ids=ids[:4])
+            pt.model(input_ids=IDS[:4])
     assert pt.steps == 0
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        pt.model(input_ids=ids[:4])  # evaluation under autocast stays allowed
+        pt.model(input_ids=IDS[:4])  # evaluation under autocast stays allowed
 
 
 def test_duplicate_detection_reads_bf16_datasets():
