@@ -21,6 +21,7 @@ _EXPORTS = {
     "train_wordpiece_tokenizer": "tokenization",
     # builders
     "tiny_gpt2": "builders",
+    "tiny_llama": "builders",
     "tiny_bert_classifier": "builders",
     "tiny_bert_mlm": "builders",
     "BiLSTMTagger": "tagger",
@@ -60,6 +61,7 @@ __all__ = [
     "tiny_bert_classifier",
     "tiny_bert_mlm",
     "tiny_gpt2",
+    "tiny_llama",
     "tiny_lstm_lm",
     "train_bpe_tokenizer",
     "train_classifier",

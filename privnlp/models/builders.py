@@ -6,6 +6,8 @@
 * :func:`tiny_bert_classifier` — BERT sequence classifier (FILM / RLG / LAMP gradient settings,
   ``../shared/papers/film-recovering-private-text-in-fl.txt``).
 * :func:`tiny_bert_mlm` — BERT masked LM (the DP-BERT secret sharer).
+* :func:`tiny_llama` — a Llama-style causal LM (RMSNorm, rotary positions, grouped-query attention): the
+  book-keeping / ghost clipping tests of the common decoders (issue #29, item 2).
 
 Each builder initializes its weights under a seeded fork of torch's RNG
 (:func:`privnlp.models._seed.seeded`): same ``seed`` -> bit-identical weights, and the caller's
@@ -22,9 +24,14 @@ from privnlp.core.errors import InvalidArgument, check_probability, check_range
 from ._seed import seeded
 
 if TYPE_CHECKING:  # pragma: no cover
-    from transformers import BertForMaskedLM, BertForSequenceClassification, GPT2LMHeadModel
+    from transformers import (
+        BertForMaskedLM,
+        BertForSequenceClassification,
+        GPT2LMHeadModel,
+        LlamaForCausalLM,
+    )
 
-__all__ = ["tiny_gpt2", "tiny_bert_classifier", "tiny_bert_mlm"]
+__all__ = ["tiny_gpt2", "tiny_llama", "tiny_bert_classifier", "tiny_bert_mlm"]
 
 
 def _check_dims(hidden: int, heads: int, hidden_name: str, heads_name: str) -> None:
@@ -110,6 +117,74 @@ def tiny_gpt2(
     with seeded(seed):
         model = GPT2LMHeadModel(cfg)
     fix_loss_type(model)
+    return model
+
+
+def tiny_llama(
+    vocab_size: int,
+    *,
+    hidden_size: int = 16,
+    intermediate_size: int = 32,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    max_position_embeddings: int = 32,
+    tie_word_embeddings: bool = False,
+    seed: int = 0,
+    **config_overrides: Any,
+) -> LlamaForCausalLM:
+    """A Llama-style causal LM built from ``LlamaConfig`` (weights seeded by ``seed``; no dropout).
+
+    The defaults give grouped-query attention (4 query heads share 2 key / value heads, so the fused q / k / v
+    widths differ: 16, 8, 8), RMSNorm and rotary positions: the shapes that per-sample clipping must get right.
+
+    Args:
+        vocab_size: number of token ids, in [1, 2**24].
+        hidden_size: hidden width, in [1, 65536], divisible by ``num_attention_heads``.
+        intermediate_size: MLP width, in [1, 2**18].
+        num_hidden_layers: decoder layers, in [1, 256].
+        num_attention_heads: query heads, in [1, 1024].
+        num_key_value_heads: key / value heads, in [1, ``num_attention_heads``], dividing it.
+        max_position_embeddings: longest sequence in tokens, in [1, 2**20].
+        tie_word_embeddings: share the input embedding with the output projection.
+        seed: seeds the weight initialisation only (the caller's global RNG is untouched).
+        **config_overrides: any other ``LlamaConfig`` field.
+
+    Returns:
+        A ``transformers.LlamaForCausalLM`` in train mode.
+
+    Raises:
+        InvalidArgument: a size outside its range, or heads that do not divide the width / each other.
+    """
+    check_range("vocab_size", vocab_size, 1, 2**24, integer=True)
+    check_range("intermediate_size", intermediate_size, 1, 2**18, integer=True)
+    check_range("num_hidden_layers", num_hidden_layers, 1, 256, integer=True)
+    check_range("max_position_embeddings", max_position_embeddings, 1, 2**20, integer=True)
+    _check_dims(hidden_size, num_attention_heads, "hidden_size", "num_attention_heads")
+    check_range("num_key_value_heads", num_key_value_heads, 1, num_attention_heads, integer=True)
+    if num_attention_heads % num_key_value_heads:
+        raise InvalidArgument(
+            f"num_attention_heads={num_attention_heads} must be divisible by "
+            f"num_key_value_heads={num_key_value_heads}"
+        )
+    # deferred: transformers: privnlp.evaluation imports this module
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=int(vocab_size),
+        hidden_size=int(hidden_size),
+        intermediate_size=int(intermediate_size),
+        num_hidden_layers=int(num_hidden_layers),
+        num_attention_heads=int(num_attention_heads),
+        num_key_value_heads=int(num_key_value_heads),
+        max_position_embeddings=int(max_position_embeddings),
+        tie_word_embeddings=bool(tie_word_embeddings),
+        attention_dropout=0.0,
+        **config_overrides,
+    )
+    with seeded(seed):
+        model = LlamaForCausalLM(cfg)
+    model.train()
     return model
 
 

@@ -18,6 +18,7 @@ from privnlp.models import (
     tiny_bert_classifier,
     tiny_bert_mlm,
     tiny_gpt2,
+    tiny_llama,
     train_classifier,
     train_lm,
     train_tagger,
@@ -124,6 +125,14 @@ def test_builders_seeded_and_leave_global_rng_untouched(bpe, wordpiece, texts):
         torch.equal(p, q) for p, q in zip(t1.state_dict().values(), t2.state_dict().values())
     )
     tiny_bert_classifier(len(wordpiece), seed=2)
+    la_, lb_, lc_ = tiny_llama(40, seed=3), tiny_llama(40, seed=3), tiny_llama(40, seed=4)
+    assert all(
+        torch.equal(p, q) for p, q in zip(la_.state_dict().values(), lb_.state_dict().values())
+    )
+    assert not torch.equal(la_.model.embed_tokens.weight, lc_.model.embed_tokens.weight)
+    assert (
+        la_.training and la_.config.num_key_value_heads == 2
+    )  # grouped-query attention by default
     la = train_lm(a, bpe, texts, steps=3, max_length=32, rng=np.random.default_rng(9))
     lb = train_lm(b, bpe, texts, steps=3, max_length=32, rng=np.random.default_rng(9))
     assert la.losses == lb.losses  # deterministic given rng
@@ -189,6 +198,12 @@ def test_opacus_per_sample_gradients(bpe, texts):
         (lambda: tiny_bert_classifier(100, num_labels=0), "num_labels"),
         (lambda: BiLSTMTagger(10, 3, dropout=1.0), "dropout"),
         (lambda: tiny_gpt2(100, seed=-1), "seed"),
+        (lambda: tiny_llama(100, hidden_size=18, num_attention_heads=4), "divisible"),
+        (
+            lambda: tiny_llama(100, num_attention_heads=4, num_key_value_heads=3),
+            "num_key_value_heads",
+        ),
+        (lambda: tiny_llama(100, num_key_value_heads=5), "num_key_value_heads"),
     ],
 )
 def test_builder_bad_arguments(call, match):

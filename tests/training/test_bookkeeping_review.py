@@ -30,7 +30,7 @@ from privnlp.mechanisms.training.dp_sgd import (
     per_sample_classification_loss,
     per_sample_lm_loss,
 )
-from privnlp.models import tiny_bert_classifier, tiny_gpt2
+from privnlp.models import tiny_bert_classifier, tiny_gpt2, tiny_llama
 
 V = 40
 STACK_DEFAULT = bkm.STACK_MAX_BYTES
@@ -66,21 +66,7 @@ def _gpt2() -> nn.Module:
 
 
 def _llama() -> nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=V,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # GQA: the q/k/v group has widths 16, 8, 8
-        max_position_embeddings=32,
-        tie_word_embeddings=False,
-        attention_dropout=0.0,
-    )
-    return LlamaForCausalLM(cfg)
+    return tiny_llama(V)  # GQA: the q/k/v group has widths 16, 8, 8
 
 
 def _cls_loss(model, b):

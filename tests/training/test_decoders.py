@@ -14,7 +14,7 @@ from privnlp.mechanisms.training import bookkeeping as bkm
 from privnlp.mechanisms.training import make_private
 from privnlp.mechanisms.training.dp_sgd import choose_grad_sample_mode, per_sample_lm_loss
 from privnlp.mechanisms.training.samplers import is_conv1d, is_rmsnorm
-from privnlp.models import tiny_gpt2
+from privnlp.models import tiny_gpt2, tiny_llama
 
 V, T, B = 40, 10, 6
 
@@ -24,21 +24,7 @@ def _gpt2(tied: bool = False):
 
 
 def _llama(tied: bool = False):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=V,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # grouped-query attention
-        max_position_embeddings=32,
-        tie_word_embeddings=tied,
-        attention_dropout=0.0,
-    )
-    return LlamaForCausalLM(cfg)
+    return tiny_llama(V, tie_word_embeddings=tied)  # GQA: 4 query heads share 2 key / value heads
 
 
 BUILDERS = {"gpt2": _gpt2, "llama": _llama}

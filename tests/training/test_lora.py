@@ -17,7 +17,7 @@ from privnlp.mechanisms.training.lora import (
     merge_and_save,
     verify_base_unchanged,
 )
-from privnlp.models import tiny_gpt2
+from privnlp.models import tiny_gpt2, tiny_llama
 
 peft = pytest.importorskip("peft")
 
@@ -34,15 +34,7 @@ def _gpt2_lora(**cfg):
 
 
 def _llama_lora():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    base = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-        )
-    )  # fmt: skip
+    base = tiny_llama(V, num_hidden_layers=1)
     cfg = peft.LoraConfig(task_type="CAUSAL_LM", r=4, target_modules=["q_proj", "v_proj"])
     return peft.get_peft_model(base, cfg)
 
