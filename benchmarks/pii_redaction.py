@@ -25,6 +25,15 @@ development data now; ``benchmarks/pii_eval/analyse_dev.py`` is their error anal
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pii_redaction.py \
         --evalset-file benchmarks/pii_eval/test_blind.txt --out /tmp/pii_blind.json
+
+``--calibration`` reports the reliability of the tagger's span confidence (expected calibration error over
+ten equal-width bins, Brier score, the binned table) on ``test.txt`` and on every set of the calibration pool
+(``CALIBRATION_SETS``), for the map fitted on ``validation.txt`` alone (the map before issue 32's seventh
+round), the map fitted on the whole pool (the shipped one; optimistic on the pool's own sets) and, per pool
+set, the cross-fitted map (fitted on the pool without that set: an honest estimate for text the map never
+saw). It reads only ``test.txt`` and the pool's files.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pii_redaction.py --calibration --out /tmp/pii_cal.json
 """
 
 from __future__ import annotations
@@ -139,6 +148,95 @@ def calibration_table(tagger, docs, bins: int = 5) -> dict:
     }
 
 
+def reliability(scores, ok, bins: int = 10) -> dict:
+    """Expected calibration error over ``bins`` equal-width bins, Brier score and the binned table of
+    confidences ``scores`` against outcomes ``ok``."""
+    import numpy as np
+
+    sc, y = np.asarray(scores, dtype=float), np.asarray(ok, dtype=float)
+    edges = np.linspace(0, 1, bins + 1)
+    rows, ece = [], 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        m = (sc >= lo) & ((sc < hi) if hi < 1 else (sc <= hi))
+        if m.any():
+            rows.append(
+                {
+                    "bin": f"{lo:.1f}-{hi:.1f}",
+                    "n": int(m.sum()),
+                    "mean_score": float(sc[m].mean()),
+                    "accuracy": float(y[m].mean()),
+                }
+            )
+            ece += m.mean() * abs(sc[m].mean() - y[m].mean())
+    return {
+        "n_spans": int(len(sc)),
+        "ece": float(ece),
+        "brier": float(((sc - y) ** 2).mean()) if len(sc) else float("nan"),
+        "bins": rows,
+    }
+
+
+def calibration_main(out_json: str | None) -> None:
+    """The ``--calibration`` report (see the module docstring)."""
+    import json
+    import math
+
+    import numpy as np
+
+    from privnlp.mechanisms.pii.crf import calibration_data, crf_tagger, fit_calibration
+    from privnlp.mechanisms.pii.evalset import load_calibration_pool, load_evalset
+
+    tagger = crf_tagger(progress=True)
+    pool = load_calibration_pool()
+    data = {n: calibration_data(tagger, docs) for n, docs in pool.items()}
+    data["test"] = calibration_data(tagger, load_evalset("test"))
+
+    def apply(cal, x):
+        a, b, c = cal
+        return 1.0 / (1.0 + np.exp(-(a * x[:, 0] + b + c * x[:, 1])))
+
+    def fit(names):
+        return fit_calibration(
+            np.concatenate([data[n][0] for n in names]),
+            np.concatenate([data[n][1] for n in names]),
+        )
+
+    maps = {"validation only": fit(["validation"]), "whole pool": fit(list(pool))}
+    result = {"maps": {k: list(v) for k, v in maps.items()}, "sets": {}}
+    for n, (x, y) in data.items():
+        row = {k: reliability(apply(cal, x), y) for k, cal in maps.items()}
+        if n in pool:
+            row["cross-fitted (pool without this set)"] = reliability(
+                apply(fit([m for m in pool if m != n]), x), y
+            )
+        row["accuracy"] = float(np.mean(y)) if len(y) else math.nan
+        result["sets"][n] = row
+        print(
+            f"{n:12s} spans {len(y):4d} correct {row['accuracy']:.3f} | "
+            + " | ".join(
+                f"{k}: ECE {v['ece']:.3f} Brier {v['brier']:.3f}"
+                for k, v in row.items()
+                if k != "accuracy"
+            )
+        )
+    for n in ("test", *pool):
+        print(f"\n### {n}: bin | n | mean score / share correct per map")
+        for k, v in result["sets"][n].items():
+            if k != "accuracy":
+                print(
+                    f"  {k}: "
+                    + "; ".join(
+                        f"{r['bin']} n={r['n']} {r['mean_score']:.3f}/{r['accuracy']:.3f}"
+                        for r in v["bins"]
+                    )
+                )
+    if out_json:
+        from pathlib import Path
+
+        Path(out_json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {out_json}")
+
+
 def evalset_main(out_json: str | None, note: str | None = None) -> None:
     import json
     import platform
@@ -193,6 +291,9 @@ def evalset_main(out_json: str | None, note: str | None = None) -> None:
     if anchor is not None:
         result["anchor_recognizers"] = anchor.recognizers
     result["calibration_test"] = calibration_table(tagger, test)
+    result["calibration_test"]["fitted_on"] = (
+        "the calibration pool: validation.txt and the blind sets read in earlier rounds, never test.txt"
+    )
     result["calibration_validation"] = calibration_table(tagger, val)
     print("\ncalibration on the test set:", json.dumps(result["calibration_test"], indent=1))
     texts = [d.text for d in test] * 5
@@ -295,8 +396,16 @@ def main() -> None:
         default=None,
         help="score one more hand-written file (e.g. benchmarks/pii_eval/test_fresh.txt); no card is written",
     )
+    ap.add_argument(
+        "--calibration",
+        action="store_true",
+        help="reliability of the tagger's confidence: test.txt and every calibration-pool set, per map",
+    )
     a = ap.parse_args()
     warnings.simplefilter("ignore")
+    if a.calibration:
+        calibration_main(a.out)
+        return
     if a.evalset_file:
         evalset_file_main(a.evalset_file, a.out)
         return

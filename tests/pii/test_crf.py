@@ -105,10 +105,9 @@ def test_cache_key_covers_the_model_inputs_and_calibration_follows_the_validatio
         "".join(texts[:60]), encoding="utf-8"
     )  # fast calibration
     monkeypatch.setattr(crf, "default_evalset_dir", lambda: evaldir)
-    monkeypatch.setattr(crf, "load_evalset", lambda split: load_evalset(split, evaldir))
     trained = []
 
-    def fake_train(n_docs, *, rng, path):  # the module's small model, copied to the cache path
+    def fake_train(n_docs, *, rng, path, clusters=None):  # the module's small model, copied
         trained.append(path)
         small_crf.save(path)
         return CRFTagger.load(path)
@@ -125,6 +124,13 @@ def test_cache_key_covers_the_model_inputs_and_calibration_follows_the_validatio
     assert len(trained) == 1  # the model is not retrained for a new validation file ...
     assert t3.calibrated_on != t1.calibrated_on  # ... but its calibration is refitted on it
     assert t3.calibration != pytest.approx(t1.calibration)
+    # the calibration pool (seventh round): a read blind set joins the fit; test.txt never does
+    (evaldir / "test.txt").write_text("".join(texts[:30]), encoding="utf-8")
+    assert crf.crf_tagger().calibrated_on == t3.calibrated_on
+    (evaldir / "test_blind6.txt").write_text("".join(texts[:40]), encoding="utf-8")
+    t4 = crf.crf_tagger()
+    assert len(trained) == 1 and t4.calibrated_on != t3.calibrated_on
+    assert t4.calibration != pytest.approx(t3.calibration)
 
 
 #: non-US names in contexts written for this test (issue 32, fifth round: the training documents of ~45

