@@ -1,12 +1,13 @@
 """Error analysis on the hand-written DEVELOPMENT sets (issue 32, third round): the tuning loop's view.
 
 The development sets are ``validation.txt`` and the three sets that were scored and read in earlier rounds
-(``test.txt``, ``test_fresh.txt`` and, since the fourth round, ``test_blind.txt``, scored once blind by the
-lead in the third round; its figures from then stay the only held-out ones). This script prints recall / precision of the three pipelines on each
+(``test.txt``, ``test_fresh.txt``, ``test_blind.txt`` and, since issue 32's seventh round, ``test_blind4.txt`` to
+``test_blind6.txt``; each blind set was scored once by the lead before it became development data, and those
+first figures stay its only held-out ones). This script prints recall / precision of the three pipelines on each
 and on their union, and lists (with context) every missed item and every wrong span of the default
 pipeline. There is no held-out set left: every figure this script prints is a development figure.
 
-    .venv/bin/python benchmarks/pii_eval/analyse_dev.py [--quiet] [--sets validation,test,test_fresh,test_blind]
+    .venv/bin/python benchmarks/pii_eval/analyse_dev.py [--quiet] [--sets validation,test_blind6]
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from privnlp.mechanisms.pii.crf import crf_tagger
 from privnlp.mechanisms.pii.evalset import default_evalset_dir, parse_evalset, score_spans
 from privnlp.mechanisms.pii.redact import PIIRedactor
 
-DEV_SETS = ("validation", "test", "test_fresh", "test_blind")
+DEV_SETS = (
+    "validation",
+    "test",
+    "test_fresh",
+    "test_blind",
+    "test_blind4",
+    "test_blind5",
+    "test_blind6",
+)
 
 
 def _ctx(text: str, item: str, width: int = 40) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import ipaddress
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 
@@ -49,6 +50,7 @@ from stdnum.ro import cnp as _cnp
 from stdnum.se import personnummer as _pnr
 from stdnum.tr import tckimlik as _tck
 from stdnum.za import idnr as _zaid
+from wordfreq import zipf_frequency
 
 from privnlp.core.errors import InvalidArgument
 
@@ -183,6 +185,16 @@ _MONTHS_INTL |= {  # sixth round: Czech (genitive), Finnish (partitive), Romania
     "marts": 3,
     "desember": 12,
     "jänner": 1,
+}
+#: seventh round: Indonesian / Malay (the others of their months are Dutch / English names above)
+_MONTHS_INTL |= {"maret": 3, "agustus": 8, "mac": 3, "ogos": 8, "disember": 12, "okt": 10}
+#: Hungarian month names (a Hungarian date puts the year first: "2025. március 4.", ":func:`find_dates`")
+_MONTHS_HU = {
+    m: i + 1
+    for i, m in enumerate(
+        "január február március április május június július augusztus szeptember október november "
+        "december".split()
+    )
 }
 _MON = {m[:3]: i + 1 for i, m in enumerate(_MONTHS)} | {"sept": 9}
 _MON_FULL = {m: i + 1 for i, m in enumerate(_MONTHS)} | _MONTHS_INTL
@@ -944,6 +956,39 @@ _USER_PATTERNS = (
         r"([a-z][a-z0-9]*[._][a-z0-9._]*[a-z0-9]|[a-z]+[0-9]+[a-z0-9]*)(?![\w@])"
     ),
     re.compile(r"\bsu(?:\[\d+\])?:.*?\bby\s+(" + _UCHARS + ")"),
+    # (_N_USER_PATTERNS_6 = the patterns above) seventh round: a login after a label that names an account ("Assignee: jmorales", "Benutzerkonto:
+    # kpoeschl", "Usuario corporativo: gbianchetti", "login Allegro: bartek_krawczyk91", "kakao ID dani_0315"):
+    # the value in lower case (a name after "Assignee:" is capitalised and left to the tagger)
+    re.compile(
+        r"(?<![\w-])(?i:assignee|assigned to|benutzerkonto|benutzerkennung|kennung|anmeldename|"
+        r"(?:usuario|usuário|utilisateur|utente|account|konto|compte|conta|cuenta)[ \t]+"
+        r"(?:corporativo|corporativa|de red|interno|interne|intern|aziendale|windows|ad|ldap|sso|vpn)|"
+        r"login[ \t]+(?-i:[A-Z][\w.-]*)(?=[ \t]*:)|"
+        r"(?:kakao(?:talk)?|line|wechat|telegram|skype|viber|signal)[ \t]+id)"
+        r"[ \t]*(?::[ \t]*|[ \t]+(?:(?:is|ist|es|est|è|é|är|er)[ \t]+)?)"
+        r"([a-z][a-z0-9._-]{1,38}[a-z0-9])(?![\w@]|\.[a-z])"
+    ),
+    # a note signed with a login in brackets at a line start: "Interne Notiz (it-mpichler):", "Nota técnica
+    # (atavares):"; and a person's login in brackets after a name it contains: "Rui Nuno Carvalho (rncarvalho)"
+    re.compile(
+        r"(?m)^[ \t]*(?:[A-ZÀ-Þ]\w*[ \t]+)?(?i:not(?:iz|a|e|es|atka)|kommentar|comentario|comentário|"
+        r"commentaire|comment|anmerkung|remarque|opmerking)(?:[ \t]+\w+)?[ \t]+"
+        r"\(([a-z][a-z0-9._-]{2,30}[a-z0-9])\):"
+    ),
+)
+_N_USER_PATTERNS_6 = len(_USER_PATTERNS) - 2
+#: a marketplace / chat speaker whose name is a login ("bargainhunter_77: hi is the cot still available?",
+#: "Becca.J: Hi yes", "From kiwi_fishn_dad: Kia ora", "Maxime_L : Bonjour"): login-shaped (a "_" or "." inside,
+#: or letters then two digits or more) at the very start of a line (an indented "config.guess:" / "utf8:" is a
+#: changelog's file or function), a colon, then a sentence (two words of two letters or more)
+_CHAT_LOGIN = re.compile(
+    r"^(?:From[ \t]+)?([A-Za-z][A-Za-z0-9]*(?:[._][A-Za-z0-9]+)+_?|[A-Za-z]{2,}[0-9]{2,}(?:_[A-Za-z0-9]+)*)"
+    r"[ \t]?:[ \t]+(?=[^\n]*?[^\W\d_]{2,}[^\n]*?\b[^\W\d_]{2,})",
+    re.M,
+)
+#: a login in brackets after its owner's name, which it contains ("Rui Nuno Carvalho (rncarvalho)")
+_NAME_LOGIN = re.compile(
+    r"(?<![\w.-])([A-ZÀ-Þ][\w'’-]{2,})[ \t]+\(([a-z][a-z0-9._-]{2,30})\)(?![\w:])"
 )
 # a public profile URL names its owner: github.com/jwreed-dev, linkedin.com/in/jane-doe-12
 _PROFILE_URL = re.compile(
@@ -961,6 +1006,10 @@ _NOT_SUFFIX = frozenset(
     "account accounts api auth job jobs worker session sessions pc exe com net org edu gov io co uk de nl fr es it pl pt ie eu info biz local lan internal corp home log txt "
     "conf cfg ini json xml yml yaml service socket target timer mount pid sh py js ts html htm php exe "
     "dll so gz zip tar bak tmp lock sock err out csv pdf doc docx png jpg gif d ko rules key pem crt".split()
+)
+#: file suffixes of source / build files (changelog lines "parser.c: fix ...")
+_SOURCE_SUFFIX = frozenset(
+    "c h cc cpp hpp py rs go java rb pl pm md rst in am ac m4 sgml texi s 1 5 8 sub guess".split()
 )
 _HANDLE = re.compile(
     r"(?<![\w.@/])@[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,28}[A-Za-z0-9_])?(?![\w@-]|\.[A-Za-z])"
@@ -984,13 +1033,24 @@ def is_system_account(name: str) -> bool:
     return low in _NOT_USERS or low.startswith(("svc_", "svc-", "svc.", "sa_", "srv_", "sys_"))
 
 
+def _ordinary(word: str, langs: tuple[str, ...] = ("en",)) -> bool:
+    """An ordinary word of ``langs`` (Zipf >= 3.5 in wordfreq's lists), not a login: "optional", "urgente"."""
+    return word.isalpha() and any(
+        zipf_frequency(word.lower(), lang, wordlist="small") >= 3.5 for lang in langs
+    )
+
+
+#: the languages of the label words the login rules read
+_LOGIN_LANGS = ("en", "de", "fr", "es", "it", "nl", "pt", "pl")
+
+
 def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
     """Usernames in login / log contexts (``Username: jdoe1987``, ``Failed password for user jdoe``,
     ``session opened for user anna.k``, ``sudo: jdoe :``, ``logged in as m_ortiz``, ``gebruiker=rvl``), the
     owner of a profile URL (``github.com/jdoe``), ``first.last`` logins in log lines and ``@handles``;
     system accounts (``root``, ``admin``, ``www-data``...) are not personal and are left alone."""
     out = []
-    for pat in _USER_PATTERNS:
+    for k, pat in enumerate(_USER_PATTERNS):
         for m in pat.finditer(text):
             v = m.group(1).rstrip("._-")
             if is_system_account(v) or ("@" in v and not _VPA.search(v)):
@@ -1001,6 +1061,8 @@ def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
                 or v.rsplit(".", 1)[-1].lower() in _NOT_SUFFIX
             ):
                 continue  # "uid=1043", "user_id=88211045": a number, not a login; "e.g", "a.m"
+            if k >= _N_USER_PATTERNS_6 and _ordinary(v, _LOGIN_LANGS):
+                continue  # seventh-round labels: "Note (optional):", "Assignee: everyone"
             a = m.start(1)
             out.append(PIISpan(a, a + len(v), "USERNAME", score, "regex"))
     for m in _PROFILE_URL.finditer(text):
@@ -1016,6 +1078,35 @@ def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
     for m in _SPEAKER_LOGIN.finditer(text):
         if not is_system_account(m.group(1)):
             out.append(PIISpan(m.start(1), m.end(1), "USERNAME", round(score * 0.9, 4), "regex"))
+    for m in _CHAT_LOGIN.finditer(text):
+        v, parts = m.group(1), m.group(1).lower().split(".")
+        words = [w for w in re.findall(r"[a-z]+", v.lower()) if len(w) >= 2]
+        if (
+            is_system_account(v)
+            or v.lower() in _NOT_LOGINS
+            or (len(parts) > 1 and (parts[-1] in _NOT_SUFFIX or parts[0] in _NOT_SUFFIX))
+            or parts[-1] in _SOURCE_SUFFIX
+            or (
+                # words only, each of two letters or more, all ordinary: a key, unless "From" or a digit
+                # says login ("max_connections:" vs "From harbour_rat:", "vintage_finds_88:")
+                all(_ordinary(w) for w in words)
+                and all(len(w) >= 2 for w in re.split(r"[._]", v))
+                and not any(c.isdigit() for c in v)
+                and not m.group().lstrip().startswith("From")
+            )
+        ):
+            continue  # "index.html:", "org.gnome.Shell:", "e.g:", "parser.c:", "max_connections:"
+        out.append(PIISpan(m.start(1), m.end(1), "USERNAME", round(score * 0.85, 4), "regex"))
+    for m in _NAME_LOGIN.finditer(text):
+        name = unicodedata.normalize("NFKD", m.group(1).lower())
+        name = "".join(c for c in name if c.isalpha() and c.isascii())
+        if (
+            len(name) >= 3
+            and name in m.group(2)
+            and not is_system_account(m.group(2))
+            and not _ordinary(m.group(2), _LOGIN_LANGS)
+        ):
+            out.append(PIISpan(m.start(2), m.end(2), "USERNAME", round(score * 0.9, 4), "regex"))
     for m in _HANDLE.finditer(text):
         if m.group()[1:].lower() not in _NOT_USERS:
             out.append(PIISpan(m.start(), m.end(), "USERNAME", round(score * 0.9, 4), "regex"))
@@ -1090,6 +1181,11 @@ _WEEKDAY = (
     r"pazartesi|salı|çarşamba|perşembe|cuma|cumartesi|pazar|"
     r"mandag|tirsdag|onsdag|torsdag|fredag|lørdag|søndag|"
     r"luni|marți|miercuri|joi|vineri|sâmbătă|duminică|kyriaki|deftera|triti|tetarti|pempti|savvato|"
+    # seventh round: Czech, Hungarian, Finnish (also essive: "keskiviikkona"), Indonesian / Malay
+    r"pondělí|úterý|středa|čtvrtek|pátek|neděle|"
+    r"hétfő|kedd|szerda|csütörtök|péntek|szombat|vasárnap|"
+    r"(?:maanantai|tiistai|keskiviikko|torstai|perjantai|lauantai|sunnuntai)(?:na)?|"
+    r"senin|selasa|rabu|kamis|jumat|jum'at|sabtu|minggu|isnin|khamis|ahad|"
     r"(?-i:Mån|Tis|Ons|Tors?|Fre|Lör|Sön|Lør|Søn))"
 )
 _WEEKDAY_BEFORE = re.compile(r"(?<!\w)" + _WEEKDAY + r"\.?,?[ \t]+$", re.I)
@@ -1143,6 +1239,50 @@ _ERA_DATE = re.compile(
     + r"))(?!\w)",
     re.I,
 )
+
+
+# a Hungarian date, year first ("2025. március 4.", "1902. március 4.", "2025. február 3-án", "2025. május"):
+# the year with its dot, the month, the day with its dot or its case ending; or month + day alone with a case
+# ending ("március 21-én", "február 7-én": the ending makes the number a day)
+_HU_MONTH_RE = "(?:" + "|".join(_MONTHS_HU) + ")"
+_HU_DATE = re.compile(
+    r"(?<![\w.])(?:(?P<y>(?:18|19|20)\d\d)\.[ \t]+(?P<mon>"
+    + _HU_MONTH_RE
+    + r")(?:[ \t]+(?P<d>[0-3]?\d)(?:-(?:á|é)?[nt]|-(?:a|e|i|je|ja|ig|ától|étől|áig|éig)|\.))?"
+    r"|(?P<mon2>" + _HU_MONTH_RE + r")[ \t]+(?P<d2>[0-3]?\d)-(?:á|é)?n)(?![\w])",
+    re.I,
+)
+# a spaced day. month. year (Czech / Slovak / Hungarian typing: "2. 1. 1909", "so 19. 7. 2025"), years 1800-2099
+_SPACED_DMY = re.compile(
+    r"(?<![\w.])(?P<d>[0-3]?\d)\.[ \t](?P<m>[01]?\d)\.[ \t](?P<y>(?:18|19|20)\d\d)(?![\w.]|\.\d)"
+)
+# airline / military day + month in capitals, with or without a two-digit year ("11MAY25", "14MAR", "14 DIC 24",
+# "13 FEB 25"): capitals only, the day two digits when glued
+_CAPS_MON = r"(?:JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC|ENE|ABR|AGO|DIC|GEN|MAG|GIU|LUG|SET|OTT|DEZ|OKT|MAI)"
+_CAPS_DATE = re.compile(
+    r"(?<![\w/.-])(?:(?P<d>[0-3]\d)"
+    + _CAPS_MON
+    + r"(?:\d\d)?|(?P<d2>[0-3]?\d) "
+    + _CAPS_MON
+    + r" \d\d)(?![\w/.:-])"
+)
+# legal / notarial phrasing: "the 1st day of June, 2025", "a los 21 días del mes de febrero de 2025"
+_DAY_OF_MONTH = re.compile(
+    r"(?<![\w.])"
+    + _DAY
+    + r"\s+(?:day\s+of|d[ií]as?\s+del\s+mes\s+de)\s+(?:"
+    + _MONTH_RE
+    + "|"
+    + _INTL_RE
+    + r")(?:,?\s+(?:de\s+|del\s+(?:año\s+)?)?(?:18|19|20)\d\d)?(?!\w)",
+    re.I,
+)
+# a month name + a year of the nineteenth century ("March 1868", "jun. 1851")
+_MONTH_YEAR_1800S = re.compile(
+    r"(?<!\w)(?:" + _MONTH_RE + "|" + _INTL_RE + r")(?:\s+de)?\s+18\d\d(?!\w)", re.I
+)
+# the Polish "r." (roku) after a year belongs to the date ("3 marca 2025 r.")
+_ROK_AFTER = re.compile(r"[ \t]?r\.(?!\w)")
 
 
 def _year(y: str) -> int:
@@ -1216,14 +1356,39 @@ def find_dates(text: str, score: float = 0.8) -> list[PIISpan]:
         x, y = int(m.group(2)), int(m.group(3))
         if (1 <= x <= 31 and 1 <= y <= 12) or (1 <= x <= 12 and 1 <= y <= 31):
             out.append(PIISpan(m.start(1), m.end(1), "DATE", round(score * 0.8, 4), "regex"))
+    # seventh round: written dates of the nineteenth century ("14 Jan 1890", "March 1868"; a month name makes
+    # them dates: the numeric forms keep 1900-2100, "2.10.1850" is as often a version), Hungarian, spaced,
+    # capitals and legal forms
+    for pat in _DATE_PATTERNS[2:4]:
+        for m in pat.finditer(text):
+            y = int(m.group("y"))
+            if 1800 <= y < 1900 and _mk(y, _month(m.group("mon")), int(m.group("d"))):
+                out.append(PIISpan(m.start(), m.end(), "DATE", score, "regex"))
+    for m in _MONTH_YEAR_1800S.finditer(text):
+        out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex"))
+    for m in _HU_DATE.finditer(text):
+        d = m.group("d") or m.group("d2")
+        if d is None or 1 <= int(d) <= 31:
+            out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex"))
+    for m in _SPACED_DMY.finditer(text):
+        if _mk(int(m.group("y")), int(m.group("m")), int(m.group("d"))):
+            out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex"))
+    for m in _CAPS_DATE.finditer(text):
+        if 1 <= int(m.group("d") or m.group("d2")) <= 31:
+            out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.8, 4), "regex"))
+    for m in _DAY_OF_MONTH.finditer(text):
+        if 1 <= int(m.group("d")) <= 31:
+            out.append(PIISpan(m.start(), m.end(), "DATE", score, "regex"))
     return [_widen_date(text, sp) for sp in out]
 
 
 def _widen_date(text: str, sp: PIISpan) -> PIISpan:
     """Take a weekday written before the date (``Saturday 22 February 2025``) and the first day of a range
     or pair (``2–6 April 2025``, ``4 e 5 de fevereiro``) into its span (only a date that starts with the
-    day number takes a range)."""
-    a = sp.start
+    day number takes a range), and the Polish ``r.`` after its year (``3 marca 2025 r.``)."""
+    a, b = sp.start, sp.end
+    if text[b - 4 : b].isdigit() and (m := _ROK_AFTER.match(text, b)):
+        sp = PIISpan(a, m.end(), sp.label, sp.score, sp.source)
     if text[a : a + 1].isdigit() and (m := _DAY_RANGE_BEFORE.search(text, max(0, a - 8), a)):
         a = m.start()
     if m := _WEEKDAY_BEFORE.search(text, max(0, a - 20), a):

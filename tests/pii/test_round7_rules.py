@@ -1,0 +1,141 @@
+"""Recognizer rules of issue 32's seventh round, one class of errors each (from the misses of
+``test_blind6.txt``, development data), with positive and negative cases written for this test: written dates
+of the nineteenth century, Hungarian dates, spaced day. month. year, capitals dates (airline / military),
+legal "day of" dates, Indonesian / Czech / Hungarian / Finnish weekdays and months, the Polish "r." after a year;
+logins after account labels, in chat / marketplace speaker slots, in a signed note and after their owner's
+name. ``find_addresses`` runs once per text (memoised)."""
+
+from __future__ import annotations
+
+import pytest
+
+from privnlp.mechanisms.pii import recognizers
+from privnlp.mechanisms.pii.recognizers import find_addresses, recognize
+
+
+def spans(text: str, label: str) -> list[str]:
+    return [text[s.start : s.end] for s in recognize(text) if s.label == label]
+
+
+@pytest.mark.parametrize(
+    "text, date",
+    [
+        ("Baptised on 3 Feb 1874 at the parish church.", "3 Feb 1874"),
+        ("The house was sold in November 1852 to a merchant.", "November 1852"),
+        ("Geboren am 9. Oktober 1861 in Ulm.", "9. Oktober 1861"),
+        ("She emigrated on August 21, 1883.", "August 21, 1883"),
+        ("Számla kelte: 2024. szeptember 12.", "2024. szeptember 12."),
+        ("A szerződés 2023. június 30-án lejár.", "2023. június 30-án"),
+        ("Beköltözés: 2026. augusztus", "2026. augusztus"),
+        ("Az ülés november 14-én lesz.", "november 14-én"),
+        ("Datum narození: 17. 8. 1984", "17. 8. 1984"),
+        ("termín po 4. 11. 2025 odpoledne", "4. 11. 2025"),
+        ("PNR X7K2 FRA-LIS 09JUN26 LH1166", "09JUN26"),
+        ("Exp. 07 ENE 27 lote 442", "07 ENE 27"),
+        ("signed this 12th day of March, 2024 in Dublin", "12th day of March, 2024"),
+        ("a los 3 días del mes de mayo de 2023, comparecen", "3 días del mes de mayo de 2023"),
+        ("Rapat hari Kamis, 14 Agustus 2025 pukul 10.00", "Kamis, 14 Agustus 2025"),
+        ("Tarikh: 2 Mac 2024", "2 Mac 2024"),
+        ("schůzka ve čtvrtek 5. června 2025", "čtvrtek 5. června 2025"),
+        ("Data wpływu: 9 kwietnia 2024 r., godz. 12", "9 kwietnia 2024 r."),
+        ("tavataan perjantaina 6. kesäkuuta 2025", "perjantaina 6. kesäkuuta 2025"),
+    ],
+)
+def test_dates_of_the_seventh_round(text, date):
+    assert spans(text, "DATE") == [date]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Upgrade from version 2.10.1850 to the next one.",  # a version number, not a date
+        "In 1868 the line opened.",  # a bare year
+        "Population 1852 in the census table.",
+        "SKU 14MAR7 in stock",  # one digit after the month: a code
+        "the 3rd day of rain",  # "day of" without a month
+        "Zimmer 14. 13. 2025",  # month 13
+        "Kamis malam kami makan bersama",  # a weekday with no date after it
+    ],
+)
+def test_not_dates(text):
+    assert spans(text, "DATE") == []
+
+
+def test_the_polish_rok_is_taken_only_after_a_year():
+    assert spans("Wpłynęło 2 maja 2024 r. do biura", "DATE") == ["2 maja 2024 r."]
+    # "r." after a date without a year stays outside (no year to qualify)
+    assert spans("od 2 maja r. bieżącego", "DATE") == ["2 maja"]
+
+
+@pytest.mark.parametrize(
+    "text, login",
+    [
+        ("Assignee: tkowalczyk\nPriority: high", "tkowalczyk"),
+        ("Benutzerkonto: fhuemer (neu)", "fhuemer"),
+        ("Cuenta corporativa: mlopez; equipo portátil", "mlopez"),
+        ("Usuario de red: jperez2", "jperez2"),
+        ("mein LINE ID ist mika_0704 oder Telefon", "mika_0704"),
+        ("Telegram ID: @ignored or WeChat ID wxid_77kq ok", "wxid_77kq"),
+        ("(login Vinted: anna_sells99)", "anna_sells99"),
+        ("Autor: Joana Marques Pereira (jmpereira) em 2 de março", "jmpereira"),
+        ("Interne Notiz (k-huber):\nPasswort zurückgesetzt", "k-huber"),
+        ("Nota interna (lrossi): cliente richiamato", "lrossi"),
+        ("vintage_finds_88: is the lamp still for sale?\nSam: yes it is", "vintage_finds_88"),
+        ("Tom.K: Hi there, still available?", "Tom.K"),
+        ("From harbour_rat: hello, I can pick it up tomorrow", "harbour_rat"),
+        ("Lucie_B : Bonjour, le canapé est-il encore là ?", "Lucie_B"),
+        ("surfergirl2000: can you post it to Leeds please", "surfergirl2000"),
+    ],
+)
+def test_logins_of_the_seventh_round(text, login):
+    assert login in spans(text, "USERNAME")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Assignee: Marta Nowak",  # a capitalised name: the tagger's, not a login
+        "Assignee: everyone",  # an ordinary word
+        "Note (optional): add the receipt here",
+        "Nota (urgente): llamar al cliente",
+        "Lyon (lyon) is the city",  # a town and its lower-case echo
+        "login correcto desde la oficina central hoy",  # "login" + a word: no service name
+        "max_connections: the number of open sockets",  # a configuration key
+        "config.sub: recognize the new target",  # a file of a changelog
+        "  parse_args: fix the crash on empty input",  # an indented function name
+        "utf8: handle the new code points",  # letters + one digit: a software name
+        "Step2: open the lid and pour",
+        "index.html: the start page of the site",
+        "e.g.: this is only an example",
+    ],
+)
+def test_not_logins(text):
+    assert spans(text, "USERNAME") == []
+
+
+def test_find_addresses_runs_once_per_text(monkeypatch):
+    """The redactor's recognizers and the CRF's district rule both ask for the streets of a text: the
+    patterns run once (memoised on the text), and a caller that edits the list it got changes nothing."""
+    text = "Ship to 221B Baker Street, London NW1 6XE."
+    recognizers._find_addresses.cache_clear()
+    calls = []
+    real = recognizers._ADDRESS_PATTERNS
+    counting = tuple(_Counting(p, calls) for p in real)
+    monkeypatch.setattr(recognizers, "_ADDRESS_PATTERNS", counting)
+    first = find_addresses(text)
+    n = len(calls)
+    first.clear()
+    again = find_addresses(text)
+    assert len(calls) == n == len(real) and [text[s.start : s.end] for s in again] == [
+        "221B Baker Street"
+    ]
+    recognizers._find_addresses.cache_clear()
+
+
+class _Counting:
+    def __init__(self, pat, calls):
+        self.pat, self.calls = pat, calls
+
+    def finditer(self, text):
+        self.calls.append(1)
+        return self.pat.finditer(text)
