@@ -5,6 +5,7 @@ that draws what opacus draws."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -50,15 +51,25 @@ def test_linear_norms_both_branches_equal_the_loop(d, p):
     layer = nn.Linear(d, p)
     a, g = torch.randn(N, T, d, generator=g0), torch.randn(N, T, p, generator=g0)
     ref = torch.stack(
-        [sum((v**2).sum() for v in gi.values()) for gi in _per_sample_linear(layer, a, g)]
+        [
+            sum((v.double() ** 2).sum() for v in gi.values())
+            for gi in _per_sample_linear(copy.deepcopy(layer).double(), a.double(), g.double())
+        ]
     )
-    torch.testing.assert_close(_linear_sq_norms(layer, a, g), ref, rtol=1e-5, atol=1e-6)
+
+    def upper_bound(
+        x,
+    ):  # the norms are upper bounds in floating point (.rounding), within 5e-5 of the true one
+        r = x.double() / ref
+        assert (r >= 1).all() and (r <= 1 + 5e-5).all(), r
+
+    upper_bound(_linear_sq_norms(layer, a, g))
     # the Gram cache: a second layer reading the same input gets the same norms from the cached a a^T
     grams: dict = {}
     first = _linear_sq_norms(layer, a, g, grams)
     second = _linear_sq_norms(layer, a, g, grams)
-    torch.testing.assert_close(first, ref, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(second, ref, rtol=1e-5, atol=1e-6)
+    upper_bound(first)
+    upper_bound(second)
     assert len(grams) == (1 if T * (d + p) <= d * p else 0)
 
 

@@ -150,8 +150,11 @@ def _assert_matches(model, loss_fn, batches: list[dict], clip: float) -> torch.T
         assert set(got) == set(ref) and len(ref) >= 3
         torch.testing.assert_close(norms.double(), ref_norms, rtol=1e-5, atol=1e-7)
         for n in ref:
+            # atol: the norms' rounding margin (.rounding) makes clip factors up to ~1e-5 smaller than the loop's,
+            # which moves every entry of a sum by up to ~1e-5 of its largest
+            atol = max(1e-6, 1e-5 * float(ref[n].abs().max()))
             torch.testing.assert_close(
-                got[n].double(), ref[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"step {step} {n}: {m}"
+                got[n].double(), ref[n], rtol=1e-4, atol=atol, msg=lambda m: f"step {step} {n}: {m}"
             )
     return refs[-1][1]
 

@@ -11,7 +11,8 @@ How: forward hooks store each trainable layer's input ``a`` and a tensor hook it
 (book-keeping); the layers' weights do not require grad during the pass, so autograd computes only the
 activation gradients (no weight gradients at all). At ``optimizer.step()``:
 
-1. per-sample gradient norms per layer from ``(a, g)``: linear / Conv1D layers by the cheaper of the ghost norm
+1. per-sample gradient norms per layer from ``(a, g)``, each an upper bound in floating point (a rounding margin
+   for terms that can cancel: :mod:`.rounding`): linear / Conv1D layers by the cheaper of the ghost norm
    ``<a a^T, g g^T>`` and the instantiated per-sample gradient (the paper's mixed ghost norm), with ``a a^T``
    computed once for layers that read the same input (BERT's query / key / value); embeddings by the ghost norm
    with one-hot inputs, ``sum_{t,t'} [id_t = id_t'] <g_t, g_t'>`` (no ``torch.unique``: opacus' embedding norm
@@ -48,14 +49,18 @@ from torch import nn
 from privnlp.core.errors import InvalidArgument
 
 from .devices import sum_dtype
-from .samplers import is_conv1d, register_for_model
+from .rounding import ghost_sq_norms, instantiated_sq_norms, sum_sq_norms
+from .samplers import ghost_norm_samplers, is_conv1d, register_for_model
 
 __all__ = ["BookKeeping", "supports_bookkeeping", "attach"]
 
 
 def _samplers() -> tuple[dict, dict]:
-
-    return GradSampleModule.GRAD_SAMPLERS, GradSampleModuleFastGradientClipping.NORM_SAMPLERS
+    """opacus' grad samplers and its norm samplers, the linear / embedding norms replaced by privnlp's upper bounds
+    (:func:`.samplers.ghost_norm_samplers`: linear layers with a frozen part, sequences over 1,024 tokens)."""
+    return GradSampleModule.GRAD_SAMPLERS, ghost_norm_samplers(
+        GradSampleModuleFastGradientClipping.NORM_SAMPLERS
+    )
 
 
 def _trainable_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -136,7 +141,8 @@ def _embedding_sq_norms(ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     ids = ids.reshape(n, -1)
     g = g.reshape(n, ids.shape[1], -1).float()
     same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
-    return (torch.bmm(g, g.transpose(1, 2)) * same).sum((1, 2)).clamp(min=0)
+    # an upper bound in floating point: the one-hot Gram is exact, the g g^T entries get the ghost margin (.rounding)
+    return ghost_sq_norms(torch.bmm(g, g.transpose(1, 2)), same, 1, g.shape[-1])
 
 
 def _split_lowp(x32: torch.Tensor, lowp: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -313,15 +319,15 @@ def _linear_sq_norms(
     a, g = a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
     t = g.shape[1]
     d, p = a.shape[-1], g.shape[-1]
+    # each norm an upper bound in floating point (a rounding margin for terms that can cancel: .rounding)
     if t * (d + p) <= d * p:
         # the Gram cache is keyed by the book-kept ``a`` itself (cast inside): see _gram
-        sq = (_mm32(g, g.transpose(1, 2)) * _gram(a, grams, op, kept_a)).sum((1, 2)).clamp(min=0)
+        sq = ghost_sq_norms(_mm32(g, g.transpose(1, 2)), _gram(a, grams, op, kept_a), d, p)
     else:
-        gs = _mm32(g.transpose(1, 2), a.to(op))
-        sq = (gs * gs).sum((1, 2))
+        a_op = a.to(op)
+        sq = instantiated_sq_norms(_mm32(g.transpose(1, 2), a_op), g, a_op)
     if layer.bias is not None:
-        b = g.sum(1, dtype=torch.float32)
-        sq = sq + (b * b).sum(1)
+        sq = sq + sum_sq_norms(g.sum(1, dtype=torch.float32), g)
     return sq
 
 

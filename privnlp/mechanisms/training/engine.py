@@ -85,7 +85,7 @@ from .dp_sgd import (
     resolve_sampling,
 )
 from .lora import base_digest, check_peft_model, is_peft_model
-from .samplers import register_for_model
+from .samplers import ghost_norm_samplers, register_for_model
 
 __all__ = [
     "DPEngine",
@@ -536,6 +536,10 @@ class DPEngine:
             gsm, dp_opt, _crit, dl = out
         else:
             gsm, dp_opt, dl = out
+        if mode == "ghost":
+            # ghost norms as upper bounds in floating point (opacus' Gram sum can cancel: .rounding); on this
+            # module only, opacus' process-wide registry is left as it is
+            gsm.NORM_SAMPLERS = ghost_norm_samplers(type(gsm).NORM_SAMPLERS)
         if self.sampling.poisson and hasattr(gsm, "forbid_grad_accumulation"):
             gsm.forbid_grad_accumulation()
         # opacus derives its normaliser from len(dataset) (the private N); ours is the resolved one (public where the

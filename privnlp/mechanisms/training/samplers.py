@@ -31,16 +31,23 @@ from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientCli
 from opacus.grad_sample.utils import register_grad_sampler, register_norm_sampler
 from torch import nn
 
+from .rounding import LAMBDA, U32, ghost_sq_norms, instantiated_sq_norms, sum_sq_norms
+
 __all__ = [
     "register_for_model",
     "is_conv1d",
     "is_rmsnorm",
     "conv1d_grad_sample",
     "conv1d_norm_sample",
+    "linear_norm_sample",
+    "embedding_norm_sample",
+    "ghost_norm_samplers",
     "rmsnorm_grad_sample",
 ]
 
 _REGISTERED: set[type] = set()
+#: opacus' own embedding norm sampler (wrapped by :func:`embedding_norm_sample`)
+_OPACUS_EMBEDDING_NORM = GradSampleModuleFastGradientClipping.NORM_SAMPLERS[nn.Embedding]
 
 
 def is_conv1d(module: nn.Module) -> bool:
@@ -92,25 +99,87 @@ def conv1d_grad_sample(
     return ret
 
 
+def _linear_norms(
+    layer: nn.Module, a: torch.Tensor, g: torch.Tensor, want_w: bool, want_b: bool
+) -> dict[nn.Parameter, torch.Tensor]:
+    """Per-sample gradient norms of a linear map (``nn.Linear`` or ``Conv1D``: ``||a^T g|| = ||g^T a||``) in fp32, by
+    the cheaper of the ghost norm and the instantiated gradient, each an upper bound in floating point (.rounding)."""
+    a, g = a.float(), g.float()
+    n = g.shape[0]
+    ret = {}
+    if g.dim() == 2:  # one token per example: products of sums of squares, nothing cancels
+        if want_w:
+            ret[layer.weight] = ((g * g).sum(1) * (a * a).sum(1)).sqrt()
+        if want_b:
+            ret[layer.bias] = g.norm(2, dim=1)
+        return ret
+    a, g = a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
+    if want_w:
+        t, d, p = g.shape[1], a.shape[-1], g.shape[-1]
+        if t * (d + p) <= d * p:
+            sq = ghost_sq_norms(
+                torch.bmm(g, g.transpose(1, 2)), torch.bmm(a, a.transpose(1, 2)), d, p
+            )
+        else:
+            sq = instantiated_sq_norms(torch.bmm(g.transpose(1, 2), a), g, a)
+        ret[layer.weight] = sq.sqrt()
+    if want_b:
+        ret[layer.bias] = sum_sq_norms(g.sum(1), g).sqrt()
+    return ret
+
+
 def conv1d_norm_sample(
     layer: nn.Module, activations: list[torch.Tensor], backprops: torch.Tensor
 ) -> dict[nn.Parameter, torch.Tensor]:
     """Per-sample gradient norms of a ``Conv1D`` without per-sample gradients (ghost norm), in fp32."""
-    a = activations[0].float()
-    g = backprops.float()
-    n = g.shape[0]
-    a, g = a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
-    ret = {}
-    if layer.weight.requires_grad:
-        t, d, p = g.shape[1], a.shape[-1], g.shape[-1]
-        if t * (d + p) <= d * p:
-            sq = (torch.bmm(g, g.transpose(1, 2)) * torch.bmm(a, a.transpose(1, 2))).sum((1, 2))
-            ret[layer.weight] = sq.clamp(min=0).sqrt()
-        else:
-            ret[layer.weight] = torch.bmm(a.transpose(1, 2), g).flatten(1).norm(2, dim=1)
-    if layer.bias is not None and layer.bias.requires_grad:
-        ret[layer.bias] = g.sum(1).norm(2, dim=1)
+    return _linear_norms(
+        layer,
+        activations[0],
+        backprops,
+        layer.weight.requires_grad,
+        layer.bias is not None and layer.bias.requires_grad,
+    )
+
+
+def linear_norm_sample(
+    layer: nn.Linear, activations: list[torch.Tensor], backprops: torch.Tensor
+) -> dict[nn.Parameter, torch.Tensor]:
+    """opacus' ``nn.Linear`` ghost norm, as an upper bound in floating point: opacus' own Gram sum can cancel (a
+    crafted example's norm computed 0.0 where it is 7.0, so it escaped clipping); used by ghost mode."""
+    return _linear_norms(
+        layer,
+        activations[0],
+        backprops,
+        layer.weight.requires_grad,
+        layer.bias is not None and layer.bias.requires_grad,
+    )
+
+
+def embedding_norm_sample(
+    layer: nn.Embedding, activations: list[torch.Tensor], backprops: torch.Tensor
+) -> dict[nn.Parameter, torch.Tensor]:
+    """opacus' ``nn.Embedding`` norm (per-id sums of ``g``) plus the rounding margin of a sum over the ``T`` tokens
+    (``.rounding.sum_sq_norms``): tokens of one id whose gradients cancel get a larger norm, never a smaller one."""
+    ret = dict(_OPACUS_EMBEDDING_NORM(layer, activations, backprops))
+    if layer.weight in ret:
+        n = backprops.shape[0]
+        g = backprops.reshape(n, -1, backprops.shape[-1])
+        norm = ret[layer.weight].double()
+        err = (
+            LAMBDA
+            * U32
+            * g.shape[1] ** 0.5
+            * torch.linalg.vector_norm(g, dim=(1, 2), dtype=torch.float32).double()
+        )
+        ret[layer.weight] = (norm + err).to(ret[layer.weight].dtype)
     return ret
+
+
+def ghost_norm_samplers(registry: dict) -> dict:
+    """``registry`` (opacus' ``NORM_SAMPLERS``) with the linear and embedding norms replaced by the upper bounds
+    above: set on one ghost-mode module's instance (``gsm.NORM_SAMPLERS = ...``), so opacus' process-wide registry is
+    left as it is."""
+    return {**registry, nn.Linear: linear_norm_sample, nn.Embedding: embedding_norm_sample}
 
 
 def rmsnorm_grad_sample(
