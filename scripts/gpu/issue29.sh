@@ -70,7 +70,7 @@ print('mm out_dtype (book-keeping bf16 GEMMs):', torch.mm(a, a, out_dtype=torch.
 # the CUDA-only tests (they skip on CPU)
 timeout 120 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/training/test_devices.py \
   tests/training/test_bookkeeping_norms.py tests/training/test_bookkeeping_review.py \
-  tests/training/test_low_precision_sums.py > "$OUT/tests.txt" 2>&1
+  tests/training/test_low_precision_sums.py tests/training/test_rounding_margin.py > "$OUT/tests.txt" 2>&1
 grep -E "^(FAILED|ERROR|E |SKIPPED)|passed|failed" "$OUT/tests.txt" | tail -25
 # item 5: every mode and opacus' hooks, fp32 and bf16 autocast (BENCH=0 skips)
 # BENCH_DTYPES before the fine-tune, BENCH_AFTER after it if time is left; FT_ARGS: extra fine-tune arguments
