@@ -42,6 +42,8 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -108,7 +110,31 @@ def interleaved(fn, base, reps: int) -> tuple[float, float, float]:
     return float(np.median(tf)), float(np.median(tb)), float(np.median(r))
 
 
-def device_bench(device: str, n: int, d: int, tokens: int, check: int, eps: float) -> None:
+def load_vectors_file(path: str, n: int) -> Any:
+    """``--vectors-file``: GloVe carried to a GPU machine as ``words`` + ``vectors`` (fp16) in one ``.npz``
+    (scripts/gpu/prepare_glove_carry.sh: 40 MB; the fp32 package is 80 MB, over a call's 64 MiB carry); the
+    vectors are read back as fp32 (GloVe rounded to fp16: the same search work, not bit-identical GloVe)."""
+    from privnlp.mechanisms.text import Embeddings
+
+    with np.load(path) as z:
+        words = z["words"].tobytes().decode().split("\n")[:n]  # one newline-joined UTF-8 string
+        vecs = z["vectors"][:n]
+    return Embeddings(
+        tuple(words),
+        vecs.astype(np.float32),
+        source=f"{Path(path).name}: GloVe 6B 50-d rounded to fp16, {len(words)} words",
+    )
+
+
+def device_bench(
+    device: str,
+    n: int,
+    d: int,
+    tokens: int,
+    check: int,
+    eps: float,
+    vectors_file: str | None = None,
+) -> None:
     """``--device cuda``: privnlp's device path (TorchIndex: GEMM + top-k on the device, certified
     float64 re-rank) on GloVe when installed, else a synthetic GloVe-shaped vocabulary; tokens/s over
     ``tokens`` noisy vectors (after a warm-up), and its answer checked equal to the CPU exact index on
@@ -119,8 +145,11 @@ def device_bench(device: str, n: int, d: int, tokens: int, check: int, eps: floa
     try:
         from privnlp.mechanisms.text.embeddings import default_embeddings, glove_available
 
-        emb = default_embeddings(n if n < 400_000 else None) if glove_available() else None
-    except Exception:  # noqa: BLE001 - any failure to load GloVe: synthetic vectors
+        if vectors_file:
+            emb = load_vectors_file(vectors_file, n)
+        else:
+            emb = default_embeddings(n if n < 400_000 else None) if glove_available() else None
+    except ImportError:  # no GloVe package: synthetic vectors
         emb = None
     if emb is None:
         emb = Embeddings(tuple(f"w{i}" for i in range(n)), synthetic_vocab(n, d, seed=0))
@@ -191,6 +220,11 @@ def main() -> None:
         "--glove", type=int, default=0, help="GloVe 6B 50-d with this vocab_limit, real-text tokens"
     )
     ap.add_argument(
+        "--vectors-file",
+        default=None,
+        help="--device: GloVe from this .npz (words + fp16 vectors; scripts/gpu/prepare_glove_carry.sh)",
+    )
+    ap.add_argument(
         "--rss-child", default="", help=argparse.SUPPRESS
     )  # internal: fresh-process peak RSS
     ap.add_argument(
@@ -202,7 +236,7 @@ def main() -> None:
         return whole_process(args)
     if args.device:
         n = args.glove or 400_000
-        device_bench(args.device, n, 50, args.tokens, args.check, 10.0)
+        device_bench(args.device, n, 50, args.tokens, args.check, 10.0, args.vectors_file)
         return
     if args.glove and "--epsilon" not in " ".join(os.sys.argv):
         args.epsilon = 10.0
