@@ -6,13 +6,20 @@ were written; a killed worker's shard is retried (same output) or the run fails 
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
 
 from privnlp.data.loaders import load_texts
 from privnlp.mechanisms.text import Embeddings, Vickrey
-from privnlp.mechanisms.text.distributed import build_vocab_dask, plan_shards, sanitize_file_dask
+from privnlp.mechanisms.text.distributed import (
+    _one_thread_scan,
+    _worker_copy,
+    build_vocab_dask,
+    plan_shards,
+    sanitize_file_dask,
+)
 from privnlp.mechanisms.text.files import sanitize_file, sidecar_path
 from privnlp.mechanisms.vocab import DPWordPiece
 
@@ -184,3 +191,19 @@ def test_vocab_map_reduce_equals_single_process(tmp_path, client):
     from privnlp.mechanisms.vocab.histogram import WordSplitter
 
     assert all(len(set(WordSplitter()(d))) > 4 for d in docs)  # bounding samples in the map
+
+
+def test_worker_mechanism_scans_on_one_thread(client):
+    """A Dask task runs on one worker thread: its copy of the mechanism scans the faiss index on one thread (the
+    index's default of 2 put 4 scan threads on 2 cores). Checked in a real worker process; seen failing (2) before."""
+    g = np.random.default_rng(0)
+    emb = Embeddings(
+        tuple(f"w{i}" for i in range(3000)), g.standard_normal((3000, 16)).astype(np.float32)
+    )
+    m = Vickrey(2.0, embeddings=emb, index="faiss", ann_nprobe=8)
+    assert m._nn().num_threads == 2  # the driver's own index keeps its default
+    blob = pickle.dumps(_worker_copy(m))
+    threads = client.submit(
+        lambda b: _one_thread_scan(pickle.loads(b))._nn().num_threads, blob, pure=False
+    )
+    assert threads.result() == 1

@@ -199,6 +199,16 @@ def _maybe_fault(spec: str | None, shard: int, part_tmp: str) -> None:
 _WORKER_MECH: dict[str, Any] = {}  # per worker process: the mechanism, built once
 
 
+def _one_thread_scan(mech: Any) -> Any:
+    """The worker's mechanism with its neighbour index built (from the cache the driver filled) and scanning on one
+    thread: a Dask worker runs one task per worker thread, so a task's own scan threads would oversubscribe the cores
+    (the index's default of 2 put 4 scan threads on 2 cores under the default two one-thread workers)."""
+    nn = mech._nn() if hasattr(mech, "_nn") else None
+    if nn is not None and hasattr(nn, "num_threads"):
+        nn.num_threads = 1
+    return mech
+
+
 def _sanitize_shard(
     path: str,
     fmt: str,
@@ -214,7 +224,7 @@ def _sanitize_shard(
 ) -> tuple[str, list[int], dict]:
     mech = _WORKER_MECH.get(mech_key)
     if mech is None:
-        mech = pickle.loads(mech_blob)
+        mech = _one_thread_scan(pickle.loads(mech_blob))
         _WORKER_MECH.clear()
         _WORKER_MECH[mech_key] = mech
     with open(path, "rb") as fh:
