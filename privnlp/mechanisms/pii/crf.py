@@ -1165,7 +1165,7 @@ def crf_tagger(
 
     ``clusters=True`` (opt-in) trains the tagger with the GloVe word-cluster features
     (:func:`default_clusters`), under its own cache key: over the four blind-written development sets it
-    traded about +0.005 recall for -0.005 precision (docs/readme/55-pii-redaction.md, seventh round), so the
+    traded about +0.005 recall for -0.007 precision (docs/readme/55-pii-redaction.md, seventh round), so the
     default stays without them. Without the ``vectors`` extra, ``clusters=True`` warns (naming the extra) and
     gives the tagger without them."""
     wc = default_clusters(progress=progress) if clusters else None

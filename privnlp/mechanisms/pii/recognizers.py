@@ -1097,7 +1097,7 @@ def find_usernames(text: str, score: float = 0.8) -> list[PIISpan]:
         ):
             continue  # "index.html:", "org.gnome.Shell:", "e.g:", "parser.c:", "max_connections:"
         out.append(PIISpan(m.start(1), m.end(1), "USERNAME", round(score * 0.85, 4), "regex"))
-    for m in _NAME_LOGIN.finditer(text):
+    for m in _NAME_LOGIN.finditer(text) if "(" in text else ():
         name = unicodedata.normalize("NFKD", m.group(1).lower())
         name = "".join(c for c in name if c.isalpha() and c.isascii())
         if (
@@ -1281,6 +1281,11 @@ _DAY_OF_MONTH = re.compile(
 _MONTH_YEAR_1800S = re.compile(
     r"(?<!\w)(?:" + _MONTH_RE + "|" + _INTL_RE + r")(?:\s+de)?\s+18\d\d(?!\w)", re.I
 )
+#: cheap markers that gate the passes above: a year of the nineteenth century, a Hungarian year-first date
+#: ("2025. m...") or day ending ("3-án"), a "day of" / "días del mes"
+_YEAR_1800S = re.compile(r"(?<!\d)18\d\d(?!\d)")
+_HU_MARK = re.compile(r"\d\.[ \t]+[^\W\d_]|\d-[áé]n\b")
+_DAY_OF_MARK = re.compile(r"\b(?:day\s+of|d[ií]as?\s+del\s+mes)\b", re.I)
 # the Polish "r." (roku) after a year belongs to the date ("3 marca 2025 r.")
 _ROK_AFTER = re.compile(r"[ \t]?r\.(?!\w)")
 
@@ -1359,26 +1364,30 @@ def find_dates(text: str, score: float = 0.8) -> list[PIISpan]:
     # seventh round: written dates of the nineteenth century ("14 Jan 1890", "March 1868"; a month name makes
     # them dates: the numeric forms keep 1900-2100, "2.10.1850" is as often a version), Hungarian, spaced,
     # capitals and legal forms
-    for pat in _DATE_PATTERNS[2:4]:
-        for m in pat.finditer(text):
-            y = int(m.group("y"))
-            if 1800 <= y < 1900 and _mk(y, _month(m.group("mon")), int(m.group("d"))):
-                out.append(PIISpan(m.start(), m.end(), "DATE", score, "regex"))
-    for m in _MONTH_YEAR_1800S.finditer(text):
-        out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex"))
-    for m in _HU_DATE.finditer(text):
-        d = m.group("d") or m.group("d2")
-        if d is None or 1 <= int(d) <= 31:
+    # (each pass only where its cheap marker occurs: the month-name alternations cost a scan of the text)
+    if _YEAR_1800S.search(text):
+        for pat in _DATE_PATTERNS[2:4]:
+            for m in pat.finditer(text):
+                y = int(m.group("y"))
+                if 1800 <= y < 1900 and _mk(y, _month(m.group("mon")), int(m.group("d"))):
+                    out.append(PIISpan(m.start(), m.end(), "DATE", score, "regex"))
+        for m in _MONTH_YEAR_1800S.finditer(text):
             out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex"))
+    if _HU_MARK.search(text):
+        for m in _HU_DATE.finditer(text):
+            d = m.group("d") or m.group("d2")
+            if d is None or 1 <= int(d) <= 31:
+                out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex"))
     for m in _SPACED_DMY.finditer(text):
         if _mk(int(m.group("y")), int(m.group("m")), int(m.group("d"))):
             out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.9, 4), "regex"))
     for m in _CAPS_DATE.finditer(text):
         if 1 <= int(m.group("d") or m.group("d2")) <= 31:
             out.append(PIISpan(m.start(), m.end(), "DATE", round(score * 0.8, 4), "regex"))
-    for m in _DAY_OF_MONTH.finditer(text):
-        if 1 <= int(m.group("d")) <= 31:
-            out.append(PIISpan(m.start(), m.end(), "DATE", score, "regex"))
+    if _DAY_OF_MARK.search(text):
+        for m in _DAY_OF_MONTH.finditer(text):
+            if 1 <= int(m.group("d")) <= 31:
+                out.append(PIISpan(m.start(), m.end(), "DATE", score, "regex"))
     return [_widen_date(text, sp) for sp in out]
 
 
