@@ -109,10 +109,12 @@ _U16 = 2.0**-8  # unit roundoff of bfloat16 (8-bit significand)
 
 #: a float32 prescreen matrix up to this size is "small": it stays in the CPU caches while a block of
 #: queries is scored, so the product is compute-bound and float32 BLAS beats oneDNN's bf16 on CPUs
-#: without AMX (measured on the 2-core Zen 4: 20k x 50 GloVe, 6.8k queries/s bf16 vs 19k fp32)
+#: without AMX (20k x 50 GloVe, 60k noisy queries on the 2-core Xeon with AVX512-BF16: 10.8k
+#: queries/s bf16 in 48 MiB blocks vs 21.3k fp32 in 8 MiB blocks; benchmarks/exact_small_vocab.py)
 SMALL_PRESCREEN_BYTES = 32 << 20
 #: the prescreen block of a small matrix: its scores (written by the GEMM, read by the group minima)
-#: stay in cache too (48 MiB blocks were 2.6x slower on 20k x 50; 4-16 MiB within 10% of each other)
+#: stay in cache too (fp32 in 48 MiB blocks was 2.3-2.7x slower on 20k x 50, alone or beside a second process; 4-16 MiB
+#: blocks within 10% of each other)
 SMALL_BLOCK_BYTES = 8 << 20
 
 
