@@ -109,8 +109,8 @@ _U16 = 2.0**-8  # unit roundoff of bfloat16 (8-bit significand)
 
 #: a float32 prescreen matrix up to this size is "small": it stays in the CPU caches while a block of
 #: queries is scored, so the product is compute-bound and float32 BLAS beats oneDNN's bf16 on CPUs
-#: without AMX (20k x 50 GloVe, 60k noisy queries on the 2-core Xeon with AVX512-BF16: 10.8k
-#: queries/s bf16 in 48 MiB blocks vs 21.3k fp32 in 8 MiB blocks; benchmarks/exact_small_vocab.py)
+#: without AMX (benchmarks/exact_small_vocab.py on the 2-core Xeon with AVX512-BF16, 1 thread: GloVe 20k x 50,
+#: 60k noisy queries, 14.8k queries/s bf16 in 48 MiB blocks vs 37.0k fp32 in 8 MiB blocks; 20k x 300: 2.1x)
 SMALL_PRESCREEN_BYTES = 32 << 20
 #: the prescreen block of a small matrix: its scores (written by the GEMM, read by the group minima)
 #: stay in cache too (fp32 in 48 MiB blocks was 2.3-2.7x slower on 20k x 50, alone or beside a second process; 4-16 MiB
