@@ -139,3 +139,63 @@ class _Counting:
     def finditer(self, text):
         self.calls.append(1)
         return self.pat.finditer(text)
+
+
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        ("Deliver to 14 Wattle Street, Katoomba 2780", "2780"),
+        ("Clinic: 9 Kauri Road, Te Awamutu 3800\nPhone: 07 871 0000", "3800"),
+        ("meet me at 771 Bayou Ln, 70433. then we go", "70433"),
+        ("Blk 88 Tampines Street 81 #03-22, Singapore 520088", "520088"),
+        ("Alamat: Blk 5 Jalan Besar #02-11, S(208786)", "208786"),
+    ],
+)
+def test_postcodes_of_the_seventh_round(text, code):
+    assert code in spans(text, "POSTCODE")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Office: 12 King Street, Suite 1200",  # a unit, not a town and its code
+        "Ship to 40 High Street, Room 2210",
+        "Ship to 40 High Street, Oxford 2024 edition",  # the number does not end the line
+        "Prices from 1200 in Singapore dollars",
+    ],
+)
+def test_not_postcodes(text):
+    assert spans(text, "POSTCODE") == []
+
+
+@pytest.mark.parametrize(
+    "text, nid",
+    [
+        ("NRIC: S1234567D", "S1234567D"),  # check letter valid
+        ("Work pass holder (G1234567X) reported", "G1234567X"),
+        ("NIK: 3201014509870002", "3201014509870002"),
+        ("No. BPJS Kesehatan: 0001234567890", "0001234567890"),
+        ("KRA PIN: P051234567Q", "P051234567Q"),
+        ("Name: J. Otieno\nID No.: 23456781", "23456781"),
+        ("adóazonosító jel: 8123456786", "8123456786"),
+        ("Nr dowodu osobistego: ABC 123456", "ABC 123456"),
+        ("Pronajímatel: Jan Nováková, r. č. 755512/1211", "755512/1211"),
+        ("nar. 3. 4. 1980, 800403/3015, bytem", "800403/3015"),
+    ],
+)
+def test_national_ids_of_the_seventh_round(text, nid):
+    assert nid in spans(text, "NATIONAL_ID")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "code S1234567A here",  # wrong check letter, no label
+        "Order ID No.: 28471936",  # an order's id
+        "adóazonosító jel: 8123456787",  # wrong check digit
+        "invoice 123456/7890 paid",  # fails the mod-11 check
+        "Reference 3201014509870002 paid",  # 16 digits without the NIK label
+    ],
+)
+def test_not_national_ids(text):
+    assert spans(text, "NATIONAL_ID") == []

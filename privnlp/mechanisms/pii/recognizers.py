@@ -395,6 +395,37 @@ _ZA_LABEL = re.compile(r"\bID\b|\bidentity\b", re.I)
 # label is still the id); "both": label and checksum (bare digit runs: a random run passes 1 time in 10-11).
 #: the end of an id's label: punctuation / a number word, then the id (nothing else between)
 _LABEL_END = r"(?:\s*(?:no\.?|nr\.?|n[º°]\.?|number|IT))?\s*[:#.]?\s*\(?\s*$"
+
+
+def _sg_nric_ok(v: str) -> bool:
+    """Singapore NRIC / FIN check letter (S / T: citizens, F / G: foreigners; weights 2 7 6 5 4 3 2)."""
+    total = sum(int(d) * w for d, w in zip(v[1:8], (2, 7, 6, 5, 4, 3, 2)))
+    total += 4 if v[0] in "TG" else 0
+    table = "JZIHGFEDCBA" if v[0] in "ST" else "XWUTRQPNMLK"
+    return v[0] in "STFG" and table[total % 11] == v[8]
+
+
+def _rodne_cislo_ok(v: str) -> bool:
+    """A Czech / Slovak birth number of 10 digits (since 1954): divisible by 11 (or remainder 10 and a last
+    digit 0), with a valid month (+50 for women, +20 / +70 since 2004) and day."""
+    d = v.replace("/", "")
+    if len(d) != 10:
+        return False
+    n = int(d)
+    ok = n % 11 == 0 or (int(d[:9]) % 11 == 10 and d[9] == "0")
+    month, day = int(d[2:4]) % 50, int(d[4:6])
+    return ok and (1 <= month <= 12 or 21 <= month <= 32) and 1 <= day <= 31
+
+
+def _hu_tax_ok(v: str) -> bool:
+    """A Hungarian tax id (adóazonosító jel): 10 digits starting with 8, sum of digit x position mod 11."""
+    return (
+        len(v) == 10
+        and v[0] == "8"
+        and sum(int(c) * i for i, c in enumerate(v[:9], 1)) % 11 == int(v[9])
+    )
+
+
 _LABELLED_IDS = (
     # Mexican RFC (persona física: 4 letters, yymmdd, 3-character homoclave; the last one a check digit)
     (
@@ -559,11 +590,11 @@ _LABELLED_IDS = (
         None,
         "label",
     ),
-    (
+    (  # (seventh round: a 10-digit one with its mod-11 check needs no label; "r. č." is a label)
         re.compile(r"(?<![\w/-])\d{6}/\d{3,4}(?![\w/-])"),
-        re.compile(r"(?i:rodné číslo|rodne cislo|\bRČ)" + _LABEL_END),
-        None,
-        "label",
+        re.compile(r"(?i:rodné číslo|rodne cislo|\bRČ|\br\.[ \t]?č\.)" + _LABEL_END),
+        _rodne_cislo_ok,
+        "alone",
     ),
     (
         re.compile(r"(?<![\w-])[A-Z]\d{9}(?![\w-])"),
@@ -577,6 +608,52 @@ _LABELLED_IDS = (
         re.compile(r"(?<![\w-])[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w-])"),
         re.compile(
             r"(?i:national insurance(?: n(?:umbe)?r\.?| no\.?)?|\bNINO|\bNI n(?:umbe)?r\.?)[^\n\d]{0,6}$"
+        ),
+        None,
+        "label",
+    ),
+    # seventh round: Singapore NRIC / FIN (check letter), Indonesian NIK / BPJS, Kenyan KRA PIN and ID number
+    # (the label at a line start or after punctuation: not "Order ID No."), Hungarian tax id, Polish ID card
+    (
+        re.compile(r"(?<![\w-])[STFG]\d{7}[A-Z](?![\w-])"),
+        re.compile(r"(?i:\bNRIC|\bFIN\b|\bIC\b|passport)[^\n]{0,20}$"),
+        _sg_nric_ok,
+        "alone",
+    ),
+    (
+        re.compile(r"(?<![\w-])\d{16}(?![\w-])"),
+        re.compile(r"(?:\bNIK|\bNo\.? KTP)" + _LABEL_END),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])\d{11,13}(?![\w-])"),
+        re.compile(r"(?:\bBPJS(?: Kesehatan)?)" + _LABEL_END),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])[AP]\d{9}[A-Z](?![\w-])"),
+        re.compile(r"(?:\bKRA PIN)" + _LABEL_END),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])\d{7,9}(?![\w-])"),
+        re.compile(r"(?:^|[\n(;,]|: )[ \t]*(?i:ID)\s*(?:No\.?|Number|Nr\.?)\s*[:#.]?\s*$"),
+        None,
+        "label",
+    ),
+    (
+        re.compile(r"(?<![\w-])8\d{9}(?![\w-])"),
+        re.compile(r"(?i:adóazonosító(?: jel)?|adoazonosito(?: jel)?)" + _LABEL_END),
+        _hu_tax_ok,
+        "both",
+    ),
+    (
+        re.compile(r"(?<![\w-])[A-Z]{3} ?\d{6}(?![\w-])"),
+        re.compile(
+            r"(?i:dow(?:ó|o)d(?:u)?(?: osobist\w*)?|nr dowodu(?: osobistego)?)" + _LABEL_END
         ),
         None,
         "label",
@@ -804,6 +881,21 @@ _BR_CEP = re.compile(
 )
 
 
+#: the rest of a street-address line: ", <Town of 1-3 capitalised words> <4-6 digits>" at its end
+_TOWN_CODE_TAIL = re.compile(
+    r",[ \t]*(?:[A-ZÀ-Þ][\w'’.-]*[ \t]+){1,3}(?P<pc>\d{4,6})[ \t]*[.;]?[ \t]*$"
+)
+#: words that make the number after them a unit / room, not a postcode
+_UNIT_BEFORE_NUMBER = frozenset(
+    "suite ste room rm floor fl level lvl apt apartment unit flat box building bldg block blk lot plot "
+    "office desk gate dock bay pier no nr number ext extension ref order invoice".split()
+)
+#: a ZIP right after the street and its comma ("1108 Duhon Rd, 70506.")
+_COMMA_ZIP = re.compile(r",[ \t]*(?P<pc>\d{5})(?=[ \t]*(?:[.;,]|$))")
+#: Singapore: "Singapore 460412", ", S(380015)"
+_SG_POSTCODE = re.compile(r"\bSingapore[ \t]+(\d{6})\b|,[ \t]*S\((\d{6})\)")
+
+
 def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
     """UK postcodes (``NW1 6XE``), US ZIP codes after a state or ``ZIP`` (``CA 94105``), Australian codes
     after the state (``VIC 3350``), any code after a postcode label (``Código postal: 41001``, ``PLZ:
@@ -836,6 +928,20 @@ def find_postcodes(text: str, score: float = 0.8) -> list[PIISpan]:
             PIISpan(m.start(1), m.end(1), "POSTCODE", round(score * 0.9, 4), "regex")
             for m in pat.finditer(text)
         ]
+    # seventh round: the code after the town that ends a street-address line ("118 Church Street, Parramatta
+    # 2150", "56 Te Mata Road, Havelock North 4130", "1108 Duhon Rd, 70506."), Singapore's six digits
+    for st in find_addresses(text):
+        eol = text.find("\n", st.end)
+        rest = text[st.end : len(text) if eol < 0 else eol]
+        m = _TOWN_CODE_TAIL.search(rest) or _COMMA_ZIP.match(rest)
+        if m is not None and not (
+            set(re.findall(r"[^\W\d_]+", m.group().lower())) & _UNIT_BEFORE_NUMBER
+        ):  # "Suite 1200", "Room 2210": a unit, not a town and its code
+            a = st.end + m.start("pc")
+            out.append(PIISpan(a, st.end + m.end("pc"), "POSTCODE", round(score * 0.9, 4), "regex"))
+    for m in _SG_POSTCODE.finditer(text):
+        g = 1 if m.group(1) else 2
+        out.append(PIISpan(m.start(g), m.end(g), "POSTCODE", round(score * 0.9, 4), "regex"))
     for m in _JP_POSTCODE.finditer(text):
         a = m.start(1)
         if re.search(r"[\d)]", text[max(0, a - 3) : a]):
