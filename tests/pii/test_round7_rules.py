@@ -199,3 +199,51 @@ def test_national_ids_of_the_seventh_round(text, nid):
 )
 def test_not_national_ids(text):
     assert spans(text, "NATIONAL_ID") == []
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("Paiement sur le compte BE12 3456 7890 1234", "BE12 3456 7890 1234"),  # check digits wrong
+        ("Cuenta: ES12 0049 1500 0527 1018 6453", "ES12 0049 1500 0527 1018 6453"),
+        ("IBAN (Gehalt): DE12500105170648489891", "DE12500105170648489891"),
+        ("IBAN: GB82 WEST 1234 5698 7654 32", "GB82 WEST 1234 5698 7654 32"),  # valid: as before
+    ],
+)
+def test_ibans_after_an_account_label_even_with_a_slip(text, value):
+    assert spans(text, "IBAN") == [value]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Ref DE12 3456 7890 1234 5678 90",  # a failing checksum and no account label
+        "Account AB12 3456 7890 1234 5678",  # no such country in the IBAN registry
+        "IBAN: DE12 3456",  # too short for its country
+    ],
+)
+def test_not_ibans(text):
+    assert spans(text, "IBAN") == []
+
+
+@pytest.mark.parametrize(
+    "text, street",
+    [
+        ("Címünk: Petőfi utca 7., 2. emelet", "Petőfi utca 7"),
+        ("a Kossuth tér 3–5 alatt", "Kossuth tér 3–5"),
+        ("Toimisto: Hämeenkatu 21 B 4, Tampere", "Hämeenkatu 21"),
+        ("Läntinen Brahenkatu 8, Helsinki", "Läntinen Brahenkatu 8"),
+        ("Osoite Kalevantie 4, Turku", "Kalevantie 4"),
+        ("Sídlo: Vinohradská třída 12/1600, Praha", "Vinohradská třída 12/1600"),
+    ],
+)
+def test_streets_of_the_seventh_round(text, street):
+    assert spans(text, "ADDRESS") == [street]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["A 2 út 45 kilométere", "Tie 12 on suljettu", "katu 5 is lower case", "Route 66 tér"],
+)
+def test_not_streets(text):
+    assert spans(text, "ADDRESS") == []

@@ -775,6 +775,11 @@ def find_national_ids(text: str, score: float = 0.95) -> list[PIISpan]:
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?!\w|\.\d)")
 _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
 _IBAN = re.compile(r"(?<![\w-])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![\w-])")
+#: an account label before an IBAN (within 40 characters, on its line)
+_IBAN_LABEL = re.compile(
+    r"(?i:\bIBAN|\bcuenta|\bcompte|\bconto|\bkonto|\brekening|\baccount|\bbank|\bBankverbindung|"
+    r"\bkontonummer|\brachunek|\bconta|\bnómina|\bnomina)[^\n]{0,30}$"
+)
 
 
 def find_ips(text: str, score: float = 0.95) -> list[PIISpan]:
@@ -798,9 +803,23 @@ def find_ips(text: str, score: float = 0.95) -> list[PIISpan]:
     return out
 
 
+def iban_shape_ok(number: str) -> bool:
+    """The IBAN registry's structure for its country (length and character classes of the BBAN), whatever
+    its check digits: a mistyped IBAN after an account label is still the account holder's."""
+    c = _iban.compact(number)
+    try:  # python-stdnum's registry (private names: a version without them gives False, never a crash)
+        info = _iban._ibandb.info(c)
+        bban = info[0][1].get("bban", "") if info and info[0][1] else ""
+        return bool(bban) and bool(_iban._struct_to_re(bban).match(c[4:]))
+    except (AttributeError, IndexError, TypeError):
+        return False
+
+
 def find_ibans(text: str, score: float = 0.97) -> list[PIISpan]:
     """IBANs, compact or in groups of four, whose mod-97 checksum holds (``python-stdnum``); the longest
-    valid prefix of a candidate is taken, so a following capitalised word is never swallowed."""
+    valid prefix of a candidate is taken, so a following capitalised word is never swallowed. After an
+    account label (``IBAN``, ``cuenta``, ``compte``, ``Konto`` ...: seventh round) a string with the registry's
+    structure for its country is taken even when a check digit fails (a writer's or a user's slip)."""
     out = []
     for m in _IBAN.finditer(text):
         g = m.group()
@@ -808,6 +827,20 @@ def find_ibans(text: str, score: float = 0.97) -> list[PIISpan]:
             if g[end - 1] != " " and (end == len(g) or g[end] == " ") and _iban.is_valid(g[:end]):
                 out.append(PIISpan(m.start(), m.start() + end, "IBAN", score, "regex"))
                 break
+        else:
+            if _IBAN_LABEL.search(text[max(0, m.start() - 40) : m.start()]):
+                for end in range(len(g), 14, -1):
+                    if (
+                        g[end - 1] != " "
+                        and (end == len(g) or g[end] == " ")
+                        and iban_shape_ok(g[:end])
+                    ):
+                        out.append(
+                            PIISpan(
+                                m.start(), m.start() + end, "IBAN", round(score * 0.9, 4), "regex"
+                            )
+                        )
+                        break
     return out
 
 
@@ -1622,6 +1655,20 @@ _ADDRESS_PATTERNS = (
     re.compile(
         r"(?<![\w-])[A-ZÄÖÜ][\w-]*(?:er|e|es)?\s+(?:Straße|Strasse|Str\.|Weg|Gasse|Platz|Allee|Ring|Damm|"
         r"Ufer|Chaussee|Steig|Zeile)[ \t]+" + _NUM_EU
+    ),
+    # seventh round: Hungarian (street word after the name: "Rákóczi út 12", "Andrássy út 83-85"), Finnish
+    # (glued street word: "Porkkalankatu 13", "Pohjoinen Rautatiekatu 15"; the staircase / flat after it is no
+    # part of the street), Czech ("Lannova třída 22", "náměstí")
+    re.compile(
+        r"(?<![\w-])[A-ZÁÉÍÓÖŐÚÜŰ][\w-]+[ \t]+(?:út|utca|u\.|tér|körút|krt\.|fasor|köz|sor)[ \t]+"
+        r"\d{1,4}(?:[–-]\d{1,4})?(?![\w/-])"
+    ),
+    re.compile(
+        r"(?<![\w-])(?:(?:Pohjoinen|Eteläinen|Itäinen|Läntinen|Uusi|Vanha|Iso|Pieni)[ \t]+)?"
+        r"[A-ZÄÖÅ][a-zäöå]+(?:katu|tie|kuja|polku|väylä|raitti|ranta|kaari|tori)[ \t]+\d{1,4}(?![\w/-])"
+    ),
+    re.compile(
+        r"(?<![\w-])[A-ZČŘŠŽÚ][\w]+[ \t]+(?:třída|náměstí|nábřeží)[ \t]+\d{1,4}(?:/\d{1,4})?(?![\w/-])"
     ),
     # pl: ul. Długa 15, al. Jerozolimskie 44/2
     re.compile(
