@@ -96,6 +96,11 @@ def test_cache_key_covers_the_model_inputs_and_calibration_follows_the_validatio
 
     assert crf._model_key(0, 3000) != crf._model_key(1, 3000) != crf._model_key(0, 2000)
     assert crf._model_key(0, 3000) == crf._model_key(0, 3000)
+    # the recognizers feed the training labels (auto-annotation) and replace CRF spans: both keys follow their code
+    key, spans_key = crf._model_key(0, 3000), crf._spans_code_key()
+    with monkeypatch.context() as m:
+        m.setattr(crf, "recognizers", crf.orgs)  # another source in the recognizers' place
+        assert crf._model_key(0, 3000) != key and crf._spans_code_key() != spans_key
     monkeypatch.setenv("PRIVNLP_CACHE_DIR", str(tmp_path / "cache"))
     evaldir = tmp_path / "eval"
     evaldir.mkdir()

@@ -62,7 +62,7 @@ from privnlp.core.rng import as_numpy
 from privnlp.data.corpus import tokenize
 from privnlp.models.cache import cache_dir
 
-from . import annotate, orgs, synth
+from . import annotate, orgs, recognizers, synth
 from . import clusters as clusters_module
 from . import context as context_module
 from .clusters import WordClusters, glove_clusters
@@ -1081,13 +1081,24 @@ def calibrate(tagger: CRFTagger, docs: Sequence[Any]) -> tuple[float, float, flo
 
 def _model_key(seed: int, n_docs: int, clusters: WordClusters | None = None) -> str:
     """The cache key of the trained model: every input that changes it -- the configuration, the source of
-    the feature / training / synthetic-data / auto-annotation code and the versions of the libraries whose
+    the feature / training / synthetic-data / auto-annotation code (and the recognizers it reads) and the versions of the libraries whose
     data it reads (Faker's name lists, GeoNames' towns, crfsuite) and the word-cluster table's key (a model
     without cluster features has its own key). (The Debian prose the synthetic documents
     are set in is this machine's; it is not hashed: reading it takes seconds.)"""
+    # recognizers: the auto-annotation of the training documents reads them (dates, patterns), so a change there
+    # can change the training labels (a developer's cache would hold another model than a clean clone trains)
     src = "".join(
         inspect.getsource(o)
-        for o in (Gazetteers, token_features, train_crf_tagger, synth, annotate, _shape, _fold)
+        for o in (
+            Gazetteers,
+            token_features,
+            train_crf_tagger,
+            synth,
+            annotate,
+            recognizers,
+            _shape,
+            _fold,
+        )
     ) + (inspect.getsource(clusters_module) if clusters is not None else "")
     cfg = {
         "v": 3,
@@ -1107,6 +1118,7 @@ def _spans_code_key() -> str:
     src = (
         inspect.getsource(context_module)
         + inspect.getsource(orgs)
+        + inspect.getsource(recognizers)  # rule spans replace CRF spans of the types they own
         + "".join(
             inspect.getsource(o)
             for o in (
