@@ -138,4 +138,6 @@ def test_the_dev_analysis_refuses_other_sets():
         'DEV_SETS = (\n    "validation",\n    "test",\n    "test_fresh",\n    "test_blind",\n'
         in src
     )
-    assert '    "test_blind4",\n    "test_blind5",\n    "test_blind6",\n    "test_blind7",\n)' in src
+    assert (
+        '    "test_blind4",\n    "test_blind5",\n    "test_blind6",\n    "test_blind7",\n)' in src
+    )
