@@ -124,27 +124,13 @@ def calibration_table(tagger, docs, bins: int = 5) -> dict:
             wc = {i for i in range(s.start, s.end) if d.text[i].isalnum()}
             scores.append(s.score)
             ok.append(bool(wc) and wc <= gold)
-    sc, y = np.array(scores), np.array(ok, dtype=float)
-    edges = np.linspace(0, 1, bins + 1)
-    rows, ece = [], 0.0
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        m = (sc >= lo) & ((sc < hi) if hi < 1 else (sc <= hi))
-        if m.any():
-            rows.append(
-                {
-                    "bin": f"{lo:.1f}-{hi:.1f}",
-                    "n": int(m.sum()),
-                    "mean_score": float(sc[m].mean()),
-                    "accuracy": float(y[m].mean()),
-                }
-            )
-            ece += m.mean() * abs(sc[m].mean() - y[m].mean())
+    r = reliability(scores, ok, bins)
     return {
-        "n_spans": len(sc),
-        "distinct_scores": len(set(np.round(sc, 4))),
-        "ece": float(ece),
-        "brier": float(((sc - y) ** 2).mean()) if len(sc) else float("nan"),
-        "bins": rows,
+        "n_spans": r["n_spans"],
+        "distinct_scores": len(set(np.round(np.asarray(scores, dtype=float), 4))),
+        "ece": r["ece"],
+        "brier": r["brier"],
+        "bins": r["bins"],
     }
 
 

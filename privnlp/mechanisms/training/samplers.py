@@ -128,10 +128,12 @@ def _linear_norms(
     return ret
 
 
-def conv1d_norm_sample(
+def linear_norm_sample(
     layer: nn.Module, activations: list[torch.Tensor], backprops: torch.Tensor
 ) -> dict[nn.Parameter, torch.Tensor]:
-    """Per-sample gradient norms of a ``Conv1D`` without per-sample gradients (ghost norm), in fp32."""
+    """Per-sample gradient norms of an ``nn.Linear`` or a ``Conv1D`` (its weight transposed: the same norms) without
+    per-sample gradients, in fp32, each an upper bound in floating point: opacus' own Gram sum can cancel (a crafted
+    example's norm computed 0.0 where it is 7.0, so it escaped clipping); used by ghost mode and book-keeping."""
     return _linear_norms(
         layer,
         activations[0],
@@ -141,18 +143,8 @@ def conv1d_norm_sample(
     )
 
 
-def linear_norm_sample(
-    layer: nn.Linear, activations: list[torch.Tensor], backprops: torch.Tensor
-) -> dict[nn.Parameter, torch.Tensor]:
-    """opacus' ``nn.Linear`` ghost norm, as an upper bound in floating point: opacus' own Gram sum can cancel (a
-    crafted example's norm computed 0.0 where it is 7.0, so it escaped clipping); used by ghost mode."""
-    return _linear_norms(
-        layer,
-        activations[0],
-        backprops,
-        layer.weight.requires_grad,
-        layer.bias is not None and layer.bias.requires_grad,
-    )
+#: the ``Conv1D`` rule registered with opacus (the norms of ``x W`` and ``x W^T`` per example are the same)
+conv1d_norm_sample = linear_norm_sample
 
 
 def embedding_norm_sample(
