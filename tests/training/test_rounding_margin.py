@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from privnlp.mechanisms.training import make_private
+from privnlp.mechanisms.training.bookkeeping import _embedding_sq_norms
 from privnlp.mechanisms.training.rounding import (
     ghost_sq_norms,
     instantiated_sq_norms,
@@ -140,3 +141,19 @@ def test_crafted_example_is_clipped_end_to_end(mode):
     assert norms[1] >= clip * (
         1 - 1e-5
     )  # the ordinary example (norm 20.7) is clipped to C, not below
+
+
+def test_embedding_ghost_norm_bound_holds_where_the_plain_sum_cancels():
+    """Book-keeping's embedding norm (one-hot Gram form): one id read twice with opposite output gradients (x 3000)
+    plus a small difference. The plain fp32 sum comes out negative (-1.0, clamped to 0: the example would escape
+    clipping); the bound is >= the exact value."""
+    u, v = torch.linspace(-1, 1.3, P), torch.linspace(1, -0.2, P)
+    u, v = u / u.norm(), v / v.norm()
+    g = torch.zeros(1, T, P)
+    g[0, 0], g[0, 1], g[0, 2] = 3e3 * u, -3e3 * u + 7e-3 * v, 0.01 * u
+    ids = torch.tensor([[5, 5, 6, 7]])
+    g64 = g.double()[0]
+    true = float((g64[0] + g64[1]).pow(2).sum() + g64[2].pow(2).sum())
+    same = (ids.unsqueeze(2) == ids.unsqueeze(1)).float()
+    assert float((torch.bmm(g, g.transpose(1, 2)) * same).sum()) < 0.5 * true
+    assert float(_embedding_sq_norms(ids, g)) >= true
