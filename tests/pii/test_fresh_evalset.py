@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from privnlp.mechanisms.pii.evalset import default_evalset_dir, load_evalset, parse_evalset
+from privnlp.mechanisms.pii.evalset import (
+    HELD_OUT_SCORES,
+    default_evalset_dir,
+    held_out_markdown,
+    load_evalset,
+    parse_evalset,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -141,3 +147,16 @@ def test_the_dev_analysis_refuses_other_sets():
     assert (
         '    "test_blind4",\n    "test_blind5",\n    "test_blind6",\n    "test_blind7",\n)' in src
     )
+
+
+def test_held_out_table_matches_the_sets_and_is_on_the_card():
+    """The card's held-out table (``HELD_OUT_SCORES``) names sets that exist with the stated texts and items, and the
+    committed card shows every row."""
+    card = (
+        default_evalset_dir().parents[1] / "cards" / "mechanisms" / "pii_redaction" / "README.md"
+    ).read_text(encoding="utf-8")
+    for row in held_out_markdown()[4:-1]:
+        assert row in card, row
+    for name, n_texts, n_items, *_ in HELD_OUT_SCORES:
+        docs = parse_evalset((default_evalset_dir() / name).read_text(encoding="utf-8"), name)
+        assert (len(docs), sum(len(d.gold) for d in docs)) == (n_texts, n_items), name
