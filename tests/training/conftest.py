@@ -7,6 +7,9 @@ import os
 
 import pytest
 import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from privnlp.mechanisms.training import make_private
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -15,6 +18,28 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def _one_thread():
     torch.set_num_threads(1)
     yield
+
+
+def _noiseless_private(model, *tensors, batch_size: int = 1, clip: float, mode: str):
+    """make_private with sigma = 0, lr = 0 and a fixed (non-Poisson) loader over ``tensors``: the gradient the optimizer
+    applies after ``step()`` is the clipped sum itself (one example per step by default: its clipped gradient)."""
+    return make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        DataLoader(TensorDataset(*tensors), batch_size=batch_size),
+        noise_multiplier=0.0,
+        max_grad_norm=clip,
+        accountant="rdp",
+        grad_sample_mode=mode,
+        poisson_sampling=False,
+        rng=0,
+    )
+
+
+@pytest.fixture
+def noiseless_private():
+    """:func:`_noiseless_private`: the clipping tests' private model (sigma = 0, lr = 0, fixed batches)."""
+    return _noiseless_private
 
 
 SENTIMENT = [

@@ -200,28 +200,13 @@ def _bert_batch():
     return torch.randint(1, 60, (6, 12), generator=g0), torch.arange(6) % 2
 
 
-def _private(model, ids, y, *, batch_size: int, clip: float, mode: str):
-    """sigma = 0, lr = 0, a fixed (non-Poisson) loader: the applied gradient is the clipped sum itself."""
-    return make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.0),
-        DataLoader(TensorDataset(ids, y), batch_size=batch_size),
-        noise_multiplier=0.0,
-        max_grad_norm=clip,
-        accountant="rdp",
-        grad_sample_mode=mode,
-        poisson_sampling=False,
-        rng=0,
-    )
-
-
-def _wide_bert_step(mode: str, layers: int = 1):
-    """One clipped step of :func:`_wide_bert`: query / key / value share their input (one group, one Gram), the three
-    embeddings take the embedding ghost norm."""
+def _wide_bert_step(private, mode: str, layers: int = 1):
+    """One clipped step of :func:`_wide_bert` (``private``: the ``noiseless_private`` fixture): query / key / value
+    share their input (one group, one Gram), the three embeddings take the embedding ghost norm."""
     model = _wide_bert(layers)
     ids, y = _bert_batch()
     ids[:, -2:] = 0
-    pt = _private(model, ids, y, batch_size=6, clip=0.05, mode=mode)
+    pt = private(model, ids, y, batch_size=6, clip=0.05, mode=mode)
     torch.manual_seed(1)
     pt.optimizer.zero_grad(set_to_none=True)
     with warnings.catch_warnings():
@@ -233,19 +218,19 @@ def _wide_bert_step(mode: str, layers: int = 1):
     return out
 
 
-def test_bookkeeping_ghost_paths_equal_hooks_on_a_wide_bert():
-    ref, bk = _wide_bert_step("hooks"), _wide_bert_step("bookkeeping")
+def test_bookkeeping_ghost_paths_equal_hooks_on_a_wide_bert(noiseless_private):
+    ref, bk = (_wide_bert_step(noiseless_private, m) for m in ("hooks", "bookkeeping"))
     assert set(ref) == set(bk) and len(ref) > 10
     for n in ref:
         torch.testing.assert_close(bk[n], ref[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"{n}: {m}")
 
 
-def test_stacked_layers_equal_hooks_and_the_layer_by_layer_pass(monkeypatch):
+def test_stacked_layers_equal_hooks_and_the_layer_by_layer_pass(monkeypatch, noiseless_private):
     """Three BERT blocks: their q/k/v groups, attention outputs and feed-forward layers are stacked into batched
     passes (one per shape); the result equals hooks mode and the unstacked pass (STACK_MAX_BYTES = 0)."""
-    ref, bk = _wide_bert_step("hooks", 3), _wide_bert_step("bookkeeping", 3)
+    ref, bk = (_wide_bert_step(noiseless_private, m, 3) for m in ("hooks", "bookkeeping"))
     monkeypatch.setattr(bkm, "STACK_MAX_BYTES", 0)
-    one_by_one = _wide_bert_step("bookkeeping", 3)
+    one_by_one = _wide_bert_step(noiseless_private, "bookkeeping", 3)
     assert set(ref) == set(bk) == set(one_by_one) and len(ref) > 40
     for n in ref:
         torch.testing.assert_close(bk[n], ref[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"{n}: {m}")
@@ -278,7 +263,9 @@ def test_stack_chunks_bucket_equal_shapes_under_the_byte_cap(monkeypatch):
 
 
 @pytest.mark.parametrize("lowp_gemm", [False, True])
-def test_bf16_bert_bookkeeping_keeps_every_example_inside_the_bound(monkeypatch, lowp_gemm):
+def test_bf16_bert_bookkeeping_keeps_every_example_inside_the_bound(
+    monkeypatch, lowp_gemm, noiseless_private
+):
     """BERT under bf16 autocast, one example per step, sigma = 0: the applied gradient is that example's clipped
     gradient, and its norm stays within C (1 + 1e-4). BERT has what the decoders' test lacks: fp32 LayerNorm
     outputs read by bf16 matmuls (q/k/v grouped and stacked) and a one-token pooler; the pooler's norm once read
@@ -295,7 +282,7 @@ def test_bf16_bert_bookkeeping_keeps_every_example_inside_the_bound(monkeypatch,
     model = _wide_bert(3)
     ids, y = _bert_batch()
     clip = 0.01  # below every example's gradient norm: clipping always active
-    pt = _private(model, ids, y, batch_size=1, clip=clip, mode="bookkeeping")
+    pt = noiseless_private(model, ids, y, clip=clip, mode="bookkeeping")
     norms = []
     for x, yy in pt.data_loader:
         pt.optimizer.zero_grad(set_to_none=True)

@@ -19,11 +19,9 @@ import warnings
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from privnlp.core.errors import InvalidArgument
 from privnlp.mechanisms.training import bookkeeping as bkm
-from privnlp.mechanisms.training import make_private
 from privnlp.mechanisms.training.bookkeeping import BookKeeping
 from privnlp.mechanisms.training.dp_sgd import (
     add_batch_position_ids,
@@ -249,7 +247,7 @@ def test_an_example_just_above_c_is_clipped_to_c():
     assert len(sums_all) == len(sums)
 
 
-def test_step_inside_autocast_keeps_every_example_inside_the_bound():
+def test_step_inside_autocast_keeps_every_example_inside_the_bound(noiseless_private):
     """BUG FOUND BY THIS REVIEW (fixed in bookkeeping.py ``clipped_sum``): ``optimizer.step()`` inside the
     ``torch.autocast`` region (a common loop) ran BK's fp32 matmuls (norms, sums) in bf16 with different roundings:
     one example's clipped gradient 1.16e-3 above C on this Llama (2.3e-4 on GPT-2). One example per step, sigma = 0:
@@ -257,17 +255,7 @@ def test_step_inside_autocast_keeps_every_example_inside_the_bound():
     model = _llama()
     ids = _batch(6, 10, seed=0)["ids"]
     clip = 0.01  # far below every per-example norm: clipping always active
-    pt = make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.0),
-        DataLoader(TensorDataset(ids), batch_size=1),
-        noise_multiplier=0.0,
-        max_grad_norm=clip,
-        accountant="rdp",
-        grad_sample_mode="bookkeeping",
-        poisson_sampling=False,
-        rng=0,
-    )
+    pt = noiseless_private(model, ids, clip=clip, mode="bookkeeping")
     norms = []
     for (x,) in pt.data_loader:
         pt.optimizer.zero_grad(set_to_none=True)

@@ -121,7 +121,9 @@ def test_auto_picks_bookkeeping_for_decoders(arch):
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 @pytest.mark.parametrize("mode", ["bookkeeping", "bookkeeping-lowp-gemm", "hooks"])
-def test_bf16_autocast_keeps_every_per_sample_gradient_inside_the_bound(arch, mode, monkeypatch):
+def test_bf16_autocast_keeps_every_per_sample_gradient_inside_the_bound(
+    arch, mode, monkeypatch, noiseless_private
+):
     """One example per step, sigma = 0: the applied gradient is that example's clipped gradient; under bf16
     autocast (norms and clip factors in fp32) its norm never exceeds C (tolerance: fp32 rounding, 1e-4).
     ``bookkeeping-lowp-gemm``: the clipped sums in bf16 GEMMs (hi + lo split), the path CUDA takes."""
@@ -138,19 +140,7 @@ def test_bf16_autocast_keeps_every_per_sample_gradient_inside_the_bound(arch, mo
     clip = 0.01  # far below every per-sample gradient norm here: clipping is always active
     model = BUILDERS[arch]()
     model.train()
-    ids = _batch()
-    dl = DataLoader(TensorDataset(ids), batch_size=1)
-    pt = make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.0),
-        dl,
-        noise_multiplier=0.0,
-        max_grad_norm=clip,
-        accountant="rdp",
-        grad_sample_mode=mode,
-        poisson_sampling=False,
-        rng=0,
-    )
+    pt = noiseless_private(model, _batch(), clip=clip, mode=mode)
     norms = []
     for (x,) in pt.data_loader:
         pt.optimizer.zero_grad(set_to_none=True)

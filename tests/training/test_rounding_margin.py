@@ -12,9 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
-from privnlp.mechanisms.training import make_private
 from privnlp.mechanisms.training.bookkeeping import _embedding_sq_norms
 from privnlp.mechanisms.training.rounding import (
     ghost_sq_norms,
@@ -112,23 +110,13 @@ class _Probe(nn.Module):
 
 
 @pytest.mark.parametrize("mode", ["bookkeeping", "ghost"])
-def test_crafted_example_is_clipped_end_to_end(mode):
+def test_crafted_example_is_clipped_end_to_end(mode, noiseless_private):
     """make_private, one example per step, sigma = 0: the gradient the optimizer applies is the clipped one. The
     crafted example's must be <= C (1 + 1e-6); before the fix it was 6.99 = 7 C in both modes."""
     a, g = _crafted()
     clip = 1.0
     model = _Probe()
-    pt = make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.0),
-        DataLoader(TensorDataset(a, g), batch_size=1),
-        noise_multiplier=0.0,
-        max_grad_norm=clip,
-        accountant="rdp",
-        grad_sample_mode=mode,
-        poisson_sampling=False,
-        rng=0,
-    )
+    pt = noiseless_private(model, a, g, clip=clip, mode=mode)
     norms = []
     for x, k in pt.data_loader:
         pt.optimizer.zero_grad(set_to_none=True)
