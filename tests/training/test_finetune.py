@@ -417,3 +417,78 @@ def test_cli_fine_tunes_minilm(tmp_path):
     assert (
         json.loads((out / "claim.json").read_text())["epsilon"] <= 8.0
     )  # DP by default at epsilon 8
+
+
+def test_trimming_a_batchs_all_padding_columns_leaves_every_output_unchanged(tiny_checkpoints):
+    from transformers import AutoTokenizer
+
+    from privnlp.mechanisms.training.dp_sgd import per_sample_lm_loss
+    from privnlp.mechanisms.training.finetune import _tensors, _trim
+
+    texts = ["a warm film", "a dull and lazy mess which was far too long", "loved it"]
+    for kind, auto in (
+        ("bert", AutoModelForSequenceClassification),
+        ("gpt2", AutoModelForCausalLM),
+    ):
+        tok = AutoTokenizer.from_pretrained(tiny_checkpoints[kind])
+        model = auto.from_pretrained(tiny_checkpoints[kind]).eval()
+        task = "classification" if kind == "bert" else "causal-lm"
+        ids, mask = _tensors(tok, texts, 32, task)
+        # the batch as a dataset padded to a longer text sees it: 9 more all-padding columns
+        pids = torch.nn.functional.pad(ids, (0, 9), value=tok.pad_token_id)
+        pmask = torch.nn.functional.pad(mask, (0, 9), value=0)
+        y = (
+            torch.tensor([0, 1, 0])
+            if task == "classification"
+            else pids.masked_fill(pmask == 0, -100)
+        )
+        tids, tmask, ty = _trim(pids, pmask, y, task)
+        assert tids.shape[1] == ids.shape[1] == int(mask.sum(1).max())
+        full = model(input_ids=pids, attention_mask=pmask).logits
+        cut = model(input_ids=tids, attention_mask=tmask).logits
+        if task == "classification":
+            torch.testing.assert_close(cut, full, atol=1e-5, rtol=1e-5)
+        else:
+            torch.testing.assert_close(cut, full[:, : tids.shape[1]], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                per_sample_lm_loss(cut, ty), per_sample_lm_loss(full, y), atol=1e-5, rtol=1e-5
+            )
+        # left padding: the last column holds tokens, nothing is dropped
+        left = torch.flip(pmask, dims=[1])
+        assert _trim(pids, left, y, task)[0].shape == pids.shape
+
+
+def test_dp_fine_tuning_pads_each_physical_batch_to_its_own_longest_text(
+    tiny_checkpoints, monkeypatch
+):
+    from privnlp.mechanisms.training import finetune as ft
+
+    seen = []
+    trim = ft._trim
+
+    def spy(ids, mask, y, task):
+        out = trim(ids, mask, y, task)
+        lengths = mask.sum(1)
+        seen.append(
+            (ids.shape[1], out[0].shape[1], int(lengths.min()), int(lengths.max()), len(lengths))
+        )
+        return out
+
+    monkeypatch.setattr(ft, "_trim", spy)
+    data = read_labelled(tiny_checkpoints["data"], label_field="label")
+    fine_tune(
+        tiny_checkpoints["bert"],
+        data,
+        task="classification",
+        recipe=replace(FAST, batch_size=32, physical_batch_size=4, max_length=64),
+        dp={"noise_multiplier": 1.0, "accountant": "rdp", "rng": 0},
+        baseline=False,
+    )
+    assert seen and all(kept == longest for _, kept, _, longest, n in seen if n)
+    padded = sum(width * n for width, _, _, _, n in seen)
+    kept = sum(k * n for _, k, _, _, n in seen)
+    # sorted by length, a physical batch's texts are alike: a batch of 4 spans a narrow range of lengths
+    spans = [hi - lo for _, _, lo, hi, n in seen if n == 4]
+    longest = max(w for w, *_ in seen)
+    assert kept < 0.9 * padded, (kept, padded)
+    assert sorted(spans)[len(spans) // 2] <= longest // 4, spans

@@ -325,11 +325,37 @@ def _tensors(tok: Any, texts: Sequence[str], max_length: int, task: str) -> tupl
     return enc["input_ids"], enc["attention_mask"]
 
 
+def _trim(
+    ids: torch.Tensor, mask: torch.Tensor, y: torch.Tensor, task: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Drop the trailing columns that are padding in every row of the batch.
+
+    Exact: with right padding they are masked keys whose outputs no loss reads (their gradients are zero), and
+    the kept tokens keep their positions; with left padding the last column holds tokens, so nothing is dropped.
+    The datasets are sorted by length (:func:`_by_length`), so a physical batch -- a contiguous run of a
+    logical batch's sorted indices -- pads to its own longest text, not the data's.
+    """
+    used = mask.any(0).nonzero()
+    n = int(used[-1]) + 1 if len(used) else 1
+    if n == ids.shape[1]:
+        return ids, mask, y
+    return ids[:, :n], mask[:, :n], (y[:, :n] if task != "classification" else y)
+
+
+def _by_length(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The order of the rows by token count (stable). Poisson sampling draws each example independently of
+    the order, and opacus' sampler yields a logical batch's indices in increasing order, which its
+    ``BatchMemoryManager`` cuts into contiguous physical batches: sorting the dataset once makes every
+    physical batch hold texts of similar length, so :func:`_trim` removes most of the padding. Clipped sums
+    and every metric are order-free; only the summation order changes."""
+    return torch.argsort(mask.sum(1), stable=True)
+
+
 def _loss_fn(task: str):
     def loss(model: Any, batch: Sequence[torch.Tensor]) -> torch.Tensor:
         # the loader's batches are on the CPU: move them to the model's device (a no-op on the CPU)
         dev = next(model.parameters()).device
-        ids, mask, y = (t.to(dev, non_blocking=True) for t in batch)
+        ids, mask, y = (t.to(dev, non_blocking=True) for t in _trim(*batch, task))
         logits = model(input_ids=ids, attention_mask=mask).logits
         if task == "classification":
             return per_sample_classification_loss(logits, y)
@@ -348,7 +374,8 @@ def _evaluate(
     try:
         if task == "classification":
             pred, gold = [], []
-            for ids, mask, y in DataLoader(data, batch_size=batch):
+            for b in DataLoader(data, batch_size=batch):
+                ids, mask, y = _trim(*b, task)
                 logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
                 pred.append(logits.argmax(-1).cpu())
                 gold.append(y)
@@ -359,7 +386,8 @@ def _evaluate(
                 "balanced_accuracy": float(np.mean(recalls)),
             }
         nll, tokens = 0.0, 0
-        for ids, mask, y in DataLoader(data, batch_size=batch):
+        for b in DataLoader(data, batch_size=batch):
+            ids, mask, y = _trim(*b, task)
             logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
             shift, lab = logits[:, :-1].float(), y[:, 1:].to(dev)
             nll += float(
@@ -394,7 +422,7 @@ def _baseline(
     dev = next(model.parameters()).device
     n = len(train)
     for _ in range(steps):
-        idx = rng.choice(n, size=min(batch, n), replace=False)
+        idx = np.sort(rng.choice(n, size=min(batch, n), replace=False))  # length-sorted chunks
         opt.zero_grad(set_to_none=True)
         for lo in range(0, len(idx), recipe.physical_batch_size):
             rows = torch.as_tensor(idx[lo : lo + recipe.physical_batch_size])
@@ -473,7 +501,8 @@ def fine_tune(
             y = torch.tensor([classes.index(part.labels[i]) for i in idx], dtype=torch.long)
         else:
             y = ids.masked_fill(mask == 0, -100)
-        return TensorDataset(ids, mask, y)
+        order = _by_length(ids, mask)
+        return TensorDataset(ids[order], mask[order], y[order])
 
     train = dataset(data, train_idx)
     held = (
