@@ -67,6 +67,18 @@ def train(
         "print its held-out metric beside the DP one. On by default with --model.",
     ),
     device: str = typer.Option("cpu", "--device", help="With --model: cpu or cuda."),
+    head: str | None = typer.Option(
+        None,
+        "--head",
+        help="With --model and --label-field: pooler (Hugging Face's head on [CLS], default) or mean (mean "
+        "pooling and a cosine head, how sentence encoders were trained).",
+    ),
+    label_texts: Path | None = typer.Option(
+        None,
+        "--label-texts",
+        help="With --head mean: a JSON file {label: public description} (one per class, written without "
+        "looking at the data); the head starts as the encoder's zero-shot classifier over them.",
+    ),
     defense: str = typer.Option("dp_sgd", "--defense", help=f"One of {', '.join(DEFENSES)}."),
     epsilon: float | None = typer.Option(
         None,
@@ -224,7 +236,9 @@ def train(
                     "max_length": max_length,
                     "physical_batch_size": physical_batch_size,
                     "device": device,
+                    "head": head,
                 },
+                label_texts=label_texts,
                 refused={
                     "--vocab-size": vocab_size,
                     "--steps": steps_opt,
@@ -241,6 +255,8 @@ def train(
                 ("--label-field", label_field),
                 ("--baseline/--no-baseline", baseline),
                 ("--device", None if device == "cpu" else device),
+                ("--head", head),
+                ("--label-texts", label_texts),
             )
             if v is not None
         ]
@@ -462,6 +478,7 @@ def _fine_tune(
     baseline: bool | None,
     seed: int,
     out: Path | None,
+    label_texts: Path | None = None,
 ) -> None:
     """``privnlp train --model DIR``: DP fine-tuning of a local checkpoint (issue #29 item 7); every check
     runs before anything is trained or written."""
@@ -487,6 +504,24 @@ def _fine_tune(
     )
 
     task = "classification" if label_field is not None else "causal-lm"
+    if task != "classification" and (recipe_flags.get("head") or label_texts is not None):
+        raise InvalidArgument(
+            "--head / --label-texts apply to classification (--label-field) only, not to a causal LM"
+        )
+    texts_by_label = None
+    if label_texts is not None:
+        if recipe_flags.get("head") != "mean":
+            raise InvalidArgument("--label-texts initialises --head mean only: add --head mean")
+        try:
+            texts_by_label = json.loads(Path(label_texts).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise InvalidArgument(
+                f"--label-texts {label_texts}: not a readable JSON file ({e})"
+            ) from None
+        if not isinstance(texts_by_label, dict):
+            raise InvalidArgument(
+                f"--label-texts {label_texts}: expected a JSON object {{label: description}}"
+            )
     check_model_dir(model_dir, task)
     recipe = with_overrides(FineTuneRecipe(), **recipe_flags)
     records = read_labelled(data, text_field=field or "text", label_field=label_field)
@@ -504,6 +539,7 @@ def _fine_tune(
         baseline=baseline is not False,
         seed=seed,
         progress=True,
+        label_texts=texts_by_label,
     )
     metric = "accuracy" if task == "classification" else "perplexity"
     typer.echo(res.statement)

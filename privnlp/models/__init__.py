@@ -43,11 +43,14 @@ _EXPORTS = {
     # local checkpoints
     "load_lm": "pretrained",
     "load_classifier": "pretrained",
+    "load_mean_pool_classifier": "pretrained",
+    "MeanPoolClassifier": "pooled",
 }
 
 __all__ = [
     "BiLSTMTagger",
     "LSTMLanguageModel",
+    "MeanPoolClassifier",
     "TextCNN",
     "TrainLog",
     "bundled_bert_classifier",
@@ -57,6 +60,7 @@ __all__ = [
     "lm_batch",
     "load_classifier",
     "load_lm",
+    "load_mean_pool_classifier",
     "pad_sequences",
     "tiny_bert_classifier",
     "tiny_bert_mlm",

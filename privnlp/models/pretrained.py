@@ -23,7 +23,13 @@ from privnlp.core.errors import InvalidArgument
 from ._seed import hf_quiet, seeded
 from .builders import fix_loss_type
 
-__all__ = ["load_lm", "load_classifier", "CheckpointNotFound", "hub_offline"]
+__all__ = [
+    "load_lm",
+    "load_classifier",
+    "load_mean_pool_classifier",
+    "CheckpointNotFound",
+    "hub_offline",
+]
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -169,3 +175,35 @@ def load_classifier(
         local_files_only,
         **kwargs,
     )
+
+
+def load_mean_pool_classifier(
+    name_or_path: str | os.PathLike,
+    *,
+    num_labels: int,
+    id2label: dict[int, str] | None = None,
+    scale: float = 20.0,
+    with_tokenizer: bool = True,
+    local_files_only: bool | None = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
+    """``(MeanPoolClassifier, AutoTokenizer | None)``: a checkpoint's base model (``AutoModel``) under a new
+    mean-pooling cosine head (:class:`~privnlp.models.pooled.MeanPoolClassifier`); same rules as :func:`load_lm`.
+
+    A folder written by ``MeanPoolClassifier.save_pretrained`` loads with its trained head instead
+    (``num_labels`` must then match it).
+    """
+    from .pooled import HEAD_CONFIG, MeanPoolClassifier
+
+    encoder, tok = _load(
+        "AutoModel", name_or_path, "base model", with_tokenizer, local_files_only, **kwargs
+    )
+    folder = Path(str(name_or_path)).expanduser()
+    if (folder / HEAD_CONFIG).is_file():
+        model = MeanPoolClassifier.from_pretrained(folder, encoder=encoder)
+        if model.head.out_features != int(num_labels):
+            raise InvalidArgument(
+                f"{name_or_path}: its saved head has {model.head.out_features} classes; got num_labels={num_labels}"
+            )
+        return model, tok
+    return MeanPoolClassifier(encoder, num_labels, scale=scale, id2label=id2label).eval(), tok

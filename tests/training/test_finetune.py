@@ -233,6 +233,13 @@ def test_cli_fine_tunes_a_causal_lm_with_the_default_epsilon(tiny_checkpoints, t
         (["--label-field", "label", "--steps", "3"], "--steps applies to the bundled"),
         (["--defense", "frozen_embeddings"], "--defense dp_sgd .default. or none"),
         (["--text-field", "body", "--field", "text"], "--text-field 'body' and --field 'text'"),
+        (["--head", "mean"], "--head / --label-texts apply to classification"),
+        (["--label-field", "label", "--head", "cls"], "head must be one of"),
+        (["--label-field", "label", "--label-texts", "x.json"], "add --head mean"),
+        (
+            ["--label-field", "label", "--head", "mean", "--label-texts", "/nonexistent.json"],
+            "not a readable JSON file",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(
@@ -492,3 +499,140 @@ def test_dp_fine_tuning_pads_each_physical_batch_to_its_own_longest_text(
     longest = max(w for w, *_ in seen)
     assert kept < 0.9 * padded, (kept, padded)
     assert sorted(spans)[len(spans) // 2] <= longest // 4, spans
+
+
+def test_mean_head_learns_saves_and_loads_back_with_the_same_logits(tiny_checkpoints, tmp_path):
+    from privnlp.models.pretrained import load_mean_pool_classifier
+
+    data = read_labelled(tiny_checkpoints["data"], label_field="label")
+    res = fine_tune(
+        tiny_checkpoints["bert"],
+        data,
+        task="classification",
+        recipe=FineTuneRecipe(
+            batch_size=24,
+            epochs=8,
+            max_grad_norm=1.0,
+            lr=5e-3,
+            max_length=24,
+            physical_batch_size=8,
+            head="mean",
+        ),
+        dp={"noise_multiplier": 0.0, "accountant": "rdp", "rng": 0},
+        label_texts={"pos": "a good film that i loved", "neg": "a bad film that bored me"},
+    )
+    assert type(res.model).__name__ == "MeanPoolClassifier" and res.model.encoder.pooler is None
+    assert res.utility["accuracy"] == 1.0 and res.baseline["accuracy"] == 1.0
+    out = res.save(tmp_path / "model")
+    again, tok = load_mean_pool_classifier(out, num_labels=2)
+    assert again.config.id2label == {0: "neg", 1: "pos"}
+    enc = tok(["a warm and funny film", "a dull mess"], padding=True, return_tensors="pt")
+    torch.testing.assert_close(again(**enc).logits, res.model.eval()(**enc).logits)
+    with pytest.raises(InvalidArgument, match="num_labels=3"):
+        load_mean_pool_classifier(out, num_labels=3)
+
+
+def test_mean_head_from_label_texts_is_the_encoders_zero_shot_classifier(tiny_checkpoints):
+    from privnlp.models.pretrained import load_mean_pool_classifier
+
+    model, tok = load_mean_pool_classifier(tiny_checkpoints["bert"], num_labels=3)
+    texts = ["a warm and funny film", "boring and slow and far too long", "brilliant acting"]
+    model.init_head_from_texts(tok, texts)
+    enc = tok(texts, padding=True, return_tensors="pt")
+    logits = model(**enc).logits
+    # each description is its own class's nearest prototype (cosine 1, times the scale), biases 0
+    assert logits.argmax(-1).tolist() == [0, 1, 2]
+    torch.testing.assert_close(logits.diagonal(), torch.full((3,), model.scale))
+    assert float(model.head.bias.abs().max()) == 0.0
+    with pytest.raises(InvalidArgument, match="one per class"):
+        model.init_head_from_texts(tok, texts[:2])
+
+
+@pytest.mark.parametrize(
+    "kwargs, task, match",
+    [
+        (
+            {"label_texts": {"pos": "good", "neg": "bad"}},
+            "classification",
+            "initialises the 'mean' head",
+        ),
+        ({"label_texts": {"pos": "good"}, "head": "mean"}, "classification", r"missing: \['neg'\]"),
+        (
+            {"label_texts": {"pos": "good", "neg": "bad", "meh": "so-so"}, "head": "mean"},
+            "classification",
+            r"not a class of the data: \['meh'\]",
+        ),
+        ({"label_texts": {"pos": " ", "neg": "bad"}, "head": "mean"}, "classification", "empty"),
+        ({"head": "mean"}, "causal-lm", "classification only"),
+    ],
+)
+def test_mean_head_bad_input_is_refused_before_training(tiny_checkpoints, kwargs, task, match):
+    data = read_labelled(
+        tiny_checkpoints["data"], label_field="label" if task == "classification" else None
+    )
+    head = kwargs.pop("head", "pooler")
+    with pytest.raises(InvalidArgument, match=match):
+        fine_tune(
+            tiny_checkpoints["bert" if task == "classification" else "gpt2"],
+            data,
+            task=task,
+            recipe=replace(FAST, head=head),
+            dp={"noise_multiplier": 1.0, "accountant": "rdp", "rng": 0},
+            **kwargs,
+        )
+    with pytest.raises(InvalidArgument, match="head must be one of"):
+        FineTuneRecipe(head="cls")
+
+
+def test_cli_fine_tunes_with_the_mean_head_from_label_texts(tiny_checkpoints, tmp_path):
+    from privnlp.models.pretrained import load_mean_pool_classifier
+
+    texts = tmp_path / "labels.json"
+    texts.write_text(json.dumps({"pos": "a film people liked", "neg": "a film people disliked"}))
+    out = tmp_path / "run"
+    r = _cli(
+        "--model",
+        tiny_checkpoints["bert"],
+        "--data",
+        tiny_checkpoints["data"],
+        "--label-field",
+        "label",
+        "--head",
+        "mean",
+        "--label-texts",
+        texts,
+        "--epsilon",
+        "50",
+        "--accountant",
+        "rdp",
+        "--batch-size",
+        "24",
+        "--epochs",
+        "1",
+        "--max-length",
+        "24",
+        "--no-baseline",
+        "--out",
+        out,
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "utility.json").read_text())["recipe"]["head"] == "mean"
+    model, _ = load_mean_pool_classifier(out / "model", num_labels=2)
+    assert model.config.id2label == {0: "neg", 1: "pos"}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"pos": "liked"}))
+    r = _cli(
+        "--model",
+        tiny_checkpoints["bert"],
+        "--data",
+        tiny_checkpoints["data"],
+        "--label-field",
+        "label",
+        "--head",
+        "mean",
+        "--label-texts",
+        bad,
+        "--out",
+        tmp_path / "run2",
+    )
+    assert r.exit_code == 2 and "missing: ['neg']" in r.output and not (tmp_path / "run2").exists()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from privnlp.core.claims import PrivacyClaim
 from privnlp.core.errors import InvalidArgument, MalformedInput, check_positive, check_range
-from privnlp.models.pretrained import CheckpointNotFound, load_classifier, load_lm
+from privnlp.models.pretrained import (
+    CheckpointNotFound,
+    load_classifier,
+    load_lm,
+    load_mean_pool_classifier,
+)
 
 from .dp_sgd import (
     PrivateTraining,
@@ -47,6 +52,7 @@ from .loop import train_private
 
 __all__ = [
     "TASKS",
+    "HEADS",
     "FineTuneRecipe",
     "LabelledTexts",
     "FineTuneResult",
@@ -60,6 +66,7 @@ __all__ = [
 ]
 
 TASKS = ("classification", "causal-lm")
+HEADS = ("pooler", "mean")
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
 
@@ -82,6 +89,11 @@ class FineTuneRecipe:
         freeze_embeddings: train everything but the word and position embeddings (which stay the
             checkpoint's): half of all-MiniLM-L6-v2's 22.7M parameters are its word embeddings, and DP noise
             grows with the number of trained coordinates. Applied to the non-private baseline too.
+        head: the classification head (classification only). ``"pooler"``: Hugging Face's
+            ``AutoModelForSequenceClassification`` (a new linear head on the ``[CLS]`` pooler). ``"mean"``:
+            :class:`~privnlp.models.pooled.MeanPoolClassifier` (unit-norm mean pooling and a scaled linear head,
+            the way sentence encoders such as all-MiniLM-L6-v2 were trained; with ``label_texts`` the head starts
+            as the encoder's zero-shot classifier).
     """
 
     batch_size: int = 512
@@ -93,8 +105,11 @@ class FineTuneRecipe:
     eval_fraction: float = 0.1
     device: str = "cpu"
     freeze_embeddings: bool = False
+    head: str = "pooler"
 
     def __post_init__(self) -> None:
+        if self.head not in HEADS:
+            raise InvalidArgument(f"head must be one of {HEADS}; got {self.head!r}")
         check_range("batch_size", self.batch_size, 1, float("inf"), integer=True)
         check_positive("epochs", self.epochs)
         check_positive("max_grad_norm", self.max_grad_norm)
@@ -290,10 +305,20 @@ def _split(n: int, labels: Sequence[str] | None, fraction: float, seed: int) -> 
 
 # ------------------------------------------------------------------------------------------- model
 def _load(
-    model_dir: str | Path, task: str, classes: Sequence[str], recipe: FineTuneRecipe
+    model_dir: str | Path,
+    task: str,
+    classes: Sequence[str],
+    recipe: FineTuneRecipe,
+    label_texts: Mapping[str, str] | None = None,
 ) -> tuple[Any, Any]:
     try:
-        if task == "classification":
+        if task == "classification" and recipe.head == "mean":
+            model, tok = load_mean_pool_classifier(
+                model_dir, num_labels=len(classes), id2label=dict(enumerate(classes))
+            )
+            if label_texts is not None:
+                model.init_head_from_texts(tok, [label_texts[c] for c in classes])
+        elif task == "classification":
             model, tok = load_classifier(
                 model_dir,
                 num_labels=len(classes),
@@ -444,6 +469,7 @@ def fine_tune(
     progress: bool = False,
     heldout: LabelledTexts | None = None,
     test: LabelledTexts | None = None,
+    label_texts: Mapping[str, str] | None = None,
 ) -> FineTuneResult:
     """Fine-tune the checkpoint in ``model_dir`` on ``data`` with DP-SGD (or without, ``dp=None``).
 
@@ -463,6 +489,9 @@ def fine_tune(
             seeded ``recipe.eval_fraction`` of ``data`` is held out.
         test: a further split evaluated after training (``test_<metric>`` in ``utility`` and ``baseline``):
             report it for the configuration chosen on ``heldout``, never choose on it.
+        label_texts: with ``recipe.head == "mean"``, one public text per class (e.g. its description, written
+            without looking at the data): the head starts as the encoder's zero-shot classifier over them
+            (:meth:`~privnlp.models.pooled.MeanPoolClassifier.init_head_from_texts`); no privacy cost.
 
     Raises:
         InvalidArgument: a folder that is not a model, labels missing for classification (or given for
@@ -478,6 +507,26 @@ def fine_tune(
             )
     elif data.labels is not None:
         raise InvalidArgument("--label-field applies to classification only, not to a causal LM")
+    if recipe.head != "pooler" and task != "classification":
+        raise InvalidArgument(
+            f"--head {recipe.head} applies to classification only, not to a causal LM"
+        )
+    if label_texts is not None:
+        if recipe.head != "mean":
+            raise InvalidArgument(
+                f"--label-texts initialises the 'mean' head only; the recipe's head is {recipe.head!r}"
+            )
+        missing = sorted(set(data.classes) - set(label_texts))
+        extra = sorted(set(label_texts) - set(data.classes))
+        if missing or extra:
+            raise InvalidArgument(
+                "--label-texts must give one text per class of the data"
+                + (f"; missing: {missing}" if missing else "")
+                + (f"; not a class of the data: {extra}" if extra else "")
+            )
+        bad = sorted(k for k, v in label_texts.items() if not isinstance(v, str) or not v.strip())
+        if bad:
+            raise InvalidArgument(f"--label-texts: empty or non-string text for {bad}")
     if len(data.texts) < 4:
         raise InvalidArgument(f"--data must hold at least 4 records; got {len(data.texts)}")
     classes = data.classes
@@ -492,7 +541,7 @@ def fine_tune(
         train_idx, held_idx = _split(len(data.texts), data.labels, recipe.eval_fraction, seed)
     else:
         train_idx, held_idx = list(range(len(data.texts))), []
-    model, tok = _load(model_dir, task, classes, recipe)
+    model, tok = _load(model_dir, task, classes, recipe, label_texts)
     model.to(recipe.device)
 
     def dataset(part: LabelledTexts, idx: Sequence[int]) -> TensorDataset:
@@ -566,7 +615,7 @@ def fine_tune(
     }
     base = None
     if baseline and dp is not None:
-        bmodel, _ = _load(model_dir, task, classes, recipe)
+        bmodel, _ = _load(model_dir, task, classes, recipe, label_texts)
         bmodel.to(recipe.device)
         _baseline(bmodel, train, recipe, steps, batch, task, seed)
         base = {**evaluate(bmodel, final=True), "steps": steps, **sizes}
@@ -616,6 +665,7 @@ def tune_on_validation(
     dp: dict[str, Any] | None,
     seed: int = 0,
     progress: bool = False,
+    label_texts: Mapping[str, str] | None = None,
 ) -> Selection:
     """Fine-tune with each of ``recipes`` on ``task``'s training split, keep the one with the best validation
     accuracy, and report its test accuracy (the test split never takes part in the choice).
@@ -627,6 +677,7 @@ def tune_on_validation(
         dp: :func:`fine_tune`'s ``dp`` (``None``: the non-private runs, tuned the same way).
         seed: non-private randomness.
         progress: progress bars.
+        label_texts: :func:`fine_tune`'s (for the candidates with ``head="mean"``; ignored by the others).
     """
     if not recipes:
         raise InvalidArgument("recipes must hold at least one FineTuneRecipe")
@@ -644,6 +695,7 @@ def tune_on_validation(
             progress=progress,
             heldout=val,
             test=test,
+            label_texts=label_texts if r.head == "mean" else None,
         )
         scores.append((r, float(res.utility["accuracy"])))
         if best is None or scores[-1][1] > best[0]:
