@@ -82,3 +82,14 @@ def test_debian_sections_task_on_this_machine_subset():
     assert all(v <= 60 for v in n.values()) and len(n) == 10
     assert len(set(t.train_texts) & set(t.test_texts)) == 0
     assert all(len(x) > 10 for x in t.test_texts)
+
+
+def test_section_descriptions_are_public_texts_for_the_common_sections_and_a_fallback():
+    from privnlp.mechanisms.training.tasks import DEBIAN_SECTION_DESCRIPTIONS, section_descriptions
+
+    # the ten sections of this machine's task (issue #29) all have packages.debian.org's description
+    ten = ("devel", "doc", "haskell", "libdevel", "libs", "net", "perl", "python", "rust", "utils")
+    got = section_descriptions(ten)
+    assert list(got) == list(ten) and all(got[s] == DEBIAN_SECTION_DESCRIPTIONS[s] for s in ten)
+    assert len(set(got.values())) == 10  # ten distinct texts: ten distinct zero-shot prototypes
+    assert section_descriptions(["zzz"]) == {"zzz": "Zzz: packages of the zzz section."}

@@ -23,7 +23,84 @@ import numpy as np
 
 from privnlp.core.errors import InvalidArgument, check_range
 
-__all__ = ["TextClassificationTask", "parse_dumpavail", "debian_sections_task"]
+__all__ = [
+    "TextClassificationTask",
+    "parse_dumpavail",
+    "debian_sections_task",
+    "DEBIAN_SECTION_DESCRIPTIONS",
+    "section_descriptions",
+]
+
+#: A public description of each common Debian section, after packages.debian.org's section list (written before any
+#: fine-tuning result was seen): the ``label_texts`` of ``fine_tune(..., recipe=FineTuneRecipe(head="mean"))``, which
+#: start the head as the encoder's zero-shot classifier (data-independent: no privacy cost).
+DEBIAN_SECTION_DESCRIPTIONS = {
+    "admin": "Administration utilities: utilities to administer system resources, manage user accounts, etc.",
+    "comm": "Communication programs: software for using your modem in the old fashioned style.",
+    "database": "Databases: database servers and clients.",
+    "debug": "Debug: packages providing debugging information for executables and shared libraries.",
+    "devel": "Development: development utilities, compilers, development environments, libraries, etc.",
+    "doc": "Documentation: FAQs, HOWTOs and other documents trying to explain everything related to Debian, and "
+    "software needed to browse documentation (man, info, etc).",
+    "editors": "Editors: software to edit files, programming environments.",
+    "education": "Education: software for learning and teaching.",
+    "electronics": "Electronics: electronics utilities.",
+    "fonts": "Fonts: font packages.",
+    "games": "Games: programs to spend a nice time with after all this setting up.",
+    "gnome": "GNOME: the GNOME desktop environment, a powerful, easy to use environment.",
+    "golang": "Go: Go programming language, libraries, and development tools.",
+    "graphics": "Graphics: editors, viewers, converters... Everything to become an artist.",
+    "hamradio": "Ham Radio: software for ham radio.",
+    "haskell": "Haskell: everything about Haskell, a purely functional programming language.",
+    "httpd": "Web servers: web servers and their modules.",
+    "interpreters": "Interpreters: interpreters for interpreted languages.",
+    "introspection": "Introspection: machine readable introspection data for use by development tools.",
+    "java": "Java: everything about Java.",
+    "javascript": "JavaScript: JavaScript programming language, libraries, and development tools.",
+    "kde": "KDE: the K Desktop Environment, a powerful, easy to use environment.",
+    "kernel": "Kernels: operating system kernels and related modules.",
+    "libdevel": "Library development: libraries necessary for developers to write programs that use them.",
+    "libs": "Libraries: libraries to make other programs work. They provide special features to developers.",
+    "lisp": "Lisp: everything about Lisp.",
+    "localization": "Language packs: localization support for big software packages.",
+    "mail": "Mail: programs to route, read, and compose E-mail messages.",
+    "math": "Mathematics: math software.",
+    "metapackages": "Meta packages: packages that mainly provide dependencies on other packages.",
+    "misc": "Miscellaneous: miscellaneous utilities that did not fit well anywhere else.",
+    "net": "Network: daemons and clients to connect your system to the world.",
+    "news": "Newsgroups: software to access Usenet, to set up news servers, etc.",
+    "ocaml": "OCaml: everything about OCaml, an ML language implementation.",
+    "oldlibs": "Old Libraries: old versions of libraries, kept for backward compatibility with old applications.",
+    "otherosfs": "Other OS's and file systems: software to run programs compiled for other operating systems, and to "
+    "use their filesystems.",
+    "perl": "Perl: everything about Perl, an interpreted scripting language.",
+    "php": "PHP: everything about PHP.",
+    "python": "Python: everything about Python, an interpreted, interactive object oriented language.",
+    "ruby": "Ruby: everything about Ruby, an interpreted object oriented language.",
+    "rust": "Rust: the Rust programming language, its library crates and tools.",
+    "science": "Science: basic tools for scientific work.",
+    "shells": "Shells: command shells. Friendly user interfaces for beginners.",
+    "sound": "Sound: utilities to deal with sound: mixers, players, recorders, CD players, etc.",
+    "tex": "TeX: the famous typesetting software and related programs.",
+    "text": "Text processing: text processing utilities: spell checkers, dictionaries, converters, etc.",
+    "utils": "Utilities: utilities for file/disk manipulation, backup and archive tools, system monitoring, input "
+    "systems, etc.",
+    "vcs": "Version Control Systems: version control systems and related utilities.",
+    "video": "Video: video viewers, editors, recording, streaming.",
+    "web": "Web Software: web servers, browsers, proxies, download tools etc.",
+    "x11": "X Window System software: X servers, libraries, window managers, terminal emulators and many related "
+    "applications.",
+    "xfce": "Xfce: Xfce, a fast and lightweight Desktop Environment.",
+}
+
+
+def section_descriptions(label_names: Iterable[str]) -> dict[str, str]:
+    """``{section: description}`` for ``label_names`` (:data:`DEBIAN_SECTION_DESCRIPTIONS`; a section it lacks is
+    described by its own name)."""
+    return {
+        n: DEBIAN_SECTION_DESCRIPTIONS.get(n, f"{n.capitalize()}: packages of the {n} section.")
+        for n in label_names
+    }
 
 
 @dataclass(frozen=True)
