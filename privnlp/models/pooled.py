@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+from transformers import AutoModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from privnlp.core.errors import InvalidArgument, check_positive
@@ -171,8 +172,6 @@ class MeanPoolClassifier(nn.Module):
                 f"{folder}: no {HEAD_CONFIG} / {HEAD_WEIGHTS} (not saved by MeanPoolClassifier.save_pretrained)"
             )
         if encoder is None:
-            from transformers import AutoModel
-
             encoder = AutoModel.from_pretrained(folder, **kwargs)
         cfg = json.loads((folder / HEAD_CONFIG).read_text())
         id2label = {int(k): v for k, v in cfg["id2label"].items()}

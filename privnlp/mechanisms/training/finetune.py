@@ -600,6 +600,13 @@ def fine_tune(
             statement += (
                 "\nTraining stopped early: the next step would have exceeded the target epsilon."
             )
+        if label_texts is not None:
+            note = (
+                "the classification head started from the encoder's embeddings of public per-class texts "
+                "(label_texts): data-independent, no privacy cost"
+            )
+            claim = replace(claim, notes=(*claim.notes, note))
+            statement += f"\nNote: {note}."
         model = pt.original_model
         done = res.steps
     else:
