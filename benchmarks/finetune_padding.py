@@ -4,7 +4,7 @@
 increasing order and its ``BatchMemoryManager`` cuts them into contiguous physical batches, so each physical batch
 holds texts of similar length and is padded to its own longest text (``finetune._trim``), not to the longest text
 of the data. This script times the same DP fine-tuning of all-MiniLM-L6-v2 on Debian package descriptions (real
-text: mean 12.6 WordPiece tokens, the longest 100+) with and without that (the "padded" arm restores the old
+text: mean 12.6 WordPiece tokens, the longest 74) with and without that (the "padded" arm restores the old
 behaviour: file order, every batch padded to the data's longest text), interleaved, in one process, and prints the
 ratio of the wall times and both arms' held-out accuracy (not equal: with the same seed, the Poisson draws pick
 other examples when the dataset's order differs; the sampling rate, the steps and the epsilon are the same).

@@ -522,7 +522,10 @@ def test_mean_head_learns_saves_and_loads_back_with_the_same_logits(tiny_checkpo
         label_texts={"pos": "a good film that i loved", "neg": "a bad film that bored me"},
     )
     assert type(res.model).__name__ == "MeanPoolClassifier" and res.model.encoder.pooler is None
-    assert any("public per-class texts" in n for n in res.claim.notes) and "label_texts" in res.statement
+    assert (
+        any("public per-class texts" in n for n in res.claim.notes)
+        and "label_texts" in res.statement
+    )
     assert res.utility["accuracy"] == 1.0 and res.baseline["accuracy"] == 1.0
     out = res.save(tmp_path / "model")
     again, tok = load_mean_pool_classifier(out, num_labels=2)
