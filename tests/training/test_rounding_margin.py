@@ -145,3 +145,50 @@ def test_embedding_ghost_norm_bound_holds_where_the_plain_sum_cancels():
     same = (ids.unsqueeze(2) == ids.unsqueeze(1)).float()
     assert float((torch.bmm(g, g.transpose(1, 2)) * same).sum()) < 0.5 * true
     assert float(_embedding_sq_norms(ids, g)) >= true
+
+
+def test_an_examples_bound_does_not_depend_on_how_far_its_batch_is_padded():
+    """The adversary: a long text in the same physical batch. Padding positions carry exact-zero output gradients, so
+    an example's norm bound -- hence its clip factor -- must be the same whether its batch is padded to its own length
+    or to a batch-mate's (with the padded width in the margins, one long text raised every other example's margin:
+    removing it changed others' clipped gradients, outside DP-SGD's sensitivity argument). Tolerance: 2^-22 relative
+    (the fp32 Gram sum over a wider, zero-padded matrix may round once differently: 1.4e-7 seen); with the padded
+    width in the margins the bounds moved by 3.9e-6 (embedding) to 1.46 (instantiated, crafted example) relative at 33
+    padding positions (seen failing)."""
+    from opacus.grad_sample.embedding import compute_embedding_grad_sample  # noqa: F401 (registers opacus' rule)
+
+    from privnlp.mechanisms.training.samplers import embedding_norm_sample
+
+    a, g = _crafted()
+    emb = nn.Embedding(10, P)
+    ids = torch.tensor([[1, 2, 2, 3], [4, 4, 5, 6]])
+    for extra in (1, 33):
+
+        def pad(x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (0, 0, 0, extra))
+
+        A, G = pad(a), pad(g)
+        pairs = [
+            (
+                ghost_sq_norms(
+                    torch.bmm(g, g.transpose(1, 2)), torch.bmm(a, a.transpose(1, 2)), D, P
+                ),
+                ghost_sq_norms(
+                    torch.bmm(G, G.transpose(1, 2)), torch.bmm(A, A.transpose(1, 2)), D, P
+                ),
+            ),
+            (
+                instantiated_sq_norms(torch.bmm(g.transpose(1, 2), a), g, a),
+                instantiated_sq_norms(torch.bmm(G.transpose(1, 2), A), G, A),
+            ),
+            (sum_sq_norms(g.sum(1), g), sum_sq_norms(G.sum(1), G)),
+            (
+                embedding_norm_sample(emb, [ids], g)[emb.weight],
+                embedding_norm_sample(emb, [torch.nn.functional.pad(ids, (0, extra))], G)[
+                    emb.weight
+                ],
+            ),
+        ]
+        for short, padded in pairs:
+            rel = float(((padded - short).abs() / short).max())
+            assert rel <= 2.0**-22, (extra, rel)

@@ -22,7 +22,13 @@ The fp32 margins use the probabilistic rounding model of Higham and Mary (2019, 
 rounding error analysis"): a dot product of length ``n`` errs by at most ``lambda sqrt(n) u`` of its terms' size with
 probability at least ``1 - 2 exp(-lambda^2 (1 - u)^2 / 2)`` -- for ``LAMBDA = 16``, 1 - 1e-55 -- with rounding errors
 treated as independent. The deterministic worst case (``n u``, no independence) would inflate ordinary norms by
-10-100 % at BERT size; no norm formula short of exact arithmetic avoids some such model."""
+10-100 % at BERT size; no norm formula short of exact arithmetic avoids some such model.
+
+``T`` in the margins is each example's own count of tokens with a nonzero output gradient, not the batch's padded
+width: a padding position's output gradient is exactly zero, its products are exact zeros and adding an exact zero
+rounds nothing, so the bound stays valid -- and an example's margin, hence its clip factor, does not depend on how
+long the texts that share its physical batch are (with the padded width, adding one long text to a batch raised
+every other example's margin: a cross-example dependence the sensitivity argument of DP-SGD does not allow for)."""
 
 from __future__ import annotations
 
@@ -30,7 +36,14 @@ import math
 
 import torch
 
-__all__ = ["LAMBDA", "U32", "ghost_sq_norms", "instantiated_sq_norms", "sum_sq_norms"]
+__all__ = [
+    "LAMBDA",
+    "U32",
+    "gradient_tokens",
+    "ghost_sq_norms",
+    "instantiated_sq_norms",
+    "sum_sq_norms",
+]
 
 #: unit roundoff of fp32
 U32 = 2.0**-24
@@ -46,6 +59,12 @@ def _token_sq(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(x, dim=-1, dtype=torch.float32).double().pow(2)
 
 
+def gradient_tokens(token_sq: torch.Tensor) -> torch.Tensor:
+    """Per example, the number of tokens whose output gradient is nonzero (``n x T`` squared norms -> ``n``, fp64,
+    at least 1): the length that rounding errors can accrue over (padding contributes exact zeros)."""
+    return (token_sq > 0).sum(1).clamp(min=1).double()
+
+
 def _sq_sum_norm(x: torch.Tensor) -> torch.Tensor:
     """Row norms of ``x`` (``n x m``) in fp32 (no fp64 copy of a per-sample gradient), raised by the bound of a
     pairwise sum of ``m`` non-negative terms (``ceil(log2 m) + 2`` units: a sum of squares does not cancel)."""
@@ -59,12 +78,11 @@ def ghost_sq_norms(gg: torch.Tensor, aa: torch.Tensor, d: int, p: int) -> torch.
     a^T`` (``n x T x T``) of output gradients of width ``p`` and inputs of width ``d``: the fp32 sum of ``gg * aa``
     plus the rounding margin of the module docstring (fp32, shape ``n``)."""
     sq = (gg * aa).sum((1, 2)).double().clamp(min=0)
-    tok = (
-        torch.diagonal(gg, dim1=1, dim2=2).double().clamp(min=0)
-        * torch.diagonal(aa, dim1=1, dim2=2).double().clamp(min=0)
-    ).sum(1)  # sum_t |g_t|^2 |a_t|^2
-    t2 = max(gg.shape[1] ** 2, 2)
-    margin = LAMBDA * U32 * (math.sqrt(p) + math.sqrt(d) + math.sqrt(math.log2(t2)) + 1) * tok
+    g_sq = torch.diagonal(gg, dim1=1, dim2=2).double().clamp(min=0)
+    tok = (g_sq * torch.diagonal(aa, dim1=1, dim2=2).double().clamp(min=0)).sum(1)
+    # sum_t |g_t|^2 |a_t|^2 above; T^2 pairs below, T the example's own nonzero-gradient tokens (at least 2 pairs)
+    log_t2 = torch.log2((gradient_tokens(g_sq) ** 2).clamp(min=2))
+    margin = LAMBDA * U32 * (math.sqrt(p) + math.sqrt(d) + log_t2.sqrt() + 1) * tok
     return ((sq + margin) * _UP32).float()
 
 
@@ -72,8 +90,9 @@ def instantiated_sq_norms(gs: torch.Tensor, g: torch.Tensor, a: torch.Tensor) ->
     """Upper bound of the squared per-sample gradient norm from the instantiated fp32 ``gs = g^T a`` (``n x p x d``,
     one GEMM over the ``T`` tokens of ``g``: ``n x T x p`` and ``a``: ``n x T x d``), fp32, shape ``n``."""
     norm = _sq_sum_norm(gs.flatten(1))
-    tok = _token_sq(g) * _token_sq(a)  # n x T: |g_t|^2 |a_t|^2
-    err = LAMBDA * U32 * math.sqrt(g.shape[1]) * tok.sum(1).sqrt()
+    g_sq = _token_sq(g)
+    tok = g_sq * _token_sq(a)  # n x T: |g_t|^2 |a_t|^2
+    err = LAMBDA * U32 * gradient_tokens(g_sq).sqrt() * tok.sum(1).sqrt()
     return ((norm + err) ** 2 * _UP32).float()
 
 
@@ -81,5 +100,6 @@ def sum_sq_norms(b: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """Upper bound of ``||sum_t g_t||^2`` per example from the computed fp32 sum ``b`` (``n x p``) of ``g`` (``n x T x
     p``), fp32, shape ``n``."""
     norm = _sq_sum_norm(b)
-    err = LAMBDA * U32 * math.sqrt(g.shape[1]) * _token_sq(g).sum(1).sqrt()
+    g_sq = _token_sq(g)
+    err = LAMBDA * U32 * gradient_tokens(g_sq).sqrt() * g_sq.sum(1).sqrt()
     return ((norm + err) ** 2 * _UP32).float()

@@ -31,7 +31,14 @@ from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientCli
 from opacus.grad_sample.utils import register_grad_sampler, register_norm_sampler
 from torch import nn
 
-from .rounding import LAMBDA, U32, ghost_sq_norms, instantiated_sq_norms, sum_sq_norms
+from .rounding import (
+    LAMBDA,
+    U32,
+    ghost_sq_norms,
+    gradient_tokens,
+    instantiated_sq_norms,
+    sum_sq_norms,
+)
 
 __all__ = [
     "register_for_model",
@@ -150,19 +157,16 @@ conv1d_norm_sample = linear_norm_sample
 def embedding_norm_sample(
     layer: nn.Embedding, activations: list[torch.Tensor], backprops: torch.Tensor
 ) -> dict[nn.Parameter, torch.Tensor]:
-    """opacus' ``nn.Embedding`` norm (per-id sums of ``g``) plus the rounding margin of a sum over the ``T`` tokens
+    """opacus' ``nn.Embedding`` norm (per-id sums of ``g``) plus the rounding margin of a sum over the example's ``T`` tokens
     (``.rounding.sum_sq_norms``): tokens of one id whose gradients cancel get a larger norm, never a smaller one."""
     ret = dict(_OPACUS_EMBEDDING_NORM(layer, activations, backprops))
     if layer.weight in ret:
         n = backprops.shape[0]
         g = backprops.reshape(n, -1, backprops.shape[-1])
         norm = ret[layer.weight].double()
-        err = (
-            LAMBDA
-            * U32
-            * g.shape[1] ** 0.5
-            * torch.linalg.vector_norm(g, dim=(1, 2), dtype=torch.float32).double()
-        )
+        tok = torch.linalg.vector_norm(g, dim=2, dtype=torch.float32).double().pow(2)  # n x T
+        # T: the example's own nonzero-gradient tokens (not the padded width: see .rounding)
+        err = LAMBDA * U32 * gradient_tokens(tok).sqrt() * tok.sum(1).sqrt()
         ret[layer.weight] = (norm + err).to(ret[layer.weight].dtype)
     return ret
 
