@@ -496,6 +496,7 @@ def _fine_tune(
         raise InvalidArgument("--model needs --data (a .jsonl or .csv file of records)")
     # fine-tuning imports torch and transformers: loaded only when the command runs
     from privnlp.mechanisms.training.finetune import (
+        HEADS,
         FineTuneRecipe,
         check_model_dir,
         fine_tune,
@@ -507,6 +508,10 @@ def _fine_tune(
     if task != "classification" and (recipe_flags.get("head") or label_texts is not None):
         raise InvalidArgument(
             "--head / --label-texts apply to classification (--label-field) only, not to a causal LM"
+        )
+    if recipe_flags.get("head") is not None and recipe_flags["head"] not in HEADS:
+        raise InvalidArgument(
+            f"--head must be one of {', '.join(HEADS)}; got {recipe_flags['head']!r}"
         )
     texts_by_label = None
     if label_texts is not None:

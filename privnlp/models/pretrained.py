@@ -190,8 +190,12 @@ def load_mean_pool_classifier(
     """``(MeanPoolClassifier, AutoTokenizer | None)``: a checkpoint's base model (``AutoModel``) under a new
     mean-pooling cosine head (:class:`~privnlp.models.pooled.MeanPoolClassifier`); same rules as :func:`load_lm`.
 
-    A folder written by ``MeanPoolClassifier.save_pretrained`` loads with its trained head instead
-    (``num_labels`` must then match it).
+    A folder written by ``MeanPoolClassifier.save_pretrained`` loads with its trained head instead: ``num_labels``
+    and (when given) ``id2label`` must then match the saved ones, and ``scale`` is the saved one.
+
+    Raises:
+        InvalidArgument: a saved head whose classes differ from ``num_labels`` / ``id2label`` (fine-tuning it on
+            other classes would keep the old names on new meanings: start from the base encoder instead).
     """
     from .pooled import HEAD_CONFIG, MeanPoolClassifier
 
@@ -204,6 +208,12 @@ def load_mean_pool_classifier(
         if model.head.out_features != int(num_labels):
             raise InvalidArgument(
                 f"{name_or_path}: its saved head has {model.head.out_features} classes; got num_labels={num_labels}"
+            )
+        asked = None if id2label is None else {int(k): str(v) for k, v in id2label.items()}
+        if asked is not None and asked != model.config.id2label:
+            raise InvalidArgument(
+                f"{name_or_path}: its saved head's classes are {model.config.id2label}; got id2label={asked} "
+                "(start from the base encoder to train a head for other classes)"
             )
         return model, tok
     return MeanPoolClassifier(encoder, num_labels, scale=scale, id2label=id2label).eval(), tok

@@ -355,7 +355,9 @@ def _trim(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Drop the trailing columns that are padding in every row of the batch.
 
-    Exact: with right padding they are masked keys whose outputs no loss reads (their gradients are zero), and
+    Exact for a model whose attention mask isolates padding (the Hugging Face transformers ``fine_tune`` loads: it
+    passes ``attention_mask``): with right padding they are masked keys whose outputs no loss reads (their gradients
+    are exactly zero, so the per-example norms' rounding margins ignore them too: :mod:`.rounding`), and
     the kept tokens keep their positions; with left padding the last column holds tokens, so nothing is dropped.
     The datasets are sorted by length (:func:`_by_length`), so a physical batch -- a contiguous run of a
     logical batch's sorted indices -- pads to its own longest text, not the data's.
