@@ -316,8 +316,6 @@ def _load(
             model, tok = load_mean_pool_classifier(
                 model_dir, num_labels=len(classes), id2label=dict(enumerate(classes))
             )
-            if label_texts is not None:
-                model.init_head_from_texts(tok, [label_texts[c] for c in classes])
         elif task == "classification":
             model, tok = load_classifier(
                 model_dir,
@@ -333,6 +331,8 @@ def _load(
         raise InvalidArgument(
             f"--model {model_dir}: its tokenizer has neither a pad nor an eos token"
         )
+    if label_texts is not None and recipe.head == "mean":
+        model.init_head_from_texts(tok, [label_texts[c] for c in classes])
     if recipe.freeze_embeddings:
         freeze_embeddings(model, word=True, position=bool(position_embedding_modules(model)))
     return model, tok
