@@ -101,19 +101,19 @@ def train(
         False, "--freeze-embeddings", help="Also freeze word embeddings."
     ),
     epochs: float | None = typer.Option(
-        None, "--epochs", help="Passes over the data (> 0; default 1, with --model 10)."
+        None, "--epochs", help="Passes over the data (> 0; default 1, with --model 20)."
     ),
     batch_size: int | None = typer.Option(
         None,
         "--batch-size",
         min=1,
-        help="Expected (logical) batch size (default 16; with --model 512, at most a quarter of the data).",
+        help="Expected (logical) batch size (default 16; with --model 4096, at most a quarter of the data).",
     ),
     physical_batch_size: int | None = typer.Option(
         None, "--physical-batch-size", min=1, help="Split logical batches (BatchMemoryManager)."
     ),
     lr: float | None = typer.Option(
-        None, "--lr", help="Learning rate (AdamW; default 5e-3, with --model 5e-4)."
+        None, "--lr", help="Learning rate (AdamW; default 5e-3, with --model 1e-3)."
     ),
     vocab_size: int | None = typer.Option(
         None,

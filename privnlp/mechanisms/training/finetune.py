@@ -13,9 +13,10 @@ held-out perplexity).
 
 The recipe (:class:`FineTuneRecipe`, the documented defaults) follows DP fine-tuning's published regime
 (Li et al. 2022, "Large language models can be strong differentially private learners"): full fine-tuning,
-a large expected batch (512), a small clipping norm (C = 0.1), a larger learning rate than non-private
-fine-tuning (AdamW 5e-4), several epochs (10); the setting issue #29 measured on one H100 for
-all-MiniLM-L6-v2 on the Debian-sections task. Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt``.
+a large expected batch (4,096, at most a quarter of the data), a small clipping norm (C = 0.1), a larger learning
+rate than non-private fine-tuning (AdamW 1e-3), many epochs (20): on all-MiniLM-L6-v2 and the Debian-sections
+task (16.6k examples) it gave 0.801 test accuracy at epsilon 8 with ``head="mean"`` where the issue's run (batch
+512, 10 epochs, AdamW 5e-4, ``[CLS]`` head) gave 0.768. Paper: ``../shared/papers/dp-bert-and-dp-wordpiece.txt``.
 """
 
 from __future__ import annotations
@@ -96,10 +97,10 @@ class FineTuneRecipe:
             as the encoder's zero-shot classifier).
     """
 
-    batch_size: int = 512
-    epochs: float = 10.0
+    batch_size: int = 4096
+    epochs: float = 20.0
     max_grad_norm: float = 0.1
-    lr: float = 5e-4
+    lr: float = 1e-3
     max_length: int = 128
     physical_batch_size: int = 64
     eval_fraction: float = 0.1
