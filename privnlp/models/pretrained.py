@@ -193,6 +193,19 @@ def load_mean_pool_classifier(
     A folder written by ``MeanPoolClassifier.save_pretrained`` loads with its trained head instead: ``num_labels``
     and (when given) ``id2label`` must then match the saved ones, and ``scale`` is the saved one.
 
+    Args:
+        name_or_path: a folder written by ``save_pretrained`` (a base model, or a saved ``MeanPoolClassifier``), or
+            a Hugging Face Hub model name.
+        num_labels: the number of classes (>= 2).
+        id2label: class names by index (``None``: ``LABEL_i``, or the saved head's).
+        scale: the cosine classifier's fixed logit scale (> 0) of a new head.
+        with_tokenizer: also load the tokenizer (otherwise the second element is ``None``).
+        local_files_only: never download; ``None`` = whether ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` is set.
+        **kwargs: passed to ``AutoModel.from_pretrained``.
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode.
+
     Raises:
         InvalidArgument: a saved head whose classes differ from ``num_labels`` / ``id2label`` (fine-tuning it on
             other classes would keep the old names on new meanings: start from the base encoder instead).
