@@ -36,6 +36,10 @@ SENT = [
 FAST = FineTuneRecipe(
     batch_size=16, epochs=2, max_grad_norm=1.0, lr=5e-3, max_length=16, physical_batch_size=8
 )
+#: a recipe with which a random-init tiny BERT learns the toy task with clipping alone (sigma = 0)
+LEARNS = FineTuneRecipe(
+    batch_size=24, epochs=8, max_grad_norm=1.0, lr=5e-3, max_length=24, physical_batch_size=8
+)
 
 
 def test_classifier_fine_tune_reports_dp_beside_the_baseline_and_saves(tiny_checkpoints, tmp_path):
@@ -45,14 +49,7 @@ def test_classifier_fine_tune_reports_dp_beside_the_baseline_and_saves(tiny_chec
         tiny_checkpoints["bert"],
         data,
         task="classification",
-        recipe=FineTuneRecipe(
-            batch_size=24,
-            epochs=8,
-            max_grad_norm=1.0,
-            lr=5e-3,
-            max_length=24,
-            physical_batch_size=8,
-        ),
+        recipe=LEARNS,
         dp={"noise_multiplier": 0.0, "accountant": "rdp", "rng": 0},
     )
     assert res.claim.kind.value == "dp" and res.claim.extra["max_grad_norm"] == 1.0
@@ -509,15 +506,7 @@ def test_mean_head_learns_saves_and_loads_back_with_the_same_logits(tiny_checkpo
         tiny_checkpoints["bert"],
         data,
         task="classification",
-        recipe=FineTuneRecipe(
-            batch_size=24,
-            epochs=8,
-            max_grad_norm=1.0,
-            lr=5e-3,
-            max_length=24,
-            physical_batch_size=8,
-            head="mean",
-        ),
+        recipe=replace(LEARNS, head="mean"),
         dp={"noise_multiplier": 0.0, "accountant": "rdp", "rng": 0},
         label_texts={"pos": "a good film that i loved", "neg": "a bad film that bored me"},
     )
