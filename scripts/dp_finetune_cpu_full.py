@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--max-grad-norm", type=float, default=0.1)
     ap.add_argument("--head", default="mean", choices=["mean", "pooler"])
     ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--schedule", default="constant", choices=["constant", "linear"])
+    ap.add_argument("--ema", type=float, default=0.0, help="decay of the weight average (0: off)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     task = debian_sections_task()
@@ -46,6 +48,8 @@ def main() -> None:
         max_length=args.max_length,
         physical_batch_size=128,
         head=args.head,
+        schedule=args.schedule,
+        ema=args.ema,
     )
     dp = (
         None

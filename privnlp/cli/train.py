@@ -79,6 +79,17 @@ def train(
         help="With --head mean: a JSON file {label: public description} (one per class, written without "
         "looking at the data); the head starts as the encoder's zero-shot classifier over them.",
     ),
+    lr_schedule: str | None = typer.Option(
+        None,
+        "--lr-schedule",
+        help="With --model: constant (default) or linear (down to 0 at the last step). No privacy cost.",
+    ),
+    ema: float | None = typer.Option(
+        None,
+        "--ema",
+        help="With --model: decay in [0, 1) of an average of the weights over the steps, the model kept and "
+        "saved (0: the last step's, default). Post-processing: no privacy cost.",
+    ),
     defense: str = typer.Option("dp_sgd", "--defense", help=f"One of {', '.join(DEFENSES)}."),
     epsilon: float | None = typer.Option(
         None,
@@ -237,6 +248,8 @@ def train(
                     "physical_batch_size": physical_batch_size,
                     "device": device,
                     "head": head,
+                    "schedule": lr_schedule,
+                    "ema": ema,
                 },
                 label_texts=label_texts,
                 refused={
@@ -257,6 +270,8 @@ def train(
                 ("--device", None if device == "cpu" else device),
                 ("--head", head),
                 ("--label-texts", label_texts),
+                ("--lr-schedule", lr_schedule),
+                ("--ema", ema),
             )
             if v is not None
         ]
@@ -497,6 +512,7 @@ def _fine_tune(
     # fine-tuning imports torch and transformers: loaded only when the command runs
     from privnlp.mechanisms.training.finetune import (
         HEADS,
+        SCHEDULES,
         FineTuneRecipe,
         check_model_dir,
         fine_tune,
@@ -513,6 +529,12 @@ def _fine_tune(
         raise InvalidArgument(
             f"--head must be one of {', '.join(HEADS)}; got {recipe_flags['head']!r}"
         )
+    if recipe_flags.get("schedule") is not None and recipe_flags["schedule"] not in SCHEDULES:
+        raise InvalidArgument(
+            f"--lr-schedule must be one of {', '.join(SCHEDULES)}; got {recipe_flags['schedule']!r}"
+        )
+    if recipe_flags.get("ema") is not None and not 0.0 <= recipe_flags["ema"] < 1.0:
+        raise InvalidArgument(f"--ema must be in [0, 1) (0: off); got {recipe_flags['ema']!r}")
     texts_by_label = None
     if label_texts is not None:
         if recipe_flags.get("head") != "mean":

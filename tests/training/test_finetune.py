@@ -234,6 +234,11 @@ def test_cli_fine_tunes_a_causal_lm_with_the_default_epsilon(tiny_checkpoints, t
         (["--label-field", "label", "--head", "cls"], "--head must be one of pooler, mean"),
         (["--label-field", "label", "--label-texts", "x.json"], "add --head mean"),
         (
+            ["--label-field", "label", "--lr-schedule", "cosine"],
+            "--lr-schedule must be one of constant",
+        ),
+        (["--label-field", "label", "--ema", "1"], r"--ema must be in \[0, 1\)"),
+        (
             ["--label-field", "label", "--head", "mean", "--label-texts", "/nonexistent.json"],
             "not a readable JSON file",
         ),
@@ -272,6 +277,7 @@ def test_cli_bad_model_folders_and_one_class(tiny_checkpoints, tmp_path):
             "only one class",
         ),
         (["--label-field", "label"], "--label-field applies to --model DIR"),
+        (["--ema", "0.9", "--lr-schedule", "linear"], "--lr-schedule, --ema apply to --model DIR"),
         (["--model", tiny_checkpoints["bert"], "--label-field", "label"], "--model needs --data"),
     ]:
         r = _cli(*args, "--out", out)
@@ -607,12 +613,17 @@ def test_cli_fine_tunes_with_the_mean_head_from_label_texts(tiny_checkpoints, tm
         "1",
         "--max-length",
         "24",
+        "--lr-schedule",
+        "linear",
+        "--ema",
+        "0.5",
         "--no-baseline",
         "--out",
         out,
     )
     assert r.exit_code == 0, r.output
-    assert json.loads((out / "utility.json").read_text())["recipe"]["head"] == "mean"
+    recipe = json.loads((out / "utility.json").read_text())["recipe"]
+    assert (recipe["head"], recipe["schedule"], recipe["ema"]) == ("mean", "linear", 0.5)
     model, _ = load_mean_pool_classifier(out / "model", num_labels=2)
     assert model.config.id2label == {0: "neg", 1: "pos"}
     bad = tmp_path / "bad.json"
@@ -632,3 +643,73 @@ def test_cli_fine_tunes_with_the_mean_head_from_label_texts(tiny_checkpoints, tm
         tmp_path / "run2",
     )
     assert r.exit_code == 2 and "missing: ['neg']" in r.output and not (tmp_path / "run2").exists()
+
+
+def test_weight_average_is_torchs_ema_of_the_iterates_and_the_linear_schedule_reaches_zero():
+    from privnlp.mechanisms.training.finetune import _StepHooks
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.4)
+    hooks = _StepHooks(model, replace(FAST, lr=0.4, schedule="linear", ema=0.75), steps=4)
+    gen = torch.Generator().manual_seed(0)
+    expected, lrs = None, []
+    for done in range(1, 5):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen))
+        w = [p.detach().clone() for p in model.parameters()]
+        # the first step's weights, then 0.75 * average + 0.25 * weights
+        expected = w if expected is None else [0.75 * e + 0.25 * x for e, x in zip(expected, w)]
+        hooks(opt, done)
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([0.3, 0.2, 0.1, 0.0])
+    hooks.finish()
+    for p, e in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.detach(), e, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("field, value", [("schedule", "cosine"), ("ema", 1.0), ("ema", -0.1)])
+def test_bad_schedule_or_ema_names_the_field_and_the_allowed_values(field, value):
+    with pytest.raises(InvalidArgument, match=rf"{field} must be"):
+        replace(FAST, **{field: value})
+
+
+def test_dp_fine_tuning_returns_the_weight_average_at_the_same_epsilon(tiny_checkpoints):
+    data = read_labelled(tiny_checkpoints["data"], label_field="label")
+    dp = {"noise_multiplier": 1.0, "accountant": "rdp", "rng": 0}
+
+    def run(**kw):
+        return fine_tune(
+            tiny_checkpoints["bert"],
+            data,
+            task="classification",
+            recipe=replace(FAST, **kw),
+            dp=dp,
+            baseline=False,
+        )
+
+    last, near_zero, averaged, linear = run(), run(ema=1e-9), run(ema=0.9), run(schedule="linear")
+    assert (
+        last.claim.epsilon
+        == near_zero.claim.epsilon
+        == averaged.claim.epsilon
+        == linear.claim.epsilon
+    )
+    # the linear schedule ran to the end
+    assert linear.private.optimizer.param_groups[0]["lr"] == 0.0
+    assert last.private.optimizer.param_groups[0]["lr"] == FAST.lr
+    w = [dict(r.model.named_parameters()) for r in (last, near_zero, averaged)]
+    name = "classifier.weight"
+    # an average with decay ~0 is the last iterate (same seeded noise); with 0.9 it is not
+    torch.testing.assert_close(w[1][name], w[0][name], atol=1e-6, rtol=0)
+    assert (w[2][name] - w[0][name]).abs().max() > 1e-3
+    # the non-private run takes the same schedule and average
+    none = fine_tune(
+        tiny_checkpoints["bert"],
+        data,
+        task="classification",
+        recipe=replace(FAST, ema=0.9, schedule="linear"),
+        dp=None,
+        baseline=False,
+    )
+    assert none.claim.kind.value == "none" and 0.0 <= none.utility["accuracy"] <= 1.0

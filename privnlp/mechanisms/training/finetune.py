@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import DataLoader, TensorDataset
 
 from privnlp.core.claims import PrivacyClaim
@@ -54,6 +55,7 @@ from .loop import train_private
 __all__ = [
     "TASKS",
     "HEADS",
+    "SCHEDULES",
     "FineTuneRecipe",
     "LabelledTexts",
     "FineTuneResult",
@@ -68,6 +70,7 @@ __all__ = [
 
 TASKS = ("classification", "causal-lm")
 HEADS = ("pooler", "mean")
+SCHEDULES = ("constant", "linear")
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
 
@@ -95,6 +98,12 @@ class FineTuneRecipe:
             :class:`~privnlp.models.pooled.MeanPoolClassifier` (unit-norm mean pooling and a scaled linear head,
             the way sentence encoders such as all-MiniLM-L6-v2 were trained; with ``label_texts`` the head starts
             as the encoder's zero-shot classifier).
+        schedule: the learning rate over the run: ``"constant"``, or ``"linear"`` (from ``lr`` down to 0 at the
+            last step, as Hugging Face's default scheduler without warm-up). Fixed before training: no privacy cost.
+        ema: the decay d of an exponential moving average of the weights (``torch.optim.swa_utils``: the first
+            step's weights, then ``d * average + (1 - d) * weights`` after each step); the average is the model
+            evaluated, returned and saved. Post-processing of the noisy iterates DP-SGD releases anyway: no privacy
+            cost. ``0``: off (the last iterate). In [0, 1); the average holds one more copy of the trained weights.
     """
 
     batch_size: int = 4096
@@ -107,10 +116,16 @@ class FineTuneRecipe:
     device: str = "cpu"
     freeze_embeddings: bool = False
     head: str = "pooler"
+    schedule: str = "constant"
+    ema: float = 0.0
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
             raise InvalidArgument(f"head must be one of {HEADS}; got {self.head!r}")
+        if self.schedule not in SCHEDULES:
+            raise InvalidArgument(f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
+        if not 0.0 <= float(self.ema) < 1.0:
+            raise InvalidArgument(f"ema must be in [0, 1) (0: off); got {self.ema!r}")
         check_range("batch_size", self.batch_size, 1, float("inf"), integer=True)
         check_positive("epochs", self.epochs)
         check_positive("max_grad_norm", self.max_grad_norm)
@@ -445,11 +460,12 @@ def _baseline(
     ``batch`` examples (gradient accumulation over physical batches), no clipping, no noise."""
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=recipe.lr)
+    after_step = _StepHooks(model, recipe, steps)
     loss_fn = _loss_fn(task)
     rng = np.random.default_rng(seed)
     dev = next(model.parameters()).device
     n = len(train)
-    for _ in range(steps):
+    for step in range(steps):
         idx = np.sort(rng.choice(n, size=min(batch, n), replace=False))  # length-sorted chunks
         opt.zero_grad(set_to_none=True)
         for lo in range(0, len(idx), recipe.physical_batch_size):
@@ -457,6 +473,40 @@ def _baseline(
             b = [t[rows].to(dev) for t in train.tensors]
             (loss_fn(model, b).sum() / len(idx)).backward()
         opt.step()
+        after_step(opt, step + 1)
+    after_step.finish()
+
+
+class _StepHooks:
+    """The recipe's learning-rate schedule and weight average, called after each optimizer step.
+
+    ``__call__(optimizer, done)`` sets the next step's learning rate and updates the average (an
+    ``AveragedModel`` copy of ``model`` made before training, so its parameters line up with ``model``'s);
+    ``finish()`` copies the average into ``model``'s parameters (nothing without ``ema``).
+    """
+
+    def __init__(self, model: torch.nn.Module, recipe: FineTuneRecipe, steps: int) -> None:
+        self.model, self.lr, self.schedule, self.steps = model, recipe.lr, recipe.schedule, steps
+        self.average = (
+            AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(recipe.ema))
+            if recipe.ema
+            else None
+        )
+
+    def __call__(self, optimizer: torch.optim.Optimizer, done: int) -> None:
+        if self.schedule == "linear":
+            for group in optimizer.param_groups:
+                group["lr"] = self.lr * max(0.0, 1.0 - done / self.steps)
+        if self.average is not None:
+            self.average.update_parameters(self.model)
+
+    def finish(self) -> None:
+        if self.average is None:
+            return
+        with torch.no_grad():
+            for p, q in zip(self.model.parameters(), self.average.module.parameters(), strict=True):
+                p.copy_(q)
+        self.average = None
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -579,6 +629,7 @@ def fine_tune(
     pt = None
     if dp is not None:
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=recipe.lr)
+        after_step = _StepHooks(model, recipe, steps)
         kw = dict(dp)
         if public_n is not None:
             kw["expected_batch_size"] = batch
@@ -597,7 +648,9 @@ def fine_tune(
             max_physical_batch_size=recipe.physical_batch_size,
             stop_at_budget=True,
             progress=progress,
+            on_step=lambda p, _loss: after_step(p.optimizer, p.steps),
         )
+        after_step.finish()
         claim, statement = res.claim, pt.privacy_statement()
         if res.stopped_by_budget:
             statement += (
