@@ -713,3 +713,32 @@ def test_dp_fine_tuning_returns_the_weight_average_at_the_same_epsilon(tiny_chec
         baseline=False,
     )
     assert none.claim.kind.value == "none" and 0.0 <= none.utility["accuracy"] <= 1.0
+
+
+def test_a_seeded_run_with_dropout_reproduces_and_leaves_torchs_global_rng_alone(
+    tiny_checkpoints, tmp_path
+):
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    cfg = BertConfig.from_pretrained(tiny_checkpoints["bert"])
+    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0.3
+    BertModel.from_pretrained(tiny_checkpoints["bert"], config=cfg).save_pretrained(tmp_path / "m")
+    AutoTokenizer.from_pretrained(tiny_checkpoints["bert"]).save_pretrained(tmp_path / "m")
+    data = read_labelled(tiny_checkpoints["data"], label_field="label")
+
+    def run():
+        # the pooler head is new (random init) and dropout is on: both drew from torch's global RNG before
+        res = fine_tune(
+            tmp_path / "m",
+            data,
+            task="classification",
+            recipe=FAST,
+            dp={"noise_multiplier": 1.0, "accountant": "rdp", "rng": 0},
+        )
+        return {k: v.detach().clone() for k, v in res.model.named_parameters()}, res.baseline
+
+    state = torch.get_rng_state()
+    (a, base_a), (b, base_b) = run(), run()
+    assert torch.equal(torch.get_rng_state(), state)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert base_a == base_b

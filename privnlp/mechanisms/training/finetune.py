@@ -25,7 +25,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -478,6 +479,23 @@ def _baseline(
     after_step.finish()
 
 
+@contextmanager
+def _seeded_torch(seed: int, device: str) -> Iterator[None]:
+    """Seed torch's CPU generator (and the CUDA generator of ``device``) with ``seed`` for the block, then restore
+    their states (``torch.random.fork_rng``): dropout and a new head's initialisation draw from them."""
+    dev = torch.device(device)
+    cuda = (
+        [dev.index if dev.index is not None else torch.cuda.current_device()]
+        if dev.type == "cuda"
+        else []
+    )
+    with torch.random.fork_rng(devices=cuda):
+        torch.default_generator.manual_seed(seed)
+        for i in cuda:
+            torch.cuda.default_generators[i].manual_seed(seed)
+        yield
+
+
 class _StepHooks:
     """The recipe's learning-rate schedule and weight average, called after each optimizer step.
 
@@ -537,7 +555,9 @@ def fine_tune(
             gives ``max_grad_norm``, the expected batch and the steps. ``None``: no DP (``defense none``).
         baseline: also fine-tune a fresh copy of the checkpoint without DP, same recipe and steps, and
             report its held-out metrics beside the DP ones.
-        seed: the non-private randomness (held-out split, baseline batches, head init is the loader's).
+        seed: the non-private randomness: held-out split, baseline batches, a new head's initialisation and
+            dropout (torch's CPU generator and the device's seeded for the run, their states restored after);
+            with ``dp["rng"]`` a seed too, the run reproduces bit for bit on the same machine.
         progress: show a progress bar.
         heldout: the evaluation split (e.g. a validation split for choosing hyperparameters); ``None``: a
             seeded ``recipe.eval_fraction`` of ``data`` is held out.
@@ -595,96 +615,105 @@ def fine_tune(
         train_idx, held_idx = _split(len(data.texts), data.labels, recipe.eval_fraction, seed)
     else:
         train_idx, held_idx = list(range(len(data.texts))), []
-    model, tok = _load(model_dir, task, classes, recipe, label_texts)
-    model.to(recipe.device)
+    # the non-DP randomness (a new head's init, dropout) from `seed`, torch's global state restored after:
+    # with the seeded DP noise (dp rng) the whole run reproduces bit for bit on the same machine
+    with _seeded_torch(seed, recipe.device):
+        model, tok = _load(model_dir, task, classes, recipe, label_texts)
+        model.to(recipe.device)
 
-    def dataset(part: LabelledTexts, idx: Sequence[int]) -> TensorDataset:
-        ids, mask = _tensors(tok, [part.texts[i] for i in idx], recipe.max_length, task)
-        if task == "classification":
-            y = torch.tensor([classes.index(part.labels[i]) for i in idx], dtype=torch.long)
+        def dataset(part: LabelledTexts, idx: Sequence[int]) -> TensorDataset:
+            ids, mask = _tensors(tok, [part.texts[i] for i in idx], recipe.max_length, task)
+            if task == "classification":
+                y = torch.tensor([classes.index(part.labels[i]) for i in idx], dtype=torch.long)
+            else:
+                y = ids.masked_fill(mask == 0, -100)
+            order = _by_length(ids, mask)
+            return TensorDataset(ids[order], mask[order], y[order])
+
+        train = dataset(data, train_idx)
+        held = (
+            dataset(data, held_idx)
+            if heldout is None
+            else dataset(heldout, range(len(heldout.texts)))
+        )
+        test_set = None if test is None else dataset(test, range(len(test.texts)))
+        n_train = len(train)
+        public_n = (dp or {}).get("public_dataset_size")
+        batch = min(recipe.batch_size, max(1, (public_n or n_train) // 4))
+        steps = max(1, int(round(recipe.epochs * (public_n or n_train) / batch)))
+
+        def evaluate(m: Any, final: bool = False) -> dict[str, float]:
+            out = _evaluate(m, held, task, recipe.physical_batch_size, len(classes))
+            if final and test_set is not None:
+                t = _evaluate(m, test_set, task, recipe.physical_batch_size, len(classes))
+                out.update({f"test_{k}": v for k, v in t.items()})
+            return out
+
+        before = evaluate(model)
+        model.train()  # from_pretrained gives an eval-mode model, which opacus refuses
+        sizes = {
+            "train_examples": n_train,
+            "heldout_examples": len(held),
+            "expected_batch_size": batch,
+        }
+        pt = None
+        if dp is not None:
+            opt = torch.optim.AdamW(
+                [p for p in model.parameters() if p.requires_grad], lr=recipe.lr
+            )
+            after_step = _StepHooks(model, recipe, steps)
+            kw = dict(dp)
+            if public_n is not None:
+                kw["expected_batch_size"] = batch
+            pt = make_private(
+                model,
+                opt,
+                DataLoader(train, batch_size=batch),
+                steps=steps,
+                max_grad_norm=recipe.max_grad_norm,
+                **kw,
+            )
+            res = train_private(
+                pt,
+                _loss_fn(task),
+                steps=steps,
+                max_physical_batch_size=recipe.physical_batch_size,
+                stop_at_budget=True,
+                progress=progress,
+                on_step=lambda p, _loss: after_step(p.optimizer, p.steps),
+            )
+            after_step.finish()
+            claim, statement = res.claim, pt.privacy_statement()
+            if res.stopped_by_budget:
+                statement += "\nTraining stopped early: the next step would have exceeded the target epsilon."
+            if label_texts is not None:
+                note = (
+                    "the classification head started from the encoder's embeddings of public per-class texts "
+                    "(label_texts): data-independent, no privacy cost"
+                )
+                claim = replace(claim, notes=(*claim.notes, note))
+                statement += f"\nNote: {note}."
+            model = pt.original_model
+            done = res.steps
         else:
-            y = ids.masked_fill(mask == 0, -100)
-        order = _by_length(ids, mask)
-        return TensorDataset(ids[order], mask[order], y[order])
-
-    train = dataset(data, train_idx)
-    held = (
-        dataset(data, held_idx) if heldout is None else dataset(heldout, range(len(heldout.texts)))
-    )
-    test_set = None if test is None else dataset(test, range(len(test.texts)))
-    n_train = len(train)
-    public_n = (dp or {}).get("public_dataset_size")
-    batch = min(recipe.batch_size, max(1, (public_n or n_train) // 4))
-    steps = max(1, int(round(recipe.epochs * (public_n or n_train) / batch)))
-
-    def evaluate(m: Any, final: bool = False) -> dict[str, float]:
-        out = _evaluate(m, held, task, recipe.physical_batch_size, len(classes))
-        if final and test_set is not None:
-            t = _evaluate(m, test_set, task, recipe.physical_batch_size, len(classes))
-            out.update({f"test_{k}": v for k, v in t.items()})
-        return out
-
-    before = evaluate(model)
-    model.train()  # from_pretrained gives an eval-mode model, which opacus refuses
-    sizes = {"train_examples": n_train, "heldout_examples": len(held), "expected_batch_size": batch}
-    pt = None
-    if dp is not None:
-        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=recipe.lr)
-        after_step = _StepHooks(model, recipe, steps)
-        kw = dict(dp)
-        if public_n is not None:
-            kw["expected_batch_size"] = batch
-        pt = make_private(
-            model,
-            opt,
-            DataLoader(train, batch_size=batch),
-            steps=steps,
-            max_grad_norm=recipe.max_grad_norm,
-            **kw,
-        )
-        res = train_private(
-            pt,
-            _loss_fn(task),
-            steps=steps,
-            max_physical_batch_size=recipe.physical_batch_size,
-            stop_at_budget=True,
-            progress=progress,
-            on_step=lambda p, _loss: after_step(p.optimizer, p.steps),
-        )
-        after_step.finish()
-        claim, statement = res.claim, pt.privacy_statement()
-        if res.stopped_by_budget:
-            statement += (
-                "\nTraining stopped early: the next step would have exceeded the target epsilon."
-            )
-        if label_texts is not None:
-            note = (
-                "the classification head started from the encoder's embeddings of public per-class texts "
-                "(label_texts): data-independent, no privacy cost"
-            )
-            claim = replace(claim, notes=(*claim.notes, note))
-            statement += f"\nNote: {note}."
-        model = pt.original_model
-        done = res.steps
-    else:
-        _baseline(model, train, recipe, steps, batch, task, seed)
-        claim = PrivacyClaim.none()
-        statement, done = claim.statement(), steps
-    after = evaluate(model, final=True)
-    utility = {
-        **after,
-        **{f"{k}_before": v for k, v in before.items()},
-        "steps": done,
-        **sizes,
-    }
-    base = None
-    if baseline and dp is not None:
-        bmodel, _ = _load(model_dir, task, classes, recipe, label_texts)
-        bmodel.to(recipe.device)
-        _baseline(bmodel, train, recipe, steps, batch, task, seed)
-        base = {**evaluate(bmodel, final=True), "steps": steps, **sizes}
-        del bmodel
-    return FineTuneResult(task, claim, statement, utility, base, model, tok, pt)
+            _baseline(model, train, recipe, steps, batch, task, seed)
+            claim = PrivacyClaim.none()
+            statement, done = claim.statement(), steps
+        after = evaluate(model, final=True)
+        utility = {
+            **after,
+            **{f"{k}_before": v for k, v in before.items()},
+            "steps": done,
+            **sizes,
+        }
+        base = None
+        if baseline and dp is not None:
+            bmodel, _ = _load(model_dir, task, classes, recipe, label_texts)
+            bmodel.to(recipe.device)
+            _baseline(bmodel, train, recipe, steps, batch, task, seed)
+            base = {**evaluate(bmodel, final=True), "steps": steps, **sizes}
+            del bmodel
+        return FineTuneResult(task, claim, statement, utility, base, model, tok, pt)
 
 
 @dataclass(frozen=True)
