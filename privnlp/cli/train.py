@@ -507,6 +507,13 @@ def _fine_tune(
         raise InvalidArgument("--model fine-tunes with --defense dp_sgd (default) or none")
     if recipe_flags["device"] not in ("cpu", "cuda"):
         raise InvalidArgument(f"--device must be cpu or cuda; got {recipe_flags['device']!r}")
+    from privnlp.mechanisms.training.devices import (
+        resolve_device,
+    )  # imports torch: only when the command runs
+
+    resolve_device(
+        recipe_flags["device"], name="--device"
+    )  # cuda where torch sees none: one line, exit 2
     if data is None:
         raise InvalidArgument("--model needs --data (a .jsonl or .csv file of records)")
     # fine-tuning imports torch and transformers: loaded only when the command runs

@@ -742,3 +742,36 @@ def test_a_seeded_run_with_dropout_reproduces_and_leaves_torchs_global_rng_alone
     assert torch.equal(torch.get_rng_state(), state)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert base_a == base_b
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
+)
+def test_cuda_without_cuda_is_refused_before_any_work(tiny_checkpoints, tmp_path):
+    data = read_labelled(tiny_checkpoints["data"], label_field="label")
+    with pytest.raises(
+        InvalidArgument, match="device 'cuda' requested but torch sees no CUDA device"
+    ):
+        fine_tune(
+            tiny_checkpoints["bert"],
+            data,
+            task="classification",
+            recipe=replace(FAST, device="cuda"),
+        )
+    out = tmp_path / "run"
+    r = _cli(
+        "--model",
+        tiny_checkpoints["bert"],
+        "--data",
+        tiny_checkpoints["data"],
+        "--label-field",
+        "label",
+        "--device",
+        "cuda",
+        "--out",
+        out,
+    )
+    assert r.exit_code == 2 and "--device 'cuda' requested but torch sees no CUDA" in r.output, (
+        r.output
+    )
+    assert len(r.output.strip().splitlines()) == 1 and not out.exists()

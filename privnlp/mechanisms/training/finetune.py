@@ -45,6 +45,7 @@ from privnlp.models.pretrained import (
     load_mean_pool_classifier,
 )
 
+from .devices import resolve_device
 from .dp_sgd import (
     PrivateTraining,
     per_sample_classification_loss,
@@ -572,6 +573,9 @@ def fine_tune(
             causal LM), one class only, fewer than 4 records.
     """
     check_model_dir(model_dir, task)
+    resolve_device(
+        recipe.device, name="device"
+    )  # a CUDA request without CUDA: refused before any work
     if task == "classification":
         if data.labels is None:
             raise InvalidArgument("--label-field is required to fine-tune a classifier")
