@@ -61,17 +61,24 @@ PYEOF
   echo "exit: ${PIPESTATUS[0]}" | tee -a "$OUT/realistic.txt"
   exit 0
 fi
-[ -f .gpu_carry/debian_sections.json.gz ] || { echo "run scripts/gpu/prepare_carry.sh first (carry .gpu_carry)"; exit 1; }
+# FT=0: no fine-tune (a call that carries .gpu_carry31 for #31 cannot carry .gpu_carry too: 64 MiB)
+[ "${FT:-1}" = 0 ] || [ -f .gpu_carry/debian_sections.json.gz ] \
+  || { echo "run scripts/gpu/prepare_carry.sh first (carry .gpu_carry)"; exit 1; }
 # budget of one 10-minute call (BUDGET seconds from the start of this script): each part's timeout is what is left
 BUDGET=${BUDGET:-560}
 left() { echo $((BUDGET - SECONDS)); }
 python3 -c "import torch; a = torch.randn(8, 8, device='cuda', dtype=torch.bfloat16); \
 print('mm out_dtype (book-keeping bf16 GEMMs):', torch.mm(a, a, out_dtype=torch.float32).dtype)" 2>&1 | tee -a "$OUT/device.txt"
-# the CUDA-only tests (they skip on CPU)
-timeout 120 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/training/test_devices.py \
+# issue #31 item 3 when .gpu_carry31 is carried (scripts/gpu/prepare_glove_carry.sh): the device path on GloVe
+if [ -f .gpu_carry31/glove_fp16.npz ]; then
+  timeout 150 python3 benchmarks/sanitize_throughput.py --device cuda --vectors-file .gpu_carry31/glove_fp16.npz \
+    --tokens 262144 --check 10000 2>&1 | tee "$OUT/glove.txt"
+fi
+# the CUDA-only tests (they skip on CPU; TESTS=0 skips them)
+[ "${TESTS:-1}" = 0 ] || timeout 120 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/training/test_devices.py \
   tests/training/test_bookkeeping_norms.py tests/training/test_bookkeeping_review.py \
   tests/training/test_low_precision_sums.py tests/training/test_rounding_margin.py > "$OUT/tests.txt" 2>&1
-grep -E "^(FAILED|ERROR|E |SKIPPED)|passed|failed" "$OUT/tests.txt" | tail -25
+[ "${TESTS:-1}" = 0 ] || grep -E "^(FAILED|ERROR|E |SKIPPED)|passed|failed" "$OUT/tests.txt" | tail -25
 # item 5: every mode and opacus' hooks, fp32 and bf16 autocast (BENCH=0 skips)
 # BENCH_DTYPES before the fine-tune, BENCH_AFTER after it if time is left; FT_ARGS: extra fine-tune arguments
 # (e.g. --skip-nonprivate); RESERVE: seconds kept back from the fine-tune for what follows it
@@ -88,13 +95,14 @@ bench() {
 for dtype in ${BENCH_DTYPES-fp32 bf16}; do bench "$dtype"; done
 echo "== bench done at ${SECONDS} s"
 # item 6: DP fine-tuning of MiniLM, tuned on validation (JSON rewritten after each setting: a cut run keeps them)
-timeout $(( $(left) - ${RESERVE:-60} )) python3 scripts/gpu/dp_finetune_debian.py --carry .gpu_carry --device cuda \
+[ "${FT:-1}" = 0 ] || timeout $(( $(left) - ${RESERVE:-60} )) python3 scripts/gpu/dp_finetune_debian.py --carry .gpu_carry --device cuda \
   ${FT_ARGS:-} --out "$OUT/finetune.json" 2>&1 | grep -v "LOAD REPORT\|MISSING\|^Key\|^---\|^Notes\|^- MISSING\|^$" \
   | tee "$OUT/finetune.txt"
 echo "== finetune done at ${SECONDS} s"
 for dtype in ${BENCH_AFTER:-}; do bench "$dtype"; done
 # where a bf16 book-keeping step spends its time (forward / backward / clipped sum / noise / AdamW), if time is left
-for cfg in "bert-base 32 128" "gpt2-small 16 256"; do
+# (PROFILE=0 skips it)
+[ "${PROFILE:-1}" = 0 ] || for cfg in "bert-base 32 128" "gpt2-small 16 256"; do
   set -- $cfg
   [ "$(left)" -gt 35 ] || break
   timeout $(( $(left) - 5 )) python3 benchmarks/dp_sgd_overhead.py --model "$1" --batch "$2" --seq-len "$3" \

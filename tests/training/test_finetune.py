@@ -353,8 +353,14 @@ def test_hyperparameters_are_chosen_on_validation_and_only_the_chosen_test_numbe
         return real(*a, **kw)
 
     monkeypatch.setattr(ft, "fine_tune", spy)
-    sel = ft.tune_on_validation(tiny_checkpoints["bert"], task, [bad, good], dp=None)
+    running = []
+    sel = ft.tune_on_validation(
+        tiny_checkpoints["bert"], task, [bad, good], dp=None, on_candidate=running.append
+    )
     assert sel.chosen == good and [r for r, _ in sel.validation] == [bad, good]
+    # the running selection after each candidate: a grid cut after the first keeps its (only) choice
+    assert [len(x.validation) for x in running] == [1, 2] and running[0].chosen == bad
+    assert running[-1] == sel
     assert sel.validation[1][1] > sel.validation[0][1]  # chosen by its validation accuracy
     assert sel.test == 1.0 and sel.claim.kind.value == "none"
     # every run evaluates on the validation split; the test split is only scored

@@ -25,7 +25,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -763,6 +763,7 @@ def tune_on_validation(
     seed: int = 0,
     progress: bool = False,
     label_texts: Mapping[str, str] | None = None,
+    on_candidate: Callable[[Selection], None] | None = None,
 ) -> Selection:
     """Fine-tune with each of ``recipes`` on ``task``'s training split, keep the one with the best validation
     accuracy, and report its test accuracy (the test split never takes part in the choice).
@@ -775,6 +776,8 @@ def tune_on_validation(
         seed: non-private randomness.
         progress: progress bars.
         label_texts: :func:`fine_tune`'s (for the candidates with ``head="mean"``; ignored by the others).
+        on_candidate: called after each candidate with the selection over the candidates run so far (a
+            long grid cut short keeps a result chosen, as the whole one is, on validation only).
     """
     if not recipes:
         raise InvalidArgument("recipes must hold at least one FineTuneRecipe")
@@ -797,6 +800,8 @@ def tune_on_validation(
         scores.append((r, float(res.utility["accuracy"])))
         if best is None or scores[-1][1] > best[0]:
             best = (scores[-1][1], r, float(res.utility["test_accuracy"]), res.claim)
+        if on_candidate is not None:
+            on_candidate(Selection(best[1], tuple(scores), best[2], best[3]))
     return Selection(best[1], tuple(scores), best[2], best[3])
 
 
