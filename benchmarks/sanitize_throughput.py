@@ -182,7 +182,7 @@ def device_bench(
     print(f"  ratio device / CPU exact: {(tokens / dt) / (check / dt_cpu):.1f}x")
     print(f"  equal to the CPU exact index on {check} tokens: {same}")
     # the whole mechanism as `privnlp sanitize --device` runs it: noise, top-2 on the device, Vickrey choice
-    m_dev = Vickrey(eps, embeddings=emb, device=device)
+    m_dev = Vickrey(eps, embeddings=emb, device="torch-cpu" if device == "cpu" else device)
     m_cpu = Vickrey(eps, embeddings=emb, index="exact")
     m_dev.perturb_ids(ids[:8192], rng=np.random.default_rng(1))  # warm-up
     torch.cuda.synchronize() if device.startswith("cuda") else None
@@ -197,10 +197,30 @@ def device_bench(
     )
     kept = float(np.mean(out == ids))
     print(
-        f"  Vickrey(epsilon={eps:g}, device={device!r}).perturb_ids (noise + top-2 + choice): "
+        f"  Vickrey(epsilon={eps:g}, device={m_dev.device!r}).perturb_ids (noise + top-2 + choice): "
         f"{tokens / dt_all:,.0f} words/s ({tokens} words, {dt_all:.2f} s; {kept:.1%} kept)"
     )
     print(f"  same output as Vickrey(index='exact') on the CPU, same seed, {check} words: {same_m}")
+    # the CLI's path (`privnlp sanitize --device`): texts -> units, noise drawn up front, searches of
+    # DEVICE_SEARCH_BLOCKS blocks, detokenisation; records of 100 words of the same frequency-weighted stream
+    words = [emb.words[i] for i in ids]
+    texts = [" ".join(words[a : a + 100]) for a in range(0, tokens, 100)]
+    m_dev.sanitize_many(texts[:82], rng=np.random.default_rng(4))  # warm-up
+    torch.cuda.synchronize() if device.startswith("cuda") else None
+    t0 = time.perf_counter()
+    res_all = m_dev.sanitize_many(texts, rng=np.random.default_rng(5))
+    dt_s = time.perf_counter() - t0
+    n_w = sum(r.n_words for r in res_all)
+    n_p = sum(r.n_perturbed for r in res_all)
+    nc = max(1, check // 100)
+    same_s = [r.text for r in m_dev.sanitize_many(texts[:nc], seed=6)] == [
+        r.text for r in m_cpu.sanitize_many(texts[:nc], seed=6)
+    ]
+    print(
+        f"  Vickrey.sanitize_many on the device ({len(texts)} records of 100 words): "
+        f"{n_w / dt_s:,.0f} words/s ({n_w} words, {n_p} perturbed, {dt_s:.2f} s)"
+    )
+    print(f"  same output as the CPU exact path, --seed, {nc} records: {same_s}")
 
 
 def main() -> None:

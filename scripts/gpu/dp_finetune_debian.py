@@ -60,6 +60,18 @@ DP_GRID = [
     FineTuneRecipe(
         batch_size=4096, epochs=40, max_grad_norm=0.1, lr=2e-3, max_length=32, head="mean"
     ),
+    FineTuneRecipe(
+        batch_size=4096, epochs=20, max_grad_norm=0.1, lr=3e-3, max_length=32, head="mean"
+    ),
+    FineTuneRecipe(
+        batch_size=4096,
+        epochs=20,
+        max_grad_norm=0.1,
+        lr=2e-3,
+        max_length=32,
+        head="mean",
+        freeze_embeddings=True,
+    ),
 ]
 NONPRIVATE_GRID = [
     FineTuneRecipe(batch_size=32, epochs=3, max_grad_norm=1.0, lr=5e-5, max_length=32),

@@ -66,3 +66,29 @@ def test_device_refuses_approximate_index(emb):
 
     with pytest.raises(InvalidArgument, match="index must be 'auto' or 'exact'"):
         Vickrey(3.0, embeddings=emb, index="faiss", device="cuda")
+
+
+def test_device_search_batches_span_blocks_and_keep_the_output(emb, monkeypatch):
+    """The device path searches many blocks per query (so the CPU re-rank of one block overlaps the next
+    block's GEMM) whatever batch_tokens is; the noise is drawn before, so the output is the CPU one."""
+    from privnlp.mechanisms.text import mechanisms
+
+    dev = "torch-cpu" if DEVICE == "cpu" else DEVICE
+    texts = [" ".join(emb.words[i] for i in range(j, 6000, 37)) for j in range(12)]
+    sizes = []
+    real = TorchIndex.query
+
+    def spy(self, q, k):
+        sizes.append(len(q))
+        return real(self, q, k)
+
+    monkeypatch.setattr(TorchIndex, "query", spy)
+    monkeypatch.setattr(mechanisms, "DEVICE_SEARCH_BLOCKS", 2)
+    cpu = Vickrey(3.0, embeddings=emb, index="exact", batch_tokens=64)
+    gpu = Vickrey(3.0, embeddings=emb, device=dev, batch_tokens=64)
+    gpu._nn().block = 300
+    a = [r.text for r in cpu.sanitize_many(texts, seed=5)]
+    b = [r.text for r in gpu.sanitize_many(texts, seed=5)]
+    assert a == b and a != texts
+    n = sum(len(t.split()) for t in texts)  # searches of 600 words (2 blocks), not 64
+    assert sizes == [600] * (n // 600) + [n % 600]
