@@ -109,7 +109,10 @@ def train(
     ),
     accountant: str = typer.Option("prv", "--accountant", help="prv (default) or rdp."),
     freeze_embeddings: bool = typer.Option(
-        False, "--freeze-embeddings", help="Also freeze word embeddings."
+        False,
+        "--freeze-embeddings",
+        help="Freeze the word embeddings (with --model also the position embeddings: they stay the "
+        "checkpoint's, so DP noises fewer parameters).",
     ),
     epochs: float | None = typer.Option(
         None, "--epochs", help="Passes over the data (> 0; default 1, with --model 20)."
@@ -250,6 +253,7 @@ def train(
                     "head": head,
                     "schedule": lr_schedule,
                     "ema": ema,
+                    "freeze_embeddings": True if freeze_embeddings else None,
                 },
                 label_texts=label_texts,
                 refused={

@@ -623,6 +623,7 @@ def test_cli_fine_tunes_with_the_mean_head_from_label_texts(tiny_checkpoints, tm
         "linear",
         "--ema",
         "0.5",
+        "--freeze-embeddings",
         "--no-baseline",
         "--out",
         out,
@@ -630,8 +631,14 @@ def test_cli_fine_tunes_with_the_mean_head_from_label_texts(tiny_checkpoints, tm
     assert r.exit_code == 0, r.output
     recipe = json.loads((out / "utility.json").read_text())["recipe"]
     assert (recipe["head"], recipe["schedule"], recipe["ema"]) == ("mean", "linear", 0.5)
+    assert recipe["freeze_embeddings"] is True
     model, _ = load_mean_pool_classifier(out / "model", num_labels=2)
     assert model.config.id2label == {0: "neg", 1: "pos"}
+    # --freeze-embeddings reaches the recipe: the word and position tables are the checkpoint's
+    start = AutoModelForSequenceClassification.from_pretrained(tiny_checkpoints["bert"]).bert
+    for name in ("word_embeddings", "position_embeddings"):
+        after = getattr(model.encoder.embeddings, name).weight
+        torch.testing.assert_close(after, getattr(start.embeddings, name).weight, atol=0, rtol=0)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"pos": "liked"}))
     r = _cli(
