@@ -36,6 +36,10 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--schedule", default="constant", choices=["constant", "linear"])
     ap.add_argument("--ema", type=float, default=0.0, help="decay of the weight average (0: off)")
+    ap.add_argument(
+        "--lora-rank", type=int, default=0, help="DP-LoRA adapters of this rank (0: full)"
+    )
+    ap.add_argument("--freeze-embeddings", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     task = debian_sections_task()
@@ -50,6 +54,8 @@ def main() -> None:
         head=args.head,
         schedule=args.schedule,
         ema=args.ema,
+        lora_rank=args.lora_rank,
+        freeze_embeddings=args.freeze_embeddings,
     )
     dp = (
         None

@@ -90,6 +90,12 @@ def train(
         help="With --model: decay in [0, 1) of an average of the weights over the steps, the model kept and "
         "saved (0: the last step's, default). Post-processing: no privacy cost.",
     ),
+    lora_rank: int | None = typer.Option(
+        None,
+        "--lora-rank",
+        help="With --model: DP-LoRA, rank-r adapters on every linear layer but the head (the head trained in "
+        "full, the rest frozen; saved merged), r in [1, 4096]; 0: full fine-tuning (default). Needs peft.",
+    ),
     defense: str = typer.Option("dp_sgd", "--defense", help=f"One of {', '.join(DEFENSES)}."),
     epsilon: float | None = typer.Option(
         None,
@@ -253,6 +259,7 @@ def train(
                     "head": head,
                     "schedule": lr_schedule,
                     "ema": ema,
+                    "lora_rank": lora_rank,
                     "freeze_embeddings": True if freeze_embeddings else None,
                 },
                 label_texts=label_texts,
@@ -276,6 +283,7 @@ def train(
                 ("--label-texts", label_texts),
                 ("--lr-schedule", lr_schedule),
                 ("--ema", ema),
+                ("--lora-rank", lora_rank),
             )
             if v is not None
         ]
@@ -546,6 +554,10 @@ def _fine_tune(
         )
     if recipe_flags.get("ema") is not None and not 0.0 <= recipe_flags["ema"] < 1.0:
         raise InvalidArgument(f"--ema must be in [0, 1) (0: off); got {recipe_flags['ema']!r}")
+    if recipe_flags.get("lora_rank") is not None and not 0 <= recipe_flags["lora_rank"] <= 4096:
+        raise InvalidArgument(
+            f"--lora-rank must be an integer in [0, 4096] (0: full fine-tuning); got {recipe_flags['lora_rank']!r}"
+        )
     texts_by_label = None
     if label_texts is not None:
         if recipe_flags.get("head") != "mean":

@@ -788,3 +788,107 @@ def test_cuda_without_cuda_is_refused_before_any_work(tiny_checkpoints, tmp_path
         r.output
     )
     assert len(r.output.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("head", ["pooler", "mean"])
+def test_lora_fine_tune_trains_adapters_and_head_only_and_returns_the_merged_model(
+    tiny_checkpoints, tmp_path, head
+):
+    """recipe.lora_rank: DP on the adapters and the head only (base weights byte-identical, checked by the run),
+    the returned model is a plain one with the adapters merged, and it saves and reloads."""
+    pytest.importorskip("peft")
+    data = read_labelled(tiny_checkpoints["data"], label_field="label")
+    start = AutoModelForSequenceClassification.from_pretrained(tiny_checkpoints["bert"]).bert
+    res = fine_tune(
+        tiny_checkpoints["bert"],
+        data,
+        task="classification",
+        recipe=replace(FAST, lora_rank=2, head=head),
+        dp={"noise_multiplier": 1.0, "accountant": "rdp", "rng": 0},
+        baseline=True,
+    )
+    note = next(n for n in res.claim.notes if n.startswith("DP-LoRA"))
+    n_adapter = int(re.search(r"\((\d+) parameters\)", note).group(1))
+    n_base = sum(p.numel() for p in start.parameters())
+    assert 0 < n_adapter < n_base / 5  # adapters and the head, not the encoder
+    names = [n for n, _ in res.model.named_parameters()]
+    assert not any("lora_" in n or "modules_to_save" in n for n in names)  # merged: no peft left
+    enc = res.model.bert if head == "pooler" else res.model.encoder
+    # the embeddings are no LoRA target: the checkpoint's, bit for bit; a query weight moved by its merged adapter
+    torch.testing.assert_close(
+        enc.embeddings.word_embeddings.weight,
+        start.embeddings.word_embeddings.weight,
+        rtol=0,
+        atol=0,
+    )
+    q0, q1 = start.encoder.layer[0].attention.self.query, enc.encoder.layer[0].attention.self.query
+    assert not torch.equal(q1.weight, q0.weight) and q1.weight.shape == q0.weight.shape
+    assert res.baseline is not None and res.utility["steps"] == res.baseline["steps"]
+    out = res.save(tmp_path / "model")
+    if head == "pooler":
+        again = AutoModelForSequenceClassification.from_pretrained(out)
+        torch.testing.assert_close(
+            again.bert.encoder.layer[0].attention.self.query.weight, q1.weight
+        )
+
+
+def test_lora_fine_tune_of_a_gpt2_lm_adapts_its_conv1d_layers(tiny_checkpoints):
+    pytest.importorskip("peft")
+    data = read_labelled(tiny_checkpoints["data"])
+    start = AutoModelForCausalLM.from_pretrained(tiny_checkpoints["gpt2"])
+    res = fine_tune(
+        tiny_checkpoints["gpt2"],
+        data,
+        task="causal-lm",
+        recipe=replace(FAST, lora_rank=4, lr=2e-2),
+        dp={"noise_multiplier": 0.5, "accountant": "rdp", "rng": 0},
+        baseline=False,
+    )
+    assert res.utility["perplexity"] < res.utility["perplexity_before"]
+    assert any(n.startswith("DP-LoRA") for n in res.claim.notes)
+    a0, a1 = start.transformer.h[0].attn.c_attn, res.model.transformer.h[0].attn.c_attn
+    assert (
+        type(a1) is type(a0) and a1.weight.shape == a0.weight.shape
+    )  # merged back into the Conv1D
+    assert not torch.equal(a1.weight, a0.weight)
+    torch.testing.assert_close(
+        res.model.transformer.wte.weight, start.transformer.wte.weight, rtol=0, atol=0
+    )
+
+
+def test_lora_rank_out_of_range_is_named():
+    with pytest.raises(InvalidArgument, match=r"lora_rank"):
+        replace(FAST, lora_rank=-1)
+
+
+def test_cli_lora_rank_is_recorded_and_bad_values_refused(tiny_checkpoints, tmp_path):
+    pytest.importorskip("peft")
+    common = [
+        "--model",
+        tiny_checkpoints["bert"],
+        "--data",
+        tiny_checkpoints["data"],
+        "--label-field",
+        "label",
+        "--epsilon",
+        "50",
+        "--accountant",
+        "rdp",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "1",
+        "--max-length",
+        "16",
+        "--no-baseline",
+    ]
+    out = tmp_path / "run"
+    r = _cli(*common, "--lora-rank", "2", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "utility.json").read_text())["recipe"]["lora_rank"] == 2
+    assert "DP-LoRA" in json.loads((out / "claim.json").read_text())["notes"][0]
+    r = _cli(*common, "--lora-rank", "-3", "--out", tmp_path / "bad")
+    assert r.exit_code == 2 and "--lora-rank must be an integer in [0, 4096]" in r.output
+    assert not (tmp_path / "bad").exists()
+    r = _cli("--lora-rank", "2", "--out", tmp_path / "bad2")  # the bundled tiny GPT-2: no --model
+    assert r.exit_code == 2 and "--lora-rank" in r.output and not (tmp_path / "bad2").exists()

@@ -37,7 +37,13 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import DataLoader, TensorDataset
 
 from privnlp.core.claims import PrivacyClaim
-from privnlp.core.errors import InvalidArgument, MalformedInput, check_positive, check_range
+from privnlp.core.errors import (
+    InvalidArgument,
+    MalformedInput,
+    MissingDependency,
+    check_positive,
+    check_range,
+)
 from privnlp.models.pretrained import (
     CheckpointNotFound,
     load_classifier,
@@ -54,6 +60,8 @@ from .dp_sgd import (
 from .embedding import freeze_embeddings, position_embedding_modules
 from .engine import make_private
 from .loop import train_private
+from .lora import verify_base_unchanged
+from .samplers import is_conv1d
 
 __all__ = [
     "TASKS",
@@ -107,6 +115,10 @@ class FineTuneRecipe:
             step's weights, then ``d * average + (1 - d) * weights`` after each step); the average is the model
             evaluated, returned and saved. Post-processing of the noisy iterates DP-SGD releases anyway: no privacy
             cost. ``0``: off (the last iterate). In [0, 1); the average holds one more copy of the trained weights.
+        lora_rank: ``0``: full fine-tuning. ``r >= 1``: DP-LoRA (Yu et al. 2022; ``peft``, the ``hf`` extra): rank-r
+            adapters (alpha = 2 r, no dropout) on every linear layer of the model but its head, the head trained
+            in full (peft ``modules_to_save``), every other weight frozen (checked byte-identical after a DP run);
+            the returned and saved model has the adapters merged. Applied to the non-private baseline too.
     """
 
     batch_size: int = 4096
@@ -121,6 +133,7 @@ class FineTuneRecipe:
     head: str = "pooler"
     schedule: str = "constant"
     ema: float = 0.0
+    lora_rank: int = 0
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
@@ -130,6 +143,7 @@ class FineTuneRecipe:
         if not 0.0 <= float(self.ema) < 1.0:
             raise InvalidArgument(f"ema must be in [0, 1) (0: off); got {self.ema!r}")
         check_range("batch_size", self.batch_size, 1, float("inf"), integer=True)
+        check_range("lora_rank", self.lora_rank, 0, 4096, integer=True)
         check_positive("epochs", self.epochs)
         check_positive("max_grad_norm", self.max_grad_norm)
         check_positive("lr", self.lr)
@@ -354,7 +368,42 @@ def _load(
         model.init_head_from_texts(tok, [label_texts[c] for c in classes])
     if recipe.freeze_embeddings:
         freeze_embeddings(model, word=True, position=bool(position_embedding_modules(model)))
+    if recipe.lora_rank:
+        model = _with_lora(model, recipe.lora_rank, task)
     return model, tok
+
+
+#: the names of a model's head (trained in full under LoRA): privnlp's mean head, HF's classifiers, LM heads
+_HEAD_NAMES = ("head", "classifier", "score", "lm_head")
+
+
+def _with_lora(model: Any, rank: int, task: str) -> Any:
+    """``model`` as a peft model with rank-``rank`` LoRA adapters on every linear layer but the head, the head
+    (classification) trained in full as a peft ``modules_to_save`` copy; everything else frozen."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:  # pragma: no cover - peft is in the hf extra, installed by make
+        raise MissingDependency("peft", "hf") from e
+    top = {n.split(".")[0] for n, _ in model.named_children()}
+    heads = [h for h in _HEAD_NAMES if h in top] if task == "classification" else []
+    leaves, conv1d = set(), False
+    for name, mod in model.named_modules():
+        if not name or name.split(".")[0] in _HEAD_NAMES:
+            continue
+        if isinstance(mod, torch.nn.Linear) or is_conv1d(mod):
+            leaves.add(name.rsplit(".", 1)[-1])
+            conv1d = conv1d or is_conv1d(mod)
+    if not leaves:
+        raise InvalidArgument("lora_rank: the model has no linear layer outside its head to adapt")
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        lora_dropout=0.0,
+        target_modules=sorted(leaves),
+        modules_to_save=heads or None,
+        fan_in_fan_out=conv1d,
+    )
+    return get_peft_model(model, config)
 
 
 def _tensors(tok: Any, texts: Sequence[str], max_length: int, task: str) -> tuple[Any, Any]:
@@ -698,11 +747,17 @@ def fine_tune(
                 claim = replace(claim, notes=(*claim.notes, note))
                 statement += f"\nNote: {note}."
             model = pt.original_model
+            if recipe.lora_rank:
+                verify_base_unchanged(pt)  # the claim covers the adapters (and the head) only
             done = res.steps
         else:
             _baseline(model, train, recipe, steps, batch, task, seed)
             claim = PrivacyClaim.none()
             statement, done = claim.statement(), steps
+        if (
+            recipe.lora_rank
+        ):  # the adapters merged: a plain model (save_pretrained, no peft to load it)
+            model = model.merge_and_unload()
         after = evaluate(model, final=True)
         utility = {
             **after,
