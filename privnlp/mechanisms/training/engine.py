@@ -549,6 +549,7 @@ class DPEngine:
         )
         if dist_ctx is None:  # (distributed.attach installs the split noise of several ranks)
             _lean_noise(dp_opt)
+            _lean_scale(dp_opt)
         if (
             mode == "bookkeeping"
         ):  # one backward pass, clipped sums from book-kept activations (issue #20)
@@ -615,6 +616,19 @@ def _lean_noise(optimizer: Any) -> None:
         noise_summed_grads(optimizer, optimizer.noise_multiplier * optimizer.max_grad_norm)
 
     optimizer.add_noise = add_noise
+
+
+def _lean_scale(optimizer: Any) -> None:
+    """opacus' ``scale_grad`` (the mean reduction's division by the expected batch size) as one multi-tensor
+    division instead of one per parameter: the same quotients, ~200 kernel launches less per step for a BERT-base
+    on a GPU."""
+
+    def scale_grad() -> None:
+        if optimizer.loss_reduction == "mean":
+            denom = optimizer.expected_batch_size * optimizer.accumulated_iterations
+            torch._foreach_div_([p.grad for p in optimizer.params], float(denom))
+
+    optimizer.scale_grad = scale_grad
 
 
 def _fp32_clipping(optimizer: Any) -> None:
