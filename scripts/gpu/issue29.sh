@@ -14,8 +14,8 @@
 # calls in one session: FT=0 with .gpu_carry31; then the DP grid in two calls). What is left for a GPU session:
 #     run(command="FT=0 TESTS=0 BENCH_DTYPES=fp32 PROFILE=0 BUDGET=200 bash scripts/gpu/issue29.sh",
 #         carry=[".whl", ".gpu_carry31"], timeout_s=240)
-#   (the GloVe bench's sanitize_many line, unmeasured since the 8-block device searches, and the fp32 ratios after
-#   any book-keeping change), and
+#   (the GloVe bench's sanitize_many line, unmeasured since the 8-block device searches; the fp32 / bf16 ratios
+#   since the batched noise draw and the multi-tensor division of the DP step, unmeasured; the CUDA tests), and
 #  * item 8: ITEM8=1 runs `privnlp evaluate --all --preset realistic --device cuda` instead of items 5/6 (its own
 #    call: the 10-minute limit of one command). A preflight prints what the machine lacks before any work: the
 #    MiniLM package (a shim serving the carried .gpu_carry/minilm as fp32 stands in), /usr/share/common-licenses,
@@ -86,7 +86,8 @@ fi
 # the CUDA-only tests (they skip on CPU; TESTS=0 skips them)
 [ "${TESTS:-1}" = 0 ] || timeout 120 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/training/test_devices.py \
   tests/training/test_bookkeeping_norms.py tests/training/test_bookkeeping_review.py \
-  tests/training/test_low_precision_sums.py tests/training/test_rounding_margin.py > "$OUT/tests.txt" 2>&1
+  tests/training/test_low_precision_sums.py tests/training/test_rounding_margin.py \
+  tests/training/test_noise_batched.py > "$OUT/tests.txt" 2>&1
 [ "${TESTS:-1}" = 0 ] || grep -E "^(FAILED|ERROR|E |SKIPPED)|passed|failed" "$OUT/tests.txt" | tail -25
 # item 5: every mode and opacus' hooks, fp32 and bf16 autocast (BENCH=0 skips)
 # BENCH_DTYPES before the fine-tune, BENCH_AFTER after it if time is left; FT_ARGS: extra fine-tune arguments
