@@ -809,8 +809,15 @@ def test_lora_fine_tune_trains_adapters_and_head_only_and_returns_the_merged_mod
     )
     note = next(n for n in res.claim.notes if n.startswith("DP-LoRA"))
     n_adapter = int(re.search(r"\((\d+) parameters\)", note).group(1))
-    n_base = sum(p.numel() for p in start.parameters())
-    assert 0 < n_adapter < n_base / 5  # adapters and the head, not the encoder
+    # exactly the rank-2 factors of every linear layer of the body (the mean head's encoder has no pooler) and the
+    # whole head: a frozen head or a missed layer changes the count
+    body = [
+        m
+        for n, m in start.named_modules()
+        if isinstance(m, torch.nn.Linear) and (head == "pooler" or not n.startswith("pooler"))
+    ]
+    n_head = 2 * start.config.hidden_size + 2
+    assert n_adapter == sum(2 * (m.in_features + m.out_features) for m in body) + n_head
     names = [n for n, _ in res.model.named_parameters()]
     assert not any("lora_" in n or "modules_to_save" in n for n in names)  # merged: no peft left
     enc = res.model.bert if head == "pooler" else res.model.encoder
@@ -854,6 +861,39 @@ def test_lora_fine_tune_of_a_gpt2_lm_adapts_its_conv1d_layers(tiny_checkpoints):
     torch.testing.assert_close(
         res.model.transformer.wte.weight, start.transformer.wte.weight, rtol=0, atol=0
     )
+
+
+def test_lora_trains_distilberts_two_head_layers_in_full(tiny_checkpoints, tmp_path):
+    """DistilBERT's head is two new layers (pre_classifier, classifier): both trained in full, no adapter on
+    either (peft matches modules_to_save by suffix: 'classifier' alone also caught the adapted pre_classifier)."""
+    pytest.importorskip("peft")
+    from transformers import AutoTokenizer, DistilBertConfig, DistilBertForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoints["bert"])
+    cfg = DistilBertConfig(
+        vocab_size=len(tok),
+        dim=16,
+        n_layers=1,
+        n_heads=2,
+        hidden_dim=32,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    DistilBertForSequenceClassification(cfg).save_pretrained(tmp_path / "distil")
+    tok.save_pretrained(tmp_path / "distil")
+    res = fine_tune(
+        tmp_path / "distil",
+        read_labelled(tiny_checkpoints["data"], label_field="label"),
+        task="classification",
+        recipe=replace(FAST, lora_rank=2),
+        dp={"noise_multiplier": 1.0, "accountant": "rdp", "rng": 0},
+        baseline=False,
+    )
+    note = next(n for n in res.claim.notes if n.startswith("DP-LoRA"))
+    n_trained = int(re.search(r"\((\d+) parameters\)", note).group(1))
+    body = [m for m in res.model.distilbert.modules() if isinstance(m, torch.nn.Linear)]
+    heads = (16 * 16 + 16) + (16 * 2 + 2)  # pre_classifier and classifier, weights and biases
+    assert n_trained == sum(2 * (m.in_features + m.out_features) for m in body) + heads
 
 
 def test_lora_rank_out_of_range_is_named():

@@ -48,6 +48,8 @@ def test_batched_noise_is_the_flat_draw_split_into_the_parameters():
             p.grad, (flat[off : off + n] + s.reshape(-1)).view_as(p), rtol=0, atol=0
         )
         off += n
+    # every gradient its own storage (views into the flat draw would be deep-copied whole by opacus' ghost optimizer)
+    assert len({p.grad.untyped_storage().data_ptr() for p in opt.params}) == len(opt.params)
     with pytest.raises(ValueError, match="zero_grad"):  # each sum noised once, as opacus checks
         noise_summed_grads(opt, 0.3, batched=True)
 
@@ -146,6 +148,9 @@ def test_a_private_step_with_batched_noise_noises_every_parameter(monkeypatch):
     per = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none").mean(1)
     pt.loss(per).backward()
     pt.optimizer.step()
+    # each tensor noised (its largest coordinate above 1 = 0.16 sd: a tensor of 8 coordinates fails by chance with
+    # probability 0.13^8 < 1e-7), and all of them together at the right scale
+    assert all(float(p.grad.abs().max()) > 1.0 for p in pt.optimizer.params)
     grads = torch.cat([p.grad.reshape(-1) for p in pt.optimizer.params])
     # sigma C / B = 50 * 0.5 / 4 = 6.25 per coordinate; the clipped sums (<= C / B) are negligible beside it
     assert calls == [25.0]  # sigma C, one call for the step

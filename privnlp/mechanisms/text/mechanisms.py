@@ -295,7 +295,13 @@ class WordMetricDP(Mechanism):
             if kind == "exact":
                 nn = make_index(emb, "exact")
             elif kind == "torch":  # "torch-cpu": the device path run on the CPU (tests, checks)
-                nn = make_index(emb, "torch", device=self.device.removeprefix("torch-"))
+                # blocks of at most batch_tokens queries: the device holds one block x vocabulary score matrix
+                nn = make_index(
+                    emb,
+                    "torch",
+                    device=self.device.removeprefix("torch-"),
+                    block=min(8192, int(self.batch_tokens)),
+                )
             else:
                 fixed = self.ann_ef if kind == "hnsw" else self.ann_nprobe
                 nn = make_index(
@@ -730,7 +736,8 @@ class WordMetricDP(Mechanism):
             # the noise is drawn above, so the search batch changes no output: the device index
             # overlaps a block's CPU re-rank with the next block's GEMM only within one query (a
             # 4,096-token batch is one block: device and CPU take turns; perturb_ids' batches measured
-            # 77.6k words/s on an H100 where one large query ran 115k)
+            # 77.6k words/s on an H100 where one large query ran 115k). The blocks stay batch_tokens
+            # queries (_nn), so the device memory does not grow with the search batch.
             bt = max(bt, DEVICE_SEARCH_BLOCKS * nn.block)
         for s in range(0, ids.size, bt):
             b = ids[s : s + bt]

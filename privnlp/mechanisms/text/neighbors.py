@@ -1658,6 +1658,9 @@ class TorchIndex:
                 qb = torch.from_numpy(q[s : s + bs]).to(self.device)
                 S = torch.addmm(P["en"][None, :], qb, P["E"].T, beta=1.0, alpha=-2.0)
                 sv, si = torch.topk(S, kk, dim=1, largest=False, sorted=True)
+                del (
+                    S
+                )  # before the next block's addmm: one block x vocabulary score matrix at a time
                 sv = sv.to("cpu", torch.float64).numpy()
                 cand = si.to("cpu").numpy().astype(np.int64)
                 jobs.append(pool.submit(rerank, s, sv, cand))

@@ -775,7 +775,7 @@ def attach(gsm: nn.Module, model: nn.Module, optimizer: Any, max_grad_norm: floa
         if (
             optimizer.loss_reduction == "mean"
         ):  # scale_grad without opacus' per-sample-gradient count,
-            # one multi-tensor division instead of one kernel per parameter (the same quotients)
+            # one multi-tensor division instead of one kernel per parameter (the same quotients on the CPU; engine._lean_scale)
             torch._foreach_div_(
                 [p.grad for p in optimizer.params], float(optimizer.expected_batch_size)
             )

@@ -162,7 +162,7 @@ def noise_summed_grads(optimizer: Any, std: float, *, batched: bool | None = Non
 
     ``batched`` (``None``: on a CUDA device, not in secure mode): the noise of all parameters whose sums share a
     dtype is one ``torch.normal`` draw of their total size from the same generator, split into the parameters'
-    shapes and added with one ``torch._foreach_add_`` -- the same distribution (every coordinate an independent
+    shapes and added with one ``torch._foreach_add`` (each gradient its own tensor) -- the same distribution (every coordinate an independent
     N(0, std^2)), not the same values as one draw per parameter. On a GPU the per-parameter draws are launch-bound
     (BERT-base: ~200 parameters, 2 kernels each per step; the noise took 5.0-5.3 ms of a book-keeping step on an H100,
     ``scripts/gpu/results/h100-run3.txt``). On the CPU the default keeps opacus' per-parameter draws (bit-identical
@@ -228,11 +228,14 @@ def _noise_batched(optimizer: Any, params: list, std: float) -> None:
             generator=optimizer.generator,
             dtype=dtype,
         )
-        chunks = list(flat.split(sizes))
-        torch._foreach_add_(chunks, [p.summed_grad.reshape(-1) for p in ps])
-        for p, c in zip(ps, chunks, strict=True):
-            p.grad = c.view_as(p).to(
-                p.dtype
-            )  # noised in the sum's dtype, then cast: post-processing
+        # out of place: every gradient its own tensor (a view into one buffer would keep the whole buffer alive
+        # and be copied whole by opacus' ghost optimizer's deepcopy of p.grad), still one multi-tensor kernel
+        noised = torch._foreach_add(
+            list(flat.split(sizes)), [p.summed_grad.reshape(-1) for p in ps]
+        )
+        del flat
+        for p, c in zip(ps, noised, strict=True):
+            # noised in the sum's dtype, then cast: post-processing
+            p.grad = c.view_as(p).to(p.dtype)
     for p in params:
         _mark_as_processed(p.summed_grad)

@@ -620,8 +620,9 @@ def _lean_noise(optimizer: Any) -> None:
 
 def _lean_scale(optimizer: Any) -> None:
     """opacus' ``scale_grad`` (the mean reduction's division by the expected batch size) as one multi-tensor
-    division instead of one per parameter: the same quotients, ~200 kernel launches less per step for a BERT-base
-    on a GPU."""
+    division instead of one per parameter (~200 kernel launches less per step for a BERT-base on a GPU): the same
+    quotients on the CPU; on CUDA ``t /= b`` multiplies by ``1/b``, so they may differ in the last bit
+    (post-processing of the noised gradient)."""
 
     def scale_grad() -> None:
         if optimizer.loss_reduction == "mean":

@@ -373,8 +373,9 @@ def _load(
     return model, tok
 
 
-#: the names of a model's head (trained in full under LoRA): privnlp's mean head, HF's classifiers, LM heads
-_HEAD_NAMES = ("head", "classifier", "score", "lm_head")
+#: the names of a model's head (trained in full under LoRA): privnlp's mean head, HF's classifiers (DistilBERT's
+#: new ``pre_classifier`` layer too), LM heads
+_HEAD_NAMES = ("head", "pre_classifier", "classifier", "score", "lm_head")
 
 
 def _with_lora(model: Any, rank: int, task: str) -> Any:
@@ -403,7 +404,16 @@ def _with_lora(model: Any, rank: int, task: str) -> Any:
         modules_to_save=heads or None,
         fan_in_fan_out=conv1d,
     )
-    return get_peft_model(model, config)
+    try:
+        return get_peft_model(model, config)
+    except (
+        TypeError,
+        ValueError,
+    ) as e:  # a layout peft cannot adapt: a one-line error, before any step
+        raise InvalidArgument(
+            f"lora_rank: peft cannot add LoRA to {type(model).__name__} (targets {sorted(leaves)}, head "
+            f"{heads}): {e}"
+        ) from None
 
 
 def _tensors(tok: Any, texts: Sequence[str], max_length: int, task: str) -> tuple[Any, Any]:
