@@ -86,7 +86,8 @@ def test_device_search_batches_span_blocks_and_keep_the_output(emb, monkeypatch)
     monkeypatch.setattr(mechanisms, "DEVICE_SEARCH_BLOCKS", 2)
     cpu = Vickrey(3.0, embeddings=emb, index="exact", batch_tokens=64)
     gpu = Vickrey(3.0, embeddings=emb, device=dev, batch_tokens=64)
-    assert gpu._nn().block == 64  # blocks of batch_tokens queries: device memory bounded by batch_tokens x V
+    # blocks of batch_tokens queries: device memory bounded by batch_tokens x V
+    assert gpu._nn().block == 64
     gpu._nn().block = 300
     a = [r.text for r in cpu.sanitize_many(texts, seed=5)]
     b = [r.text for r in gpu.sanitize_many(texts, seed=5)]
