@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -363,6 +364,14 @@ def _env() -> dict:
     return env
 
 
+def _free_port() -> int:
+    """A port free on the loopback now (the OS picks it): a fixed port per test process was reused by the next
+    launch of the same worker while the last one's socket could still hold it (a launch that exited 1 in CI)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _torchrun(
     args: list[str], cwd: Path, timeout: float
 ) -> tuple[subprocess.CompletedProcess, float]:
@@ -375,7 +384,7 @@ def _torchrun(
         "--master_addr",
         "127.0.0.1",
         "--master_port",
-        str(29500 + os.getpid() % 2000),
+        str(_free_port()),
         *args,
     ]
     t = time.perf_counter()
