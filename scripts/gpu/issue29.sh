@@ -80,8 +80,11 @@ python3 -c "import torch; a = torch.randn(8, 8, device='cuda', dtype=torch.bfloa
 print('mm out_dtype (book-keeping bf16 GEMMs):', torch.mm(a, a, out_dtype=torch.float32).dtype)" 2>&1 | tee -a "$OUT/device.txt"
 # issue #31 item 3 when .gpu_carry31 is carried (scripts/gpu/prepare_glove_carry.sh): the device path on GloVe
 if [ -f .gpu_carry31/glove_fp16.npz ]; then
-  timeout 150 python3 benchmarks/sanitize_throughput.py --device cuda --vectors-file .gpu_carry31/glove_fp16.npz \
+  timeout 200 python3 benchmarks/sanitize_throughput.py --device cuda --vectors-file .gpu_carry31/glove_fp16.npz \
     --tokens 262144 --check 10000 2>&1 | tee "$OUT/glove.txt"
+  # the device pipeline's equality / noise-law tests on the GPU (they run with torch on the CPU in CI)
+  PRIVNLP_TEST_DEVICE=cuda timeout 90 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short \
+    tests/text/test_device.py 2>&1 | tail -8 | tee -a "$OUT/glove.txt"
 fi
 # the CUDA-only tests (they skip on CPU; TESTS=0 skips them)
 [ "${TESTS:-1}" = 0 ] || timeout 120 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/training/test_devices.py \

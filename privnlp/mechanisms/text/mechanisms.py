@@ -57,7 +57,14 @@ from .embeddings import (
     default_embeddings,
     load_embeddings,
 )
-from .neighbors import RECALL_TARGET, Calibration, NeighborResult, TorchIndex, make_index
+from .neighbors import (
+    RECALL_TARGET,
+    Calibration,
+    ExactIndex,
+    NeighborResult,
+    TorchIndex,
+    make_index,
+)
 from .textio import WORD_RE, SanitizedText, nfc
 
 
@@ -146,10 +153,16 @@ class WordMetricDP(Mechanism):
             the claim states the composition.
         device: ``"cpu"`` (default) or a torch device (``"cuda"``): the exact nearest neighbours on the
             device (:class:`~privnlp.mechanisms.text.neighbors.TorchIndex`: float32 GEMM + top-k there,
-            certified float64 re-rank of the candidates), the same answer as the CPU exact index; the
-            noise comes from the same generators as on the CPU, so ``seed`` gives identical output on
-            every device. ``"torch-cpu"`` runs that torch path on the CPU (for checks). Any ``index``
-            other than ``"auto"`` / ``"exact"`` is refused with a device.
+            certified float64 re-rank of the candidates), the same answer as the CPU exact index for
+            the same noisy vectors. ``"torch-cpu"`` runs that torch path on the CPU (for checks). Any
+            ``index`` other than ``"auto"`` / ``"exact"`` is refused with a device.
+        device_noise: with a ``device``: the whole mechanism runs there (default ``True``): the noise
+            and the selection uniforms are drawn by a torch generator on the device (OS entropy, or
+            seeded from ``rng``: reproducible on the same device kind and torch version, not equal to
+            the CPU's numpy draws), the nearest neighbours and the choice computed there; queries whose
+            float64 order is within rounding of a tie are answered by the CPU exact index. ``False``:
+            numpy draws on the host, as on the CPU, so ``rng`` gives identical output on every device.
+            ``sanitize_many(seed=...)`` / ``--seed`` (one generator per record) always draw on the host.
 
     Raises:
         InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
@@ -186,6 +199,7 @@ class WordMetricDP(Mechanism):
         auto_exact_vocab: int = 50_000,
         device: str = "cpu",
         redact_pii: bool = False,
+        device_noise: bool = True,
     ) -> None:
         check_positive("epsilon", epsilon, error=InvalidPrivacyParameter)
         if index not in INDEXES:
@@ -236,6 +250,7 @@ class WordMetricDP(Mechanism):
         self.auto_exact_vocab = auto_exact_vocab
         self.device = device
         self.redact_pii = bool(redact_pii)
+        self.device_noise = bool(device_noise)
 
     # -- resources (public, computed lazily once) --------------------------------------
     def resolve_embeddings(self) -> Embeddings:
@@ -467,6 +482,108 @@ class WordMetricDP(Mechanism):
                     fill(kid, a, b)
         return self._shape_noise(u).astype(dtype, copy=False)
 
+    def _shape_noise_t(self, u: Any) -> Any:
+        """:meth:`_shape_noise` in torch (identity for Euclidean)."""
+        return u
+
+    def sample_noise_torch(self, n: int, generator: Any) -> Any:
+        """:meth:`sample_noise` drawn by a torch ``generator`` on its device: ``(n, d)`` float32, density
+        ∝ exp(-eps d(z, 0)) (uniform direction x Gamma(d, 1/eps) radius, then :meth:`_shape_noise`)."""
+        import torch  # heavy: only for the device path
+
+        check_range("n", n, 0, math.inf, integer=True)
+        d = self.resolve_embeddings().dim
+        dev = generator.device
+        u = torch.randn((int(n), d), generator=generator, device=dev, dtype=torch.float32)
+        shape = torch.full((int(n),), float(d), dtype=torch.float64, device=dev)
+        r = torch._standard_gamma(shape, generator=generator) / float(self.epsilon)
+        nrm = torch.linalg.vector_norm(u, dim=1).to(torch.float64)
+        nrm = torch.where(nrm == 0, torch.ones_like(nrm), nrm)
+        u *= (r / nrm).to(torch.float32)[:, None]
+        return self._shape_noise_t(u)
+
+    # -- the whole mechanism on a device (issue #31 item 3) -----------------------------------
+    def _on_device(self) -> bool:
+        """Whether the device pipeline runs this mechanism exactly: a device index, ``device_noise``,
+        and noise / search / selection that all have their torch twins here (a subclass that overrides
+        one without the other, such as a leaky twin, keeps the host path)."""
+        if not self.device_noise or not isinstance(self._nn(), TorchIndex):
+            return False
+        cls = type(self)
+
+        def owner(name: str) -> type:
+            return next(c for c in cls.__mro__ if name in c.__dict__)
+
+        return (
+            owner("sample_noise") is WordMetricDP
+            and owner("_draw_noise") is WordMetricDP
+            and owner("_shape_noise") is owner("_shape_noise_t")
+            and owner("selection_probs") is owner("_selection_probs_t")
+            and owner("_neighbors") is owner("_search_k")
+            and owner("_choose_u") is WordMetricDP
+        )
+
+    def _torch_generator(self, g: np.random.Generator) -> Any:
+        """The device generator of a run: fresh OS entropy when ``g`` is the secure generator, else
+        seeded from ``g`` (a reproducible simulation stays one)."""
+        import torch
+
+        from privnlp.core.rng import is_secure, secure_torch
+
+        dev = self._nn()._prep()["E"].device
+        if is_secure(g):
+            return secure_torch(dev)
+        return torch.Generator(device=dev).manual_seed(int(g.integers(0, 2**63 - 1)))
+
+    def _perturb_on_device(self, ids: np.ndarray, generator: Any, *, keep: bool = False) -> Any:
+        """Perturb vocabulary rows with noise, search and choice on the device, in blocks of the
+        index's ``block`` queries. Returns the output ids (numpy); with ``keep`` also the noisy vectors
+        and the selection uniforms (numpy), for the equality check against the CPU exact path."""
+        import torch
+
+        nn = self._nn()
+        E = nn._prep()["E"]
+        k = self._search_k()
+        n = int(ids.size)
+        ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(E.device)
+        out = torch.empty(n, dtype=torch.int64, device=E.device)
+        kept_q, kept_u = [], []
+        n_bad = 0
+        for s in range(0, n, int(nn.block)):
+            b = ids_t[s : s + int(nn.block)]
+            q = E[b] + self.sample_noise_torch(b.numel(), generator)
+            u = torch.rand(b.numel(), generator=generator, device=E.device, dtype=torch.float64)
+            cid, d2, bad = nn.search_device(q, k)
+            p = self._selection_probs_t(torch.sqrt(d2))
+            if p.shape[1] == 1:
+                out[s : s + b.numel()] = cid[:, 0]
+            else:
+                c = torch.cumsum(p, dim=1)[:, :-1]
+                r = (u[:, None] >= c).sum(dim=1)
+                out[s : s + b.numel()] = cid.gather(1, r[:, None])[:, 0]
+                # a uniform within rounding of a boundary: the CPU's float64 probabilities decide
+                bad |= ((u[:, None] - c).abs() <= 1e-12).any(dim=1)
+            if bool(
+                bad.any()
+            ):  # rare: the CPU exact path for these rows, same noisy vectors, same u
+                rows = torch.nonzero(bad)[:, 0]
+                qb = q[rows].cpu().numpy()
+                nb = ExactIndex(self.resolve_embeddings()).query(qb, k)
+                fix = self._choose_u(nb, u[rows].cpu().numpy())
+                out[s + rows] = torch.from_numpy(fix).to(E.device)
+                n_bad += int(rows.numel())
+            if keep:
+                kept_q.append(q.cpu().numpy())
+                kept_u.append(u.cpu().numpy())
+        self.__dict__["_last_device_fallback"] = n_bad
+        res = out.cpu().numpy()
+        if not keep:
+            return res
+        d = self.resolve_embeddings().dim
+        q_all = np.concatenate(kept_q) if kept_q else np.zeros((0, d), np.float32)
+        u_all = np.concatenate(kept_u) if kept_u else np.zeros(0)
+        return res, q_all, u_all
+
     # -- selection (the part that differs between mechanisms) ---------------------------
     def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
         return self._nn().query(noisy, self.n_candidates)
@@ -474,6 +591,14 @@ class WordMetricDP(Mechanism):
     def selection_probs(self, nb: NeighborResult) -> np.ndarray:
         """``(B, k)`` probabilities of returning each candidate (functions of the noisy vector only)."""
         return np.ones((nb.ids.shape[0], 1))
+
+    def _selection_probs_t(self, d: Any) -> Any:
+        """:meth:`selection_probs` in torch, from the ``(B, k)`` float64 distances on the device."""
+        return d[:, :1].new_ones((d.shape[0], 1))
+
+    def _search_k(self) -> int:
+        """Neighbours per query of :meth:`_neighbors`."""
+        return int(self.n_candidates)
 
     def _choose(self, nb: NeighborResult, g: np.random.Generator) -> np.ndarray:
         p = self.selection_probs(nb)
@@ -542,6 +667,8 @@ class WordMetricDP(Mechanism):
         bt = int(self.batch_tokens)
         if "_index_kind" not in self.__dict__:
             self.plan_index(int(ids.size))
+        if self._on_device():
+            return self._perturb_on_device(ids, self._torch_generator(g))
         for s in range(0, ids.size, bt):
             b = ids[s : s + bt]
             noisy = emb.vectors[b] + self.sample_noise(b.size, rng=g)
@@ -713,8 +840,15 @@ class WordMetricDP(Mechanism):
             n_m.append(len(idl) - m0)
             n_o.append(o)
         ids = np.array(idl, dtype=np.int64)
+        if "_index_kind" not in self.__dict__:  # not planned by a caller: plan for this input
+            self.plan_index(int(ids.size))
+        nn = self._nn()
         # 2. randomness: noise, selection uniforms, OOV draws (shared generator or one per record)
-        if isinstance(gens, list):
+        dev_gen = None
+        if not isinstance(gens, list) and self._on_device():  # noise and choice on the device
+            dev_gen = self._torch_generator(gens)
+            oovr = gens.integers(0, V, size=sum(n_o))
+        elif isinstance(gens, list):
             noise = np.concatenate(
                 [self.sample_noise(m, rng=g) for m, g in zip(n_m, gens)]
                 or [np.zeros((0, emb.dim), np.float32)]
@@ -727,22 +861,23 @@ class WordMetricDP(Mechanism):
             noise = self.sample_noise(int(ids.size), rng=gens)
             uni = gens.random(int(ids.size))
             oovr = gens.integers(0, V, size=sum(n_o))
-        out = np.empty_like(ids)
-        bt = int(self.batch_tokens)
-        if "_index_kind" not in self.__dict__:  # not planned by a caller: plan for this input
-            self.plan_index(int(ids.size))
-        nn = self._nn()
-        if isinstance(nn, TorchIndex):
-            # the noise is drawn above, so the search batch changes no output: the device index
-            # overlaps a block's CPU re-rank with the next block's GEMM only within one query (a
-            # 4,096-token batch is one block: device and CPU take turns; perturb_ids' batches measured
-            # 77.6k words/s on an H100 where one large query ran 115k). The blocks stay batch_tokens
-            # queries (_nn), so the device memory does not grow with the search batch.
-            bt = max(bt, DEVICE_SEARCH_BLOCKS * nn.block)
-        for s in range(0, ids.size, bt):
-            b = ids[s : s + bt]
-            noisy = emb.vectors[b] + noise[s : s + bt]
-            out[s : s + bt] = self._choose_u(self._neighbors(noisy, b), uni[s : s + bt])
+        if dev_gen is not None:
+            out = self._perturb_on_device(ids, dev_gen)
+        else:
+            out = np.empty_like(ids)
+            bt = int(self.batch_tokens)
+            if isinstance(nn, TorchIndex):
+                # host noise (device_noise=False or per-record seeds): the noise is drawn above, so the
+                # search batch changes no output: the device index overlaps a block's CPU re-rank with
+                # the next block's GEMM only within one query (a 4,096-token batch is one block: device
+                # and CPU take turns; perturb_ids' batches measured 77.6k words/s on an H100 where one
+                # large query ran 115k). The blocks stay batch_tokens queries (_nn), so the device
+                # memory does not grow with the search batch.
+                bt = max(bt, DEVICE_SEARCH_BLOCKS * nn.block)
+            for s in range(0, ids.size, bt):
+                b = ids[s : s + bt]
+                noisy = emb.vectors[b] + noise[s : s + bt]
+                out[s : s + bt] = self._choose_u(self._neighbors(noisy, b), uni[s : s + bt])
         # 3. detokenise in place, casing of the input applied to the output word
         results, ci, co = [], 0, 0
         words, outl, oovl = emb.words, out.tolist(), oovr.tolist()  # Python ints: fast indexing
@@ -1075,6 +1210,15 @@ class Vickrey(WordMetricDP):
         p = self.first_probability(nb.dists[:, 0], nb.dists[:, 1])
         return np.stack([p, 1.0 - p], axis=1)
 
+    def _selection_probs_t(self, d: Any) -> Any:
+        import torch
+
+        t = float(self.t)
+        num = (1.0 - t) * d[:, 1]
+        den = t * d[:, 0] + num
+        p = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 1.0 - t)
+        return torch.stack([p, 1.0 - p], dim=1)
+
     def _claim_extra(self) -> dict[str, Any]:
         return {"t": float(self.t)}
 
@@ -1121,11 +1265,14 @@ class VickreyK(WordMetricDP):
     def _k_needed(self) -> int:
         return min(self.k, len(self.resolve_embeddings()))
 
-    def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
+    def _search_k(self) -> int:
         k = self.k
         if k > len(self.resolve_embeddings()):
             raise InvalidArgument(f"k = len(ts) must be <= the vocabulary size; got {k}")
-        return self._nn().query(noisy, k)
+        return k
+
+    def _neighbors(self, noisy: np.ndarray, ids: np.ndarray) -> NeighborResult:
+        return self._nn().query(noisy, self._search_k())
 
     def perturb_vectors(
         self, vectors: np.ndarray, *, rng: Any = None
@@ -1144,6 +1291,12 @@ class VickreyK(WordMetricDP):
         logits -= logits.max(axis=1, keepdims=True)
         p = np.exp(logits)
         return p / p.sum(axis=1, keepdims=True)
+
+    def _selection_probs_t(self, d: Any) -> Any:
+        logits = -d.new_tensor(self.ts)[None, :] * d
+        logits = logits - logits.max(dim=1, keepdim=True).values
+        p = logits.exp()
+        return p / p.sum(dim=1, keepdim=True)
 
     def _claim_extra(self) -> dict[str, Any]:
         return {"ts": list(self.ts), "k": self.k}
@@ -1212,6 +1365,11 @@ class Mahalanobis(WordMetricDP):
 
     def _shape_noise(self, u: np.ndarray) -> np.ndarray:
         return u @ self.sigma_sqrt().astype(u.dtype)
+
+    def _shape_noise_t(self, u: Any) -> Any:
+        import torch
+
+        return u @ torch.from_numpy(self.sigma_sqrt()).to(u.device, u.dtype)
 
     def _claim_extra(self) -> dict[str, Any]:
         return {"lambda": float(self.lam), "sigma": "sample covariance normalised to trace d"}
