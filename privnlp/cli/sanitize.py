@@ -184,8 +184,8 @@ def sanitize(
     device: str = typer.Option(
         "cpu",
         "--device",
-        help="cpu | cuda[:N]: exact top-k on the GPU in torch (same output as the CPU exact index "
-        "for the same --seed).",
+        help="cpu | cuda[:N]: the mechanism on the GPU in torch: noise, exact top-k, choice (OS-entropy "
+        "noise drawn there); with --seed the noise is drawn on the CPU and the output equals the CPU's.",
     ),
     recall_target: float = typer.Option(
         0.99, "--recall-target", help="Top-k recall an approximate index must reach, in [0.5, 1]."
