@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from privnlp.mechanisms.text import Embeddings, LaplaceMetric, Mahalanobis, Vickrey, VickreyK
 from privnlp.mechanisms.text.files import sanitize_file, sidecar_path
@@ -133,6 +134,14 @@ def test_device_pipeline_equals_cpu_exact_path_for_the_same_noisy_vectors(emb, c
     np.testing.assert_array_equal(out, ref)
     assert q.shape == (5000, emb.dim) and u.shape == (5000,)
     assert (out != ids).mean() > 0.3  # epsilon 2 on this vocabulary: most words change
+    # the pipeline's own noisy vectors carry the mechanism's noise around the right rows (KS p > 1e-3)
+    z = (q - emb.vectors[ids]).astype(np.float64)
+    if cls is Mahalanobis:
+        dev.sigma_sqrt()
+        z = z @ emb._cache[("mahalanobis_sqrt", 0.5)][1]
+    r = np.linalg.norm(z, axis=1)
+    assert stats.kstest(r, stats.gamma(emb.dim, scale=1 / 2.0).cdf).pvalue > 1e-3
+    assert np.abs(u.mean() - 0.5) < 4 * np.sqrt(1 / 12 / u.size)  # uniforms on [0, 1)
 
 
 def test_device_pipeline_ties_go_to_the_cpu_and_break_to_the_lower_id(emb):
@@ -147,8 +156,6 @@ def test_device_pipeline_ties_go_to_the_cpu_and_break_to_the_lower_id(emb):
 def test_device_noise_distribution(emb):
     """The torch noise is the mechanism's: radius ~ Gamma(d, 1/eps) (KS p > 1e-3), directions uniform
     (mean of unit vectors within 4 standard errors of 0, second moment I/d within 10%). 40,000 draws, seeded."""
-    from scipy import stats
-
     eps, n, d = 3.0, 40_000, emb.dim
     m = Vickrey(eps, embeddings=emb, device=_dev())
     z = m.sample_noise_torch(n, _gen(5)).cpu().numpy().astype(np.float64)
@@ -158,14 +165,13 @@ def test_device_noise_distribution(emb):
     assert np.abs(dirs.mean(0)).max() < 4 / np.sqrt(n * d)
     cov = dirs.T @ dirs / n
     assert np.abs(np.diag(cov) * d - 1).max() < 0.1
-    # the leaky radius (Gamma(1, 1/eps)) is refused by the same test
-    assert stats.kstest(r / d, stats.gamma(d, scale=1 / eps).cdf).pvalue < 1e-6
+    # the leaky twin's radius (Gamma(1, 1/eps) draws) is refused by the same test
+    r_leaky = np.random.default_rng(0).gamma(1.0, 1.0 / eps, size=n)
+    assert stats.kstest(r_leaky, stats.gamma(d, scale=1 / eps).cdf).pvalue < 1e-6
 
 
 def test_device_noise_mahalanobis_shape(emb):
     """Mahalanobis on the device: Sigma_l^{-1/2} z has the Euclidean radius law Gamma(d, 1/eps)."""
-    from scipy import stats
-
     m = Mahalanobis(4.0, lam=0.7, embeddings=emb, device=_dev())
     z = m.sample_noise_torch(30_000, _gen(2)).cpu().numpy().astype(np.float64)
     m.sigma_sqrt()
@@ -179,15 +185,19 @@ def test_device_noise_mahalanobis_shape(emb):
 
 
 def test_device_pipeline_same_mechanism_as_cpu(emb):
-    """Different draws, same output law: P[out = in] and P[out = 2nd neighbour of the input] on
-    20,000 words agree with the CPU path within 0.02 (about 4 standard errors of the difference)."""
+    """Different draws, same output law: P[out = in] on 20,000 words (epsilon 15: 0.53 at t = 0.5) agrees
+    with the CPU path within 4 standard errors of the difference; the CPU at t = 0 (0.91) and t = 1 (0.05)
+    lies outside that band, so a device running another t would be caught."""
     g = np.random.default_rng(8)
     ids = g.integers(0, len(emb), 20_000)
-    cpu = Vickrey(4.0, t=0.5, embeddings=emb, index="exact").perturb_ids(ids, rng=1)
-    dev = Vickrey(4.0, t=0.5, embeddings=emb, device=_dev()).perturb_ids(ids, rng=1)
-    assert abs((cpu == ids).mean() - (dev == ids).mean()) < 0.02
-    second = ExactIndex(emb).query(emb.vectors[ids], 2).ids[:, 1]
-    assert abs((cpu == second).mean() - (dev == second).mean()) < 0.02
+    cpu = Vickrey(15.0, t=0.5, embeddings=emb, index="exact").perturb_ids(ids, rng=1)
+    dev = Vickrey(15.0, t=0.5, embeddings=emb, device=_dev()).perturb_ids(ids, rng=1)
+    p_cpu, p_dev = (cpu == ids).mean(), (dev == ids).mean()
+    tol = 4 * np.sqrt(2 * p_cpu * (1 - p_cpu) / ids.size)  # ~0.02
+    assert abs(p_cpu - p_dev) < tol
+    for t in (0.0, 1.0):
+        other = Vickrey(15.0, t=t, embeddings=emb, index="exact").perturb_ids(ids, rng=1)
+        assert abs((other == ids).mean() - p_dev) > 5 * tol
     assert not np.array_equal(cpu, dev)  # device draws, not numpy's
 
 
@@ -200,25 +210,64 @@ def test_device_pipeline_seeds_and_secure_noise(emb):
     np.testing.assert_array_equal(a, b)  # a seeded simulation reproduces (same device kind)
     assert is_secure(m._torch_generator(secure_numpy()))
     assert not is_secure(m._torch_generator(np.random.default_rng(0)))
-    c, d = m.perturb_ids(ids), m.perturb_ids(ids)  # OS entropy: two runs differ
+    seen = []
+    real = type(m)._perturb_on_device
+
+    def spy(self, ids, generator, **kw):
+        seen.append(is_secure(generator))
+        return real(self, ids, generator, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(m), "_perturb_on_device", spy)
+        c, d = m.perturb_ids(ids), m.perturb_ids(ids)  # OS entropy: two runs differ
+        m.sanitize_many(["w1 w2 w3"])
+        m.perturb_ids(ids, rng=5)
     assert not np.array_equal(c, d)
+    assert seen == [True, True, True, False]  # rng=None reaches the device as a secure generator
 
 
-def test_device_noise_false_and_leaky_twins_keep_the_host_path(emb):
-    """``device_noise=False`` draws with numpy (the CPU's seeded output on every device); a subclass
-    that overrides the noise without a torch twin (the leaky wrong-radius twin) never runs the device
-    noise, so its bug is not silently replaced by the correct noise."""
-    from privnlp.mechanisms.text.mechanisms import LeakyVickreyWrongRadius
-
+def test_device_noise_false_keeps_the_host_path(emb):
+    """``device_noise=False`` draws with numpy: the CPU's seeded output on every device."""
     ids = np.arange(0, 6000, 5)
     cpu = Vickrey(3.0, embeddings=emb, index="exact").perturb_ids(ids, rng=2)
     host = Vickrey(3.0, embeddings=emb, device=_dev(), device_noise=False)
     assert not host._on_device()
     np.testing.assert_array_equal(host.perturb_ids(ids, rng=2), cpu)
-    leaky = LeakyVickreyWrongRadius(3.0, embeddings=emb, device=_dev())
-    assert not leaky._on_device()
-    ref = LeakyVickreyWrongRadius(3.0, embeddings=emb, index="exact").perturb_ids(ids, rng=2)
-    np.testing.assert_array_equal(leaky.perturb_ids(ids, rng=2), ref)
+
+
+def _twins():
+    from privnlp.core.registry import LEAKY_TWINS
+    from privnlp.mechanisms.text.mechanisms import LeakyVickreyExcludesInput, WordMetricDP
+
+    found = [
+        c for c in (LEAKY_TWINS.get(n) for n in LEAKY_TWINS.names()) if issubclass(c, WordMetricDP)
+    ]
+    return sorted({*found, LeakyVickreyExcludesInput}, key=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("twin", _twins(), ids=lambda c: c.__name__)
+def test_leaky_twins_keep_their_bug_on_the_device(emb, twin):
+    """A leaky twin run with a device is never silently fixed: either it keeps the host path (its own
+    noise / neighbours / choice; output equal to the CPU twin's for the same seed), or the device
+    pipeline draws the twin's own noise law (two-sample KS of the radius in the claimed metric
+    against the twin's host noise, p > 1e-3)."""
+    dev = twin(3.0, embeddings=emb, device=_dev())
+    cpu = twin(3.0, embeddings=emb, index="exact")
+    ids = np.arange(0, 6000, 4)
+    if not dev._on_device():
+        np.testing.assert_array_equal(dev.perturb_ids(ids, rng=2), cpu.perturb_ids(ids, rng=2))
+        return
+    zd = dev.sample_noise_torch(20_000, _gen(1)).cpu().numpy().astype(np.float64)
+    zc = cpu.sample_noise(20_000, rng=1).astype(np.float64)
+    dist = getattr(cpu, "metric", None)
+    rd = dist(zd, np.zeros_like(zd)) if dist else np.linalg.norm(zd, axis=1)
+    rc = dist(zc, np.zeros_like(zc)) if dist else np.linalg.norm(zc, axis=1)
+    assert stats.ks_2samp(rd, rc).pvalue > 1e-3
+    # and that law is not the correct mechanism's (the twin's bug is kept)
+    parent = next(c for c in twin.__mro__[1:] if "Leaky" not in c.__name__)
+    zp = parent(3.0, embeddings=emb).sample_noise(20_000, rng=3).astype(np.float64)
+    rp = dist(zp, np.zeros_like(zp)) if dist else np.linalg.norm(zp, axis=1)
+    assert stats.ks_2samp(rd, rp).pvalue < 1e-6
 
 
 def test_device_sanitize_many_with_a_shared_generator(emb):
@@ -232,5 +281,86 @@ def test_device_sanitize_many_with_a_shared_generator(emb):
     assert [r.text.rsplit(" ", 2)[0] for r in res] == [t.rsplit(" ", 2)[0] for t in texts]
     assert all(r.text.endswith(", w5.") and "zzqx" not in r.text for r in res)  # OOV: a random word
     m2 = Vickrey(3.0, embeddings=emb, device=_dev())
-    a = [r.text for r in m2.sanitize_many(texts, rng=6)]
-    assert a == [r.text for r in m2.sanitize_many(texts, rng=6)] and a != texts
+    calls = []
+    real = Vickrey._perturb_on_device
+
+    def spy(self, ids, generator, **kw):
+        calls.append(len(ids))
+        return real(self, ids, generator, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Vickrey, "_perturb_on_device", spy)
+        a = [r.text for r in m2.sanitize_many(texts, rng=6)]
+        assert a == [r.text for r in m2.sanitize_many(texts, rng=6)] and a != texts
+        m2.sanitize_many(texts, seed=6)  # per-record generators: numpy on the host, not the device
+    n = sum(len(t.split()) - 1 for t in texts)  # the perturbed words (the OOV word excluded)
+    assert calls == [n, n]
+
+
+def test_choice_window_bounds_the_device_cpu_difference():
+    """The window of a uniform decided on the CPU covers the difference between the device's and the
+    CPU's cumulative probabilities, row by row, also for VickreyK with t d in the hundreds, where a fixed
+    1e-12 window (the first version, caught in review) is exceeded. 300-d clustered vectors."""
+    import torch
+
+    g = np.random.default_rng(4)
+    n, d = 6000, 300
+    centers = g.standard_normal((60, d))
+    E = (centers[g.integers(0, 60, n)] + 0.3 * g.standard_normal((n, d))).astype(np.float32)
+    emb = Embeddings(tuple(f"w{i}" for i in range(n)), E)
+    ids = g.integers(0, n, 4000)
+    over_fixed = {}
+    for name, m in (
+        ("vickrey", Vickrey(2.0, t=0.3, embeddings=emb, device=_dev())),
+        ("k2", VickreyK(2.0, ts=(200.0, 200.0), embeddings=emb, device=_dev())),
+        ("k3", VickreyK(2.0, ts=(2000.0, 1.0, 500.0), embeddings=emb, device=_dev())),
+    ):
+        k = m._search_k()
+        q = emb.vectors[ids] + m.sample_noise(ids.size, rng=g)
+        qt = torch.from_numpy(q).to(m._nn()._prep()["E"].device)
+        cid, d2, bad = m._nn().search_device(qt, k)
+        dist = torch.sqrt(d2)
+        c_dev = torch.cumsum(m._selection_probs_t(dist), 1)[:, :-1].cpu().numpy()
+        nb = ExactIndex(emb).query(q, k)
+        ok = ~bad.cpu().numpy() & (cid.cpu().numpy() == nb.ids).all(1)
+        diff = np.abs(c_dev - np.cumsum(m.selection_probs(nb), axis=1)[:, :-1])
+        win = m._choice_window(dist)
+        win = (win.cpu().numpy() if isinstance(win, torch.Tensor) else np.full(ids.size, win))[
+            :, None
+        ]
+        assert ok.mean() > 0.99
+        assert (diff[ok] <= win[ok]).all()
+        over_fixed[name] = int((diff[ok] > 1e-12).sum())
+    assert over_fixed["k2"] > 0  # this setting exceeds a fixed 1e-12 window
+
+
+def test_device_path_non_finite_and_tf32(emb):
+    """A non-finite noisy vector goes to the CPU index, which refuses it (the device alone would have
+    returned row 0 on a vocabulary of at most k + margin words); the prescreen GEMM runs in IEEE float32
+    even where the process allowed TF32 / bf16 GEMMs, and the process's setting is restored."""
+    import torch
+
+    from privnlp.core.errors import InvalidArgument
+
+    small = Embeddings(tuple(f"v{i}" for i in range(8)), emb.vectors[:8].copy())
+    m = Vickrey(1e-40, embeddings=small, device=_dev())  # radius ~1e41: inf in float32
+    with pytest.raises(InvalidArgument, match="finite"):
+        m._perturb_on_device(np.array([1, 2, 3]), _gen(0))
+    prev = torch.get_float32_matmul_precision()
+    seen = []
+    real_addmm = torch.addmm
+
+    def spy(*a, **kw):
+        seen.append(torch.get_float32_matmul_precision())
+        return real_addmm(*a, **kw)
+
+    try:
+        torch.set_float32_matmul_precision("medium")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch, "addmm", spy)
+            Vickrey(3.0, embeddings=emb, device=_dev()).perturb_ids(np.arange(50), rng=0)
+            TorchIndex(emb, device=DEVICE).query(emb.vectors[:5], 2)
+        assert seen and set(seen) == {"highest"}
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(prev)

@@ -158,8 +158,9 @@ class WordMetricDP(Mechanism):
             ``index`` other than ``"auto"`` / ``"exact"`` is refused with a device.
         device_noise: with a ``device``: the whole mechanism runs there (default ``True``): the noise
             and the selection uniforms are drawn by a torch generator on the device (OS entropy, or
-            seeded from ``rng``: reproducible on the same device kind and torch version, not equal to
-            the CPU's numpy draws), the nearest neighbours and the choice computed there; queries whose
+            seeded from ``rng``: reproducible on the same device kind, torch version and ``batch_tokens``,
+            not equal to the CPU's numpy draws; the secure generator holds 63 bits of OS entropy, the
+            CPU's numpy one 256), the nearest neighbours and the choice computed there; queries whose
             float64 order is within rounding of a tie are answered by the CPU exact index. ``False``:
             numpy draws on the host, as on the CPU, so ``rng`` gives identical output on every device.
             ``sanitize_many(seed=...)`` / ``--seed`` (one generator per record) always draw on the host.
@@ -488,15 +489,20 @@ class WordMetricDP(Mechanism):
 
     def sample_noise_torch(self, n: int, generator: Any) -> Any:
         """:meth:`sample_noise` drawn by a torch ``generator`` on its device: ``(n, d)`` float32, density
-        ∝ exp(-eps d(z, 0)) (uniform direction x Gamma(d, 1/eps) radius, then :meth:`_shape_noise`)."""
+        ∝ exp(-eps d(z, 0)) (uniform direction x Gamma(d, 1/eps) radius, then :meth:`_shape_noise`).
+
+        The radius is ``||N(0, I_2d)||^2 / (2 eps)`` from float64 normals: exactly Gamma(d, 1/eps) for the
+        integer d (a chi-square with 2d degrees of freedom is Gamma(d, 2)), public torch API, and no
+        float32 uniforms inside (torch's CUDA gamma kernel draws float32 ``curand`` variates)."""
         import torch  # heavy: only for the device path
 
         check_range("n", n, 0, math.inf, integer=True)
         d = self.resolve_embeddings().dim
         dev = generator.device
         u = torch.randn((int(n), d), generator=generator, device=dev, dtype=torch.float32)
-        shape = torch.full((int(n),), float(d), dtype=torch.float64, device=dev)
-        r = torch._standard_gamma(shape, generator=generator) / float(self.epsilon)
+        g2 = torch.randn((int(n), 2 * d), generator=generator, device=dev, dtype=torch.float64)
+        r = (g2 * g2).sum(1) / (2.0 * float(self.epsilon))
+        del g2
         nrm = torch.linalg.vector_norm(u, dim=1).to(torch.float64)
         nrm = torch.where(nrm == 0, torch.ones_like(nrm), nrm)
         u *= (r / nrm).to(torch.float32)[:, None]
@@ -518,9 +524,14 @@ class WordMetricDP(Mechanism):
             owner("sample_noise") is WordMetricDP
             and owner("_draw_noise") is WordMetricDP
             and owner("_shape_noise") is owner("_shape_noise_t")
-            and owner("selection_probs") is owner("_selection_probs_t")
+            and all(
+                owner(name) is owner("_selection_probs_t")
+                for name in ("selection_probs", "first_probability", "_choice_window")
+                if hasattr(cls, name)
+            )
             and owner("_neighbors") is owner("_search_k")
             and owner("_choose_u") is WordMetricDP
+            and owner("_choose") is WordMetricDP
         )
 
     def _torch_generator(self, g: np.random.Generator) -> Any:
@@ -554,7 +565,8 @@ class WordMetricDP(Mechanism):
             q = E[b] + self.sample_noise_torch(b.numel(), generator)
             u = torch.rand(b.numel(), generator=generator, device=E.device, dtype=torch.float64)
             cid, d2, bad = nn.search_device(q, k)
-            p = self._selection_probs_t(torch.sqrt(d2))
+            dist = torch.sqrt(d2)
+            p = self._selection_probs_t(dist)
             if p.shape[1] == 1:
                 out[s : s + b.numel()] = cid[:, 0]
             else:
@@ -562,7 +574,9 @@ class WordMetricDP(Mechanism):
                 r = (u[:, None] >= c).sum(dim=1)
                 out[s : s + b.numel()] = cid.gather(1, r[:, None])[:, 0]
                 # a uniform within rounding of a boundary: the CPU's float64 probabilities decide
-                bad |= ((u[:, None] - c).abs() <= 1e-12).any(dim=1)
+                win = self._choice_window(dist)
+                win = win[:, None] if isinstance(win, torch.Tensor) else win
+                bad |= ((u[:, None] - c).abs() <= win).any(dim=1)
             if bool(
                 bad.any()
             ):  # rare: the CPU exact path for these rows, same noisy vectors, same u
@@ -599,6 +613,12 @@ class WordMetricDP(Mechanism):
     def _search_k(self) -> int:
         """Neighbours per query of :meth:`_neighbors`."""
         return int(self.n_candidates)
+
+    def _choice_window(self, d: Any) -> Any:
+        """Per row, a bound on how far the device's cumulative selection probabilities can be from the
+        CPU's (the distances differ by a few ulps between summation orders): a uniform closer than this
+        to a boundary is decided on the CPU. Only used with more than one candidate."""
+        return 1e-12
 
     def _choose(self, nb: NeighborResult, g: np.random.Generator) -> np.ndarray:
         p = self.selection_probs(nb)
@@ -1210,6 +1230,10 @@ class Vickrey(WordMetricDP):
         p = self.first_probability(nb.dists[:, 0], nb.dists[:, 1])
         return np.stack([p, 1.0 - p], axis=1)
 
+    def _choice_window(self, d: Any) -> Any:
+        # p = (1-t) d2 / (t d1 + (1-t) d2): a relative error of a few ulps per distance, ~(dim + 2) 2^-53
+        return 1e-12 + 8.0 * (self.resolve_embeddings().dim + 2) * 2.0**-53
+
     def _selection_probs_t(self, d: Any) -> Any:
         import torch
 
@@ -1291,6 +1315,13 @@ class VickreyK(WordMetricDP):
         logits -= logits.max(axis=1, keepdims=True)
         p = np.exp(logits)
         return p / p.sum(axis=1, keepdims=True)
+
+    def _choice_window(self, d: Any) -> Any:
+        # softmax of -t_r d_r: a relative error e of the distances moves the logits by t_r d_r e, and
+        # the probabilities by about twice the largest of those (reviewed: a fixed 1e-12 was too tight
+        # for t d in the hundreds)
+        e = 8.0 * (self.resolve_embeddings().dim + 2) * 2.0**-53
+        return 1e-12 + e * (1.0 + (d.new_tensor(self.ts)[None, :] * d).amax(dim=1))
 
     def _selection_probs_t(self, d: Any) -> Any:
         logits = -d.new_tensor(self.ts)[None, :] * d

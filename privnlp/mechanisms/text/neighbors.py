@@ -17,7 +17,9 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from contextlib import nullcontext as _nc
 from dataclasses import dataclass
 from pathlib import Path
@@ -1565,6 +1567,25 @@ def calibrate_param(
     )
 
 
+@contextmanager
+def ieee_fp32_matmul() -> Iterator[None]:
+    """float32 GEMMs in IEEE float32 inside (``torch.set_float32_matmul_precision("highest")``, restored
+    after): a process that allowed TF32 / bf16 GEMMs (``"high"`` / ``"medium"``, common in training
+    scripts) would round the prescreen's inputs to 10 or 7 mantissa bits, far outside the float32
+    rounding bound its certificate assumes."""
+    import torch
+
+    prev = torch.get_float32_matmul_precision()
+    if prev == "highest":
+        yield
+        return
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(prev)
+
+
 class TorchIndex:
     """Exact Euclidean k-NN in torch on a device (``"cuda"``; ``"cpu"`` for tests), with the answer of
     :class:`ExactIndex` (same ids, same float64 distances, ties -> lower id).
@@ -1656,7 +1677,8 @@ class TorchIndex:
             jobs = []
             for s in range(0, B, bs):
                 qb = torch.from_numpy(q[s : s + bs]).to(self.device)
-                S = torch.addmm(P["en"][None, :], qb, P["E"].T, beta=1.0, alpha=-2.0)
+                with ieee_fp32_matmul():
+                    S = torch.addmm(P["en"][None, :], qb, P["E"].T, beta=1.0, alpha=-2.0)
                 sv, si = torch.topk(S, kk, dim=1, largest=False, sorted=True)
                 del (
                     S
@@ -1697,7 +1719,8 @@ class TorchIndex:
         if "E64" not in P:  # the float64 copy only for this path (160 MB for GloVe-400k x 50)
             P["E64"] = P["E"].to(torch.float64)
         kk = min(n, k + int(self.margin))
-        S = torch.addmm(P["en"][None, :], q, P["E"].T, beta=1.0, alpha=-2.0)
+        with ieee_fp32_matmul():
+            S = torch.addmm(P["en"][None, :], q, P["E"].T, beta=1.0, alpha=-2.0)
         sv, si = torch.topk(S, kk, dim=1, largest=False, sorted=True)
         del S
         q64 = q.to(torch.float64)
@@ -1716,6 +1739,7 @@ class TorchIndex:
         ):  # the prescreen certificate of query(): no row outside the candidates reaches the top k
             m = 2.0 * (d + 4) * _U32 * (P["max_e2"] + 2.0 * qn2.sqrt() * P["max_e"]) * 2.0 + 1e-30
             bad |= ~(sv[:, -1].to(torch.float64) - m > d2[:, k - 1] - qn2 + m)
+        bad |= ~torch.isfinite(q).all(dim=1)  # the CPU index refuses them (InvalidArgument)
         top = d2[:, : min(kk, k + 1)]
         if top.shape[1] > 1:  # float64 sums of d squares in another order differ by <= ~d ulps
             tol = 4.0 * (d + 2) * 2.0**-53
