@@ -47,7 +47,13 @@ from privnlp.core.errors import (
 from privnlp.core.protocols import Mechanism
 from privnlp.core.registry import LEAKY_TWINS, MECHANISMS
 from privnlp.core.report import atomic_write_text
-from privnlp.core.rng import as_numpy, check_noise_seed_allowed, secure_numpy
+from privnlp.core.rng import (
+    as_numpy,
+    check_noise_seed_allowed,
+    is_secure,
+    secure_numpy,
+    secure_torch,
+)
 
 from .embeddings import (
     CLITICS,
@@ -539,8 +545,6 @@ class WordMetricDP(Mechanism):
         seeded from ``g`` (a reproducible simulation stays one)."""
         import torch
 
-        from privnlp.core.rng import is_secure, secure_torch
-
         dev = self._nn()._prep()["E"].device
         if is_secure(g):
             return secure_torch(dev)
@@ -683,12 +687,12 @@ class WordMetricDP(Mechanism):
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= len(emb)):
             raise InvalidArgument(f"ids must be in [0, {len(emb) - 1}]")
-        out = np.empty_like(ids)
-        bt = int(self.batch_tokens)
         if "_index_kind" not in self.__dict__:
             self.plan_index(int(ids.size))
         if self._on_device():
             return self._perturb_on_device(ids, self._torch_generator(g))
+        out = np.empty_like(ids)
+        bt = int(self.batch_tokens)
         for s in range(0, ids.size, bt):
             b = ids[s : s + bt]
             noisy = emb.vectors[b] + self.sample_noise(b.size, rng=g)
