@@ -32,10 +32,12 @@ demo: $(STAMP)
 	$(BIN)/privnlp evaluate --all --preset quick --report-dir reports
 
 # issue #30: both cores (pytest-xdist), one test file per worker at a time (module fixtures built once; tests ask the
-# OS for ports and publish cache entries atomically, so two workers never collide); TEST_JOBS=1 runs in one process
+# OS for ports and publish cache entries atomically, so two workers never collide); TEST_JOBS=1 runs in one process;
+# -rs lists every skipped test with its reason at the end (CI has no GPU: the CUDA tests say so there), --durations
+# the 30 slowest steps (where the CI time goes)
 TEST_JOBS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -x --timeout=900 $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) tests
+	$(BIN)/python -m pytest -q -rs -x --durations=30 --timeout=900 $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) tests
 
 # issue #30: ruff lint + format check (the configuration lives in pyproject.toml); `make format` applies it
 LINT_PATHS := privnlp tests scripts benchmarks

@@ -55,6 +55,12 @@ def main() -> None:
         "--lora-rank", type=int, default=0, help="DP-LoRA adapters of this rank (0: full)"
     )
     ap.add_argument("--freeze-embeddings", action="store_true")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the run: DP noise, Poisson masks, dropout, new weights (0 = the recorded runs)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     task = debian_sections_task()
@@ -75,7 +81,12 @@ def main() -> None:
     dp = (
         None
         if args.epsilon is None
-        else {"target_epsilon": args.epsilon, "accountant": "prv", "dedup": True, "rng": 0}
+        else {
+            "target_epsilon": args.epsilon,
+            "accountant": "prv",
+            "dedup": True,
+            "rng": args.seed,
+        }
     )
     print(
         f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
@@ -96,6 +107,7 @@ def main() -> None:
         heldout=val,
         test=test,
         label_texts=section_descriptions(task.label_names) if args.head == "mean" else None,
+        seed=args.seed,
     )
     row = {
         "epsilon": None if dp is None else res.claim.epsilon,
@@ -107,6 +119,7 @@ def main() -> None:
         "steps": res.utility["steps"],
         "expected_batch_size": res.utility["expected_batch_size"],
         "recipe": asdict(recipe),
+        "seed": args.seed,
         "seconds": round(time.perf_counter() - t, 1),
     }
     print(json.dumps(row), flush=True)
