@@ -56,6 +56,12 @@ def main() -> None:
     )
     ap.add_argument("--freeze-embeddings", action="store_true")
     ap.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="every dropout of the model set to this rate (omit: the checkpoint's, 0.1)",
+    )
+    ap.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -77,6 +83,7 @@ def main() -> None:
         ema=args.ema,
         lora_rank=args.lora_rank,
         freeze_embeddings=args.freeze_embeddings,
+        dropout=args.dropout,
     )
     dp = (
         None

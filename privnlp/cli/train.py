@@ -96,6 +96,12 @@ def train(
         help="With --model: DP-LoRA, rank-r adapters on every linear layer but the head (the head trained in "
         "full, the rest frozen; saved merged), r in [1, 4096]; 0: full fine-tuning (default). Needs peft.",
     ),
+    dropout: float | None = typer.Option(
+        None,
+        "--dropout",
+        help="With --model: every dropout of the model (embeddings, attention, hidden, head) at this rate in "
+        "[0, 1) for the run; default: the checkpoint's own rates. No privacy cost.",
+    ),
     defense: str = typer.Option("dp_sgd", "--defense", help=f"One of {', '.join(DEFENSES)}."),
     epsilon: float | None = typer.Option(
         None,
@@ -260,6 +266,7 @@ def train(
                     "schedule": lr_schedule,
                     "ema": ema,
                     "lora_rank": lora_rank,
+                    "dropout": dropout,
                     "freeze_embeddings": True if freeze_embeddings else None,
                 },
                 label_texts=label_texts,
@@ -284,6 +291,7 @@ def train(
                 ("--lr-schedule", lr_schedule),
                 ("--ema", ema),
                 ("--lora-rank", lora_rank),
+                ("--dropout", dropout),
             )
             if v is not None
         ]
@@ -557,6 +565,10 @@ def _fine_tune(
     if recipe_flags.get("lora_rank") is not None and not 0 <= recipe_flags["lora_rank"] <= 4096:
         raise InvalidArgument(
             f"--lora-rank must be an integer in [0, 4096] (0: full fine-tuning); got {recipe_flags['lora_rank']!r}"
+        )
+    if recipe_flags.get("dropout") is not None and not 0.0 <= recipe_flags["dropout"] < 1.0:
+        raise InvalidArgument(
+            f"--dropout must be in [0, 1) (omit: the checkpoint's rates); got {recipe_flags['dropout']!r}"
         )
     texts_by_label = None
     if label_texts is not None:

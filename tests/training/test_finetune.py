@@ -932,3 +932,85 @@ def test_cli_lora_rank_is_recorded_and_bad_values_refused(tiny_checkpoints, tmp_
     assert not (tmp_path / "bad").exists()
     r = _cli("--lora-rank", "2", "--out", tmp_path / "bad2")  # the bundled tiny GPT-2: no --model
     assert r.exit_code == 2 and "--lora-rank" in r.output and not (tmp_path / "bad2").exists()
+
+
+def test_recipe_dropout_reaches_every_dropout_and_a_bad_rate_is_named(tiny_checkpoints, tmp_path):
+    """recipe.dropout: every dropout of the model at that rate (train-mode forwards equal at 0, not at 0.5), the
+    checkpoint's rates kept by default, Llama-style float ``attention_dropout`` too; out of [0, 1) refused."""
+    from transformers import AutoTokenizer, BertConfig, BertModel, LlamaConfig, LlamaForCausalLM
+
+    from privnlp.mechanisms.training.finetune import _load, _set_dropout
+
+    cfg = BertConfig.from_pretrained(tiny_checkpoints["bert"])
+    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0.3
+    BertModel.from_pretrained(tiny_checkpoints["bert"], config=cfg).save_pretrained(tmp_path / "m")
+    AutoTokenizer.from_pretrained(tiny_checkpoints["bert"]).save_pretrained(tmp_path / "m")
+
+    def two_train_forwards(rate):
+        model, tok = _load(
+            tmp_path / "m",
+            "classification",
+            ("neg", "pos"),
+            replace(FAST, head="mean", dropout=rate),
+        )
+        model.train()
+        batch = tok(
+            ["a warm and funny film", "a dull and lazy mess"], return_tensors="pt", padding=True
+        )
+        rates = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)}
+        return model(**batch).logits, model(**batch).logits, rates
+
+    a, b, rates = two_train_forwards(0.0)
+    assert rates == {0.0} and torch.equal(a, b)
+    a, b, rates = two_train_forwards(0.5)
+    assert rates == {0.5} and not torch.equal(a, b)
+    assert two_train_forwards(None)[2] == {0.3}  # default: the checkpoint's own rates
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=32,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            attention_dropout=0.2,
+        )
+    )
+    assert _set_dropout(llama, 0.0) >= 2
+    assert {l.self_attn.attention_dropout for l in llama.model.layers} == {0.0}
+    for bad in (1.0, -0.1):
+        with pytest.raises(InvalidArgument, match=r"dropout must be in \[0, 1\)"):
+            replace(FAST, dropout=bad)
+
+
+def test_cli_dropout_is_recorded_and_bad_values_refused(tiny_checkpoints, tmp_path):
+    common = [
+        "--model",
+        tiny_checkpoints["bert"],
+        "--data",
+        tiny_checkpoints["data"],
+        "--label-field",
+        "label",
+        "--epsilon",
+        "50",
+        "--accountant",
+        "rdp",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "1",
+        "--max-length",
+        "16",
+        "--no-baseline",
+    ]
+    out = tmp_path / "run"
+    r = _cli(*common, "--dropout", "0", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "utility.json").read_text())["recipe"]["dropout"] == 0.0
+    for bad in ("1", "-0.5"):
+        r = _cli(*common, "--dropout", bad, "--out", tmp_path / "bad")
+        assert r.exit_code == 2 and "--dropout must be in [0, 1)" in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
+    r = _cli("--dropout", "0", "--out", tmp_path / "bad2")  # the bundled tiny GPT-2: no --model
+    assert r.exit_code == 2 and "--dropout" in r.output and not (tmp_path / "bad2").exists()
