@@ -901,9 +901,9 @@ def test_lora_rank_out_of_range_is_named():
         replace(FAST, lora_rank=-1)
 
 
-def test_cli_lora_rank_is_recorded_and_bad_values_refused(tiny_checkpoints, tmp_path):
-    pytest.importorskip("peft")
-    common = [
+def _small_dp_classifier_args(tiny_checkpoints) -> list:
+    """`privnlp train` arguments for a fast DP fine-tune of the tiny BERT classifier (no baseline, no --out)."""
+    return [
         "--model",
         tiny_checkpoints["bert"],
         "--data",
@@ -922,6 +922,11 @@ def test_cli_lora_rank_is_recorded_and_bad_values_refused(tiny_checkpoints, tmp_
         "16",
         "--no-baseline",
     ]
+
+
+def test_cli_lora_rank_is_recorded_and_bad_values_refused(tiny_checkpoints, tmp_path):
+    pytest.importorskip("peft")
+    common = _small_dp_classifier_args(tiny_checkpoints)
     out = tmp_path / "run"
     r = _cli(*common, "--lora-rank", "2", "--out", out)
     assert r.exit_code == 0, r.output
@@ -985,25 +990,7 @@ def test_recipe_dropout_reaches_every_dropout_and_a_bad_rate_is_named(tiny_check
 
 
 def test_cli_dropout_is_recorded_and_bad_values_refused(tiny_checkpoints, tmp_path):
-    common = [
-        "--model",
-        tiny_checkpoints["bert"],
-        "--data",
-        tiny_checkpoints["data"],
-        "--label-field",
-        "label",
-        "--epsilon",
-        "50",
-        "--accountant",
-        "rdp",
-        "--batch-size",
-        "16",
-        "--epochs",
-        "1",
-        "--max-length",
-        "16",
-        "--no-baseline",
-    ]
+    common = _small_dp_classifier_args(tiny_checkpoints)
     out = tmp_path / "run"
     r = _cli(*common, "--dropout", "0", "--out", out)
     assert r.exit_code == 0, r.output
