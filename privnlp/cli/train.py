@@ -31,6 +31,20 @@ app = typer.Typer(
 DEFENSES = ("dp_sgd", "frozen_embeddings", "none")
 #: ``privnlp train --model`` without --epsilon / --noise-multiplier: DP at this epsilon (the recipe's target)
 DEFAULT_FINE_TUNE_EPSILON = 8.0
+#: the option that sets each FineTuneRecipe field: the recipe's range errors are reported under these names
+RECIPE_FLAGS = {
+    "batch_size": "--batch-size",
+    "epochs": "--epochs",
+    "max_grad_norm": "--max-grad-norm",
+    "lr": "--lr",
+    "max_length": "--max-length",
+    "physical_batch_size": "--physical-batch-size",
+    "head": "--head",
+    "schedule": "--lr-schedule",
+    "ema": "--ema",
+    "lora_rank": "--lora-rank",
+    "dropout": "--dropout",
+}
 
 
 @app.callback(invoke_without_command=True)
@@ -538,8 +552,6 @@ def _fine_tune(
         raise InvalidArgument("--model needs --data (a .jsonl or .csv file of records)")
     # fine-tuning imports torch and transformers: loaded only when the command runs
     from privnlp.mechanisms.training.finetune import (
-        HEADS,
-        SCHEDULES,
         FineTuneRecipe,
         check_model_dir,
         fine_tune,
@@ -552,24 +564,8 @@ def _fine_tune(
         raise InvalidArgument(
             "--head / --label-texts apply to classification (--label-field) only, not to a causal LM"
         )
-    if recipe_flags.get("head") is not None and recipe_flags["head"] not in HEADS:
-        raise InvalidArgument(
-            f"--head must be one of {', '.join(HEADS)}; got {recipe_flags['head']!r}"
-        )
-    if recipe_flags.get("schedule") is not None and recipe_flags["schedule"] not in SCHEDULES:
-        raise InvalidArgument(
-            f"--lr-schedule must be one of {', '.join(SCHEDULES)}; got {recipe_flags['schedule']!r}"
-        )
-    if recipe_flags.get("ema") is not None and not 0.0 <= recipe_flags["ema"] < 1.0:
-        raise InvalidArgument(f"--ema must be in [0, 1) (0: off); got {recipe_flags['ema']!r}")
-    if recipe_flags.get("lora_rank") is not None and not 0 <= recipe_flags["lora_rank"] <= 4096:
-        raise InvalidArgument(
-            f"--lora-rank must be an integer in [0, 4096] (0: full fine-tuning); got {recipe_flags['lora_rank']!r}"
-        )
-    if recipe_flags.get("dropout") is not None and not 0.0 <= recipe_flags["dropout"] < 1.0:
-        raise InvalidArgument(
-            f"--dropout must be in [0, 1) (omit: the checkpoint's rates); got {recipe_flags['dropout']!r}"
-        )
+    # every range is the recipe's own (FineTuneRecipe.__post_init__), reported under the flag's name
+    recipe = with_overrides(FineTuneRecipe(), flags=RECIPE_FLAGS, **recipe_flags)
     texts_by_label = None
     if label_texts is not None:
         if recipe_flags.get("head") != "mean":
@@ -585,7 +581,6 @@ def _fine_tune(
                 f"--label-texts {label_texts}: expected a JSON object {{label: description}}"
             )
     check_model_dir(model_dir, task)
-    recipe = with_overrides(FineTuneRecipe(), **recipe_flags)
     records = read_labelled(data, text_field=field or "text", label_field=label_field)
     dp = None
     if defense == "dp_sgd":

@@ -28,15 +28,34 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoModel
+from transformers import AutoConfig, AutoModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from privnlp.core.errors import InvalidArgument, check_positive
 
-__all__ = ["MeanPoolClassifier", "HEAD_CONFIG", "HEAD_WEIGHTS"]
+__all__ = ["MeanPoolClassifier", "HEAD_CONFIG", "HEAD_WEIGHTS", "saved_encoder_kwargs"]
 
 HEAD_CONFIG = "privnlp_head.json"
 HEAD_WEIGHTS = "privnlp_head.safetensors"
+
+
+def saved_encoder_kwargs(folder: str | os.PathLike) -> dict[str, Any]:
+    """``AutoModel.from_pretrained`` keyword arguments for the encoder of a folder written by
+    :meth:`MeanPoolClassifier.save_pretrained`.
+
+    The classifier drops the encoder's ``[CLS]`` pooler (it is never read), so the saved checkpoint has no pooler
+    weights; a model class that builds one by default (BERT, RoBERTa, ...: ``add_pooling_layer``) would initialise
+    it at random and report its weights MISSING on every reload. Such a class is built without one; a class
+    without the argument (DistilBERT, ...) gets nothing.
+    """
+    config = AutoConfig.from_pretrained(folder)
+    try:
+        model_cls = AutoModel._model_mapping[type(config)]
+    except KeyError:  # not an AutoModel architecture: AutoModel's own error says so when it loads
+        return {}
+    if "add_pooling_layer" in inspect.signature(model_cls.__init__).parameters:
+        return {"add_pooling_layer": False}
+    return {}
 
 
 class MeanPoolClassifier(nn.Module):
@@ -172,7 +191,9 @@ class MeanPoolClassifier(nn.Module):
                 f"{folder}: no {HEAD_CONFIG} / {HEAD_WEIGHTS} (not saved by MeanPoolClassifier.save_pretrained)"
             )
         if encoder is None:
-            encoder = AutoModel.from_pretrained(folder, **kwargs)
+            encoder = AutoModel.from_pretrained(
+                folder, **{**saved_encoder_kwargs(folder), **kwargs}
+            )
         cfg = json.loads((folder / HEAD_CONFIG).read_text())
         id2label = {int(k): v for k, v in cfg["id2label"].items()}
         model = cls(encoder, len(id2label), scale=cfg["scale"], id2label=id2label)

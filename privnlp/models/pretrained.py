@@ -210,13 +210,16 @@ def load_mean_pool_classifier(
         InvalidArgument: a saved head whose classes differ from ``num_labels`` / ``id2label`` (fine-tuning it on
             other classes would keep the old names on new meanings: start from the base encoder instead).
     """
-    from .pooled import HEAD_CONFIG, MeanPoolClassifier
+    from .pooled import HEAD_CONFIG, MeanPoolClassifier, saved_encoder_kwargs
 
+    folder = Path(str(name_or_path)).expanduser()
+    saved = (folder / HEAD_CONFIG).is_file()
+    if saved:  # saved without the [CLS] pooler: do not build (and report MISSING) a random one
+        kwargs = {**saved_encoder_kwargs(folder), **kwargs}
     encoder, tok = _load(
         "AutoModel", name_or_path, "base model", with_tokenizer, local_files_only, **kwargs
     )
-    folder = Path(str(name_or_path)).expanduser()
-    if (folder / HEAD_CONFIG).is_file():
+    if saved:
         model = MeanPoolClassifier.from_pretrained(folder, encoder=encoder)
         if model.head.out_features != int(num_labels):
             raise InvalidArgument(

@@ -238,6 +238,9 @@ def test_cli_fine_tunes_a_causal_lm_with_the_default_epsilon(tiny_checkpoints, t
             "--lr-schedule must be one of constant",
         ),
         (["--label-field", "label", "--ema", "1"], r"--ema must be in \[0, 1\)"),
+        # the recipe's own ranges, under the flag's name (not the field's: "epochs", "max_grad_norm")
+        (["--label-field", "label", "--epochs", "0"], r"^error: --epochs must be > 0"),
+        (["--label-field", "label", "--max-grad-norm", "-1"], r"^error: --max-grad-norm must be"),
         (
             ["--label-field", "label", "--head", "mean", "--label-texts", "/nonexistent.json"],
             "not a readable JSON file",
@@ -538,6 +541,52 @@ def test_mean_head_learns_saves_and_loads_back_with_the_same_logits(tiny_checkpo
     # fine-tuning the saved classifier on other class names would keep the old names on new meanings: refused
     with pytest.raises(InvalidArgument, match="saved head's classes"):
         load_mean_pool_classifier(out, num_labels=2, id2label={0: "bad", 1: "good"})
+
+
+def test_a_saved_mean_head_reloads_without_a_random_pooler(tiny_checkpoints, tmp_path, monkeypatch):
+    """The classifier drops BERT's [CLS] pooler, so its folder has no pooler weights: a reload must not build a
+    random one (and report it MISSING); DistilBERT, with no pooler argument, loads with nothing changed."""
+    import transformers
+    from transformers import AutoModel, AutoTokenizer, DistilBertConfig, DistilBertModel
+
+    from privnlp.models.pooled import MeanPoolClassifier, saved_encoder_kwargs
+    from privnlp.models.pretrained import load_mean_pool_classifier
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoints["bert"])
+    model = MeanPoolClassifier(AutoModel.from_pretrained(tiny_checkpoints["bert"]), 2).eval()
+    model.save_pretrained(tmp_path / "bert")
+    tok.save_pretrained(tmp_path / "bert")
+    _, plain = AutoModel.from_pretrained(tmp_path / "bert", output_loading_info=True)
+    assert sorted(plain["missing_keys"]) == [
+        "pooler.dense.bias",
+        "pooler.dense.weight",
+    ]  # the control
+    assert saved_encoder_kwargs(tmp_path / "bert") == {"add_pooling_layer": False}
+    _, info = AutoModel.from_pretrained(
+        tmp_path / "bert", output_loading_info=True, **saved_encoder_kwargs(tmp_path / "bert")
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    enc = tok(["a warm and funny film", "a dull mess"], padding=True, return_tensors="pt")
+    missing = []  # what every AutoModel load below reported missing (HF prints it as "MISSING")
+    real = transformers.AutoModel.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        loaded, info = real(cls, *args, output_loading_info=True, **kwargs)
+        missing.extend(info["missing_keys"])
+        return loaded
+
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", classmethod(spy))
+    for again in (
+        load_mean_pool_classifier(tmp_path / "bert", num_labels=2)[0],
+        MeanPoolClassifier.from_pretrained(tmp_path / "bert"),
+    ):
+        assert again.encoder.pooler is None and missing == []
+        torch.testing.assert_close(again(**enc).logits, model(**enc).logits, rtol=0, atol=0)
+    cfg = DistilBertConfig(vocab_size=len(tok), dim=16, n_layers=1, n_heads=2, hidden_dim=32)
+    MeanPoolClassifier(DistilBertModel(cfg), 2).save_pretrained(tmp_path / "distil")
+    assert saved_encoder_kwargs(tmp_path / "distil") == {}
+    assert MeanPoolClassifier.from_pretrained(tmp_path / "distil").head.out_features == 2
+    assert missing == []
 
 
 def test_mean_head_from_label_texts_is_the_encoders_zero_shot_classifier(tiny_checkpoints):

@@ -144,16 +144,23 @@ class FineTuneRecipe:
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
-            raise InvalidArgument(f"head must be one of {HEADS}; got {self.head!r}")
+            raise InvalidArgument(f"head must be one of {', '.join(HEADS)}; got {self.head!r}")
         if self.schedule not in SCHEDULES:
-            raise InvalidArgument(f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
+            raise InvalidArgument(
+                f"schedule must be one of {', '.join(SCHEDULES)}; got {self.schedule!r}"
+            )
         if not 0.0 <= float(self.ema) < 1.0:
             raise InvalidArgument(f"ema must be in [0, 1) (0: off); got {self.ema!r}")
         check_range("batch_size", self.batch_size, 1, float("inf"), integer=True)
-        check_range("lora_rank", self.lora_rank, 0, 4096, integer=True)
+        try:
+            check_range("lora_rank", self.lora_rank, 0, 4096, integer=True)
+        except InvalidArgument:
+            raise InvalidArgument(
+                f"lora_rank must be an integer in [0, 4096] (0: full fine-tuning); got {self.lora_rank!r}"
+            ) from None
         if self.dropout is not None and not 0.0 <= float(self.dropout) < 1.0:
             raise InvalidArgument(
-                f"dropout must be in [0, 1) (None: the checkpoint's rates); got {self.dropout!r}"
+                f"dropout must be in [0, 1) (unset: the checkpoint's rates); got {self.dropout!r}"
             )
         check_positive("epochs", self.epochs)
         check_positive("max_grad_norm", self.max_grad_norm)
@@ -898,6 +905,20 @@ def tune_on_validation(
     return Selection(best[1], tuple(scores), best[2], best[3])
 
 
-def with_overrides(recipe: FineTuneRecipe, **overrides: Any) -> FineTuneRecipe:
-    """``recipe`` with the non-``None`` values of ``overrides`` (the CLI's flags) replacing its fields."""
-    return replace(recipe, **{k: v for k, v in overrides.items() if v is not None})
+def with_overrides(
+    recipe: FineTuneRecipe, *, flags: Mapping[str, str] | None = None, **overrides: Any
+) -> FineTuneRecipe:
+    """``recipe`` with the non-``None`` values of ``overrides`` (the CLI's flags) replacing its fields.
+
+    ``flags`` maps a field to the option that set it (``{"lora_rank": "--lora-rank"}``): a value the recipe refuses
+    is then reported under the option's name, as the user typed it, with the recipe's own range (one check, in
+    :class:`FineTuneRecipe`, for the API and the CLI).
+    """
+    try:
+        return replace(recipe, **{k: v for k, v in overrides.items() if v is not None})
+    except InvalidArgument as e:
+        msg = str(e)
+        for name, flag in (flags or {}).items():
+            if msg.startswith(f"{name} "):
+                raise type(e)(flag + msg[len(name) :]) from None
+        raise
