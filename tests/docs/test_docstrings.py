@@ -9,9 +9,12 @@ must have a docstring, and one that takes parameters (other than ``self`` / ``cl
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
+import re
+from pathlib import Path
 
 import privnlp
 
@@ -82,4 +85,44 @@ def test_every_public_object_documents_its_parameters():
     assert not undocumented, (
         "public names in __all__ that take parameters but have no `Args:` / `Attributes:` section:\n  "
         + "\n  ".join(undocumented)
+    )
+
+
+_SECTION = re.compile(r"^(\s*)(Args|Arguments|Attributes|Returns|Raises|Yields):\s*$")
+
+
+def misindented_sections() -> list[str]:
+    """``file:line`` of each Google-style section (``Args:``, ``Raises:``, ...) of a docstring in privnlp whose
+    entries are not all indented under its header: the reference (mkdocstrings) ends the section at the first
+    line back at the header's indentation and shows the rest as prose, so those arguments vanish from its table."""
+    bad = []
+    for path in sorted(Path(privnlp.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(
+                node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+            ):
+                continue
+            doc = ast.get_docstring(node, clean=True)
+            if not doc:
+                continue
+            lines = doc.splitlines()
+            for i, line in enumerate(lines):
+                m = _SECTION.match(line)
+                if not m:
+                    continue
+                for entry in lines[i + 1 :]:
+                    if not entry.strip():
+                        break
+                    if len(entry) - len(entry.lstrip()) <= len(m.group(1)):
+                        bad.append(
+                            f"{path.relative_to(Path(privnlp.__file__).parent)}:{node.lineno} {entry.strip()[:60]!r}"
+                        )
+                        break
+    return bad
+
+
+def test_every_docstring_section_indents_its_entries():
+    bad = misindented_sections()
+    assert not bad, (
+        "docstring sections with an entry back at the header's indentation:\n  " + "\n  ".join(bad)
     )

@@ -268,21 +268,21 @@ class FedAvg(_FedBase):
     4-digit canary of ``fl.dp_fedavg`` saturates plain FedAvg's exposure).
 
     Args:
-    clients_per_round: m, users per round (``"fixed"``: an integer in [1, N]; ``"poisson"``: the expected
-        number, > 0 and <= N).
-    sampling: ``"fixed"`` (m of N without replacement) or ``"poisson"`` (each user with probability m/N).
-    local_epochs: E, local passes over a client's data; > 0 (fractions allowed).
-    local_batch_size: B, local batch size, an integer in [1, 10**7].
-    local_lr: eta, the local SGD learning rate; > 0.
-    local_steps: a cap on local steps per round, an integer in [0, 10**9] (0 = no cap).
-    fedsgd: one full-batch gradient step per round instead of local epochs (not with client DP-SGD).
-    server_lr: the server learning rate applied to the aggregate; > 0.
-    server_momentum: server momentum, in [0, 1) (post-processing).
+        clients_per_round: m, users per round (``"fixed"``: an integer in [1, N]; ``"poisson"``: the expected
+            number, > 0 and <= N).
+        sampling: ``"fixed"`` (m of N without replacement) or ``"poisson"`` (each user with probability m/N).
+        local_epochs: E, local passes over a client's data; > 0 (fractions allowed).
+        local_batch_size: B, local batch size, an integer in [1, 10**7].
+        local_lr: eta, the local SGD learning rate; > 0.
+        local_steps: a cap on local steps per round, an integer in [0, 10**9] (0 = no cap).
+        fedsgd: one full-batch gradient step per round instead of local epochs (not with client DP-SGD).
+        server_lr: the server learning rate applied to the aggregate; > 0.
+        server_momentum: server momentum, in [0, 1) (post-processing).
         weighted: weight the average by the clients' example counts (``False`` = unweighted).
-    client_noise_multiplier: client DP-SGD noise multiplier (>= 0), with ``client_max_grad_norm``; ``None`` =
-        no client DP-SGD.
-    client_max_grad_norm: client DP-SGD per-example clip norm (> 0), with ``client_noise_multiplier``.
-    client_delta: the record-level delta of client DP-SGD, in (0, 1).
+        client_noise_multiplier: client DP-SGD noise multiplier (>= 0), with ``client_max_grad_norm``; ``None`` =
+            no client DP-SGD.
+        client_max_grad_norm: client DP-SGD per-example clip norm (> 0), with ``client_noise_multiplier``.
+        client_delta: the record-level delta of client DP-SGD, in (0, 1).
 
     Raises:
         InvalidArgument: an argument out of range, an unknown ``sampling``, or ``fedsgd`` with client DP-SGD.
@@ -423,20 +423,20 @@ class DPFedAvg(_FedBase):
         delta: the user-level delta, in (0, 1/N) (``None`` = ``min(1e-5, N^-1.1)``).
         rounds: the planned number of rounds, an integer >= 1 (needed to calibrate z; used by ``claim()``).
         num_users: N, the population size, an integer >= 1 (used by ``claim()``; 100 assumed when ``None``).
-    clients_per_round: m, users per round (``"fixed"``: an integer in [1, N]; ``"poisson"``: the expected
-        number, > 0 and <= N).
-    sampling: ``"fixed"`` (m of N without replacement) or ``"poisson"`` (each user with probability m/N).
-    local_epochs: E, local passes over a client's data; > 0 (fractions allowed).
-    local_batch_size: B, local batch size, an integer in [1, 10**7].
-    local_lr: eta, the local SGD learning rate; > 0.
-    local_steps: a cap on local steps per round, an integer in [0, 10**9] (0 = no cap).
-    fedsgd: one full-batch gradient step per round instead of local epochs (not with client DP-SGD).
-    server_lr: the server learning rate applied to the aggregate; > 0.
-    server_momentum: server momentum, in [0, 1) (post-processing).
-    client_noise_multiplier: client DP-SGD noise multiplier (>= 0), with ``client_max_grad_norm``; ``None`` =
-        no client DP-SGD.
-    client_max_grad_norm: client DP-SGD per-example clip norm (> 0), with ``client_noise_multiplier``.
-    client_delta: the record-level delta of client DP-SGD, in (0, 1).
+        clients_per_round: m, users per round (``"fixed"``: an integer in [1, N]; ``"poisson"``: the expected
+            number, > 0 and <= N).
+        sampling: ``"fixed"`` (m of N without replacement) or ``"poisson"`` (each user with probability m/N).
+        local_epochs: E, local passes over a client's data; > 0 (fractions allowed).
+        local_batch_size: B, local batch size, an integer in [1, 10**7].
+        local_lr: eta, the local SGD learning rate; > 0.
+        local_steps: a cap on local steps per round, an integer in [0, 10**9] (0 = no cap).
+        fedsgd: one full-batch gradient step per round instead of local epochs (not with client DP-SGD).
+        server_lr: the server learning rate applied to the aggregate; > 0.
+        server_momentum: server momentum, in [0, 1) (post-processing).
+        client_noise_multiplier: client DP-SGD noise multiplier (>= 0), with ``client_max_grad_norm``; ``None`` =
+            no client DP-SGD.
+        client_max_grad_norm: client DP-SGD per-example clip norm (> 0), with ``client_noise_multiplier``.
+        client_delta: the record-level delta of client DP-SGD, in (0, 1).
         enforce_budget: refuse a round that would exceed ``target_epsilon``.
 
     Raises:
@@ -792,20 +792,20 @@ class LeakyDPFedAvgWeighted(DPFedAvg):
         delta: the user-level delta, in (0, 1/N) (``None`` = ``min(1e-5, N^-1.1)``).
         rounds: the planned number of rounds, an integer >= 1 (needed to calibrate z; used by ``claim()``).
         num_users: N, the population size, an integer >= 1 (used by ``claim()``; 100 assumed when ``None``).
-    clients_per_round: m, users per round (``"fixed"``: an integer in [1, N]; ``"poisson"``: the expected
-        number, > 0 and <= N).
-    sampling: ``"fixed"`` (m of N without replacement) or ``"poisson"`` (each user with probability m/N).
-    local_epochs: E, local passes over a client's data; > 0 (fractions allowed).
-    local_batch_size: B, local batch size, an integer in [1, 10**7].
-    local_lr: eta, the local SGD learning rate; > 0.
-    local_steps: a cap on local steps per round, an integer in [0, 10**9] (0 = no cap).
-    fedsgd: one full-batch gradient step per round instead of local epochs (not with client DP-SGD).
-    server_lr: the server learning rate applied to the aggregate; > 0.
-    server_momentum: server momentum, in [0, 1) (post-processing).
-    client_noise_multiplier: client DP-SGD noise multiplier (>= 0), with ``client_max_grad_norm``; ``None`` =
-        no client DP-SGD.
-    client_max_grad_norm: client DP-SGD per-example clip norm (> 0), with ``client_noise_multiplier``.
-    client_delta: the record-level delta of client DP-SGD, in (0, 1).
+        clients_per_round: m, users per round (``"fixed"``: an integer in [1, N]; ``"poisson"``: the expected
+            number, > 0 and <= N).
+        sampling: ``"fixed"`` (m of N without replacement) or ``"poisson"`` (each user with probability m/N).
+        local_epochs: E, local passes over a client's data; > 0 (fractions allowed).
+        local_batch_size: B, local batch size, an integer in [1, 10**7].
+        local_lr: eta, the local SGD learning rate; > 0.
+        local_steps: a cap on local steps per round, an integer in [0, 10**9] (0 = no cap).
+        fedsgd: one full-batch gradient step per round instead of local epochs (not with client DP-SGD).
+        server_lr: the server learning rate applied to the aggregate; > 0.
+        server_momentum: server momentum, in [0, 1) (post-processing).
+        client_noise_multiplier: client DP-SGD noise multiplier (>= 0), with ``client_max_grad_norm``; ``None`` =
+            no client DP-SGD.
+        client_max_grad_norm: client DP-SGD per-example clip norm (> 0), with ``client_noise_multiplier``.
+        client_delta: the record-level delta of client DP-SGD, in (0, 1).
         enforce_budget: refuse a round that would exceed ``target_epsilon``.
 
     Raises:

@@ -1208,9 +1208,9 @@ class Vickrey(WordMetricDP):
     Args:
         epsilon: the privacy parameter per word, > 0, in units of the Euclidean embedding distance.
         t: the tuning parameter, in [0, 1].
-    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
-        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
-        ``ann_nprobe``, ``batch_tokens``).
+        **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+            ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+            ``ann_nprobe``, ``batch_tokens``).
 
     Raises:
         InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
@@ -1265,9 +1265,9 @@ class VickreyK(WordMetricDP):
     Args:
         epsilon: the privacy parameter per word, > 0, in units of the Euclidean embedding distance.
         ts: ``t_1 .. t_k`` (k >= 1 candidates), each in [0, inf); a single number means k = 1.
-    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
-        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
-        ``ann_nprobe``, ``batch_tokens``).
+        **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+            ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+            ``ann_nprobe``, ``batch_tokens``).
 
     Raises:
         InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
@@ -1354,9 +1354,9 @@ class Mahalanobis(WordMetricDP):
     Args:
         epsilon: the privacy parameter per word, > 0, in units of the regularized Mahalanobis distance.
         lam: lambda, the weight of the sample covariance in ``Sigma_l``, in [0, 1].
-    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
-        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
-        ``ann_nprobe``, ``batch_tokens``).
+        **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+            ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+            ``ann_nprobe``, ``batch_tokens``).
 
     Raises:
         InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
@@ -1423,9 +1423,9 @@ class LeakyVickreyWrongRadius(Vickrey):
     Args:
         epsilon: the claimed privacy parameter per word; > 0.
         t: the tuning parameter, in [0, 1].
-    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
-        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
-        ``ann_nprobe``, ``batch_tokens``).
+        **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+            ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+            ``ann_nprobe``, ``batch_tokens``).
 
     Raises:
         InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
@@ -1449,9 +1449,9 @@ class LeakyVickreyExcludesInput(Vickrey):
     Args:
         epsilon: the claimed privacy parameter per word; > 0.
         t: the tuning parameter, in [0, 1].
-    **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
-        ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
-        ``ann_nprobe``, ``batch_tokens``).
+        **kw: the keyword arguments of :class:`WordMetricDP` (``embeddings``, ``vocab_limit``, ``index``,
+            ``oov``, ``mask_token``, ``redactable``, ``skip_stopwords``, ``lowercase``, ``ann_ef``,
+            ``ann_nprobe``, ``batch_tokens``).
 
     Raises:
         InvalidPrivacyParameter: ``epsilon`` not > 0 and finite.
