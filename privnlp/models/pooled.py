@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoConfig, AutoModel
+from transformers import MODEL_MAPPING, AutoConfig, AutoModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from privnlp.core.errors import InvalidArgument, check_positive
@@ -50,7 +50,7 @@ def saved_encoder_kwargs(folder: str | os.PathLike) -> dict[str, Any]:
     """
     config = AutoConfig.from_pretrained(folder)
     try:
-        model_cls = AutoModel._model_mapping[type(config)]
+        model_cls = MODEL_MAPPING[type(config)]  # the class AutoModel builds for this config
     except KeyError:  # not an AutoModel architecture: AutoModel's own error says so when it loads
         return {}
     if "add_pooling_layer" in inspect.signature(model_cls.__init__).parameters:
