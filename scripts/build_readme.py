@@ -37,7 +37,7 @@ JOBS = [
         "drifts); the 1.2x target is not met, see the how-to. DP fine-tuning of all-MiniLM-L6-v2 on 16.6k "
         "Debian package descriptions, chosen on validation (DP-LoRA, rank 8, dropout off; CPU): test accuracy "
         "0.826 at epsilon 8 (0.825 from a clean clone on a second split of the task) and 0.805 at epsilon 3 "
-        "(one run), non-private 0.850.",
+        "(reproduced exactly from a clean clone), non-private 0.850.",
     ),
     (
         "sanitize",
